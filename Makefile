@@ -1,0 +1,56 @@
+# Thin wrapper over Meson so that a new user needs two commands: `make demo`
+# and `make check`. Every target installs what it needs first (scripts/deps.sh).
+BUILD     ?= build
+BUILD_SAN ?= build-san
+BUILD_FUZZ ?= build-fuzz
+MESON_OPTS ?=
+SAN_OPTS  = -Db_sanitize=address,undefined -Db_lundef=false
+MESON_TEST = meson test --print-errorlogs --no-rebuild
+
+.PHONY: all deps build build-san test test-san check demo fuzz bench clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) -Dwerror=true $(MESON_OPTS)
+
+build: deps $(BUILD)/build.ninja
+	meson compile -C $(BUILD)
+
+$(BUILD_SAN)/build.ninja:
+	meson setup $(BUILD_SAN) -Dwerror=true -Dbuildtype=debug $(SAN_OPTS) $(MESON_OPTS)
+
+build-san: deps $(BUILD_SAN)/build.ninja
+	meson compile -C $(BUILD_SAN)
+
+test: build
+	$(MESON_TEST) -C $(BUILD)
+
+test-san: build-san
+	$(MESON_TEST) -C $(BUILD_SAN) --timeout-multiplier 4
+
+# Runs every test, then the whole suite again under ASan+UBSan, and ends with
+# the count of test cases: "N passed, N failed, N skipped".
+check: build build-san
+	@rc=0; \
+	$(MESON_TEST) -C $(BUILD) || rc=1; \
+	$(MESON_TEST) -C $(BUILD_SAN) --timeout-multiplier 4 || rc=1; \
+	python3 scripts/test-summary.py $(BUILD) $(BUILD_SAN) | tee $(BUILD)/test-summary.txt || rc=1; \
+	exit $$rc
+
+demo: build
+	@bash scripts/demo.sh $(BUILD)
+
+fuzz: deps
+	[ -f $(BUILD_FUZZ)/build.ninja ] || CC=clang meson setup $(BUILD_FUZZ) -Dfuzz=true $(SAN_OPTS)
+	meson compile -C $(BUILD_FUZZ)
+	@echo "fuzz targets: $(BUILD_FUZZ)/tests/fuzz/fuzz-*  (run one with its corpus dir from tests/fuzz/corpus/)"
+
+bench: build
+	@bash bench/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_FUZZ)

@@ -1,0 +1,18 @@
+/* fs.h — file helpers: atomic replace (tmp + fsync + rename + dir fsync),
+ * whole-file reads with a size cap, mkdir -p. libc only. */
+#pragma once
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Writes data to path atomically: a reader sees the old file or the new one,
+ * never a mix, and after return the new content survives a crash.
+ * Returns 0 or -errno; on failure path is unchanged. */
+int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+
+/* Reads a whole file (at most max bytes; larger → -EFBIG), NUL-terminated.
+ * *ret_data is owned by the caller (free). Returns 0 or -errno. */
+int fs_read_all(const char *path, size_t max, char **ret_data, size_t *ret_len);
+
+/* mkdir -p with mode for created components. Returns 0 or -errno. */
+int fs_mkdir_p(const char *path, mode_t mode);
