@@ -372,6 +372,7 @@ static int child_main(int argc, char **argv)
             return 14;
         if (p_cuEventQuery(end) != CUDA_ERROR_NOT_READY)
             return 15;
+        p_cuEventDestroy_v2(end);
         return 0; /* exit without synchronizing */
     }
     if (!strcmp(mode, "ipc") && argc == 4) {
