@@ -113,8 +113,13 @@ int main(int argc, char **argv)
     __typeof__(cuEventSynchronize) *event_sync = get("cuEventSynchronize");
     __typeof__(cuEventElapsedTime_v2) *elapsed = get("cuEventElapsedTime");
     __typeof__(cuLaunchKernel) *launch = get("cuLaunchKernel");
+    __typeof__(cuEventDestroy_v2) *event_destroy = get("cuEventDestroy");
+    __typeof__(cuStreamDestroy_v2) *stream_destroy = get("cuStreamDestroy");
+    __typeof__(cuModuleUnload) *unload = get("cuModuleUnload");
+    __typeof__(cuDevicePrimaryCtxRelease_v2) *release = get("cuDevicePrimaryCtxRelease");
     if (!init || !attr || !retain || !set_current || !load || !getfn || !stream_create ||
-        !event_create || !record || !event_sync || !elapsed || !launch)
+        !event_create || !record || !event_sync || !elapsed || !launch || !event_destroy ||
+        !stream_destroy || !unload || !release)
         return fail(1, "driver entry points", CUDA_ERROR_NOT_FOUND);
 
     CUcontext ctx;
@@ -150,6 +155,11 @@ int main(int argc, char **argv)
     printf("%s 2 - %llu cycles took %.3f ms, cycles/clock = %.3f ms (%+.2f %%)\n",
            err > -0.10 && err < 0.10 ? "ok" : "not ok", (unsigned long long)cycles, ms, expect,
            100 * err);
+    event_destroy(e0);
+    event_destroy(e1);
+    stream_destroy(s);
+    unload(mod);
+    release(0);
 #ifdef SPIN_EMU
     if (own) {
         unlink(path);
