@@ -17,7 +17,10 @@ struct sym {
     bool required;
 };
 
-#define SYM(n, req) {#n, offsetof(struct gpu_nvml, n), req}
+#define SYM(n, req)                                                                                \
+    {                                                                                              \
+#n, offsetof(struct gpu_nvml, n), req                                                      \
+    }
 
 static const struct sym syms[] = {
     SYM(nvmlInit_v2, true),
@@ -167,32 +170,52 @@ const char *gpu_nvml_strerror(const struct gpu_nvml *nvml, nvmlReturn_t r)
     if (s)
         return s;
     switch (r) {
-    case NVML_SUCCESS: return "success";
-    case NVML_ERROR_NOT_SUPPORTED: return "not supported";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "insufficient size";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "function not found";
-    default: return "NVML error";
+    case NVML_SUCCESS:
+        return "success";
+    case NVML_ERROR_NOT_SUPPORTED:
+        return "not supported";
+    case NVML_ERROR_GPU_IS_LOST:
+        return "GPU is lost";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+        return "insufficient size";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+        return "function not found";
+    default:
+        return "NVML error";
     }
 }
 
 int gpu_nvml_errno(nvmlReturn_t r)
 {
     switch (r) {
-    case NVML_SUCCESS: return 0;
-    case NVML_ERROR_UNINITIALIZED: return -EPIPE;
-    case NVML_ERROR_INVALID_ARGUMENT: return -EINVAL;
-    case NVML_ERROR_NOT_SUPPORTED: return -EOPNOTSUPP;
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return -EOPNOTSUPP;
-    case NVML_ERROR_NO_PERMISSION: return -EPERM;
-    case NVML_ERROR_NOT_FOUND: return -ENOENT;
-    case NVML_ERROR_INSUFFICIENT_SIZE: return -ENOSPC;
-    case NVML_ERROR_TIMEOUT: return -ETIMEDOUT;
-    case NVML_ERROR_GPU_IS_LOST: return -ENODEV;
-    case NVML_ERROR_MEMORY: return -ENOMEM;
-    case NVML_ERROR_IN_USE: return -EBUSY;
-    case NVML_ERROR_NO_DATA: return -ENODATA;
-    default: return -EIO;
+    case NVML_SUCCESS:
+        return 0;
+    case NVML_ERROR_UNINITIALIZED:
+        return -EPIPE;
+    case NVML_ERROR_INVALID_ARGUMENT:
+        return -EINVAL;
+    case NVML_ERROR_NOT_SUPPORTED:
+        return -EOPNOTSUPP;
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+        return -EOPNOTSUPP;
+    case NVML_ERROR_NO_PERMISSION:
+        return -EPERM;
+    case NVML_ERROR_NOT_FOUND:
+        return -ENOENT;
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+        return -ENOSPC;
+    case NVML_ERROR_TIMEOUT:
+        return -ETIMEDOUT;
+    case NVML_ERROR_GPU_IS_LOST:
+        return -ENODEV;
+    case NVML_ERROR_MEMORY:
+        return -ENOMEM;
+    case NVML_ERROR_IN_USE:
+        return -EBUSY;
+    case NVML_ERROR_NO_DATA:
+        return -ENODATA;
+    default:
+        return -EIO;
     }
 }
 
@@ -214,10 +237,14 @@ typedef nvmlReturn_t (*proc_fn)(nvmlDevice_t, unsigned int *, void *);
 static proc_fn proc_call_fn(const struct gpu_nvml *nvml, int call)
 {
     switch (call) {
-    case GPU_NVML_PROC_CALL_V3: return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses_v3;
-    case GPU_NVML_PROC_CALL_V2: return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses_v2;
-    case GPU_NVML_PROC_CALL_V1: return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses;
-    default: return NULL;
+    case GPU_NVML_PROC_CALL_V3:
+        return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses_v3;
+    case GPU_NVML_PROC_CALL_V2:
+        return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses_v2;
+    case GPU_NVML_PROC_CALL_V1:
+        return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses;
+    default:
+        return NULL;
     }
 }
 

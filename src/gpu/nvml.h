@@ -27,9 +27,9 @@
 #define GPU_NVML_FN(name) __typeof__(name) *name
 
 struct gpu_nvml {
-    void *dl;          /* dlopen handle; NULL for an injected table */
-    bool initialized;  /* nvmlInit_v2 succeeded: gpu_nvml_free calls nvmlShutdown */
-    char path[256];    /* what was opened */
+    void *dl;         /* dlopen handle; NULL for an injected table */
+    bool initialized; /* nvmlInit_v2 succeeded: gpu_nvml_free calls nvmlShutdown */
+    char path[256];   /* what was opened */
 
     /* Required. */
     GPU_NVML_FN(nvmlInit_v2);

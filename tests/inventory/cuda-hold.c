@@ -12,11 +12,11 @@
 
 #include "cuda_api.h"
 
-#define LOAD(h, name)                                                        \
-    __typeof__(name) *p_##name = (__typeof__(name) *)dlsym(h, #name);         \
-    if (!p_##name) {                                                         \
-        fprintf(stderr, "cuda-hold: libcuda.so.1 lacks " #name "\n");         \
-        return 1;                                                            \
+#define LOAD(h, name)                                                                              \
+    __typeof__(name) *p_##name = (__typeof__(name) *)dlsym(h, #name);                              \
+    if (!p_##name) {                                                                               \
+        fprintf(stderr, "cuda-hold: libcuda.so.1 lacks " #name "\n");                              \
+        return 1;                                                                                  \
     }
 
 int main(int argc, char **argv)
