@@ -230,22 +230,40 @@ static const int proc_strides[] = {32, 24, 16};
 #define FILL_B 0x5A
 #define DETECT_TRIES 3
 
-/* The three entry points take different struct pointers; the driver treats the buffer as
- * raw records of its own layout, so they are called through one type. */
-typedef nvmlReturn_t (*proc_fn)(nvmlDevice_t, unsigned int *, void *);
-
-static proc_fn proc_call_fn(const struct gpu_nvml *nvml, int call)
+/* The three entry points take different struct pointers but the driver treats the buffer as
+ * raw records of its own layout; each is called through its own type (no function-pointer
+ * casts). Returns NVML_ERROR_FUNCTION_NOT_FOUND when the library lacks the entry point. */
+static nvmlReturn_t proc_call(const struct gpu_nvml *nvml, int call, nvmlDevice_t dev,
+                              unsigned int *count, void *buf)
 {
     switch (call) {
     case GPU_NVML_PROC_CALL_V3:
-        return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses_v3;
+        if (nvml->nvmlDeviceGetComputeRunningProcesses_v3)
+            return nvml->nvmlDeviceGetComputeRunningProcesses_v3(dev, count, buf);
+        break;
     case GPU_NVML_PROC_CALL_V2:
-        return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses_v2;
+        if (nvml->nvmlDeviceGetComputeRunningProcesses_v2)
+            return nvml->nvmlDeviceGetComputeRunningProcesses_v2(dev, count, buf);
+        break;
     case GPU_NVML_PROC_CALL_V1:
-        return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses;
-    default:
-        return NULL;
+        if (nvml->nvmlDeviceGetComputeRunningProcesses)
+            return nvml->nvmlDeviceGetComputeRunningProcesses(dev, count, buf);
+        break;
     }
+    return NVML_ERROR_FUNCTION_NOT_FOUND;
+}
+
+static bool proc_call_exists(const struct gpu_nvml *nvml, int call)
+{
+    switch (call) {
+    case GPU_NVML_PROC_CALL_V3:
+        return nvml->nvmlDeviceGetComputeRunningProcesses_v3 != NULL;
+    case GPU_NVML_PROC_CALL_V2:
+        return nvml->nvmlDeviceGetComputeRunningProcesses_v2 != NULL;
+    case GPU_NVML_PROC_CALL_V1:
+        return nvml->nvmlDeviceGetComputeRunningProcesses != NULL;
+    }
+    return false;
 }
 
 static int copy_records(const unsigned char *buf, unsigned int n, int stride,
@@ -278,8 +296,9 @@ static int copy_records(const unsigned char *buf, unsigned int n, int stride,
  * is non-zero. A process list that changed between the two calls gives different counts
  * and is retried.
  */
-static int detect_stride(proc_fn fn, nvmlDevice_t dev, unsigned char *a, unsigned char *b,
-                         int *ret_stride, unsigned int *ret_n, nvmlReturn_t *ret_nvml)
+static int detect_stride(const struct gpu_nvml *nvml, int call, nvmlDevice_t dev, unsigned char *a,
+                         unsigned char *b, int *ret_stride, unsigned int *ret_n,
+                         nvmlReturn_t *ret_nvml)
 {
     const size_t len = (size_t)GPU_NVML_MAX_PROCS * PROC_MAX_STRIDE;
 
@@ -290,13 +309,13 @@ static int detect_stride(proc_fn fn, nvmlDevice_t dev, unsigned char *a, unsigne
 
         memset(a, FILL_A, len);
         memset(b, FILL_B, len);
-        r = fn(dev, &na, a);
+        r = proc_call(nvml, call, dev, &na, a);
         if (r != NVML_SUCCESS) {
             *ret_nvml = r;
             *ret_n = na;
             return -EIO;
         }
-        r = fn(dev, &nb, b);
+        r = proc_call(nvml, call, dev, &nb, b);
         if (r != NVML_SUCCESS) {
             *ret_nvml = r;
             *ret_n = nb;
@@ -351,9 +370,9 @@ int gpu_nvml_running_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, struct g
     int last = -EOPNOTSUPP;
 
     /* Known layout: one call. */
-    if (stride > 0 && proc_call_fn(nvml, call)) {
+    if (stride > 0 && proc_call_exists(nvml, call)) {
         unsigned int n = GPU_NVML_MAX_PROCS;
-        nvmlReturn_t r = proc_call_fn(nvml, call)(dev, &n, a);
+        nvmlReturn_t r = proc_call(nvml, call, dev, &n, a);
         if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
             *ret_n = n;
             return -ENOSPC;
@@ -364,15 +383,14 @@ int gpu_nvml_running_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, struct g
     }
 
     for (size_t c = 0; c < sizeof(calls) / sizeof(calls[0]); c++) {
-        proc_fn fn = proc_call_fn(nvml, calls[c]);
         nvmlReturn_t r = NVML_SUCCESS;
         unsigned int n = 0;
         int s = 0, rc;
 
-        if (!fn)
+        if (!proc_call_exists(nvml, calls[c]))
             continue;
         any = true;
-        rc = detect_stride(fn, dev, a, b, &s, &n, &r);
+        rc = detect_stride(nvml, calls[c], dev, a, b, &s, &n, &r);
         if (rc == -EIO) {
             /* An older library may export a name it does not implement: try the next. */
             if (r == NVML_ERROR_FUNCTION_NOT_FOUND || r == NVML_ERROR_NOT_SUPPORTED) {
