@@ -4,6 +4,7 @@
  * records whatever the entry point's name promises.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -231,6 +232,36 @@ TEST(errors_map_to_errno)
     CHECK_EQ_INT(gpu_nvml_errno(NVML_ERROR_NOT_SUPPORTED), -EOPNOTSUPP);
     CHECK_EQ_INT(gpu_nvml_errno(NVML_SUCCESS), 0);
     CHECK(strcmp(gpu_nvml_strerror(NULL, NVML_ERROR_GPU_IS_LOST), "GPU is lost") == 0);
+}
+
+/* ---- nvml_api.h layouts ------------------------------------------------------------------
+ * No nvml.h exists to compare against; these are the documented sizes and offsets the
+ * driver's records have (x86-64), so a slip in nvml_api.h cannot pass silently. */
+
+TEST(nvml_struct_layouts)
+{
+    CHECK_EQ_INT(sizeof(nvmlPciInfo_t), 68);
+    CHECK_EQ_INT(offsetof(nvmlPciInfo_t, domain), 16);
+    CHECK_EQ_INT(offsetof(nvmlPciInfo_t, busId), 36);
+    CHECK_EQ_INT(sizeof(nvmlMemory_t), 24);
+    CHECK_EQ_INT(sizeof(nvmlMemory_v2_t), 40);
+    CHECK_EQ_INT(nvmlMemory_v2, 0x02000028);
+    CHECK_EQ_INT(sizeof(nvmlProcessInfo_v1_t), 16);
+    CHECK_EQ_INT(sizeof(nvmlProcessInfo_v2_t), 24);
+    CHECK_EQ_INT(sizeof(nvmlProcessInfo_t), 24);
+    CHECK_EQ_INT(offsetof(nvmlProcessInfo_t, usedGpuMemory), 8);
+    CHECK_EQ_INT(offsetof(nvmlProcessInfo_t, computeInstanceId), 20);
+    CHECK_EQ_INT(sizeof(nvmlProcessUtilizationSample_t), 32);
+    CHECK_EQ_INT(sizeof(nvmlEventData_t), 32);
+    CHECK_EQ_INT(offsetof(nvmlEventData_t, eventData), 16);
+    CHECK_EQ_INT(sizeof(nvmlUtilization_t), 8);
+    CHECK_EQ_INT(NVML_ERROR_GPU_IS_LOST, 15);
+    CHECK_EQ_INT(NVML_ERROR_INSUFFICIENT_SIZE, 7);
+    CHECK_EQ_INT(NVML_ERROR_NOT_SUPPORTED, 3);
+    CHECK_EQ_INT(nvmlEventTypeXidCriticalError, 8);
+    CHECK_EQ_INT(nvmlEventTypeDoubleBitEccError, 2);
+    CHECK_EQ_INT(NVML_TOPOLOGY_SYSTEM, 50);
+    CHECK_EQ_INT(NVML_DEVICE_UUID_V2_BUFFER_SIZE, 96);
 }
 
 /* ---- opening libraries ------------------------------------------------------------------ */
