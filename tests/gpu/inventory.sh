@@ -72,27 +72,35 @@ printf '%s\n' "$inv" | grep '\.link\.' | sed 's/^/#   /'
 echo "# nvidia-smi topo -m (compare by eye: NV# / PIX / PXB / PHB / NODE / SYS):"
 nvidia-smi topo -m 2>/dev/null | sed 's/^/#   /'
 
-# --- running processes: a live context holding 256 MiB on GPU 0 -------------------------
-coproc HOLDER { exec "$HOLD" 0 256; }
-if read -r -t 60 word pid <&"${HOLDER[0]}" && [ "$word" = ready ]; then
+# --- running processes: two live contexts holding 256 MiB each on GPU 0 ------------------
+# (two: one process teaches the stride detection nothing, see docs/inventory.md)
+coproc HOLDER { exec "$HOLD" 0 256 2; }
+pids=()
+while [ ${#pids[@]} -lt 2 ] && read -r -t 60 word pid <&"${HOLDER[0]}" && [ "$word" = ready ]; do
+    pids+=("$pid")
+done
+if [ ${#pids[@]} = 2 ]; then
     inv=$("$PRINT")
     stride=$(get gpu.0.process_stride)
-    used=$(get "gpu.0.process.$pid")
     case "$stride" in 16|24|32) pass "process-info stride detected: $stride bytes" ;;
         *) fail "process-info stride not detected (rc $(get gpu.0.processes_rc))" ;; esac
-    if [ -n "$used" ] && [ "$used" -ge $((256 * 1048576)) ]; then
-        pass "process $pid listed with $used bytes"
-    else
-        fail "process $pid not listed with >= 256 MiB (got '$used'; in a container NVML may" \
-             "report host pids: $(printf '%s\n' "$inv" | grep 'gpu.0.process\.' | tr '\n' ' '))"
-    fi
-    smi=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
-          | tr -d ' ' | grep "^$pid," || true)
-    echo "# nvidia-smi compute apps for $pid: ${smi:-none}"
+    for pid in "${pids[@]}"; do
+        used=$(get "gpu.0.process.$pid")
+        if [ -n "$used" ] && [ "$used" -ge $((256 * 1048576)) ]; then
+            pass "process $pid listed with $used bytes"
+        else
+            fail "process $pid not listed with >= 256 MiB (got '$used'; in a container NVML" \
+                 "may report host pids: $(printf '%s\n' "$inv" | grep 'gpu.0.process\.' | tr '\n' ' '))"
+        fi
+        smi=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
+              | tr -d ' ' | grep "^$pid," || true)
+        echo "# nvidia-smi compute app $pid: ${smi:-none}"
+    done
 else
-    fail "cuda-hold did not start (no context on GPU 0?)"
+    fail "cuda-hold did not start two processes (no context on GPU 0?)"
 fi
-exec {HOLDER[1]}>&-
+hold_in=${HOLDER[1]}
+eval "exec ${hold_in}>&-" # the holders exit when their stdin closes
 wait "$HOLDER_PID" 2>/dev/null
 
 # --- CUDA ABI conformance against the installed toolkit ------------------------------------

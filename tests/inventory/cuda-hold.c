@@ -2,12 +2,16 @@
  * cuda-hold — makes this process a GPU compute process that holds device memory, for checks
  * of NVML's running-process list: dlopens libcuda.so.1 (the driver's or the emulator's),
  * creates a context on the given device, allocates MIB MiB, prints "ready <pid>" and waits
- * until stdin closes. libc-only, using our own cuda_api.h.
- * Usage: cuda-hold DEVICE MIB
+ * until stdin closes. With NPROC > 1 it first forks into NPROC such processes (one line each):
+ * the stride detection needs two processes to learn anything. libc-only, using our own
+ * cuda_api.h.
+ * Usage: cuda-hold DEVICE MIB [NPROC]
  */
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cuda_api.h"
@@ -27,10 +31,21 @@ int main(int argc, char **argv)
     CUdeviceptr p;
     CUresult r;
     char c;
+    int nproc = argc > 3 ? atoi(argv[3]) : 1;
+    bool child = false;
 
-    if (argc != 3) {
-        fprintf(stderr, "usage: cuda-hold DEVICE MIB\n");
+    if (argc < 3 || argc > 4 || nproc < 1 || nproc > 16) {
+        fprintf(stderr, "usage: cuda-hold DEVICE MIB [NPROC]\n");
         return 2;
+    }
+    /* Fork before any CUDA call: a context does not survive fork. */
+    for (int i = 1; i < nproc && !child; i++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("cuda-hold: fork");
+            return 1;
+        }
+        child = pid == 0;
     }
     h = dlopen(getenv("ACCEL_CUDA_LIBRARY") ? getenv("ACCEL_CUDA_LIBRARY") : "libcuda.so.1",
                RTLD_NOW);
@@ -53,5 +68,8 @@ int main(int argc, char **argv)
     fflush(stdout);
     while (read(0, &c, 1) > 0)
         ;
+    if (!child)
+        while (wait(NULL) > 0)
+            ;
     return 0;
 }

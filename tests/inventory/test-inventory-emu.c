@@ -178,11 +178,12 @@ TEST(lost_gpu_is_unhealthy_rest_load)
     gpu_inventory_free(inv);
 }
 
-/* Starts cuda-hold on GPU 0 with mib MiB; returns its pid, *ret_fd its stdin. */
-static pid_t start_holder(int mib, int *ret_fd)
+/* Starts cuda-hold on GPU 0: two processes with mib MiB each (the stride detection learns
+ * nothing from one). Fills pids[2]; returns the holder's pid, *ret_fd its stdin. */
+static pid_t start_holder(int mib, pid_t pids[2], int *ret_fd)
 {
-    int in[2], out[2];
-    char m[16], buf[64];
+    int in[2], out[2], lines = 0;
+    char m[16], buf[256];
     size_t len = 0;
     pid_t pid;
 
@@ -196,23 +197,23 @@ static pid_t start_holder(int mib, int *ret_fd)
         close(in[1]);
         close(out[0]);
         setenv("ACCEL_CUDA_LIBRARY", emu_cuda, 1);
-        execl(hold_cmd, hold_cmd, "0", m, (char *)NULL);
+        execl(hold_cmd, hold_cmd, "0", m, "2", (char *)NULL);
         _exit(127);
     }
     close(in[0]);
     close(out[1]);
-    /* "ready <pid>\n": read blocks until the holder has its memory (or exits). */
-    while (len < sizeof(buf) - 1) {
+    /* Two "ready <pid>" lines: read blocks until both hold their memory (or exit). */
+    while (lines < 2 && len < sizeof(buf) - 1) {
         ssize_t r = read(out[0], buf + len, sizeof(buf) - 1 - len);
         if (r <= 0)
             break;
+        for (ssize_t i = 0; i < r; i++)
+            lines += buf[len + (size_t)i] == '\n';
         len += (size_t)r;
-        if (memchr(buf, '\n', len))
-            break;
     }
     buf[len] = '\0';
     close(out[0]);
-    if (strncmp(buf, "ready ", 6) != 0) {
+    if (lines < 2 || sscanf(buf, "ready %d\nready %d", &pids[0], &pids[1]) != 2) {
         tap_fail(__FILE__, __LINE__, "cuda-hold did not start: '%s'", buf);
         close(in[1]);
         waitpid(pid, NULL, 0);
@@ -233,21 +234,21 @@ static void stride_case(const char *stride)
     size_t n = 0;
     char err[512];
     int fd, found = 0;
-    pid_t pid;
+    pid_t pid, pids[2];
 
     snprintf(name, sizeof(name), "stride%s", stride);
     emu_init(&e, name, opts);
-    pid = start_holder(64, &fd);
+    pid = start_holder(64, pids, &fd);
     REQUIRE_EQ_INT(gpu_nvml_open(emu_nvml, &nvml, err, sizeof(err)), 0);
     REQUIRE_EQ_INT(nvml->nvmlDeviceGetHandleByIndex_v2(0, &dev), NVML_SUCCESS);
     CHECK_EQ_INT(gpu_nvml_running_processes(nvml, dev, procs, 16, &n), 0);
     CHECK_EQ_INT(gpu_nvml_process_stride(nvml), atoi(stride));
     for (size_t i = 0; i < n; i++)
-        if (procs[i].pid == (unsigned int)pid) {
-            found = 1;
+        if (procs[i].pid == (unsigned int)pids[0] || procs[i].pid == (unsigned int)pids[1]) {
+            found++;
             CHECK_GE_U64(procs[i].used_memory_bytes, 64ull << 20);
         }
-    CHECK(found);
+    CHECK_EQ_INT(found, 2);
     gpu_nvml_free(nvml);
     close(fd); /* the holder exits when its stdin closes */
     CHECK(waitpid(pid, NULL, 0) == pid);
