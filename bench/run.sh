@@ -5,3 +5,5 @@ set -euo pipefail
 build=${1:-build}
 echo "== bench-inventory (src/gpu; fake NVML, our overhead only)"
 "$build/bench/bench-inventory" "$build/tests/inventory/libfake-nvml.so"
+echo "== vcuda-mem (libvcuda memory hooks and start cost; emulator + stub driver)"
+"$build/bench/vcuda-mem" --build "$build"
