@@ -191,8 +191,10 @@ static ssize_t peer_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
 {
     struct peer *p = ud;
     size_t n = p->body_len < len ? p->body_len : len;
-    memcpy(buf, p->body, n);
-    p->body += n;
+    if (n > 0) {
+        memcpy(buf, p->body, n);
+        p->body += n;
+    }
     p->body_len -= n;
     if (p->body_len == 0)
         *flags |= NGHTTP2_DATA_FLAG_EOF;
