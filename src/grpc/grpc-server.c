@@ -80,11 +80,11 @@ struct srv_stream {
     struct grpc_msgparser parser;
     uint8_t *req;
     size_t req_len;
-    bool responded;    /* response headers submitted */
-    bool with_body;    /* ...with a data provider (not trailers-only) */
-    bool finished;     /* trailers wanted after the queue drains */
+    bool responded; /* response headers submitted */
+    bool with_body; /* ...with a data provider (not trailers-only) */
+    bool finished;  /* trailers wanted after the queue drains */
     int status;
-    char *message;     /* percent-encoded */
+    char *message; /* percent-encoded */
     struct grpc_buf outq;
     struct grpc_call *call;
     struct srv_stream *prev, *next;
@@ -244,7 +244,7 @@ static void stream_free(struct srv_stream *st)
 
 #define NV(n, v)                                                                                   \
     {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE            \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
     }
 
 /* Fills status trailers into nva (2 entries when msg is set). */
@@ -580,8 +580,7 @@ static int on_frame_send(nghttp2_session *sess, const nghttp2_frame *frame, void
     return 0;
 }
 
-static int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_code,
-                           void *user_data)
+static int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_code, void *user_data)
 {
     struct srv_stream *st = stream_of(sess, id);
     if (st) {
@@ -592,8 +591,8 @@ static int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_cod
 }
 
 static int conn_new(struct grpc_server *s, int fd,
-                    void (*sink)(const uint8_t *data, size_t len, void *user_data),
-                    void *sink_data, struct grpc_server_conn **ret)
+                    void (*sink)(const uint8_t *data, size_t len, void *user_data), void *sink_data,
+                    struct grpc_server_conn **ret)
 {
     if (s->n_conns >= s->lim.max_connections)
         return -EMFILE;
@@ -788,8 +787,7 @@ struct grpc_server *grpc_server_free(struct grpc_server *server)
     return NULL;
 }
 
-int grpc_server_add_method(struct grpc_server *server, const char *path,
-                           enum grpc_method_kind kind,
+int grpc_server_add_method(struct grpc_server *server, const char *path, enum grpc_method_kind kind,
                            const ProtobufCMessageDescriptor *request_desc, grpc_handler_fn fn,
                            void *user_data)
 {

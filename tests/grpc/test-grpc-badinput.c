@@ -283,18 +283,15 @@ TEST(setup_server)
     snprintf(g.path, sizeof(g.path), "%s/bad.sock", tap_tmpdir());
     REQUIRE_EQ_INT(ev_loop_new(&g.loop), 0);
     REQUIRE_EQ_INT(grpc_server_new(g.loop, NULL, &g.server), 0);
-    REQUIRE_EQ_INT(grpc_server_add_method(g.server, "/t/Echo", GRPC_METHOD_UNARY, NULL, h_echo,
-                                          NULL),
+    REQUIRE_EQ_INT(
+        grpc_server_add_method(g.server, "/t/Echo", GRPC_METHOD_UNARY, NULL, h_echo, NULL), 0);
+    REQUIRE_EQ_INT(
+        grpc_server_add_method(g.server, "/t/Conns", GRPC_METHOD_UNARY, NULL, h_conns, NULL), 0);
+    REQUIRE_EQ_INT(grpc_server_add_method(g.server, "/t/Flood", GRPC_METHOD_SERVER_STREAMING, NULL,
+                                          h_flood, NULL),
                    0);
-    REQUIRE_EQ_INT(grpc_server_add_method(g.server, "/t/Conns", GRPC_METHOD_UNARY, NULL, h_conns,
-                                          NULL),
-                   0);
-    REQUIRE_EQ_INT(grpc_server_add_method(g.server, "/t/Flood", GRPC_METHOD_SERVER_STREAMING,
-                                          NULL, h_flood, NULL),
-                   0);
-    REQUIRE_EQ_INT(grpc_server_add_method(g.server, "/t/Quit", GRPC_METHOD_UNARY, NULL, h_quit,
-                                          NULL),
-                   0);
+    REQUIRE_EQ_INT(
+        grpc_server_add_method(g.server, "/t/Quit", GRPC_METHOD_UNARY, NULL, h_quit, NULL), 0);
     REQUIRE_EQ_INT(grpc_server_listen_unix(g.server, g.path), 0);
     REQUIRE_EQ_INT(pthread_create(&g.thread, NULL, serve, NULL), 0);
     CHECK(still_serving());
@@ -438,9 +435,9 @@ TEST(peer_that_stops_reading_is_capped)
 TEST(teardown_server)
 {
     int status = -1;
-    CHECK_EQ_INT(grpc_blocking_unary(g.path, "/t/Quit", NULL, 0, 5000000000ull, &status, NULL,
-                                     NULL, NULL),
-                 0);
+    CHECK_EQ_INT(
+        grpc_blocking_unary(g.path, "/t/Quit", NULL, 0, 5000000000ull, &status, NULL, NULL, NULL),
+        0);
     CHECK_EQ_INT(status, 0);
     pthread_join(g.thread, NULL);
     g.server = grpc_server_free(g.server);
