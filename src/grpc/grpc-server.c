@@ -76,6 +76,7 @@ struct srv_stream {
     bool method_post, content_type_ok, bad_header;
     bool remote_closed;
     bool rst_after_send; /* reset once our END_STREAM is out (peer still sending) */
+    size_t accounted;    /* request bytes held, as counted in conn->req_bytes */
     const struct grpc_method *method;
     struct grpc_msgparser parser;
     uint8_t *req;
@@ -95,6 +96,7 @@ struct grpc_server_conn {
     struct grpc_h2io io;
     struct srv_stream *streams;
     unsigned n_streams;
+    size_t req_bytes; /* request bytes buffered by all streams, capped */
     int busy;
     bool dead;
     uint64_t close_timer;
@@ -212,6 +214,20 @@ static struct srv_stream *stream_new(struct grpc_server_conn *conn, int32_t id)
     return st;
 }
 
+/* Keeps conn->req_bytes in step with what st buffers. Many streams each
+ * sending a large message slowly must not hold unbounded memory. */
+static void stream_account(struct srv_stream *st)
+{
+    size_t now = st->parser.body.len + (st->req ? st->req_len : 0);
+    st->conn->req_bytes = st->conn->req_bytes - st->accounted + now;
+    st->accounted = now;
+}
+
+static size_t conn_max_req_bytes(const struct grpc_server_conn *conn)
+{
+    return 4 * conn->server->lim.max_message_size;
+}
+
 /* Forgets the stream; an unfinished call is told (later) that its peer went away. */
 static void stream_free(struct srv_stream *st)
 {
@@ -227,6 +243,7 @@ static void stream_free(struct srv_stream *st)
             pend_push(conn->server, c, PEND_CANCEL);
         }
     }
+    conn->req_bytes -= st->accounted;
     if (st->prev)
         st->prev->next = st->next;
     else
@@ -502,6 +519,7 @@ static void request_done(struct srv_stream *st)
     c->req_len = st->req_len;
     st->req = NULL;
     st->call = c;
+    stream_account(st);
     pend_push(conn->server, c, PEND_DISPATCH);
 }
 
@@ -540,7 +558,18 @@ static int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const
     struct srv_stream *st = stream_of(sess, id);
     if (!st || st->responded || st->call || !st->method)
         return 0;
-    int r = grpc_msgparser_feed(&st->parser, data, len, store_request, st);
+    int r;
+    if (st->conn->req_bytes + len > conn_max_req_bytes(st->conn))
+        r = -ENOSPC;
+    else
+        r = grpc_msgparser_feed(&st->parser, data, len, store_request, st);
+    if (r != 0) {
+        /* The partial message is dropped with the error. */
+        grpc_msgparser_done(&st->parser);
+        free(st->req);
+        st->req = NULL;
+    }
+    stream_account(st);
     switch (r) {
     case 0:
         break;
@@ -560,6 +589,10 @@ static int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const
         break;
     case -ENOMEM:
         stream_respond_status(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        break;
+    case -ENOSPC:
+        stream_respond_status(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                              "too much request data buffered on this connection");
         break;
     default:
         stream_respond_status(st, GRPC_STATUS_INTERNAL, "bad message prefix");
