@@ -964,6 +964,9 @@ static int reply_too_big(struct grpc_call *call, size_t len)
 
 int grpc_call_reply(struct grpc_call *call, const uint8_t *data, size_t len)
 {
+    /* A detached call may outlive its server: touch nothing else. */
+    if (!call->st)
+        return grpc_call_finish(call, GRPC_STATUS_CANCELLED, NULL);
     if (len > call->server->lim.max_message_size)
         return reply_too_big(call, len);
     int r = grpc_call_send(call, data, len);
@@ -976,6 +979,8 @@ int grpc_call_reply(struct grpc_call *call, const uint8_t *data, size_t len)
 
 int grpc_call_reply_msg(struct grpc_call *call, const ProtobufCMessage *msg)
 {
+    if (!call->st)
+        return grpc_call_finish(call, GRPC_STATUS_CANCELLED, NULL);
     size_t len = protobuf_c_message_get_packed_size(msg);
     if (len > call->server->lim.max_message_size)
         return reply_too_big(call, len);

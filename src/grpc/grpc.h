@@ -134,7 +134,9 @@ int grpc_server_add_connection(struct grpc_server *server, int fd);
 /* Open connections, for tests and diagnostics. */
 unsigned grpc_server_connection_count(const struct grpc_server *server);
 
-/* The method path of the call ("/pkg.Service/Method"). Borrowed, lives with the call. */
+/* The method path of the call ("/pkg.Service/Method"). Borrowed, valid while
+ * the server lives. After grpc_server_free() the only valid use of a call is
+ * grpc_call_finish() (or the reply/send functions, which then fail). */
 const char *grpc_call_method(const struct grpc_call *call);
 /* True once the peer reset the stream or the connection closed. */
 bool grpc_call_is_cancelled(const struct grpc_call *call);

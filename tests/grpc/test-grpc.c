@@ -437,6 +437,37 @@ TEST(client_free_and_server_free_end_calls)
     srv_stop(&s);
 }
 
+static struct grpc_call *kept;
+
+static void h_keep(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    kept = call; /* no cancel callback: the handler finds out when it replies */
+}
+
+TEST(call_kept_past_server_free_is_safe_to_finish)
+{
+    struct srv s;
+    const char *path = sock_path("keep.sock");
+    srv_start(&s, NULL, path);
+    REQUIRE_EQ_INT(
+        grpc_server_add_method(s.server, "/t.S/Keep", GRPC_METHOD_UNARY, NULL, h_keep, &s), 0);
+    struct grpc_client *c;
+    REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c), 0);
+    struct result r = {0};
+    kept = NULL;
+    CHECK_EQ_INT(grpc_client_unary(c, "/t.S/Keep", NULL, 0, 0, done_cb, &r, NULL), 0);
+    REQUIRE(RUN_UNTIL(s.loop, kept != NULL, 10000));
+    s.server = grpc_server_free(s.server);
+    CHECK(grpc_call_is_cancelled(kept));
+    CHECK_EQ_INT(grpc_call_send(kept, (const uint8_t *)"x", 1), -ECONNRESET);
+    CHECK_EQ_INT(grpc_call_reply(kept, (const uint8_t *)"x", 1), -ECONNRESET);
+    kept = NULL;
+    REQUIRE(RUN_UNTIL(s.loop, r.done, 10000));
+    CHECK_EQ_INT(r.status, GRPC_STATUS_UNAVAILABLE);
+    grpc_client_free(c);
+    srv_stop(&s);
+}
+
 /* ------------------------------------------- a server that calls out */
 
 /* Like acceld and the kubelet: "kubelet" answers Register only after calling
