@@ -469,6 +469,46 @@ TEST(call_kept_past_server_free_is_safe_to_finish)
     srv_stop(&s);
 }
 
+TEST(reserve_after_socket_dir_wiped)
+{
+    struct srv s;
+    const char *path = sock_path("reserve.sock");
+    srv_start(&s, NULL, path);
+    struct grpc_client *c;
+    REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c), 0);
+    struct result r1 = {0};
+    CHECK_EQ_INT(grpc_client_stream(c, "/t.S/Hold", NULL, 0, 0, msg_cb, done_cb, &r1, NULL), 0);
+    REQUIRE(RUN_UNTIL(s.loop, s.n_held == 1, 10000));
+    /* The kubelet wiped the directory; someone else's file now sits there. */
+    CHECK_EQ_INT(unlink(path), 0);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fclose(f);
+    grpc_server_close_listeners(s.server, true);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && S_ISREG(sb.st_mode));             /* not ours: left alone */
+    CHECK_EQ_INT(grpc_server_listen_unix(s.server, path), -EEXIST); /* not a socket */
+    CHECK_EQ_INT(unlink(path), 0);
+    CHECK_EQ_INT(grpc_server_listen_unix(s.server, path), 0);
+    /* The established connection kept working; a new one is served too. */
+    CHECK(!r1.done);
+    struct grpc_client *c2;
+    REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c2), 0);
+    struct result r2 = {0};
+    CHECK_EQ_INT(
+        grpc_client_unary(c2, "/t.S/Echo", (const uint8_t *)"hi", 2, 0, done_cb, &r2, NULL), 0);
+    REQUIRE(RUN_UNTIL(s.loop, r2.done, 10000));
+    CHECK_EQ_INT(r2.status, GRPC_STATUS_OK);
+    /* Several listeners at once; closing unlinks each socket that is still ours. */
+    CHECK_EQ_INT(grpc_server_listen_unix(s.server, sock_path("reserve2.sock")), 0);
+    grpc_server_close_listeners(s.server, true);
+    CHECK(stat(path, &sb) < 0 && errno == ENOENT);
+    CHECK(stat(sock_path("reserve2.sock"), &sb) < 0);
+    grpc_client_free(c2);
+    grpc_client_free(c);
+    srv_stop(&s);
+}
+
 /* ------------------------------------------- a server that calls out */
 
 /* Like acceld and the kubelet: "kubelet" answers Register only after calling
