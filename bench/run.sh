@@ -4,3 +4,7 @@
 set -euo pipefail
 build=${1:-build}
 echo "bench: no benchmarks yet"
+if [ -x "$build/bench/bench-grpc" ]; then
+    echo "== bench-grpc (our client -> our server, unix socket)"
+    "$build/bench/bench-grpc"
+fi
