@@ -7,3 +7,7 @@ echo "== bench-inventory (src/gpu; fake NVML, our overhead only)"
 "$build/bench/bench-inventory" "$build/tests/inventory/libfake-nvml.so"
 echo "== vcuda-mem (libvcuda memory hooks and start cost; emulator + stub driver)"
 "$build/bench/vcuda-mem" --build "$build"
+if [ -x "$build/bench/bench-grpc" ]; then
+    echo "== bench-grpc (our client -> our server, unix socket)"
+    "$build/bench/bench-grpc"
+fi
