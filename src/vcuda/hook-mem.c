@@ -894,7 +894,14 @@ void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint
 {
     uint64_t limit = vc.cfg.memory_limit;
     uint64_t total = limit && limit < real_total ? limit : real_total;
-    vc_region_reap(&vc.region);
+    /* Views may be polled: look for dead processes at most every 100 ms
+     * (each live slot costs a kill(2) and a /proc read). */
+    static _Atomic uint64_t last_reap;
+    uint64_t now = mono_ns(), last = atomic_load_explicit(&last_reap, memory_order_relaxed);
+    if (now - last >= 100000000ull &&
+        atomic_compare_exchange_strong_explicit(&last_reap, &last, now, memory_order_relaxed,
+                                                memory_order_relaxed))
+        vc_region_reap(&vc.region);
     vc_pools_refresh();
     uint64_t used = vc_region_used(&vc.region, index);
     uint64_t free_ = used >= total ? 0 : total - used;
