@@ -66,6 +66,9 @@ static struct {
     FN(cuArrayDestroy);
     FN(cuMipmappedArrayCreate);
     FN(cuMipmappedArrayDestroy);
+    FN(cuIpcGetMemHandle);
+    FN(cuIpcOpenMemHandle_v2);
+    FN(cuIpcCloseMemHandle);
 } cu;
 
 static void *lookup(const char *name, int version, cuuint64_t flags)
@@ -113,6 +116,9 @@ static void load(void)
     GET(cuArrayDestroy, "cuArrayDestroy", 12000, 0);
     GET(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 12000, 0);
     GET(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 12000, 0);
+    GET(cuIpcGetMemHandle, "cuIpcGetMemHandle", 12000, 0);
+    GET(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 12000, 0);
+    GET(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 12000, 0);
 }
 
 static CUcontext ctx;
@@ -891,6 +897,74 @@ TEST(fork_child_gets_its_own_share_of_the_quota)
     CHECK_EQ_U64(quota_free(), free0);
 }
 
+
+/* Role "ipc HEX": opens another process's allocation by IPC handle and
+ * prints how much of the quota that cost (nothing: it is the owner's). */
+static int role_ipc(const char *hex)
+{
+    load();
+    CUcontext c;
+    if (cu.cuInit(0) || cu.cuDevicePrimaryCtxRetain(&c, 0) || cu.cuCtxSetCurrent(c))
+        return 3;
+    CUipcMemHandle h;
+    memset(&h, 0, sizeof(h));
+    for (size_t i = 0; i < sizeof(h.reserved) && hex[2 * i] && hex[2 * i + 1]; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return 4;
+        h.reserved[i] = (char)v;
+    }
+    uint64_t before = quota_free();
+    CUdeviceptr p;
+    CUresult r = cu.cuIpcOpenMemHandle_v2(&p, h, 1);
+    uint64_t after = quota_free();
+    if (r == CUDA_SUCCESS)
+        cu.cuIpcCloseMemHandle(p);
+    printf("open=%d cost=%lld\n", (int)r, (long long)(before - after));
+    return 0;
+}
+
+TEST(ipc_import_is_charged_to_its_owner_only)
+{
+    if (real_gpu()) {
+        tap_skip_case("needs two GPUs' worth of processes on one device; run on the emulator");
+        return;
+    }
+    setup();
+    uint64_t free0 = quota_free();
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAlloc_v2(&p, 8 * MiB), CUDA_SUCCESS);
+    CUipcMemHandle h;
+    REQUIRE_EQ_INT(cu.cuIpcGetMemHandle(&h, p), CUDA_SUCCESS);
+    char hex[2 * sizeof(h.reserved) + 1];
+    for (size_t i = 0; i < sizeof(h.reserved); i++)
+        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)h.reserved[i]);
+    int o[2];
+    REQUIRE_EQ_INT(pipe(o), 0);
+    pid_t kid = fork();
+    if (kid == 0) {
+        dup2(o[1], 1);
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = '\0';
+        execl(self, self, "--role", "ipc", hex, (char *)NULL);
+        _exit(127);
+    }
+    close(o[1]);
+    char out[128] = "";
+    ssize_t n = read(o[0], out, sizeof(out) - 1);
+    out[n > 0 ? n : 0] = '\0';
+    close(o[0]);
+    CHECK_EQ_INT(wait_exit(kid), 0);
+    CHECK(strstr(out, "open=0 cost=0") != NULL);
+    if (!strstr(out, "open=0 cost=0"))
+        tap_diag("child said: %s", out);
+    /* the owner's charge is untouched by the import and its close */
+    CHECK(TAP_WAIT_UNTIL(quota_free() == free0 - 8 * MiB, 1000));
+    CHECK_EQ_INT(cu.cuMemFree_v2(p), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+}
+
 /* Role "info": prints the quota total as cuMemGetInfo reports it, and whether
  * a 1 MiB allocation worked. */
 static int role_info(void)
@@ -989,6 +1063,8 @@ TEST(over_quota_logs_one_line_naming_quota_and_request)
     for (char *p = err; *p; p++)
         lines += *p == '\n';
     CHECK_EQ_INT(lines, 1);
+    if (lines != 1)
+        tap_diag("stderr: %s", err);
 }
 
 /* ---- launcher ------------------------------------------------------------ */
@@ -1082,6 +1158,8 @@ int main(int argc, char **argv)
             return role_churn();
         if (strcmp(argv[2], "info") == 0)
             return role_info();
+        if (strcmp(argv[2], "ipc") == 0 && argc >= 4)
+            return role_ipc(argv[3]);
         return 2;
     }
     return tap_main(argc, argv);
