@@ -69,6 +69,12 @@ static struct {
     FN(cuIpcGetMemHandle);
     FN(cuIpcOpenMemHandle_v2);
     FN(cuIpcCloseMemHandle);
+    FN(cuDeviceGetMemPool);
+    FN(cuMemPoolSetAttribute);
+    FN(cuMemPoolTrimTo);
+    FN(cuMemPoolCreate);
+    FN(cuMemPoolDestroy);
+    FN(cuMemAllocFromPoolAsync);
 } cu;
 
 static void *lookup(const char *name, int version, cuuint64_t flags)
@@ -119,6 +125,12 @@ static void load(void)
     GET(cuIpcGetMemHandle, "cuIpcGetMemHandle", 12000, 0);
     GET(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 12000, 0);
     GET(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 12000, 0);
+    GET(cuDeviceGetMemPool, "cuDeviceGetMemPool", 12000, 0);
+    GET(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 12000, 0);
+    GET(cuMemPoolTrimTo, "cuMemPoolTrimTo", 12000, 0);
+    GET(cuMemPoolCreate, "cuMemPoolCreate", 12000, 0);
+    GET(cuMemPoolDestroy, "cuMemPoolDestroy", 12000, 0);
+    GET(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 12000, 0);
 }
 
 static CUcontext ctx;
@@ -525,6 +537,63 @@ TEST(mem_alloc_async_stops_exactly_at_quota)
 TEST(mem_alloc_async_ptsz_stops_exactly_at_quota)
 {
     exact_at_quota(K_ASYNC_PTSZ, 512);
+}
+
+
+/* A pool that keeps freed memory (release threshold) is charged for what it
+ * holds: the memory is not free for anything else until the pool trims. */
+TEST(pool_is_charged_for_what_it_holds)
+{
+    setup();
+    uint64_t free0 = quota_free();
+    CUmemoryPool pool = NULL;
+    REQUIRE_EQ_INT(cu.cuDeviceGetMemPool(&pool, 0), CUDA_SUCCESS);
+    uint64_t keep = UINT64_MAX;
+    REQUIRE_EQ_INT(cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep),
+                   CUDA_SUCCESS);
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAllocAsync(&p, 16 * MiB, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    /* freed into the pool, still held by it */
+    CHECK_EQ_U64(quota_free(), free0 - 16 * MiB);
+    CUdeviceptr q;
+    CHECK_EQ_INT(cu.cuMemAlloc_v2(&q, free0 - 16 * MiB + 512), CUDA_ERROR_OUT_OF_MEMORY);
+    /* the pool's own memory serves a new stream-ordered allocation */
+    REQUIRE_EQ_INT(cu.cuMemAllocAsync(&p, 16 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0 - 16 * MiB);
+    REQUIRE_EQ_INT(cu.cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    /* trimming gives it back */
+    REQUIRE_EQ_INT(cu.cuMemPoolTrimTo(pool, 0), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+    EMU_CHECK_EQ_U64(emu_used(), QUOTA - free0);
+    keep = 0;
+    cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+}
+
+TEST(created_pool_is_given_back_when_destroyed)
+{
+    setup();
+    uint64_t free0 = quota_free();
+    CUmemPoolProps props = {0};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    CUmemoryPool pool = NULL;
+    REQUIRE_EQ_INT(cu.cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
+    uint64_t keep = UINT64_MAX;
+    cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAllocFromPoolAsync(&p, free0, pool, NULL), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), 0);
+    CHECK_EQ_INT(cu.cuMemAllocFromPoolAsync(&p, 512, pool, NULL) == CUDA_SUCCESS, 0);
+    REQUIRE_EQ_INT(cu.cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), 0); /* the pool keeps it */
+    REQUIRE_EQ_INT(cu.cuMemPoolDestroy(pool), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+    EMU_CHECK_EQ_U64(emu_used(), QUOTA - free0);
 }
 
 TEST(mem_create_vmm_stops_exactly_at_quota)
