@@ -188,7 +188,6 @@ static double spawn_many(int n)
     return got == n && !bad ? ms : -1;
 }
 
-
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--child-alloc") == 0)

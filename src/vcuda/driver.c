@@ -77,8 +77,7 @@ struct loader {
 };
 
 static struct loader cuda_loader = {PTHREAD_MUTEX_INITIALIZER, 0, "libcuda.so.1", VC_LIB_CUDA};
-static struct loader nvml_loader = {PTHREAD_MUTEX_INITIALIZER, 0, "libnvidia-ml.so.1",
-                                    VC_LIB_NVML};
+static struct loader nvml_loader = {PTHREAD_MUTEX_INITIALIZER, 0, "libnvidia-ml.so.1", VC_LIB_NVML};
 static __thread bool in_load;
 
 static int loader_run(struct loader *l)
@@ -195,8 +194,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     return r;
 }
 
-CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
-                                  cuuint64_t flags)
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
     if (vc_driver_ensure() < 0 || !vc_real.cuGetProcAddress)
         return CUDA_ERROR_NOT_INITIALIZED;

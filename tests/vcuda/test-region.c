@@ -167,7 +167,10 @@ TEST(region_threads_never_exceed)
     struct race a[4];
     pthread_t t[4];
     for (int i = 0; i < 4; i++) {
-        a[i] = (struct race){.r = &r, .limit = 1000000, .held = &held, .violations = &violations,
+        a[i] = (struct race){.r = &r,
+                             .limit = 1000000,
+                             .held = &held,
+                             .violations = &violations,
                              .seed = (unsigned)i * 7919u + 1};
         a[i].slot = vc_region_claim_slot(&r, (uint32_t)getpid(), 0);
         REQUIRE(a[i].slot >= 0);
@@ -305,7 +308,7 @@ TEST(region_reap_rules)
         _exit(0);
     }
     uint32_t lp = (uint32_t)live;
-    int s_live = vc_region_claim_slot(&r, lp, 0); /* start time unknown: kept while alive */
+    int s_live = vc_region_claim_slot(&r, lp, 0);   /* start time unknown: kept while alive */
     int s_reused = vc_region_claim_slot(&r, lp, 1); /* pid reused: start time differs */
     int s_dead = vc_region_claim_slot(&r, dead_pid(), 0);
     REQUIRE(s_me >= 0 && s_live >= 0 && s_reused >= 0 && s_dead >= 0);

@@ -112,7 +112,8 @@ static void load(void)
     GET(cuMemAllocPitch_v2, "cuMemAllocPitch", 12000, 0);
     GET(cuMemAllocManaged, "cuMemAllocManaged", 12000, 0);
     GET(cuMemAllocAsync, "cuMemAllocAsync", 12000, 0);
-    GET(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 12000,
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     GET(cuMemFreeAsync, "cuMemFreeAsync", 12000, 0);
     GET(cuStreamSynchronize, "cuStreamSynchronize", 12000, 0);
     GET(cuMemCreate, "cuMemCreate", 12000, 0);
@@ -219,8 +220,8 @@ static const struct {
     const char *name;
     int version;
     cuuint64_t flags;
-    const char *want;  /* symbol the caller must end up in */
-    bool ours;         /* in libvcuda (hooked) or in the driver */
+    const char *want; /* symbol the caller must end up in */
+    bool ours;        /* in libvcuda (hooked) or in the driver */
 } lookups[] = {
     {"cuMemAlloc", 12000, 0, "cuMemAlloc_v2", true},
     {"cuMemAlloc", 3020, 0, "cuMemAlloc_v2", true},
@@ -230,11 +231,11 @@ static const struct {
      "cuMemAllocAsync_ptsz", true},
     {"cuMemAllocFromPoolAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
      "cuMemAllocFromPoolAsync_ptsz", true},
-    {"cuMemFreeAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-     "cuMemFreeAsync_ptsz", true},
+    {"cuMemFreeAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemFreeAsync_ptsz",
+     true},
     {"cuLaunchKernel", 12000, 0, "cuLaunchKernel", true},
-    {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-     "cuLaunchKernel_ptsz", true},
+    {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel_ptsz",
+     true},
     {"cuGraphLaunch", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuGraphLaunch_ptsz",
      true},
     {"cuCtxCreate", 12050, 0, "cuCtxCreate_v4", true},
@@ -268,9 +269,9 @@ TEST(get_proc_address_follows_the_drivers_variant)
     void *v1 = dlsym(libcuda, "cuGetProcAddress");
     CHECK(in_lib(v1, "libvcuda", NULL));
     void *p = NULL;
-    CHECK_EQ_INT(((CUresult(*)(const char *, void **, int, cuuint64_t))v1)("cuMemAlloc", &p, 12000,
-                                                                            0),
-                 CUDA_SUCCESS);
+    CHECK_EQ_INT(
+        ((CUresult(*)(const char *, void **, int, cuuint64_t))v1)("cuMemAlloc", &p, 12000, 0),
+        CUDA_SUCCESS);
     const char *sym = NULL;
     CHECK(in_lib(p, "libvcuda", &sym));
     CHECK_EQ_STR(sym, "cuMemAlloc_v2");
@@ -284,45 +285,132 @@ TEST(get_proc_address_follows_the_drivers_variant)
 /* Driver entry points our header does not declare; the runtime asks for
  * these too (most resolve to nothing on the emulator). */
 static const char *const more_names[] = {
-    "cuDeviceGetLuid", "cuDeviceGetNvSciSyncAttributes", "cuDeviceGetTexture1DLinearMaxWidth",
-    "cuDeviceGetExecAffinitySupport", "cuFlushGPUDirectRDMAWrites", "cuDeviceGetP2PAttribute",
-    "cuCtxResetPersistingL2Cache", "cuCtxGetExecAffinity", "cuCtxGetId",
-    "cuCtxGetSharedMemConfig", "cuCtxSetSharedMemConfig", "cuCtxAttach", "cuCtxDetach",
-    "cuCtxRecordEvent", "cuCtxWaitEvent", "cuModuleGetLoadingMode", "cuModuleGetTexRef",
-    "cuModuleGetSurfRef", "cuLinkCreate", "cuLinkAddData", "cuLinkAddFile", "cuLinkComplete",
-    "cuLinkDestroy", "cuMemHostGetFlags", "cuMemAdvise", "cuMemPrefetchAsync",
-    "cuMemRangeGetAttribute", "cuMemRangeGetAttributes", "cuMemGetHandleForAddressRange",
-    "cuMemMapArrayAsync", "cuMemPoolExportToShareableHandle",
-    "cuMemPoolImportFromShareableHandle", "cuMemPoolExportPointer", "cuMemPoolImportPointer",
-    "cuMemPoolGetAccess", "cuStreamGetId", "cuStreamAttachMemAsync", "cuStreamCopyAttributes",
-    "cuStreamGetAttribute", "cuStreamSetAttribute", "cuStreamWaitValue32", "cuStreamWaitValue64",
-    "cuStreamWriteValue32", "cuStreamWriteValue64", "cuStreamBatchMemOp",
-    "cuStreamGetCaptureInfo", "cuStreamUpdateCaptureDependencies",
-    "cuThreadExchangeStreamCaptureMode", "cuImportExternalSemaphore",
-    "cuSignalExternalSemaphoresAsync", "cuWaitExternalSemaphoresAsync",
-    "cuDestroyExternalSemaphore", "cuExternalMemoryGetMappedMipmappedArray", "cuFuncGetModule",
-    "cuFuncGetName", "cuFuncSetSharedMemConfig", "cuFuncSetBlockShape", "cuLaunch",
-    "cuLaunchGrid", "cuLaunchGridAsync", "cuParamSetSize", "cuParamSeti", "cuGraphClone",
-    "cuGraphAddMemcpyNode", "cuGraphAddMemsetNode", "cuGraphAddHostNode",
-    "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode", "cuGraphAddEventRecordNode",
-    "cuGraphAddEventWaitNode", "cuGraphAddMemAllocNode", "cuGraphAddMemFreeNode",
-    "cuGraphGetNodes", "cuGraphGetRootNodes", "cuGraphGetEdges", "cuGraphNodeGetType",
-    "cuGraphDestroyNode", "cuGraphExecKernelNodeSetParams", "cuGraphExecUpdate",
-    "cuGraphKernelNodeGetParams", "cuGraphKernelNodeSetParams", "cuGraphDebugDotPrint",
-    "cuUserObjectCreate", "cuUserObjectRetain", "cuUserObjectRelease", "cuGraphRetainUserObject",
-    "cuGraphReleaseUserObject", "cuDeviceGraphMemTrim", "cuDeviceGetGraphMemAttribute",
-    "cuDeviceSetGraphMemAttribute", "cuOccupancyMaxPotentialBlockSize",
-    "cuOccupancyMaxPotentialBlockSizeWithFlags", "cuOccupancyAvailableDynamicSMemPerBlock",
-    "cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxActiveClusters", "cuTexObjectCreate",
-    "cuTexObjectDestroy", "cuTexObjectGetResourceDesc", "cuSurfObjectCreate",
-    "cuSurfObjectDestroy", "cuTensorMapEncodeTiled", "cuTensorMapEncodeIm2col",
-    "cuTensorMapReplaceAddress", "cuGraphicsUnregisterResource", "cuGraphicsMapResources",
-    "cuGraphicsUnmapResources", "cuGraphicsResourceGetMappedPointer", "cuProfilerStart",
-    "cuProfilerStop", "cuCoredumpGetAttribute", "cuLibraryGetGlobal", "cuLibraryGetManaged",
-    "cuLibraryGetUnifiedFunction", "cuKernelGetAttribute", "cuKernelSetAttribute",
-    "cuKernelSetCacheConfig", "cuMulticastCreate", "cuMulticastAddDevice", "cuMulticastBindMem",
-    "cuMulticastUnbind", "cuMulticastGetGranularity", "cuGreenCtxCreate", "cuGreenCtxDestroy",
-    "cuDevResourceGenerateDesc", "cuDeviceGetDevResource", "cuCheckpointProcessLock",
+    "cuDeviceGetLuid",
+    "cuDeviceGetNvSciSyncAttributes",
+    "cuDeviceGetTexture1DLinearMaxWidth",
+    "cuDeviceGetExecAffinitySupport",
+    "cuFlushGPUDirectRDMAWrites",
+    "cuDeviceGetP2PAttribute",
+    "cuCtxResetPersistingL2Cache",
+    "cuCtxGetExecAffinity",
+    "cuCtxGetId",
+    "cuCtxGetSharedMemConfig",
+    "cuCtxSetSharedMemConfig",
+    "cuCtxAttach",
+    "cuCtxDetach",
+    "cuCtxRecordEvent",
+    "cuCtxWaitEvent",
+    "cuModuleGetLoadingMode",
+    "cuModuleGetTexRef",
+    "cuModuleGetSurfRef",
+    "cuLinkCreate",
+    "cuLinkAddData",
+    "cuLinkAddFile",
+    "cuLinkComplete",
+    "cuLinkDestroy",
+    "cuMemHostGetFlags",
+    "cuMemAdvise",
+    "cuMemPrefetchAsync",
+    "cuMemRangeGetAttribute",
+    "cuMemRangeGetAttributes",
+    "cuMemGetHandleForAddressRange",
+    "cuMemMapArrayAsync",
+    "cuMemPoolExportToShareableHandle",
+    "cuMemPoolImportFromShareableHandle",
+    "cuMemPoolExportPointer",
+    "cuMemPoolImportPointer",
+    "cuMemPoolGetAccess",
+    "cuStreamGetId",
+    "cuStreamAttachMemAsync",
+    "cuStreamCopyAttributes",
+    "cuStreamGetAttribute",
+    "cuStreamSetAttribute",
+    "cuStreamWaitValue32",
+    "cuStreamWaitValue64",
+    "cuStreamWriteValue32",
+    "cuStreamWriteValue64",
+    "cuStreamBatchMemOp",
+    "cuStreamGetCaptureInfo",
+    "cuStreamUpdateCaptureDependencies",
+    "cuThreadExchangeStreamCaptureMode",
+    "cuImportExternalSemaphore",
+    "cuSignalExternalSemaphoresAsync",
+    "cuWaitExternalSemaphoresAsync",
+    "cuDestroyExternalSemaphore",
+    "cuExternalMemoryGetMappedMipmappedArray",
+    "cuFuncGetModule",
+    "cuFuncGetName",
+    "cuFuncSetSharedMemConfig",
+    "cuFuncSetBlockShape",
+    "cuLaunch",
+    "cuLaunchGrid",
+    "cuLaunchGridAsync",
+    "cuParamSetSize",
+    "cuParamSeti",
+    "cuGraphClone",
+    "cuGraphAddMemcpyNode",
+    "cuGraphAddMemsetNode",
+    "cuGraphAddHostNode",
+    "cuGraphAddChildGraphNode",
+    "cuGraphAddEmptyNode",
+    "cuGraphAddEventRecordNode",
+    "cuGraphAddEventWaitNode",
+    "cuGraphAddMemAllocNode",
+    "cuGraphAddMemFreeNode",
+    "cuGraphGetNodes",
+    "cuGraphGetRootNodes",
+    "cuGraphGetEdges",
+    "cuGraphNodeGetType",
+    "cuGraphDestroyNode",
+    "cuGraphExecKernelNodeSetParams",
+    "cuGraphExecUpdate",
+    "cuGraphKernelNodeGetParams",
+    "cuGraphKernelNodeSetParams",
+    "cuGraphDebugDotPrint",
+    "cuUserObjectCreate",
+    "cuUserObjectRetain",
+    "cuUserObjectRelease",
+    "cuGraphRetainUserObject",
+    "cuGraphReleaseUserObject",
+    "cuDeviceGraphMemTrim",
+    "cuDeviceGetGraphMemAttribute",
+    "cuDeviceSetGraphMemAttribute",
+    "cuOccupancyMaxPotentialBlockSize",
+    "cuOccupancyMaxPotentialBlockSizeWithFlags",
+    "cuOccupancyAvailableDynamicSMemPerBlock",
+    "cuOccupancyMaxPotentialClusterSize",
+    "cuOccupancyMaxActiveClusters",
+    "cuTexObjectCreate",
+    "cuTexObjectDestroy",
+    "cuTexObjectGetResourceDesc",
+    "cuSurfObjectCreate",
+    "cuSurfObjectDestroy",
+    "cuTensorMapEncodeTiled",
+    "cuTensorMapEncodeIm2col",
+    "cuTensorMapReplaceAddress",
+    "cuGraphicsUnregisterResource",
+    "cuGraphicsMapResources",
+    "cuGraphicsUnmapResources",
+    "cuGraphicsResourceGetMappedPointer",
+    "cuProfilerStart",
+    "cuProfilerStop",
+    "cuCoredumpGetAttribute",
+    "cuLibraryGetGlobal",
+    "cuLibraryGetManaged",
+    "cuLibraryGetUnifiedFunction",
+    "cuKernelGetAttribute",
+    "cuKernelSetAttribute",
+    "cuKernelSetCacheConfig",
+    "cuMulticastCreate",
+    "cuMulticastAddDevice",
+    "cuMulticastBindMem",
+    "cuMulticastUnbind",
+    "cuMulticastGetGranularity",
+    "cuGreenCtxCreate",
+    "cuGreenCtxDestroy",
+    "cuDevResourceGenerateDesc",
+    "cuDeviceGetDevResource",
+    "cuCheckpointProcessLock",
 };
 
 /* The runtime's start-up: every driver entry point by base name with flags 0
@@ -387,8 +475,8 @@ TEST(runtime_style_bulk_lookups)
                        dlsym(RTLD_DEFAULT, info.dli_sname) != NULL &&
                        in_lib(dlsym(libcuda, info.dli_sname), "libvcuda", NULL)) {
                 /* the driver's pointer for a symbol we hook: interception missed */
-                tap_fail(__FILE__, __LINE__, "%s (flags %llu) escaped as the driver's %s",
-                         names[i], (unsigned long long)flags, info.dli_sname);
+                tap_fail(__FILE__, __LINE__, "%s (flags %llu) escaped as the driver's %s", names[i],
+                         (unsigned long long)flags, info.dli_sname);
             }
         }
     }
@@ -539,7 +627,6 @@ TEST(mem_alloc_async_ptsz_stops_exactly_at_quota)
     exact_at_quota(K_ASYNC_PTSZ, 512);
 }
 
-
 /* A pool that keeps freed memory (release threshold) is charged for what it
  * holds: the memory is not free for anything else until the pool trims. */
 TEST(pool_is_charged_for_what_it_holds)
@@ -602,9 +689,9 @@ TEST(mem_create_vmm_stops_exactly_at_quota)
     CUmemAllocationProp prop = {0};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    REQUIRE_EQ_INT(cu.cuMemGetAllocationGranularity(&vmm_gran, &prop,
-                                                    CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-                   CUDA_SUCCESS);
+    REQUIRE_EQ_INT(
+        cu.cuMemGetAllocationGranularity(&vmm_gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        CUDA_SUCCESS);
     REQUIRE(vmm_gran > 0 && vmm_gran <= 4 * MiB);
     exact_at_quota(K_VMM, vmm_gran);
 }
@@ -656,7 +743,6 @@ TEST(context_memory_is_charged_and_given_back)
     CHECK_EQ_U64(quota_free(), free0);
     EMU_CHECK_EQ_U64(emu_used(), QUOTA - free0);
 }
-
 
 /* NVML's memory info (nvidia-smi, frameworks' free-memory checks) shows the
  * quota: reached by dlopen + dlsym of libnvidia-ml.so.1 like any tool does. */
@@ -966,7 +1052,6 @@ TEST(fork_child_gets_its_own_share_of_the_quota)
     CHECK_EQ_U64(quota_free(), free0);
 }
 
-
 /* Role "ipc HEX": opens another process's allocation by IPC handle and
  * prints how much of the quota that cost (nothing: it is the owner's). */
 static int role_ipc(const char *hex)
@@ -1111,8 +1196,7 @@ TEST(config_file_wins_over_environment)
 TEST(broken_config_fails_closed_with_a_message)
 {
     char out[256], err[2048];
-    run_info("memory_limit = 32Mi\nmemory_limit: 1Gi\n", "1Gi", out, sizeof(out), err,
-             sizeof(err));
+    run_info("memory_limit = 32Mi\nmemory_limit: 1Gi\n", "1Gi", out, sizeof(out), err, sizeof(err));
     /* no device memory at all, and stderr says why */
     CHECK(strstr(out, "alloc=ctxfail") != NULL || strstr(out, "alloc=2") != NULL);
     CHECK(strstr(err, "line 2") != NULL);
