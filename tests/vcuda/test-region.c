@@ -337,6 +337,29 @@ TEST(region_reap_rules)
     vc_region_detach(&r);
 }
 
+/* Bytes added to a slot after its owner's exit freed it (a straggler thread)
+ * are dropped by the next reap and by the next claimer. */
+TEST(region_leftovers_in_free_slots)
+{
+    struct vc_region r;
+    REQUIRE_EQ_INT(vc_region_attach(region_path("leftover"), &r), 0);
+    uint32_t me = (uint32_t)getpid();
+    int s = vc_region_claim_slot(&r, me, 0);
+    REQUIRE(s >= 0);
+    vc_region_release_slot(&r, s, me);
+    CHECK_EQ_U64(r.slots[s].owner, 0);
+    vc_region_charge(&r, s, 0, 4096); /* the straggler */
+    CHECK_EQ_U64(vc_region_used(&r, 0), 4096);
+    vc_region_reap(&r);
+    CHECK_EQ_U64(vc_region_used(&r, 0), 0);
+    CHECK_EQ_U64(r.slots[s].owner, 0);
+    vc_region_charge(&r, s, 1, 4096);
+    int s2 = vc_region_claim_slot(&r, me, 0);
+    CHECK_EQ_INT(s2, s);
+    CHECK_EQ_U64(vc_region_used(&r, 1), 0);
+    vc_region_detach(&r);
+}
+
 TEST(region_full_table_reaps_dead_owners)
 {
     struct vc_region r;
