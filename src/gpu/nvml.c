@@ -67,6 +67,15 @@ static const struct sym syms[] = {
     SYM(nvmlDeviceGetSupportedEventTypes, false),
     SYM(nvmlEventSetWait_v2, false),
     SYM(nvmlEventSetFree, false),
+    SYM(nvmlDeviceGetMPSComputeRunningProcesses_v3, false),
+    SYM(nvmlDeviceGetGraphicsRunningProcesses_v3, false),
+    SYM(nvmlDeviceGetPowerManagementLimit, false),
+    SYM(nvmlDeviceGetEnforcedPowerLimit, false),
+    SYM(nvmlDeviceGetTotalEnergyConsumption, false),
+    SYM(nvmlDeviceGetFanSpeed, false),
+    SYM(nvmlDeviceGetPerformanceState, false),
+    SYM(nvmlDeviceGetCurrentClocksEventReasons, false),
+    SYM(nvmlDeviceGetEccMode, false),
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)

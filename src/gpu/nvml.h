@@ -78,6 +78,15 @@ struct gpu_nvml {
     GPU_NVML_FN(nvmlDeviceGetSupportedEventTypes);
     GPU_NVML_FN(nvmlEventSetWait_v2);
     GPU_NVML_FN(nvmlEventSetFree);
+    GPU_NVML_FN(nvmlDeviceGetMPSComputeRunningProcesses_v3);
+    GPU_NVML_FN(nvmlDeviceGetGraphicsRunningProcesses_v3);
+    GPU_NVML_FN(nvmlDeviceGetPowerManagementLimit);
+    GPU_NVML_FN(nvmlDeviceGetEnforcedPowerLimit);
+    GPU_NVML_FN(nvmlDeviceGetTotalEnergyConsumption);
+    GPU_NVML_FN(nvmlDeviceGetFanSpeed);
+    GPU_NVML_FN(nvmlDeviceGetPerformanceState);
+    GPU_NVML_FN(nvmlDeviceGetCurrentClocksEventReasons);
+    GPU_NVML_FN(nvmlDeviceGetEccMode);
 
     /* Process-info stride detected by gpu_nvml_running_processes (0 = not yet known) and the
      * entry point it was detected for; accessed atomically. */
