@@ -219,7 +219,8 @@ struct emu_shared {
      * `accel-emu init --proc-info-stride`, so the suite's stride detection can be tested. */
     uint32_t proc_info_stride;
     uint32_t pad2;
-    uint64_t reserved[13];
+    uint64_t last_reclaim_ns; /* part A: when dead processes' slots were last looked for */
+    uint64_t reserved[12];
     union {
         pthread_mutex_t mutex;   /* robust, process-shared */
         char mutex_space[64];
@@ -267,7 +268,10 @@ int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes);
 void emu_state_mem_uncharge(struct emu_state *st, unsigned gpu, uint64_t bytes);
 /* Releases every charge of the calling process (clean exit). */
 void emu_state_proc_release(struct emu_state *st);
-/* Used (sum over live processes) and total bytes on gpu; reclaims dead processes' slots. */
+/* Used (sum over live processes) and total bytes on gpu. Dead processes' slots are reclaimed
+ * first, at most every EMU_RECLAIM_INTERVAL_NS (looking costs a /proc read per process): a
+ * process killed with -9 stops counting within that interval. */
+#define EMU_RECLAIM_INTERVAL_NS 50000000ull
 int emu_state_mem_info(struct emu_state *st, unsigned gpu, uint64_t *ret_used,
                        uint64_t *ret_total);
 /* Frees the slots of processes that are gone. Returns how many were reclaimed. */
@@ -277,7 +281,8 @@ struct emu_proc_mem {
     int32_t pid;
     uint64_t bytes;
 };
-/* Live processes holding memory on gpu (after reclaiming dead ones): up to max entries in
+/* Live processes holding memory on gpu (after reclaiming dead ones, as emu_state_mem_info): up
+ * to max entries in
  * out, the number that exist in *ret_n (may exceed max). */
 int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out, size_t max,
                     size_t *ret_n);
