@@ -48,7 +48,7 @@ struct CUstream_st {
     uint64_t capture_id;
     /* events recorded on it and not yet bound to a time (see cuda_exec.c) */
     struct CUevent_st *pending;
-    bool work_since_event; /* the last thing queued was work, not an event record */
+    bool work_since_event;    /* the last thing queued was work, not an event record */
     struct CUstream_st *next; /* ctx's list */
 };
 
@@ -57,8 +57,8 @@ struct CUctx_st {
     int dev;
     unsigned flags;
     bool primary;
-    int refs;                 /* primary: retain count */
-    uint64_t charged;         /* context overhead charged to the GPU */
+    int refs;                       /* primary: retain count */
+    uint64_t charged;               /* context overhead charged to the GPU */
     struct CUstream_st null_stream; /* the legacy default stream */
     struct CUstream_st *streams;
     size_t limits[10];
@@ -69,7 +69,7 @@ struct CUevent_st {
     uint32_t magic;
     unsigned flags;
     bool recorded;
-    uint64_t time_ns; /* completion time */
+    uint64_t time_ns;                /* completion time */
     struct CUstream_st *pend_stream; /* non-NULL while its time may still move to the start of
                                       * the next work queued on that stream */
     struct CUevent_st *pend_next;
@@ -111,8 +111,8 @@ struct CUmemPoolHandle_st {
     uint32_t magic;
     int dev;
     uint64_t release_threshold;
-    uint64_t held;    /* bytes the pool holds (charged to the GPU) */
-    uint64_t in_use;  /* bytes handed out */
+    uint64_t held;   /* bytes the pool holds (charged to the GPU) */
+    uint64_t in_use; /* bytes handed out */
     uint64_t held_high, used_high;
     struct emu_pool_block *free_blocks; /* cached, still charged */
     struct CUmemPoolHandle_st *next;

@@ -283,8 +283,7 @@ EMU_API CUresult cuStreamDestroy_v2(CUstream h)
     }
     /* queued work still runs on the GPU: the legacy stream inherits its completion so that
      * context synchronization still waits for it */
-    if (h->last_end_ns > owner->null_stream.last_end_ns &&
-        !(h->flags & CU_STREAM_NON_BLOCKING))
+    if (h->last_end_ns > owner->null_stream.last_end_ns && !(h->flags & CU_STREAM_NON_BLOCKING))
         owner->null_stream.last_end_ns = h->last_end_ns;
     *pp = h->next;
     h->magic = 0;
@@ -566,7 +565,11 @@ EMU_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
 static CUresult module_from_text(CUmodule *pm, const char *text, size_t len)
 {
     NEED_CTX(c);
-    if (len >= 4 && (memcmp(text, "\x7f" "ELF", 4) == 0 || memcmp(text, "\x50\xed\x55\xba", 4) == 0))
+    if (len >= 4 && (memcmp(text,
+                            "\x7f"
+                            "ELF",
+                            4) == 0 ||
+                     memcmp(text, "\x50\xed\x55\xba", 4) == 0))
         return CUDA_ERROR_INVALID_IMAGE; /* cubin / fatbin: the emulator runs PTX only */
     size_t n = 0;
     int r = ptx_parse(text, len, NULL, 0, &n);
@@ -605,7 +608,12 @@ EMU_API CUresult cuModuleLoadData(CUmodule *pm, const void *image)
         return CUDA_ERROR_INVALID_VALUE;
     /* PTX is a NUL-terminated string; binary images start with their magic */
     const char *t = image;
-    size_t len = (memcmp(t, "\x7f" "ELF", 4) == 0) ? 4 : strnlen(t, PTX_MAX);
+    size_t len = (memcmp(t,
+                         "\x7f"
+                         "ELF",
+                         4) == 0)
+                     ? 4
+                     : strnlen(t, PTX_MAX);
     return module_from_text(pm, t, len);
 }
 
@@ -638,8 +646,8 @@ EMU_API CUresult cuModuleLoad(CUmodule *pm, const char *path)
     char *buf = malloc((size_t)st.st_size);
     ssize_t got = buf ? read(fd, buf, (size_t)st.st_size) : -1;
     close(fd);
-    CUresult r = got == st.st_size ? module_from_text(pm, buf, (size_t)got)
-                                   : CUDA_ERROR_INVALID_IMAGE;
+    CUresult r =
+        got == st.st_size ? module_from_text(pm, buf, (size_t)got) : CUDA_ERROR_INVALID_IMAGE;
     free(buf);
     return r;
 }
@@ -681,8 +689,8 @@ EMU_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule
 }
 
 /* The CUDA 12 library API over the same modules: a CUkernel is its CUfunction. */
-EMU_API CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jo,
-                                   void **jv, unsigned int njo, CUlibraryOption *lo, void **lv,
+EMU_API CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jo, void **jv,
+                                   unsigned int njo, CUlibraryOption *lo, void **lv,
                                    unsigned int nlo)
 {
     if (!lib)
@@ -752,11 +760,22 @@ EMU_API CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute a, CUfunction 
         return CUDA_ERROR_INVALID_HANDLE;
     struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)f->mod->ctx->dev);
     switch ((int)a) {
-    case 0: *pi = 1024; break;                                      /* max threads per block */
-    case 4: *pi = 32; break;                                        /* registers */
-    case 5: case 6: *pi = g ? (int)(g->cc_major * 10 + g->cc_minor) : 0; break;
-    case 8: *pi = 48 * 1024; break;                                 /* max dynamic shared */
-    case 9: *pi = -1; break;
+    case 0:
+        *pi = 1024;
+        break; /* max threads per block */
+    case 4:
+        *pi = 32;
+        break; /* registers */
+    case 5:
+    case 6:
+        *pi = g ? (int)(g->cc_major * 10 + g->cc_minor) : 0;
+        break;
+    case 8:
+        *pi = 48 * 1024;
+        break; /* max dynamic shared */
+    case 9:
+        *pi = -1;
+        break;
     default:
         if ((int)a < 0 || (int)a > 15)
             return CUDA_ERROR_INVALID_VALUE;
@@ -860,8 +879,8 @@ EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
 
 EMU_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
                                      unsigned int gz, unsigned int bx, unsigned int by,
-                                     unsigned int bz, unsigned int smem, CUstream h,
-                                     void **params, void **extra)
+                                     unsigned int bz, unsigned int smem, CUstream h, void **params,
+                                     void **extra)
 {
     return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, true);
 }
@@ -875,9 +894,9 @@ EMU_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsign
 }
 
 EMU_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
-                                                unsigned int gz, unsigned int bx,
-                                                unsigned int by, unsigned int bz,
-                                                unsigned int smem, CUstream h, void **params)
+                                                unsigned int gz, unsigned int bx, unsigned int by,
+                                                unsigned int bz, unsigned int smem, CUstream h,
+                                                void **params)
 {
     return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, true);
 }
@@ -887,8 +906,8 @@ static CUresult launch_ex(const CUlaunchConfig *cfg, CUfunction f, void **params
 {
     if (!cfg || (cfg->numAttrs && !cfg->attrs))
         return CUDA_ERROR_INVALID_VALUE;
-    return launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX,
-                  cfg->blockDimY, cfg->blockDimZ, cfg->hStream, params, extra, pt);
+    return launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
+                  cfg->blockDimZ, cfg->hStream, params, extra, pt);
 }
 
 EMU_API CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params,

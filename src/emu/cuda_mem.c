@@ -19,9 +19,9 @@
 
 #include "cuda_emu.h"
 
-#define ALIGN 512ull                 /* cuMemAlloc alignment; also the pitch unit */
-#define GRANULE (2ull << 20)         /* VMM granularity */
-#define ARRAY_ROUND (64ull << 10)    /* arrays are charged in 64 KiB pages */
+#define ALIGN 512ull              /* cuMemAlloc alignment; also the pitch unit */
+#define GRANULE (2ull << 20)      /* VMM granularity */
+#define ARRAY_ROUND (64ull << 10) /* arrays are charged in 64 KiB pages */
 #define ROUND_UP(x, a) (((x) + (a)-1) / (a) * (a))
 
 enum alloc_kind {
@@ -243,7 +243,8 @@ static void arena_give(struct arena *ar, uint64_t off, uint64_t len)
 
 /* cuda_lock held. Charges bytes (rounded) on dev and carves them from the arena. */
 static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
-                                 struct CUmemPoolHandle_st *pool, uint64_t charge, struct alloc **ret)
+                                 struct CUmemPoolHandle_st *pool, uint64_t charge,
+                                 struct alloc **ret)
 {
     if (arena_init(dev) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -288,7 +289,8 @@ static void dev_free_locked(struct alloc *a)
     free(a);
 }
 
-CUresult cuda_dev_alloc(int dev, uint64_t bytes, int kind, struct CUmemPoolHandle_st *pool, CUdeviceptr *ret)
+CUresult cuda_dev_alloc(int dev, uint64_t bytes, int kind, struct CUmemPoolHandle_st *pool,
+                        CUdeviceptr *ret)
 {
     pthread_mutex_lock(&cuda_lock);
     struct alloc *a;
@@ -313,7 +315,7 @@ CUresult cuda_dev_free(CUdeviceptr p)
 }
 
 #define NEED_CTX(c)                                                                                \
-    struct CUctx_st *c;                                                                             \
+    struct CUctx_st *c;                                                                            \
     do {                                                                                           \
         CUresult r_ = cuda_need_ctx(&c);                                                           \
         if (r_)                                                                                    \
@@ -565,7 +567,7 @@ EMU_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUd
 }
 
 EMU_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
-                                       CUdeviceptr p)
+                                        CUdeviceptr p)
 {
     if (!attrs || !data)
         return CUDA_ERROR_INVALID_VALUE;
@@ -618,7 +620,7 @@ static CUresult copy_checked(CUdeviceptr dst_dev, bool dst_is_dev, CUdeviceptr s
  * doing the copy early cannot be observed except through capture (refused). */
 #define ASYNC_COPY(stream, pt)                                                                     \
     do {                                                                                           \
-        struct CUstream_st *s_;                                                                     \
+        struct CUstream_st *s_;                                                                    \
         CUresult r_ = cuda_stream_resolve(stream, pt, &s_);                                        \
         if (r_)                                                                                    \
             return r_;                                                                             \
@@ -687,24 +689,36 @@ static CUresult copy2d(const CUDA_MEMCPY2D *p)
     uint8_t *dst;
     size_t sp = p->srcPitch, dp = p->dstPitch;
     switch (p->srcMemoryType) {
-    case CU_MEMORYTYPE_HOST: src = p->srcHost; break;
-    case CU_MEMORYTYPE_DEVICE: case CU_MEMORYTYPE_UNIFIED: src = DP(p->srcDevice); break;
+    case CU_MEMORYTYPE_HOST:
+        src = p->srcHost;
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED:
+        src = DP(p->srcDevice);
+        break;
     case CU_MEMORYTYPE_ARRAY:
         src = array_base(p->srcArray);
         if (src)
             sp = p->srcArray->row_bytes;
         break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
     }
     switch (p->dstMemoryType) {
-    case CU_MEMORYTYPE_HOST: dst = p->dstHost; break;
-    case CU_MEMORYTYPE_DEVICE: case CU_MEMORYTYPE_UNIFIED: dst = DP(p->dstDevice); break;
+    case CU_MEMORYTYPE_HOST:
+        dst = p->dstHost;
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED:
+        dst = DP(p->dstDevice);
+        break;
     case CU_MEMORYTYPE_ARRAY:
         dst = array_base(p->dstArray);
         if (dst)
             dp = p->dstArray->row_bytes;
         break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
     }
     if (!src || !dst || (p->Height > 1 && (sp < p->WidthInBytes || dp < p->WidthInBytes)))
         return CUDA_ERROR_INVALID_VALUE;
@@ -782,23 +796,42 @@ DEF_COPY(cuMemsetD32Async, false, (CUdeviceptr d, unsigned int v, size_t n, CUst
          ASYNC_COPY(s, false), memset_n(d, v, 4, n, 0, 1))
 DEF_COPY(cuMemsetD32Async_ptsz, true, (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
          ASYNC_COPY(s, true), memset_n(d, v, 4, n, 0, 1))
-DEF_COPY(cuMemsetD2D8_v2, false,
-         (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h), SYNC_COPY(false),
-         memset_n(d, v, 1, w, pitch, h))
-DEF_COPY(cuMemsetD2D32_v2, false,
-         (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h), SYNC_COPY(false),
-         memset_n(d, v, 4, w, pitch, h))
+DEF_COPY(cuMemsetD2D8_v2, false, (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
+         SYNC_COPY(false), memset_n(d, v, 1, w, pitch, h))
+DEF_COPY(cuMemsetD2D32_v2, false, (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
+         SYNC_COPY(false), memset_n(d, v, 4, w, pitch, h))
 
 /* ---- arrays ---- */
 
 static size_t format_bytes(int f)
 {
     switch (f) {
-    case 0x01: case 0x08: case 0xc0: case 0xc6: return 1;
-    case 0x02: case 0x09: case 0x10: case 0xc1: case 0xc3: case 0xc7: case 0xc9: return 2;
-    case 0x03: case 0x0a: case 0x20: case 0xc2: case 0xc4: case 0xc8: case 0xca: return 4;
-    case 0xc5: case 0xcb: return 8;
-    default: return 0;
+    case 0x01:
+    case 0x08:
+    case 0xc0:
+    case 0xc6:
+        return 1;
+    case 0x02:
+    case 0x09:
+    case 0x10:
+    case 0xc1:
+    case 0xc3:
+    case 0xc7:
+    case 0xc9:
+        return 2;
+    case 0x03:
+    case 0x0a:
+    case 0x20:
+    case 0xc2:
+    case 0xc4:
+    case 0xc8:
+    case 0xca:
+        return 4;
+    case 0xc5:
+    case 0xcb:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -996,8 +1029,8 @@ EMU_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle h, unsi
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t base_off = w.offset / page * page, delta = w.offset - base_off;
     size_t len = (size_t)(delta + w.size);
-    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd,
-                   (off_t)base_off);
+    void *m =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, (off_t)base_off);
     close(fd);
     if (m == MAP_FAILED)
         return CUDA_ERROR_MAP_FAILED;
@@ -1250,8 +1283,8 @@ EMU_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     a->kind = K_VMM;
     a->vmm = v;
     if (reg_add(a) < 0) {
-        mmap(DP(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
-             -1, 0);
+        mmap(DP(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+             0);
         free(a);
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
@@ -1557,11 +1590,21 @@ EMU_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
     CUresult r = p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     if (p) {
         switch ((int)attr) {
-        case 1: case 2: case 3: break; /* reuse policies: accepted */
-        case 4: p->release_threshold = *(uint64_t *)value; break;
-        case 6: p->held_high = p->held; break;     /* reset high-water marks */
-        case 8: p->used_high = p->in_use; break;
-        default: r = CUDA_ERROR_INVALID_VALUE;
+        case 1:
+        case 2:
+        case 3:
+            break; /* reuse policies: accepted */
+        case 4:
+            p->release_threshold = *(uint64_t *)value;
+            break;
+        case 6:
+            p->held_high = p->held;
+            break; /* reset high-water marks */
+        case 8:
+            p->used_high = p->in_use;
+            break;
+        default:
+            r = CUDA_ERROR_INVALID_VALUE;
         }
     }
     pthread_mutex_unlock(&cuda_lock);
@@ -1577,13 +1620,28 @@ EMU_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute at
     CUresult r = p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     if (p) {
         switch ((int)attr) {
-        case 1: case 2: case 3: *(int *)value = 1; break;
-        case 4: *(uint64_t *)value = p->release_threshold; break;
-        case 5: *(uint64_t *)value = p->held; break;
-        case 6: *(uint64_t *)value = p->held_high; break;
-        case 7: *(uint64_t *)value = p->in_use; break;
-        case 8: *(uint64_t *)value = p->used_high; break;
-        default: r = CUDA_ERROR_INVALID_VALUE;
+        case 1:
+        case 2:
+        case 3:
+            *(int *)value = 1;
+            break;
+        case 4:
+            *(uint64_t *)value = p->release_threshold;
+            break;
+        case 5:
+            *(uint64_t *)value = p->held;
+            break;
+        case 6:
+            *(uint64_t *)value = p->held_high;
+            break;
+        case 7:
+            *(uint64_t *)value = p->in_use;
+            break;
+        case 8:
+            *(uint64_t *)value = p->used_high;
+            break;
+        default:
+            r = CUDA_ERROR_INVALID_VALUE;
         }
     }
     pthread_mutex_unlock(&cuda_lock);

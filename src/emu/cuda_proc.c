@@ -21,8 +21,14 @@ struct proc_row {
     const char *symbol;
 };
 
-#define E(b, v, s) {#b, v, false, #s}
-#define P(b, v, s) {#b, v, true, #s}
+#define E(b, v, s)                                                                                 \
+    {                                                                                              \
+#b, v, false, #s                                                                           \
+    }
+#define P(b, v, s)                                                                                 \
+    {                                                                                              \
+#b, v, true, #s                                                                            \
+    }
 
 static const struct proc_row rows[] = {
     E(cuArray3DCreate, 3020, cuArray3DCreate_v2),
@@ -210,7 +216,8 @@ static const struct proc_row rows[] = {
     E(cuModuleLoadDataEx, 2010, cuModuleLoadDataEx),
     E(cuModuleLoadFatBinary, 2000, cuModuleLoadFatBinary),
     E(cuModuleUnload, 2000, cuModuleUnload),
-    E(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, cuOccupancyMaxActiveBlocksPerMultiprocessor),
+    E(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050,
+      cuOccupancyMaxActiveBlocksPerMultiprocessor),
     E(cuPointerGetAttribute, 4000, cuPointerGetAttribute),
     E(cuPointerGetAttributes, 7000, cuPointerGetAttributes),
     E(cuStreamBeginCapture, 10000, cuStreamBeginCapture),

@@ -104,9 +104,9 @@ static void fill_gpu(struct emu_gpu *g, unsigned i, const struct emu_config *cfg
     g->uuid_bytes[8] = (uint8_t)((g->uuid_bytes[8] & 0x3f) | 0x80);
     const uint8_t *u = g->uuid_bytes;
     snprintf(g->uuid, sizeof(g->uuid),
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-             u[14], u[15]);
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+             u[15]);
     snprintf(g->name, sizeof(g->name), "%s", m->name);
     g->pci_domain = 0;
     g->pci_bus = i < sizeof(pci_buses) ? pci_buses[i] : 0xe0 + (i - sizeof(pci_buses));

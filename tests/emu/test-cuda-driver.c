@@ -29,36 +29,35 @@
 
 /* A spin kernel: loops on %clock64 until the u64 parameter's cycles have passed (the same
  * text as tests/emu/spin.c, which also runs on a real GPU). */
-static const char spin_ptx[] =
-    ".version 7.0\n"
-    ".target sm_70\n"
-    ".address_size 64\n"
-    "\n"
-    "// spins for the given number of SM clock cycles\n"
-    ".visible .entry spin(\n"
-    "    .param .u64 spin_param_0\n"
-    ")\n"
-    "{\n"
-    "    .reg .pred %p<2>;\n"
-    "    .reg .b64 %rd<5>;\n"
-    "    ld.param.u64 %rd1, [spin_param_0];\n"
-    "    mov.u64 %rd2, %clock64;\n"
-    "$L_spin:\n"
-    "    mov.u64 %rd3, %clock64;\n"
-    "    sub.s64 %rd4, %rd3, %rd2;\n"
-    "    setp.lt.u64 %p1, %rd4, %rd1;\n"
-    "    @%p1 bra $L_spin;\n"
-    "    ret;\n"
-    "}\n"
-    "\n"
-    ".visible .entry axpy(\n"
-    "    .param .f32 axpy_param_0,\n"
-    "    .param .u64 .ptr .global .align 4 axpy_param_1,\n"
-    "    .param .align 8 .b8 axpy_param_2[16]\n"
-    ")\n"
-    "{\n"
-    "    ret;\n"
-    "}\n";
+static const char spin_ptx[] = ".version 7.0\n"
+                               ".target sm_70\n"
+                               ".address_size 64\n"
+                               "\n"
+                               "// spins for the given number of SM clock cycles\n"
+                               ".visible .entry spin(\n"
+                               "    .param .u64 spin_param_0\n"
+                               ")\n"
+                               "{\n"
+                               "    .reg .pred %p<2>;\n"
+                               "    .reg .b64 %rd<5>;\n"
+                               "    ld.param.u64 %rd1, [spin_param_0];\n"
+                               "    mov.u64 %rd2, %clock64;\n"
+                               "$L_spin:\n"
+                               "    mov.u64 %rd3, %clock64;\n"
+                               "    sub.s64 %rd4, %rd3, %rd2;\n"
+                               "    setp.lt.u64 %p1, %rd4, %rd1;\n"
+                               "    @%p1 bra $L_spin;\n"
+                               "    ret;\n"
+                               "}\n"
+                               "\n"
+                               ".visible .entry axpy(\n"
+                               "    .param .f32 axpy_param_0,\n"
+                               "    .param .u64 .ptr .global .align 4 axpy_param_1,\n"
+                               "    .param .align 8 .b8 axpy_param_2[16]\n"
+                               ")\n"
+                               "{\n"
+                               "    ret;\n"
+                               "}\n";
 
 /* ---- the driver, as the runtime finds it ---- */
 
@@ -158,7 +157,7 @@ FN(cuGetErrorName);
 #define GET(var, base)                                                                             \
     do {                                                                                           \
         CUdriverProcAddressQueryResult st_;                                                        \
-        if (p_getproc(base, (void **)&p_##var, 12080, 0, &st_) != CUDA_SUCCESS || !p_##var) {     \
+        if (p_getproc(base, (void **)&p_##var, 12080, 0, &st_) != CUDA_SUCCESS || !p_##var) {      \
             fprintf(stderr, "lookup of %s failed\n", base);                                        \
             return false;                                                                          \
         }                                                                                          \
@@ -481,8 +480,7 @@ TEST(no_state_is_a_clear_error)
         __typeof__(cuDeviceGetCount) *count =
             h ? (__typeof__(cuDeviceGetCount) *)dlsym(h, "cuDeviceGetCount") : NULL;
         int n = -1;
-        _exit(init && count && init(0) == CUDA_ERROR_NO_DEVICE &&
-                      count(&n) == CUDA_ERROR_NO_DEVICE
+        _exit(init && count && init(0) == CUDA_ERROR_NO_DEVICE && count(&n) == CUDA_ERROR_NO_DEVICE
                   ? 0
                   : 1);
     }
@@ -574,8 +572,7 @@ TEST(runtime_style_lookups)
     for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
         void *fn = NULL;
         CUdriverProcAddressQueryResult st;
-        CUresult r = p_getproc(want[i].name, &fn, want[i].version, (cuuint64_t)want[i].flags,
-                               &st);
+        CUresult r = p_getproc(want[i].name, &fn, want[i].version, (cuuint64_t)want[i].flags, &st);
         void *exp = dlsym(lib, want[i].symbol);
         if (!CHECK(r == CUDA_SUCCESS && exp && fn == exp))
             tap_diag("%s@%d flags %d: want %s", want[i].name, want[i].version, want[i].flags,
@@ -631,8 +628,7 @@ TEST(devices_and_contexts)
     CHECK_EQ_INT(v, 8);
     p_cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
     CHECK_EQ_INT(v, 0);
-    CHECK_EQ_INT(p_cuDeviceGetAttribute(&v, (CUdevice_attribute)9999, d),
-                 CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ_INT(p_cuDeviceGetAttribute(&v, (CUdevice_attribute)9999, d), CUDA_ERROR_INVALID_VALUE);
     CUuuid u;
     CHECK_EQ_INT(p_cuDeviceGetUuid_v2(&u, d), CUDA_SUCCESS);
     CHECK(memcmp(u.bytes, g->uuid_bytes, 16) == 0);
@@ -698,27 +694,30 @@ TEST(allocations_are_charged)
     CHECK_EQ_INT(p_cuMemAllocHost_v2(&h, 64 * MiB), CUDA_SUCCESS);
     CHECK_EQ_U64(state_used(0), base);
     memset(h, 1, 4096);
-    CHECK_EQ_INT(p_cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                         (CUdeviceptr)(uintptr_t)h),
-                 CUDA_SUCCESS);
+    CHECK_EQ_INT(
+        p_cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)h),
+        CUDA_SUCCESS);
     CHECK_EQ_INT(mt, CU_MEMORYTYPE_HOST);
     CHECK_EQ_INT(p_cuMemFreeHost(h), CUDA_SUCCESS);
 
     /* arrays: rows padded to 512 bytes, charged in 64 KiB pages */
-    CUDA_ARRAY_DESCRIPTOR ad = {.Width = 100, .Height = 100, .Format = CU_AD_FORMAT_FLOAT,
-                                .NumChannels = 4};
+    CUDA_ARRAY_DESCRIPTOR ad = {
+        .Width = 100, .Height = 100, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 4};
     CUarray arr;
     CHECK_EQ_INT(p_cuArrayCreate_v2(&arr, &ad), CUDA_SUCCESS);
     CHECK_EQ_U64(state_used(0) - base, 256 * 1024); /* 2048 * 100 in 64 KiB pages */
     CHECK_EQ_INT(p_cuArrayDestroy(arr), CUDA_SUCCESS);
-    CUDA_ARRAY3D_DESCRIPTOR a3 = {.Width = 256, .Height = 256, .Depth = 16,
-                                  .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
+    CUDA_ARRAY3D_DESCRIPTOR a3 = {.Width = 256,
+                                  .Height = 256,
+                                  .Depth = 16,
+                                  .Format = CU_AD_FORMAT_UNSIGNED_INT8,
+                                  .NumChannels = 1};
     CHECK_EQ_INT(p_cuArray3DCreate_v2(&arr, &a3), CUDA_SUCCESS);
     CHECK_EQ_U64(state_used(0) - base, 512 * 256 * 16);
     CHECK_EQ_INT(p_cuArrayDestroy(arr), CUDA_SUCCESS);
     CUmipmappedArray mm;
-    CUDA_ARRAY3D_DESCRIPTOR m2 = {.Width = 1024, .Height = 1024, .Format = CU_AD_FORMAT_FLOAT,
-                                  .NumChannels = 1};
+    CUDA_ARRAY3D_DESCRIPTOR m2 = {
+        .Width = 1024, .Height = 1024, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
     CHECK_EQ_INT(p_cuMipmappedArrayCreate(&mm, &m2, 3), CUDA_SUCCESS);
     /* 4 MiB + 1 MiB + 256 KiB */
     CHECK_EQ_U64(state_used(0) - base, 4 * MiB + MiB + 256 * 1024);
@@ -848,14 +847,24 @@ TEST(copies_move_bytes)
     CUdeviceptr img;
     size_t pitch;
     REQUIRE_EQ_INT(p_cuMemAllocPitch_v2(&img, &pitch, 100, 64, 4), CUDA_SUCCESS);
-    CUDA_MEMCPY2D c = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = src, .srcPitch = 100,
-                       .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = img,
-                       .dstPitch = pitch, .WidthInBytes = 100, .Height = 64};
+    CUDA_MEMCPY2D c = {.srcMemoryType = CU_MEMORYTYPE_HOST,
+                       .srcHost = src,
+                       .srcPitch = 100,
+                       .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                       .dstDevice = img,
+                       .dstPitch = pitch,
+                       .WidthInBytes = 100,
+                       .Height = 64};
     CHECK_EQ_INT(p_cuMemcpy2D_v2(&c), CUDA_SUCCESS);
     memset(dst, 0, N);
-    CUDA_MEMCPY2D back = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = img,
-                          .srcPitch = pitch, .dstMemoryType = CU_MEMORYTYPE_HOST, .dstHost = dst,
-                          .dstPitch = 100, .WidthInBytes = 100, .Height = 64};
+    CUDA_MEMCPY2D back = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                          .srcDevice = img,
+                          .srcPitch = pitch,
+                          .dstMemoryType = CU_MEMORYTYPE_HOST,
+                          .dstHost = dst,
+                          .dstPitch = 100,
+                          .WidthInBytes = 100,
+                          .Height = 64};
     CHECK_EQ_INT(p_cuMemcpy2D_v2(&back), CUDA_SUCCESS);
     CHECK(memcmp(src, dst, 100 * 64) == 0);
     p_cuMemFree_v2(img);
@@ -902,8 +911,13 @@ TEST(modules_launches_and_exact_event_times)
     CHECK_EQ_INT(p_cuEventRecord(e0, s), CUDA_SUCCESS);
     CHECK_EQ_INT(p_cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s, args, NULL), CUDA_SUCCESS);
     CHECK_EQ_INT(p_cuEventRecord(e1, s), CUDA_SUCCESS);
-    CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1,
-                          .blockDimY = 1, .blockDimZ = 1, .hStream = s};
+    CUlaunchConfig cfg = {.gridDimX = 1,
+                          .gridDimY = 1,
+                          .gridDimZ = 1,
+                          .blockDimX = 1,
+                          .blockDimY = 1,
+                          .blockDimZ = 1,
+                          .hStream = s};
     CHECK_EQ_INT(p_cuLaunchKernelEx(&cfg, spin, args, NULL), CUDA_SUCCESS);
     float alpha = 2;
     CUdeviceptr x = 0;
@@ -1024,8 +1038,13 @@ TEST(graphs_and_capture)
     void *args[] = {&cycles};
     CUgraph g;
     REQUIRE_EQ_INT(p_cuGraphCreate(&g, 0), CUDA_SUCCESS);
-    CUDA_KERNEL_NODE_PARAMS np = {.func = spin, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
-                                  .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1,
+    CUDA_KERNEL_NODE_PARAMS np = {.func = spin,
+                                  .gridDimX = 1,
+                                  .gridDimY = 1,
+                                  .gridDimZ = 1,
+                                  .blockDimX = 1,
+                                  .blockDimY = 1,
+                                  .blockDimZ = 1,
                                   .kernelParams = args};
     CUgraphNode n1, n2;
     CHECK_EQ_INT(p_cuGraphAddKernelNode_v2(&n1, g, NULL, 0, &np), CUDA_SUCCESS);
