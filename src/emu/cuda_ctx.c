@@ -410,7 +410,9 @@ static CUresult ctx_new(CUdevice dev, unsigned flags, bool prim, struct CUctx_st
         free(c);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    static unsigned long long ids;
     c->magic = EMU_MAGIC_CTX;
+    c->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
     c->dev = dev;
     c->flags = flags;
     c->primary = prim;
@@ -691,6 +693,19 @@ EMU_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
     if (!ctx_known(ctx))
         return CUDA_ERROR_INVALID_CONTEXT;
     *version = 3020;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id)
+{
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_INIT();
+    if (!ctx)
+        ctx = cuda_current();
+    if (!ctx_known(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *id = ctx->id;
     return CUDA_SUCCESS;
 }
 

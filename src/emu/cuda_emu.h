@@ -23,6 +23,30 @@
 CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, int attrib, CUdevice src, CUdevice dst);
 CUresult CUDAAPI cuCtxGetCacheConfig(int *config);
 CUresult CUDAAPI cuCtxSetCacheConfig(int config);
+CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr p, size_t count, CUdevice dst, CUstream s);
+CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t count, CUdevice dst, CUstream s);
+CUresult CUDAAPI cuMemAdvise(CUdeviceptr p, size_t count, int advice, CUdevice dev);
+CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr p, size_t count, int advice, CUmemLocation location);
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id);
+CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream s, CUstreamCaptureStatus *status,
+                                             cuuint64_t *id);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus *status,
+                                           cuuint64_t *id, CUgraph *graph, const CUgraphNode **deps,
+                                           size_t *ndeps);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus *status,
+                                                cuuint64_t *id, CUgraph *graph,
+                                                const CUgraphNode **deps, size_t *ndeps);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *status,
+                                           cuuint64_t *id, CUgraph *graph, const CUgraphNode **deps,
+                                           const void **edges, size_t *ndeps);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus *status,
+                                                cuuint64_t *id, CUgraph *graph,
+                                                const CUgraphNode **deps, const void **edges,
+                                                size_t *ndeps);
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction f,
+                                                  size_t (*smem_of_block)(int), size_t smem,
+                                                  int block_limit);
 
 /* ---- emulator objects ---- */
 
@@ -39,6 +63,7 @@ struct CUgraph_st;
 
 struct CUstream_st {
     uint32_t magic;
+    unsigned long long id;
     unsigned flags;
     int priority;
     struct CUctx_st *ctx;
@@ -54,6 +79,7 @@ struct CUstream_st {
 
 struct CUctx_st {
     uint32_t magic;
+    unsigned long long id;
     int dev;
     unsigned flags;
     bool primary;

@@ -376,6 +376,23 @@ EMU_API CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int flag
     return stream_wait_event(h, e, flags, true);
 }
 
+/* Streams get their id on first use; the legacy and per-thread streams have fixed ones. */
+static unsigned long long stream_id(struct CUstream_st *s)
+{
+    static unsigned long long ids = 2;
+    if (s == &s->ctx->null_stream)
+        return 1;
+    unsigned long long id = __atomic_load_n(&s->id, __ATOMIC_RELAXED);
+    if (!id) {
+        unsigned long long fresh = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
+        if (!__atomic_compare_exchange_n(&s->id, &id, fresh, false, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED))
+            return id;
+        id = fresh;
+    }
+    return id;
+}
+
 #define STREAM_GETTER(name, pt, type, expr)                                                        \
     EMU_API CUresult name(CUstream h, type *out)                                                   \
     {                                                                                              \
@@ -395,6 +412,10 @@ STREAM_GETTER(cuStreamGetPriority, false, int, s->priority)
 STREAM_GETTER(cuStreamGetPriority_ptsz, true, int, s->priority)
 STREAM_GETTER(cuStreamGetCtx, false, CUcontext, s->ctx)
 STREAM_GETTER(cuStreamGetCtx_ptsz, true, CUcontext, s->ctx)
+STREAM_GETTER(cuStreamGetDevice, false, CUdevice, s->ctx->dev)
+STREAM_GETTER(cuStreamGetDevice_ptsz, true, CUdevice, s->ctx->dev)
+STREAM_GETTER(cuStreamGetId, false, unsigned long long, stream_id(s))
+STREAM_GETTER(cuStreamGetId_ptsz, true, unsigned long long, stream_id(s))
 
 /* Host functions run in the calling thread once the stream's prior work is done: the
  * emulator has no driver thread, so the call blocks until then (documented). */
@@ -421,6 +442,33 @@ EMU_API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data)
 EMU_API CUresult cuLaunchHostFunc_ptsz(CUstream h, CUhostFn fn, void *data)
 {
     return host_func(h, fn, data, true);
+}
+
+static CUresult add_callback(CUstream h, CUstreamCallback cb, void *data, unsigned flags, bool pt)
+{
+    if (!cb || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    cuda_sleep_until(stream_done_at(s));
+    cb(h, CUDA_SUCCESS, data);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamAddCallback(CUstream h, CUstreamCallback cb, void *data,
+                                     unsigned int flags)
+{
+    return add_callback(h, cb, data, flags, false);
+}
+
+EMU_API CUresult cuStreamAddCallback_ptsz(CUstream h, CUstreamCallback cb, void *data,
+                                          unsigned int flags)
+{
+    return add_callback(h, cb, data, flags, true);
 }
 
 /* ---- events ---- */
@@ -784,6 +832,16 @@ EMU_API CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute a, CUfunction 
     return CUDA_SUCCESS;
 }
 
+EMU_API CUresult cuFuncGetName(const char **name, CUfunction f)
+{
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f || f->magic != EMU_MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = f->name;
+    return CUDA_SUCCESS;
+}
+
 EMU_API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v)
 {
     if (!f || f->magic != EMU_MAGIC_FUNC)
@@ -807,6 +865,21 @@ EMU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction 
         return CUDA_ERROR_INVALID_HANDLE;
     int by_threads = 2048 / block;
     *n = by_threads > 32 ? 32 : by_threads;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction f,
+                                                  size_t (*smem_of_block)(int), size_t smem,
+                                                  int block_limit)
+{
+    if (!min_grid || !block)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f || f->magic != EMU_MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)f->mod->ctx->dev);
+    int b = block_limit > 0 && block_limit < 1024 ? block_limit : 1024;
+    *block = b;
+    *min_grid = (int)(g ? g->sm_count : 1) * (2048 / b);
     return CUDA_SUCCESS;
 }
 
@@ -1186,6 +1259,87 @@ static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *st, bool pt)
     if (r)
         return r;
     *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+                             const CUgraphNode **deps, const void **edges, size_t *ndeps, bool pt)
+{
+    if (!st)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    pthread_mutex_lock(&cuda_lock);
+    *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (s->capture) {
+        if (id)
+            *id = s->capture_id;
+        if (graph)
+            *graph = s->capture;
+        /* nodes are chained in the order added: the last one is the only dependency */
+        if (deps)
+            *deps =
+                s->capture->n ? (const CUgraphNode *)&s->capture->nodes[s->capture->n - 1] : NULL;
+        if (edges)
+            *edges = NULL;
+        if (ndeps)
+            *ndeps = s->capture->n ? 1 : 0;
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id)
+{
+    return capture_info(h, st, id, NULL, NULL, NULL, NULL, false);
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo_ptsz(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id)
+{
+    return capture_info(h, st, id, NULL, NULL, NULL, NULL, true);
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id,
+                                           CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
+{
+    return capture_info(h, st, id, graph, deps, NULL, ndeps, false);
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream h, CUstreamCaptureStatus *st,
+                                                cuuint64_t *id, CUgraph *graph,
+                                                const CUgraphNode **deps, size_t *ndeps)
+{
+    return capture_info(h, st, id, graph, deps, NULL, ndeps, true);
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id,
+                                           CUgraph *graph, const CUgraphNode **deps,
+                                           const void **edges, size_t *ndeps)
+{
+    return capture_info(h, st, id, graph, deps, edges, ndeps, false);
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream h, CUstreamCaptureStatus *st,
+                                                cuuint64_t *id, CUgraph *graph,
+                                                const CUgraphNode **deps, const void **edges,
+                                                size_t *ndeps)
+{
+    return capture_info(h, st, id, graph, deps, edges, ndeps, true);
+}
+
+/* Capture modes only matter for which calls a capture forbids in other threads; the emulator
+ * forbids none, so the mode is kept per thread and handed back. */
+static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+EMU_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = capture_mode;
+    capture_mode = *mode;
+    *mode = old;
     return CUDA_SUCCESS;
 }
 

@@ -46,7 +46,8 @@ struct alloc {
     void *map_base; /* K_IPC: the mapping to munmap (page aligned) */
     size_t map_len;
     struct vmm_handle *vmm;
-    int prot; /* K_VMM: access set by cuMemSetAccess */
+    int prot;            /* K_VMM: access set by cuMemSetAccess */
+    unsigned host_flags; /* K_HOST: cuMemHostAlloc flags */
     uint64_t id;
 };
 
@@ -380,7 +381,7 @@ EMU_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevi
 
 /* ---- host memory (pinned in the real driver; never charged) ---- */
 
-static CUresult host_alloc(void **pp, size_t bytes)
+static CUresult host_alloc(void **pp, size_t bytes, unsigned flags)
 {
     if (!pp || !bytes)
         return CUDA_ERROR_INVALID_VALUE;
@@ -398,6 +399,7 @@ static CUresult host_alloc(void **pp, size_t bytes)
     a->size = len;
     a->dev = c->dev;
     a->kind = K_HOST;
+    a->host_flags = flags;
     pthread_mutex_lock(&cuda_lock);
     int r = reg_add(a);
     pthread_mutex_unlock(&cuda_lock);
@@ -412,14 +414,14 @@ static CUresult host_alloc(void **pp, size_t bytes)
 
 EMU_API CUresult cuMemAllocHost_v2(void **pp, size_t bytes)
 {
-    return host_alloc(pp, bytes);
+    return host_alloc(pp, bytes, 0);
 }
 
 EMU_API CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
 {
     if (flags & ~0x7u)
         return CUDA_ERROR_INVALID_VALUE;
-    return host_alloc(pp, bytes);
+    return host_alloc(pp, bytes, flags);
 }
 
 EMU_API CUresult cuMemFreeHost(void *p)
@@ -436,6 +438,20 @@ EMU_API CUresult cuMemFreeHost(void *p)
     munmap(p, a->size);
     free(a);
     return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
+{
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find((CUdeviceptr)(uintptr_t)p);
+    bool ok = a && a->kind == K_HOST;
+    if (ok)
+        *flags = a->host_flags;
+    pthread_mutex_unlock(&cuda_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 EMU_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, unsigned int flags)
@@ -746,6 +762,130 @@ DEF_COPY(cuMemcpy2DAsync_v2, false, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_
          copy2d(p))
 DEF_COPY(cuMemcpy2DAsync_v2_ptsz, true, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, true),
          copy2d(p))
+
+/* One operand of a 3D copy: base address, row pitch and rows per slice. */
+static CUresult operand3d(int type, const void *host, CUdeviceptr dev, CUarray arr, size_t pitch,
+                          size_t height, const uint8_t **ret_base, size_t *ret_pitch,
+                          size_t *ret_height)
+{
+    switch (type) {
+    case CU_MEMORYTYPE_HOST:
+        *ret_base = host;
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED:
+        *ret_base = DP(dev);
+        break;
+    case CU_MEMORYTYPE_ARRAY:
+        *ret_base = array_base(arr);
+        if (*ret_base) {
+            pitch = arr->row_bytes;
+            height = arr->desc.Height ? arr->desc.Height : 1;
+        }
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *ret_pitch = pitch;
+    *ret_height = height;
+    return *ret_base ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult copy3d(const CUDA_MEMCPY3D *p)
+{
+    if (!p || p->srcLOD || p->dstLOD)
+        return CUDA_ERROR_INVALID_VALUE;
+    const uint8_t *src, *dst;
+    size_t sp, sh, dp, dh;
+    CUresult r = operand3d(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcPitch,
+                           p->srcHeight, &src, &sp, &sh);
+    if (!r)
+        r = operand3d(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstPitch,
+                      p->dstHeight, &dst, &dp, &dh);
+    if (r)
+        return r;
+    size_t w = p->WidthInBytes, h = p->Height, d = p->Depth;
+    if (!w || !h || !d)
+        return CUDA_SUCCESS;
+    if ((h > 1 || d > 1) && (sp < w || dp < w))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (d > 1 && (sh < h || dh < h))
+        return CUDA_ERROR_INVALID_VALUE;
+    const uint8_t *s0 = src + (p->srcZ * sh + p->srcY) * sp + p->srcXInBytes;
+    uint8_t *d0 = (uint8_t *)dst + (p->dstZ * dh + p->dstY) * dp + p->dstXInBytes;
+    size_t span_s = ((d - 1) * sh + (h - 1)) * sp + w, span_d = ((d - 1) * dh + (h - 1)) * dp + w;
+    if (p->srcMemoryType != CU_MEMORYTYPE_HOST &&
+        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)s0, span_s))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->dstMemoryType != CU_MEMORYTYPE_HOST &&
+        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)d0, span_d))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t z = 0; z < d; z++)
+        for (size_t y = 0; y < h; y++)
+            memmove(d0 + (z * dh + y) * dp, s0 + (z * sh + y) * sp, w);
+    return CUDA_SUCCESS;
+}
+
+DEF_COPY(cuMemcpy3D_v2, false, (const CUDA_MEMCPY3D *p), SYNC_COPY(false), copy3d(p))
+DEF_COPY(cuMemcpy3D_v2_ptds, true, (const CUDA_MEMCPY3D *p), SYNC_COPY(true), copy3d(p))
+DEF_COPY(cuMemcpy3DAsync_v2, false, (const CUDA_MEMCPY3D *p, CUstream s), ASYNC_COPY(s, false),
+         copy3d(p))
+DEF_COPY(cuMemcpy3DAsync_v2_ptsz, true, (const CUDA_MEMCPY3D *p, CUstream s), ASYNC_COPY(s, true),
+         copy3d(p))
+
+/* Managed memory lives in one place here: prefetches and advice are accepted and checked. */
+static CUresult managed_hint(CUdeviceptr p, size_t count)
+{
+    if (!count || !cuda_ptr_valid(p, count))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult prefetch(CUdeviceptr p, size_t count, CUstream hs, bool pt)
+{
+    NEED_CTX(c);
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(hs, pt, &s);
+    return r ? r : managed_hint(p, count);
+}
+
+EMU_API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t count, CUdevice dst, CUstream s)
+{
+    return prefetch(p, count, s, false);
+}
+
+EMU_API CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t count, CUdevice dst, CUstream s)
+{
+    return prefetch(p, count, s, true);
+}
+
+EMU_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t count, CUmemLocation loc,
+                                       unsigned int flags, CUstream s)
+{
+    return prefetch(p, count, s, false);
+}
+
+EMU_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t count, CUmemLocation loc,
+                                            unsigned int flags, CUstream s)
+{
+    return prefetch(p, count, s, true);
+}
+
+EMU_API CUresult cuMemAdvise(CUdeviceptr p, size_t count, int advice, CUdevice dev)
+{
+    NEED_CTX(c);
+    if (advice < 1 || advice > 6)
+        return CUDA_ERROR_INVALID_VALUE;
+    return managed_hint(p, count);
+}
+
+EMU_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t count, int advice, CUmemLocation loc)
+{
+    NEED_CTX(c);
+    if (advice < 1 || advice > 6)
+        return CUDA_ERROR_INVALID_VALUE;
+    return managed_hint(p, count);
+}
 
 static CUresult memset_n(CUdeviceptr d, unsigned v, size_t elem, size_t n, size_t pitch,
                          size_t height)

@@ -1076,7 +1076,20 @@ TEST(graphs_and_capture)
     for (int i = 0; i < 5; i++)
         CHECK_EQ_INT(p_cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, args, NULL), CUDA_SUCCESS);
     CHECK_EQ_INT(p_cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CUresult (*info)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                     const CUgraphNode **, size_t *) = NULL; /* _v2, as of CUDA 11.3 */
+    REQUIRE_EQ_INT(p_getproc("cuStreamGetCaptureInfo", (void **)&info, 12000, 0, NULL),
+                   CUDA_SUCCESS);
+    cuuint64_t cid = 0;
+    CUgraph cg = NULL;
+    const CUgraphNode *deps = NULL;
+    size_t ndeps = 9;
+    CHECK_EQ_INT(info(s, &cs, &cid, &cg, &deps, &ndeps), CUDA_SUCCESS);
+    CHECK_EQ_INT(cs, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    CHECK(cid != 0 && cg != NULL && deps != NULL);
+    CHECK_EQ_INT(ndeps, 1);
     CHECK_EQ_INT(p_cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+    CHECK(g == cg);
     CHECK_EQ_INT(p_cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
     CHECK_EQ_INT(cs, CU_STREAM_CAPTURE_STATUS_NONE);
     CHECK_EQ_INT(p_cuGraphInstantiateWithFlags(&ex, g, 0), CUDA_SUCCESS);
@@ -1092,6 +1105,117 @@ TEST(graphs_and_capture)
     p_cuEventDestroy_v2(e0);
     p_cuEventDestroy_v2(e1);
     p_cuStreamDestroy_v2(s);
+}
+
+static void CUDA_CB count_cb(CUstream s, CUresult status, void *data)
+{
+    if (status == CUDA_SUCCESS)
+        ++*(int *)data;
+}
+
+TEST(copies_3d_and_smaller_entry_points)
+{
+    REQUIRE(driver_up());
+#define LOCAL(type, name)                                                                          \
+    type *q_##name = NULL;                                                                         \
+    REQUIRE_EQ_INT(p_getproc(#name, (void **)&q_##name, 13000, 0, NULL), CUDA_SUCCESS)
+    LOCAL(__typeof__(cuMemcpy3D_v2), cuMemcpy3D);
+    LOCAL(__typeof__(cuMemHostGetFlags), cuMemHostGetFlags);
+    LOCAL(__typeof__(cuMemHostAlloc), cuMemHostAlloc);
+    LOCAL(__typeof__(cuStreamGetId), cuStreamGetId);
+    LOCAL(__typeof__(cuCtxGetId), cuCtxGetId);
+    LOCAL(__typeof__(cuStreamAddCallback), cuStreamAddCallback);
+    LOCAL(__typeof__(cuFuncGetName), cuFuncGetName);
+    LOCAL(__typeof__(cuMemPrefetchAsync_v2), cuMemPrefetchAsync);
+    LOCAL(__typeof__(cuStreamGetDevice), cuStreamGetDevice);
+
+    /* a 3D block host → 3D array → pitched device memory → host */
+    enum { W = 40, H = 8, D = 4 };
+    static unsigned char src[W * H * D], dst[W * H * D];
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (unsigned char)(i * 13 + 1);
+    CUDA_ARRAY3D_DESCRIPTOR ad = {.Width = W,
+                                  .Height = H,
+                                  .Depth = D,
+                                  .Format = CU_AD_FORMAT_UNSIGNED_INT8,
+                                  .NumChannels = 1};
+    CUarray arr;
+    REQUIRE_EQ_INT(p_cuArray3DCreate_v2(&arr, &ad), CUDA_SUCCESS);
+    CUdeviceptr dev;
+    REQUIRE_EQ_INT(p_cuMemAlloc_v2(&dev, 64 * H * D), CUDA_SUCCESS);
+    CUDA_MEMCPY3D c = {.srcMemoryType = CU_MEMORYTYPE_HOST,
+                       .srcHost = src,
+                       .srcPitch = W,
+                       .srcHeight = H,
+                       .dstMemoryType = CU_MEMORYTYPE_ARRAY,
+                       .dstArray = arr,
+                       .WidthInBytes = W,
+                       .Height = H,
+                       .Depth = D};
+    CHECK_EQ_INT(q_cuMemcpy3D(&c), CUDA_SUCCESS);
+    CUDA_MEMCPY3D c2 = {.srcMemoryType = CU_MEMORYTYPE_ARRAY,
+                        .srcArray = arr,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .dstDevice = dev,
+                        .dstPitch = 64,
+                        .dstHeight = H,
+                        .WidthInBytes = W,
+                        .Height = H,
+                        .Depth = D};
+    CHECK_EQ_INT(q_cuMemcpy3D(&c2), CUDA_SUCCESS);
+    CUDA_MEMCPY3D c3 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .srcDevice = dev,
+                        .srcPitch = 64,
+                        .srcHeight = H,
+                        .dstMemoryType = CU_MEMORYTYPE_HOST,
+                        .dstHost = dst,
+                        .dstPitch = W,
+                        .dstHeight = H,
+                        .WidthInBytes = W,
+                        .Height = H,
+                        .Depth = D};
+    CHECK_EQ_INT(q_cuMemcpy3D(&c3), CUDA_SUCCESS);
+    CHECK(memcmp(src, dst, sizeof(src)) == 0);
+    c3.Depth = D + 1; /* past the allocation */
+    CHECK_EQ_INT(q_cuMemcpy3D(&c3), CUDA_ERROR_INVALID_VALUE);
+    p_cuMemFree_v2(dev);
+    p_cuArrayDestroy(arr);
+
+    void *h;
+    unsigned flags = 0;
+    REQUIRE_EQ_INT(q_cuMemHostAlloc(&h, 4096, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
+    CHECK_EQ_INT(q_cuMemHostGetFlags(&flags, h), CUDA_SUCCESS);
+    CHECK_EQ_INT(flags, CU_MEMHOSTALLOC_DEVICEMAP);
+    p_cuMemFreeHost(h);
+
+    CUstream s1, s2;
+    p_cuStreamCreate(&s1, 0);
+    p_cuStreamCreate(&s2, 0);
+    unsigned long long id1 = 0, id2 = 0, cid = 0;
+    CHECK_EQ_INT(q_cuStreamGetId(s1, &id1), CUDA_SUCCESS);
+    CHECK_EQ_INT(q_cuStreamGetId(s2, &id2), CUDA_SUCCESS);
+    CHECK(id1 && id2 && id1 != id2);
+    CHECK_EQ_INT(q_cuStreamGetId(s1, &id2), CUDA_SUCCESS);
+    CHECK_EQ_U64(id1, id2);
+    CHECK_EQ_INT(q_cuCtxGetId(NULL, &cid), CUDA_SUCCESS);
+    CHECK(cid != 0);
+    CUdevice sd = -1;
+    CHECK_EQ_INT(q_cuStreamGetDevice(s1, &sd), CUDA_SUCCESS);
+    CHECK_EQ_INT(sd, 0);
+    int calls = 0;
+    CHECK_EQ_INT(q_cuStreamAddCallback(s1, count_cb, &calls, 0), CUDA_SUCCESS);
+    CHECK_EQ_INT(calls, 1);
+    const char *fname = NULL;
+    CHECK_EQ_INT(q_cuFuncGetName(&fname, spin_fn()), CUDA_SUCCESS);
+    CHECK_EQ_STR(fname, "spin");
+    CUdeviceptr m;
+    REQUIRE_EQ_INT(p_cuMemAllocManaged(&m, 1 << 20, 1), CUDA_SUCCESS);
+    CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+    CHECK_EQ_INT(q_cuMemPrefetchAsync(m, 1 << 20, loc, 0, s1), CUDA_SUCCESS);
+    CHECK_EQ_INT(q_cuMemPrefetchAsync(m, 2 << 20, loc, 0, s1), CUDA_ERROR_INVALID_VALUE);
+    p_cuMemFree_v2(m);
+    p_cuStreamDestroy_v2(s1);
+    p_cuStreamDestroy_v2(s2);
 }
 
 TEST(launch_is_asynchronous)
