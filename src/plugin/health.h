@@ -39,7 +39,7 @@ struct health_gpu {
     bool healthy;
     bool lost;              /* NVML queries fail: cannot recover until they succeed */
     uint64_t last_fatal_ns; /* CLOCK_MONOTONIC of the last fatal event */
-    char reason[96];        /* why it is unhealthy, for logs */
+    char reason[192];       /* why it is unhealthy, for logs */
 };
 
 /* Applies ev to s at time now_ns. Returns true when s->healthy changed.

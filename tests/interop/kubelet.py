@@ -71,6 +71,7 @@ def wait_until(cond, timeout_s, step_s=0.005):
 
 def gen_pb2(source_root, outdir):
     proto_root = os.path.join(source_root, "proto")
+    os.makedirs(outdir, exist_ok=True)
     subprocess.run(["protoc", f"--python_out={outdir}", f"-I{proto_root}",
                     os.path.join(proto_root, "deviceplugin/v1beta1/api.proto")],
                    check=True)
