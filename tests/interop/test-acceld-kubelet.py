@@ -198,7 +198,9 @@ def run(tap, pb, node, pdir, tmp, cfg, kubelet, agent):
         tap.ok(os.path.exists(agent.sock), "socket served again after the wipe")
         # the whole dir removed and made again
         k2.stop()
-        shutil.rmtree(pdir)
+        # renamed away first, so that nothing can be created in it while it goes
+        os.rename(pdir, pdir + ".old")
+        shutil.rmtree(pdir + ".old")
         os.makedirs(pdir)
         k3 = K.FakeKubelet(pb, pdir).start()
         try:
