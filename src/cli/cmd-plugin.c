@@ -3,7 +3,7 @@
  * API: its options, its device list (the first ListAndWatch message, or all
  * of them with --watch), and its answers to GetPreferredAllocation and
  * Allocate, as text or JSON. It only asks; it never registers anything. */
-#include "cmd-plugin.h"
+#include "accelctl.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -63,8 +63,8 @@ static int split_ids(char *s, char **out, size_t *n)
     return 0;
 }
 
-static int call_unary(const struct plugin_args *a, const char *method,
-                      const ProtobufCMessage *req, uint8_t **ret_resp, size_t *ret_len)
+static int call_unary(const struct plugin_args *a, const char *method, const ProtobufCMessage *req,
+                      uint8_t **ret_resp, size_t *ret_len)
 {
     size_t len = protobuf_c_message_get_packed_size(req);
     _cleanup_free_ uint8_t *buf = malloc(len ? len : 1);
@@ -73,8 +73,8 @@ static int call_unary(const struct plugin_args *a, const char *method,
     protobuf_c_message_pack(req, buf);
     int status = 0;
     _cleanup_free_ char *msg = NULL;
-    int r = grpc_blocking_unary(a->socket, method, buf, len, a->timeout_ns, &status, &msg,
-                                ret_resp, ret_len);
+    int r = grpc_blocking_unary(a->socket, method, buf, len, a->timeout_ns, &status, &msg, ret_resp,
+                                ret_len);
     if (r < 0) {
         fprintf(stderr, "accelctl: cannot reach the plugin at %s: %s\n", a->socket, strerror(-r));
         return r;
@@ -143,8 +143,8 @@ static json_t *devices_json(const V1beta1__ListAndWatchResponse *m)
         json_t *numa = json_array();
         for (size_t k = 0; d->topology && numa && k < d->topology->n_nodes; k++)
             json_array_append_new(numa, json_integer(d->topology->nodes[k]->id));
-        json_array_append_new(arr, json_pack("{s:s, s:s, s:o}", "id", d->id, "health",
-                                             d->health, "numa_nodes", numa));
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:o}", "id", d->id, "health", d->health,
+                                             "numa_nodes", numa));
     }
     return arr;
 }
@@ -313,13 +313,12 @@ static json_t *allocate_json(const V1beta1__AllocateResponse *m)
                                                   c->devices[k]->host_path, "permissions",
                                                   c->devices[k]->permissions));
         for (size_t k = 0; k < c->n_annotations; k++)
-            json_object_set_new(ann, c->annotations[k]->key,
-                                json_string(c->annotations[k]->value));
+            json_object_set_new(ann, c->annotations[k]->key, json_string(c->annotations[k]->value));
         for (size_t k = 0; k < c->n_cdi_devices; k++)
             json_array_append_new(cdi, json_string(c->cdi_devices[k]->name));
-        json_array_append_new(arr, json_pack("{s:o, s:o, s:o, s:o, s:o}", "envs", envs, "mounts",
-                                             mounts, "devices", devs, "annotations", ann,
-                                             "cdi_devices", cdi));
+        json_array_append_new(arr,
+                              json_pack("{s:o, s:o, s:o, s:o, s:o}", "envs", envs, "mounts", mounts,
+                                        "devices", devs, "annotations", ann, "cdi_devices", cdi));
     }
     return json_pack("{s:o}", "container_responses", arr);
 }
@@ -375,19 +374,23 @@ static int do_allocate(const struct plugin_args *a)
     return 0;
 }
 
-int cmd_plugin(int argc, char **argv)
+int accelctl_cmd_plugin(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'},  {"json", no_argument, NULL, 'j'},
-        {"watch", no_argument, NULL, 'w'},         {"timeout", required_argument, NULL, 't'},
-        {"available", required_argument, NULL, 'a'}, {"must", required_argument, NULL, 'm'},
-        {"size", required_argument, NULL, 'n'},    {"help", no_argument, NULL, 'h'},
+        {"socket", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},
+        {"watch", no_argument, NULL, 'w'},
+        {"timeout", required_argument, NULL, 't'},
+        {"available", required_argument, NULL, 'a'},
+        {"must", required_argument, NULL, 'm'},
+        {"size", required_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct plugin_args a = {.timeout_ns = DEFAULT_TIMEOUT_NS};
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         plugin_usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        return argc < 2 ? ACCELCTL_EXIT_USAGE : ACCELCTL_EXIT_OK;
     }
     const char *sub = argv[1];
     int c;
@@ -463,5 +466,5 @@ int cmd_plugin(int argc, char **argv)
         plugin_usage(stderr);
         return 2;
     }
-    return r == -EINVAL ? 2 : r < 0 ? 1 : 0;
+    return r == -EINVAL ? ACCELCTL_EXIT_USAGE : r < 0 ? ACCELCTL_EXIT_FAILURE : ACCELCTL_EXIT_OK;
 }
