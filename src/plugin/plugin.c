@@ -432,6 +432,7 @@ static void on_inotify(struct ev_loop *loop, int fd, uint32_t events, void *user
         for (char *q = buf; q < buf + n;) {
             const struct inotify_event *e = (const void *)q;
             q += sizeof(*e) + e->len;
+            log_debug("inotify: wd %d mask 0x%x %s", e->wd, e->mask, e->len ? e->name : "");
             if (e->wd != p->ino_wd)
                 continue;
             if (e->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
