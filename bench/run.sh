@@ -4,3 +4,4 @@
 set -euo pipefail
 build=${1:-build}
 echo "bench: no benchmarks yet"
+bash "$(dirname "$0")/acceld.sh" "$build"
