@@ -80,17 +80,17 @@ static void usage(FILE *f)
     fprintf(
         f, "Usage: acceld [--config FILE] [OPTIONS]\n"
            "The accel node agent: serves the node's GPUs to the kubelet as a device plugin.\n\n"
-           "  --config FILE            YAML config file (see docs/acceld.md); flags win over it\n");
+           "  --config FILE                YAML config file (see docs/acceld.md); flags win over it\n");
     for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
         char flag[64];
         snprintf(flag, sizeof(flag), "--%s%s", k->flag,
                  strcmp(k->key, "noRegister") == 0 ? "" : " VALUE");
-        fprintf(f, "  %-24s %s [%s]\n", flag, k->help, k->key);
+        fprintf(f, "  %-28s %s [%s]\n", flag, k->help, k->key);
     }
     fprintf(f,
-            "  --print-config           print the effective config as YAML and exit\n"
-            "  --version                print the version and exit\n"
-            "  --help                   this text\n\n"
+            "  --print-config               print the effective config as YAML and exit\n"
+            "  --version                    print the version and exit\n"
+            "  --help                       this text\n\n"
             "Signals: SIGTERM/SIGINT exit cleanly (sockets removed); SIGHUP reloads the config.\n"
             "Exit status: 0 clean exit, 1 runtime failure, 2 bad flags or config.\n");
 }
