@@ -47,7 +47,8 @@ struct agent {
     struct pgpu *pgpu;
     struct acceld_plugin *plugin;
     struct health_monitor *health;
-    struct health_gpu *hstate;
+    struct health_gpu *hstate; /* per device (pgpu index) */
+    int *map;                  /* device index -> inventory index */
     uint64_t recovery_timer;
     int exit_code;
 };
@@ -77,10 +78,10 @@ static int build_config(const struct agent *a, struct acceld_config *ret_cfg, ch
 
 static void usage(FILE *f)
 {
-    fprintf(
-        f, "Usage: acceld [--config FILE] [OPTIONS]\n"
-           "The accel node agent: serves the node's GPUs to the kubelet as a device plugin.\n\n"
-           "  --config FILE                YAML config file (see docs/acceld.md); flags win over it\n");
+    fprintf(f, "Usage: acceld [--config FILE] [OPTIONS]\n"
+               "The accel node agent: serves the node's GPUs to the kubelet as a device plugin.\n\n"
+               "  --config FILE                YAML config file (see docs/acceld.md); flags win "
+               "over it\n");
     for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
         char flag[64];
         snprintf(flag, sizeof(flag), "--%s%s", k->flag,
@@ -192,14 +193,14 @@ static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *user_
         size_t first = ev.gpu < 0 ? 0 : (size_t)ev.gpu;
         size_t last = ev.gpu < 0 ? pgpu_count(a->pgpu) : first + 1;
         for (size_t i = first; i < last && i < pgpu_count(a->pgpu); i++) {
-            bool ignored = false;
+            bool ignored = false, was_lost = a->hstate[i].lost;
             if (health_apply(&a->hstate[i], &ev, &a->cfg, now, &ignored)) {
                 set_health(a, i, "");
                 changed = true;
             } else if (ignored) {
                 log_info("GPU %s: XID %llu ignored (health.ignoredXids)", pgpu_id(a->pgpu, i),
                          (unsigned long long)ev.data);
-            } else if (ev.kind == HEALTH_EV_BACK) {
+            } else if (ev.kind == HEALTH_EV_BACK && was_lost) {
                 log_info("GPU %s answers NVML again", pgpu_id(a->pgpu, i));
             }
         }
@@ -337,32 +338,66 @@ static enum policy_pcie pcie_of(enum gpu_link_kind k)
     }
 }
 
+/* A GPU can be advertised only with a UUID (its device ID), once. */
+static bool usable(const struct gpu_inventory *inv, int i)
+{
+    const struct gpu_device *d = &inv->devices[i];
+    if (!d->uuid[0] || strlen(d->uuid) >= PGPU_ID_MAX)
+        return false;
+    for (int j = 0; j < i; j++)
+        if (strcmp(inv->devices[j].uuid, d->uuid) == 0)
+            return false;
+    return true;
+}
+
+/* Builds the device table from the GPUs that can be advertised; a->map[k]
+ * is the inventory index of device k (the health monitor uses device
+ * indices). */
 static int make_pgpu(struct agent *a)
 {
     const struct gpu_inventory *inv = a->inv;
-    size_t n = (size_t)inv->count;
-    struct pgpu_gpu_desc *g = calloc(n ? n : 1, sizeof(*g));
-    uint8_t *pcie = inv->links ? calloc(n ? n * n : 1, 1) : NULL;
-    int *nvl = inv->links ? calloc(n ? n * n : 1, sizeof(int)) : NULL;
-    a->hstate = calloc(n ? n : 1, sizeof(*a->hstate));
+    size_t total = (size_t)inv->count, n = 0;
+    struct pgpu_gpu_desc *g = calloc(total ? total : 1, sizeof(*g));
+    a->map = calloc(total ? total : 1, sizeof(int));
+    a->hstate = calloc(total ? total : 1, sizeof(*a->hstate));
+    uint8_t *pcie = NULL;
+    int *nvl = NULL;
     int r = -ENOMEM;
-    if (!g || !a->hstate || (inv->links && (!pcie || !nvl)))
+    if (!g || !a->map || !a->hstate)
         goto out;
-    for (size_t i = 0; i < n; i++) {
+    for (int i = 0; i < inv->count; i++) {
         const struct gpu_device *d = &inv->devices[i];
+        if (!usable(inv, i)) {
+            log_warn("GPU %d (PCI %s) is not advertised: no usable UUID (%s)", i,
+                     d->pci_bus_id[0] ? d->pci_bus_id : "unknown",
+                     d->error[0] ? d->error : "duplicate or too long");
+            continue;
+        }
+        a->map[n] = i;
         int minor = d->minor >= 0 ? d->minor : d->index;
-        g[i] = (struct pgpu_gpu_desc){d->uuid, minor, d->numa_node, d->healthy};
-        a->hstate[i].healthy = d->healthy;
+        g[n] = (struct pgpu_gpu_desc){d->uuid, minor, d->numa_node, d->healthy};
+        a->hstate[n].healthy = d->healthy;
         if (!d->healthy) {
             /* unhealthy at start: treated like lost until NVML answers */
-            a->hstate[i].lost = true;
-            a->hstate[i].last_fatal_ns = mono_ns();
-            snprintf(a->hstate[i].reason, sizeof(a->hstate[i].reason), "%s", d->error);
+            a->hstate[n].lost = true;
+            a->hstate[n].last_fatal_ns = mono_ns();
+            snprintf(a->hstate[n].reason, sizeof(a->hstate[n].reason), "%s", d->error);
             log_warn("GPU %s is Unhealthy at start: %s", d->uuid, d->error);
         }
-        for (size_t j = 0; inv->links && j < n; j++) {
-            pcie[i * n + j] = (uint8_t)pcie_of(inv->links[i * n + j].pcie);
-            nvl[i * n + j] = inv->links[i * n + j].nvlinks;
+        n++;
+    }
+    if (inv->links) {
+        pcie = calloc(n ? n * n : 1, 1);
+        nvl = calloc(n ? n * n : 1, sizeof(int));
+        if (!pcie || !nvl)
+            goto out;
+        for (size_t k = 0; k < n; k++) {
+            for (size_t m = 0; m < n; m++) {
+                const struct gpu_link *l =
+                    &inv->links[(size_t)a->map[k] * total + (size_t)a->map[m]];
+                pcie[k * n + m] = (uint8_t)pcie_of(l->pcie);
+                nvl[k * n + m] = l->nvlinks;
+            }
         }
     }
     struct pgpu_options po = pgpu_opts(&a->cfg);
@@ -403,13 +438,14 @@ static int start(struct agent *a)
         return r;
     if ((r = ev_loop_add_io(a->loop, a->sig_fd, EPOLLIN, on_signal, a)) < 0)
         return r;
-    const char **uuids = calloc((size_t)a->inv->count + 1, sizeof(char *));
+    size_t n = pgpu_count(a->pgpu);
+    const char **uuids = calloc(n + 1, sizeof(char *));
     if (!uuids)
         return -ENOMEM;
-    for (int i = 0; i < a->inv->count; i++)
-        uuids[i] = a->inv->devices[i].uuid;
+    for (size_t i = 0; i < n; i++)
+        uuids[i] = pgpu_id(a->pgpu, i);
     size_t warnings = 0;
-    r = health_monitor_start(a->nvml, uuids, (size_t)a->inv->count, &a->health, &warnings);
+    r = health_monitor_start(a->nvml, uuids, n, &a->health, &warnings);
     free(uuids);
     if (r < 0) {
         log_error("cannot start the health monitor: %s", strerror(-r));
@@ -439,6 +475,7 @@ static void stop(struct agent *a)
     a->loop = ev_loop_free(a->loop);
     a->pgpu = pgpu_free(a->pgpu);
     free(a->hstate);
+    free(a->map);
     a->inv = gpu_inventory_free(a->inv);
     a->nvml = gpu_nvml_free(a->nvml);
     if (a->sig_fd >= 0)

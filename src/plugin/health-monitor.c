@@ -22,6 +22,7 @@ struct health_gpu_nvml {
     char uuid[96];
     nvmlDevice_t dev; /* NULL while lost */
     bool lost;        /* what the thread last reported */
+    bool reported;    /* the first probe reports either way (acceld may think it lost) */
 };
 
 struct health_monitor {
@@ -51,13 +52,33 @@ static void emit(struct health_monitor *m, int gpu, enum health_kind kind, uint6
     }
 }
 
+/* The handle of the GPU with this UUID: by UUID where NVML has that, else by
+ * walking the indices (NVML's index is not ours once a GPU is skipped). */
+static nvmlReturn_t find_handle(struct gpu_nvml *nv, const char *uuid, nvmlDevice_t *ret)
+{
+    if (nv->nvmlDeviceGetHandleByUUID)
+        return nv->nvmlDeviceGetHandleByUUID(uuid, ret);
+    unsigned n = 0;
+    nvmlReturn_t r = nv->nvmlDeviceGetCount_v2(&n);
+    if (r != NVML_SUCCESS)
+        return r;
+    for (unsigned i = 0; i < n && nv->nvmlDeviceGetUUID; i++) {
+        nvmlDevice_t d;
+        char u[96];
+        if (nv->nvmlDeviceGetHandleByIndex_v2(i, &d) == NVML_SUCCESS &&
+            nv->nvmlDeviceGetUUID(d, u, sizeof(u)) == NVML_SUCCESS && strcmp(u, uuid) == 0) {
+            *ret = d;
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
 static nvmlReturn_t probe(struct health_monitor *m, struct health_gpu_nvml *g)
 {
     struct gpu_nvml *nv = m->nvml;
     if (!g->dev) {
-        if (!nv->nvmlDeviceGetHandleByUUID)
-            return NVML_ERROR_NOT_SUPPORTED;
-        nvmlReturn_t r = nv->nvmlDeviceGetHandleByUUID(g->uuid, &g->dev);
+        nvmlReturn_t r = find_handle(nv, g->uuid, &g->dev);
         if (r != NVML_SUCCESS) {
             g->dev = NULL;
             return r;
@@ -85,8 +106,9 @@ static void probe_all(struct health_monitor *m)
                     r == NVML_ERROR_GPU_NOT_FOUND || (r != NVML_SUCCESS && !g->dev);
         if (r == NVML_ERROR_GPU_IS_LOST)
             g->dev = NULL; /* look it up again when it answers */
-        if (lost != g->lost) {
+        if (lost != g->lost || !g->reported) {
             g->lost = lost;
+            g->reported = true;
             emit(m, (int)i, lost ? HEALTH_EV_LOST : HEALTH_EV_BACK, r);
         }
     }
@@ -167,12 +189,8 @@ int health_monitor_start(struct gpu_nvml *nvml, const char *const *uuids, size_t
     for (size_t i = 0; i < n; i++) {
         struct health_gpu_nvml *g = &m->gpus[i];
         snprintf(g->uuid, sizeof(g->uuid), "%s", uuids[i]);
-        if (!nvml->nvmlDeviceGetHandleByUUID ||
-            nvml->nvmlDeviceGetHandleByUUID(g->uuid, &g->dev) != NVML_SUCCESS) {
-            if (!nvml->nvmlDeviceGetHandleByIndex_v2 ||
-                nvml->nvmlDeviceGetHandleByIndex_v2((unsigned)i, &g->dev) != NVML_SUCCESS)
-                g->dev = NULL;
-        }
+        if (find_handle(nvml, g->uuid, &g->dev) != NVML_SUCCESS)
+            g->dev = NULL;
         if (!g->dev || !m->set)
             continue;
         unsigned long long want = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError;

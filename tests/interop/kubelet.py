@@ -323,6 +323,7 @@ class Acceld:
 
     def __init__(self, build, node, plugin_dir, tmp, extra=(), config=None):
         self.exe = os.path.join(build, "src/plugin/acceld")
+        os.makedirs(tmp, exist_ok=True)
         self.log_path = os.path.join(tmp, "acceld.log")
         self.plugin_dir = plugin_dir
         args = [self.exe, "--device-plugin-dir", plugin_dir, "--sysfs-root", node.sysfs,

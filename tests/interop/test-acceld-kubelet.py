@@ -41,6 +41,7 @@ def main():
     with open(cfg, "w") as f:
         f.write(f"logLevel: debug\nhealth:\n  recoverAfter: {RECOVER}\n")
 
+    lost_at_start(tap, build, pb, node, tmp)
     kubelet = K.FakeKubelet(pb, pdir).start()
     agent = K.Acceld(build, node, pdir, tmp, config=cfg)
     try:
@@ -254,6 +255,38 @@ def restart_and_signals(tap, pb, pdir, cfg, kubelet, agent):
     rc = agent.stop(signal.SIGTERM)
     tap.ok(rc == 0, "SIGTERM: exit status 0", rc)
     tap.ok(not os.path.exists(agent.sock), "SIGTERM: socket removed")
+
+
+def lost_at_start(tap, build, pb, node, tmp):
+    """A GPU lost before acceld starts: left out (no UUID) or listed
+    Unhealthy; the others are served Healthy."""
+    d = os.path.join(tmp, "dp-lost")
+    os.makedirs(d)
+    if node.can_inject:
+        node.cmd("lose", 2)
+        extra_env = {}
+    else:
+        extra_env = {"FAKE_NVML_LOST": "2"}
+    saved = node.env
+    node.env = dict(saved, **extra_env)
+    a = K.Acceld(build, node, d, os.path.join(tmp, "lost"), extra=["--no-register"])
+    node.env = saved
+    try:
+        ok = K.wait_until(lambda: os.path.exists(a.sock) or not a.alive(), T)
+        if not tap.ok(ok and a.alive(), "acceld starts with a GPU lost", a.log_text()):
+            return
+        p = K.Plugin(pb, a.sock)
+        w = p.watch()
+        u = w.wait_for(lambda u: len(u) >= 7, T) or {}
+        healthy = [i for i, (h, _) in u.items() if h == "Healthy"]
+        tap.ok(len(healthy) == 7 and len(u) in (7, 8),
+               "a GPU lost at start is left out or Unhealthy, the other 7 Healthy", u)
+        w.cancel()
+        p.close()
+    finally:
+        a.stop()
+        if node.can_inject:
+            node.cmd("restore", 2)
 
 
 def accelctl_checks(tap, node, agent, ids, first):
