@@ -42,6 +42,7 @@ def main():
         f.write(f"logLevel: debug\nhealth:\n  recoverAfter: {RECOVER}\n")
 
     lost_at_start(tap, build, pb, node, tmp)
+    cdi_strategy(tap, build, pb, node, tmp)
     kubelet = K.FakeKubelet(pb, pdir).start()
     agent = K.Acceld(build, node, pdir, tmp, config=cfg)
     try:
@@ -287,6 +288,41 @@ def lost_at_start(tap, build, pb, node, tmp):
         a.stop()
         if node.can_inject:
             node.cmd("restore", 2)
+
+
+def cdi_strategy(tap, build, pb, node, tmp):
+    """deviceListStrategy cdi: Allocate names CDI devices; the spec on disk
+    lists every advertised GPU."""
+    d = os.path.join(tmp, "dp-cdi")
+    os.makedirs(d)
+    t = os.path.join(tmp, "cdi-run")
+    a = K.Acceld(build, node, d, t, extra=["--no-register", "--device-list-strategy", "cdi",
+                                           "--cdi-vendor", "example.com"])
+    try:
+        if not tap.ok(K.wait_until(lambda: os.path.exists(a.sock) or not a.alive(), T)
+                      and a.alive(), "acceld starts with the cdi strategy", a.log_text()):
+            return
+        p = K.Plugin(pb, a.sock)
+        w = p.watch()
+        u = w.wait_for(lambda u: len(u) == 8, T) or {}
+        w.cancel()
+        ids = list(u)
+        r = p.allocate(ids[:2]).container_responses[0]
+        p.close()
+        names = [c.name for c in r.cdi_devices]
+        tap.ok(names == [f"example.com/gpu={i}" for i in ids[:2]] and not r.envs,
+               "cdi strategy: Allocate returns CDI device names, no env", names)
+        spec_path = os.path.join(t, "cdi", "accel-example.com-gpu.json")
+        try:
+            with open(spec_path) as f:
+                spec = json.load(f)
+        except (OSError, ValueError) as e:
+            spec = {"error": str(e)}
+        tap.ok(spec.get("kind") == "example.com/gpu" and
+               sorted(dev["name"] for dev in spec.get("devices", [])) == sorted(ids),
+               "cdi strategy: the CDI spec lists every GPU", spec)
+    finally:
+        a.stop()
 
 
 def accelctl_checks(tap, node, agent, ids, first):
