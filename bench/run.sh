@@ -3,5 +3,7 @@
 # copied into docs/benchmarks.md by hand with the date and machine.
 set -euo pipefail
 build=${1:-build}
-echo "bench: no benchmarks yet"
+echo "== bench-inventory (src/gpu; fake NVML, our overhead only)"
+"$build/bench/bench-inventory" "$build/tests/inventory/libfake-nvml.so"
+echo "== acceld (8 emulated GPUs: Allocate, GetPreferredAllocation, XID-to-wire, peak RSS)"
 bash "$(dirname "$0")/acceld.sh" "$build"

@@ -13,16 +13,15 @@
 
 static void gpus_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: accelctl gpus [--json] [--nvml PATH] [--sysfs-root DIR]\n"
-            "\n"
-            "Lists the node's GPUs: index, UUID, name, memory, PCI bus, NUMA node, compute\n"
-            "capability and health, then the link between every two GPUs.\n"
-            "\n"
-            "  --json             print a JSON array of objects instead of a table\n"
-            "  --nvml PATH        NVML library to load (default: $ACCEL_NVML_LIBRARY, else\n"
-            "                     libnvidia-ml.so.1)\n"
-            "  --sysfs-root DIR   where sysfs is mounted, for NUMA nodes (default /sys)\n");
+    fprintf(f, "usage: accelctl gpus [--json] [--nvml PATH] [--sysfs-root DIR]\n"
+               "\n"
+               "Lists the node's GPUs: index, UUID, name, memory, PCI bus, NUMA node, compute\n"
+               "capability and health, then the link between every two GPUs.\n"
+               "\n"
+               "  --json             print a JSON array of objects instead of a table\n"
+               "  --nvml PATH        NVML library to load (default: $ACCEL_NVML_LIBRARY, else\n"
+               "                     libnvidia-ml.so.1)\n"
+               "  --sysfs-root DIR   where sysfs is mounted, for NUMA nodes (default /sys)\n");
 }
 
 /* "NV4" when NVLinks join the two GPUs, else the PCIe word (nvidia-smi topo's notation). */
@@ -123,8 +122,8 @@ static json_t *device_json(const struct gpu_inventory *inv, int i, bool *ok)
     set(o, "vbios", d->vbios[0] ? json_string(d->vbios) : json_null(), ok);
     set(o, "driver_version",
         inv->driver_version[0] ? json_string(inv->driver_version) : json_null(), ok);
-    set(o, "cuda_driver_version", inv->cuda_driver_version > 0 ?
-        json_integer(inv->cuda_driver_version) : json_null(), ok);
+    set(o, "cuda_driver_version",
+        inv->cuda_driver_version > 0 ? json_integer(inv->cuda_driver_version) : json_null(), ok);
     set(o, "health", json_string(d->healthy ? "healthy" : "unhealthy"), ok);
     set(o, "error", d->healthy ? json_null() : json_string(d->error), ok);
 
@@ -190,10 +189,18 @@ int accelctl_cmd_gpus(int argc, char **argv)
     opterr = 0;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
         switch (c) {
-        case 'j': json = true; break;
-        case 'n': o.nvml_path = optarg; break;
-        case 's': o.sysfs_root = optarg; break;
-        case 'h': gpus_usage(stdout); return ACCELCTL_EXIT_OK;
+        case 'j':
+            json = true;
+            break;
+        case 'n':
+            o.nvml_path = optarg;
+            break;
+        case 's':
+            o.sysfs_root = optarg;
+            break;
+        case 'h':
+            gpus_usage(stdout);
+            return ACCELCTL_EXIT_OK;
         default:
             fprintf(stderr, "accelctl gpus: bad option '%s'\n", argv[optind - 1]);
             gpus_usage(stderr);

@@ -12,6 +12,12 @@ import tempfile
 BUILD = os.environ.get('ACCEL_BUILD_ROOT', 'build')
 ACCELCTL = os.path.join(BUILD, 'src', 'cli', 'accelctl')
 FAKE = os.path.join(BUILD, 'tests', 'inventory', 'libfake-nvml.so')
+EMU_NVML = os.path.join(BUILD, 'src', 'emu', 'libnvidia-ml.so.1')
+EMU = os.path.join(BUILD, 'src', 'emu', 'accel-emu')
+
+
+class Skip(Exception):
+    pass
 
 results = []
 
@@ -143,6 +149,55 @@ def zero_gpus():
     expect(rc == 0 and '0 GPUs' in out, out)
 
 
+def emu_machine(tmp, *init_args):
+    if not (os.access(EMU_NVML, os.R_OK) and os.access(EMU, os.X_OK)):
+        raise Skip('emulator not built')
+    state = os.path.join(tmp, 'state')
+    p = subprocess.run([EMU, '--state', state, 'init', *init_args], capture_output=True,
+                       text=True, timeout=60)
+    expect(p.returncode == 0, f'accel-emu init: {p.stderr}')
+    env = {'ACCEL_EMU_STATE': state, 'ACCEL_NVML_LIBRARY': EMU_NVML}
+    return state, state + '.d/sysfs', env
+
+
+@case
+def emulated_four_gpus_json():
+    tmp = tempfile.mkdtemp()
+    try:
+        _, sysfs, env = emu_machine(tmp, '--gpus', '4', '--numa', '0,0,1,1', '--nvlink', 'pairs')
+        rc, out, err = run('gpus', '--json', '--sysfs-root', sysfs, env_extra=env)
+        expect(rc == 0, f'rc={rc} err={err!r}')
+        gpus = json.loads(out)
+        expect(len(gpus) == 4, out)
+        expect([g['numa_node'] for g in gpus] == [0, 0, 1, 1], out)
+        expect(all(g['health'] == 'healthy' for g in gpus), out)
+        expect(len({g['uuid'] for g in gpus}) == 4, 'UUIDs must differ')
+        link01 = [l for l in gpus[0]['links'] if l['index'] == 1][0]
+        expect(link01['nvlinks'] > 0, link01)
+        rc, out, err = run('gpus', '--sysfs-root', sysfs, env_extra=env)
+        expect(rc == 0 and all(g['uuid'] in out for g in gpus), out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@case
+def emulated_lost_gpu():
+    tmp = tempfile.mkdtemp()
+    try:
+        state, sysfs, env = emu_machine(tmp, '--gpus', '4')
+        p = subprocess.run([EMU, '--state', state, 'lose', '1'], capture_output=True, text=True,
+                           timeout=60)
+        expect(p.returncode == 0, f'accel-emu lose: {p.stderr}')
+        rc, out, err = run('gpus', '--json', '--sysfs-root', sysfs, env_extra=env)
+        expect(rc == 0, f'rc={rc} err={err!r}')
+        gpus = json.loads(out)
+        expect(len(gpus) == 4, out)
+        expect(gpus[1]['health'] == 'unhealthy' and gpus[1]['error'], gpus[1])
+        expect(all(g['health'] == 'healthy' for i, g in enumerate(gpus) if i != 1), out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     if not os.access(ACCELCTL, os.X_OK):
         print(f'1..0 # SKIP {ACCELCTL} not built')
@@ -153,6 +208,8 @@ def main():
         try:
             fn()
             print(f'ok {n} - {fn.__name__}')
+        except Skip as e:
+            print(f'ok {n} - {fn.__name__} # SKIP {e}')
         except Exception as e:  # noqa: BLE001 - report every failure as TAP
             failed += 1
             for line in str(e).splitlines() or ['']:
