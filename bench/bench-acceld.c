@@ -13,6 +13,7 @@
  *                     [--pid PID]
  * Run through bench/acceld.sh, which sets up the emulated node. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -244,8 +245,13 @@ int main(int argc, char **argv)
             snprintf(gs, sizeof(gs), "%zu", g);
             char *args[] = {(char *)emu, "xid", gs, "79", NULL};
             pid_t child;
+            posix_spawn_file_actions_t fa;
+            posix_spawn_file_actions_init(&fa);
+            posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
             uint64_t t0 = mono_ns();
-            if (posix_spawn(&child, emu, NULL, NULL, args, environ) != 0) {
+            int sr = posix_spawn(&child, emu, &fa, NULL, args, environ);
+            posix_spawn_file_actions_destroy(&fa);
+            if (sr != 0) {
                 fprintf(stderr, "bench-acceld: cannot run %s\n", emu);
                 break;
             }
