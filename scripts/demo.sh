@@ -43,7 +43,7 @@ demo_acceld() {
     fi
     echo "\$ accelctl plugin devices --socket $sock"
     "$accelctl" plugin devices --socket "$sock"
-    id=$("$accelctl" plugin prefer --socket "$sock" --size 2 | tr '\n' ' ')
+    id=$("$accelctl" plugin prefer --socket "$sock" --size 2 | paste -sd' ')
     echo "\$ accelctl plugin prefer --socket ... --size 2   # an NVLink pair on one NUMA node"
     echo "$id"
     echo "\$ accelctl plugin allocate --socket ... $id"
