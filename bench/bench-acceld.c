@@ -99,8 +99,7 @@ static void on_list(const uint8_t *msg, size_t len, void *user_data)
 static void on_stream_done(int status, const char *message, const uint8_t *resp, size_t len,
                            void *user_data)
 {
-    fprintf(stderr, "bench-acceld: ListAndWatch ended: %s %s\n", grpc_status_name(status),
-            message);
+    fprintf(stderr, "bench-acceld: ListAndWatch ended: %s %s\n", grpc_status_name(status), message);
 }
 
 /* Runs the loop until cond(b, arg) or timeout; returns whether cond held. */
@@ -149,9 +148,9 @@ static long vm_hwm_kib(int pid)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'}, {"calls", required_argument, NULL, 'c'},
+        {"socket", required_argument, NULL, 's'},      {"calls", required_argument, NULL, 'c'},
         {"xid-samples", required_argument, NULL, 'x'}, {"emu", required_argument, NULL, 'e'},
-        {"pid", required_argument, NULL, 'p'},    {NULL, 0, NULL, 0},
+        {"pid", required_argument, NULL, 'p'},         {NULL, 0, NULL, 0},
     };
     const char *sock = NULL, *emu = NULL;
     int calls = 2000, xid_samples = 0, pid = 0, c;
@@ -182,8 +181,8 @@ int main(int argc, char **argv)
     V1beta1__Empty empty = V1BETA1__EMPTY__INIT;
     uint8_t ebuf[8];
     size_t elen = v1beta1__empty__pack(&empty, ebuf);
-    if (grpc_client_stream(b.client, "/v1beta1.DevicePlugin/ListAndWatch", ebuf, elen, 0,
-                           on_list, on_stream_done, &b, NULL) < 0 ||
+    if (grpc_client_stream(b.client, "/v1beta1.DevicePlugin/ListAndWatch", ebuf, elen, 0, on_list,
+                           on_stream_done, &b, NULL) < 0 ||
         !loop_until(&b, have_list, 0, 5000000000ull)) {
         fprintf(stderr, "bench-acceld: no device list\n");
         return 1;

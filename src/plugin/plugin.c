@@ -56,6 +56,7 @@ struct acceld_plugin {
     uint64_t retry_timer;
     uint64_t free_timer;
     uint64_t backoff_ns;
+    unsigned attempts; /* since start, for debug logs */
 
     /* inotify */
     int ino_fd;
@@ -329,6 +330,7 @@ static void on_register_done(int status, const char *message, const uint8_t *res
 static void reg_attempt(struct acceld_plugin *p)
 {
     client_drop(p);
+    log_debug("registering with the kubelet at %s (attempt %u)", p->kubelet_path, ++p->attempts);
     if (!p->serving && serve(p) < 0) {
         p->reg = REG_WAITING;
         backoff_next(p);

@@ -43,6 +43,7 @@ def main():
 
     lost_at_start(tap, build, pb, node, tmp)
     cdi_strategy(tap, build, pb, node, tmp)
+    kubelet_late(tap, build, pb, node, tmp)
     kubelet = K.FakeKubelet(pb, pdir).start()
     agent = K.Acceld(build, node, pdir, tmp, config=cfg)
     try:
@@ -322,6 +323,26 @@ def cdi_strategy(tap, build, pb, node, tmp):
                sorted(dev["name"] for dev in spec.get("devices", [])) == sorted(ids),
                "cdi strategy: the CDI spec lists every GPU", spec)
     finally:
+        a.stop()
+
+
+def kubelet_late(tap, build, pb, node, tmp):
+    """No kubelet at start: retries with backoff, one log line for the whole
+    outage, registers once the kubelet appears."""
+    d = os.path.join(tmp, "dp-late")
+    os.makedirs(d)
+    a = K.Acceld(build, node, d, os.path.join(tmp, "late"), extra=["--log-level", "debug"])
+    k = None
+    try:
+        tap.ok(K.wait_until(lambda: "(attempt 4)" in a.log_text() or not a.alive(), T)
+               and a.alive(), "kubelet absent: acceld keeps retrying", a.log_text())
+        n = a.log_text().count("kubelet not reachable")
+        tap.ok(n == 1, "kubelet absent: logged once, not once per retry", n)
+        k = K.FakeKubelet(pb, d).start()
+        tap.ok(K.wait_until(lambda: k.count() >= 1, T), "registers when the kubelet appears")
+    finally:
+        if k:
+            k.stop()
         a.stop()
 
 
