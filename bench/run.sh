@@ -5,5 +5,9 @@ set -euo pipefail
 build=${1:-build}
 echo "== bench-inventory (src/gpu; fake NVML, our overhead only)"
 "$build/bench/bench-inventory" "$build/tests/inventory/libfake-nvml.so"
+if [ -x "$build/bench/bench-grpc" ]; then
+    echo "== bench-grpc (our client -> our server, unix socket)"
+    "$build/bench/bench-grpc"
+fi
 echo "== acceld (8 emulated GPUs: Allocate, GetPreferredAllocation, XID-to-wire, peak RSS)"
 bash "$(dirname "$0")/acceld.sh" "$build"

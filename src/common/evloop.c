@@ -111,8 +111,7 @@ int ev_loop_mod_io(struct ev_loop *loop, int fd, uint32_t events)
     struct ev_io *io = io_slot(loop, fd);
     if (!io)
         return -ENOENT;
-    struct epoll_event ev = {.events = events,
-                             .data.u64 = (uint64_t)io->gen << 32 | (uint32_t)fd};
+    struct epoll_event ev = {.events = events, .data.u64 = (uint64_t)io->gen << 32 | (uint32_t)fd};
     if (epoll_ctl(loop->epfd, EPOLL_CTL_MOD, fd, &ev) < 0)
         return -errno;
     return 0;

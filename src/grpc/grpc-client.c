@@ -266,8 +266,7 @@ static int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const
     return 0;
 }
 
-static int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_code,
-                           void *user_data)
+static int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_code, void *user_data)
 {
     struct grpc_client_call *call = call_of(sess, id);
     if (!call)
@@ -325,8 +324,8 @@ static ssize_t req_read_cb(nghttp2_session *sess, int32_t id, uint8_t *buf, size
 
 /* ---------------------------------------------------------------- client */
 
-int grpc_client_new(struct ev_loop *loop, const char *socket_path,
-                    const struct grpc_limits *limits, struct grpc_client **ret)
+int grpc_client_new(struct ev_loop *loop, const char *socket_path, const struct grpc_limits *limits,
+                    struct grpc_client **ret)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(socket_path) >= sizeof(sa.sun_path))
@@ -369,8 +368,8 @@ int grpc_client_new(struct ev_loop *loop, const char *socket_path,
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
     };
     if (nghttp2_submit_settings(c->io.session, NGHTTP2_FLAG_NONE, iv, ARRAY_SIZE(iv)) != 0 ||
-        nghttp2_session_set_local_window_size(c->io.session, NGHTTP2_FLAG_NONE, 0,
-                                              CONN_WINDOW) != 0) {
+        nghttp2_session_set_local_window_size(c->io.session, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW) !=
+            0) {
         r = -ENOMEM;
         goto fail;
     }
@@ -444,7 +443,7 @@ static void format_timeout(char *buf, size_t len, uint64_t ns)
 
 #define NV(n, v)                                                                                   \
     {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE            \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
     }
 
 static int start_call(struct grpc_client *c, const char *method, const ProtobufCMessage *msg,
@@ -509,8 +508,7 @@ static int start_call(struct grpc_client *c, const char *method, const ProtobufC
     if (c->calls)
         c->calls->prev = call;
     c->calls = call;
-    if (timeout_ns &&
-        ev_loop_add_timer(c->loop, timeout_ns, deadline_cb, call, &call->timer) < 0) {
+    if (timeout_ns && ev_loop_add_timer(c->loop, timeout_ns, deadline_cb, call, &call->timer) < 0) {
         /* Without a timer the deadline cannot be kept: fail the call now. */
         nghttp2_submit_rst_stream(c->io.session, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
         call->done_called = true;
@@ -524,8 +522,8 @@ static int start_call(struct grpc_client *c, const char *method, const ProtobufC
 }
 
 int grpc_client_unary(struct grpc_client *client, const char *method, const uint8_t *req,
-                      size_t len, uint64_t timeout_ns, grpc_client_done_fn done,
-                      void *user_data, struct grpc_client_call **ret_call)
+                      size_t len, uint64_t timeout_ns, grpc_client_done_fn done, void *user_data,
+                      struct grpc_client_call **ret_call)
 {
     return start_call(client, method, NULL, req, len, timeout_ns, false, NULL, done, user_data,
                       ret_call);
@@ -602,8 +600,8 @@ static void blocking_msg(const uint8_t *msg, size_t len, void *user_data)
     }
 }
 
-static int blocking_run(const char *socket_path, const char *method, const uint8_t *req,
-                        size_t len, uint64_t timeout_ns, struct blocking *b)
+static int blocking_run(const char *socket_path, const char *method, const uint8_t *req, size_t len,
+                        uint64_t timeout_ns, struct blocking *b)
 {
     struct ev_loop *loop = NULL;
     struct grpc_client *c = NULL;
@@ -613,8 +611,8 @@ static int blocking_run(const char *socket_path, const char *method, const uint8
     r = grpc_client_new(loop, socket_path, NULL, &c);
     if (r == 0) {
         if (b->on_msg)
-            r = grpc_client_stream(c, method, req, len, timeout_ns, blocking_msg, blocking_done,
-                                   b, &b->call);
+            r = grpc_client_stream(c, method, req, len, timeout_ns, blocking_msg, blocking_done, b,
+                                   &b->call);
         else
             r = grpc_client_unary(c, method, req, len, timeout_ns, blocking_done, b, NULL);
     }
@@ -634,8 +632,8 @@ static int blocking_run(const char *socket_path, const char *method, const uint8
     return r;
 }
 
-int grpc_blocking_unary(const char *socket_path, const char *method, const uint8_t *req,
-                        size_t len, uint64_t timeout_ns, int *ret_status, char **ret_message,
+int grpc_blocking_unary(const char *socket_path, const char *method, const uint8_t *req, size_t len,
+                        uint64_t timeout_ns, int *ret_status, char **ret_message,
                         uint8_t **ret_resp, size_t *ret_len)
 {
     struct blocking b = {0};

@@ -35,13 +35,13 @@ static inline const uint8_t *grpc_buf_head(const struct grpc_buf *b)
 /* Reassembles length-prefixed gRPC messages (1 byte compressed flag, 4 bytes
  * big-endian length, payload) from arbitrary DATA chunks. */
 struct grpc_msgparser {
-    size_t max;      /* largest payload accepted */
+    size_t max; /* largest payload accepted */
     uint8_t hdr[5];
-    size_t hdr_len;  /* bytes of hdr[] filled */
-    uint32_t need;   /* payload length of the message being read */
+    size_t hdr_len; /* bytes of hdr[] filled */
+    uint32_t need;  /* payload length of the message being read */
     struct grpc_buf body;
-    unsigned count;  /* complete messages so far */
-    int error;       /* sticky: first error returned */
+    unsigned count; /* complete messages so far */
+    int error;      /* sticky: first error returned */
 };
 
 /* Called per complete message; msg is borrowed. Returning non-zero stops the
@@ -87,7 +87,7 @@ struct grpc_h2io {
     int fd;
     nghttp2_session *session;
     struct grpc_buf out;
-    bool want_out;                 /* EPOLLOUT currently requested */
+    bool want_out; /* EPOLLOUT currently requested */
     void (*sink)(const uint8_t *data, size_t len, void *user_data);
     void *sink_data;
 };

@@ -76,15 +76,16 @@ struct srv_stream {
     bool method_post, content_type_ok, bad_header;
     bool remote_closed;
     bool rst_after_send; /* reset once our END_STREAM is out (peer still sending) */
+    size_t accounted;    /* request bytes held, as counted in conn->req_bytes */
     const struct grpc_method *method;
     struct grpc_msgparser parser;
     uint8_t *req;
     size_t req_len;
-    bool responded;    /* response headers submitted */
-    bool with_body;    /* ...with a data provider (not trailers-only) */
-    bool finished;     /* trailers wanted after the queue drains */
+    bool responded; /* response headers submitted */
+    bool with_body; /* ...with a data provider (not trailers-only) */
+    bool finished;  /* trailers wanted after the queue drains */
     int status;
-    char *message;     /* percent-encoded */
+    char *message; /* percent-encoded */
     struct grpc_buf outq;
     struct grpc_call *call;
     struct srv_stream *prev, *next;
@@ -95,6 +96,7 @@ struct grpc_server_conn {
     struct grpc_h2io io;
     struct srv_stream *streams;
     unsigned n_streams;
+    size_t req_bytes; /* request bytes buffered by all streams, capped */
     int busy;
     bool dead;
     uint64_t close_timer;
@@ -212,6 +214,20 @@ static struct srv_stream *stream_new(struct grpc_server_conn *conn, int32_t id)
     return st;
 }
 
+/* Keeps conn->req_bytes in step with what st buffers. Many streams each
+ * sending a large message slowly must not hold unbounded memory. */
+static void stream_account(struct srv_stream *st)
+{
+    size_t now = st->parser.body.len + (st->req ? st->req_len : 0);
+    st->conn->req_bytes = st->conn->req_bytes - st->accounted + now;
+    st->accounted = now;
+}
+
+static size_t conn_max_req_bytes(const struct grpc_server_conn *conn)
+{
+    return 4 * conn->server->lim.max_message_size;
+}
+
 /* Forgets the stream; an unfinished call is told (later) that its peer went away. */
 static void stream_free(struct srv_stream *st)
 {
@@ -227,6 +243,7 @@ static void stream_free(struct srv_stream *st)
             pend_push(conn->server, c, PEND_CANCEL);
         }
     }
+    conn->req_bytes -= st->accounted;
     if (st->prev)
         st->prev->next = st->next;
     else
@@ -244,7 +261,7 @@ static void stream_free(struct srv_stream *st)
 
 #define NV(n, v)                                                                                   \
     {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE            \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
     }
 
 /* Fills status trailers into nva (2 entries when msg is set). */
@@ -502,6 +519,7 @@ static void request_done(struct srv_stream *st)
     c->req_len = st->req_len;
     st->req = NULL;
     st->call = c;
+    stream_account(st);
     pend_push(conn->server, c, PEND_DISPATCH);
 }
 
@@ -540,7 +558,18 @@ static int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const
     struct srv_stream *st = stream_of(sess, id);
     if (!st || st->responded || st->call || !st->method)
         return 0;
-    int r = grpc_msgparser_feed(&st->parser, data, len, store_request, st);
+    int r;
+    if (st->conn->req_bytes + len > conn_max_req_bytes(st->conn))
+        r = -ENOSPC;
+    else
+        r = grpc_msgparser_feed(&st->parser, data, len, store_request, st);
+    if (r != 0) {
+        /* The partial message is dropped with the error. */
+        grpc_msgparser_done(&st->parser);
+        free(st->req);
+        st->req = NULL;
+    }
+    stream_account(st);
     switch (r) {
     case 0:
         break;
@@ -561,6 +590,10 @@ static int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const
     case -ENOMEM:
         stream_respond_status(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         break;
+    case -ENOSPC:
+        stream_respond_status(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                              "too much request data buffered on this connection");
+        break;
     default:
         stream_respond_status(st, GRPC_STATUS_INTERNAL, "bad message prefix");
         break;
@@ -580,8 +613,7 @@ static int on_frame_send(nghttp2_session *sess, const nghttp2_frame *frame, void
     return 0;
 }
 
-static int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_code,
-                           void *user_data)
+static int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_code, void *user_data)
 {
     struct srv_stream *st = stream_of(sess, id);
     if (st) {
@@ -592,8 +624,8 @@ static int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_cod
 }
 
 static int conn_new(struct grpc_server *s, int fd,
-                    void (*sink)(const uint8_t *data, size_t len, void *user_data),
-                    void *sink_data, struct grpc_server_conn **ret)
+                    void (*sink)(const uint8_t *data, size_t len, void *user_data), void *sink_data,
+                    struct grpc_server_conn **ret)
 {
     if (s->n_conns >= s->lim.max_connections)
         return -EMFILE;
@@ -788,8 +820,7 @@ struct grpc_server *grpc_server_free(struct grpc_server *server)
     return NULL;
 }
 
-int grpc_server_add_method(struct grpc_server *server, const char *path,
-                           enum grpc_method_kind kind,
+int grpc_server_add_method(struct grpc_server *server, const char *path, enum grpc_method_kind kind,
                            const ProtobufCMessageDescriptor *request_desc, grpc_handler_fn fn,
                            void *user_data)
 {
@@ -933,6 +964,9 @@ static int reply_too_big(struct grpc_call *call, size_t len)
 
 int grpc_call_reply(struct grpc_call *call, const uint8_t *data, size_t len)
 {
+    /* A detached call may outlive its server: touch nothing else. */
+    if (!call->st)
+        return grpc_call_finish(call, GRPC_STATUS_CANCELLED, NULL);
     if (len > call->server->lim.max_message_size)
         return reply_too_big(call, len);
     int r = grpc_call_send(call, data, len);
@@ -945,6 +979,8 @@ int grpc_call_reply(struct grpc_call *call, const uint8_t *data, size_t len)
 
 int grpc_call_reply_msg(struct grpc_call *call, const ProtobufCMessage *msg)
 {
+    if (!call->st)
+        return grpc_call_finish(call, GRPC_STATUS_CANCELLED, NULL);
     size_t len = protobuf_c_message_get_packed_size(msg);
     if (len > call->server->lim.max_message_size)
         return reply_too_big(call, len);

@@ -112,9 +112,9 @@ struct grpc_server *grpc_server_free(struct grpc_server *server);
  * request_desc (may be NULL): when set, the server unpacks every request with
  * protobuf-c and answers INVALID_ARGUMENT itself when it does not decode; the
  * handler then sees req->msg. -EEXIST if path is taken, -EINVAL on a path
- * not starting with '/'. Unknown paths are answered UNIMPLEMENTED. */
-int grpc_server_add_method(struct grpc_server *server, const char *path,
-                           enum grpc_method_kind kind,
+ * not starting with '/', -EBUSY once a connection exists (register all
+ * methods before serving). Unknown paths are answered UNIMPLEMENTED. */
+int grpc_server_add_method(struct grpc_server *server, const char *path, enum grpc_method_kind kind,
                            const ProtobufCMessageDescriptor *request_desc, grpc_handler_fn fn,
                            void *user_data);
 
@@ -134,7 +134,9 @@ int grpc_server_add_connection(struct grpc_server *server, int fd);
 /* Open connections, for tests and diagnostics. */
 unsigned grpc_server_connection_count(const struct grpc_server *server);
 
-/* The method path of the call ("/pkg.Service/Method"). Borrowed, lives with the call. */
+/* The method path of the call ("/pkg.Service/Method"). Borrowed, valid while
+ * the server lives. After grpc_server_free() the only valid use of a call is
+ * grpc_call_finish() (or the reply/send functions, which then fail). */
 const char *grpc_call_method(const struct grpc_call *call);
 /* True once the peer reset the stream or the connection closed. */
 bool grpc_call_is_cancelled(const struct grpc_call *call);
@@ -182,11 +184,11 @@ typedef void (*grpc_client_msg_fn)(const uint8_t *msg, size_t len, void *user_da
 /* Connects to the unix socket at path (the connect itself does not block on a
  * unix socket). Returns 0 or -errno: -ENOENT / -ECONNREFUSED when nobody
  * listens (retry later), -ENAMETOOLONG. limits may be NULL. */
-int grpc_client_new(struct ev_loop *loop, const char *socket_path,
-                    const struct grpc_limits *limits, struct grpc_client **ret);
+int grpc_client_new(struct ev_loop *loop, const char *socket_path, const struct grpc_limits *limits,
+                    struct grpc_client **ret);
 /* Cancels pending calls (their done callbacks run with CANCELLED), closes the
- * connection. NULL ok; returns NULL. Not from inside this client's callbacks:
- * schedule it (a 0-delay timer) instead. */
+ * connection. NULL ok; returns NULL. May be called from inside this client's
+ * own callbacks: the client is then freed when that callback returns. */
 struct grpc_client *grpc_client_free(struct grpc_client *client);
 /* False once the connection failed or the server closed it (GOAWAY); pending
  * calls then completed with UNAVAILABLE and new ones return -ENOTCONN. */
@@ -197,8 +199,8 @@ bool grpc_client_is_connected(const struct grpc_client *client);
  * optional. Returns 0 (done will run) or -errno (done will not run):
  * -ENOTCONN, -EMSGSIZE, -EINVAL. */
 int grpc_client_unary(struct grpc_client *client, const char *method, const uint8_t *req,
-                      size_t len, uint64_t timeout_ns, grpc_client_done_fn done,
-                      void *user_data, struct grpc_client_call **ret_call);
+                      size_t len, uint64_t timeout_ns, grpc_client_done_fn done, void *user_data,
+                      struct grpc_client_call **ret_call);
 /* Same, packing req with protobuf-c. */
 int grpc_client_unary_msg(struct grpc_client *client, const char *method,
                           const ProtobufCMessage *req, uint64_t timeout_ns,
@@ -220,8 +222,8 @@ int grpc_client_call_cancel(struct grpc_client_call *call);
  * could not start (connect failed). On 0: *ret_message (owned, free; never
  * NULL), *ret_resp / *ret_len (owned, free; NULL/0 unless OK). Out params may
  * be NULL when not wanted. */
-int grpc_blocking_unary(const char *socket_path, const char *method, const uint8_t *req,
-                        size_t len, uint64_t timeout_ns, int *ret_status, char **ret_message,
+int grpc_blocking_unary(const char *socket_path, const char *method, const uint8_t *req, size_t len,
+                        uint64_t timeout_ns, int *ret_status, char **ret_message,
                         uint8_t **ret_resp, size_t *ret_len);
 /* Server-streaming: on_msg per message; returning false cancels the call
  * (status then CANCELLED). Same returns as grpc_blocking_unary(). */

@@ -85,7 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                            list_and_watch, NULL);
     grpc_server_add_method(server, "/v1beta1.DevicePlugin/GetPreferredAllocation",
                            GRPC_METHOD_UNARY, &v1beta1__preferred_allocation_request__descriptor,
-                           reply_empty, (void *)&v1beta1__preferred_allocation_response__descriptor);
+                           reply_empty,
+                           (void *)&v1beta1__preferred_allocation_response__descriptor);
     grpc_server_add_method(server, "/v1beta1.DevicePlugin/Allocate", GRPC_METHOD_UNARY,
                            &v1beta1__allocate_request__descriptor, allocate, NULL);
     grpc_server_add_method(server, "/v1beta1.DevicePlugin/PreStartContainer", GRPC_METHOD_UNARY,

@@ -20,8 +20,8 @@ struct body {
     size_t step; /* bytes per DATA frame (0: as much as allowed) */
 };
 
-static ssize_t body_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len,
-                         uint32_t *flags, nghttp2_data_source *src, void *ud)
+static ssize_t body_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+                         nghttp2_data_source *src, void *ud)
 {
     struct body *b = src->ptr;
     size_t n = b->len < len ? b->len : len;
@@ -123,8 +123,9 @@ int main(int argc, char **argv)
     one(dir, "unknown-method", 0xff, "/v1beta1.DevicePlugin/Nope", w, n, 0);
 
     char *avail[] = {"GPU-0", "GPU-1", "GPU-2", "GPU-3"}, *must[] = {"GPU-2"};
-    V1beta1__ContainerPreferredAllocationRequest cp = V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT,
-                                                  *pcp = &cp;
+    V1beta1__ContainerPreferredAllocationRequest
+        cp = V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT,
+        *pcp = &cp;
     cp.n_available_deviceids = 4;
     cp.available_deviceids = avail;
     cp.n_must_include_deviceids = 1;
@@ -175,8 +176,7 @@ int main(int argc, char **argv)
     const uint8_t big[] = {0, 0x7f, 0xff, 0xff, 0xff};
     one(dir, "oversize-prefix", 0xff, "/v1beta1.DevicePlugin/Allocate", big, sizeof(big), 0);
     const uint8_t trunc[] = {0, 0, 0, 0, 9, 0x0a};
-    one(dir, "truncated-message", 0xff, "/v1beta1.DevicePlugin/Allocate", trunc, sizeof(trunc),
-        0);
+    one(dir, "truncated-message", 0xff, "/v1beta1.DevicePlugin/Allocate", trunc, sizeof(trunc), 0);
 
     /* Several streams on one connection, plus PING and WINDOW_UPDATE. */
     {

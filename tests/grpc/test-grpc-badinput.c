@@ -283,18 +283,15 @@ TEST(setup_server)
     snprintf(g.path, sizeof(g.path), "%s/bad.sock", tap_tmpdir());
     REQUIRE_EQ_INT(ev_loop_new(&g.loop), 0);
     REQUIRE_EQ_INT(grpc_server_new(g.loop, NULL, &g.server), 0);
-    REQUIRE_EQ_INT(grpc_server_add_method(g.server, "/t/Echo", GRPC_METHOD_UNARY, NULL, h_echo,
-                                          NULL),
+    REQUIRE_EQ_INT(
+        grpc_server_add_method(g.server, "/t/Echo", GRPC_METHOD_UNARY, NULL, h_echo, NULL), 0);
+    REQUIRE_EQ_INT(
+        grpc_server_add_method(g.server, "/t/Conns", GRPC_METHOD_UNARY, NULL, h_conns, NULL), 0);
+    REQUIRE_EQ_INT(grpc_server_add_method(g.server, "/t/Flood", GRPC_METHOD_SERVER_STREAMING, NULL,
+                                          h_flood, NULL),
                    0);
-    REQUIRE_EQ_INT(grpc_server_add_method(g.server, "/t/Conns", GRPC_METHOD_UNARY, NULL, h_conns,
-                                          NULL),
-                   0);
-    REQUIRE_EQ_INT(grpc_server_add_method(g.server, "/t/Flood", GRPC_METHOD_SERVER_STREAMING,
-                                          NULL, h_flood, NULL),
-                   0);
-    REQUIRE_EQ_INT(grpc_server_add_method(g.server, "/t/Quit", GRPC_METHOD_UNARY, NULL, h_quit,
-                                          NULL),
-                   0);
+    REQUIRE_EQ_INT(
+        grpc_server_add_method(g.server, "/t/Quit", GRPC_METHOD_UNARY, NULL, h_quit, NULL), 0);
     REQUIRE_EQ_INT(grpc_server_listen_unix(g.server, g.path), 0);
     REQUIRE_EQ_INT(pthread_create(&g.thread, NULL, serve, NULL), 0);
     CHECK(still_serving());
@@ -435,12 +432,107 @@ TEST(peer_that_stops_reading_is_capped)
     CHECK(TAP_WAIT_UNTIL(server_conns() == 0, 5000));
 }
 
+/* Many streams each sending most of a large message and never finishing it:
+ * the connection's buffered request bytes are capped (4 × max message). */
+struct slow_body {
+    size_t left;
+    bool prefix_sent;
+};
+
+struct slow_peer {
+    int fd;
+    int statuses; /* streams that got RESOURCE_EXHAUSTED */
+    int others;
+};
+
+static ssize_t slow_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+                         nghttp2_data_source *src, void *ud)
+{
+    struct slow_body *b = src->ptr;
+    if (!b->prefix_sent) {
+        grpc_msg_prefix(buf, 4u << 20); /* announces the max, sends 3 MiB */
+        b->prefix_sent = true;
+        return 5;
+    }
+    if (b->left == 0)
+        return NGHTTP2_ERR_DEFERRED; /* never ends the request */
+    size_t n = b->left < len ? b->left : len;
+    memset(buf, 'z', n);
+    b->left -= n;
+    return (ssize_t)n;
+}
+
+static int slow_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
+                       size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+                       void *ud)
+{
+    struct slow_peer *p = ud;
+    if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0) {
+        if (valuelen == 1 && value[0] == '8')
+            p->statuses++;
+        else
+            p->others++;
+    }
+    return 0;
+}
+
+TEST(buffered_request_bytes_capped_per_connection)
+{
+    struct slow_peer p = {0};
+    nghttp2_session_callbacks *cbs;
+    nghttp2_session *sess;
+    nghttp2_session_callbacks_new(&cbs);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, slow_header);
+    nghttp2_session_client_new(&sess, cbs, &p);
+    nghttp2_session_callbacks_del(cbs);
+    p.fd = raw_connect();
+    REQUIRE(p.fd >= 0);
+    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20}};
+    nghttp2_submit_settings(sess, NGHTTP2_FLAG_NONE, iv, 1);
+    nghttp2_nv nva[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":path", (uint8_t *)"/t/Echo", 5, 7, 0},
+        {(uint8_t *)":authority", (uint8_t *)"x", 10, 1, 0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+    };
+    struct slow_body bodies[8];
+    for (int i = 0; i < 8; i++) {
+        bodies[i] = (struct slow_body){.left = 3u << 20};
+        nghttp2_data_provider prd = {.source.ptr = &bodies[i], .read_callback = slow_read};
+        nghttp2_submit_request(sess, NULL, nva, ARRAY_SIZE(nva), &prd, NULL);
+    }
+    /* Pump both ways until the server refused at least one stream. */
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
+    setsockopt(p.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    uint64_t end = mono_ns() + 20000000000ull;
+    uint8_t buf[65536];
+    while (p.statuses == 0 && mono_ns() < end) {
+        const uint8_t *data;
+        ssize_t n;
+        while ((n = nghttp2_session_mem_send(sess, &data)) > 0)
+            if (!write_all(p.fd, data, (size_t)n))
+                break;
+        n = recv(p.fd, buf, sizeof(buf), 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            break;
+        if (n > 0 && nghttp2_session_mem_recv(sess, buf, (size_t)n) < 0)
+            break;
+    }
+    CHECK_GE_INT(p.statuses, 1);
+    CHECK_EQ_INT(p.others, 0);
+    CHECK(still_serving());
+    close(p.fd);
+    nghttp2_session_del(sess);
+    CHECK(TAP_WAIT_UNTIL(server_conns() == 0, 5000));
+}
+
 TEST(teardown_server)
 {
     int status = -1;
-    CHECK_EQ_INT(grpc_blocking_unary(g.path, "/t/Quit", NULL, 0, 5000000000ull, &status, NULL,
-                                     NULL, NULL),
-                 0);
+    CHECK_EQ_INT(
+        grpc_blocking_unary(g.path, "/t/Quit", NULL, 0, 5000000000ull, &status, NULL, NULL, NULL),
+        0);
     CHECK_EQ_INT(status, 0);
     pthread_join(g.thread, NULL);
     g.server = grpc_server_free(g.server);

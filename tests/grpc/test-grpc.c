@@ -20,7 +20,7 @@
 /* Runs the loop until cond holds or ms pass; the bound is a failure limit. */
 #define RUN_UNTIL(loop, cond, ms)                                                                  \
     ({                                                                                             \
-        uint64_t end_ = mono_ns() + (uint64_t)(ms) * 1000000ull;                                  \
+        uint64_t end_ = mono_ns() + (uint64_t)(ms)*1000000ull;                                     \
         while (!(cond) && mono_ns() < end_)                                                        \
             ev_loop_run_once((loop), 10);                                                          \
         (bool)(cond);                                                                              \
@@ -120,8 +120,8 @@ static void srv_start(struct srv *s, const struct grpc_limits *lim, const char *
     memset(s, 0, sizeof(*s));
     REQUIRE_EQ_INT(ev_loop_new(&s->loop), 0);
     REQUIRE_EQ_INT(grpc_server_new(s->loop, lim, &s->server), 0);
-    REQUIRE_EQ_INT(grpc_server_add_method(s->server, "/t.S/Echo", GRPC_METHOD_UNARY, NULL, h_echo, s),
-                   0);
+    REQUIRE_EQ_INT(
+        grpc_server_add_method(s->server, "/t.S/Echo", GRPC_METHOD_UNARY, NULL, h_echo, s), 0);
     REQUIRE_EQ_INT(grpc_server_add_method(s->server, "/t.S/Count", GRPC_METHOD_SERVER_STREAMING,
                                           NULL, h_count, s),
                    0);
@@ -277,12 +277,11 @@ TEST(unary_streaming_unknown_and_bad_protobuf)
     CHECK(grpc_client_is_connected(c));
 
     struct result r1 = {0}, r2 = {0}, r3 = {0}, r4 = {0}, r5 = {0};
-    CHECK_EQ_INT(grpc_client_unary(c, "/t.S/Echo", (const uint8_t *)"ping", 4, 0, done_cb, &r1,
-                                   NULL),
-                 0);
-    CHECK_EQ_INT(grpc_client_stream(c, "/t.S/Count", (const uint8_t *)"5", 1, 0, msg_cb, done_cb,
-                                    &r2, NULL),
-                 0);
+    CHECK_EQ_INT(
+        grpc_client_unary(c, "/t.S/Echo", (const uint8_t *)"ping", 4, 0, done_cb, &r1, NULL), 0);
+    CHECK_EQ_INT(
+        grpc_client_stream(c, "/t.S/Count", (const uint8_t *)"5", 1, 0, msg_cb, done_cb, &r2, NULL),
+        0);
     CHECK_EQ_INT(grpc_client_unary(c, "/t.S/Nope", NULL, 0, 0, done_cb, &r3, NULL), 0);
     uint8_t junk[] = {0x0a, 0x05, 0x0a, 0x03, 'a'}; /* length runs past the end */
     CHECK_EQ_INT(grpc_client_unary(c, "/v1beta1.DevicePlugin/Allocate", junk, sizeof(junk), 0,
@@ -297,8 +296,8 @@ TEST(unary_streaming_unknown_and_bad_protobuf)
     V1beta1__AllocateRequest areq = V1BETA1__ALLOCATE_REQUEST__INIT;
     areq.n_container_requests = 1;
     areq.container_requests = creqs;
-    CHECK_EQ_INT(grpc_client_unary_msg(c, "/v1beta1.DevicePlugin/Allocate", &areq.base, 0,
-                                       done_cb, &r5, NULL),
+    CHECK_EQ_INT(grpc_client_unary_msg(c, "/v1beta1.DevicePlugin/Allocate", &areq.base, 0, done_cb,
+                                       &r5, NULL),
                  0);
     CHECK_EQ_INT(grpc_client_unary(c, "no-slash", NULL, 0, 0, done_cb, &r1, NULL), -EINVAL);
 
@@ -346,8 +345,7 @@ TEST(reply_over_max_is_resource_exhausted)
     CHECK_EQ_INT(s.handled, 0);
     /* The connection still serves. */
     struct result r3 = {0};
-    CHECK_EQ_INT(grpc_client_unary(c, "/t.S/Echo", (const uint8_t *)"ok", 2, 0, done_cb, &r3,
-                                   NULL),
+    CHECK_EQ_INT(grpc_client_unary(c, "/t.S/Echo", (const uint8_t *)"ok", 2, 0, done_cb, &r3, NULL),
                  0);
     REQUIRE(RUN_UNTIL(s.loop, r3.done, 10000));
     CHECK_EQ_INT(r3.status, GRPC_STATUS_OK);
@@ -372,9 +370,9 @@ TEST(cancel_and_deadline_reach_the_handler)
     struct result r1 = {0}, r2 = {0};
     struct grpc_client_call *call1;
     CHECK_EQ_INT(grpc_client_stream(c, "/t.S/Hold", NULL, 0, 0, msg_cb, done_cb, &r1, &call1), 0);
-    CHECK_EQ_INT(grpc_client_stream(c, "/t.S/Hold", NULL, 0, 50 * 1000000ull, msg_cb, done_cb,
-                                    &r2, NULL),
-                 0);
+    CHECK_EQ_INT(
+        grpc_client_stream(c, "/t.S/Hold", NULL, 0, 50 * 1000000ull, msg_cb, done_cb, &r2, NULL),
+        0);
     REQUIRE(RUN_UNTIL(s.loop, r1.msgs == 1 && r2.msgs == 1, 10000));
     CHECK_EQ_INT(s.n_held, 2);
     CHECK_EQ_INT(grpc_client_call_cancel(call1), 0);
@@ -415,8 +413,8 @@ TEST(client_free_and_server_free_end_calls)
     grpc_client_free(c);
     CHECK(r1.done);
     CHECK_EQ_INT(r1.status, GRPC_STATUS_CANCELLED);
-    REQUIRE(RUN_UNTIL(s.loop, s.cancelled == 1 && grpc_server_connection_count(s.server) == 0,
-                      10000));
+    REQUIRE(
+        RUN_UNTIL(s.loop, s.cancelled == 1 && grpc_server_connection_count(s.server) == 0, 10000));
 
     /* The server goes away: the client's open call ends UNAVAILABLE. */
     REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c), 0);
@@ -439,6 +437,37 @@ TEST(client_free_and_server_free_end_calls)
     srv_stop(&s);
 }
 
+static struct grpc_call *kept;
+
+static void h_keep(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    kept = call; /* no cancel callback: the handler finds out when it replies */
+}
+
+TEST(call_kept_past_server_free_is_safe_to_finish)
+{
+    struct srv s;
+    const char *path = sock_path("keep.sock");
+    srv_start(&s, NULL, path);
+    REQUIRE_EQ_INT(
+        grpc_server_add_method(s.server, "/t.S/Keep", GRPC_METHOD_UNARY, NULL, h_keep, &s), 0);
+    struct grpc_client *c;
+    REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c), 0);
+    struct result r = {0};
+    kept = NULL;
+    CHECK_EQ_INT(grpc_client_unary(c, "/t.S/Keep", NULL, 0, 0, done_cb, &r, NULL), 0);
+    REQUIRE(RUN_UNTIL(s.loop, kept != NULL, 10000));
+    s.server = grpc_server_free(s.server);
+    CHECK(grpc_call_is_cancelled(kept));
+    CHECK_EQ_INT(grpc_call_send(kept, (const uint8_t *)"x", 1), -ECONNRESET);
+    CHECK_EQ_INT(grpc_call_reply(kept, (const uint8_t *)"x", 1), -ECONNRESET);
+    kept = NULL;
+    REQUIRE(RUN_UNTIL(s.loop, r.done, 10000));
+    CHECK_EQ_INT(r.status, GRPC_STATUS_UNAVAILABLE);
+    grpc_client_free(c);
+    srv_stop(&s);
+}
+
 /* ------------------------------------------- a server that calls out */
 
 /* Like acceld and the kubelet: "kubelet" answers Register only after calling
@@ -452,8 +481,8 @@ struct nested {
     int options_calls;
 };
 
-static void kubelet_got_options(int status, const char *message, const uint8_t *resp,
-                                size_t len, void *ud)
+static void kubelet_got_options(int status, const char *message, const uint8_t *resp, size_t len,
+                                void *ud)
 {
     struct nested *n = ud;
     CHECK_EQ_INT(status, GRPC_STATUS_OK);
@@ -546,10 +575,9 @@ TEST(many_concurrent_calls_one_connection)
     for (int i = 0; i < N; i++) {
         char m[16];
         int len = snprintf(m, sizeof(m), "call-%d", i);
-        REQUIRE_EQ_INT(
-            grpc_client_unary(c, "/t.S/Echo", (const uint8_t *)m, (size_t)len, 0, done_cb, &r[i],
-                              NULL),
-            0);
+        REQUIRE_EQ_INT(grpc_client_unary(c, "/t.S/Echo", (const uint8_t *)m, (size_t)len, 0,
+                                         done_cb, &r[i], NULL),
+                       0);
     }
     int ok = 0;
     REQUIRE(RUN_UNTIL(s.loop, ({
@@ -654,9 +682,8 @@ TEST(blocking_wrappers)
     struct srv s;
     const char *path = sock_path("block.sock");
     srv_start(&s, NULL, path);
-    REQUIRE_EQ_INT(grpc_server_add_method(s.server, "/t.S/Quit", GRPC_METHOD_UNARY, NULL, h_quit,
-                                          &s),
-                   0);
+    REQUIRE_EQ_INT(
+        grpc_server_add_method(s.server, "/t.S/Quit", GRPC_METHOD_UNARY, NULL, h_quit, &s), 0);
     pthread_t th;
     REQUIRE_EQ_INT(pthread_create(&th, NULL, serve_thread, &s), 0);
 
@@ -683,9 +710,9 @@ TEST(blocking_wrappers)
     free(message);
 
     n = 0;
-    CHECK_EQ_INT(grpc_blocking_stream(path, "/t.S/Hold", NULL, 0, 200000000ull, take_two, &n,
-                                      &status, NULL),
-                 0);
+    CHECK_EQ_INT(
+        grpc_blocking_stream(path, "/t.S/Hold", NULL, 0, 200000000ull, take_two, &n, &status, NULL),
+        0);
     /* Hold sends one message and waits: the deadline ends it. */
     CHECK_EQ_INT(n, 1);
     CHECK_EQ_INT(status, GRPC_STATUS_DEADLINE_EXCEEDED);
@@ -696,9 +723,9 @@ TEST(blocking_wrappers)
                  -ENOENT);
     CHECK_EQ_INT(status, -1);
 
-    CHECK_EQ_INT(grpc_blocking_unary(path, "/t.S/Quit", NULL, 0, 5000000000ull, &status, NULL,
-                                     NULL, NULL),
-                 0);
+    CHECK_EQ_INT(
+        grpc_blocking_unary(path, "/t.S/Quit", NULL, 0, 5000000000ull, &status, NULL, NULL, NULL),
+        0);
     pthread_join(th, NULL);
     /* Calls the server still holds were cancelled when the client left. */
     while (s.n_held > 0)
@@ -750,9 +777,17 @@ TEST(fuzz_seed_corpus_reaches_handlers)
         const char *file;
         int calls;
     } seeds[] = {
-        {"options", 1}, {"list-and-watch", 1}, {"preferred", 1}, {"allocate", 1},
-        {"allocate-split", 1}, {"prestart", 1}, {"register", 1}, {"multi-stream", 3},
-        {"allocate-malformed", 1 /* framing is valid; no decoder here */}, {"compressed", 0}, {"unknown-method", 0},
+        {"options", 1},
+        {"list-and-watch", 1},
+        {"preferred", 1},
+        {"allocate", 1},
+        {"allocate-split", 1},
+        {"prestart", 1},
+        {"register", 1},
+        {"multi-stream", 3},
+        {"allocate-malformed", 1 /* framing is valid; no decoder here */},
+        {"compressed", 0},
+        {"unknown-method", 0},
     };
     static const char *const paths[] = {
         "/v1beta1.DevicePlugin/GetDevicePluginOptions", "/v1beta1.DevicePlugin/ListAndWatch",
