@@ -23,18 +23,6 @@
 CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, int attrib, CUdevice src, CUdevice dst);
 CUresult CUDAAPI cuCtxGetCacheConfig(int *config);
 CUresult CUDAAPI cuCtxSetCacheConfig(int config);
-CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dst, unsigned short us, size_t n);
-CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dst, unsigned short us, size_t n);
-CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dst, unsigned short us, size_t n, CUstream s);
-CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dst, unsigned short us, size_t n, CUstream s);
-CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dst, size_t pitch, unsigned char uc, size_t w,
-                                 size_t h);
-CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned char uc, size_t w,
-                                      size_t h);
-CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dst, size_t pitch, unsigned int ui, size_t w,
-                                  size_t h);
-CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned int ui, size_t w,
-                                       size_t h);
 
 /* ---- emulator objects ---- */
 

@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_api.h"
@@ -932,6 +934,85 @@ TEST(modules_launches_and_exact_event_times)
     p_cuEventDestroy_v2(e0);
     p_cuEventDestroy_v2(e1);
     p_cuStreamDestroy_v2(s);
+}
+
+TEST(pacing_pairs_measure_each_kernel)
+{
+    /* libvcuda's pattern: [record start; launch; record end] per launch, the host slower
+     * than the GPU in between; every pair is that kernel's own time */
+    REQUIRE(driver_up());
+    CUfunction spin = spin_fn();
+    REQUIRE(spin);
+    CUstream s;
+    REQUIRE_EQ_INT(p_cuStreamCreate(&s, 0), CUDA_SUCCESS);
+    enum { K = 4 };
+    CUevent st[K], en[K];
+    for (int i = 0; i < K; i++) {
+        REQUIRE_EQ_INT(p_cuEventCreate(&st[i], 0), CUDA_SUCCESS);
+        REQUIRE_EQ_INT(p_cuEventCreate(&en[i], 0), CUDA_SUCCESS);
+    }
+    uint64_t cycles[K];
+    for (int i = 0; i < K; i++) {
+        cycles[i] = (uint64_t)(i + 1) * 141000; /* 0.1, 0.2, 0.3, 0.4 ms */
+        void *args[] = {&cycles[i]};
+        CHECK_EQ_INT(p_cuEventRecord(st[i], s), CUDA_SUCCESS);
+        CHECK_EQ_INT(p_cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, args, NULL), CUDA_SUCCESS);
+        CHECK_EQ_INT(p_cuEventRecord(en[i], s), CUDA_SUCCESS);
+        if (i % 2) {
+            /* a host-side gap longer than the kernel (not a wait for anything) */
+            struct timespec gap = {0, 1000000};
+            nanosleep(&gap, NULL);
+        }
+    }
+    CHECK_EQ_INT(p_cuStreamSynchronize(s), CUDA_SUCCESS);
+    for (int i = 0; i < K; i++) {
+        float ms = 0;
+        CHECK_EQ_INT(p_cuEventElapsedTime_v2(&ms, st[i], en[i]), CUDA_SUCCESS);
+        if (!CHECK(fabsf(ms - 0.1f * (float)(i + 1)) < 1e-4f))
+            tap_diag("pair %d: %.6f ms", i, ms);
+        p_cuEventDestroy_v2(st[i]);
+        p_cuEventDestroy_v2(en[i]);
+    }
+    p_cuStreamDestroy_v2(s);
+}
+
+struct pt_result {
+    CUresult launch, sync, query;
+};
+
+static void *pt_thread(void *arg)
+{
+    struct pt_result *r = arg;
+    CUcontext ctx;
+    p_cuDevicePrimaryCtxRetain(&ctx, 0);
+    p_cuCtxSetCurrent(ctx); /* a new thread has no current context */
+    __typeof__(cuLaunchKernel_ptsz) *launch_pt;
+    __typeof__(cuStreamSynchronize_ptsz) *sync_pt;
+    CUdriverProcAddressQueryResult st;
+    p_getproc("cuLaunchKernel", (void **)&launch_pt, 12000,
+              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+    p_getproc("cuStreamSynchronize", (void **)&sync_pt, 12000,
+              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+    uint64_t cycles = 1410000;
+    void *args[] = {&cycles};
+    r->launch = launch_pt(spin_fn(), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+    r->sync = sync_pt(NULL);
+    r->query = p_cuStreamQuery(CU_STREAM_PER_THREAD);
+    p_cuDevicePrimaryCtxRelease_v2(0);
+    return NULL;
+}
+
+TEST(per_thread_default_stream)
+{
+    REQUIRE(driver_up());
+    REQUIRE(spin_fn());
+    struct pt_result r = {-1, -1, -1};
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, pt_thread, &r) == 0);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(r.launch, CUDA_SUCCESS);
+    CHECK_EQ_INT(r.sync, CUDA_SUCCESS);
+    CHECK_EQ_INT(r.query, CUDA_SUCCESS);
 }
 
 TEST(graphs_and_capture)
