@@ -138,6 +138,12 @@ def run(tap, pb, node, pdir, tmp, cfg, kubelet, agent):
         tap.ok(False, "unknown method is refused")
     except grpc.RpcError as e:
         tap.ok(e.code() == grpc.StatusCode.UNIMPLEMENTED, "unknown method: UNIMPLEMENTED", e.code())
+    try:
+        plugin.raw("/v1beta1.DevicePlugin/Allocate", b"\x0a" * (5 << 20), timeout=30)
+        tap.ok(False, "a request over 4 MiB is refused")
+    except grpc.RpcError as e:
+        tap.ok(e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED,
+               "a request over 4 MiB: RESOURCE_EXHAUSTED", f"{e.code()} {e.details()}")
     # garbage on the socket, and a client that vanishes mid-stream
     s = socket.socket(socket.AF_UNIX)
     s.connect(agent.sock)
