@@ -494,11 +494,16 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
             n += (size_t)m;
         }
     } else if (strcmp(key, "health.recoverAfter") == 0) {
+        /* the largest unit that loses nothing, so the text parses back exactly */
+        static const struct {
+            uint64_t ns;
+            const char *unit;
+        } units[] = {{1000000000ull, "s"}, {1000000ull, "ms"}, {1000ull, "us"}, {1ull, "ns"}};
         uint64_t ns = cfg->recover_after_ns;
-        if (ns % 1000000000ull == 0)
-            snprintf(buf, len, "%llus", (unsigned long long)(ns / 1000000000ull));
-        else
-            snprintf(buf, len, "%llums", (unsigned long long)(ns / 1000000ull));
+        size_t u = 0;
+        while (u + 1 < ARRAY_SIZE(units) && ns % units[u].ns != 0)
+            u++;
+        snprintf(buf, len, "%llu%s", (unsigned long long)(ns / units[u].ns), units[u].unit);
     } else
         return -ENOENT;
     return 0;

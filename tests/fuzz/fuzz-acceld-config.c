@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct acceld_config e = c;
         if (acceld_config_format(&c, k->key, buf, sizeof(buf)) < 0)
             abort();
-        /* recoverAfter formats in whole ms: compare through the text form */
+        /* format must be lossless: the text parses back to the same value */
         if (acceld_config_set(&e, k->key, buf, err, sizeof(err)) < 0 ||
             acceld_config_key_differs(&c, &e, k->key))
             abort();

@@ -154,6 +154,17 @@ TEST(set_is_the_flag_path)
     CHECK_EQ_INT(c.n_ignored_xids, 0);
     CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "250ms", err, sizeof(err)), 0);
     CHECK_EQ_U64(c.recover_after_ns, 250000000ull);
+    char txt[64];
+    CHECK_EQ_INT(acceld_config_format(&c, "health.recoverAfter", txt, sizeof(txt)), 0);
+    CHECK_EQ_STR(txt, "250ms");
+    /* sub-millisecond values format without loss (found by the fuzzer) */
+    CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "51us", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_format(&c, "health.recoverAfter", txt, sizeof(txt)), 0);
+    CHECK_EQ_STR(txt, "51us");
+    CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "0", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_format(&c, "health.recoverAfter", txt, sizeof(txt)), 0);
+    CHECK_EQ_STR(txt, "0s");
+    CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "250ms", err, sizeof(err)), 0);
     d = c;
     CHECK_EQ_INT(acceld_config_set(&c, "nope", "1", err, sizeof(err)), -ENOENT);
     CHECK(strstr(err, "unknown key \"nope\"") != NULL);
