@@ -324,28 +324,20 @@ static ssize_t req_read_cb(nghttp2_session *sess, int32_t id, uint8_t *buf, size
 
 /* ---------------------------------------------------------------- client */
 
-int grpc_client_new(struct ev_loop *loop, const char *socket_path, const struct grpc_limits *limits,
-                    struct grpc_client **ret)
+/* A client on fd (a connected socket, or -1 for a memory connection whose
+ * output goes to sink). Takes fd; closes it on failure. */
+static int client_new_fd(struct ev_loop *loop, int fd, const struct grpc_limits *limits,
+                         void (*sink)(const uint8_t *data, size_t len, void *user_data),
+                         void *sink_data, struct grpc_client **ret)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(socket_path) >= sizeof(sa.sun_path))
-        return -ENAMETOOLONG;
-    strcpy(sa.sun_path, socket_path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        int r = -errno;
-        close(fd);
-        return r;
-    }
     struct grpc_client *c = calloc(1, sizeof(*c));
     if (!c) {
-        close(fd);
+        if (fd >= 0)
+            close(fd);
         return -ENOMEM;
     }
     c->loop = loop;
-    c->io = (struct grpc_h2io){.loop = loop, .fd = -1};
+    c->io = (struct grpc_h2io){.loop = loop, .fd = -1, .sink = sink, .sink_data = sink_data};
     grpc_limits_resolve(limits, &c->lim);
     int r = -ENOMEM;
     if (nghttp2_session_callbacks_new(&c->cbs) != 0)
@@ -373,20 +365,64 @@ int grpc_client_new(struct ev_loop *loop, const char *socket_path, const struct 
         r = -ENOMEM;
         goto fail;
     }
-    r = ev_loop_add_io(loop, fd, EPOLLIN | EPOLLRDHUP, client_io_cb, c);
-    if (r < 0)
-        goto fail;
+    if (fd >= 0) {
+        r = ev_loop_add_io(loop, fd, EPOLLIN | EPOLLRDHUP, client_io_cb, c);
+        if (r < 0)
+            goto fail;
+    }
     c->io.fd = fd;
     c->connected = true;
     client_flush_soon(c);
     *ret = c;
     return 0;
 fail:
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     if (c->io.session)
         nghttp2_session_del(c->io.session);
     nghttp2_session_callbacks_del(c->cbs);
     free(c);
+    return r;
+}
+
+int grpc_client_new(struct ev_loop *loop, const char *socket_path, const struct grpc_limits *limits,
+                    struct grpc_client **ret)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(socket_path) >= sizeof(sa.sun_path))
+        return -ENAMETOOLONG;
+    strcpy(sa.sun_path, socket_path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        int r = -errno;
+        close(fd);
+        return r;
+    }
+    return client_new_fd(loop, fd, limits, NULL, NULL, ret);
+}
+
+int grpc_client_mem_new(struct ev_loop *loop, const struct grpc_limits *limits,
+                        void (*sink)(const uint8_t *data, size_t len, void *user_data),
+                        void *sink_data, struct grpc_client **ret)
+{
+    return client_new_fd(loop, -1, limits, sink, sink_data, ret);
+}
+
+int grpc_client_mem_feed(struct grpc_client *client, const uint8_t *data, size_t len)
+{
+    if (!client->connected)
+        return -ENOTCONN;
+    client_enter(client);
+    int r = grpc_h2io_feed(&client->io, data, len);
+    if (client->connected) {
+        if (r == 0)
+            r = grpc_h2io_flush(&client->io);
+        if (r < 0)
+            client_disconnect(client, GRPC_STATUS_UNAVAILABLE, "connection closed");
+    }
+    client_leave(client);
     return r;
 }
 

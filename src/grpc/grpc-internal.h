@@ -116,3 +116,12 @@ int grpc_server_mem_conn_new(struct grpc_server *server,
 /* Returns 0 or -errno (the connection is then dead; close it). */
 int grpc_server_mem_conn_feed(struct grpc_server_conn *conn, const uint8_t *data, size_t len);
 void grpc_server_mem_conn_close(struct grpc_server_conn *conn);
+
+/* A client with no socket: what it sends goes to sink; the server's bytes go
+ * in with grpc_client_mem_feed (callbacks run during the feed). Free with
+ * grpc_client_free(). */
+int grpc_client_mem_new(struct ev_loop *loop, const struct grpc_limits *limits,
+                        void (*sink)(const uint8_t *data, size_t len, void *user_data),
+                        void *sink_data, struct grpc_client **ret);
+/* Returns 0 or -errno (the calls then ended UNAVAILABLE). */
+int grpc_client_mem_feed(struct grpc_client *client, const uint8_t *data, size_t len);

@@ -1,10 +1,17 @@
-/* gen-grpc-corpus — writes the seed corpus of fuzz-grpc-server: what a
- * client (nghttp2 in client mode) sends for each DevicePlugin method with a
- * valid request, plus a few bad inputs the server must survive. Each file is
- * one chunk-size byte (see fuzz-grpc-server.c) followed by the connection's
- * bytes.   gen-grpc-corpus DIR */
+/* gen-grpc-corpus — writes the seed corpora of fuzz-grpc-server and
+ * fuzz-grpc-client under DIR/grpc-server and DIR/grpc-client.
+ *   grpc-server: what a client (nghttp2 in client mode) sends for each
+ *     DevicePlugin method with a valid request, plus bad inputs the server
+ *     must survive.
+ *   grpc-client: what our server answers to the calls fuzz-grpc-client opens
+ *     (grpc-fuzz-calls.h), successful and failing.
+ * Each file is one chunk-size byte (see the targets) followed by the bytes of
+ * one direction of a connection.   gen-grpc-corpus DIR */
 #include "deviceplugin.pb-c.h"
+#include "grpc-fuzz-calls.h"
 #include "grpc-internal.h"
+
+#include <sys/stat.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,13 +113,123 @@ static void one(const char *dir, const char *name, uint8_t chunk, const char *pa
     nghttp2_session_del(s);
 }
 
+/* ------------------------------------------------- client-side seeds */
+
+static bool fail_mode;
+
+static void srv_allocate(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    if (fail_mode) {
+        grpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "unknown device GPU-9: 100% sure");
+        return;
+    }
+    V1beta1__ContainerAllocateResponse__EnvsEntry env =
+        V1BETA1__CONTAINER_ALLOCATE_RESPONSE__ENVS_ENTRY__INIT;
+    V1beta1__ContainerAllocateResponse__EnvsEntry *penv = &env;
+    env.key = "NVIDIA_VISIBLE_DEVICES";
+    env.value = "GPU-0";
+    V1beta1__DeviceSpec spec = V1BETA1__DEVICE_SPEC__INIT, *pspec = &spec;
+    spec.container_path = spec.host_path = "/dev/nvidia0";
+    spec.permissions = "rw";
+    V1beta1__CDIDevice cdi = V1BETA1__CDIDEVICE__INIT, *pcdi = &cdi;
+    cdi.name = "nvidia.com/gpu=GPU-0";
+    V1beta1__ContainerAllocateResponse cr = V1BETA1__CONTAINER_ALLOCATE_RESPONSE__INIT, *pcr = &cr;
+    cr.n_envs = 1;
+    cr.envs = &penv;
+    cr.n_devices = 1;
+    cr.devices = &pspec;
+    cr.n_cdi_devices = 1;
+    cr.cdi_devices = &pcdi;
+    V1beta1__AllocateResponse resp = V1BETA1__ALLOCATE_RESPONSE__INIT;
+    resp.n_container_responses = 1;
+    resp.container_responses = &pcr;
+    grpc_call_reply_msg(call, &resp.base);
+}
+
+static void srv_list_and_watch(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    V1beta1__NUMANode node = V1BETA1__NUMANODE__INIT, *pnode = &node;
+    V1beta1__TopologyInfo topo = V1BETA1__TOPOLOGY_INFO__INIT;
+    topo.n_nodes = 1;
+    topo.nodes = &pnode;
+    V1beta1__Device dev = V1BETA1__DEVICE__INIT, *pdev = &dev;
+    dev.id = "GPU-0";
+    dev.health = "Healthy";
+    dev.topology = &topo;
+    V1beta1__ListAndWatchResponse resp = V1BETA1__LIST_AND_WATCH_RESPONSE__INIT;
+    resp.n_devices = 1;
+    resp.devices = &pdev;
+    grpc_call_send_msg(call, &resp.base);
+    dev.health = "Unhealthy";
+    grpc_call_send_msg(call, &resp.base);
+    grpc_call_finish(call, fail_mode ? GRPC_STATUS_UNAVAILABLE : GRPC_STATUS_OK, NULL);
+}
+
+static void srv_register(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    V1beta1__Empty e = V1BETA1__EMPTY__INIT;
+    if (fail_mode)
+        grpc_call_finish(call, GRPC_STATUS_UNIMPLEMENTED, "no registration here");
+    else
+        grpc_call_reply_msg(call, &e.base);
+}
+
+static void capture(const uint8_t *data, size_t len, void *ud)
+{
+    grpc_buf_append(ud, data, len);
+}
+
+static void ignore_done(int status, const char *message, const uint8_t *resp, size_t len, void *ud)
+{
+}
+
+static void ignore_msg(const uint8_t *msg, size_t len, void *ud)
+{
+}
+
+static void client_seed(const char *dir, const char *name, uint8_t chunk, bool fail)
+{
+    struct ev_loop *loop;
+    struct grpc_client *c;
+    struct grpc_server *s;
+    struct grpc_server_conn *sc;
+    struct grpc_buf to_server = {0}, to_client = {0};
+    fail_mode = fail;
+    ev_loop_new(&loop);
+    grpc_server_new(loop, NULL, &s);
+    grpc_server_add_method(s, "/v1beta1.DevicePlugin/Allocate", GRPC_METHOD_UNARY, NULL,
+                           srv_allocate, NULL);
+    grpc_server_add_method(s, "/v1beta1.DevicePlugin/ListAndWatch", GRPC_METHOD_SERVER_STREAMING,
+                           NULL, srv_list_and_watch, NULL);
+    grpc_server_add_method(s, "/v1beta1.Registration/Register", GRPC_METHOD_UNARY, NULL,
+                           srv_register, NULL);
+    grpc_client_mem_new(loop, NULL, capture, &to_server, &c);
+    grpc_fuzz_start_calls(c, ignore_done, ignore_msg);
+    grpc_server_mem_conn_new(s, capture, &to_client, &sc);
+    grpc_server_mem_conn_feed(sc, grpc_buf_head(&to_server), to_server.len);
+    save(dir, name, chunk, &to_client);
+    grpc_server_mem_conn_close(sc);
+    grpc_client_free(c);
+    grpc_server_free(s);
+    ev_loop_free(loop);
+    grpc_buf_clear(&to_server);
+    grpc_buf_clear(&to_client);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
         return 2;
     }
-    const char *dir = argv[1];
+    char dir[1024], cdir[1024];
+    snprintf(dir, sizeof(dir), "%s/grpc-server", argv[1]);
+    snprintf(cdir, sizeof(cdir), "%s/grpc-client", argv[1]);
+    mkdir(dir, 0755);
+    mkdir(cdir, 0755);
+    client_seed(cdir, "responses-ok", 0xff, false);
+    client_seed(cdir, "responses-ok-split", 2, false);
+    client_seed(cdir, "responses-errors", 0xff, true);
     uint8_t w[4096];
     size_t n;
 

@@ -4,6 +4,7 @@
  * another thread, and the framing / percent-encoding helpers. The
  * independent peer (python3-grpcio) is in test_interop.py. */
 #include "deviceplugin.pb-c.h"
+#include "grpc-fuzz-calls.h"
 #include "grpc-internal.h"
 #include "tap.h"
 #include "util.h"
@@ -468,6 +469,46 @@ TEST(call_kept_past_server_free_is_safe_to_finish)
     srv_stop(&s);
 }
 
+TEST(reserve_after_socket_dir_wiped)
+{
+    struct srv s;
+    const char *path = sock_path("reserve.sock");
+    srv_start(&s, NULL, path);
+    struct grpc_client *c;
+    REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c), 0);
+    struct result r1 = {0};
+    CHECK_EQ_INT(grpc_client_stream(c, "/t.S/Hold", NULL, 0, 0, msg_cb, done_cb, &r1, NULL), 0);
+    REQUIRE(RUN_UNTIL(s.loop, s.n_held == 1, 10000));
+    /* The kubelet wiped the directory; someone else's file now sits there. */
+    CHECK_EQ_INT(unlink(path), 0);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fclose(f);
+    grpc_server_close_listeners(s.server, true);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && S_ISREG(sb.st_mode));             /* not ours: left alone */
+    CHECK_EQ_INT(grpc_server_listen_unix(s.server, path), -EEXIST); /* not a socket */
+    CHECK_EQ_INT(unlink(path), 0);
+    CHECK_EQ_INT(grpc_server_listen_unix(s.server, path), 0);
+    /* The established connection kept working; a new one is served too. */
+    CHECK(!r1.done);
+    struct grpc_client *c2;
+    REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c2), 0);
+    struct result r2 = {0};
+    CHECK_EQ_INT(
+        grpc_client_unary(c2, "/t.S/Echo", (const uint8_t *)"hi", 2, 0, done_cb, &r2, NULL), 0);
+    REQUIRE(RUN_UNTIL(s.loop, r2.done, 10000));
+    CHECK_EQ_INT(r2.status, GRPC_STATUS_OK);
+    /* Several listeners at once; closing unlinks each socket that is still ours. */
+    CHECK_EQ_INT(grpc_server_listen_unix(s.server, sock_path("reserve2.sock")), 0);
+    grpc_server_close_listeners(s.server, true);
+    CHECK(stat(path, &sb) < 0 && errno == ENOENT);
+    CHECK(stat(sock_path("reserve2.sock"), &sb) < 0);
+    grpc_client_free(c2);
+    grpc_client_free(c);
+    srv_stop(&s);
+}
+
 /* ------------------------------------------- a server that calls out */
 
 /* Like acceld and the kubelet: "kubelet" answers Register only after calling
@@ -821,6 +862,75 @@ TEST(fuzz_seed_corpus_reaches_handlers)
         CHECK_EQ_INT(calls, seeds[i].calls);
         grpc_server_mem_conn_close(conn);
         grpc_server_free(server);
+        ev_loop_free(loop);
+    }
+}
+
+struct seed_calls {
+    int done[3];
+    int status[3];
+    int msgs;
+};
+
+static struct seed_calls *seed_calls;
+
+static void seed_done(int status, const char *message, const uint8_t *resp, size_t len, void *ud)
+{
+    /* ud is the response descriptor (Allocate, Register) or NULL (ListAndWatch). */
+    int i = ud == &v1beta1__allocate_response__descriptor ? 0 : ud == NULL ? 1 : 2;
+    seed_calls->done[i]++;
+    seed_calls->status[i] = status;
+    if (status == GRPC_STATUS_OK && ud) {
+        ProtobufCMessage *m = protobuf_c_message_unpack(ud, NULL, len, resp);
+        CHECK(m != NULL);
+        if (m)
+            protobuf_c_message_free_unpacked(m, NULL);
+    }
+}
+
+static void seed_msg(const uint8_t *msg, size_t len, void *ud)
+{
+    seed_calls->msgs++;
+}
+
+/* The client fuzz seeds end the three calls as the generator meant. */
+TEST(fuzz_client_seeds_complete_the_calls)
+{
+    static const struct {
+        const char *file;
+        int status[3];
+    } seeds[] = {
+        {"responses-ok", {GRPC_STATUS_OK, GRPC_STATUS_OK, GRPC_STATUS_OK}},
+        {"responses-ok-split", {GRPC_STATUS_OK, GRPC_STATUS_OK, GRPC_STATUS_OK}},
+        {"responses-errors",
+         {GRPC_STATUS_INVALID_ARGUMENT, GRPC_STATUS_UNAVAILABLE, GRPC_STATUS_UNIMPLEMENTED}},
+    };
+    const char *src = getenv("ACCEL_SOURCE_ROOT");
+    if (!src)
+        src = "..";
+    for (size_t i = 0; i < ARRAY_SIZE(seeds); i++) {
+        char file[1024];
+        snprintf(file, sizeof(file), "%s/tests/fuzz/corpus/grpc-client/%s", src, seeds[i].file);
+        FILE *f = fopen(file, "rb");
+        REQUIRE(f);
+        uint8_t buf[8192];
+        size_t len = fread(buf, 1, sizeof(buf), f);
+        fclose(f);
+        REQUIRE(len > 1);
+        struct seed_calls sc = {0};
+        seed_calls = &sc;
+        struct ev_loop *loop;
+        struct grpc_client *c;
+        REQUIRE_EQ_INT(ev_loop_new(&loop), 0);
+        REQUIRE_EQ_INT(grpc_client_mem_new(loop, NULL, NULL, NULL, &c), 0);
+        grpc_fuzz_start_calls(c, seed_done, seed_msg);
+        CHECK_EQ_INT(grpc_client_mem_feed(c, buf + 1, len - 1), 0);
+        for (int k = 0; k < 3; k++) {
+            CHECK_EQ_INT(sc.done[k], 1);
+            CHECK_EQ_INT(sc.status[k], seeds[i].status[k]);
+        }
+        CHECK_EQ_INT(sc.msgs, 2);
+        grpc_client_free(c);
         ev_loop_free(loop);
     }
 }
