@@ -11,3 +11,7 @@ if [ -x "$build/bench/bench-grpc" ]; then
 fi
 echo "== acceld (8 emulated GPUs: Allocate, GetPreferredAllocation, XID-to-wire, peak RSS)"
 bash "$(dirname "$0")/acceld.sh" "$build"
+if [ -x "$build/bench/bench-emu-cuda" ]; then
+    echo "== bench-emu-cuda (emulated libcuda.so.1, one process)"
+    LD_LIBRARY_PATH="$build/src/emu" "$build/bench/bench-emu-cuda"
+fi

@@ -204,7 +204,6 @@ int gpu_nvml_errno(nvmlReturn_t r)
     case NVML_ERROR_INVALID_ARGUMENT:
         return -EINVAL;
     case NVML_ERROR_NOT_SUPPORTED:
-        return -EOPNOTSUPP;
     case NVML_ERROR_FUNCTION_NOT_FOUND:
         return -EOPNOTSUPP;
     case NVML_ERROR_NO_PERMISSION:

@@ -103,7 +103,7 @@ int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t err
 /* Shuts NVML down and closes the library. Accepts NULL; returns NULL. */
 struct gpu_nvml *gpu_nvml_free(struct gpu_nvml *nvml);
 
-/* nvmlErrorString when available, else a generic "NVML error N". Never NULL. */
+/* nvmlErrorString when available, else a short fixed description. Never NULL; borrowed. */
 const char *gpu_nvml_strerror(const struct gpu_nvml *nvml, nvmlReturn_t r);
 
 /* nvmlReturn_t → -errno (NOT_SUPPORTED → -EOPNOTSUPP, GPU_IS_LOST → -ENODEV, ...). */
