@@ -34,8 +34,8 @@
 
 #define EMU_MAX_GPUS 16
 #define EMU_MAX_PROCS 128
-#define EMU_EVENT_RING 256     /* per GPU, power of two */
-#define EMU_TIMELINE_RING 4096 /* busy intervals kept per GPU, power of two */
+#define EMU_EVENT_RING 256      /* per GPU, power of two */
+#define EMU_TIMELINE_RING 16384 /* busy intervals kept per GPU, power of two */
 
 #define EMU_UUID_LEN 41 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL */
 #define EMU_NAME_LEN 96
