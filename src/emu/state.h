@@ -168,11 +168,14 @@ struct emu_gpu {
 };
 
 /* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the
- * process is gone (kill(pid, 0) == ESRCH or a different start time: pid reuse). */
+ * process is gone (kill(pid, 0) == ESRCH or a different start time: pid reuse). A process is
+ * known by (pid namespace, pid): containers sharing one state file may reuse each other's pid
+ * numbers; only a process in the same pid namespace can tell whether a slot's owner is gone. */
 struct emu_proc {
-    int32_t pid; /* 0 = free slot */
+    int32_t pid; /* 0 = free slot; as seen in its own pid namespace */
     uint32_t pad;
     uint64_t start_time;        /* /proc/<pid>/stat starttime (clock ticks since boot) */
+    uint64_t pidns;             /* inode of /proc/<pid>/ns/pid; 0 = unknown */
     uint64_t mem[EMU_MAX_GPUS]; /* bytes charged per GPU */
 };
 
