@@ -85,6 +85,7 @@ struct CUctx_st {
     bool primary;
     int refs;                       /* primary: retain count */
     uint64_t charged;               /* context overhead charged to the GPU */
+    uint64_t last_end_ns;           /* completion of all work queued in it, any stream or thread */
     struct CUstream_st null_stream; /* the legacy default stream */
     struct CUstream_st *streams;
     size_t limits[10];

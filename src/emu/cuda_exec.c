@@ -73,6 +73,22 @@ void cuda_sleep_until(uint64_t t_ns)
         ;
 }
 
+/* At thread exit, events still pending on its per-thread stream must not point at it. */
+static pthread_key_t pt_key;
+static pthread_once_t pt_key_once = PTHREAD_ONCE_INIT;
+
+static void pt_stream_exit(void *unused)
+{
+    pthread_mutex_lock(&cuda_lock);
+    stream_unbind_all_locked(&pt_stream);
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+static void pt_key_make(void)
+{
+    pthread_key_create(&pt_key, pt_stream_exit);
+}
+
 CUresult cuda_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **ret)
 {
     struct CUctx_st *c;
@@ -87,6 +103,8 @@ CUresult cuda_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **r
             memset(&pt_stream, 0, sizeof(pt_stream));
             pt_stream.magic = EMU_MAGIC_STREAM;
             pt_stream.ctx = c;
+            pthread_once(&pt_key_once, pt_key_make);
+            pthread_setspecific(pt_key, &pt_stream);
         }
         *ret = &pt_stream;
         return CUDA_SUCCESS;
@@ -167,6 +185,8 @@ static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint6
     int r = emu_state_submit(cuda_state, (unsigned)s->ctx->dev, nb, duration_ns, &start, &end);
     if (!r && end > s->last_end_ns)
         s->last_end_ns = end;
+    if (!r && end > s->ctx->last_end_ns)
+        s->ctx->last_end_ns = end;
     if (!r && duration_ns) {
         stream_bind_pending_locked(s, start);
         s->work_since_event = true;
@@ -191,13 +211,9 @@ static uint64_t stream_done_at(struct CUstream_st *s)
 
 CUresult cuda_ctx_sync(struct CUctx_st *c)
 {
+    /* every stream of every thread, destroyed streams' queued work included */
     pthread_mutex_lock(&cuda_lock);
-    uint64_t t = c->null_stream.last_end_ns;
-    for (struct CUstream_st *o = c->streams; o; o = o->next)
-        if (o->last_end_ns > t)
-            t = o->last_end_ns;
-    if (pt_stream.ctx == c && pt_stream.last_end_ns > t)
-        t = pt_stream.last_end_ns;
+    uint64_t t = c->last_end_ns;
     pthread_mutex_unlock(&cuda_lock);
     cuda_sleep_until(t);
     cuda_pools_release_to_threshold(c->dev);
@@ -282,7 +298,7 @@ EMU_API CUresult cuStreamDestroy_v2(CUstream h)
         return CUDA_ERROR_INVALID_HANDLE;
     }
     /* queued work still runs on the GPU: the legacy stream inherits its completion so that
-     * context synchronization still waits for it */
+     * later legacy-stream work still comes after it */
     if (h->last_end_ns > owner->null_stream.last_end_ns && !(h->flags & CU_STREAM_NON_BLOCKING))
         owner->null_stream.last_end_ns = h->last_end_ns;
     *pp = h->next;

@@ -991,7 +991,8 @@ TEST(pacing_pairs_measure_each_kernel)
 }
 
 struct pt_result {
-    CUresult launch, sync, query;
+    CUresult launch, sync, query, tail;
+    CUevent done; /* recorded after a last kernel the thread does not wait for */
 };
 
 static void *pt_thread(void *arg)
@@ -1012,6 +1013,10 @@ static void *pt_thread(void *arg)
     r->launch = launch_pt(spin_fn(), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
     r->sync = sync_pt(NULL);
     r->query = p_cuStreamQuery(CU_STREAM_PER_THREAD);
+    cycles = 50 * 1410000ull; /* 50 ms, left running */
+    r->tail = launch_pt(spin_fn(), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+    if (!r->tail)
+        r->tail = p_cuEventRecord(r->done, CU_STREAM_PER_THREAD);
     p_cuDevicePrimaryCtxRelease_v2(0);
     return NULL;
 }
@@ -1020,13 +1025,19 @@ TEST(per_thread_default_stream)
 {
     REQUIRE(driver_up());
     REQUIRE(spin_fn());
-    struct pt_result r = {-1, -1, -1};
+    struct pt_result r = {-1, -1, -1, -1, NULL};
+    REQUIRE_EQ_INT(p_cuEventCreate(&r.done, 0), CUDA_SUCCESS);
     pthread_t t;
     REQUIRE(pthread_create(&t, NULL, pt_thread, &r) == 0);
     pthread_join(t, NULL);
     CHECK_EQ_INT(r.launch, CUDA_SUCCESS);
     CHECK_EQ_INT(r.sync, CUDA_SUCCESS);
     CHECK_EQ_INT(r.query, CUDA_SUCCESS);
+    CHECK_EQ_INT(r.tail, CUDA_SUCCESS);
+    /* context synchronization waits for the other thread's per-thread stream too */
+    CHECK_EQ_INT(p_cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuEventQuery(r.done), CUDA_SUCCESS);
+    p_cuEventDestroy_v2(r.done);
 }
 
 TEST(graphs_and_capture)
