@@ -1040,6 +1040,60 @@ TEST(per_thread_default_stream)
     p_cuEventDestroy_v2(r.done);
 }
 
+struct worker {
+    int bad;
+    CUresult err;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    CUcontext ctx;
+    CUstream s;
+    CUevent a, b;
+    if ((w->err = p_cuDevicePrimaryCtxRetain(&ctx, 0)) || (w->err = p_cuCtxSetCurrent(ctx)) ||
+        (w->err = p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) ||
+        (w->err = p_cuEventCreate(&a, 0)) || (w->err = p_cuEventCreate(&b, 0)))
+        return NULL;
+    uint64_t cycles = 14100; /* 10 us */
+    void *args[] = {&cycles};
+    for (int i = 0; i < 200 && !w->err; i++) {
+        CUdeviceptr p;
+        if ((w->err = p_cuEventRecord(a, s)) ||
+            (w->err = p_cuLaunchKernel(spin_fn(), 1, 1, 1, 1, 1, 1, 0, s, args, NULL)) ||
+            (w->err = p_cuEventRecord(b, s)) || (w->err = p_cuEventSynchronize(b)) ||
+            (w->err = p_cuMemAlloc_v2(&p, 4096)) || (w->err = p_cuMemFree_v2(p)))
+            break;
+        float ms = 0;
+        if ((w->err = p_cuEventElapsedTime_v2(&ms, a, b)))
+            break;
+        w->bad += fabsf(ms - 0.01f) > 1e-5f;
+    }
+    p_cuEventDestroy_v2(a);
+    p_cuEventDestroy_v2(b);
+    p_cuStreamDestroy_v2(s);
+    p_cuDevicePrimaryCtxRelease_v2(0);
+    return NULL;
+}
+
+TEST(threads_share_one_context)
+{
+    /* four threads, one context, each its own stream: every pair still exact, no charge lost */
+    REQUIRE(driver_up());
+    REQUIRE(spin_fn());
+    uint64_t before = state_used(0);
+    struct worker w[4] = {{0, 0}};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        REQUIRE(pthread_create(&t[i], NULL, worker_main, &w[i]) == 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ_INT(w[i].err, CUDA_SUCCESS);
+        CHECK_EQ_INT(w[i].bad, 0);
+    }
+    CHECK_EQ_U64(state_used(0), before);
+}
+
 TEST(graphs_and_capture)
 {
     REQUIRE(driver_up());
