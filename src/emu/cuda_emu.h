@@ -184,3 +184,7 @@ CUresult cuda_ctx_sync(struct CUctx_st *ctx);
 CUresult cuda_sync_for_copy(bool per_thread);
 void cuda_sleep_until(uint64_t t_ns);
 void cuda_stream_list_free(struct CUctx_st *ctx);
+/* Adds a copy (src non-NULL: n bytes) or a memset (src NULL: n elements of elem bytes set to
+ * value) node to a graph being captured; it runs when the graph is launched. */
+CUresult cuda_graph_add_mem(struct CUgraph_st *g, void *dst, const void *src, size_t n,
+                            unsigned value, size_t elem);
