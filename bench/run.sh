@@ -5,3 +5,5 @@ set -euo pipefail
 build=${1:-build}
 echo "== bench-inventory (src/gpu; fake NVML, our overhead only)"
 "$build/bench/bench-inventory" "$build/tests/inventory/libfake-nvml.so"
+echo "== emu-xid-latency (src/emu; XID inject -> nvmlEventSetWait_v2 wake, across processes)"
+"$build/bench/emu-xid-latency" 2000
