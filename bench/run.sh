@@ -5,5 +5,9 @@ set -euo pipefail
 build=${1:-build}
 echo "== bench-inventory (src/gpu; fake NVML, our overhead only)"
 "$build/bench/bench-inventory" "$build/tests/inventory/libfake-nvml.so"
+if [ -x "$build/bench/bench-emu-cuda" ]; then
+    echo "== bench-emu-cuda (emulated libcuda.so.1, one process)"
+    LD_LIBRARY_PATH="$build/src/emu" "$build/bench/bench-emu-cuda"
+fi
 echo "== emu-xid-latency (src/emu; XID inject -> nvmlEventSetWait_v2 wake, across processes)"
-"$build/bench/emu-xid-latency" 2000
+LD_LIBRARY_PATH="$build/src/emu" "$build/bench/emu-xid-latency" 2000
