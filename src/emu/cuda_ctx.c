@@ -671,6 +671,30 @@ EMU_API CUresult cuCtxGetDevice(CUdevice *dev)
     return CUDA_SUCCESS;
 }
 
+/* CUDA 13: the context is named (NULL: the current one). */
+EMU_API CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
+{
+    if (!dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_INIT();
+    if (!ctx)
+        ctx = cuda_current();
+    if (!ctx_known(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *dev = ctx->dev;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    NEED_INIT();
+    if (!ctx)
+        ctx = cuda_current();
+    if (!ctx_known(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return cuda_ctx_sync(ctx);
+}
+
 EMU_API CUresult cuCtxGetFlags(unsigned int *flags)
 {
     if (!flags)

@@ -22,6 +22,10 @@
 /* Entry points the emulator exports that cuda_api.h does not declare (yet). */
 CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, int attrib, CUdevice src, CUdevice dst);
 CUresult CUDAAPI cuCtxGetCacheConfig(int *config);
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx);
+CUresult CUDAAPI cuStreamGetCtx_v2(CUstream s, CUcontext *ctx, CUgreenCtx *green);
+CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext *ctx, CUgreenCtx *green);
 CUresult CUDAAPI cuCtxSetCacheConfig(int config);
 CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr p, size_t count, CUdevice dst, CUstream s);
 CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t count, CUdevice dst, CUstream s);

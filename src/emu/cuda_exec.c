@@ -434,6 +434,32 @@ STREAM_GETTER(cuStreamGetPriority_ptsz, true, int, s->priority)
 STREAM_GETTER(cuStreamGetCtx, false, CUcontext, s->ctx)
 STREAM_GETTER(cuStreamGetCtx_ptsz, true, CUcontext, s->ctx)
 STREAM_GETTER(cuStreamGetDevice, false, CUdevice, s->ctx->dev)
+
+/* CUDA 12.5: also the green context (the emulator has none). */
+static CUresult stream_get_ctx2(CUstream h, CUcontext *ctx, CUgreenCtx *green, bool pt)
+{
+    if (!ctx && !green)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    if (ctx)
+        *ctx = s->ctx;
+    if (green)
+        *green = NULL;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamGetCtx_v2(CUstream h, CUcontext *ctx, CUgreenCtx *green)
+{
+    return stream_get_ctx2(h, ctx, green, false);
+}
+
+EMU_API CUresult cuStreamGetCtx_v2_ptsz(CUstream h, CUcontext *ctx, CUgreenCtx *green)
+{
+    return stream_get_ctx2(h, ctx, green, true);
+}
 STREAM_GETTER(cuStreamGetDevice_ptsz, true, CUdevice, s->ctx->dev)
 STREAM_GETTER(cuStreamGetId, false, unsigned long long, stream_id(s))
 STREAM_GETTER(cuStreamGetId_ptsz, true, unsigned long long, stream_id(s))

@@ -570,6 +570,12 @@ TEST(runtime_style_lookups)
         {"cuMemAllocAsync", 11020, 2, "cuMemAllocAsync_ptsz"},
         {"cuDevicePrimaryCtxRelease", 11000, 0, "cuDevicePrimaryCtxRelease_v2"},
         {"cuIpcOpenMemHandle", 11000, 0, "cuIpcOpenMemHandle_v2"},
+        {"cuStreamGetCtx", 12040, 0, "cuStreamGetCtx"},
+        {"cuStreamGetCtx", 12050, 0, "cuStreamGetCtx_v2"},
+        {"cuStreamGetCtx", 12050, 2, "cuStreamGetCtx_v2_ptsz"},
+        {"cuCtxSynchronize", 12090, 0, "cuCtxSynchronize"},
+        {"cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2"},
+        {"cuCtxGetDevice", 13000, 0, "cuCtxGetDevice_v2"},
     };
     for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
         void *fn = NULL;
@@ -589,6 +595,12 @@ TEST(runtime_style_lookups)
     CHECK_EQ_INT(p_getproc("cuMemAllocAsync", &fn, 11000, 0, &st), CUDA_ERROR_NOT_FOUND);
     CHECK_EQ_INT(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     CHECK_EQ_INT(p_getproc("cuInit", &fn, 13000, 7, &st), CUDA_ERROR_INVALID_VALUE);
+    /* a real entry point the emulator lacks, and a legacy variant it does not export: not
+     * found, never another variant with a different signature */
+    CHECK_EQ_INT(p_getproc("cuTexObjectCreate", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    CHECK_EQ_INT(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    CHECK_EQ_INT(p_getproc("cuMemAlloc", &fn, 3010, 0, &st), CUDA_ERROR_NOT_FOUND);
+    CHECK(fn == NULL);
 
     /* the 4-argument cuGetProcAddress too */
     __typeof__(cuGetProcAddress) *v1 = (__typeof__(v1))dlsym(lib, "cuGetProcAddress");
