@@ -73,7 +73,9 @@ EMU_API CUresult cuInit(unsigned int flags)
                     "accel-emu libcuda: no emulated GPUs (%s%s%s): run `accel-emu init` and set "
                     "ACCEL_EMU_STATE to its state file\n",
                     p && *p ? p : "ACCEL_EMU_STATE is not set", p && *p ? ": " : "",
-                    p && *p ? strerror(-r) : "");
+                    !p || !*p      ? ""
+                    : r == -EPROTO ? "not a state file of this accel-emu version"
+                                   : strerror(-r));
             init_result = CUDA_ERROR_NO_DEVICE;
         } else {
             cuda_kernel_ns = env_u64("ACCEL_EMU_KERNEL_US", 10, 1000);
