@@ -367,10 +367,34 @@ static uint64_t proc_start_time(pid_t pid)
     return strtoull(p + 1, NULL, 10);
 }
 
+/* Inode of this process's pid namespace, 0 when unknown. */
+static uint64_t self_pidns(void)
+{
+    static uint64_t ns;
+    static bool done;
+    if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+        return ns;
+    char buf[64];
+    ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
+    uint64_t v = 0;
+    if (n > 0) {
+        buf[n] = 0;
+        const char *b = strchr(buf, '[');
+        if (b)
+            v = strtoull(b + 1, NULL, 10); /* "pid:[4026531836]" */
+    }
+    __atomic_store_n(&ns, v, __ATOMIC_RELAXED);
+    __atomic_store_n(&done, true, __ATOMIC_RELEASE);
+    return v;
+}
+
 static bool proc_alive(const struct emu_proc *p)
 {
     if (p->pid <= 0)
         return false;
+    uint64_t ns = self_pidns();
+    if (p->pidns && ns && p->pidns != ns)
+        return true; /* another namespace's pid: not ours to judge */
     if (kill(p->pid, 0) < 0 && errno == ESRCH)
         return false;
     uint64_t st = proc_start_time(p->pid);
@@ -423,10 +447,11 @@ static int reclaim_locked(struct emu_shared *sh)
     sh->last_reclaim_ns = emu_state_now_ns();
     for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
         struct emu_proc *p = &sh->procs[i];
-        if (p->pid && p->pid != self && !proc_alive(p)) {
+        if (p->pid && !(p->pid == self && p->pidns == self_pidns()) && !proc_alive(p)) {
             /* pid last: a half-cleared slot is still a valid (empty) slot of that pid */
             memset(p->mem, 0, sizeof(p->mem));
             p->start_time = 0;
+            p->pidns = 0;
             p->pid = 0;
             n++;
         }
@@ -454,11 +479,11 @@ static uint64_t used_locked(struct emu_shared *sh, unsigned gpu)
 static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
 {
     pid_t pid = my_pid();
-    uint64_t start = self_start_time();
+    uint64_t start = self_start_time(), ns = self_pidns();
     struct emu_proc *fre = NULL;
     for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
         struct emu_proc *p = &sh->procs[i];
-        if (p->pid == pid) {
+        if (p->pid == pid && p->pidns == ns) {
             if (p->start_time == start)
                 return p;
             /* a dead process with our pid: its charges are not ours */
@@ -482,6 +507,7 @@ static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
     }
     memset(fre->mem, 0, sizeof(fre->mem));
     fre->start_time = start;
+    fre->pidns = ns;
     fre->pid = pid;
     return fre;
 }
@@ -534,6 +560,7 @@ void emu_state_proc_release(struct emu_state *st)
     if (p) {
         memset(p->mem, 0, sizeof(p->mem));
         p->start_time = 0;
+        p->pidns = 0;
         p->pid = 0;
     }
     emu_state_unlock(st);

@@ -17,10 +17,10 @@
  * processes on one machine. NVML's wall-clock microsecond timestamps are converted by the
  * caller.
  *
- * Threads: every function may be called from any thread of any process; the mapping is
- * read-only to nobody. Pointers returned by emu_state_gpu() point into the mapping: read
- * fields freely (they are naturally aligned and read whole); write only between
- * emu_state_lock() and emu_state_unlock(). */
+ * Threads: every function may be called from any thread of any process. Pointers returned by
+ * emu_state_gpu() point into the mapping: read fields freely (they are naturally aligned and
+ * read whole); write only between emu_state_lock() and emu_state_unlock(). Processes are
+ * known by (pid namespace, pid): see struct emu_proc. */
 #pragma once
 
 #include <pthread.h>
@@ -34,8 +34,8 @@
 
 #define EMU_MAX_GPUS 16
 #define EMU_MAX_PROCS 128
-#define EMU_EVENT_RING 256     /* per GPU, power of two */
-#define EMU_TIMELINE_RING 4096 /* busy intervals kept per GPU, power of two */
+#define EMU_EVENT_RING 256      /* per GPU, power of two */
+#define EMU_TIMELINE_RING 16384 /* busy intervals kept per GPU, power of two */
 
 #define EMU_UUID_LEN 41 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL */
 #define EMU_NAME_LEN 96
@@ -168,11 +168,14 @@ struct emu_gpu {
 };
 
 /* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the
- * process is gone (kill(pid, 0) == ESRCH or a different start time: pid reuse). */
+ * process is gone (kill(pid, 0) == ESRCH or a different start time: pid reuse). A process is
+ * known by (pid namespace, pid): containers sharing one state file may reuse each other's pid
+ * numbers; only a process in the same pid namespace can tell whether a slot's owner is gone. */
 struct emu_proc {
-    int32_t pid; /* 0 = free slot */
+    int32_t pid; /* 0 = free slot; as seen in its own pid namespace */
     uint32_t pad;
     uint64_t start_time;        /* /proc/<pid>/stat starttime (clock ticks since boot) */
+    uint64_t pidns;             /* inode of /proc/<pid>/ns/pid; 0 = unknown */
     uint64_t mem[EMU_MAX_GPUS]; /* bytes charged per GPU */
 };
 
@@ -258,7 +261,7 @@ void emu_state_unlock(struct emu_state *st);
 
 uint64_t emu_state_now_ns(void);
 
-/* ---- memory accounting (for the calling process, getpid()) ---- */
+/* ---- memory accounting (charges belong to the calling process) ---- */
 
 /* Charges bytes on gpu to the calling process. -ENOMEM when the GPU's used memory (sum over
  * live processes, dead ones reclaimed first) plus bytes would exceed its total; -ENOSPC when
@@ -281,8 +284,7 @@ struct emu_proc_mem {
     uint64_t bytes;
 };
 /* Live processes holding memory on gpu (after reclaiming dead ones, as emu_state_mem_info): up
- * to max entries in
- * out, the number that exist in *ret_n (may exceed max). */
+ * to max entries in out, the number that exist in *ret_n (may exceed max). */
 int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out, size_t max,
                     size_t *ret_n);
 
@@ -290,8 +292,9 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
 
 /* Queues work of duration_ns on gpu for the calling process: it starts at
  * max(now, the GPU's busy_until, not_before_ns) and ends duration_ns later; the GPU is busy
- * until then. duration 0 (an event record) occupies nothing and records no interval.
- * not_before_ns is the stream's last completion (stream order). Returns 0 or -EINVAL. */
+ * until then. duration 0 occupies nothing and records no interval (it only reports where
+ * such work would start). not_before_ns is the stream's last completion (stream order).
+ * Returns 0 or -EINVAL. */
 int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                      uint64_t duration_ns, uint64_t *ret_start_ns, uint64_t *ret_end_ns);
 

@@ -19,6 +19,7 @@ import time
 BUILD = os.environ.get("ACCEL_BUILD_ROOT", "build")
 MPS = os.path.join(BUILD, "src", "emu", "nvidia-cuda-mps-control")
 EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
+HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
 TMP = tempfile.mkdtemp(prefix="test-mps-")
 
 results = []
@@ -167,6 +168,22 @@ def _():
                             f"get_device_pinned_mem_limit {spid} 1",
                             f"get_server_status {spid}")
         check(rc == 0 and out == "10.0\n10.0\n512M\nACTIVE\n", f"per-server: {out!r}")
+        # a process using an emulated GPU is a client of its user's server
+        hold = subprocess.Popen([HOLD, "1", "4"], env=d.env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            line = hold.stdout.readline()
+            check(line == f"ready {hold.pid}\n", f"emu-hold: {line!r}")
+            rc, out, _ = d.send(f"get_client_list {spid}")
+            check(rc == 0 and out == f"{hold.pid}\n", f"client list: {out!r}")
+            uuid1 = json.loads(subprocess.run([EMU, "--state", STATE, "status", "--json"],
+                                              capture_output=True, text=True,
+                                              timeout=30).stdout)["gpus"][1]["uuid"]
+            rc, out, _ = d.send("get_device_client_list", f"get_device_client_list {spid}")
+            check(out == f"{uuid1} {hold.pid}\n" * 2, f"device client list: {out!r}")
+        finally:
+            hold.stdin.close()
+            hold.wait(timeout=30)
         rc, out, _ = d.send("get_active_thread_percentage 1")
         check(rc == 1 and "no MPS server" in out, f"unknown server: {out!r}")
         rc, out, _ = d.send(f"shutdown_server {spid}")
