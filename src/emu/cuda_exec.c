@@ -29,9 +29,14 @@
 #include "ptx.h"
 
 struct CUgraphNode_st {
-    CUfunction func;
+    CUfunction func; /* NULL: a copy or memset node */
     bool has_cycles;
     uint64_t cycles; /* spin kernels: first parameter */
+    /* copy (src) or memset (!src) */
+    void *dst;
+    const void *src;
+    size_t n, elem;
+    unsigned value;
 };
 
 struct CUgraph_st {
@@ -73,6 +78,22 @@ void cuda_sleep_until(uint64_t t_ns)
         ;
 }
 
+/* At thread exit, events still pending on its per-thread stream must not point at it. */
+static pthread_key_t pt_key;
+static pthread_once_t pt_key_once = PTHREAD_ONCE_INIT;
+
+static void pt_stream_exit(void *unused)
+{
+    pthread_mutex_lock(&cuda_lock);
+    stream_unbind_all_locked(&pt_stream);
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+static void pt_key_make(void)
+{
+    pthread_key_create(&pt_key, pt_stream_exit);
+}
+
 CUresult cuda_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **ret)
 {
     struct CUctx_st *c;
@@ -87,6 +108,8 @@ CUresult cuda_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **r
             memset(&pt_stream, 0, sizeof(pt_stream));
             pt_stream.magic = EMU_MAGIC_STREAM;
             pt_stream.ctx = c;
+            pthread_once(&pt_key_once, pt_key_make);
+            pthread_setspecific(pt_key, &pt_stream);
         }
         *ret = &pt_stream;
         return CUDA_SUCCESS;
@@ -167,6 +190,8 @@ static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint6
     int r = emu_state_submit(cuda_state, (unsigned)s->ctx->dev, nb, duration_ns, &start, &end);
     if (!r && end > s->last_end_ns)
         s->last_end_ns = end;
+    if (!r && end > s->ctx->last_end_ns)
+        s->ctx->last_end_ns = end;
     if (!r && duration_ns) {
         stream_bind_pending_locked(s, start);
         s->work_since_event = true;
@@ -191,13 +216,9 @@ static uint64_t stream_done_at(struct CUstream_st *s)
 
 CUresult cuda_ctx_sync(struct CUctx_st *c)
 {
+    /* every stream of every thread, destroyed streams' queued work included */
     pthread_mutex_lock(&cuda_lock);
-    uint64_t t = c->null_stream.last_end_ns;
-    for (struct CUstream_st *o = c->streams; o; o = o->next)
-        if (o->last_end_ns > t)
-            t = o->last_end_ns;
-    if (pt_stream.ctx == c && pt_stream.last_end_ns > t)
-        t = pt_stream.last_end_ns;
+    uint64_t t = c->last_end_ns;
     pthread_mutex_unlock(&cuda_lock);
     cuda_sleep_until(t);
     cuda_pools_release_to_threshold(c->dev);
@@ -282,7 +303,7 @@ EMU_API CUresult cuStreamDestroy_v2(CUstream h)
         return CUDA_ERROR_INVALID_HANDLE;
     }
     /* queued work still runs on the GPU: the legacy stream inherits its completion so that
-     * context synchronization still waits for it */
+     * later legacy-stream work still comes after it */
     if (h->last_end_ns > owner->null_stream.last_end_ns && !(h->flags & CU_STREAM_NON_BLOCKING))
         owner->null_stream.last_end_ns = h->last_end_ns;
     *pp = h->next;
@@ -413,6 +434,32 @@ STREAM_GETTER(cuStreamGetPriority_ptsz, true, int, s->priority)
 STREAM_GETTER(cuStreamGetCtx, false, CUcontext, s->ctx)
 STREAM_GETTER(cuStreamGetCtx_ptsz, true, CUcontext, s->ctx)
 STREAM_GETTER(cuStreamGetDevice, false, CUdevice, s->ctx->dev)
+
+/* CUDA 12.5: also the green context (the emulator has none). */
+static CUresult stream_get_ctx2(CUstream h, CUcontext *ctx, CUgreenCtx *green, bool pt)
+{
+    if (!ctx && !green)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    if (ctx)
+        *ctx = s->ctx;
+    if (green)
+        *green = NULL;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamGetCtx_v2(CUstream h, CUcontext *ctx, CUgreenCtx *green)
+{
+    return stream_get_ctx2(h, ctx, green, false);
+}
+
+EMU_API CUresult cuStreamGetCtx_v2_ptsz(CUstream h, CUcontext *ctx, CUgreenCtx *green)
+{
+    return stream_get_ctx2(h, ctx, green, true);
+}
 STREAM_GETTER(cuStreamGetDevice_ptsz, true, CUdevice, s->ctx->dev)
 STREAM_GETTER(cuStreamGetId, false, unsigned long long, stream_id(s))
 STREAM_GETTER(cuStreamGetId_ptsz, true, unsigned long long, stream_id(s))
@@ -922,6 +969,8 @@ static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int 
 
 static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t cycles,
                           CUgraphNode *ret);
+static CUresult graph_push(struct CUgraph_st *g, const struct CUgraphNode_st *tmpl,
+                           CUgraphNode *ret);
 
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                        unsigned by, unsigned bz, CUstream h, void **params, void **extra, bool pt)
@@ -997,6 +1046,34 @@ EMU_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg, CUfunction f, 
 
 /* ---- graphs and stream capture ---- */
 
+static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t cycles,
+                          CUgraphNode *ret)
+{
+    struct CUgraphNode_st n = {.func = f, .has_cycles = has, .cycles = cycles};
+    return graph_push(g, &n, ret);
+}
+
+CUresult cuda_graph_add_mem(struct CUgraph_st *g, void *dst, const void *src, size_t n,
+                            unsigned value, size_t elem)
+{
+    struct CUgraphNode_st node = {.dst = dst, .src = src, .n = n, .elem = elem, .value = value};
+    return graph_push(g, &node, NULL);
+}
+
+/* A copy or memset node, when its graph runs. */
+static void run_mem_node(const struct CUgraphNode_st *n)
+{
+    if (n->src) {
+        memmove(n->dst, n->src, n->n);
+    } else if (n->elem == 1) {
+        memset(n->dst, (int)(n->value & 0xff), n->n);
+    } else {
+        uint8_t *p = n->dst;
+        for (size_t i = 0; i < n->n; i++)
+            memcpy(p + i * n->elem, &n->value, n->elem); /* little-endian: the low bytes */
+    }
+}
+
 static struct CUgraph_st *graph_of(CUgraph g)
 {
     return g && g->magic == EMU_MAGIC_GRAPH ? g : NULL;
@@ -1027,8 +1104,8 @@ EMU_API CUresult cuGraphDestroy(CUgraph hg)
     return CUDA_SUCCESS;
 }
 
-static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t cycles,
-                          CUgraphNode *ret)
+static CUresult graph_push(struct CUgraph_st *g, const struct CUgraphNode_st *tmpl,
+                           CUgraphNode *ret)
 {
     pthread_mutex_lock(&cuda_lock);
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1040,12 +1117,10 @@ static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t
         g->nodes = n;
         g->cap = cap;
     }
-    struct CUgraphNode_st *node = calloc(1, sizeof(*node));
+    struct CUgraphNode_st *node = malloc(sizeof(*node));
     if (!node)
         goto out;
-    node->func = f;
-    node->has_cycles = has;
-    node->cycles = cycles;
+    *node = *tmpl;
     g->nodes[g->n++] = node;
     if (ret)
         *ret = node;
@@ -1154,9 +1229,15 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool pt)
     uint64_t total = 0;
     for (size_t i = 0; i < e->n; i++) {
         const struct CUgraphNode_st *n = &e->nodes[i];
-        if (n->func->magic != EMU_MAGIC_FUNC)
+        if (n->func && n->func->magic != EMU_MAGIC_FUNC)
             return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
-        total += duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev);
+    }
+    for (size_t i = 0; i < e->n; i++) {
+        const struct CUgraphNode_st *n = &e->nodes[i];
+        if (n->func)
+            total += duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev);
+        else
+            run_mem_node(n); /* at once, like any asynchronous copy */
     }
     return total ? stream_submit(s, total, NULL, NULL) : CUDA_SUCCESS;
 }

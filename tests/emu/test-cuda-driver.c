@@ -119,6 +119,7 @@ FN(cuMemcpyDtoHAsync_v2);
 FN(cuMemcpy2D_v2);
 FN(cuMemsetD8_v2);
 FN(cuMemsetD32_v2);
+FN(cuMemsetD32Async);
 FN(cuMemGetAddressRange_v2);
 FN(cuPointerGetAttribute);
 FN(cuIpcGetMemHandle);
@@ -218,6 +219,7 @@ static bool resolve_all(void)
     GET(cuMemcpy2D_v2, "cuMemcpy2D");
     GET(cuMemsetD8_v2, "cuMemsetD8");
     GET(cuMemsetD32_v2, "cuMemsetD32");
+    GET(cuMemsetD32Async, "cuMemsetD32Async");
     GET(cuMemGetAddressRange_v2, "cuMemGetAddressRange");
     GET(cuPointerGetAttribute, "cuPointerGetAttribute");
     GET(cuIpcGetMemHandle, "cuIpcGetMemHandle");
@@ -568,6 +570,12 @@ TEST(runtime_style_lookups)
         {"cuMemAllocAsync", 11020, 2, "cuMemAllocAsync_ptsz"},
         {"cuDevicePrimaryCtxRelease", 11000, 0, "cuDevicePrimaryCtxRelease_v2"},
         {"cuIpcOpenMemHandle", 11000, 0, "cuIpcOpenMemHandle_v2"},
+        {"cuStreamGetCtx", 12040, 0, "cuStreamGetCtx"},
+        {"cuStreamGetCtx", 12050, 0, "cuStreamGetCtx_v2"},
+        {"cuStreamGetCtx", 12050, 2, "cuStreamGetCtx_v2_ptsz"},
+        {"cuCtxSynchronize", 12090, 0, "cuCtxSynchronize"},
+        {"cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2"},
+        {"cuCtxGetDevice", 13000, 0, "cuCtxGetDevice_v2"},
     };
     for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
         void *fn = NULL;
@@ -587,6 +595,12 @@ TEST(runtime_style_lookups)
     CHECK_EQ_INT(p_getproc("cuMemAllocAsync", &fn, 11000, 0, &st), CUDA_ERROR_NOT_FOUND);
     CHECK_EQ_INT(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     CHECK_EQ_INT(p_getproc("cuInit", &fn, 13000, 7, &st), CUDA_ERROR_INVALID_VALUE);
+    /* a real entry point the emulator lacks, and a legacy variant it does not export: not
+     * found, never another variant with a different signature */
+    CHECK_EQ_INT(p_getproc("cuTexObjectCreate", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    CHECK_EQ_INT(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    CHECK_EQ_INT(p_getproc("cuMemAlloc", &fn, 3010, 0, &st), CUDA_ERROR_NOT_FOUND);
+    CHECK(fn == NULL);
 
     /* the 4-argument cuGetProcAddress too */
     __typeof__(cuGetProcAddress) *v1 = (__typeof__(v1))dlsym(lib, "cuGetProcAddress");
@@ -991,7 +1005,8 @@ TEST(pacing_pairs_measure_each_kernel)
 }
 
 struct pt_result {
-    CUresult launch, sync, query;
+    CUresult launch, sync, query, tail;
+    CUevent done; /* recorded after a last kernel the thread does not wait for */
 };
 
 static void *pt_thread(void *arg)
@@ -1012,6 +1027,10 @@ static void *pt_thread(void *arg)
     r->launch = launch_pt(spin_fn(), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
     r->sync = sync_pt(NULL);
     r->query = p_cuStreamQuery(CU_STREAM_PER_THREAD);
+    cycles = 50 * 1410000ull; /* 50 ms, left running */
+    r->tail = launch_pt(spin_fn(), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+    if (!r->tail)
+        r->tail = p_cuEventRecord(r->done, CU_STREAM_PER_THREAD);
     p_cuDevicePrimaryCtxRelease_v2(0);
     return NULL;
 }
@@ -1020,13 +1039,73 @@ TEST(per_thread_default_stream)
 {
     REQUIRE(driver_up());
     REQUIRE(spin_fn());
-    struct pt_result r = {-1, -1, -1};
+    struct pt_result r = {-1, -1, -1, -1, NULL};
+    REQUIRE_EQ_INT(p_cuEventCreate(&r.done, 0), CUDA_SUCCESS);
     pthread_t t;
     REQUIRE(pthread_create(&t, NULL, pt_thread, &r) == 0);
     pthread_join(t, NULL);
     CHECK_EQ_INT(r.launch, CUDA_SUCCESS);
     CHECK_EQ_INT(r.sync, CUDA_SUCCESS);
     CHECK_EQ_INT(r.query, CUDA_SUCCESS);
+    CHECK_EQ_INT(r.tail, CUDA_SUCCESS);
+    /* context synchronization waits for the other thread's per-thread stream too */
+    CHECK_EQ_INT(p_cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuEventQuery(r.done), CUDA_SUCCESS);
+    p_cuEventDestroy_v2(r.done);
+}
+
+struct worker {
+    int bad;
+    CUresult err;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    CUcontext ctx;
+    CUstream s;
+    CUevent a, b;
+    if ((w->err = p_cuDevicePrimaryCtxRetain(&ctx, 0)) || (w->err = p_cuCtxSetCurrent(ctx)) ||
+        (w->err = p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) ||
+        (w->err = p_cuEventCreate(&a, 0)) || (w->err = p_cuEventCreate(&b, 0)))
+        return NULL;
+    uint64_t cycles = 14100; /* 10 us */
+    void *args[] = {&cycles};
+    for (int i = 0; i < 200 && !w->err; i++) {
+        CUdeviceptr p;
+        if ((w->err = p_cuEventRecord(a, s)) ||
+            (w->err = p_cuLaunchKernel(spin_fn(), 1, 1, 1, 1, 1, 1, 0, s, args, NULL)) ||
+            (w->err = p_cuEventRecord(b, s)) || (w->err = p_cuEventSynchronize(b)) ||
+            (w->err = p_cuMemAlloc_v2(&p, 4096)) || (w->err = p_cuMemFree_v2(p)))
+            break;
+        float ms = 0;
+        if ((w->err = p_cuEventElapsedTime_v2(&ms, a, b)))
+            break;
+        w->bad += fabsf(ms - 0.01f) > 1e-5f;
+    }
+    p_cuEventDestroy_v2(a);
+    p_cuEventDestroy_v2(b);
+    p_cuStreamDestroy_v2(s);
+    p_cuDevicePrimaryCtxRelease_v2(0);
+    return NULL;
+}
+
+TEST(threads_share_one_context)
+{
+    /* four threads, one context, each its own stream: every pair still exact, no charge lost */
+    REQUIRE(driver_up());
+    REQUIRE(spin_fn());
+    uint64_t before = state_used(0);
+    struct worker w[4] = {{0, 0}};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        REQUIRE(pthread_create(&t[i], NULL, worker_main, &w[i]) == 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ_INT(w[i].err, CUDA_SUCCESS);
+        CHECK_EQ_INT(w[i].bad, 0);
+    }
+    CHECK_EQ_U64(state_used(0), before);
 }
 
 TEST(graphs_and_capture)
@@ -1088,6 +1167,27 @@ TEST(graphs_and_capture)
     CHECK_EQ_INT(cs, CU_STREAM_CAPTURE_STATUS_ACTIVE);
     CHECK(cid != 0 && cg != NULL && deps != NULL);
     CHECK_EQ_INT(ndeps, 1);
+    /* 1D copies and memsets are captured too, and run when the graph runs */
+    CUdeviceptr buf;
+    REQUIRE_EQ_INT(p_cuMemAlloc_v2(&buf, 64), CUDA_SUCCESS);
+    p_cuMemsetD8_v2(buf, 0, 64); /* legacy stream: not the capturing one */
+    static const unsigned char pattern[16] = "captured bytes!";
+    CHECK_EQ_INT(p_cuMemcpyHtoDAsync_v2(buf, pattern, 16, s), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemsetD32Async(buf + 32, 0x01020304, 4, s), CUDA_SUCCESS);
+    CUDA_MEMCPY2D c2 = {.srcMemoryType = CU_MEMORYTYPE_HOST,
+                        .srcHost = pattern,
+                        .srcPitch = 16,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .dstDevice = buf,
+                        .dstPitch = 16,
+                        .WidthInBytes = 16,
+                        .Height = 1};
+    __typeof__(cuMemcpy2DAsync_v2) *c2async = NULL;
+    REQUIRE_EQ_INT(p_getproc("cuMemcpy2DAsync", (void **)&c2async, 12000, 0, NULL), CUDA_SUCCESS);
+    CHECK_EQ_INT(c2async(&c2, s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    unsigned char back[64];
+    p_cuMemcpyDtoH_v2(back, buf, 64);
+    CHECK(back[0] == 0 && back[32] == 0); /* nothing ran yet */
     CHECK_EQ_INT(p_cuStreamEndCapture(s, &g), CUDA_SUCCESS);
     CHECK(g == cg);
     CHECK_EQ_INT(p_cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
@@ -1100,6 +1200,13 @@ TEST(graphs_and_capture)
     p_cuStreamSynchronize(s);
     CHECK_EQ_INT(p_cuEventElapsedTime_v2(&ms, e0, e1), CUDA_SUCCESS);
     CHECK(fabsf(ms - 5.0f) < 1e-4f);
+    p_cuMemcpyDtoH_v2(back, buf, 64);
+    CHECK(memcmp(back, pattern, 16) == 0);
+    uint32_t word;
+    memcpy(&word, back + 44, 4);
+    CHECK_EQ_U64(word, 0x01020304);
+    CHECK(back[48] == 0);
+    p_cuMemFree_v2(buf);
     p_cuGraphExecDestroy(ex);
     p_cuGraphDestroy(g);
     p_cuEventDestroy_v2(e0);
