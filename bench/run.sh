@@ -5,6 +5,12 @@ set -euo pipefail
 build=${1:-build}
 echo "== bench-inventory (src/gpu; fake NVML, our overhead only)"
 "$build/bench/bench-inventory" "$build/tests/inventory/libfake-nvml.so"
+if [ -x "$build/bench/bench-grpc" ]; then
+    echo "== bench-grpc (our client -> our server, unix socket)"
+    "$build/bench/bench-grpc"
+fi
+echo "== acceld (8 emulated GPUs: Allocate, GetPreferredAllocation, XID-to-wire, peak RSS)"
+bash "$(dirname "$0")/acceld.sh" "$build"
 if [ -x "$build/bench/bench-emu-cuda" ]; then
     echo "== bench-emu-cuda (emulated libcuda.so.1, one process)"
     LD_LIBRARY_PATH="$build/src/emu" "$build/bench/bench-emu-cuda"
