@@ -11,3 +11,11 @@ if [ -x "$build/bench/bench-grpc" ]; then
     echo "== bench-grpc (our client -> our server, unix socket)"
     "$build/bench/bench-grpc"
 fi
+echo "== acceld (8 emulated GPUs: Allocate, GetPreferredAllocation, XID-to-wire, peak RSS)"
+bash "$(dirname "$0")/acceld.sh" "$build"
+if [ -x "$build/bench/bench-emu-cuda" ]; then
+    echo "== bench-emu-cuda (emulated libcuda.so.1, one process)"
+    LD_LIBRARY_PATH="$build/src/emu" "$build/bench/bench-emu-cuda"
+fi
+echo "== emu-xid-latency (src/emu; XID inject -> nvmlEventSetWait_v2 wake, across processes)"
+LD_LIBRARY_PATH="$build/src/emu" "$build/bench/emu-xid-latency" 2000
