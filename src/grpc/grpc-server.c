@@ -713,6 +713,20 @@ static int listener_add(struct grpc_server *s, int fd, const char *path)
     return 0;
 }
 
+/* True when a process accepts connections on the socket at sa. A full
+ * backlog (EAGAIN) is a live server too; anything else (ECONNREFUSED: the
+ * file outlived its server) is not. */
+static bool socket_is_live(const struct sockaddr_un *sa)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    int r = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
+    bool live = r == 0 || errno == EAGAIN || errno == EINPROGRESS;
+    close(fd);
+    return live;
+}
+
 int grpc_server_listen_unix(struct grpc_server *server, const char *path)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -723,7 +737,12 @@ int grpc_server_listen_unix(struct grpc_server *server, const char *path)
     if (lstat(path, &sb) == 0) {
         if (!S_ISSOCK(sb.st_mode))
             return -EEXIST;
-        if (unlink(path) < 0)
+        /* A socket someone still serves on (a second daemon started by
+         * mistake) is not ours to take; one nobody listens on is left over
+         * by a crash and is replaced. */
+        if (socket_is_live(&sa))
+            return -EADDRINUSE;
+        if (unlink(path) < 0 && errno != ENOENT)
             return -errno;
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -66,6 +66,7 @@ struct acceld_plugin {
 
 static void reg_schedule(struct acceld_plugin *p, uint64_t delay_ns);
 static void reg_restart(struct acceld_plugin *p);
+static bool path_exists(const char *path);
 
 /* ------------------------------------------------------------ watchers */
 
@@ -245,6 +246,17 @@ static int serve(struct acceld_plugin *p)
     grpc_server_close_listeners(p->server, false);
     p->serving = false;
     int r = grpc_server_listen_unix(p->server, p->sock_path);
+    if (r == -EADDRINUSE) {
+        log_error("cannot serve on %s: another process is serving on it (a second acceld?); "
+                  "stop it first, or give this one another --device-plugin-dir or --resource-name",
+                  p->sock_path);
+        return r;
+    }
+    if (r == -EEXIST) {
+        log_error("cannot serve on %s: a file that is not a socket is in the way; remove it",
+                  p->sock_path);
+        return r;
+    }
     if (r < 0) {
         log_error("cannot serve on %s: %s", p->sock_path, strerror(-r));
         return r;
@@ -330,6 +342,11 @@ static void on_register_done(int status, const char *message, const uint8_t *res
 static void reg_attempt(struct acceld_plugin *p)
 {
     client_drop(p);
+    if (p->ino_wd < 0 && p->dir_timer && !path_exists(p->cfg.plugin_dir)) {
+        /* no dir, no kubelet: on_dir_poll serves and registers once it is back */
+        p->reg = REG_WAITING;
+        return;
+    }
     log_debug("registering with the kubelet at %s (attempt %u)", p->kubelet_path, ++p->attempts);
     if (!p->serving && serve(p) < 0) {
         p->reg = REG_WAITING;
@@ -503,7 +520,13 @@ int acceld_plugin_new(struct ev_loop *loop, const struct acceld_config *cfg, str
     int r = server_setup(p);
     if (r < 0)
         goto fail;
-    if ((r = serve(p)) < 0)
+    /* A plugin dir that is not there yet (acceld started before the kubelet
+     * made it) is waited for, like one removed later: inotify_setup polls. */
+    if (!path_exists(p->cfg.plugin_dir))
+        log_warn("plugin dir %s does not exist (yet): serving once it is made; is the kubelet "
+                 "running, and is the dir mounted into this container?",
+                 p->cfg.plugin_dir);
+    else if ((r = serve(p)) < 0)
         goto fail;
     if ((r = inotify_setup(p)) < 0)
         goto fail;

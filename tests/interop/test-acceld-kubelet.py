@@ -7,8 +7,9 @@ GetPreferredAllocation, Allocate; bad input (unknown IDs, malformed protobuf,
 unknown method, a client vanishing mid-stream, garbage on the socket);
 100 concurrent ListAndWatch streams; XID injection (fatal and ignored), a lost
 GPU, recovery after health.recoverAfter; kubelet restart (dir wiped, the dir
-itself removed); SIGHUP with a broken and a good config; SIGTERM removes the
-socket. Every wait is bounded; nothing asserts timing."""
+itself removed); the plugin dir missing at start; a second acceld on the same
+socket; a stale socket left by a killed acceld; SIGHUP with a broken and a
+good config; SIGTERM removes the socket. Every wait is bounded; nothing asserts timing."""
 import json
 import os
 import shutil
@@ -44,6 +45,7 @@ def main():
     lost_at_start(tap, build, pb, node, tmp)
     cdi_strategy(tap, build, pb, node, tmp)
     kubelet_late(tap, build, pb, node, tmp)
+    daemon_cases(tap, build, pb, node, tmp)
     kubelet = K.FakeKubelet(pb, pdir).start()
     agent = K.Acceld(build, node, pdir, tmp, config=cfg)
     try:
@@ -346,6 +348,56 @@ def kubelet_late(tap, build, pb, node, tmp):
         tap.ok(n == 1, "kubelet absent: logged once, not once per retry", n)
         k = K.FakeKubelet(pb, d).start()
         tap.ok(K.wait_until(lambda: k.count() >= 1, T), "registers when the kubelet appears")
+    finally:
+        if k:
+            k.stop()
+        a.stop()
+
+
+def answers(pb, sock):
+    """True when a device plugin answers GetDevicePluginOptions on sock."""
+    p = K.Plugin(pb, sock)
+    try:
+        return p.options().get_preferred_allocation_available
+    except grpc.RpcError:
+        return False
+    finally:
+        p.close()
+
+
+def daemon_cases(tap, build, pb, node, tmp):
+    """The plugin dir missing at start (waited for), a second acceld on the
+    same socket (refused, the first keeps serving), a socket file left by a
+    killed acceld (replaced)."""
+    d = os.path.join(tmp, "dp-missing")
+    a = K.Acceld(build, node, d, os.path.join(tmp, "missing"))
+    k = None
+    try:
+        tap.ok(K.wait_until(lambda: "does not exist" in a.log_text() or not a.alive(), T)
+               and a.alive(), "plugin dir missing at start: acceld waits for it", a.log_text())
+        os.makedirs(d)
+        k = K.FakeKubelet(pb, d).start()
+        tap.ok(K.wait_until(lambda: k.count() >= 1, T),
+               "plugin dir made later: serves and registers", a.log_text())
+        k.stop()
+        k = None
+        b = K.Acceld(build, node, d, os.path.join(tmp, "second"), extra=["--no-register"])
+        try:
+            rc = b.proc.wait(T)
+        except subprocess.TimeoutExpired:
+            rc = None
+        b.stop()
+        tap.ok(rc == 1 and "another process is serving" in b.log_text(),
+               "a second acceld on the same socket exits 1 saying why", b.log_text())
+        tap.ok(answers(pb, a.sock), "the first acceld still serves its socket")
+        a.stop(signal.SIGKILL)
+        tap.ok(os.path.exists(a.sock), "a killed acceld leaves its socket file")
+        c = K.Acceld(build, node, d, os.path.join(tmp, "third"), extra=["--no-register"])
+        try:
+            tap.ok(K.wait_until(lambda: not c.alive() or answers(pb, c.sock), T) and c.alive(),
+                   "the next acceld replaces the stale socket and serves", c.log_text())
+        finally:
+            c.stop()
     finally:
         if k:
             k.stop()
