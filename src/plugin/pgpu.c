@@ -472,7 +472,17 @@ int pgpu_prefer(const struct pgpu *p, const V1beta1__PreferredAllocationRequest 
     size_t bytes =
         align16(sizeof(V1beta1__PreferredAllocationResponse)) + align16(nc * sizeof(void *));
     for (size_t c = 0; c < nc; c++) {
-        int32_t size = req->container_requests[c]->allocation_size;
+        const V1beta1__ContainerPreferredAllocationRequest *cr = req->container_requests[c];
+        int32_t size = cr->allocation_size;
+        /* Refused before anything is sized by it: a hostile size must not
+         * become a huge allocation. */
+        if (size > 0 && (size_t)size > cr->n_available_deviceids + cr->n_must_include_deviceids) {
+            snprintf(err, errlen,
+                     "container request %zu: cannot pick %d devices from %zu available with %zu "
+                     "that must be included",
+                     c, size, cr->n_available_deviceids, cr->n_must_include_deviceids);
+            return -EINVAL;
+        }
         bytes += align16(sizeof(V1beta1__ContainerPreferredAllocationResponse));
         bytes += align16((size_t)(size > 0 ? size : 0) * sizeof(void *));
     }

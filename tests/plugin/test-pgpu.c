@@ -211,6 +211,51 @@ TEST(prefer_with_unknown_ids)
     pgpu_free(p);
 }
 
+/* GetPreferredAllocation still answers, unaligned, with an unhealthy (lost)
+ * GPU among the available ones and with no link information at all; a hostile
+ * allocation_size is refused before it sizes anything. */
+TEST(prefer_degraded_and_hostile_size)
+{
+    struct pgpu *p = make(ACCELD_STRATEGY_ENVVAR);
+    REQUIRE(p != NULL);
+    char *avail[] = {"GPU-0000", "GPU-1111", "GPU-2222", "GPU-3333"};
+    V1beta1__ContainerPreferredAllocationRequest cr =
+        V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT;
+    cr.n_available_deviceids = 4;
+    cr.available_deviceids = avail;
+    cr.allocation_size = 3;
+    V1beta1__ContainerPreferredAllocationRequest *crs[] = {&cr};
+    V1beta1__PreferredAllocationRequest req = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
+    req.n_container_requests = 1;
+    req.container_requests = crs;
+    V1beta1__PreferredAllocationResponse *resp = NULL;
+    char err[512];
+    CHECK(pgpu_set_healthy(p, 1, false));
+    REQUIRE_EQ_INT(pgpu_prefer(p, &req, &resp, err, sizeof(err)), 0);
+    CHECK_EQ_INT(resp->container_responses[0]->n_deviceids, 3);
+    pgpu_prefer_response_free(resp);
+    resp = NULL;
+    cr.allocation_size = INT32_MAX;
+    CHECK_EQ_INT(pgpu_prefer(p, &req, &resp, err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "cannot pick 2147483647 devices") != NULL);
+    CHECK(resp == NULL);
+    pgpu_free(p);
+
+    /* no topology: NVML's link queries failed at start */
+    struct pgpu_gpu_desc g[] = {{"GPU-0000", 0, -1, true}, {"GPU-1111", 1, -1, true}};
+    struct pgpu_options o = {devroot, ACCELD_STRATEGY_ENVVAR, "nvidia.com", "gpu"};
+    REQUIRE_EQ_INT(pgpu_new(g, 2, NULL, NULL, &o, &p), 0);
+    char *two[] = {"GPU-1111", "GPU-0000"};
+    cr.available_deviceids = two;
+    cr.n_available_deviceids = 2;
+    cr.allocation_size = 1;
+    REQUIRE_EQ_INT(pgpu_prefer(p, &req, &resp, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(resp->container_responses[0]->n_deviceids, 1);
+    CHECK_EQ_STR(resp->container_responses[0]->deviceids[0], "GPU-0000"); /* lowest index */
+    pgpu_prefer_response_free(resp);
+    pgpu_free(p);
+}
+
 TEST(rejects_bad_ids)
 {
     struct pgpu_gpu_desc dup[] = {{"GPU-a", 0, 0, true}, {"GPU-a", 1, 0, true}};
