@@ -31,6 +31,7 @@
 /* A handler that queues this much unsent data on one call gets -ENOBUFS. */
 #define CALL_MAX_QUEUED (64u * 1024 * 1024)
 #define MAX_PATH_LEN 1024
+#define UNPACK_ARENA_SIZE (16u * 1024)
 /* Bigger HTTP/2 windows than the 64 KiB default, so a 4 MiB message does not
  * take dozens of WINDOW_UPDATE round trips. */
 #define STREAM_WINDOW (1 << 20)
@@ -116,6 +117,11 @@ struct grpc_server {
     bool processing;
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
+    /* Requests are unpacked into this arena (reset after each handler), so a
+     * typical request (an Allocate for a few GPUs) costs protobuf-c no
+     * allocation; what does not fit falls back to malloc. */
+    size_t unpack_used;
+    _Alignas(16) uint8_t unpack_arena[UNPACK_ARENA_SIZE];
 };
 
 /* ------------------------------------------------------------ pending work */
@@ -148,6 +154,27 @@ static void pend_unlink(struct grpc_server *s, struct grpc_call *c)
     c->pend_prev = c->pend_next = NULL;
 }
 
+static void *unpack_alloc(void *data, size_t size)
+{
+    struct grpc_server *s = data;
+    size_t need = (size + 15) & ~(size_t)15;
+    if (need >= size && need <= UNPACK_ARENA_SIZE - s->unpack_used) {
+        void *p = s->unpack_arena + s->unpack_used;
+        s->unpack_used += need;
+        return p;
+    }
+    return malloc(size);
+}
+
+static void unpack_free(void *data, void *p)
+{
+    struct grpc_server *s = data;
+    uint8_t *b = p;
+    if (b >= s->unpack_arena && b < s->unpack_arena + UNPACK_ARENA_SIZE)
+        return; /* the arena is reset as a whole */
+    free(p);
+}
+
 static void call_free(struct grpc_call *c)
 {
     free(c->req);
@@ -162,8 +189,12 @@ static void dispatch(struct grpc_call *c)
     uint8_t *owned = c->req;
     c->req = NULL;
     ProtobufCMessage *msg = NULL;
+    struct grpc_server *s = c->server;
+    ProtobufCAllocator arena = {unpack_alloc, unpack_free, s};
     if (m->desc) {
-        msg = protobuf_c_message_unpack(m->desc, NULL, req.len, req.data);
+        /* dispatches never nest (process_pending), so the arena is free */
+        s->unpack_used = 0;
+        msg = protobuf_c_message_unpack(m->desc, &arena, req.len, req.data);
         if (!msg) {
             grpc_call_finishf(c, GRPC_STATUS_INVALID_ARGUMENT, "request does not decode as %s",
                               m->desc->name);
@@ -174,7 +205,8 @@ static void dispatch(struct grpc_call *c)
     }
     m->fn(c, &req, m->user_data);
     if (msg)
-        protobuf_c_message_free_unpacked(msg, NULL);
+        protobuf_c_message_free_unpacked(msg, &arena);
+    s->unpack_used = 0;
     free(owned);
 }
 

@@ -85,7 +85,8 @@ struct grpc_request {
     const uint8_t *data;
     size_t len;
     /* The decoded request when the method was registered with a descriptor,
-     * else NULL. Borrowed: freed by the server after the handler returns. */
+     * else NULL. Borrowed: freed by the server after the handler returns (it
+     * lives in a per-server arena: keep nothing that points into it). */
     const ProtobufCMessage *msg;
 };
 

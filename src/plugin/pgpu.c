@@ -53,6 +53,11 @@ struct pgpu {
     uint8_t *list_buf;
     size_t list_len;
     uint64_t list_gen; /* generation list_buf was packed for; 0 = none */
+
+    /* Allocate builds its answer here, grown to the largest answer so far
+     * and reused, so Allocate allocates nothing once warm. */
+    uint8_t *reply_buf;
+    size_t reply_cap;
 };
 
 static char healthy_str[] = "Healthy";
@@ -174,6 +179,7 @@ struct pgpu *pgpu_free(struct pgpu *p)
     free(p->nvlinks);
     free(p->numa);
     free(p->list_buf);
+    free(p->reply_buf);
     free(p);
     return NULL;
 }
@@ -283,7 +289,7 @@ static void msg_append(char *buf, size_t len, size_t *pos, const char *s)
         *pos += (size_t)m;
 }
 
-int pgpu_allocate(const struct pgpu *p, const V1beta1__AllocateRequest *req,
+int pgpu_allocate(struct pgpu *p, const V1beta1__AllocateRequest *req,
                   V1beta1__AllocateResponse **ret_resp, char *err, size_t errlen)
 {
     /* Validate everything first: a bad ID anywhere fails the whole request. */
@@ -325,9 +331,16 @@ int pgpu_allocate(const struct pgpu *p, const V1beta1__AllocateRequest *req,
         return -EINVAL;
     }
 
-    struct arena a = {malloc(bytes), 0, bytes};
-    if (!a.base)
-        return -ENOMEM;
+    if (bytes > p->reply_cap) {
+        size_t cap = bytes < 4096 ? 4096 : bytes;
+        uint8_t *b = malloc(cap);
+        if (!b)
+            return -ENOMEM;
+        free(p->reply_buf);
+        p->reply_buf = b;
+        p->reply_cap = cap;
+    }
+    struct arena a = {p->reply_buf, 0, bytes};
     V1beta1__AllocateResponse *resp = arena_take(&a, sizeof(*resp));
     V1beta1__AllocateResponse rinit = V1BETA1__ALLOCATE_RESPONSE__INIT;
     *resp = rinit;
@@ -383,11 +396,6 @@ int pgpu_allocate(const struct pgpu *p, const V1beta1__AllocateRequest *req,
     }
     *ret_resp = resp;
     return 0;
-}
-
-void pgpu_allocate_response_free(V1beta1__AllocateResponse *resp)
-{
-    free(resp); /* the arena's base */
 }
 
 static int cmp_str(const void *a, const void *b)

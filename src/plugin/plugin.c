@@ -193,7 +193,6 @@ static void on_allocate(struct grpc_call *call, const struct grpc_request *req, 
             log_info("allocated %s: %s", p->cfg.resource_name, ids);
         }
     }
-    pgpu_allocate_response_free(resp);
 }
 
 static void on_prestart(struct grpc_call *call, const struct grpc_request *req, void *user_data)
