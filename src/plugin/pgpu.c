@@ -33,6 +33,8 @@ struct pgpu_dev {
     V1beta1__NUMANode *numa_ptr;
 };
 
+#define REPLY_KEEP (64u * 1024) /* the most of Allocate's answer block kept between calls */
+
 struct pgpu {
     size_t n;
     struct pgpu_dev *devs;
@@ -331,6 +333,12 @@ int pgpu_allocate(struct pgpu *p, const V1beta1__AllocateRequest *req,
         return -EINVAL;
     }
 
+    /* A rare huge answer (thousands of containers) is not kept for good. */
+    if (p->reply_cap > REPLY_KEEP && bytes <= REPLY_KEEP) {
+        free(p->reply_buf);
+        p->reply_buf = NULL;
+        p->reply_cap = 0;
+    }
     if (bytes > p->reply_cap) {
         size_t cap = bytes < 4096 ? 4096 : bytes;
         uint8_t *b = malloc(cap);

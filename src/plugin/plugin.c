@@ -331,9 +331,14 @@ static void on_register_done(int status, const char *message, const uint8_t *res
         return;
     }
     p->reg = REG_WAITING;
-    char detail[512];
+    char detail[1024];
     snprintf(detail, sizeof(detail), "%s%s%s", grpc_status_name(status),
              message && *message ? ": " : "", message ? message : "");
+    if (status == GRPC_STATUS_DEADLINE_EXCEEDED)
+        snprintf(detail, sizeof(detail),
+                 "no answer to Register within %llus (the kubelet calls GetDevicePluginOptions "
+                 "on %s first: is that socket reachable from the kubelet?)",
+                 (unsigned long long)(ACCELD_REGISTER_TIMEOUT_NS / 1000000000ull), p->sock_path);
     report(p, status == GRPC_STATUS_UNAVAILABLE ? REPORT_ABSENT : REPORT_REFUSED, detail);
     backoff_next(p);
 }
