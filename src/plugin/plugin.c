@@ -100,10 +100,14 @@ static bool watcher_send(struct acceld_plugin *p, struct grpc_call *call)
     if (r == 0)
         return true;
     watcher_remove(p, call);
-    if (r == -ENOBUFS)
-        log_warn("ListAndWatch stream dropped: the peer stopped reading");
+    const char *why = r == -ENOMEM     ? "out of memory"
+                      : r == -EMSGSIZE ? "the device list is over the gRPC message size limit"
+                      : r == -ENOBUFS  ? "peer not reading"
+                                       : strerror(-r);
+    if (r != -ECONNRESET)
+        log_warn("ListAndWatch stream dropped: %s", why);
     grpc_call_finish(call, r == -ENOMEM ? GRPC_STATUS_INTERNAL : GRPC_STATUS_RESOURCE_EXHAUSTED,
-                     r == -ENOMEM ? "out of memory" : "peer not reading");
+                     why);
     return false;
 }
 

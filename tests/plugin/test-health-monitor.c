@@ -17,7 +17,7 @@
 enum inject { INJECT_NONE, INJECT_WAIT_LOST, INJECT_XID79 };
 
 static atomic_bool lost[NGPU];
-static atomic_uint waits;      /* wait calls so far */
+static atomic_uint waits; /* wait calls so far */
 static atomic_uint max_wait_ms;
 static atomic_int inject;      /* what the next wait returns */
 static atomic_uint inject_at;  /* the wait call that returned it */
@@ -145,9 +145,8 @@ static struct health_monitor *start(struct seen *s)
     if (health_monitor_start(&fake, (const char *const *)uuids, NGPU, &m, &warnings) < 0)
         return NULL;
     /* the first probe reports every GPU either way */
-    if (!TAP_WAIT_UNTIL(drain(m, s) && s->state[0] == HEALTH_EV_BACK &&
-                            s->state[1] == HEALTH_EV_BACK,
-                        10000))
+    if (!TAP_WAIT_UNTIL(
+            drain(m, s) && s->state[0] == HEALTH_EV_BACK && s->state[1] == HEALTH_EV_BACK, 10000))
         return health_monitor_stop(m);
     return m;
 }
