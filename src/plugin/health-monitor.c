@@ -22,6 +22,7 @@
 struct health_gpu_nvml {
     char uuid[96];
     nvmlDevice_t dev; /* NULL while lost */
+    nvmlDevice_t was; /* the last handle it had: events for a lost GPU still name it */
     bool lost;        /* what the thread last reported */
     bool reported;    /* the first probe reports either way (acceld may think it lost) */
 };
@@ -84,6 +85,7 @@ static nvmlReturn_t probe(struct health_monitor *m, struct health_gpu_nvml *g)
             g->dev = NULL;
             return r;
         }
+        g->was = g->dev;
         if (m->set && nv->nvmlDeviceRegisterEvents)
             nv->nvmlDeviceRegisterEvents(
                 g->dev, nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError, m->set);
@@ -115,10 +117,13 @@ static void probe_all(struct health_monitor *m)
     }
 }
 
+/* The GPU an event names. A lost GPU's handle is dropped (looked up again
+ * when it answers) but its events still name the old one: matching that too
+ * keeps an event of one lost GPU from being applied to every GPU. */
 static int gpu_of(const struct health_monitor *m, nvmlDevice_t dev)
 {
     for (size_t i = 0; i < m->n; i++)
-        if (m->gpus[i].dev && m->gpus[i].dev == dev)
+        if (dev && (m->gpus[i].dev == dev || m->gpus[i].was == dev))
             return (int)i;
     return -1;
 }
@@ -215,6 +220,7 @@ int health_monitor_start(struct gpu_nvml *nvml, const char *const *uuids, size_t
         snprintf(g->uuid, sizeof(g->uuid), "%s", uuids[i]);
         if (find_handle(nvml, g->uuid, &g->dev) != NVML_SUCCESS)
             g->dev = NULL;
+        g->was = g->dev;
         if (!g->dev || !m->set)
             continue;
         unsigned long long want = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError;

@@ -14,7 +14,7 @@
 
 #define NGPU 2
 
-enum inject { INJECT_NONE, INJECT_WAIT_LOST, INJECT_XID79 };
+enum inject { INJECT_NONE, INJECT_WAIT_LOST, INJECT_XID79, INJECT_XID_ON_LOST };
 
 static atomic_bool lost[NGPU];
 static atomic_uint waits; /* wait calls so far */
@@ -80,6 +80,13 @@ static nvmlReturn_t fake_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigne
     while (ms > prev && !atomic_compare_exchange_weak(&max_wait_ms, &prev, ms))
         ;
     int what = atomic_exchange(&inject, INJECT_NONE);
+    if (what == INJECT_XID_ON_LOST) {
+        /* another event of GPU 1, already lost: NVML names its old handle */
+        data->device = handle(1);
+        data->eventType = nvmlEventTypeXidCriticalError;
+        data->eventData = 48;
+        return NVML_SUCCESS;
+    }
     if (what != INJECT_NONE) {
         /* GPU 1 falls off the bus at this very call */
         atomic_store(&lost[1], true);
@@ -120,12 +127,15 @@ static void reset(void)
 struct seen {
     int state[NGPU]; /* 0 none, HEALTH_EV_LOST, HEALTH_EV_BACK */
     bool xid79[NGPU];
+    int xid48_gpu; /* the GPU the XID 48 record named; -2: none came */
 };
 
 static bool drain(struct health_monitor *m, struct seen *s)
 {
     struct health_event ev;
     while (health_monitor_read(m, &ev) == 1) {
+        if (ev.kind == HEALTH_EV_XID && ev.data == 48)
+            s->xid48_gpu = ev.gpu;
         if (ev.gpu < 0 || ev.gpu >= NGPU)
             continue;
         if (ev.kind == HEALTH_EV_LOST || ev.kind == HEALTH_EV_BACK)
@@ -140,6 +150,7 @@ static struct health_monitor *start(struct seen *s)
 {
     reset();
     memset(s, 0, sizeof(*s));
+    s->xid48_gpu = -2;
     struct health_monitor *m = NULL;
     size_t warnings = 99;
     if (health_monitor_start(&fake, (const char *const *)uuids, NGPU, &m, &warnings) < 0)
@@ -191,6 +202,10 @@ TEST(xid79_probes_at_once)
     CHECK(!s.xid79[0]);
     CHECK_NE_INT(atomic_load(&inject_at), 0);
     CHECK_EQ_INT(atomic_load(&lost_probe), atomic_load(&inject_at));
+    /* a later event of the lost GPU is still its own, not every GPU's */
+    atomic_store(&inject, INJECT_XID_ON_LOST);
+    CHECK(TAP_WAIT_UNTIL(drain(m, &s) && s.xid48_gpu != -2, 10000));
+    CHECK_EQ_INT(s.xid48_gpu, 1);
     health_monitor_stop(m);
 }
 
