@@ -381,7 +381,8 @@ def daemon_cases(tap, build, pb, node, tmp):
                "plugin dir made later: serves and registers", a.log_text())
         k.stop()
         k = None
-        b = K.Acceld(build, node, d, os.path.join(tmp, "second"), extra=["--no-register"])
+        b = K.Acceld(build, node, d, os.path.join(tmp, "second"),
+                     extra=["--no-register", "--device-list-strategy", "cdi"])
         try:
             rc = b.proc.wait(T)
         except subprocess.TimeoutExpired:
@@ -389,6 +390,9 @@ def daemon_cases(tap, build, pb, node, tmp):
         b.stop()
         tap.ok(rc == 1 and "another process is serving" in b.log_text(),
                "a second acceld on the same socket exits 1 saying why", b.log_text())
+        cdi = os.path.join(tmp, "second", "cdi")
+        tap.ok(not os.path.exists(cdi) or not os.listdir(cdi),
+               "the refused acceld wrote no CDI spec")
         tap.ok(answers(pb, a.sock), "the first acceld still serves its socket")
         a.stop(signal.SIGKILL)
         tap.ok(os.path.exists(a.sock), "a killed acceld leaves its socket file")
