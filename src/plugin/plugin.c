@@ -451,7 +451,7 @@ static void on_inotify(struct ev_loop *loop, int fd, uint32_t events, void *user
 {
     struct acceld_plugin *p = user_data;
     char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-    bool kubelet_new = false, ours_gone = false, dir_gone = false;
+    bool kubelet_new = false, ours_gone = false, dir_gone = false, overflow = false;
     for (;;) {
         ssize_t n = read(fd, buf, sizeof(buf));
         if (n <= 0)
@@ -460,6 +460,8 @@ static void on_inotify(struct ev_loop *loop, int fd, uint32_t events, void *user
             const struct inotify_event *e = (const void *)q;
             q += sizeof(*e) + e->len;
             log_debug("inotify: wd %d mask 0x%x %s", e->wd, e->mask, e->len ? e->name : "");
+            if (e->mask & IN_Q_OVERFLOW)
+                overflow = true;
             if (e->wd != p->ino_wd)
                 continue;
             if (e->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
@@ -483,6 +485,16 @@ static void on_inotify(struct ev_loop *loop, int fd, uint32_t events, void *user
         watch_dir(p);
         if (p->ino_wd >= 0) /* already back */
             on_dir_poll(loop, p);
+        return;
+    }
+    /* Events were dropped (the queue overflowed): what they said is unknown,
+     * so look at the dir itself and register again, as after a restart. */
+    if (overflow) {
+        log_warn("inotify queue overflowed on %s: checking the socket and registering again",
+                 p->cfg.plugin_dir);
+        if (!path_exists(p->sock_path))
+            serve(p);
+        reg_restart(p);
         return;
     }
     /* Our own re-bind also unlinks the old file: only a socket that is really
