@@ -259,7 +259,7 @@ int pgpu_list_bytes(struct pgpu *p, const uint8_t **ret_data, size_t *ret_len)
     return 0;
 }
 
-/* ---- arena: one malloc per response ---- */
+/* ---- arena: one block per response (Allocate reuses its block) ---- */
 
 struct arena {
     uint8_t *base;
