@@ -63,6 +63,17 @@ static int split_ids(char *s, char **out, size_t *n)
     return 0;
 }
 
+/* Why the socket could not be used, and what to check. */
+static void unreachable(const char *socket, int r)
+{
+    const char *hint = r == -ENOENT ? " (no socket there: is the plugin running, and is this its "
+                                      "device plugin dir?)"
+                       : r == -ECONNREFUSED ? " (nothing listens on it: the plugin has exited)"
+                       : r == -EACCES       ? " (permission denied: plugin sockets are root's)"
+                                            : "";
+    fprintf(stderr, "accelctl: cannot reach the plugin at %s: %s%s\n", socket, strerror(-r), hint);
+}
+
 static int call_unary(const struct plugin_args *a, const char *method, const ProtobufCMessage *req,
                       uint8_t **ret_resp, size_t *ret_len)
 {
@@ -76,7 +87,7 @@ static int call_unary(const struct plugin_args *a, const char *method, const Pro
     int r = grpc_blocking_unary(a->socket, method, buf, len, a->timeout_ns, &status, &msg, ret_resp,
                                 ret_len);
     if (r < 0) {
-        fprintf(stderr, "accelctl: cannot reach the plugin at %s: %s\n", a->socket, strerror(-r));
+        unreachable(a->socket, r);
         return r;
     }
     if (status != GRPC_STATUS_OK) {
@@ -211,7 +222,7 @@ static int list_devices(const struct plugin_args *a, struct devices_ctx *c)
                                  a->watch && !c->collect ? 0 : a->timeout_ns, on_devices, c,
                                  &status, &msg);
     if (r < 0) {
-        fprintf(stderr, "accelctl: cannot reach the plugin at %s: %s\n", a->socket, strerror(-r));
+        unreachable(a->socket, r);
         return r;
     }
     if (c->error)

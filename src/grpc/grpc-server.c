@@ -31,6 +31,7 @@
 /* A handler that queues this much unsent data on one call gets -ENOBUFS. */
 #define CALL_MAX_QUEUED (64u * 1024 * 1024)
 #define MAX_PATH_LEN 1024
+#define UNPACK_ARENA_SIZE (16u * 1024)
 /* Bigger HTTP/2 windows than the 64 KiB default, so a 4 MiB message does not
  * take dozens of WINDOW_UPDATE round trips. */
 #define STREAM_WINDOW (1 << 20)
@@ -116,6 +117,11 @@ struct grpc_server {
     bool processing;
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
+    /* Requests are unpacked into this arena (reset after each handler), so a
+     * typical request (an Allocate for a few GPUs) costs protobuf-c no
+     * allocation; what does not fit falls back to malloc. */
+    size_t unpack_used;
+    _Alignas(16) uint8_t unpack_arena[UNPACK_ARENA_SIZE];
 };
 
 /* ------------------------------------------------------------ pending work */
@@ -148,6 +154,27 @@ static void pend_unlink(struct grpc_server *s, struct grpc_call *c)
     c->pend_prev = c->pend_next = NULL;
 }
 
+static void *unpack_alloc(void *data, size_t size)
+{
+    struct grpc_server *s = data;
+    size_t need = (size + 15) & ~(size_t)15;
+    if (need >= size && need <= UNPACK_ARENA_SIZE - s->unpack_used) {
+        void *p = s->unpack_arena + s->unpack_used;
+        s->unpack_used += need;
+        return p;
+    }
+    return malloc(size);
+}
+
+static void unpack_free(void *data, void *p)
+{
+    struct grpc_server *s = data;
+    uint8_t *b = p;
+    if (b >= s->unpack_arena && b < s->unpack_arena + UNPACK_ARENA_SIZE)
+        return; /* the arena is reset as a whole */
+    free(p);
+}
+
 static void call_free(struct grpc_call *c)
 {
     free(c->req);
@@ -162,8 +189,12 @@ static void dispatch(struct grpc_call *c)
     uint8_t *owned = c->req;
     c->req = NULL;
     ProtobufCMessage *msg = NULL;
+    struct grpc_server *s = c->server;
+    ProtobufCAllocator arena = {unpack_alloc, unpack_free, s};
     if (m->desc) {
-        msg = protobuf_c_message_unpack(m->desc, NULL, req.len, req.data);
+        /* dispatches never nest (process_pending), so the arena is free */
+        s->unpack_used = 0;
+        msg = protobuf_c_message_unpack(m->desc, &arena, req.len, req.data);
         if (!msg) {
             grpc_call_finishf(c, GRPC_STATUS_INVALID_ARGUMENT, "request does not decode as %s",
                               m->desc->name);
@@ -174,7 +205,8 @@ static void dispatch(struct grpc_call *c)
     }
     m->fn(c, &req, m->user_data);
     if (msg)
-        protobuf_c_message_free_unpacked(msg, NULL);
+        protobuf_c_message_free_unpacked(msg, &arena);
+    s->unpack_used = 0;
     free(owned);
 }
 
@@ -713,6 +745,20 @@ static int listener_add(struct grpc_server *s, int fd, const char *path)
     return 0;
 }
 
+/* True when a process accepts connections on the socket at sa. A full
+ * backlog (EAGAIN) is a live server too; anything else (ECONNREFUSED: the
+ * file outlived its server) is not. */
+static bool socket_is_live(const struct sockaddr_un *sa)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    int r = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
+    bool live = r == 0 || errno == EAGAIN || errno == EINPROGRESS;
+    close(fd);
+    return live;
+}
+
 int grpc_server_listen_unix(struct grpc_server *server, const char *path)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -723,7 +769,12 @@ int grpc_server_listen_unix(struct grpc_server *server, const char *path)
     if (lstat(path, &sb) == 0) {
         if (!S_ISSOCK(sb.st_mode))
             return -EEXIST;
-        if (unlink(path) < 0)
+        /* A socket someone still serves on (a second daemon started by
+         * mistake) is not ours to take; one nobody listens on is left over
+         * by a crash and is replaced. */
+        if (socket_is_live(&sa))
+            return -EADDRINUSE;
+        if (unlink(path) < 0 && errno != ENOENT)
             return -errno;
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -85,7 +85,8 @@ struct grpc_request {
     const uint8_t *data;
     size_t len;
     /* The decoded request when the method was registered with a descriptor,
-     * else NULL. Borrowed: freed by the server after the handler returns. */
+     * else NULL. Borrowed: freed by the server after the handler returns (it
+     * lives in a per-server arena: keep nothing that points into it). */
     const ProtobufCMessage *msg;
 };
 
@@ -118,9 +119,12 @@ int grpc_server_add_method(struct grpc_server *server, const char *path, enum gr
                            const ProtobufCMessageDescriptor *request_desc, grpc_handler_fn fn,
                            void *user_data);
 
-/* Binds a unix socket at path (an existing socket file there is replaced) and
- * serves on it. Several listeners per server are fine. Returns 0 or -errno
- * (-ENAMETOOLONG for a path over sun_path). */
+/* Binds a unix socket at path and serves on it. An existing socket file
+ * there is replaced when nothing listens on it (left by a crash); when some
+ * process still accepts connections on it, nothing changes and the result is
+ * -EADDRINUSE. Several listeners per server are fine. Returns 0 or -errno
+ * (-EEXIST: a file that is not a socket; -ENAMETOOLONG: a path over
+ * sun_path). */
 int grpc_server_listen_unix(struct grpc_server *server, const char *path);
 /* Serves on an already listening socket; the server takes ownership of fd. */
 int grpc_server_listen_fd(struct grpc_server *server, int fd);

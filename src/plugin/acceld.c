@@ -429,11 +429,6 @@ static int start(struct agent *a)
         log_error("cannot build the device table: %s", strerror(-r));
         return r;
     }
-    if (a->cfg.strategy == ACCELD_STRATEGY_CDI &&
-        (r = pgpu_write_cdi(a->pgpu, a->cfg.cdi_dir)) < 0) {
-        log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
-        return r;
-    }
     if ((r = ev_loop_new(&a->loop)) < 0)
         return r;
     if ((r = ev_loop_add_io(a->loop, a->sig_fd, EPOLLIN, on_signal, a)) < 0)
@@ -458,6 +453,13 @@ static int start(struct agent *a)
         return r;
     if ((r = acceld_plugin_new(a->loop, &a->cfg, a->pgpu, &a->plugin)) < 0) {
         log_error("cannot start the device plugin: %s", strerror(-r));
+        return r;
+    }
+    /* After the socket is ours (a second acceld stops above and writes
+     * nothing), before the loop runs (no Allocate can come yet). */
+    if (a->cfg.strategy == ACCELD_STRATEGY_CDI &&
+        (r = pgpu_write_cdi(a->pgpu, a->cfg.cdi_dir)) < 0) {
+        log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
         return r;
     }
     recovery_arm(a);

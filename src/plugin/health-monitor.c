@@ -1,6 +1,7 @@
 /* health-monitor.c — the NVML event thread: waits for XID / double-bit ECC
- * events, probes each GPU between waits for GPU_IS_LOST and its return, and
- * reports through a pipe; see health.h. The only thread acceld starts. */
+ * events, probes each GPU between waits (every HEALTH_PROBE_INTERVAL_NS, and
+ * at once after XID 79 or a wait failing with GPU_IS_LOST) for GPU_IS_LOST
+ * and its return, and reports through a pipe; see health.h. The only thread acceld starts. */
 #define _GNU_SOURCE /* pipe2 */
 #include "health.h"
 
@@ -21,6 +22,7 @@
 struct health_gpu_nvml {
     char uuid[96];
     nvmlDevice_t dev; /* NULL while lost */
+    nvmlDevice_t was; /* the last handle it had: events for a lost GPU still name it */
     bool lost;        /* what the thread last reported */
     bool reported;    /* the first probe reports either way (acceld may think it lost) */
 };
@@ -83,6 +85,7 @@ static nvmlReturn_t probe(struct health_monitor *m, struct health_gpu_nvml *g)
             g->dev = NULL;
             return r;
         }
+        g->was = g->dev;
         if (m->set && nv->nvmlDeviceRegisterEvents)
             nv->nvmlDeviceRegisterEvents(
                 g->dev, nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError, m->set);
@@ -114,45 +117,71 @@ static void probe_all(struct health_monitor *m)
     }
 }
 
+/* The GPU an event names. A lost GPU's handle is dropped (looked up again
+ * when it answers) but its events still name the old one: matching that too
+ * keeps an event of one lost GPU from being applied to every GPU. */
 static int gpu_of(const struct health_monitor *m, nvmlDevice_t dev)
 {
     for (size_t i = 0; i < m->n; i++)
-        if (m->gpus[i].dev && m->gpus[i].dev == dev)
+        if (dev && (m->gpus[i].dev == dev || m->gpus[i].was == dev))
             return (int)i;
     return -1;
 }
+
+/* XID 79: the GPU has fallen off the bus. NVML's queries fail with
+ * GPU_IS_LOST from then on; probe at once so the GPU is known lost (and
+ * cannot "recover" while it does not answer). */
+#define XID_FALLEN_OFF_BUS 79
 
 static void *monitor_main(void *arg)
 {
     struct health_monitor *m = arg;
     struct gpu_nvml *nv = m->nvml;
     uint64_t next_probe = 0;
+    bool lost_wait = false; /* the last wait failed with GPU_IS_LOST */
     while (!atomic_load_explicit(&m->stop, memory_order_acquire)) {
         uint64_t now = mono_ns();
         if (now >= next_probe) {
             probe_all(m);
+            now = mono_ns();
             next_probe = now + HEALTH_PROBE_INTERVAL_NS;
         }
+        /* A wait never outlasts the next probe: a GPU lost without any
+         * event is found within one interval. */
+        uint64_t until = (next_probe - now + 999999ull) / 1000000ull;
+        unsigned wait_ms = until < HEALTH_WAIT_MS ? (unsigned)until : HEALTH_WAIT_MS;
+        if (wait_ms == 0)
+            wait_ms = 1;
+        struct timespec nap = {0, (long)wait_ms * 1000000L};
         if (!m->set) {
-            struct timespec ts = {0, HEALTH_WAIT_MS * 1000000L};
-            nanosleep(&ts, NULL);
+            nanosleep(&nap, NULL);
             continue;
         }
         nvmlEventData_t d;
         memset(&d, 0, sizeof(d));
-        nvmlReturn_t r = nv->nvmlEventSetWait_v2(m->set, &d, HEALTH_WAIT_MS);
+        nvmlReturn_t r = nv->nvmlEventSetWait_v2(m->set, &d, wait_ms);
         if (r == NVML_SUCCESS) {
+            lost_wait = false;
             int gpu = gpu_of(m, d.device);
-            if (d.eventType & nvmlEventTypeXidCriticalError)
+            if (d.eventType & nvmlEventTypeXidCriticalError) {
                 emit(m, gpu, HEALTH_EV_XID, d.eventData);
+                if (d.eventData == XID_FALLEN_OFF_BUS)
+                    next_probe = 0;
+            }
             if (d.eventType & nvmlEventTypeDoubleBitEccError)
                 emit(m, gpu, HEALTH_EV_ECC_DBE, 0);
         } else if (r == NVML_ERROR_GPU_IS_LOST) {
-            next_probe = 0; /* find out which one now */
+            /* Find out which one now; if the wait keeps failing so, do not
+             * spin: wait for the next probe instead. */
+            if (lost_wait)
+                nanosleep(&nap, NULL);
+            else
+                next_probe = 0;
+            lost_wait = true;
         } else if (r != NVML_ERROR_TIMEOUT) {
             /* A broken wait must not spin the CPU. */
-            struct timespec ts = {0, HEALTH_WAIT_MS * 1000000L};
-            nanosleep(&ts, NULL);
+            lost_wait = false;
+            nanosleep(&nap, NULL);
         }
     }
     return NULL;
@@ -191,6 +220,7 @@ int health_monitor_start(struct gpu_nvml *nvml, const char *const *uuids, size_t
         snprintf(g->uuid, sizeof(g->uuid), "%s", uuids[i]);
         if (find_handle(nvml, g->uuid, &g->dev) != NVML_SUCCESS)
             g->dev = NULL;
+        g->was = g->dev;
         if (!g->dev || !m->set)
             continue;
         unsigned long long want = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError;

@@ -33,6 +33,8 @@ struct pgpu_dev {
     V1beta1__NUMANode *numa_ptr;
 };
 
+#define REPLY_KEEP (64u * 1024) /* the most of Allocate's answer block kept between calls */
+
 struct pgpu {
     size_t n;
     struct pgpu_dev *devs;
@@ -53,6 +55,11 @@ struct pgpu {
     uint8_t *list_buf;
     size_t list_len;
     uint64_t list_gen; /* generation list_buf was packed for; 0 = none */
+
+    /* Allocate builds its answer here, grown to the largest answer so far
+     * and reused, so Allocate allocates nothing once warm. */
+    uint8_t *reply_buf;
+    size_t reply_cap;
 };
 
 static char healthy_str[] = "Healthy";
@@ -174,6 +181,7 @@ struct pgpu *pgpu_free(struct pgpu *p)
     free(p->nvlinks);
     free(p->numa);
     free(p->list_buf);
+    free(p->reply_buf);
     free(p);
     return NULL;
 }
@@ -251,7 +259,7 @@ int pgpu_list_bytes(struct pgpu *p, const uint8_t **ret_data, size_t *ret_len)
     return 0;
 }
 
-/* ---- arena: one malloc per response ---- */
+/* ---- arena: one block per response (Allocate reuses its block) ---- */
 
 struct arena {
     uint8_t *base;
@@ -283,7 +291,7 @@ static void msg_append(char *buf, size_t len, size_t *pos, const char *s)
         *pos += (size_t)m;
 }
 
-int pgpu_allocate(const struct pgpu *p, const V1beta1__AllocateRequest *req,
+int pgpu_allocate(struct pgpu *p, const V1beta1__AllocateRequest *req,
                   V1beta1__AllocateResponse **ret_resp, char *err, size_t errlen)
 {
     /* Validate everything first: a bad ID anywhere fails the whole request. */
@@ -325,9 +333,22 @@ int pgpu_allocate(const struct pgpu *p, const V1beta1__AllocateRequest *req,
         return -EINVAL;
     }
 
-    struct arena a = {malloc(bytes), 0, bytes};
-    if (!a.base)
-        return -ENOMEM;
+    /* A rare huge answer (thousands of containers) is not kept for good. */
+    if (p->reply_cap > REPLY_KEEP && bytes <= REPLY_KEEP) {
+        free(p->reply_buf);
+        p->reply_buf = NULL;
+        p->reply_cap = 0;
+    }
+    if (bytes > p->reply_cap) {
+        size_t cap = bytes < 4096 ? 4096 : bytes;
+        uint8_t *b = malloc(cap);
+        if (!b)
+            return -ENOMEM;
+        free(p->reply_buf);
+        p->reply_buf = b;
+        p->reply_cap = cap;
+    }
+    struct arena a = {p->reply_buf, 0, bytes};
     V1beta1__AllocateResponse *resp = arena_take(&a, sizeof(*resp));
     V1beta1__AllocateResponse rinit = V1BETA1__ALLOCATE_RESPONSE__INIT;
     *resp = rinit;
@@ -383,11 +404,6 @@ int pgpu_allocate(const struct pgpu *p, const V1beta1__AllocateRequest *req,
     }
     *ret_resp = resp;
     return 0;
-}
-
-void pgpu_allocate_response_free(V1beta1__AllocateResponse *resp)
-{
-    free(resp); /* the arena's base */
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -472,7 +488,17 @@ int pgpu_prefer(const struct pgpu *p, const V1beta1__PreferredAllocationRequest 
     size_t bytes =
         align16(sizeof(V1beta1__PreferredAllocationResponse)) + align16(nc * sizeof(void *));
     for (size_t c = 0; c < nc; c++) {
-        int32_t size = req->container_requests[c]->allocation_size;
+        const V1beta1__ContainerPreferredAllocationRequest *cr = req->container_requests[c];
+        int32_t size = cr->allocation_size;
+        /* Refused before anything is sized by it: a hostile size must not
+         * become a huge allocation. */
+        if (size > 0 && (size_t)size > cr->n_available_deviceids + cr->n_must_include_deviceids) {
+            snprintf(err, errlen,
+                     "container request %zu: cannot pick %d devices from %zu available with %zu "
+                     "that must be included",
+                     c, size, cr->n_available_deviceids, cr->n_must_include_deviceids);
+            return -EINVAL;
+        }
         bytes += align16(sizeof(V1beta1__ContainerPreferredAllocationResponse));
         bytes += align16((size_t)(size > 0 ? size : 0) * sizeof(void *));
     }

@@ -64,12 +64,12 @@ uint64_t pgpu_generation(const struct pgpu *p);
 int pgpu_list_bytes(struct pgpu *p, const uint8_t **ret_data, size_t *ret_len);
 
 /* Allocate: every ID must be known and healthy, else -EINVAL with a message
- * naming the offending IDs (and nothing changes). *ret_resp is owned by the
- * caller: pgpu_allocate_response_free(). It borrows strings from p: free it
- * before p changes. */
-int pgpu_allocate(const struct pgpu *p, const V1beta1__AllocateRequest *req,
+ * naming the offending IDs (and nothing changes). *ret_resp is borrowed from
+ * p: it lives in a buffer p reuses (Allocate is a hot path: no allocation
+ * once that buffer is big enough) and is valid until the next pgpu_allocate,
+ * pgpu_set_options or pgpu_free. Pack it before any of those. */
+int pgpu_allocate(struct pgpu *p, const V1beta1__AllocateRequest *req,
                   V1beta1__AllocateResponse **ret_resp, char *err, size_t errlen);
-void pgpu_allocate_response_free(V1beta1__AllocateResponse *resp);
 
 /* GetPreferredAllocation (see policy.h). IDs unknown to us (or lost) still
  * take part, without topology. *ret_resp borrows strings from p and req:

@@ -66,6 +66,7 @@ struct acceld_plugin {
 
 static void reg_schedule(struct acceld_plugin *p, uint64_t delay_ns);
 static void reg_restart(struct acceld_plugin *p);
+static bool path_exists(const char *path);
 
 /* ------------------------------------------------------------ watchers */
 
@@ -99,10 +100,14 @@ static bool watcher_send(struct acceld_plugin *p, struct grpc_call *call)
     if (r == 0)
         return true;
     watcher_remove(p, call);
-    if (r == -ENOBUFS)
-        log_warn("ListAndWatch stream dropped: the peer stopped reading");
+    const char *why = r == -ENOMEM     ? "out of memory"
+                      : r == -EMSGSIZE ? "the device list is over the gRPC message size limit"
+                      : r == -ENOBUFS  ? "peer not reading"
+                                       : strerror(-r);
+    if (r != -ECONNRESET)
+        log_warn("ListAndWatch stream dropped: %s", why);
     grpc_call_finish(call, r == -ENOMEM ? GRPC_STATUS_INTERNAL : GRPC_STATUS_RESOURCE_EXHAUSTED,
-                     r == -ENOMEM ? "out of memory" : "peer not reading");
+                     why);
     return false;
 }
 
@@ -192,7 +197,6 @@ static void on_allocate(struct grpc_call *call, const struct grpc_request *req, 
             log_info("allocated %s: %s", p->cfg.resource_name, ids);
         }
     }
-    pgpu_allocate_response_free(resp);
 }
 
 static void on_prestart(struct grpc_call *call, const struct grpc_request *req, void *user_data)
@@ -245,6 +249,17 @@ static int serve(struct acceld_plugin *p)
     grpc_server_close_listeners(p->server, false);
     p->serving = false;
     int r = grpc_server_listen_unix(p->server, p->sock_path);
+    if (r == -EADDRINUSE) {
+        log_error("cannot serve on %s: another process is serving on it (a second acceld?); "
+                  "stop it first, or give this one another --device-plugin-dir or --resource-name",
+                  p->sock_path);
+        return r;
+    }
+    if (r == -EEXIST) {
+        log_error("cannot serve on %s: a file that is not a socket is in the way; remove it",
+                  p->sock_path);
+        return r;
+    }
     if (r < 0) {
         log_error("cannot serve on %s: %s", p->sock_path, strerror(-r));
         return r;
@@ -320,9 +335,14 @@ static void on_register_done(int status, const char *message, const uint8_t *res
         return;
     }
     p->reg = REG_WAITING;
-    char detail[512];
+    char detail[1024];
     snprintf(detail, sizeof(detail), "%s%s%s", grpc_status_name(status),
              message && *message ? ": " : "", message ? message : "");
+    if (status == GRPC_STATUS_DEADLINE_EXCEEDED)
+        snprintf(detail, sizeof(detail),
+                 "no answer to Register within %llus (the kubelet calls GetDevicePluginOptions "
+                 "on %s first: is that socket reachable from the kubelet?)",
+                 (unsigned long long)(ACCELD_REGISTER_TIMEOUT_NS / 1000000000ull), p->sock_path);
     report(p, status == GRPC_STATUS_UNAVAILABLE ? REPORT_ABSENT : REPORT_REFUSED, detail);
     backoff_next(p);
 }
@@ -330,6 +350,11 @@ static void on_register_done(int status, const char *message, const uint8_t *res
 static void reg_attempt(struct acceld_plugin *p)
 {
     client_drop(p);
+    if (p->ino_wd < 0 && p->dir_timer && !path_exists(p->cfg.plugin_dir)) {
+        /* no dir, no kubelet: on_dir_poll serves and registers once it is back */
+        p->reg = REG_WAITING;
+        return;
+    }
     log_debug("registering with the kubelet at %s (attempt %u)", p->kubelet_path, ++p->attempts);
     if (!p->serving && serve(p) < 0) {
         p->reg = REG_WAITING;
@@ -426,7 +451,7 @@ static void on_inotify(struct ev_loop *loop, int fd, uint32_t events, void *user
 {
     struct acceld_plugin *p = user_data;
     char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-    bool kubelet_new = false, ours_gone = false, dir_gone = false;
+    bool kubelet_new = false, ours_gone = false, dir_gone = false, overflow = false;
     for (;;) {
         ssize_t n = read(fd, buf, sizeof(buf));
         if (n <= 0)
@@ -435,6 +460,8 @@ static void on_inotify(struct ev_loop *loop, int fd, uint32_t events, void *user
             const struct inotify_event *e = (const void *)q;
             q += sizeof(*e) + e->len;
             log_debug("inotify: wd %d mask 0x%x %s", e->wd, e->mask, e->len ? e->name : "");
+            if (e->mask & IN_Q_OVERFLOW)
+                overflow = true;
             if (e->wd != p->ino_wd)
                 continue;
             if (e->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
@@ -458,6 +485,16 @@ static void on_inotify(struct ev_loop *loop, int fd, uint32_t events, void *user
         watch_dir(p);
         if (p->ino_wd >= 0) /* already back */
             on_dir_poll(loop, p);
+        return;
+    }
+    /* Events were dropped (the queue overflowed): what they said is unknown,
+     * so look at the dir itself and register again, as after a restart. */
+    if (overflow) {
+        log_warn("inotify queue overflowed on %s: checking the socket and registering again",
+                 p->cfg.plugin_dir);
+        if (!path_exists(p->sock_path))
+            serve(p);
+        reg_restart(p);
         return;
     }
     /* Our own re-bind also unlinks the old file: only a socket that is really
@@ -503,7 +540,13 @@ int acceld_plugin_new(struct ev_loop *loop, const struct acceld_config *cfg, str
     int r = server_setup(p);
     if (r < 0)
         goto fail;
-    if ((r = serve(p)) < 0)
+    /* A plugin dir that is not there yet (acceld started before the kubelet
+     * made it) is waited for, like one removed later: inotify_setup polls. */
+    if (!path_exists(p->cfg.plugin_dir))
+        log_warn("plugin dir %s does not exist (yet): serving once it is made; is the kubelet "
+                 "running, and is the dir mounted into this container?",
+                 p->cfg.plugin_dir);
+    else if ((r = serve(p)) < 0)
         goto fail;
     if ((r = inotify_setup(p)) < 0)
         goto fail;

@@ -153,6 +153,25 @@ def zero_gpus():
     expect(rc == 0 and '0 GPUs' in out, out)
 
 
+@case
+def plugin_unreachable_says_what_to_check():
+    tmp = tempfile.mkdtemp()
+    try:
+        missing = os.path.join(tmp, 'none.sock')
+        rc, _, err = run('plugin', 'info', '--socket', missing)
+        expect(rc == 1 and 'no socket there' in err and missing in err,
+               f'missing socket: rc={rc} err={err!r}')
+        import socket
+        dead = os.path.join(tmp, 'dead.sock')
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(dead)
+        s.close()  # the file stays; nobody listens
+        rc, _, err = run('plugin', 'devices', '--socket', dead)
+        expect(rc == 1 and 'nothing listens on it' in err, f'dead socket: rc={rc} err={err!r}')
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def emu_machine(tmp, *init_args):
     if not (os.access(EMU_NVML, os.R_OK) and os.access(EMU, os.X_OK)):
         raise Skip('emulator not built')

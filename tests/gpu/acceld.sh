@@ -4,7 +4,8 @@
 # GetPreferredAllocation and Allocate (DeviceSpecs for the GPU's real
 # /dev/nvidiaN and the control nodes), no NVML event errors at start, and the
 # Allocate / GetPreferredAllocation latency and peak RSS with the real driver
-# (bench-acceld, no XID injection on real hardware).
+# (bench-acceld, no XID injection on real hardware), and the idle CPU cost of
+# the health thread's 50 ms probes.
 # Needs the agent's -dev libraries (Debian: scripts/deps.sh) to build acceld.
 # Prints one PASS/FAIL line per check; exits non-zero if any failed, 77 without a GPU.
 # Usage: tests/gpu/acceld.sh [BUILD_DIR]   (default build-gpu-agent)
@@ -72,6 +73,14 @@ echo "# minor of $first per nvidia-smi index: $minor (Allocate uses NVML's minor
 n=$(echo "$devs" | awk 'NR > 1' | wc -l)
 ctl prefer --size "$n" >/dev/null && pass "prefer all $n" || fail "prefer"
 grep -q "error" "$tmp/acceld.log" && fail "errors in the acceld log" || pass "no errors logged"
+# The health thread probes every GPU every 50 ms with the real driver: what
+# that costs while idle, and that no probe took a healthy GPU for a lost one.
+ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+t0=$(ticks); sleep 5; t1=$(ticks)
+hz=$(getconf CLK_TCK)
+echo "# acceld idle CPU over 5 s (health probes every 50 ms): $(( (t1 - t0) * 100 / hz / 5 ))% of one core ($((t1 - t0)) ticks)"
+grep -q "Unhealthy" "$tmp/acceld.log" && fail "a GPU went Unhealthy while idle" \
+    || pass "no GPU Unhealthy after 5 s of probing"
 "$BUILD/bench/bench-acceld" --socket "$sock" --calls 2000 --pid "$pid" | sed 's/^/# /'
 kill -TERM "$pid"; wait "$pid"; rc=$?; pid=
 [ "$rc" = 0 ] && pass "SIGTERM exit 0" || fail "SIGTERM exit $rc"

@@ -509,6 +509,38 @@ TEST(reserve_after_socket_dir_wiped)
     srv_stop(&s);
 }
 
+/* A second server on a live socket is refused and changes nothing; a socket
+ * file left by a dead server is replaced. */
+TEST(live_socket_refused_stale_socket_replaced)
+{
+    struct srv s;
+    const char *path = sock_path("live.sock");
+    srv_start(&s, NULL, path);
+    struct stat before, after;
+    REQUIRE(stat(path, &before) == 0);
+    struct grpc_server *second;
+    REQUIRE_EQ_INT(grpc_server_new(s.loop, NULL, &second), 0);
+    CHECK_EQ_INT(grpc_server_listen_unix(second, path), -EADDRINUSE);
+    REQUIRE(stat(path, &after) == 0);
+    CHECK(after.st_ino == before.st_ino); /* the first server's file is untouched */
+    struct grpc_client *c;
+    REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c), 0);
+    struct result r = {0};
+    CHECK_EQ_INT(grpc_client_unary(c, "/t.S/Echo", (const uint8_t *)"hi", 2, 0, done_cb, &r, NULL),
+                 0);
+    REQUIRE(RUN_UNTIL(s.loop, r.done, 10000));
+    CHECK_EQ_INT(r.status, GRPC_STATUS_OK); /* and it still serves */
+    grpc_client_free(c);
+    /* the first server dies without removing its file (a crash) */
+    grpc_server_close_listeners(s.server, false);
+    REQUIRE(stat(path, &after) == 0 && S_ISSOCK(after.st_mode));
+    CHECK_EQ_INT(grpc_server_listen_unix(second, path), 0);
+    REQUIRE(stat(path, &after) == 0);
+    CHECK(after.st_ino != before.st_ino);
+    grpc_server_free(second);
+    srv_stop(&s);
+}
+
 /* ------------------------------------------- a server that calls out */
 
 /* Like acceld and the kubelet: "kubelet" answers Register only after calling

@@ -7,8 +7,9 @@ GetPreferredAllocation, Allocate; bad input (unknown IDs, malformed protobuf,
 unknown method, a client vanishing mid-stream, garbage on the socket);
 100 concurrent ListAndWatch streams; XID injection (fatal and ignored), a lost
 GPU, recovery after health.recoverAfter; kubelet restart (dir wiped, the dir
-itself removed); SIGHUP with a broken and a good config; SIGTERM removes the
-socket. Every wait is bounded; nothing asserts timing."""
+itself removed); the plugin dir missing at start; a second acceld on the same
+socket; a stale socket left by a killed acceld; SIGHUP with a broken and a
+good config; SIGTERM removes the socket. Every wait is bounded; nothing asserts timing."""
 import json
 import os
 import shutil
@@ -44,6 +45,7 @@ def main():
     lost_at_start(tap, build, pb, node, tmp)
     cdi_strategy(tap, build, pb, node, tmp)
     kubelet_late(tap, build, pb, node, tmp)
+    daemon_cases(tap, build, pb, node, tmp)
     kubelet = K.FakeKubelet(pb, pdir).start()
     agent = K.Acceld(build, node, pdir, tmp, config=cfg)
     try:
@@ -346,6 +348,75 @@ def kubelet_late(tap, build, pb, node, tmp):
         tap.ok(n == 1, "kubelet absent: logged once, not once per retry", n)
         k = K.FakeKubelet(pb, d).start()
         tap.ok(K.wait_until(lambda: k.count() >= 1, T), "registers when the kubelet appears")
+    finally:
+        if k:
+            k.stop()
+        a.stop()
+
+
+def answers(pb, sock):
+    """True when a device plugin answers GetDevicePluginOptions on sock."""
+    p = K.Plugin(pb, sock)
+    try:
+        return p.options().get_preferred_allocation_available
+    except grpc.RpcError:
+        return False
+    finally:
+        p.close()
+
+
+def daemon_cases(tap, build, pb, node, tmp):
+    """The plugin dir missing at start (waited for), a second acceld on the
+    same socket (refused, the first keeps serving), a socket file left by a
+    killed acceld (replaced), inotify's queue overflowing (checked again)."""
+    d = os.path.join(tmp, "dp-missing")
+    a = K.Acceld(build, node, d, os.path.join(tmp, "missing"))
+    k = None
+    try:
+        tap.ok(K.wait_until(lambda: "does not exist" in a.log_text() or not a.alive(), T)
+               and a.alive(), "plugin dir missing at start: acceld waits for it", a.log_text())
+        os.makedirs(d)
+        k = K.FakeKubelet(pb, d).start()
+        tap.ok(K.wait_until(lambda: k.count() >= 1, T),
+               "plugin dir made later: serves and registers", a.log_text())
+        k.stop()
+        k = None
+        b = K.Acceld(build, node, d, os.path.join(tmp, "second"),
+                     extra=["--no-register", "--device-list-strategy", "cdi"])
+        try:
+            rc = b.proc.wait(T)
+        except subprocess.TimeoutExpired:
+            rc = None
+        b.stop()
+        tap.ok(rc == 1 and "another process is serving" in b.log_text(),
+               "a second acceld on the same socket exits 1 saying why", b.log_text())
+        cdi = os.path.join(tmp, "second", "cdi")
+        tap.ok(not os.path.exists(cdi) or not os.listdir(cdi),
+               "the refused acceld wrote no CDI spec")
+        tap.ok(answers(pb, a.sock), "the first acceld still serves its socket")
+        a.stop(signal.SIGKILL)
+        tap.ok(os.path.exists(a.sock), "a killed acceld leaves its socket file")
+        c = K.Acceld(build, node, d, os.path.join(tmp, "third"), extra=["--no-register"])
+        try:
+            tap.ok(K.wait_until(lambda: not c.alive() or answers(pb, c.sock), T) and c.alive(),
+                   "the next acceld replaces the stale socket and serves", c.log_text())
+            # inotify's queue overflows (more events than it holds while acceld
+            # is stopped) and the deletion of our socket is among the lost ones
+            with open("/proc/sys/fs/inotify/max_queued_events") as f:
+                qmax = int(f.read())
+            if qmax <= 100000:
+                c.proc.send_signal(signal.SIGSTOP)
+                for i in range(qmax + 100):
+                    open(os.path.join(d, f"f{i}"), "w").close()
+                os.unlink(c.sock)
+                c.proc.send_signal(signal.SIGCONT)
+                tap.ok(K.wait_until(lambda: answers(pb, c.sock), T),
+                       "inotify overflow: the socket is served again", c.log_text()[-2000:])
+            else:
+                tap.skip("inotify overflow: the socket is served again",
+                         f"max_queued_events is {qmax}")
+        finally:
+            c.stop()
     finally:
         if k:
             k.stop()

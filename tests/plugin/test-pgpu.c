@@ -77,7 +77,11 @@ TEST(allocate_envvar)
     size_t len = v1beta1__allocate_response__get_packed_size(resp);
     uint8_t *buf = malloc(len);
     v1beta1__allocate_response__pack(resp, buf);
-    pgpu_allocate_response_free(resp);
+    /* the answer's block is reused: a warm Allocate allocates nothing */
+    V1beta1__AllocateResponse *again = NULL;
+    REQUIRE_EQ_INT(pgpu_allocate(p, alloc_req(ids, 1), &again, err, sizeof(err)), 0);
+    CHECK(again == resp);
+    CHECK_EQ_STR(again->container_responses[0]->envs[0]->value, "GPU-2222");
     V1beta1__AllocateResponse *r = v1beta1__allocate_response__unpack(NULL, len, buf);
     free(buf);
     REQUIRE(r != NULL);
@@ -111,7 +115,6 @@ TEST(allocate_cdi)
     CHECK_EQ_INT(c->n_envs, 0);
     REQUIRE_EQ_INT(c->n_cdi_devices, 1);
     CHECK_EQ_STR(c->cdi_devices[0]->name, "nvidia.com/gpu=GPU-1111");
-    pgpu_allocate_response_free(resp);
     char dir[600];
     snprintf(dir, sizeof(dir), "%s/cdi", tap_tmpdir());
     CHECK_EQ_INT(pgpu_write_cdi(p, dir), 0);
@@ -119,7 +122,6 @@ TEST(allocate_cdi)
     REQUIRE_EQ_INT(pgpu_set_options(p, &o), 0);
     REQUIRE_EQ_INT(pgpu_allocate(p, alloc_req(ids, 1), &resp, err, sizeof(err)), 0);
     CHECK_EQ_STR(resp->container_responses[0]->cdi_devices[0]->name, "example.com/accel=GPU-1111");
-    pgpu_allocate_response_free(resp);
     pgpu_free(p);
 }
 
@@ -208,6 +210,51 @@ TEST(prefer_with_unknown_ids)
     CHECK(resp == NULL);
     cr.allocation_size = 0;
     CHECK_EQ_INT(pgpu_prefer(p, &req, &resp, err, sizeof(err)), -EINVAL);
+    pgpu_free(p);
+}
+
+/* GetPreferredAllocation still answers, unaligned, with an unhealthy (lost)
+ * GPU among the available ones and with no link information at all; a hostile
+ * allocation_size is refused before it sizes anything. */
+TEST(prefer_degraded_and_hostile_size)
+{
+    struct pgpu *p = make(ACCELD_STRATEGY_ENVVAR);
+    REQUIRE(p != NULL);
+    char *avail[] = {"GPU-0000", "GPU-1111", "GPU-2222", "GPU-3333"};
+    V1beta1__ContainerPreferredAllocationRequest cr =
+        V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT;
+    cr.n_available_deviceids = 4;
+    cr.available_deviceids = avail;
+    cr.allocation_size = 3;
+    V1beta1__ContainerPreferredAllocationRequest *crs[] = {&cr};
+    V1beta1__PreferredAllocationRequest req = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
+    req.n_container_requests = 1;
+    req.container_requests = crs;
+    V1beta1__PreferredAllocationResponse *resp = NULL;
+    char err[512];
+    CHECK(pgpu_set_healthy(p, 1, false));
+    REQUIRE_EQ_INT(pgpu_prefer(p, &req, &resp, err, sizeof(err)), 0);
+    CHECK_EQ_INT(resp->container_responses[0]->n_deviceids, 3);
+    pgpu_prefer_response_free(resp);
+    resp = NULL;
+    cr.allocation_size = INT32_MAX;
+    CHECK_EQ_INT(pgpu_prefer(p, &req, &resp, err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "cannot pick 2147483647 devices") != NULL);
+    CHECK(resp == NULL);
+    pgpu_free(p);
+
+    /* no topology: NVML's link queries failed at start */
+    struct pgpu_gpu_desc g[] = {{"GPU-0000", 0, -1, true}, {"GPU-1111", 1, -1, true}};
+    struct pgpu_options o = {devroot, ACCELD_STRATEGY_ENVVAR, "nvidia.com", "gpu"};
+    REQUIRE_EQ_INT(pgpu_new(g, 2, NULL, NULL, &o, &p), 0);
+    char *two[] = {"GPU-1111", "GPU-0000"};
+    cr.available_deviceids = two;
+    cr.n_available_deviceids = 2;
+    cr.allocation_size = 1;
+    REQUIRE_EQ_INT(pgpu_prefer(p, &req, &resp, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(resp->container_responses[0]->n_deviceids, 1);
+    CHECK_EQ_STR(resp->container_responses[0]->deviceids[0], "GPU-0000"); /* lowest index */
+    pgpu_prefer_response_free(resp);
     pgpu_free(p);
 }
 
