@@ -29,7 +29,8 @@ int pace_shared_init(struct pace_shared *s, unsigned limit_pct, enum pace_policy
     atomic_store_explicit(&s->budget_ns, 0, RLX);
     atomic_store_explicit(&s->contended_until_ns, 0, RLX);
     atomic_store_explicit(&s->pending_ns, 0, RLX);
-    s->reserved = 0;
+    atomic_store_explicit(&s->budget_time_ns, now_ns, RLX);
+    atomic_store_explicit(&s->period_ns, PACE_PERIOD_NS, RLX);
     atomic_store_explicit(&s->policy, (uint32_t)policy, RLX);
     /* Last, with release: a reader that sees the limit sees the rest initialized. */
     atomic_store_explicit(&s->limit_pct, limit_pct, REL);
@@ -92,6 +93,7 @@ int pace_acquire(struct pace_shared *s, struct pace_slot *slot, uint64_t now_ns,
     atomic_fetch_add_explicit(&slot->launches, 1, RLX);
     atomic_fetch_add_explicit(&s->launches, 1, RLX);
     atomic_store_explicit(&s->budget_ns, budget_at(next, now_ns, limit), RLX);
+    atomic_store_explicit(&s->budget_time_ns, now_ns, RLX);
     return 0;
 }
 

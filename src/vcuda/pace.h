@@ -48,28 +48,34 @@ enum pace_policy {
     PACE_POLICY_BURST = 1, /* idle GPU time above the limit, back to it when others need it */
 };
 
-/* Per container, in the shared region. 64 bytes; layout is ABI (docs/vcuda-compute.md). */
+/* Per container, in the shared region (at vc_region_header.core_limit, offset 192). 128 bytes;
+ * layout is ABI (docs/vcuda-compute.md). All zeroes plus a limit is a valid start state, so the
+ * region's creator needs to do nothing but write the configured limit and policy. */
 struct pace_shared {
-    _Atomic uint64_t tat_ns;             /* CLOCK_MONOTONIC ns; launch admitted when <= now */
-    _Atomic uint64_t measured_ns;        /* settled GPU time of all processes, ever */
-    _Atomic uint64_t launches;           /* paced launches of all processes, ever */
-    _Atomic int64_t budget_ns;           /* credit in GPU ns at the last launch (< 0: debt) */
-    _Atomic uint64_t contended_until_ns; /* burst: held at the limit until this time */
-    _Atomic uint64_t pending_ns;         /* estimates charged, not settled, all processes */
-    _Atomic uint32_t limit_pct;          /* 1..100; 100 = unlimited */
-    _Atomic uint32_t policy;             /* enum pace_policy */
-    uint64_t reserved;
+    _Atomic uint32_t limit_pct;      /* 0: 1..100; 100 (or 0: not configured) = unlimited */
+    _Atomic uint32_t policy;         /* 4: enum pace_policy */
+    _Atomic int64_t budget_ns;       /* 8: credit in GPU ns at the last launch (< 0: debt) */
+    _Atomic uint64_t budget_time_ns; /* 16: when budget_ns was computed */
+    _Atomic uint64_t period_ns;      /* 24: PACE_PERIOD_NS, for readers */
+    _Atomic uint64_t tat_ns;         /* 32: CLOCK_MONOTONIC ns; a launch is admitted when <= now */
+    _Atomic uint64_t measured_ns;    /* 40: settled GPU time of all processes, ever */
+    _Atomic uint64_t launches;       /* 48: paced launches of all processes, ever */
+    _Atomic uint64_t contended_until_ns; /* 56: burst: held at the limit until this time */
+    _Atomic uint64_t pending_ns;         /* 64: estimates charged, not settled, all processes */
+    uint64_t reserved[7];                /* 72 */
 };
 
-/* Per process slot, in the shared region. 32 bytes. */
+/* Per process, in the process's region slot (at vc_region_slot.gpu_time_ns, offset 144).
+ * 32 bytes; zeroes are the start state. */
 struct pace_slot {
-    _Atomic uint64_t measured_ns; /* settled GPU time of this process */
-    _Atomic uint64_t launches;    /* paced launches of this process */
-    _Atomic uint64_t pending_ns;  /* estimates charged for launches not settled yet */
-    _Atomic uint64_t reserved;
+    _Atomic uint64_t measured_ns; /* 0: settled GPU time of this process */
+    _Atomic uint64_t launches;    /* 8: paced launches of this process */
+    _Atomic uint64_t pending_ns;  /* 16: estimates charged for launches not settled yet */
+    _Atomic uint64_t reserved;    /* 24 */
 };
 
-_Static_assert(sizeof(struct pace_shared) == 64, "pace_shared is ABI");
+_Static_assert(sizeof(struct pace_shared) == 128, "pace_shared is ABI");
+_Static_assert(__builtin_offsetof(struct pace_shared, tat_ns) == 32, "pace_shared is ABI");
 _Static_assert(sizeof(struct pace_slot) == 32, "pace_slot is ABI");
 
 /* Sets up a container's state (the region's creator does this once). limit_pct outside 1..100

@@ -373,6 +373,24 @@ TEST(unlimited_is_not_paced)
     CHECK_EQ_INT(pace_budget_ns(&sh, T0 + SEC), 0);
 }
 
+/* A freshly created region is all zeroes plus the configured limit: that must work as is. */
+TEST(zeroed_region_is_a_valid_start)
+{
+    struct pace_shared sh = {0};
+    struct pace_slot slot = {0};
+    atomic_store(&sh.limit_pct, 50);
+    uint64_t wait = 0;
+    CHECK_EQ_INT(pace_acquire(&sh, &slot, 5 * SEC, 1 * MS, &wait), 0);
+    CHECK_EQ_U64(atomic_load(&sh.tat_ns), 5 * SEC - PACE_BANK_NS + 2 * MS);
+    CHECK_EQ_INT(pace_budget_ns(&sh, 5 * SEC), (int64_t)(PACE_BANK_NS - 2 * MS) / 2);
+    CHECK_EQ_INT(atomic_load(&sh.budget_ns), (int64_t)(PACE_BANK_NS - 2 * MS) / 2);
+    CHECK(!pace_unlimited(&sh));
+    struct pace_shared none = {0};
+    CHECK(pace_unlimited(&none)); /* limit 0: not configured */
+    CHECK_EQ_INT(pace_acquire(&none, &slot, 5 * SEC, 1 * MS, &wait), 0);
+    CHECK_EQ_U64(atomic_load(&none.launches), 0);
+}
+
 TEST(bad_limits_rejected)
 {
     struct pace_shared sh = {0};
