@@ -1,0 +1,375 @@
+/*
+ * nvml.c — the NVML loader: dlopen, symbol table, init/shutdown, error mapping, and the
+ * running-process query with run-time detection of the process-info record stride.
+ */
+#include "nvml.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sym {
+    const char *name;
+    size_t offset; /* of the member in struct gpu_nvml */
+    bool required;
+};
+
+#define SYM(n, req) {#n, offsetof(struct gpu_nvml, n), req}
+
+static const struct sym syms[] = {
+    SYM(nvmlInit_v2, true),
+    SYM(nvmlShutdown, true),
+    SYM(nvmlErrorString, true),
+    SYM(nvmlDeviceGetCount_v2, true),
+    SYM(nvmlDeviceGetHandleByIndex_v2, true),
+    SYM(nvmlInitWithFlags, false),
+    SYM(nvmlSystemGetDriverVersion, false),
+    SYM(nvmlSystemGetNVMLVersion, false),
+    SYM(nvmlSystemGetCudaDriverVersion, false),
+    SYM(nvmlSystemGetCudaDriverVersion_v2, false),
+    SYM(nvmlDeviceGetHandleByUUID, false),
+    SYM(nvmlDeviceGetHandleByPciBusId_v2, false),
+    SYM(nvmlDeviceGetUUID, false),
+    SYM(nvmlDeviceGetName, false),
+    SYM(nvmlDeviceGetSerial, false),
+    SYM(nvmlDeviceGetIndex, false),
+    SYM(nvmlDeviceGetMinorNumber, false),
+    SYM(nvmlDeviceGetPciInfo_v3, false),
+    SYM(nvmlDeviceGetMemoryInfo, false),
+    SYM(nvmlDeviceGetMemoryInfo_v2, false),
+    SYM(nvmlDeviceGetCudaComputeCapability, false),
+    SYM(nvmlDeviceGetMigMode, false),
+    SYM(nvmlDeviceGetVbiosVersion, false),
+    SYM(nvmlDeviceGetNumaNodeId, false),
+    SYM(nvmlDeviceGetTopologyCommonAncestor, false),
+    SYM(nvmlDeviceGetNvLinkState, false),
+    SYM(nvmlDeviceGetNvLinkRemotePciInfo_v2, false),
+    SYM(nvmlDeviceGetUtilizationRates, false),
+    SYM(nvmlDeviceGetProcessUtilization, false),
+    SYM(nvmlDeviceGetComputeRunningProcesses, false),
+    SYM(nvmlDeviceGetComputeRunningProcesses_v2, false),
+    SYM(nvmlDeviceGetComputeRunningProcesses_v3, false),
+    SYM(nvmlDeviceGetTemperature, false),
+    SYM(nvmlDeviceGetPowerUsage, false),
+    SYM(nvmlDeviceGetClockInfo, false),
+    SYM(nvmlDeviceGetMaxClockInfo, false),
+    SYM(nvmlDeviceGetComputeMode, false),
+    SYM(nvmlDeviceGetPersistenceMode, false),
+    SYM(nvmlDeviceGetTotalEccErrors, false),
+    SYM(nvmlEventSetCreate, false),
+    SYM(nvmlDeviceRegisterEvents, false),
+    SYM(nvmlDeviceGetSupportedEventTypes, false),
+    SYM(nvmlEventSetWait_v2, false),
+    SYM(nvmlEventSetFree, false),
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!err || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t errlen)
+{
+    struct gpu_nvml *nvml;
+    const char *dlerr;
+    nvmlReturn_t r;
+
+    if (!path) {
+        const char *env = getenv(GPU_NVML_LIBRARY_ENV);
+        path = env && *env ? env : GPU_NVML_DEFAULT_LIBRARY;
+    }
+
+    nvml = calloc(1, sizeof(*nvml));
+    if (!nvml) {
+        set_err(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    snprintf(nvml->path, sizeof(nvml->path), "%s", path);
+
+    dlerror();
+    nvml->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!nvml->dl) {
+        dlerr = dlerror();
+        if (!dlerr)
+            dlerr = "unknown error";
+        /* dlerror() usually starts with the path already; don't print it twice. */
+        if (strncmp(dlerr, path, strlen(path)) == 0)
+            set_err(err, errlen,
+                    "NVML not found: %s; is the NVIDIA driver installed? set %s to use another "
+                    "library",
+                    dlerr, GPU_NVML_LIBRARY_ENV);
+        else
+            set_err(err, errlen,
+                    "NVML not found: %s: %s; is the NVIDIA driver installed? set %s to use "
+                    "another library",
+                    path, dlerr, GPU_NVML_LIBRARY_ENV);
+        free(nvml);
+        return -ENOENT;
+    }
+
+    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+        void *fn = dlsym(nvml->dl, syms[i].name);
+        if (!fn && syms[i].required) {
+            set_err(err, errlen, "%s is not a usable NVML library: it lacks %s", path,
+                    syms[i].name);
+            dlclose(nvml->dl);
+            free(nvml);
+            return -ENOSYS;
+        }
+        memcpy((char *)nvml + syms[i].offset, &fn, sizeof(fn));
+    }
+
+    r = nvml->nvmlInit_v2();
+    if (r != NVML_SUCCESS) {
+        set_err(err, errlen, "NVML initialisation failed (%s): %s; is the NVIDIA driver loaded?",
+                path, nvml->nvmlErrorString(r) ? nvml->nvmlErrorString(r) : "unknown error");
+        dlclose(nvml->dl);
+        free(nvml);
+        return -EIO;
+    }
+    nvml->initialized = true;
+    *ret = nvml;
+    return 0;
+}
+
+struct gpu_nvml *gpu_nvml_free(struct gpu_nvml *nvml)
+{
+    if (!nvml)
+        return NULL;
+    if (nvml->dl) {
+        if (nvml->initialized)
+            nvml->nvmlShutdown();
+        dlclose(nvml->dl);
+        free(nvml);
+    }
+    /* An injected table belongs to the caller. */
+    return NULL;
+}
+
+const char *gpu_nvml_strerror(const struct gpu_nvml *nvml, nvmlReturn_t r)
+{
+    const char *s = NULL;
+
+    if (nvml && nvml->nvmlErrorString)
+        s = nvml->nvmlErrorString(r);
+    if (s)
+        return s;
+    switch (r) {
+    case NVML_SUCCESS: return "success";
+    case NVML_ERROR_NOT_SUPPORTED: return "not supported";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "insufficient size";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "function not found";
+    default: return "NVML error";
+    }
+}
+
+int gpu_nvml_errno(nvmlReturn_t r)
+{
+    switch (r) {
+    case NVML_SUCCESS: return 0;
+    case NVML_ERROR_UNINITIALIZED: return -EPIPE;
+    case NVML_ERROR_INVALID_ARGUMENT: return -EINVAL;
+    case NVML_ERROR_NOT_SUPPORTED: return -EOPNOTSUPP;
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return -EOPNOTSUPP;
+    case NVML_ERROR_NO_PERMISSION: return -EPERM;
+    case NVML_ERROR_NOT_FOUND: return -ENOENT;
+    case NVML_ERROR_INSUFFICIENT_SIZE: return -ENOSPC;
+    case NVML_ERROR_TIMEOUT: return -ETIMEDOUT;
+    case NVML_ERROR_GPU_IS_LOST: return -ENODEV;
+    case NVML_ERROR_MEMORY: return -ENOMEM;
+    case NVML_ERROR_IN_USE: return -EBUSY;
+    case NVML_ERROR_NO_DATA: return -ENODATA;
+    default: return -EIO;
+    }
+}
+
+/* ---- running processes ---------------------------------------------------------------- */
+
+/* Record layouts seen in the wild, largest first. Every one starts with the pid (u32 at 0)
+ * and the used memory (u64 at 8), so once the stride is known both fields are found. */
+#define PROC_MAX_STRIDE 32
+static const int proc_strides[] = {32, 24, 16};
+
+#define FILL_A 0xA5
+#define FILL_B 0x5A
+#define DETECT_TRIES 3
+
+/* The three entry points take different struct pointers; the driver treats the buffer as
+ * raw records of its own layout, so they are called through one type. */
+typedef nvmlReturn_t (*proc_fn)(nvmlDevice_t, unsigned int *, void *);
+
+static proc_fn proc_call_fn(const struct gpu_nvml *nvml, int call)
+{
+    switch (call) {
+    case GPU_NVML_PROC_CALL_V3: return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses_v3;
+    case GPU_NVML_PROC_CALL_V2: return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses_v2;
+    case GPU_NVML_PROC_CALL_V1: return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses;
+    default: return NULL;
+    }
+}
+
+static int copy_records(const unsigned char *buf, unsigned int n, int stride,
+                        struct gpu_process *procs, size_t cap, size_t *ret_n)
+{
+    if (n > cap) {
+        *ret_n = n;
+        return -ENOSPC;
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        const unsigned char *rec = buf + (size_t)i * (size_t)stride;
+        uint32_t pid;
+        uint64_t used;
+        memcpy(&pid, rec, sizeof(pid));
+        memcpy(&used, rec + 8, sizeof(used));
+        procs[i].pid = pid;
+        procs[i].used_memory_bytes = used;
+    }
+    *ret_n = n;
+    return 0;
+}
+
+/*
+ * Finds the stride the driver writes with. The call is made twice into buffers pre-filled
+ * with two different byte patterns: a byte the driver wrote holds the same value in both,
+ * a byte it did not write differs. The written extent E (one past the last equal byte) is
+ * n records of the driver's stride, since every layout ends with a field the driver always
+ * writes (usedGpuMemory / computeInstanceId / usedGpuCcProtectedMemory). So the stride is
+ * E / n, accepted only when it divides exactly, is a known layout, and every record's pid
+ * is non-zero. A process list that changed between the two calls gives different counts
+ * and is retried.
+ */
+static int detect_stride(proc_fn fn, nvmlDevice_t dev, unsigned char *a, unsigned char *b,
+                         int *ret_stride, unsigned int *ret_n, nvmlReturn_t *ret_nvml)
+{
+    const size_t len = (size_t)GPU_NVML_MAX_PROCS * PROC_MAX_STRIDE;
+
+    for (int attempt = 0; attempt < DETECT_TRIES; attempt++) {
+        unsigned int na = GPU_NVML_MAX_PROCS, nb = GPU_NVML_MAX_PROCS;
+        nvmlReturn_t r;
+        size_t extent = 0;
+
+        memset(a, FILL_A, len);
+        memset(b, FILL_B, len);
+        r = fn(dev, &na, a);
+        if (r != NVML_SUCCESS) {
+            *ret_nvml = r;
+            *ret_n = na;
+            return -EIO;
+        }
+        r = fn(dev, &nb, b);
+        if (r != NVML_SUCCESS) {
+            *ret_nvml = r;
+            *ret_n = nb;
+            return -EIO;
+        }
+        if (na != nb)
+            continue;
+        if (na == 0) {
+            *ret_n = 0;
+            *ret_stride = 0;
+            return 0;
+        }
+        if (na > GPU_NVML_MAX_PROCS)
+            return -EPROTO;
+        for (size_t i = len; i > 0; i--)
+            if (a[i - 1] == b[i - 1]) {
+                extent = i;
+                break;
+            }
+        if (extent % na != 0)
+            continue;
+        for (size_t k = 0; k < sizeof(proc_strides) / sizeof(proc_strides[0]); k++) {
+            int s = proc_strides[k];
+            bool pids_ok = true;
+            if (extent / na != (size_t)s)
+                continue;
+            for (unsigned int i = 0; i < na && pids_ok; i++) {
+                uint32_t pid;
+                memcpy(&pid, a + (size_t)i * (size_t)s, sizeof(pid));
+                pids_ok = pid != 0;
+            }
+            if (!pids_ok)
+                break;
+            *ret_stride = s;
+            *ret_n = na;
+            return 0;
+        }
+    }
+    return -EPROTO;
+}
+
+int gpu_nvml_running_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, struct gpu_process *procs,
+                               size_t cap, size_t *ret_n)
+{
+    static const int calls[] = {GPU_NVML_PROC_CALL_V3, GPU_NVML_PROC_CALL_V2,
+                                GPU_NVML_PROC_CALL_V1};
+    unsigned char a[GPU_NVML_MAX_PROCS * PROC_MAX_STRIDE];
+    unsigned char b[GPU_NVML_MAX_PROCS * PROC_MAX_STRIDE];
+    int stride = __atomic_load_n(&nvml->proc_stride, __ATOMIC_ACQUIRE);
+    int call = __atomic_load_n(&nvml->proc_call, __ATOMIC_RELAXED);
+    bool any = false;
+    int last = -EOPNOTSUPP;
+
+    /* Known layout: one call. */
+    if (stride > 0 && proc_call_fn(nvml, call)) {
+        unsigned int n = GPU_NVML_MAX_PROCS;
+        nvmlReturn_t r = proc_call_fn(nvml, call)(dev, &n, a);
+        if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
+            *ret_n = n;
+            return -ENOSPC;
+        }
+        if (r != NVML_SUCCESS)
+            return gpu_nvml_errno(r);
+        return copy_records(a, n, stride, procs, cap, ret_n);
+    }
+
+    for (size_t c = 0; c < sizeof(calls) / sizeof(calls[0]); c++) {
+        proc_fn fn = proc_call_fn(nvml, calls[c]);
+        nvmlReturn_t r = NVML_SUCCESS;
+        unsigned int n = 0;
+        int s = 0, rc;
+
+        if (!fn)
+            continue;
+        any = true;
+        rc = detect_stride(fn, dev, a, b, &s, &n, &r);
+        if (rc == -EIO) {
+            /* An older library may export a name it does not implement: try the next. */
+            if (r == NVML_ERROR_FUNCTION_NOT_FOUND || r == NVML_ERROR_NOT_SUPPORTED) {
+                last = gpu_nvml_errno(r);
+                continue;
+            }
+            if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
+                *ret_n = n;
+                return -ENOSPC;
+            }
+            return gpu_nvml_errno(r);
+        }
+        if (rc < 0)
+            return rc;
+        if (s > 0) {
+            __atomic_store_n(&nvml->proc_call, calls[c], __ATOMIC_RELAXED);
+            __atomic_store_n(&nvml->proc_stride, s, __ATOMIC_RELEASE);
+        }
+        return copy_records(a, n, s, procs, cap, ret_n);
+    }
+    return any ? last : -EOPNOTSUPP;
+}
+
+int gpu_nvml_process_stride(const struct gpu_nvml *nvml)
+{
+    return __atomic_load_n(&nvml->proc_stride, __ATOMIC_ACQUIRE);
+}
