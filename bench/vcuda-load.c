@@ -1,0 +1,228 @@
+/* vcuda-load.c — a GPU workload for the compute-share benchmark, the integration test and the
+ * real-GPU script: spin kernels of a chosen length launched asynchronously, or CUDA graphs of
+ * them replayed with a synchronize after each, for a time or a count. It reaches the driver the
+ * way NVIDIA's runtime does (dlopen("libcuda.so.1"), entry points by dlsym), so under
+ * LD_PRELOAD=libvcuda.so every launch goes through libvcuda's hooks. libc + libdl only: it builds
+ * on a GPU machine with gcc alone and runs on the emulator or a real driver alike.
+ *
+ *   vcuda-load [--graph] [--kernel-us N] [--nodes K] [--seconds S] [--launches N]
+ *              [--sync-every K] [--overhead N]
+ *
+ * Prints one line: mode=... launches=N kernels=N seconds=T rate=kernels/s [launch_ns=...].
+ * --overhead N times N launches of empty spin kernels (0 cycles) and reports the mean cost of
+ * one cuLaunchKernel call in launch_ns. */
+#include "cuda_api.h"
+
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A kernel that spins for its first parameter in SM clock cycles. The emulator runs any kernel
+ * named spin* for that many cycles at its SM clock; a real GPU runs this PTX. */
+static const char spin_ptx[] = ".version 7.0\n"
+                               ".target sm_70\n"
+                               ".address_size 64\n"
+                               ".visible .entry spin(.param .u64 cycles)\n"
+                               "{\n"
+                               "    .reg .u64 %rd<5>;\n"
+                               "    .reg .pred %p;\n"
+                               "    ld.param.u64 %rd1, [cycles];\n"
+                               "    mov.u64 %rd2, %clock64;\n"
+                               "LOOP:\n"
+                               "    mov.u64 %rd3, %clock64;\n"
+                               "    sub.u64 %rd4, %rd3, %rd2;\n"
+                               "    setp.lt.u64 %p, %rd4, %rd1;\n"
+                               "    @%p bra LOOP;\n"
+                               "    ret;\n"
+                               "}\n";
+
+#define FN(n) static __typeof__(n) *p_##n
+FN(cuInit);
+FN(cuDeviceGet);
+FN(cuDeviceGetAttribute);
+FN(cuDevicePrimaryCtxRetain);
+FN(cuCtxSetCurrent);
+FN(cuModuleLoadData);
+FN(cuModuleGetFunction);
+FN(cuStreamCreate);
+FN(cuStreamSynchronize);
+FN(cuLaunchKernel);
+FN(cuStreamBeginCapture_v2);
+FN(cuStreamEndCapture);
+FN(cuGraphInstantiateWithFlags);
+FN(cuGraphLaunch);
+FN(cuCtxSynchronize);
+
+static void *lib;
+
+static void *sym(const char *name)
+{
+    void *p = dlsym(lib, name);
+    if (!p) {
+        fprintf(stderr, "vcuda-load: %s not found in libcuda.so.1\n", name);
+        exit(2);
+    }
+    return p;
+}
+
+#define LOAD(n) p_##n = (__typeof__(p_##n))sym(#n)
+
+static void check(CUresult r, const char *what)
+{
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "vcuda-load: %s failed: CUDA error %d\n", what, (int)r);
+        exit(1);
+    }
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static unsigned long long arg_u64(const char *s, const char *opt)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end) {
+        fprintf(stderr, "vcuda-load: %s wants a number, not '%s'\n", opt, s);
+        exit(2);
+    }
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    bool graph = false;
+    uint64_t kernel_us = 50, nodes = 10, seconds = 5, max_launches = 0, sync_every = 8;
+    uint64_t overhead = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--graph")) {
+            graph = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "usage: vcuda-load [--graph] [--kernel-us N] [--nodes K] "
+                            "[--seconds S] [--launches N] [--sync-every K] [--overhead N]\n");
+            return 2;
+        }
+        if (!strcmp(a, "--kernel-us"))
+            kernel_us = arg_u64(v, a);
+        else if (!strcmp(a, "--nodes"))
+            nodes = arg_u64(v, a);
+        else if (!strcmp(a, "--seconds"))
+            seconds = arg_u64(v, a);
+        else if (!strcmp(a, "--launches"))
+            max_launches = arg_u64(v, a);
+        else if (!strcmp(a, "--sync-every"))
+            sync_every = arg_u64(v, a);
+        else if (!strcmp(a, "--overhead"))
+            overhead = arg_u64(v, a);
+        else {
+            fprintf(stderr, "vcuda-load: unknown option %s\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (nodes == 0 || nodes > 1000)
+        nodes = 10;
+
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "vcuda-load: %s\n", dlerror());
+        return 2;
+    }
+    LOAD(cuInit);
+    LOAD(cuDeviceGet);
+    LOAD(cuDeviceGetAttribute);
+    LOAD(cuDevicePrimaryCtxRetain);
+    LOAD(cuCtxSetCurrent);
+    LOAD(cuModuleLoadData);
+    LOAD(cuModuleGetFunction);
+    LOAD(cuStreamCreate);
+    LOAD(cuStreamSynchronize);
+    LOAD(cuLaunchKernel);
+    LOAD(cuStreamBeginCapture_v2);
+    LOAD(cuStreamEndCapture);
+    LOAD(cuGraphInstantiateWithFlags);
+    LOAD(cuGraphLaunch);
+    LOAD(cuCtxSynchronize);
+
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction spin;
+    CUstream stream;
+    int clock_khz = 0, sms = 1;
+    check(p_cuInit(0), "cuInit");
+    check(p_cuDeviceGet(&dev, 0), "cuDeviceGet");
+    check(p_cuDeviceGetAttribute(&clock_khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev), "clock rate");
+    check(p_cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "SMs");
+    check(p_cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    check(p_cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    check(p_cuModuleLoadData(&mod, spin_ptx), "cuModuleLoadData");
+    check(p_cuModuleGetFunction(&spin, mod, "spin"), "cuModuleGetFunction");
+    check(p_cuStreamCreate(&stream, 0), "cuStreamCreate");
+
+    /* One block per SM: the whole GPU is busy while a kernel runs. */
+    uint64_t per_kernel_us = graph ? (kernel_us + nodes - 1) / nodes : kernel_us;
+    uint64_t cycles = per_kernel_us * (uint64_t)clock_khz / 1000u;
+    void *params[] = {&cycles};
+
+    if (overhead) {
+        uint64_t zero = 0;
+        void *zp[] = {&zero};
+        check(p_cuLaunchKernel(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, stream, zp, NULL), "warm-up");
+        check(p_cuStreamSynchronize(stream), "sync");
+        uint64_t t0 = now_ns();
+        for (uint64_t i = 0; i < overhead; i++)
+            check(p_cuLaunchKernel(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, stream, zp, NULL),
+                  "cuLaunchKernel");
+        uint64_t t1 = now_ns();
+        check(p_cuStreamSynchronize(stream), "sync");
+        printf("mode=overhead launches=%llu launch_ns=%.1f\n", (unsigned long long)overhead,
+               (double)(t1 - t0) / (double)overhead);
+        return 0;
+    }
+
+    CUgraphExec exec = NULL;
+    if (graph) {
+        CUgraph g;
+        check(p_cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "begin capture");
+        for (uint64_t i = 0; i < nodes; i++)
+            check(p_cuLaunchKernel(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, stream, params, NULL),
+                  "captured launch");
+        check(p_cuStreamEndCapture(stream, &g), "end capture");
+        check(p_cuGraphInstantiateWithFlags(&exec, g, 0), "instantiate");
+    }
+
+    uint64_t launches = 0, t0 = now_ns(), deadline = t0 + seconds * 1000000000ull;
+    for (;;) {
+        if (graph) {
+            check(p_cuGraphLaunch(exec, stream), "cuGraphLaunch");
+            check(p_cuStreamSynchronize(stream), "sync");
+        } else {
+            check(p_cuLaunchKernel(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, stream, params, NULL),
+                  "cuLaunchKernel");
+            if (sync_every && (launches + 1) % sync_every == 0)
+                check(p_cuStreamSynchronize(stream), "sync");
+        }
+        launches++;
+        if (max_launches ? launches >= max_launches : now_ns() >= deadline)
+            break;
+    }
+    check(p_cuCtxSynchronize(), "cuCtxSynchronize");
+    double secs = (double)(now_ns() - t0) / 1e9;
+    uint64_t kernels = graph ? launches * nodes : launches;
+    printf("mode=%s launches=%llu kernels=%llu seconds=%.3f rate=%.1f\n", graph ? "graph" : "kernel",
+           (unsigned long long)launches, (unsigned long long)kernels, secs, (double)kernels / secs);
+    return 0;
+}
