@@ -1,0 +1,871 @@
+/* hook-mem.c — device memory accounting: every producer of device memory
+ * (plain, pitched, managed, stream-ordered and pool allocations, VMM handles,
+ * arrays) reserves its bytes against the quota before the driver is called,
+ * rolls back when the driver fails and gives the bytes back on free; and the
+ * memory views (cuMemGetInfo, cuDeviceTotalMem) report the quota.
+ *
+ * Pools: a pool's charge is what it holds, max(live allocations, the pool's
+ * own reserved size as the driver reports it), so memory freed into a pool
+ * stays charged until the pool trims or gives it back. */
+#include "vcuda.h"
+
+#include "log.h"
+#include "track.h"
+#include "util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- devices and the current context ---------------------------------- */
+
+#define MAX_ORDINALS 64
+static int ordinal_index[MAX_ORDINALS]; /* region index + 1; 0 = not looked up yet */
+
+static void format_uuid(const CUuuid *u, char *buf, size_t len)
+{
+    const unsigned char *b = (const unsigned char *)u->bytes;
+    snprintf(buf, len,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+             b[15]);
+}
+
+int vc_device_index(CUdevice dev, unsigned *ret_index)
+{
+    if (dev < 0)
+        return -EINVAL;
+    if (vc.cfg.device_count == 0 || dev >= MAX_ORDINALS) {
+        if ((unsigned)dev >= VC_REGION_DEVICES)
+            return -ERANGE;
+        *ret_index = (unsigned)dev;
+        return 0;
+    }
+    int cached = __atomic_load_n(&ordinal_index[dev], __ATOMIC_RELAXED);
+    if (VC_LIKELY(cached > 0)) {
+        *ret_index = (unsigned)(cached - 1);
+        return 0;
+    }
+    /* Look the ordinal's UUID up in the configured list (once per ordinal). */
+    CUuuid u;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (vc_real.cuDeviceGetUuid_v2)
+        r = vc_real.cuDeviceGetUuid_v2(&u, dev);
+    else if (vc_real.cuDeviceGetUuid)
+        r = vc_real.cuDeviceGetUuid(&u, dev);
+    int index = -1;
+    if (r == CUDA_SUCCESS) {
+        char s[64];
+        format_uuid(&u, s, sizeof(s));
+        for (int i = 0; i < vc.cfg.device_count; i++)
+            if (strcasecmp(vc.cfg.device_uuid[i], s) == 0)
+                index = i;
+        if (index < 0)
+            log_warn("device %d (%s) is not in the configured device list; accounting it as "
+                     "device %d",
+                     dev, s, dev);
+    }
+    if (index < 0) {
+        if ((unsigned)dev >= VC_REGION_DEVICES)
+            return -ERANGE;
+        index = dev;
+    }
+    __atomic_store_n(&ordinal_index[dev], index + 1, __ATOMIC_RELAXED);
+    *ret_index = (unsigned)index;
+    return 0;
+}
+
+/* Contexts are few and change rarely: cache the last one per thread. A
+ * destroyed context bumps ctx_generation so a recycled handle is looked up
+ * again. */
+static atomic_uint ctx_generation = 1;
+static __thread struct {
+    CUcontext ctx;
+    unsigned gen;
+    unsigned index;
+    CUdevice dev;
+} cur_cache;
+
+static CUresult current_full(CUcontext *ret_ctx, CUdevice *ret_dev, unsigned *ret_index)
+{
+    CUcontext ctx = NULL;
+    if (!vc_real.cuCtxGetCurrent || !vc_real.cuCtxGetDevice)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = vc_real.cuCtxGetCurrent(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    unsigned gen = atomic_load_explicit(&ctx_generation, memory_order_acquire);
+    if (VC_LIKELY(cur_cache.ctx == ctx && cur_cache.gen == gen)) {
+        *ret_ctx = ctx;
+        *ret_dev = cur_cache.dev;
+        *ret_index = cur_cache.index;
+        return CUDA_SUCCESS;
+    }
+    CUdevice dev;
+    r = vc_real.cuCtxGetDevice(&dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    unsigned index;
+    if (vc_device_index(dev, &index) < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    cur_cache.ctx = ctx;
+    cur_cache.gen = gen;
+    cur_cache.index = index;
+    cur_cache.dev = dev;
+    *ret_ctx = ctx;
+    *ret_dev = dev;
+    *ret_index = index;
+    return CUDA_SUCCESS;
+}
+
+CUresult vc_current(CUcontext *ret_ctx, unsigned *ret_index)
+{
+    CUdevice dev;
+    return current_full(ret_ctx, &dev, ret_index);
+}
+
+/* ---- reservations -------------------------------------------------------- */
+
+int vc_mem_reserve(unsigned index, uint64_t bytes)
+{
+    if (VC_UNLIKELY(vc.fail_closed || vc.slot < 0))
+        return -EPERM;
+    uint64_t limit = vc.cfg.memory_limit;
+    if (VC_LIKELY(vc_region_reserve(&vc.region, vc.slot, index, bytes, limit) == 0))
+        return 0;
+    /* Before saying no: dead processes and pools that shrank give back. */
+    int reaped = vc_region_reap(&vc.region);
+    vc_pools_refresh();
+    (void)reaped;
+    return vc_region_reserve(&vc.region, vc.slot, index, bytes, limit);
+}
+
+void vc_mem_release(unsigned index, uint64_t bytes)
+{
+    vc_region_release(&vc.region, vc.slot, index, bytes);
+}
+
+CUresult vc_mem_oom(unsigned index, uint64_t bytes, const char *what)
+{
+    char req[32], used[32], quota[32];
+    if (vc.fail_closed || vc.slot < 0) {
+        log_error("%s: denied %s on device %u: no usable quota configuration (see earlier error)",
+                  what, format_bytes(bytes, req, sizeof(req)), index);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    log_warn("%s: out of memory: request %s on device %u, container uses %s of its %s quota", what,
+             format_bytes(bytes, req, sizeof(req)), index,
+             format_bytes(vc_region_used(&vc.region, index), used, sizeof(used)),
+             format_bytes(vc.cfg.memory_limit, quota, sizeof(quota)));
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static void release_entry(const struct vc_track_entry *e, void *u);
+
+/* ---- pools ------------------------------------------------------------- */
+
+#define MAX_POOLS 64
+struct pool_rec {
+    CUmemoryPool pool; /* NULL = free record */
+    unsigned index;
+    uint64_t charge; /* bytes reserved in the region for this pool */
+    uint64_t live;   /* bytes of allocations from it not yet freed (incl. in flight) */
+};
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pool_rec pools[MAX_POOLS];
+
+static struct pool_rec *pool_find_locked(CUmemoryPool pool, unsigned index, bool create)
+{
+    struct pool_rec *empty = NULL;
+    for (int i = 0; i < MAX_POOLS; i++) {
+        if (pools[i].pool == pool)
+            return &pools[i];
+        if (!pools[i].pool && !empty)
+            empty = &pools[i];
+    }
+    if (!create || !empty)
+        return NULL;
+    empty->pool = pool;
+    empty->index = index;
+    empty->charge = 0;
+    empty->live = 0;
+    return empty;
+}
+
+/* Makes a pool's charge max(live, held) where held is what the driver says
+ * the pool holds now (unknown → live). */
+static void pool_reconcile(CUmemoryPool pool)
+{
+    uint64_t held = 0;
+    bool known = vc_real.cuMemPoolGetAttribute &&
+                 vc_real.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &held) ==
+                     CUDA_SUCCESS;
+    pthread_mutex_lock(&pool_lock);
+    struct pool_rec *p = pool_find_locked(pool, 0, false);
+    if (p) {
+        uint64_t target = p->live;
+        if (known && held > target)
+            target = held;
+        if (target > p->charge) {
+            /* The pool grew past what was reserved (its growth granularity):
+             * the driver already holds it, so it is charged; later requests
+             * see it. */
+            vc_region_charge(&vc.region, vc.slot, p->index, target - p->charge);
+        } else if (target < p->charge) {
+            vc_region_release(&vc.region, vc.slot, p->index, p->charge - target);
+        }
+        p->charge = target;
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+void vc_pools_refresh(void)
+{
+    CUmemoryPool list[MAX_POOLS];
+    int n = 0;
+    pthread_mutex_lock(&pool_lock);
+    for (int i = 0; i < MAX_POOLS; i++)
+        if (pools[i].pool && pools[i].charge > pools[i].live)
+            list[n++] = pools[i].pool;
+    pthread_mutex_unlock(&pool_lock);
+    for (int i = 0; i < n; i++)
+        pool_reconcile(list[i]);
+}
+
+/* Reserves what an allocation of size from pool needs beyond the pool's
+ * current charge. 0, -ENOSPC, or -EMFILE when the pool cannot be tracked
+ * (then the caller accounts the allocation on its own). */
+static int pool_alloc_begin(CUmemoryPool pool, unsigned index, uint64_t size)
+{
+    pthread_mutex_lock(&pool_lock);
+    struct pool_rec *p = pool_find_locked(pool, index, true);
+    if (!p) {
+        pthread_mutex_unlock(&pool_lock);
+        return -EMFILE;
+    }
+    uint64_t want = p->live + size;
+    if (want > p->charge) {
+        uint64_t need = want - p->charge;
+        int r = vc_region_reserve(&vc.region, vc.slot, p->index, need, vc.cfg.memory_limit);
+        if (r < 0) {
+            pthread_mutex_unlock(&pool_lock);
+            return r;
+        }
+        p->charge += need;
+    }
+    p->live += size;
+    pthread_mutex_unlock(&pool_lock);
+    return 0;
+}
+
+static void pool_alloc_end(CUmemoryPool pool, uint64_t size)
+{
+    pthread_mutex_lock(&pool_lock);
+    struct pool_rec *p = pool_find_locked(pool, 0, false);
+    if (p)
+        p->live = p->live > size ? p->live - size : 0;
+    pthread_mutex_unlock(&pool_lock);
+}
+
+static void pool_forget(CUmemoryPool pool)
+{
+    pthread_mutex_lock(&pool_lock);
+    struct pool_rec *p = pool_find_locked(pool, 0, false);
+    if (p) {
+        vc_region_release(&vc.region, vc.slot, p->index, p->charge);
+        memset(p, 0, sizeof(*p));
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+void vc_mem_atfork_child(void)
+{
+    pthread_mutex_init(&pool_lock, NULL);
+    memset(pools, 0, sizeof(pools));
+    memset(ordinal_index, 0, sizeof(ordinal_index));
+}
+
+/* ---- tracking helpers --------------------------------------------------- */
+
+static void release_entry(const struct vc_track_entry *e, void *u)
+{
+    (void)u;
+    if (e->pool) {
+        pool_alloc_end((CUmemoryPool)(uintptr_t)e->pool, e->size);
+        pool_reconcile((CUmemoryPool)(uintptr_t)e->pool);
+    } else {
+        vc_mem_release(e->dev, e->size);
+    }
+}
+
+static void track(uint32_t kind, uint64_t key, uint64_t size, unsigned index, CUcontext ctx,
+                  CUmemoryPool pool)
+{
+    struct vc_track_entry e = {
+        .key = key,
+        .size = size,
+        .ctx = (uint64_t)(uintptr_t)ctx,
+        .pool = (uint64_t)(uintptr_t)pool,
+        .kind = kind,
+        .dev = index,
+    };
+    if (vc_track_put(&e) < 0) {
+        /* Cannot remember it (no memory, or the driver reused a live handle
+         * we missed the free of): keep it charged rather than undercount. */
+        log_warn("cannot track a device allocation; its %" PRIu64 " bytes stay charged", size);
+    }
+}
+
+static void untrack(uint32_t kind, uint64_t key)
+{
+    struct vc_track_entry e;
+    if (vc_track_take(kind, key, &e) == 0)
+        release_entry(&e, NULL);
+}
+
+void vc_ctx_gone(CUcontext ctx)
+{
+    atomic_fetch_add_explicit(&ctx_generation, 1, memory_order_acq_rel);
+    vc_track_take_ctx((uint64_t)(uintptr_t)ctx, release_entry, NULL);
+}
+
+/* ---- plain, pitched and managed allocations ---------------------------- */
+
+#define VC_PREAMBLE(n)                                                                             \
+    VC_NEED_REAL(n);                                                                               \
+    if (VC_UNLIKELY(vc_ensure() < 0))                                                              \
+        return CUDA_ERROR_NOT_INITIALIZED
+
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    VC_PREAMBLE(cuMemAlloc_v2);
+    CUcontext ctx;
+    unsigned index;
+    if (bytesize == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
+        return vc_real.cuMemAlloc_v2(dptr, bytesize); /* the driver reports the error */
+    if (vc_mem_reserve(index, bytesize) < 0)
+        return vc_mem_oom(index, bytesize, "cuMemAlloc");
+    CUresult r = vc_real.cuMemAlloc_v2(dptr, bytesize);
+    if (r != CUDA_SUCCESS) {
+        vc_mem_release(index, bytesize);
+        return r;
+    }
+    track(VC_TRACK_DPTR, *dptr, bytesize, index, ctx, NULL);
+    return r;
+}
+
+CUresult CUDAAPI cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
+{
+    VC_PREAMBLE(cuMemAlloc);
+    CUcontext ctx;
+    unsigned index;
+    if (bytesize == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
+        return vc_real.cuMemAlloc(dptr, bytesize);
+    if (vc_mem_reserve(index, bytesize) < 0)
+        return vc_mem_oom(index, bytesize, "cuMemAlloc");
+    CUresult r = vc_real.cuMemAlloc(dptr, bytesize);
+    if (r != CUDA_SUCCESS) {
+        vc_mem_release(index, bytesize);
+        return r;
+    }
+    track(VC_TRACK_DPTR, *dptr, bytesize, index, ctx, NULL);
+    return r;
+}
+
+CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    VC_PREAMBLE(cuMemAllocManaged);
+    CUcontext ctx;
+    unsigned index;
+    if (bytesize == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
+        return vc_real.cuMemAllocManaged(dptr, bytesize, flags);
+    /* Managed memory can migrate to the host, but a container could otherwise
+     * use it to hold any amount of device memory: charged in full. */
+    if (vc_mem_reserve(index, bytesize) < 0)
+        return vc_mem_oom(index, bytesize, "cuMemAllocManaged");
+    CUresult r = vc_real.cuMemAllocManaged(dptr, bytesize, flags);
+    if (r != CUDA_SUCCESS) {
+        vc_mem_release(index, bytesize);
+        return r;
+    }
+    track(VC_TRACK_DPTR, *dptr, bytesize, index, ctx, NULL);
+    return r;
+}
+
+/* The driver picks the pitch; reserve with the usual 512-byte alignment and
+ * settle on the real pitch * height afterwards (more: reserve the rest or
+ * undo; less: give back). */
+#define PITCH_GUESS 512u
+
+static int pitch_settle(unsigned index, uint64_t reserved, uint64_t actual)
+{
+    if (actual > reserved)
+        return vc_mem_reserve(index, actual - reserved);
+    vc_mem_release(index, reserved - actual);
+    return 0;
+}
+
+CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                    size_t Height, unsigned int ElementSizeBytes)
+{
+    VC_PREAMBLE(cuMemAllocPitch_v2);
+    CUcontext ctx;
+    unsigned index;
+    uint64_t guess;
+    if (WidthInBytes == 0 || Height == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS ||
+        __builtin_mul_overflow((WidthInBytes + PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS,
+                               Height, &guess))
+        return vc_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (vc_mem_reserve(index, guess) < 0)
+        return vc_mem_oom(index, guess, "cuMemAllocPitch");
+    CUresult r = vc_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (r != CUDA_SUCCESS) {
+        vc_mem_release(index, guess);
+        return r;
+    }
+    uint64_t actual = (uint64_t)*pPitch * Height;
+    if (pitch_settle(index, guess, actual) < 0) {
+        vc_real.cuMemFree_v2(*dptr);
+        vc_mem_release(index, guess);
+        return vc_mem_oom(index, actual, "cuMemAllocPitch");
+    }
+    track(VC_TRACK_DPTR, *dptr, actual, index, ctx, NULL);
+    return r;
+}
+
+CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
+                                 unsigned int WidthInBytes, unsigned int Height,
+                                 unsigned int ElementSizeBytes)
+{
+    VC_PREAMBLE(cuMemAllocPitch);
+    CUcontext ctx;
+    unsigned index;
+    uint64_t guess = (uint64_t)((WidthInBytes + PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS) * Height;
+    if (WidthInBytes == 0 || Height == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
+        return vc_real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (vc_mem_reserve(index, guess) < 0)
+        return vc_mem_oom(index, guess, "cuMemAllocPitch");
+    CUresult r = vc_real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (r != CUDA_SUCCESS) {
+        vc_mem_release(index, guess);
+        return r;
+    }
+    uint64_t actual = (uint64_t)*pPitch * Height;
+    if (pitch_settle(index, guess, actual) < 0) {
+        if (vc_real.cuMemFree)
+            vc_real.cuMemFree(*dptr);
+        vc_mem_release(index, guess);
+        return vc_mem_oom(index, actual, "cuMemAllocPitch");
+    }
+    track(VC_TRACK_DPTR, *dptr, actual, index, ctx, NULL);
+    return r;
+}
+
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+{
+    VC_PREAMBLE(cuMemFree_v2);
+    CUresult r = vc_real.cuMemFree_v2(dptr);
+    if (r == CUDA_SUCCESS && dptr)
+        untrack(VC_TRACK_DPTR, dptr);
+    return r;
+}
+
+CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr)
+{
+    VC_PREAMBLE(cuMemFree);
+    CUresult r = vc_real.cuMemFree(dptr);
+    if (r == CUDA_SUCCESS && dptr)
+        untrack(VC_TRACK_DPTR, dptr);
+    return r;
+}
+
+/* ---- stream-ordered allocations and pools -------------------------------- */
+
+typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*alloc_pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+
+static CUresult alloc_stream_ordered(alloc_async_fn fa, alloc_pool_fn fp, CUdeviceptr *dptr,
+                                     size_t size, CUmemoryPool pool, CUstream stream)
+{
+    CUcontext ctx;
+    CUdevice dev;
+    unsigned index;
+    if (size == 0 || current_full(&ctx, &dev, &index) != CUDA_SUCCESS)
+        return fa ? fa(dptr, size, stream) : fp(dptr, size, pool, stream);
+    if (!pool && vc_real.cuDeviceGetMemPool && vc_real.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS)
+        pool = NULL;
+    int rr = pool ? pool_alloc_begin(pool, index, size) : -EMFILE;
+    if (rr == -ENOSPC) {
+        vc_region_reap(&vc.region);
+        vc_pools_refresh();
+        rr = pool_alloc_begin(pool, index, size);
+    }
+    if (rr == -EMFILE) {
+        /* Untracked pool: account the allocation on its own. */
+        pool = NULL;
+        rr = vc_mem_reserve(index, size);
+    }
+    if (rr < 0)
+        return vc_mem_oom(index, size, fa ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync");
+    CUresult r = fa ? fa(dptr, size, stream) : fp(dptr, size, pool, stream);
+    if (r != CUDA_SUCCESS) {
+        if (pool) {
+            pool_alloc_end(pool, size);
+            pool_reconcile(pool);
+        } else {
+            vc_mem_release(index, size);
+        }
+        return r;
+    }
+    /* Stream-ordered memory belongs to its pool, not to the context. */
+    track(VC_TRACK_DPTR, *dptr, size, index, NULL, pool);
+    if (pool)
+        pool_reconcile(pool);
+    return r;
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    VC_PREAMBLE(cuMemAllocAsync);
+    return alloc_stream_ordered(vc_real.cuMemAllocAsync, NULL, dptr, bytesize, NULL, hStream);
+}
+
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    VC_PREAMBLE(cuMemAllocAsync_ptsz);
+    return alloc_stream_ordered(vc_real.cuMemAllocAsync_ptsz, NULL, dptr, bytesize, NULL, hStream);
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                         CUstream hStream)
+{
+    VC_PREAMBLE(cuMemAllocFromPoolAsync);
+    if (!pool)
+        return vc_real.cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
+    return alloc_stream_ordered(NULL, vc_real.cuMemAllocFromPoolAsync, dptr, bytesize, pool,
+                                hStream);
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+                                              CUmemoryPool pool, CUstream hStream)
+{
+    VC_PREAMBLE(cuMemAllocFromPoolAsync_ptsz);
+    if (!pool)
+        return vc_real.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream);
+    return alloc_stream_ordered(NULL, vc_real.cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool,
+                                hStream);
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    VC_PREAMBLE(cuMemFreeAsync);
+    CUresult r = vc_real.cuMemFreeAsync(dptr, hStream);
+    if (r == CUDA_SUCCESS && dptr)
+        untrack(VC_TRACK_DPTR, dptr);
+    return r;
+}
+
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    VC_PREAMBLE(cuMemFreeAsync_ptsz);
+    CUresult r = vc_real.cuMemFreeAsync_ptsz(dptr, hStream);
+    if (r == CUDA_SUCCESS && dptr)
+        untrack(VC_TRACK_DPTR, dptr);
+    return r;
+}
+
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+    VC_PREAMBLE(cuMemPoolCreate);
+    CUresult r = vc_real.cuMemPoolCreate(pool, poolProps);
+    unsigned index;
+    if (r == CUDA_SUCCESS && poolProps && poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+        vc_device_index(poolProps->location.id, &index) == 0) {
+        pthread_mutex_lock(&pool_lock);
+        pool_find_locked(*pool, index, true);
+        pthread_mutex_unlock(&pool_lock);
+    }
+    return r;
+}
+
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool)
+{
+    VC_PREAMBLE(cuMemPoolDestroy);
+    CUresult r = vc_real.cuMemPoolDestroy(pool);
+    if (r == CUDA_SUCCESS)
+        pool_forget(pool);
+    return r;
+}
+
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    VC_PREAMBLE(cuMemPoolTrimTo);
+    CUresult r = vc_real.cuMemPoolTrimTo(pool, minBytesToKeep);
+    if (r == CUDA_SUCCESS)
+        pool_reconcile(pool);
+    return r;
+}
+
+/* ---- virtual memory management ----------------------------------------- */
+
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                             const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    VC_PREAMBLE(cuMemCreate);
+    unsigned index;
+    /* Only device-located memory is charged (host/NUMA locations are not GPU memory). */
+    if (size == 0 || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        vc_device_index(prop->location.id, &index) < 0)
+        return vc_real.cuMemCreate(handle, size, prop, flags);
+    if (vc_mem_reserve(index, size) < 0)
+        return vc_mem_oom(index, size, "cuMemCreate");
+    CUresult r = vc_real.cuMemCreate(handle, size, prop, flags);
+    if (r != CUDA_SUCCESS) {
+        vc_mem_release(index, size);
+        return r;
+    }
+    track(VC_TRACK_VMM, *handle, size, index, NULL, NULL);
+    return r;
+}
+
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    VC_PREAMBLE(cuMemRelease);
+    CUresult r = vc_real.cuMemRelease(handle);
+    /* Imported handles were never charged here: untrack finds nothing. */
+    if (r == CUDA_SUCCESS)
+        untrack(VC_TRACK_VMM, handle);
+    return r;
+}
+
+/* ---- arrays ------------------------------------------------------------- */
+
+static uint64_t format_bytes_per_elem(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+        return 4;
+    default:
+        /* packed/compressed formats: at most 4 bytes per element and channel */
+        return 4;
+    }
+}
+
+/* Bytes of a W x H x D array (H, D of 0 mean 1), or 0 on overflow. */
+uint64_t vc_array_bytes(uint64_t w, uint64_t h, uint64_t d, unsigned channels, CUarray_format f);
+uint64_t vc_array_bytes(uint64_t w, uint64_t h, uint64_t d, unsigned channels, CUarray_format f)
+{
+    uint64_t n = w, out;
+    if (__builtin_mul_overflow(n, h ? h : 1, &n) || __builtin_mul_overflow(n, d ? d : 1, &n) ||
+        __builtin_mul_overflow(n, channels ? channels : 1, &n) ||
+        __builtin_mul_overflow(n, format_bytes_per_elem(f), &out))
+        return 0;
+    return out;
+}
+
+static CUresult array_charged(const char *what, uint64_t bytes, CUarray *pHandle,
+                              CUresult (*call)(CUarray *, const void *), const void *desc)
+{
+    CUcontext ctx;
+    unsigned index;
+    if (bytes == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
+        return call(pHandle, desc);
+    if (vc_mem_reserve(index, bytes) < 0)
+        return vc_mem_oom(index, bytes, what);
+    CUresult r = call(pHandle, desc);
+    if (r != CUDA_SUCCESS) {
+        vc_mem_release(index, bytes);
+        return r;
+    }
+    track(VC_TRACK_ARRAY, (uint64_t)(uintptr_t)*pHandle, bytes, index, ctx, NULL);
+    return r;
+}
+
+static CUresult call_array_v2(CUarray *p, const void *d)
+{
+    return vc_real.cuArrayCreate_v2(p, d);
+}
+static CUresult call_array_v1(CUarray *p, const void *d)
+{
+    return vc_real.cuArrayCreate(p, d);
+}
+static CUresult call_array3d_v2(CUarray *p, const void *d)
+{
+    return vc_real.cuArray3DCreate_v2(p, d);
+}
+static CUresult call_array3d_v1(CUarray *p, const void *d)
+{
+    return vc_real.cuArray3DCreate(p, d);
+}
+
+CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    VC_PREAMBLE(cuArrayCreate_v2);
+    uint64_t b = d ? vc_array_bytes(d->Width, d->Height, 1, d->NumChannels, d->Format) : 0;
+    return array_charged("cuArrayCreate", b, pHandle, call_array_v2, d);
+}
+
+CUresult CUDAAPI cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *d)
+{
+    VC_PREAMBLE(cuArrayCreate);
+    uint64_t b = d ? vc_array_bytes(d->Width, d->Height, 1, d->NumChannels, d->Format) : 0;
+    return array_charged("cuArrayCreate", b, pHandle, call_array_v1, d);
+}
+
+CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    VC_PREAMBLE(cuArray3DCreate_v2);
+    uint64_t b = d ? vc_array_bytes(d->Width, d->Height, d->Depth, d->NumChannels, d->Format) : 0;
+    return array_charged("cuArray3DCreate", b, pHandle, call_array3d_v2, d);
+}
+
+CUresult CUDAAPI cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *d)
+{
+    VC_PREAMBLE(cuArray3DCreate);
+    uint64_t b = d ? vc_array_bytes(d->Width, d->Height, d->Depth, d->NumChannels, d->Format) : 0;
+    return array_charged("cuArray3DCreate", b, pHandle, call_array3d_v1, d);
+}
+
+CUresult CUDAAPI cuArrayDestroy(CUarray hArray)
+{
+    VC_PREAMBLE(cuArrayDestroy);
+    CUresult r = vc_real.cuArrayDestroy(hArray);
+    if (r == CUDA_SUCCESS)
+        untrack(VC_TRACK_ARRAY, (uint64_t)(uintptr_t)hArray);
+    return r;
+}
+
+/* A mipmap chain: each level halves every dimension (down to 1); the depth of
+ * a layered or cubemap array is a layer count and does not shrink. */
+uint64_t vc_mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels);
+uint64_t vc_mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
+{
+    uint64_t w = d->Width, h = d->Height, dep = d->Depth, total = 0;
+    bool layers = d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP);
+    for (unsigned l = 0; l < (levels ? levels : 1); l++) {
+        uint64_t b = vc_array_bytes(w, h, dep, d->NumChannels, d->Format);
+        if (b == 0 || __builtin_add_overflow(total, b, &total))
+            return 0;
+        w = w > 1 ? w / 2 : 1;
+        h = h > 1 ? h / 2 : h;
+        if (!layers)
+            dep = dep > 1 ? dep / 2 : dep;
+    }
+    return total;
+}
+
+CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                        const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                        unsigned int numMipmapLevels)
+{
+    VC_PREAMBLE(cuMipmappedArrayCreate);
+    CUcontext ctx;
+    unsigned index;
+    uint64_t bytes = d ? vc_mipmap_bytes(d, numMipmapLevels) : 0;
+    if (bytes == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
+        return vc_real.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);
+    if (vc_mem_reserve(index, bytes) < 0)
+        return vc_mem_oom(index, bytes, "cuMipmappedArrayCreate");
+    CUresult r = vc_real.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);
+    if (r != CUDA_SUCCESS) {
+        vc_mem_release(index, bytes);
+        return r;
+    }
+    track(VC_TRACK_MIPMAP, (uint64_t)(uintptr_t)*pHandle, bytes, index, ctx, NULL);
+    return r;
+}
+
+CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray h)
+{
+    VC_PREAMBLE(cuMipmappedArrayDestroy);
+    CUresult r = vc_real.cuMipmappedArrayDestroy(h);
+    if (r == CUDA_SUCCESS)
+        untrack(VC_TRACK_MIPMAP, (uint64_t)(uintptr_t)h);
+    return r;
+}
+
+/* ---- views -------------------------------------------------------------- */
+
+/* The quota seen as a device: total = min(quota, real total), free =
+ * total - container use, never negative and never more than really free. */
+void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint64_t *ret_free,
+                   uint64_t *ret_total, uint64_t *ret_used);
+void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint64_t *ret_free,
+                   uint64_t *ret_total, uint64_t *ret_used)
+{
+    uint64_t limit = vc.cfg.memory_limit;
+    uint64_t total = limit && limit < real_total ? limit : real_total;
+    vc_region_reap(&vc.region);
+    uint64_t used = vc_region_used(&vc.region, index);
+    uint64_t free_ = used >= total ? 0 : total - used;
+    if (free_ > real_free)
+        free_ = real_free;
+    *ret_free = free_;
+    *ret_total = total;
+    if (ret_used)
+        *ret_used = used > total ? total : used;
+}
+
+CUresult CUDAAPI cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    VC_PREAMBLE(cuMemGetInfo_v2);
+    CUresult r = vc_real.cuMemGetInfo_v2(free, total);
+    CUcontext ctx;
+    unsigned index;
+    if (r != CUDA_SUCCESS || !free || !total || !vc.cfg.memory_limit ||
+        vc_current(&ctx, &index) != CUDA_SUCCESS)
+        return r;
+    uint64_t f, t;
+    vc_quota_view(index, *free, *total, &f, &t, NULL);
+    *free = f;
+    *total = t;
+    return r;
+}
+
+CUresult CUDAAPI cuMemGetInfo(unsigned int *free, unsigned int *total)
+{
+    VC_PREAMBLE(cuMemGetInfo);
+    CUresult r = vc_real.cuMemGetInfo(free, total);
+    CUcontext ctx;
+    unsigned index;
+    if (r != CUDA_SUCCESS || !free || !total || !vc.cfg.memory_limit ||
+        vc_current(&ctx, &index) != CUDA_SUCCESS)
+        return r;
+    uint64_t f, t;
+    vc_quota_view(index, *free, *total, &f, &t, NULL);
+    *free = f > UINT32_MAX ? UINT32_MAX : (unsigned int)f;
+    *total = t > UINT32_MAX ? UINT32_MAX : (unsigned int)t;
+    return r;
+}
+
+CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    VC_PREAMBLE(cuDeviceTotalMem_v2);
+    CUresult r = vc_real.cuDeviceTotalMem_v2(bytes, dev);
+    if (r == CUDA_SUCCESS && bytes && vc.cfg.memory_limit && vc.cfg.memory_limit < *bytes)
+        *bytes = vc.cfg.memory_limit;
+    return r;
+}
+
+CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+    VC_PREAMBLE(cuDeviceTotalMem);
+    CUresult r = vc_real.cuDeviceTotalMem(bytes, dev);
+    if (r == CUDA_SUCCESS && bytes && vc.cfg.memory_limit && vc.cfg.memory_limit < *bytes)
+        *bytes = (unsigned int)vc.cfg.memory_limit;
+    return r;
+}

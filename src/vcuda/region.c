@@ -1,0 +1,316 @@
+/* region.c — the shared usage region: mapping, process slots, the lock-free
+ * reservation protocol and reclaiming dead processes' slots. See region.h and
+ * docs/vcuda.md (the correctness argument). */
+#include "region.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+
+/* Writes the constant header fields; every attaching process writes the same
+ * values, so a creator killed half-way is simply finished by the next one. The
+ * magic goes last (CAS from 0) so a reader that sees it sees the rest. */
+static int region_init_header(struct vc_region_header *h)
+{
+    uint64_t magic = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE);
+    if (magic == 0) {
+        h->abi_version = VC_REGION_ABI;
+        h->header_size = VC_REGION_HEADER_SIZE;
+        h->region_size = VC_REGION_SIZE;
+        h->slot_count = VC_REGION_SLOTS;
+        h->slot_size = VC_REGION_SLOT_SIZE;
+        h->slot_offset = VC_REGION_HEADER_SIZE;
+        h->device_count = VC_REGION_DEVICES;
+        uint64_t zero = 0;
+        __atomic_compare_exchange_n(&h->magic, &zero, VC_REGION_MAGIC, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_ACQUIRE);
+        magic = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE);
+    }
+    if (magic != VC_REGION_MAGIC || h->abi_version != VC_REGION_ABI ||
+        h->header_size != VC_REGION_HEADER_SIZE || h->slot_count != VC_REGION_SLOTS ||
+        h->slot_size != VC_REGION_SLOT_SIZE || h->slot_offset != VC_REGION_HEADER_SIZE ||
+        h->device_count != VC_REGION_DEVICES)
+        return -EPROTO;
+    return 0;
+}
+
+int vc_region_attach(const char *path, struct vc_region *ret)
+{
+    void *map;
+    bool anonymous = !path || !*path;
+    if (anonymous) {
+        map = mmap(NULL, VC_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED)
+            return -errno;
+    } else {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+        if (fd < 0)
+            return -errno;
+        struct stat st;
+        if (fstat(fd, &st) < 0) {
+            int r = -errno;
+            close(fd);
+            return r;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            close(fd);
+            return -EPROTO;
+        }
+        /* Growing to the same size from several processes at once is
+         * harmless: the new bytes are zero either way. Never shrink. */
+        if ((uint64_t)st.st_size < VC_REGION_SIZE && ftruncate(fd, (off_t)VC_REGION_SIZE) < 0) {
+            int r = -errno;
+            close(fd);
+            return r;
+        }
+        map = mmap(NULL, VC_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        int e = errno;
+        close(fd);
+        if (map == MAP_FAILED)
+            return -e;
+    }
+    int r = region_init_header(map);
+    if (r < 0) {
+        munmap(map, VC_REGION_SIZE);
+        return r;
+    }
+    ret->hdr = map;
+    ret->slots = (struct vc_region_slot *)((char *)map + VC_REGION_HEADER_SIZE);
+    ret->map_size = VC_REGION_SIZE;
+    ret->anonymous = anonymous;
+    return 0;
+}
+
+void vc_region_detach(struct vc_region *r)
+{
+    if (!r || !r->hdr)
+        return;
+    munmap(r->hdr, r->map_size);
+    r->hdr = NULL;
+    r->slots = NULL;
+}
+
+uint64_t vc_proc_start_time(uint32_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* comm (field 2) may hold spaces and parentheses: count from the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    /* after ") " comes field 3; starttime is field 22 */
+    int field = 2;
+    for (p++; *p && field < 21; p++)
+        if (*p == ' ')
+            field++;
+    return strtoull(p, NULL, 10);
+}
+
+static void raise_hwm(struct vc_region_header *h, uint32_t n)
+{
+    uint32_t cur = LOAD(&h->slot_hwm);
+    while (cur < n && !__atomic_compare_exchange_n(&h->slot_hwm, &cur, n, false, __ATOMIC_SEQ_CST,
+                                                   __ATOMIC_SEQ_CST))
+        ;
+}
+
+static int claim_free_slot(struct vc_region *r, uint32_t pid, uint64_t start_time)
+{
+    for (uint32_t i = 0; i < VC_REGION_SLOTS; i++) {
+        uint64_t expect = 0;
+        if (LOAD_RELAXED(&r->slots[i].owner) != 0)
+            continue;
+        if (!__atomic_compare_exchange_n(&r->slots[i].owner, &expect, (uint64_t)pid, false,
+                                         __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+            continue;
+        /* The hwm is raised before this slot ever holds a byte, so every scan
+         * that could miss it runs before our first reservation (docs/vcuda.md). */
+        raise_hwm(r->hdr, i + 1);
+        STORE(&r->slots[i].start_time, start_time);
+        return (int)i;
+    }
+    return -ENOSPC;
+}
+
+int vc_region_claim_slot(struct vc_region *r, uint32_t pid, uint64_t start_time)
+{
+    int s = claim_free_slot(r, pid, start_time);
+    if (s >= 0)
+        return s;
+    if (vc_region_reap(r) > 0)
+        s = claim_free_slot(r, pid, start_time);
+    return s;
+}
+
+static void zero_slot(struct vc_region_slot *s)
+{
+    for (unsigned d = 0; d < VC_REGION_DEVICES; d++)
+        STORE(&s->used[d], 0);
+    STORE(&s->gpu_time_ns, 0);
+    STORE(&s->launches, 0);
+    for (unsigned i = 0; i < sizeof(s->pace_reserved) / sizeof(s->pace_reserved[0]); i++)
+        STORE(&s->pace_reserved[i], 0);
+    STORE(&s->start_time, 0);
+}
+
+void vc_region_release_slot(struct vc_region *r, int slot, uint32_t pid)
+{
+    if (!r || !r->hdr || slot < 0)
+        return;
+    struct vc_region_slot *s = &r->slots[slot];
+    if ((LOAD(&s->owner) & VC_OWNER_PID_MASK) != pid || (LOAD(&s->owner) & VC_OWNER_RECLAIM))
+        return;
+    zero_slot(s);
+    uint64_t expect = pid;
+    __atomic_compare_exchange_n(&s->owner, &expect, 0, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+}
+
+static bool pid_alive(uint32_t pid, uint64_t start_time)
+{
+    if (pid == 0)
+        return false;
+    if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+        return false;
+    /* Alive (or EPERM: exists under another uid). A reused pid shows another
+     * start time; an unknown start time (0) cannot prove reuse. */
+    if (start_time != 0) {
+        uint64_t now = vc_proc_start_time(pid);
+        if (now != 0 && now != start_time)
+            return false;
+    }
+    return true;
+}
+
+int vc_region_reap(struct vc_region *r)
+{
+    if (!r || !r->hdr || r->anonymous)
+        return 0;
+    uint32_t me = (uint32_t)getpid();
+    uint32_t hwm = LOAD(&r->hdr->slot_hwm);
+    if (hwm > VC_REGION_SLOTS)
+        hwm = VC_REGION_SLOTS;
+    int reaped = 0;
+    for (uint32_t i = 0; i < hwm; i++) {
+        struct vc_region_slot *s = &r->slots[i];
+        uint64_t owner = LOAD(&s->owner);
+        if (owner == 0)
+            continue;
+        uint32_t pid = (uint32_t)(owner & VC_OWNER_PID_MASK);
+        if (owner & VC_OWNER_RECLAIM) {
+            /* Another reaper is at work; take over only if it died. */
+            if (pid_alive(pid, 0))
+                continue;
+        } else if (pid == me || pid_alive(pid, LOAD(&s->start_time))) {
+            continue;
+        }
+        uint64_t mine = VC_OWNER_RECLAIM | me;
+        if (!__atomic_compare_exchange_n(&s->owner, &owner, mine, false, __ATOMIC_SEQ_CST,
+                                         __ATOMIC_RELAXED))
+            continue;
+        /* Zeroing is idempotent: if we die here, the next reaper repeats it.
+         * Until the owner word is 0 nobody else claims the slot. */
+        zero_slot(s);
+        STORE(&s->owner, 0);
+        reaped++;
+    }
+    return reaped;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    sched_yield();
+#endif
+}
+
+static inline uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    uint64_t s;
+    return __builtin_add_overflow(a, b, &s) ? UINT64_MAX : s;
+}
+
+uint64_t vc_region_used(const struct vc_region *r, unsigned dev)
+{
+    if (!r->hdr || dev >= VC_REGION_DEVICES)
+        return 0;
+    uint32_t hwm = LOAD(&r->hdr->slot_hwm);
+    if (hwm > VC_REGION_SLOTS)
+        hwm = VC_REGION_SLOTS;
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < hwm; i++)
+        sum = sat_add(sum, LOAD(&r->slots[i].used[dev]));
+    return sum;
+}
+
+void vc_region_charge(struct vc_region *r, int slot, unsigned dev, uint64_t bytes)
+{
+    if (slot < 0 || dev >= VC_REGION_DEVICES || bytes == 0)
+        return;
+    __atomic_fetch_add(&r->slots[slot].used[dev], bytes, __ATOMIC_SEQ_CST);
+}
+
+void vc_region_release(struct vc_region *r, int slot, unsigned dev, uint64_t bytes)
+{
+    if (slot < 0 || dev >= VC_REGION_DEVICES || bytes == 0)
+        return;
+    uint64_t *p = &r->slots[slot].used[dev];
+    uint64_t cur = LOAD_RELAXED(p);
+    uint64_t next;
+    do {
+        next = cur > bytes ? cur - bytes : 0;
+    } while (!__atomic_compare_exchange_n(p, &cur, next, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+}
+
+int vc_region_reserve(struct vc_region *r, int slot, unsigned dev, uint64_t bytes, uint64_t limit)
+{
+    if (slot < 0 || dev >= VC_REGION_DEVICES)
+        return -EINVAL;
+    if (limit == 0) {
+        vc_region_charge(r, slot, dev, bytes);
+        return 0;
+    }
+    if (bytes > limit)
+        return -ENOSPC;
+    uint64_t *mine = &r->slots[slot].used[dev];
+    /* A racer can make us fail while both of us would not fit, and never
+     * succeed while we would not. When the others alone leave room, we lost a
+     * race with a reservation that was itself backing off: try again a few
+     * times before calling it out of memory. */
+    for (int attempt = 0; attempt < 32; attempt++) {
+        /* seq_cst RMW: a full barrier, so the scan below cannot be ordered
+         * before our claim is visible to every other scanner. */
+        __atomic_fetch_add(mine, bytes, __ATOMIC_SEQ_CST);
+        uint64_t sum = vc_region_used(r, dev);
+        if (sum <= limit)
+            return 0;
+        vc_region_release(r, slot, dev, bytes);
+        uint64_t others = vc_region_used(r, dev);
+        if (sat_add(others, bytes) > limit)
+            return -ENOSPC;
+        /* Contention: back off a little (spread by slot) and retry. */
+        for (int i = 0; i < (attempt + 1) * (8 + slot % 8); i++)
+            cpu_relax();
+    }
+    return -ENOSPC;
+}

@@ -1,0 +1,41 @@
+/* track.h — this process's live device-memory objects: what each allocation,
+ * array, VMM handle and context was charged, so frees give back exactly that.
+ *
+ * Process-local (plain heap, not shared): sharded open-addressing hash tables,
+ * one mutex per shard held only around a few loads and stores (never across a
+ * driver call). After fork the child starts empty (vc_track_reset): a child
+ * does not own its parent's allocations. Thread-safe. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum vc_track_kind {
+    VC_TRACK_DPTR = 1,  /* device pointer: cuMemAlloc*, managed, async, from pool */
+    VC_TRACK_VMM = 2,   /* CUmemGenericAllocationHandle from cuMemCreate */
+    VC_TRACK_ARRAY = 3, /* CUarray */
+    VC_TRACK_MIPMAP = 4, /* CUmipmappedArray */
+    VC_TRACK_CTX = 5,   /* a context's own memory, keyed by CUcontext */
+};
+
+struct vc_track_entry {
+    uint64_t key;
+    uint64_t size;
+    uint64_t ctx;  /* owning context (its destruction frees the object), 0 = none */
+    uint64_t pool; /* memory pool of a stream-ordered allocation, 0 = none */
+    uint32_t kind; /* enum vc_track_kind; 0 = empty slot */
+    uint32_t dev;  /* region device index */
+};
+
+/* Records an object. -ENOMEM when the table cannot grow, -EEXIST when the key
+ * is already there (the old entry is kept). */
+int vc_track_put(const struct vc_track_entry *e);
+/* Removes (kind, key) and returns its entry. -ENOENT when unknown. */
+int vc_track_take(uint32_t kind, uint64_t key, struct vc_track_entry *ret);
+/* Removes every entry whose ctx is ctx and calls fn for each (outside the
+ * shard lock). Returns how many were removed. */
+int vc_track_take_ctx(uint64_t ctx, void (*fn)(const struct vc_track_entry *e, void *u), void *u);
+/* Forgets everything (after fork in the child; the memory is dropped). */
+void vc_track_reset(void);
+/* Live entries (for tests). */
+uint64_t vc_track_count(void);

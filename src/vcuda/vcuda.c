@@ -1,0 +1,130 @@
+/* vcuda.c — libvcuda's process-wide state: the one-time setup run by the
+ * first hooked call (log level, config, region, process slot), fork handling
+ * and the release of our slot at exit.
+ *
+ * Start cost matters (every process of the container loads us, 300 may start
+ * at once): the constructor only reads VCUDA_LOG; setup does no driver call,
+ * takes no file lock, and a slot is claimed with one CAS. */
+#include "vcuda.h"
+
+#include "log.h"
+#include "track.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct vc_state vc = {.slot = -1};
+atomic_int vc_ready;
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread bool in_init;
+
+void vc_driver_atfork_prepare(void);
+void vc_driver_atfork_parent(void);
+void vc_driver_atfork_child(void);
+
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&init_lock);
+    vc_driver_atfork_prepare();
+}
+
+static void atfork_parent(void)
+{
+    vc_driver_atfork_parent();
+    pthread_mutex_unlock(&init_lock);
+}
+
+/* The child is a new process: it owns none of the parent's allocations or
+ * contexts, and needs its own slot (claimed by its first hooked call). */
+static void atfork_child(void)
+{
+    vc_driver_atfork_child();
+    pthread_mutex_init(&init_lock, NULL);
+    vc_track_reset();
+    vc_mem_atfork_child();
+    vc_ctx_atfork_child();
+    vc.slot = -1;
+    vc.pid = 0;
+    atomic_store_explicit(&vc_ready, 0, memory_order_release);
+}
+
+__attribute__((constructor)) static void vc_constructor(void)
+{
+    log_set_ident("vcuda");
+    const char *lvl = getenv("VCUDA_LOG");
+    enum log_level level = LOG_LEVEL_WARN;
+    if (lvl && *lvl && log_level_parse(lvl, &level) < 0)
+        level = LOG_LEVEL_WARN;
+    log_set_level(level);
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+__attribute__((destructor)) static void vc_destructor(void)
+{
+    if (atomic_load_explicit(&vc_ready, memory_order_acquire) == 1 && vc.slot >= 0 &&
+        vc.pid == (uint32_t)getpid())
+        vc_region_release_slot(&vc.region, vc.slot, vc.pid);
+}
+
+static void publish_config(void)
+{
+    struct vc_region_header *h = vc.region.hdr;
+    /* Same values from every process of the container: plain idempotent stores. */
+    unsigned n = vc.cfg.device_count > 0 ? (unsigned)vc.cfg.device_count : VC_REGION_DEVICES;
+    for (unsigned d = 0; d < n && d < VC_REGION_DEVICES; d++)
+        __atomic_store_n(&h->memory_limit[d], vc.cfg.memory_limit, __ATOMIC_RELAXED);
+    for (int d = 0; d < vc.cfg.device_count; d++)
+        if (h->device_uuid[d][0] == '\0')
+            memcpy(h->device_uuid[d], vc.cfg.device_uuid[d], sizeof(h->device_uuid[d]));
+    __atomic_store_n(&h->context_memory, vc.cfg.context_memory, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->core_limit, (uint32_t)vc.cfg.core_limit, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->core_policy, (uint32_t)vc.cfg.core_policy, __ATOMIC_RELAXED);
+}
+
+int vc_init_slow(void)
+{
+    if (in_init)
+        return -EDEADLK;
+    pthread_mutex_lock(&init_lock);
+    if (atomic_load_explicit(&vc_ready, memory_order_acquire) == 1) {
+        pthread_mutex_unlock(&init_lock);
+        return 0;
+    }
+    in_init = true;
+    if (vc.region.hdr == NULL) {
+        /* First time in this process (not a forked child): config and region. */
+        char err[512];
+        int r = vc_config_load(NULL, &vc.cfg, err, sizeof(err));
+        if (r < 0) {
+            log_error("%s; denying all device memory until the config is fixed", err);
+            vc_config_init(&vc.cfg);
+            vc.fail_closed = true;
+        }
+        r = vc_region_attach(vc.cfg.region, &vc.region);
+        if (r < 0) {
+            log_error("cannot use the usage region %s: %s; denying all device memory",
+                      vc.cfg.region, strerror(-r));
+            vc.fail_closed = true;
+            /* A private region keeps the code paths uniform. */
+            if (vc_region_attach(NULL, &vc.region) < 0)
+                abort();
+        }
+        if (!vc.fail_closed)
+            publish_config();
+    }
+    vc.pid = (uint32_t)getpid();
+    vc.slot = vc_region_claim_slot(&vc.region, vc.pid, vc_proc_start_time(vc.pid));
+    if (vc.slot < 0) {
+        log_error("no free process slot in the usage region %s (%u processes); denying device "
+                  "memory to this process",
+                  vc.cfg.region, VC_REGION_SLOTS);
+    }
+    in_init = false;
+    atomic_store_explicit(&vc_ready, 1, memory_order_release);
+    pthread_mutex_unlock(&init_lock);
+    return 0;
+}

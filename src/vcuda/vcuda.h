@@ -1,0 +1,122 @@
+/* vcuda.h — libvcuda's internal interface shared by its files: the real
+ * driver/NVML tables generated from hooks.def, the process-wide state (config,
+ * region, slot) and the helpers the hooks use.
+ *
+ * Lifecycle: nothing runs at load except cheap constructor work (the library
+ * is in every process of a container). The config and the region are set up by
+ * the first hooked call (vc_ensure); the real driver is dlopen'd by the first
+ * call that needs it (vc_driver_ensure). Both are idempotent, thread-safe,
+ * re-entrancy-guarded and reset in a forked child. */
+#pragma once
+
+#include "config.h"
+#include "cuda_api.h"
+#include "nvml_api.h"
+#include "region.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define VC_EXPORT __attribute__((visibility("default")))
+#define VC_LIKELY(x) __builtin_expect(!!(x), 1)
+#define VC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Exported declarations of every hooked symbol (default visibility). */
+#define VC_HOOK_CU(n) extern __typeof__(n) n VC_EXPORT;
+#define VC_HOOK_NVML(n) extern __typeof__(n) n VC_EXPORT;
+#define VC_REAL_CU(n)
+#define VC_REAL_NVML(n)
+#include "hooks.def"
+#undef VC_HOOK_CU
+#undef VC_HOOK_NVML
+#undef VC_REAL_CU
+#undef VC_REAL_NVML
+
+/* Real entry points, resolved from the real libraries by name. */
+struct vc_real {
+#define VC_HOOK_CU(n) __typeof__(n) *n;
+#define VC_HOOK_NVML(n) __typeof__(n) *n;
+#define VC_REAL_CU(n) __typeof__(n) *n;
+#define VC_REAL_NVML(n) __typeof__(n) *n;
+#include "hooks.def"
+#undef VC_HOOK_CU
+#undef VC_HOOK_NVML
+#undef VC_REAL_CU
+#undef VC_REAL_NVML
+};
+extern struct vc_real vc_real;
+
+enum vc_lib { VC_LIB_CUDA = 0, VC_LIB_NVML = 1 };
+
+struct vc_hook {
+    const char *name;
+    void *wrapper;
+    void **real; /* into vc_real */
+    int lib;     /* enum vc_lib */
+};
+
+/* The table generated from hooks.def (hooked entries only). */
+extern const struct vc_hook vc_hooks[];
+extern const unsigned vc_hook_count;
+
+/* Hook by exported name, or NULL. */
+const struct vc_hook *vc_hook_by_name(const char *name);
+/* Our wrapper for a real driver/NVML address, or NULL when not hooked. */
+void *vc_hook_by_real(const void *real_fn);
+
+/* Real dlsym (glibc's), found with dlvsym(RTLD_NEXT, ...). dlsym.c. */
+void *vc_real_dlsym(void *handle, const char *name);
+
+/* Loads libcuda.so.1 and fills vc_real's CUDA members. 0 or -errno
+ * (-EDEADLK when called again from inside the load on the same thread). */
+int vc_driver_ensure(void);
+int vc_nvml_ensure(void);
+
+/* Process-wide state, written once by vc_ensure (and reset after fork). */
+struct vc_state {
+    struct vc_config cfg;
+    struct vc_region region;
+    int slot;         /* our slot in the region, -1 if none */
+    bool fail_closed; /* config or region unusable: deny device memory */
+    uint32_t pid;
+};
+extern struct vc_state vc;
+extern atomic_int vc_ready; /* 1 once vc is set up */
+
+int vc_init_slow(void);
+static inline int vc_ensure(void)
+{
+    if (VC_LIKELY(atomic_load_explicit(&vc_ready, memory_order_acquire) == 1))
+        return 0;
+    return vc_init_slow();
+}
+
+/* Hot-path helpers (hook-mem.c / hook-ctx.c). */
+/* Region device index of CUDA ordinal dev (config UUID order, else ordinal). */
+int vc_device_index(CUdevice dev, unsigned *ret_index);
+/* Current context and its region device index. CUDA error if none. */
+CUresult vc_current(CUcontext *ret_ctx, unsigned *ret_index);
+/* Reserves bytes on index against the quota (reaping dead processes and
+ * refreshing pools before giving up). 0 or -ENOSPC. */
+int vc_mem_reserve(unsigned index, uint64_t bytes);
+void vc_mem_release(unsigned index, uint64_t bytes);
+/* The CUDA_ERROR_OUT_OF_MEMORY result with its one log line. */
+CUresult vc_mem_oom(unsigned index, uint64_t bytes, const char *what);
+/* Releases everything a destroyed context owned (its own memory included). */
+void vc_ctx_gone(CUcontext ctx);
+/* Lets every pool of this process give back what it no longer holds. */
+void vc_pools_refresh(void);
+/* Resets per-process hook state in a forked child. */
+void vc_mem_atfork_child(void);
+void vc_ctx_atfork_child(void);
+
+/* For wrappers: loads the driver if needed and returns from the wrapper with
+ * an error when the real function n is not available. */
+#define VC_NEED_REAL(n)                                                                            \
+    do {                                                                                           \
+        if (VC_UNLIKELY(vc_driver_ensure() < 0))                                                   \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
+        if (VC_UNLIKELY(!vc_real.n))                                                               \
+            return CUDA_ERROR_NOT_FOUND;                                                           \
+    } while (0)
