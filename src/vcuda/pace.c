@@ -119,19 +119,32 @@ void pace_settle(struct pace_shared *s, struct pace_slot *slot, uint64_t est_ns,
     atomic_fetch_add_explicit(&s->measured_ns, measured_ns, RLX);
 }
 
+/* Saturating: a death between a slot's and the container's update leaves the container's sum
+ * short of the slot's, and a wrapped sum would read as huge. */
+static void pending_sub(struct pace_shared *s, uint64_t x)
+{
+    uint64_t cur = atomic_load_explicit(&s->pending_ns, RLX);
+    while (!atomic_compare_exchange_weak_explicit(&s->pending_ns, &cur, cur > x ? cur - x : 0, RLX,
+                                                  RLX))
+        ;
+}
+
 uint64_t pace_slot_reclaim(struct pace_shared *s, struct pace_slot *slot)
 {
     uint64_t pending = atomic_exchange_explicit(&slot->pending_ns, 0, ACQREL);
     uint32_t limit = atomic_load_explicit(&s->limit_pct, ACQ);
     if (pending && limit > 0 && limit < 100) {
         tat_adjust(s, 0, pending, limit);
-        /* Saturating: a death between the slot's and the container's update leaves the
-         * container's sum short of the slot's, and a wrapped sum would read as huge. */
-        uint64_t cur = atomic_load_explicit(&s->pending_ns, RLX);
-        while (!atomic_compare_exchange_weak_explicit(&s->pending_ns, &cur,
-                                                      cur > pending ? cur - pending : 0, RLX, RLX))
-            ;
+        pending_sub(s, pending);
     }
+    return pending;
+}
+
+uint64_t pace_slot_retire(struct pace_shared *s, struct pace_slot *slot)
+{
+    uint64_t pending = atomic_exchange_explicit(&slot->pending_ns, 0, ACQREL);
+    if (pending)
+        pending_sub(s, pending);
     return pending;
 }
 

@@ -106,6 +106,10 @@ void pace_settle(struct pace_shared *s, struct pace_slot *slot, uint64_t est_ns,
  * more than once and concurrently (each nanosecond is refunded once). Returns what was refunded. */
 uint64_t pace_slot_reclaim(struct pace_shared *s, struct pace_slot *slot);
 
+/* The slot's process exits cleanly with launches still unsettled: their estimates stay charged
+ * (the work ran or is running) and leave the in-flight sum. Returns what was retired. */
+uint64_t pace_slot_retire(struct pace_shared *s, struct pace_slot *slot);
+
 /* Burst mode, per process (not shared): where the last device sample was taken. Zeroed = none. */
 struct pace_sampler {
     uint64_t at_ns;

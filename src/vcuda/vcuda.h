@@ -110,6 +110,7 @@ void vc_pools_refresh(void);
 /* Resets per-process hook state in a forked child. */
 void vc_mem_atfork_child(void);
 void vc_ctx_atfork_child(void);
+void vc_launch_atfork_child(void); /* hook-launch.c */
 
 /* For wrappers: loads the driver if needed and returns from the wrapper with
  * an error when the real function n is not available. */

@@ -471,6 +471,26 @@ TEST(dead_process_budget_recovered)
     sim_free(s);
 }
 
+/* A clean exit keeps the charges of unsettled launches (their work ran) and clears the sums. */
+TEST(clean_exit_retires_pending)
+{
+    struct pace_shared sh;
+    struct pace_slot a = {0}, b = {0};
+    REQUIRE_EQ_INT(pace_shared_init(&sh, 50, PACE_POLICY_HARD, T0), 0);
+    uint64_t wait = 0;
+    CHECK_EQ_INT(pace_acquire(&sh, &a, T0, 3 * MS, &wait), 0);
+    CHECK_EQ_INT(pace_acquire(&sh, &b, T0 + 6 * MS, 1 * MS, &wait), 0);
+    uint64_t tat = atomic_load(&sh.tat_ns);
+    CHECK_EQ_U64(pace_slot_retire(&sh, &a), 3 * MS);
+    CHECK_EQ_U64(atomic_load(&sh.tat_ns), tat);
+    CHECK_EQ_U64(atomic_load(&sh.pending_ns), 1 * MS);
+    CHECK_EQ_U64(atomic_load(&a.pending_ns), 0);
+    /* A sum that lost an update (a death between the two) saturates instead of wrapping. */
+    atomic_store(&sh.pending_ns, 0);
+    CHECK_EQ_U64(pace_slot_reclaim(&sh, &b), 1 * MS);
+    CHECK_EQ_U64(atomic_load(&sh.pending_ns), 0);
+}
+
 TEST(burst_uses_idle_gpu_and_falls_back_within_a_period)
 {
     struct sim *s = sim_new();
