@@ -119,12 +119,12 @@ uint64_t vc_proc_start_time(uint32_t pid)
     char *p = strrchr(buf, ')');
     if (!p)
         return 0;
-    /* after ") " comes field 3; starttime is field 22 */
+    /* ')' ends field 2; each space starts the next field; starttime is 22 */
     int field = 2;
-    for (p++; *p && field < 21; p++)
+    for (p++; *p && field < 22; p++)
         if (*p == ' ')
             field++;
-    return strtoull(p, NULL, 10);
+    return field == 22 ? strtoull(p, NULL, 10) : 0;
 }
 
 static void raise_hwm(struct vc_region_header *h, uint32_t n)

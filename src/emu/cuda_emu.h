@@ -1,0 +1,165 @@
+/* cuda_emu.h — internals of the emulated libcuda.so.1 (cuda_*.c): the objects behind the
+ * driver's handles (contexts, streams, events, modules, arrays, pools, graphs) and the helpers
+ * the files share. The API's types and prototypes come from src/gpu/cuda_api.h.
+ *
+ * Locking: one process-wide mutex (cuda_lock) guards every object list and field below; it is
+ * never held while sleeping for emulated GPU time. The shared machine (state.h) has its own. */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "state.h"
+
+#define EMU_API __attribute__((visibility("default")))
+
+/* The driver API as cuda_api.h declares it; every CU* handle is a pointer to one of the structs
+ * below (the tags are the driver's). Enum values the header names are used by name. */
+#include "cuda_api.h"
+
+/* Entry points the emulator exports that cuda_api.h does not declare (yet). */
+CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, int attrib, CUdevice src, CUdevice dst);
+CUresult CUDAAPI cuCtxGetCacheConfig(int *config);
+CUresult CUDAAPI cuCtxSetCacheConfig(int config);
+CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dst, unsigned short us, size_t n);
+CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dst, unsigned short us, size_t n);
+CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dst, unsigned short us, size_t n, CUstream s);
+CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dst, unsigned short us, size_t n, CUstream s);
+CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dst, size_t pitch, unsigned char uc, size_t w,
+                                 size_t h);
+CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned char uc, size_t w,
+                                      size_t h);
+CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dst, size_t pitch, unsigned int ui, size_t w,
+                                  size_t h);
+CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned int ui, size_t w,
+                                       size_t h);
+
+/* ---- emulator objects ---- */
+
+#define EMU_MAGIC_CTX 0x43545831u
+#define EMU_MAGIC_STREAM 0x53545231u
+#define EMU_MAGIC_EVENT 0x45564e31u
+#define EMU_MAGIC_MODULE 0x4d4f4431u
+#define EMU_MAGIC_ARRAY 0x41525231u
+#define EMU_MAGIC_POOL 0x504f4f31u
+#define EMU_MAGIC_GRAPH 0x47524131u
+#define EMU_MAGIC_EXEC 0x47455831u
+
+struct CUgraph_st;
+
+struct CUstream_st {
+    uint32_t magic;
+    unsigned flags;
+    int priority;
+    struct CUctx_st *ctx;
+    uint64_t last_end_ns; /* completion time of its last queued work */
+    /* stream capture */
+    struct CUgraph_st *capture;
+    uint64_t capture_id;
+    struct CUstream_st *next; /* ctx's list */
+};
+
+struct CUctx_st {
+    uint32_t magic;
+    int dev;
+    unsigned flags;
+    bool primary;
+    int refs;                 /* primary: retain count */
+    uint64_t charged;         /* context overhead charged to the GPU */
+    struct CUstream_st null_stream; /* the legacy default stream */
+    struct CUstream_st *streams;
+    size_t limits[10];
+    struct CUctx_st *next;
+};
+
+struct CUevent_st {
+    uint32_t magic;
+    unsigned flags;
+    bool recorded;
+    uint64_t time_ns; /* completion time */
+};
+
+struct CUfunc_st {
+    uint32_t magic;
+    struct CUmod_st *mod;
+    char name[128];
+    unsigned nparams;
+    uint32_t param_size[64];
+    bool spin; /* name starts with "spin": runs for its first u64 parameter's cycles */
+};
+#define EMU_MAGIC_FUNC 0x46554e31u
+
+struct CUmod_st {
+    uint32_t magic;
+    struct CUctx_st *ctx;
+    size_t nfuncs;
+    struct CUfunc_st *funcs;
+};
+
+struct CUarray_st {
+    uint32_t magic;
+    CUDA_ARRAY3D_DESCRIPTOR desc;
+    size_t row_bytes;
+    CUdeviceptr base;
+    uint64_t bytes;
+};
+
+struct CUmipmappedArray_st {
+    uint32_t magic;
+    unsigned levels;
+    CUdeviceptr base;
+    uint64_t bytes;
+};
+
+struct CUmemPoolHandle_st {
+    uint32_t magic;
+    int dev;
+    uint64_t release_threshold;
+    uint64_t held;    /* bytes the pool holds (charged to the GPU) */
+    uint64_t in_use;  /* bytes handed out */
+    uint64_t held_high, used_high;
+    struct emu_pool_block *free_blocks; /* cached, still charged */
+    struct CUmemPoolHandle_st *next;
+};
+
+struct emu_pool_block {
+    CUdeviceptr ptr;
+    uint64_t size;
+    struct emu_pool_block *next;
+};
+
+/* ---- shared helpers (cuda_ctx.c) ---- */
+extern pthread_mutex_t cuda_lock;
+extern struct emu_state *cuda_state;
+extern uint64_t cuda_kernel_ns; /* ACCEL_EMU_KERNEL_US */
+
+CUresult cuda_check_init(void);
+/* The calling thread's current context, or NULL. */
+struct CUctx_st *cuda_current(void);
+/* Current context or an error (NOT_INITIALIZED / INVALID_CONTEXT). */
+CUresult cuda_need_ctx(struct CUctx_st **ret);
+bool cuda_dev_valid(CUdevice dev);
+
+/* ---- memory (cuda_mem.c) ---- */
+/* Allocates device memory on dev, charged. kind: 0 device, 1 managed. */
+CUresult cuda_dev_alloc(int dev, uint64_t bytes, int kind, struct CUmemPoolHandle_st *pool,
+                        CUdeviceptr *ret);
+CUresult cuda_dev_free(CUdeviceptr p);
+/* Device or host pointer lookup: returns true when [p, p+len) is memory the emulator knows
+ * (device allocation, host allocation, VMM mapping, IPC mapping). */
+bool cuda_ptr_valid(CUdeviceptr p, size_t len);
+void cuda_pools_release_to_threshold(int dev);
+void cuda_mem_process_exit(void);
+
+/* ---- execution (cuda_exec.c) ---- */
+/* Resolves a stream handle (NULL, LEGACY, PER_THREAD, or an object) for the current ctx;
+ * per_thread: NULL means the per-thread default stream (the _ptsz/_ptds entry points). */
+CUresult cuda_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **ret);
+/* Waits (sleeping) for every stream of ctx; syncs pools to their release threshold. */
+CUresult cuda_ctx_sync(struct CUctx_st *ctx);
+/* Waits for the legacy stream order before a synchronous copy. */
+CUresult cuda_sync_for_copy(bool per_thread);
+void cuda_sleep_until(uint64_t t_ns);
+void cuda_stream_list_free(struct CUctx_st *ctx);

@@ -1,0 +1,1106 @@
+/* cuda_exec.c — emulated libcuda.so.1: everything that runs on the GPU's timeline. Streams
+ * (stream order, legacy default stream, per-thread default stream), events with real emulated
+ * timestamps, modules from PTX, kernel launches, graphs and stream capture.
+ *
+ * A launch computes the kernel's duration (a `spin*` kernel: its first u64 parameter in SM
+ * cycles at the GPU's SM clock; any other: ACCEL_EMU_KERNEL_US) and appends it to the GPU's
+ * shared timeline (emu_state_submit) after the stream's previous work; it returns at once.
+ * Synchronization sleeps until the completion time. An event record is a zero-length item on
+ * the timeline: it completes at max(now, the GPU's busy_until, the stream's last completion). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_emu.h"
+#include "ptx.h"
+
+struct CUgraphNode_st {
+    CUfunction func;
+    bool has_cycles;
+    uint64_t cycles; /* spin kernels: first parameter */
+};
+
+struct CUgraph_st {
+    uint32_t magic;
+    size_t n, cap;
+    struct CUgraphNode_st **nodes;
+};
+
+struct CUgraphExec_st {
+    uint32_t magic;
+    size_t n;
+    struct CUgraphNode_st *nodes; /* copies: the graph may change or go after instantiation */
+};
+
+struct CUlib_st {
+    uint32_t magic;
+    CUmodule mod;
+};
+#define EMU_MAGIC_LIB 0x4c494231u
+
+static __thread struct CUstream_st pt_stream; /* per-thread default stream */
+static uint64_t capture_ids;
+
+#define NEED_CTX(c)                                                                                \
+    struct CUctx_st *c;                                                                            \
+    do {                                                                                           \
+        CUresult r_ = cuda_need_ctx(&c);                                                           \
+        if (r_)                                                                                    \
+            return r_;                                                                             \
+    } while (0)
+
+void cuda_sleep_until(uint64_t t_ns)
+{
+    struct timespec ts = {(time_t)(t_ns / 1000000000ull), (long)(t_ns % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+CUresult cuda_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **ret)
+{
+    struct CUctx_st *c;
+    CUresult r = cuda_need_ctx(&c);
+    if (r)
+        return r;
+    if (h == CU_STREAM_PER_THREAD || (!h && per_thread)) {
+        if (pt_stream.ctx != c) {
+            memset(&pt_stream, 0, sizeof(pt_stream));
+            pt_stream.magic = EMU_MAGIC_STREAM;
+            pt_stream.ctx = c;
+        }
+        *ret = &pt_stream;
+        return CUDA_SUCCESS;
+    }
+    if (!h || h == CU_STREAM_LEGACY) {
+        *ret = &c->null_stream;
+        return CUDA_SUCCESS;
+    }
+    if (h->magic != EMU_MAGIC_STREAM)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *ret = h;
+    return CUDA_SUCCESS;
+}
+
+/* cuda_lock held. When work on s may start at the earliest: after s's own work, and for the
+ * legacy stream's implicit synchronization, after the other side's work. */
+static uint64_t not_before_locked(struct CUstream_st *s)
+{
+    struct CUctx_st *c = s->ctx;
+    uint64_t t = s->last_end_ns;
+    if (s == &c->null_stream) {
+        for (struct CUstream_st *o = c->streams; o; o = o->next)
+            if (!(o->flags & CU_STREAM_NON_BLOCKING) && o->last_end_ns > t)
+                t = o->last_end_ns;
+        if (pt_stream.ctx == c && pt_stream.last_end_ns > t)
+            t = pt_stream.last_end_ns;
+    } else if (!(s->flags & CU_STREAM_NON_BLOCKING) && c->null_stream.last_end_ns > t) {
+        t = c->null_stream.last_end_ns;
+    }
+    return t;
+}
+
+/* Queues duration_ns of work (0: an event) on s; returns its start and end. */
+static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint64_t *ret_start,
+                              uint64_t *ret_end)
+{
+    pthread_mutex_lock(&cuda_lock);
+    uint64_t nb = not_before_locked(s), start, end;
+    /* the shared lock nests inside ours; nobody takes them the other way round */
+    int r = emu_state_submit(cuda_state, (unsigned)s->ctx->dev, nb, duration_ns, &start, &end);
+    if (!r && end > s->last_end_ns)
+        s->last_end_ns = end;
+    pthread_mutex_unlock(&cuda_lock);
+    if (r < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ret_start)
+        *ret_start = start;
+    if (ret_end)
+        *ret_end = end;
+    return CUDA_SUCCESS;
+}
+
+static uint64_t stream_done_at(struct CUstream_st *s)
+{
+    pthread_mutex_lock(&cuda_lock);
+    uint64_t t = s->last_end_ns;
+    pthread_mutex_unlock(&cuda_lock);
+    return t;
+}
+
+CUresult cuda_ctx_sync(struct CUctx_st *c)
+{
+    pthread_mutex_lock(&cuda_lock);
+    uint64_t t = c->null_stream.last_end_ns;
+    for (struct CUstream_st *o = c->streams; o; o = o->next)
+        if (o->last_end_ns > t)
+            t = o->last_end_ns;
+    if (pt_stream.ctx == c && pt_stream.last_end_ns > t)
+        t = pt_stream.last_end_ns;
+    pthread_mutex_unlock(&cuda_lock);
+    cuda_sleep_until(t);
+    cuda_pools_release_to_threshold(c->dev);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuda_sync_for_copy(bool per_thread)
+{
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(NULL, per_thread, &s);
+    if (r)
+        return r;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    pthread_mutex_lock(&cuda_lock);
+    uint64_t t = not_before_locked(s);
+    pthread_mutex_unlock(&cuda_lock);
+    cuda_sleep_until(t);
+    return CUDA_SUCCESS;
+}
+
+void cuda_stream_list_free(struct CUctx_st *c)
+{
+    pthread_mutex_lock(&cuda_lock);
+    struct CUstream_st *s = c->streams;
+    c->streams = NULL;
+    pthread_mutex_unlock(&cuda_lock);
+    while (s) {
+        struct CUstream_st *n = s->next;
+        s->magic = 0;
+        free(s);
+        s = n;
+    }
+}
+
+/* ---- streams ---- */
+
+EMU_API CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority)
+{
+    if (!ph || (flags & ~1u))
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    struct CUstream_st *s = calloc(1, sizeof(*s));
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->magic = EMU_MAGIC_STREAM;
+    s->flags = flags;
+    s->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
+    s->ctx = c;
+    pthread_mutex_lock(&cuda_lock);
+    s->next = c->streams;
+    c->streams = s;
+    pthread_mutex_unlock(&cuda_lock);
+    *ph = s;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamCreate(CUstream *ph, unsigned int flags)
+{
+    return cuStreamCreateWithPriority(ph, flags, 0);
+}
+
+EMU_API CUresult cuStreamDestroy_v2(CUstream h)
+{
+    NEED_CTX(c);
+    if (!h || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD || h->magic != EMU_MAGIC_STREAM)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct CUctx_st *owner = h->ctx;
+    pthread_mutex_lock(&cuda_lock);
+    struct CUstream_st **pp = &owner->streams;
+    while (*pp && *pp != h)
+        pp = &(*pp)->next;
+    if (!*pp) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    /* queued work still runs on the GPU: the legacy stream inherits its completion so that
+     * context synchronization still waits for it */
+    if (h->last_end_ns > owner->null_stream.last_end_ns &&
+        !(h->flags & CU_STREAM_NON_BLOCKING))
+        owner->null_stream.last_end_ns = h->last_end_ns;
+    *pp = h->next;
+    h->magic = 0;
+    pthread_mutex_unlock(&cuda_lock);
+    free(h);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamDestroy(CUstream h)
+{
+    return cuStreamDestroy_v2(h);
+}
+
+static CUresult stream_sync(CUstream h, bool pt)
+{
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    uint64_t t;
+    if (s == &s->ctx->null_stream) {
+        pthread_mutex_lock(&cuda_lock);
+        t = not_before_locked(s); /* the legacy stream waits for the blocking streams */
+        pthread_mutex_unlock(&cuda_lock);
+    } else {
+        t = stream_done_at(s);
+    }
+    cuda_sleep_until(t);
+    cuda_pools_release_to_threshold(s->ctx->dev);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamSynchronize(CUstream h)
+{
+    return stream_sync(h, false);
+}
+
+EMU_API CUresult cuStreamSynchronize_ptsz(CUstream h)
+{
+    return stream_sync(h, true);
+}
+
+static CUresult stream_query(CUstream h, bool pt)
+{
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return emu_state_now_ns() >= stream_done_at(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+EMU_API CUresult cuStreamQuery(CUstream h)
+{
+    return stream_query(h, false);
+}
+
+EMU_API CUresult cuStreamQuery_ptsz(CUstream h)
+{
+    return stream_query(h, true);
+}
+
+static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool pt)
+{
+    if (!e || e->magic != EMU_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    pthread_mutex_lock(&cuda_lock);
+    if (e->recorded && e->time_ns > s->last_end_ns)
+        s->last_end_ns = e->time_ns;
+    pthread_mutex_unlock(&cuda_lock);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags)
+{
+    return stream_wait_event(h, e, flags, false);
+}
+
+EMU_API CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int flags)
+{
+    return stream_wait_event(h, e, flags, true);
+}
+
+#define STREAM_GETTER(name, pt, type, expr)                                                        \
+    EMU_API CUresult name(CUstream h, type *out)                                                   \
+    {                                                                                              \
+        if (!out)                                                                                  \
+            return CUDA_ERROR_INVALID_VALUE;                                                       \
+        struct CUstream_st *s;                                                                     \
+        CUresult r = cuda_stream_resolve(h, pt, &s);                                               \
+        if (r)                                                                                     \
+            return r;                                                                              \
+        *out = (expr);                                                                             \
+        return CUDA_SUCCESS;                                                                       \
+    }
+
+STREAM_GETTER(cuStreamGetFlags, false, unsigned int, s->flags)
+STREAM_GETTER(cuStreamGetFlags_ptsz, true, unsigned int, s->flags)
+STREAM_GETTER(cuStreamGetPriority, false, int, s->priority)
+STREAM_GETTER(cuStreamGetPriority_ptsz, true, int, s->priority)
+STREAM_GETTER(cuStreamGetCtx, false, CUcontext, s->ctx)
+STREAM_GETTER(cuStreamGetCtx_ptsz, true, CUcontext, s->ctx)
+
+/* Host functions run in the calling thread once the stream's prior work is done: the
+ * emulator has no driver thread, so the call blocks until then (documented). */
+static CUresult host_func(CUstream h, CUhostFn fn, void *data, bool pt)
+{
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    cuda_sleep_until(stream_done_at(s));
+    fn(data);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data)
+{
+    return host_func(h, fn, data, false);
+}
+
+EMU_API CUresult cuLaunchHostFunc_ptsz(CUstream h, CUhostFn fn, void *data)
+{
+    return host_func(h, fn, data, true);
+}
+
+/* ---- events ---- */
+
+EMU_API CUresult cuEventCreate(CUevent *ph, unsigned int flags)
+{
+    if (!ph || (flags & ~0x7u))
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    struct CUevent_st *e = calloc(1, sizeof(*e));
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = EMU_MAGIC_EVENT;
+    e->flags = flags;
+    *ph = e;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuEventDestroy_v2(CUevent e)
+{
+    if (!e || e->magic != EMU_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->magic = 0;
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuEventDestroy(CUevent e)
+{
+    return cuEventDestroy_v2(e);
+}
+
+static CUresult event_record(CUevent e, CUstream h, bool pt)
+{
+    if (!e || e->magic != EMU_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    uint64_t t;
+    r = stream_submit(s, 0, &t, NULL);
+    if (r)
+        return r;
+    pthread_mutex_lock(&cuda_lock);
+    e->time_ns = t;
+    e->recorded = true;
+    pthread_mutex_unlock(&cuda_lock);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuEventRecord(CUevent e, CUstream h)
+{
+    return event_record(e, h, false);
+}
+
+EMU_API CUresult cuEventRecord_ptsz(CUevent e, CUstream h)
+{
+    return event_record(e, h, true);
+}
+
+EMU_API CUresult cuEventRecordWithFlags(CUevent e, CUstream h, unsigned int flags)
+{
+    if (flags & ~1u)
+        return CUDA_ERROR_INVALID_VALUE;
+    return event_record(e, h, false);
+}
+
+EMU_API CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream h, unsigned int flags)
+{
+    if (flags & ~1u)
+        return CUDA_ERROR_INVALID_VALUE;
+    return event_record(e, h, true);
+}
+
+static bool event_time(CUevent e, uint64_t *t)
+{
+    pthread_mutex_lock(&cuda_lock);
+    bool rec = e->recorded;
+    *t = e->time_ns;
+    pthread_mutex_unlock(&cuda_lock);
+    return rec;
+}
+
+EMU_API CUresult cuEventQuery(CUevent e)
+{
+    if (!e || e->magic != EMU_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t t;
+    if (!event_time(e, &t))
+        return CUDA_SUCCESS; /* never recorded: complete, as the driver says */
+    return emu_state_now_ns() >= t ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+EMU_API CUresult cuEventSynchronize(CUevent e)
+{
+    if (!e || e->magic != EMU_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t t;
+    if (event_time(e, &t))
+        cuda_sleep_until(t);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b)
+{
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!a || !b || a->magic != EMU_MAGIC_EVENT || b->magic != EMU_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t ta, tb;
+    if (!event_time(a, &ta) || !event_time(b, &tb))
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t now = emu_state_now_ns();
+    if (now < ta || now < tb)
+        return CUDA_ERROR_NOT_READY;
+    *ms = (float)(((double)tb - (double)ta) / 1e6);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
+{
+    return cuEventElapsedTime_v2(ms, a, b);
+}
+
+/* ---- modules ---- */
+
+#define PTX_MAX (64u << 20)
+
+static CUresult module_from_text(CUmodule *pm, const char *text, size_t len)
+{
+    NEED_CTX(c);
+    if (len >= 4 && (memcmp(text, "\x7f" "ELF", 4) == 0 || memcmp(text, "\x50\xed\x55\xba", 4) == 0))
+        return CUDA_ERROR_INVALID_IMAGE; /* cubin / fatbin: the emulator runs PTX only */
+    size_t n = 0;
+    int r = ptx_parse(text, len, NULL, 0, &n);
+    if (r < 0)
+        return CUDA_ERROR_INVALID_PTX;
+    struct CUmod_st *m = calloc(1, sizeof(*m));
+    struct ptx_kernel *ks = calloc(n ? n : 1, sizeof(*ks));
+    struct CUfunc_st *fs = calloc(n ? n : 1, sizeof(*fs));
+    if (!m || !ks || !fs) {
+        free(m);
+        free(ks);
+        free(fs);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    ptx_parse(text, len, ks, n, &n);
+    for (size_t i = 0; i < n; i++) {
+        fs[i].magic = EMU_MAGIC_FUNC;
+        fs[i].mod = m;
+        memcpy(fs[i].name, ks[i].name, sizeof(fs[i].name));
+        fs[i].nparams = ks[i].nparams;
+        memcpy(fs[i].param_size, ks[i].param_size, sizeof(fs[i].param_size));
+        fs[i].spin = strncmp(ks[i].name, "spin", 4) == 0;
+    }
+    free(ks);
+    m->magic = EMU_MAGIC_MODULE;
+    m->ctx = c;
+    m->nfuncs = n;
+    m->funcs = fs;
+    *pm = m;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuModuleLoadData(CUmodule *pm, const void *image)
+{
+    if (!pm || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* PTX is a NUL-terminated string; binary images start with their magic */
+    const char *t = image;
+    size_t len = (memcmp(t, "\x7f" "ELF", 4) == 0) ? 4 : strnlen(t, PTX_MAX);
+    return module_from_text(pm, t, len);
+}
+
+EMU_API CUresult cuModuleLoadDataEx(CUmodule *pm, const void *image, unsigned int n,
+                                    CUjit_option *options, void **values)
+{
+    return cuModuleLoadData(pm, image);
+}
+
+EMU_API CUresult cuModuleLoadFatBinary(CUmodule *pm, const void *fatbin)
+{
+    if (!pm || !fatbin)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_INVALID_IMAGE;
+}
+
+EMU_API CUresult cuModuleLoad(CUmodule *pm, const char *path)
+{
+    if (!pm || !path)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || st.st_size <= 0 || st.st_size > PTX_MAX) {
+        close(fd);
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    char *buf = malloc((size_t)st.st_size);
+    ssize_t got = buf ? read(fd, buf, (size_t)st.st_size) : -1;
+    close(fd);
+    CUresult r = got == st.st_size ? module_from_text(pm, buf, (size_t)got)
+                                   : CUDA_ERROR_INVALID_IMAGE;
+    free(buf);
+    return r;
+}
+
+EMU_API CUresult cuModuleUnload(CUmodule m)
+{
+    if (!m || m->magic != EMU_MAGIC_MODULE)
+        return CUDA_ERROR_INVALID_HANDLE;
+    m->magic = 0;
+    for (size_t i = 0; i < m->nfuncs; i++)
+        m->funcs[i].magic = 0;
+    free(m->funcs);
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuModuleGetFunction(CUfunction *pf, CUmodule m, const char *name)
+{
+    if (!pf || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!m || m->magic != EMU_MAGIC_MODULE)
+        return CUDA_ERROR_INVALID_HANDLE;
+    for (size_t i = 0; i < m->nfuncs; i++)
+        if (strcmp(m->funcs[i].name, name) == 0) {
+            *pf = &m->funcs[i];
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+EMU_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule m,
+                                      const char *name)
+{
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!m || m->magic != EMU_MAGIC_MODULE)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_ERROR_NOT_FOUND; /* module globals are not emulated */
+}
+
+/* The CUDA 12 library API over the same modules: a CUkernel is its CUfunction. */
+EMU_API CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jo,
+                                   void **jv, unsigned int njo, CUlibraryOption *lo, void **lv,
+                                   unsigned int nlo)
+{
+    if (!lib)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUlib_st *l = calloc(1, sizeof(*l));
+    if (!l)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = cuModuleLoadData(&l->mod, code);
+    if (r) {
+        free(l);
+        return r;
+    }
+    l->magic = EMU_MAGIC_LIB;
+    *lib = l;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuLibraryUnload(CUlibrary lib)
+{
+    if (!lib || lib->magic != EMU_MAGIC_LIB)
+        return CUDA_ERROR_INVALID_HANDLE;
+    cuModuleUnload(lib->mod);
+    lib->magic = 0;
+    free(lib);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuLibraryGetModule(CUmodule *pm, CUlibrary lib)
+{
+    if (!pm)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!lib || lib->magic != EMU_MAGIC_LIB)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *pm = lib->mod;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuLibraryGetKernel(CUkernel *pk, CUlibrary lib, const char *name)
+{
+    if (!pk)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!lib || lib->magic != EMU_MAGIC_LIB)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUfunction f;
+    CUresult r = cuModuleGetFunction(&f, lib->mod, name);
+    if (!r)
+        *pk = (CUkernel)(void *)f;
+    return r;
+}
+
+EMU_API CUresult cuKernelGetFunction(CUfunction *pf, CUkernel k)
+{
+    if (!pf)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUfunction f = (CUfunction)(void *)k;
+    if (!f || f->magic != EMU_MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *pf = f;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute a, CUfunction f)
+{
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f || f->magic != EMU_MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)f->mod->ctx->dev);
+    switch ((int)a) {
+    case 0: *pi = 1024; break;                                      /* max threads per block */
+    case 4: *pi = 32; break;                                        /* registers */
+    case 5: case 6: *pi = g ? (int)(g->cc_major * 10 + g->cc_minor) : 0; break;
+    case 8: *pi = 48 * 1024; break;                                 /* max dynamic shared */
+    case 9: *pi = -1; break;
+    default:
+        if ((int)a < 0 || (int)a > 15)
+            return CUDA_ERROR_INVALID_VALUE;
+        *pi = 0;
+    }
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v)
+{
+    if (!f || f->magic != EMU_MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return (int)a >= 0 && (int)a <= 15 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EMU_API CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config)
+{
+    if (!f || f->magic != EMU_MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int block,
+                                                             size_t smem)
+{
+    if (!n || block <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f || f->magic != EMU_MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    int by_threads = 2048 / block;
+    *n = by_threads > 32 ? 32 : by_threads;
+    return CUDA_SUCCESS;
+}
+
+/* ---- launches ---- */
+
+/* The first u64 parameter of a spin kernel, from kernelParams or a packed `extra` buffer. */
+static bool first_u64(CUfunction f, void **params, void **extra, uint64_t *ret)
+{
+    if (!f->nparams || f->param_size[0] < 8)
+        return false;
+    if (params && params[0]) {
+        memcpy(ret, params[0], 8);
+        return true;
+    }
+    const void *buf = NULL;
+    size_t size = 0;
+    for (size_t i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
+            size = *(size_t *)extra[i + 1];
+        else
+            return false;
+    }
+    if (!buf || size < 8)
+        return false;
+    memcpy(ret, buf, 8);
+    return true;
+}
+
+static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int dev)
+{
+    if (!f->spin || !has_cycles)
+        return cuda_kernel_ns;
+    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    uint32_t mhz = g && g->sm_clock_mhz ? g->sm_clock_mhz : 1000;
+    /* cycles / (MHz * 1e6) seconds, in ns: cycles * 1000 / MHz, without overflow */
+    return (uint64_t)((unsigned __int128)cycles * 1000u / mhz);
+}
+
+static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t cycles,
+                          CUgraphNode *ret);
+
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, CUstream h, void **params, void **extra, bool pt)
+{
+    if (!f || f->magic != EMU_MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!gx || !gy || !gz || !bx || !by || !bz || (uint64_t)bx * by * bz > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (f->nparams && !params && !extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    uint64_t cycles = 0;
+    bool has = first_u64(f, params, extra, &cycles);
+    if (s->capture)
+        return graph_add(s->capture, f, has, cycles, NULL);
+    return stream_submit(s, duration_ns(f, has, cycles, s->ctx->dev), NULL, NULL);
+}
+
+EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                unsigned int bx, unsigned int by, unsigned int bz,
+                                unsigned int smem, CUstream h, void **params, void **extra)
+{
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, false);
+}
+
+EMU_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                     unsigned int gz, unsigned int bx, unsigned int by,
+                                     unsigned int bz, unsigned int smem, CUstream h,
+                                     void **params, void **extra)
+{
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, true);
+}
+
+EMU_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
+                                           unsigned int gz, unsigned int bx, unsigned int by,
+                                           unsigned int bz, unsigned int smem, CUstream h,
+                                           void **params)
+{
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, false);
+}
+
+EMU_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                                unsigned int gz, unsigned int bx,
+                                                unsigned int by, unsigned int bz,
+                                                unsigned int smem, CUstream h, void **params)
+{
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, true);
+}
+
+static CUresult launch_ex(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra,
+                          bool pt)
+{
+    if (!cfg || (cfg->numAttrs && !cfg->attrs))
+        return CUDA_ERROR_INVALID_VALUE;
+    return launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX,
+                  cfg->blockDimY, cfg->blockDimZ, cfg->hStream, params, extra, pt);
+}
+
+EMU_API CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params,
+                                  void **extra)
+{
+    return launch_ex(cfg, f, params, extra, false);
+}
+
+EMU_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg, CUfunction f, void **params,
+                                       void **extra)
+{
+    return launch_ex(cfg, f, params, extra, true);
+}
+
+/* ---- graphs and stream capture ---- */
+
+static struct CUgraph_st *graph_of(CUgraph g)
+{
+    return g && g->magic == EMU_MAGIC_GRAPH ? g : NULL;
+}
+
+EMU_API CUresult cuGraphCreate(CUgraph *pg, unsigned int flags)
+{
+    if (!pg || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraph_st *g = calloc(1, sizeof(*g));
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    g->magic = EMU_MAGIC_GRAPH;
+    *pg = g;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuGraphDestroy(CUgraph hg)
+{
+    struct CUgraph_st *g = graph_of(hg);
+    if (!g)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < g->n; i++)
+        free(g->nodes[i]);
+    free(g->nodes);
+    g->magic = 0;
+    free(g);
+    return CUDA_SUCCESS;
+}
+
+static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t cycles,
+                          CUgraphNode *ret)
+{
+    pthread_mutex_lock(&cuda_lock);
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 8;
+        struct CUgraphNode_st **n = realloc(g->nodes, cap * sizeof(*n));
+        if (!n)
+            goto out;
+        g->nodes = n;
+        g->cap = cap;
+    }
+    struct CUgraphNode_st *node = calloc(1, sizeof(*node));
+    if (!node)
+        goto out;
+    node->func = f;
+    node->has_cycles = has;
+    node->cycles = cycles;
+    g->nodes[g->n++] = node;
+    if (ret)
+        *ret = node;
+    r = CUDA_SUCCESS;
+out:
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
+}
+
+static CUresult add_kernel_node(CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps, size_t ndeps,
+                                CUfunction f, void **params, void **extra)
+{
+    struct CUgraph_st *g = graph_of(hg);
+    if (!pn || !g || (ndeps && !deps))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f || f->magic != EMU_MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t cycles = 0;
+    bool has = first_u64(f, params, extra, &cycles);
+    /* nodes run in the order added: the emulated GPU runs one kernel at a time anyway, and a
+     * dependency is always added before its dependents */
+    return graph_add(g, f, has, cycles, pn);
+}
+
+EMU_API CUresult cuGraphAddKernelNode(CUgraphNode *pn, CUgraph g, const CUgraphNode *deps,
+                                      size_t ndeps, const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    return add_kernel_node(pn, g, deps, ndeps, p->func, p->kernelParams, p->extra);
+}
+
+EMU_API CUresult cuGraphAddKernelNode_v2(CUgraphNode *pn, CUgraph g, const CUgraphNode *deps,
+                                         size_t ndeps, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    return add_kernel_node(pn, g, deps, ndeps, p->func, p->kernelParams, p->extra);
+}
+
+static CUresult instantiate(CUgraphExec *pe, CUgraph hg)
+{
+    struct CUgraph_st *g = graph_of(hg);
+    if (!pe || !g)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphExec_st *e = calloc(1, sizeof(*e));
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&cuda_lock);
+    e->nodes = calloc(g->n ? g->n : 1, sizeof(*e->nodes));
+    if (e->nodes) {
+        for (size_t i = 0; i < g->n; i++)
+            e->nodes[i] = *g->nodes[i];
+        e->n = g->n;
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    if (!e->nodes) {
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    e->magic = EMU_MAGIC_EXEC;
+    *pe = e;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph g, unsigned long long flags)
+{
+    return instantiate(pe, g);
+}
+
+EMU_API CUresult cuGraphInstantiate_v2(CUgraphExec *pe, CUgraph g, CUgraphNode *err, char *log,
+                                       size_t logsize)
+{
+    if (log && logsize)
+        log[0] = 0;
+    return instantiate(pe, g);
+}
+
+EMU_API CUresult cuGraphInstantiate(CUgraphExec *pe, CUgraph g, CUgraphNode *err, char *log,
+                                    size_t logsize)
+{
+    return cuGraphInstantiate_v2(pe, g, err, log, logsize);
+}
+
+EMU_API CUresult cuGraphExecDestroy(CUgraphExec e)
+{
+    if (!e || e->magic != EMU_MAGIC_EXEC)
+        return CUDA_ERROR_INVALID_VALUE;
+    e->magic = 0;
+    free(e->nodes);
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+static CUresult graph_launch(CUgraphExec e, CUstream h, bool pt)
+{
+    if (!e || e->magic != EMU_MAGIC_EXEC)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    for (size_t i = 0; i < e->n && !r; i++) {
+        const struct CUgraphNode_st *n = &e->nodes[i];
+        if (n->func->magic != EMU_MAGIC_FUNC)
+            return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
+        r = stream_submit(s, duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev), NULL,
+                          NULL);
+    }
+    return r;
+}
+
+EMU_API CUresult cuGraphLaunch(CUgraphExec e, CUstream h)
+{
+    return graph_launch(e, h, false);
+}
+
+EMU_API CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream h)
+{
+    return graph_launch(e, h, true);
+}
+
+EMU_API CUresult cuGraphUpload(CUgraphExec e, CUstream h)
+{
+    return e && e->magic == EMU_MAGIC_EXEC ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EMU_API CUresult cuGraphUpload_ptsz(CUgraphExec e, CUstream h)
+{
+    return cuGraphUpload(e, h);
+}
+
+static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, bool pt)
+{
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    if (s == &s->ctx->null_stream)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot capture */
+    if (s->capture)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    CUgraph g;
+    r = cuGraphCreate(&g, 0);
+    if (r)
+        return r;
+    pthread_mutex_lock(&cuda_lock);
+    s->capture = g;
+    s->capture_id = ++capture_ids;
+    pthread_mutex_unlock(&cuda_lock);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode)
+{
+    return begin_capture(h, mode, false);
+}
+
+EMU_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream h, CUstreamCaptureMode mode)
+{
+    return begin_capture(h, mode, true);
+}
+
+EMU_API CUresult cuStreamBeginCapture(CUstream h)
+{
+    return begin_capture(h, CU_STREAM_CAPTURE_MODE_GLOBAL, false);
+}
+
+EMU_API CUresult cuStreamBeginCapture_ptsz(CUstream h)
+{
+    return begin_capture(h, CU_STREAM_CAPTURE_MODE_GLOBAL, true);
+}
+
+static CUresult end_capture(CUstream h, CUgraph *pg, bool pt)
+{
+    if (!pg)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    pthread_mutex_lock(&cuda_lock);
+    struct CUgraph_st *g = s->capture;
+    s->capture = NULL;
+    pthread_mutex_unlock(&cuda_lock);
+    if (!g)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    *pg = g;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamEndCapture(CUstream h, CUgraph *pg)
+{
+    return end_capture(h, pg, false);
+}
+
+EMU_API CUresult cuStreamEndCapture_ptsz(CUstream h, CUgraph *pg)
+{
+    return end_capture(h, pg, true);
+}
+
+static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *st, bool pt)
+{
+    if (!st)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *st)
+{
+    return is_capturing(h, st, false);
+}
+
+EMU_API CUresult cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus *st)
+{
+    return is_capturing(h, st, true);
+}

@@ -1,0 +1,1656 @@
+/* cuda_mem.c — emulated libcuda.so.1: device memory and everything that produces or moves it.
+ *
+ * Device memory is host memory: per process and GPU, one memfd "arena" the size of the GPU,
+ * mapped MAP_SHARED | MAP_NORESERVE (pages exist only once written, so an 80 GiB GPU costs no
+ * RAM) and carved by a first-fit allocator. Device pointers are plain addresses, so copies
+ * really move bytes, and an IPC handle names (pid, memfd, offset) that another process maps
+ * through /proc/<pid>/fd. Every device allocation is charged to its GPU and this process in
+ * the shared state (state.h); host memory is not. VMM handles (cuMemCreate) are memfds of
+ * their own, mapped into ranges reserved with PROT_NONE. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda_emu.h"
+
+#define ALIGN 512ull                 /* cuMemAlloc alignment; also the pitch unit */
+#define GRANULE (2ull << 20)         /* VMM granularity */
+#define ARRAY_ROUND (64ull << 10)    /* arrays are charged in 64 KiB pages */
+#define ROUND_UP(x, a) (((x) + (a)-1) / (a) * (a))
+
+enum alloc_kind {
+    K_DEVICE,
+    K_MANAGED,
+    K_POOL,      /* handed out by a pool */
+    K_POOL_FREE, /* cached by a pool: charged, not valid for the user */
+    K_ARRAY,     /* backing of an array / mipmapped array */
+    K_HOST,      /* cuMemAllocHost / cuMemHostAlloc */
+    K_HOSTREG,   /* cuMemHostRegister */
+    K_IPC,       /* opened IPC handle */
+    K_VMM,       /* cuMemMap'ed range */
+};
+
+struct alloc {
+    CUdeviceptr ptr;
+    uint64_t size;
+    uint64_t charged; /* bytes charged to dev in the shared state */
+    int dev;
+    enum alloc_kind kind;
+    struct CUmemPoolHandle_st *pool;
+    void *map_base; /* K_IPC: the mapping to munmap (page aligned) */
+    size_t map_len;
+    struct vmm_handle *vmm;
+    int prot; /* K_VMM: access set by cuMemSetAccess */
+    uint64_t id;
+};
+
+struct extent {
+    uint64_t off, len;
+};
+
+struct arena {
+    int fd;
+    uint8_t *base;
+    uint64_t size;
+    struct extent *free;
+    size_t nfree, cap;
+};
+
+struct vmm_handle {
+    uint32_t magic;
+    int fd;
+    int dev;
+    uint64_t size;
+    uint64_t charged;
+    int maps;
+    bool released;
+};
+#define VMM_MAGIC 0x564d4d31u
+
+struct reservation {
+    CUdeviceptr base;
+    uint64_t size;
+    void *map;
+    size_t map_len;
+};
+
+static struct arena arenas[EMU_MAX_GPUS];
+static struct alloc **allocs;
+static size_t nallocs, allocs_cap;
+static uint64_t next_id = 1;
+static struct reservation *resv;
+static size_t nresv;
+static struct CUmemPoolHandle_st *default_pool[EMU_MAX_GPUS], *current_pool[EMU_MAX_GPUS];
+static struct CUmemPoolHandle_st *pools;
+
+/* ---- registry (sorted by ptr; cuda_lock held) ---- */
+
+static size_t reg_upper(CUdeviceptr p) /* first index with ptr > p */
+{
+    size_t lo = 0, hi = nallocs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (allocs[mid]->ptr <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static struct alloc *reg_find(CUdeviceptr p)
+{
+    size_t i = reg_upper(p);
+    if (!i)
+        return NULL;
+    struct alloc *a = allocs[i - 1];
+    return p < a->ptr + (a->size ? a->size : 1) ? a : NULL;
+}
+
+static int reg_add(struct alloc *a)
+{
+    if (nallocs == allocs_cap) {
+        size_t cap = allocs_cap ? allocs_cap * 2 : 64;
+        struct alloc **n = realloc(allocs, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        allocs = n;
+        allocs_cap = cap;
+    }
+    size_t i = reg_upper(a->ptr);
+    memmove(&allocs[i + 1], &allocs[i], (nallocs - i) * sizeof(*allocs));
+    allocs[i] = a;
+    nallocs++;
+    a->id = next_id++;
+    return 0;
+}
+
+static void reg_del(struct alloc *a)
+{
+    for (size_t i = reg_upper(a->ptr); i-- > 0;)
+        if (allocs[i] == a) {
+            memmove(&allocs[i], &allocs[i + 1], (nallocs - i - 1) * sizeof(*allocs));
+            nallocs--;
+            return;
+        }
+}
+
+bool cuda_ptr_valid(CUdeviceptr p, size_t len)
+{
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find(p);
+    bool ok = a && a->kind != K_POOL_FREE && p + len <= a->ptr + a->size &&
+              (a->kind != K_VMM || (a->prot & PROT_WRITE));
+    pthread_mutex_unlock(&cuda_lock);
+    return ok;
+}
+
+/* ---- arenas ---- */
+
+static int arena_init(int dev)
+{
+    struct arena *ar = &arenas[dev];
+    if (ar->base)
+        return 0;
+    uint64_t size = ROUND_UP(emu_state_gpu(cuda_state, (unsigned)dev)->memory_total, GRANULE);
+    char name[32];
+    snprintf(name, sizeof(name), "accel-emu-gpu%d", dev);
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (ftruncate(fd, (off_t)size) < 0) {
+        int r = -errno;
+        close(fd);
+        return r;
+    }
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (m == MAP_FAILED) {
+        int r = -errno;
+        close(fd);
+        return r;
+    }
+    ar->free = malloc(16 * sizeof(*ar->free));
+    if (!ar->free) {
+        munmap(m, size);
+        close(fd);
+        return -ENOMEM;
+    }
+    ar->cap = 16;
+    ar->nfree = 1;
+    /* offset 0 stays unused so that no device pointer equals the arena's first byte */
+    ar->free[0] = (struct extent){ALIGN, size - ALIGN};
+    ar->fd = fd;
+    ar->base = m;
+    ar->size = size;
+    return 0;
+}
+
+static int arena_take(struct arena *ar, uint64_t len, uint64_t *ret_off)
+{
+    for (size_t i = 0; i < ar->nfree; i++) {
+        struct extent *e = &ar->free[i];
+        if (e->len < len)
+            continue;
+        *ret_off = e->off;
+        e->off += len;
+        e->len -= len;
+        if (!e->len) {
+            memmove(e, e + 1, (ar->nfree - i - 1) * sizeof(*e));
+            ar->nfree--;
+        }
+        return 0;
+    }
+    return -ENOMEM;
+}
+
+static void arena_give(struct arena *ar, uint64_t off, uint64_t len)
+{
+    /* punch the pages out: freed device memory gives its RAM back */
+    fallocate(ar->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
+    size_t i = 0;
+    while (i < ar->nfree && ar->free[i].off < off)
+        i++;
+    bool merge_prev = i > 0 && ar->free[i - 1].off + ar->free[i - 1].len == off;
+    bool merge_next = i < ar->nfree && off + len == ar->free[i].off;
+    if (merge_prev && merge_next) {
+        ar->free[i - 1].len += len + ar->free[i].len;
+        memmove(&ar->free[i], &ar->free[i + 1], (ar->nfree - i - 1) * sizeof(*ar->free));
+        ar->nfree--;
+    } else if (merge_prev) {
+        ar->free[i - 1].len += len;
+    } else if (merge_next) {
+        ar->free[i].off = off;
+        ar->free[i].len += len;
+    } else {
+        if (ar->nfree == ar->cap) {
+            struct extent *n = realloc(ar->free, ar->cap * 2 * sizeof(*n));
+            if (!n)
+                return; /* the range is lost to this process: harmless, never double-used */
+            ar->free = n;
+            ar->cap *= 2;
+        }
+        memmove(&ar->free[i + 1], &ar->free[i], (ar->nfree - i) * sizeof(*ar->free));
+        ar->free[i] = (struct extent){off, len};
+        ar->nfree++;
+    }
+}
+
+/* cuda_lock held. Charges bytes (rounded) on dev and carves them from the arena. */
+static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
+                                 struct CUmemPoolHandle_st *pool, uint64_t charge, struct alloc **ret)
+{
+    if (arena_init(dev) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t len = ROUND_UP(bytes ? bytes : 1, ALIGN);
+    if (charge < len)
+        charge = len;
+    struct alloc *a = calloc(1, sizeof(*a));
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (emu_state_mem_charge(cuda_state, (unsigned)dev, charge) < 0) {
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t off;
+    if (arena_take(&arenas[dev], len, &off) < 0) {
+        emu_state_mem_uncharge(cuda_state, (unsigned)dev, charge);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->ptr = (CUdeviceptr)(uintptr_t)(arenas[dev].base + off);
+    a->size = len;
+    a->charged = charge;
+    a->dev = dev;
+    a->kind = kind;
+    a->pool = pool;
+    if (reg_add(a) < 0) {
+        arena_give(&arenas[dev], off, len);
+        emu_state_mem_uncharge(cuda_state, (unsigned)dev, charge);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *ret = a;
+    return CUDA_SUCCESS;
+}
+
+static void dev_free_locked(struct alloc *a)
+{
+    reg_del(a);
+    struct arena *ar = &arenas[a->dev];
+    arena_give(ar, (uint64_t)((uint8_t *)(uintptr_t)a->ptr - ar->base), a->size);
+    emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, a->charged);
+    free(a);
+}
+
+CUresult cuda_dev_alloc(int dev, uint64_t bytes, int kind, struct CUmemPoolHandle_st *pool, CUdeviceptr *ret)
+{
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a;
+    CUresult r = dev_alloc_locked(dev, bytes, kind ? K_MANAGED : K_DEVICE, pool, 0, &a);
+    if (!r)
+        *ret = a->ptr;
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
+}
+
+CUresult cuda_dev_free(CUdeviceptr p)
+{
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find(p);
+    if (!a || a->ptr != p || (a->kind != K_DEVICE && a->kind != K_MANAGED)) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    dev_free_locked(a);
+    pthread_mutex_unlock(&cuda_lock);
+    return CUDA_SUCCESS;
+}
+
+#define NEED_CTX(c)                                                                                \
+    struct CUctx_st *c;                                                                             \
+    do {                                                                                           \
+        CUresult r_ = cuda_need_ctx(&c);                                                           \
+        if (r_)                                                                                    \
+            return r_;                                                                             \
+    } while (0)
+
+EMU_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
+{
+    if (!dptr || !bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    return cuda_dev_alloc(c->dev, bytes, 0, NULL, dptr);
+}
+
+EMU_API CUresult cuMemFree_v2(CUdeviceptr p)
+{
+    NEED_CTX(c);
+    if (!p)
+        return CUDA_SUCCESS;
+    /* the real driver synchronizes before freeing: pending kernels may still use it */
+    cuda_ctx_sync(c);
+    return cuda_dev_free(p);
+}
+
+EMU_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                    unsigned int elem)
+{
+    if (!dptr || !pitch || !width || !height || (elem != 4 && elem != 8 && elem != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    size_t p = ROUND_UP(width, ALIGN);
+    CUresult r = cuda_dev_alloc(c->dev, (uint64_t)p * height, 0, NULL, dptr);
+    if (!r)
+        *pitch = p;
+    return r;
+}
+
+EMU_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
+{
+    if (!dptr || !bytes || (flags != 1 && flags != 2))
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    return cuda_dev_alloc(c->dev, bytes, 1, NULL, dptr);
+}
+
+EMU_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find(p);
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (a && a->kind != K_POOL_FREE && a->kind != K_HOST && a->kind != K_HOSTREG) {
+        if (base)
+            *base = a->ptr;
+        if (size)
+            *size = a->size;
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
+}
+
+/* ---- host memory (pinned in the real driver; never charged) ---- */
+
+static CUresult host_alloc(void **pp, size_t bytes)
+{
+    if (!pp || !bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    size_t len = ROUND_UP(bytes, 4096);
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct alloc *a = calloc(1, sizeof(*a));
+    if (!a) {
+        munmap(m, len);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->ptr = (CUdeviceptr)(uintptr_t)m;
+    a->size = len;
+    a->dev = c->dev;
+    a->kind = K_HOST;
+    pthread_mutex_lock(&cuda_lock);
+    int r = reg_add(a);
+    pthread_mutex_unlock(&cuda_lock);
+    if (r < 0) {
+        munmap(m, len);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pp = m;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemAllocHost_v2(void **pp, size_t bytes)
+{
+    return host_alloc(pp, bytes);
+}
+
+EMU_API CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
+{
+    if (flags & ~0x7u)
+        return CUDA_ERROR_INVALID_VALUE;
+    return host_alloc(pp, bytes);
+}
+
+EMU_API CUresult cuMemFreeHost(void *p)
+{
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find((CUdeviceptr)(uintptr_t)p);
+    if (!a || a->kind != K_HOST || a->ptr != (CUdeviceptr)(uintptr_t)p) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    reg_del(a);
+    pthread_mutex_unlock(&cuda_lock);
+    munmap(p, a->size);
+    free(a);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, unsigned int flags)
+{
+    if (!dptr || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find((CUdeviceptr)(uintptr_t)p);
+    bool ok = a && (a->kind == K_HOST || a->kind == K_HOSTREG);
+    pthread_mutex_unlock(&cuda_lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    *dptr = (CUdeviceptr)(uintptr_t)p; /* unified addressing: the same address */
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags)
+{
+    if (!p || !bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    struct alloc *a = calloc(1, sizeof(*a));
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    a->ptr = (CUdeviceptr)(uintptr_t)p;
+    a->size = bytes;
+    a->dev = c->dev;
+    a->kind = K_HOSTREG;
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *o = reg_find(a->ptr);
+    size_t i = reg_upper(a->ptr);
+    bool overlap = o || (i < nallocs && allocs[i]->ptr < a->ptr + bytes);
+    int r = overlap ? -EEXIST : reg_add(a);
+    pthread_mutex_unlock(&cuda_lock);
+    if (r < 0) {
+        free(a);
+        return r == -EEXIST ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
+{
+    return cuMemHostRegister_v2(p, bytes, flags);
+}
+
+EMU_API CUresult cuMemHostUnregister(void *p)
+{
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find((CUdeviceptr)(uintptr_t)p);
+    if (!a || a->kind != K_HOSTREG || a->ptr != (CUdeviceptr)(uintptr_t)p) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    }
+    reg_del(a);
+    pthread_mutex_unlock(&cuda_lock);
+    free(a);
+    return CUDA_SUCCESS;
+}
+
+/* ---- pointer attributes ---- */
+
+static CUresult ptr_attr(void *data, int attr, CUdeviceptr p)
+{
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find(p);
+    if (!a || a->kind == K_POOL_FREE) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct alloc c = *a;
+    pthread_mutex_unlock(&cuda_lock);
+    bool host = c.kind == K_HOST || c.kind == K_HOSTREG;
+    switch (attr) {
+    case 1: /* context */
+        *(CUcontext *)data = cuda_current();
+        break;
+    case 2: /* memory type */
+        *(unsigned int *)data = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        break;
+    case 3: /* device pointer */
+        *(CUdeviceptr *)data = p;
+        break;
+    case 4: /* host pointer */
+        if (!host && c.kind != K_MANAGED)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(void **)data = (void *)(uintptr_t)p;
+        break;
+    case 6: /* sync memops */
+        *(unsigned int *)data = 1;
+        break;
+    case 7: /* buffer id */
+        *(unsigned long long *)data = c.id;
+        break;
+    case 8: /* is managed */
+        *(unsigned int *)data = c.kind == K_MANAGED;
+        break;
+    case 9: /* device ordinal */
+        *(int *)data = c.dev;
+        break;
+    case 11: /* range start */
+        *(CUdeviceptr *)data = c.ptr;
+        break;
+    case 12: /* range size */
+        *(size_t *)data = c.size;
+        break;
+    case 13: /* mapped */
+        *(unsigned int *)data = 1;
+        break;
+    case 17: /* mempool */
+        *(CUmemoryPool *)data = c.pool;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
+{
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuda_check_init();
+    if (r)
+        return r;
+    return ptr_attr(data, (int)attr, p);
+}
+
+EMU_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                       CUdeviceptr p)
+{
+    if (!attrs || !data)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuda_check_init();
+    if (r)
+        return r;
+    for (unsigned i = 0; i < n; i++) {
+        r = ptr_attr(data[i], (int)attrs[i], p);
+        if (r == CUDA_ERROR_INVALID_VALUE && attrs[i] == 2)
+            *(unsigned int *)data[i] = 0; /* unknown memory: type 0, as the driver reports */
+        else if (r)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ---- copies and memset: bytes really move ---- */
+
+static CUresult copy(void *dst, const void *src, size_t n)
+{
+    if (!n)
+        return CUDA_SUCCESS;
+    if (!dst || !src)
+        return CUDA_ERROR_INVALID_VALUE;
+    memmove(dst, src, n);
+    return CUDA_SUCCESS;
+}
+
+#define DP(p) ((void *)(uintptr_t)(p))
+
+static CUresult copy_checked(CUdeviceptr dst_dev, bool dst_is_dev, CUdeviceptr src_dev,
+                             bool src_is_dev, void *dst, const void *src, size_t n)
+{
+    if (dst_is_dev && !cuda_ptr_valid(dst_dev, n))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (src_is_dev && !cuda_ptr_valid(src_dev, n))
+        return CUDA_ERROR_INVALID_VALUE;
+    return copy(dst, src, n);
+}
+
+/* Synchronous copies wait for the work queued before them (legacy stream semantics). */
+#define SYNC_COPY(pt)                                                                              \
+    do {                                                                                           \
+        CUresult r_ = cuda_sync_for_copy(pt);                                                      \
+        if (r_)                                                                                    \
+            return r_;                                                                             \
+    } while (0)
+
+/* Asynchronous copies are done at once: kernels do not touch memory in the emulator, so
+ * doing the copy early cannot be observed except through capture (refused). */
+#define ASYNC_COPY(stream, pt)                                                                     \
+    do {                                                                                           \
+        struct CUstream_st *s_;                                                                     \
+        CUresult r_ = cuda_stream_resolve(stream, pt, &s_);                                        \
+        if (r_)                                                                                    \
+            return r_;                                                                             \
+        if (s_->capture)                                                                           \
+            return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;                                          \
+    } while (0)
+
+#define DEF_COPY(name, pt, args, sync, chk)                                                        \
+    EMU_API CUresult name args                                                                     \
+    {                                                                                              \
+        NEED_CTX(c_);                                                                              \
+        (void)c_;                                                                                  \
+        sync;                                                                                      \
+        return chk;                                                                                \
+    }
+
+DEF_COPY(cuMemcpyHtoD_v2, false, (CUdeviceptr d, const void *h, size_t n), SYNC_COPY(false),
+         copy_checked(d, true, 0, false, DP(d), h, n))
+DEF_COPY(cuMemcpyHtoD_v2_ptds, true, (CUdeviceptr d, const void *h, size_t n), SYNC_COPY(true),
+         copy_checked(d, true, 0, false, DP(d), h, n))
+DEF_COPY(cuMemcpyDtoH_v2, false, (void *h, CUdeviceptr d, size_t n), SYNC_COPY(false),
+         copy_checked(0, false, d, true, h, DP(d), n))
+DEF_COPY(cuMemcpyDtoH_v2_ptds, true, (void *h, CUdeviceptr d, size_t n), SYNC_COPY(true),
+         copy_checked(0, false, d, true, h, DP(d), n))
+DEF_COPY(cuMemcpyDtoD_v2, false, (CUdeviceptr d, CUdeviceptr s, size_t n), SYNC_COPY(false),
+         copy_checked(d, true, s, true, DP(d), DP(s), n))
+DEF_COPY(cuMemcpyDtoD_v2_ptds, true, (CUdeviceptr d, CUdeviceptr s, size_t n), SYNC_COPY(true),
+         copy_checked(d, true, s, true, DP(d), DP(s), n))
+DEF_COPY(cuMemcpy, false, (CUdeviceptr d, CUdeviceptr s, size_t n), SYNC_COPY(false),
+         copy(DP(d), DP(s), n))
+DEF_COPY(cuMemcpy_ptds, true, (CUdeviceptr d, CUdeviceptr s, size_t n), SYNC_COPY(true),
+         copy(DP(d), DP(s), n))
+DEF_COPY(cuMemcpyHtoDAsync_v2, false, (CUdeviceptr d, const void *h, size_t n, CUstream s),
+         ASYNC_COPY(s, false), copy_checked(d, true, 0, false, DP(d), h, n))
+DEF_COPY(cuMemcpyHtoDAsync_v2_ptsz, true, (CUdeviceptr d, const void *h, size_t n, CUstream s),
+         ASYNC_COPY(s, true), copy_checked(d, true, 0, false, DP(d), h, n))
+DEF_COPY(cuMemcpyDtoHAsync_v2, false, (void *h, CUdeviceptr d, size_t n, CUstream s),
+         ASYNC_COPY(s, false), copy_checked(0, false, d, true, h, DP(d), n))
+DEF_COPY(cuMemcpyDtoHAsync_v2_ptsz, true, (void *h, CUdeviceptr d, size_t n, CUstream s),
+         ASYNC_COPY(s, true), copy_checked(0, false, d, true, h, DP(d), n))
+DEF_COPY(cuMemcpyDtoDAsync_v2, false, (CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s),
+         ASYNC_COPY(s, false), copy_checked(d, true, src, true, DP(d), DP(src), n))
+DEF_COPY(cuMemcpyDtoDAsync_v2_ptsz, true, (CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s),
+         ASYNC_COPY(s, true), copy_checked(d, true, src, true, DP(d), DP(src), n))
+DEF_COPY(cuMemcpyAsync, false, (CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s),
+         ASYNC_COPY(s, false), copy(DP(d), DP(src), n))
+DEF_COPY(cuMemcpyAsync_ptsz, true, (CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s),
+         ASYNC_COPY(s, true), copy(DP(d), DP(src), n))
+DEF_COPY(cuMemcpyPeer, false,
+         (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n), SYNC_COPY(false),
+         copy_checked(d, true, src, true, DP(d), DP(src), n))
+DEF_COPY(cuMemcpyPeerAsync, false,
+         (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s),
+         ASYNC_COPY(s, false), copy_checked(d, true, src, true, DP(d), DP(src), n))
+
+static uint8_t *array_base(CUarray a)
+{
+    return a && a->magic == EMU_MAGIC_ARRAY ? (uint8_t *)(uintptr_t)a->base : NULL;
+}
+
+static CUresult copy2d(const CUDA_MEMCPY2D *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t sp = p->srcPitch, dp = p->dstPitch;
+    switch (p->srcMemoryType) {
+    case CU_MEMORYTYPE_HOST: src = p->srcHost; break;
+    case CU_MEMORYTYPE_DEVICE: case CU_MEMORYTYPE_UNIFIED: src = DP(p->srcDevice); break;
+    case CU_MEMORYTYPE_ARRAY:
+        src = array_base(p->srcArray);
+        if (src)
+            sp = p->srcArray->row_bytes;
+        break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    switch (p->dstMemoryType) {
+    case CU_MEMORYTYPE_HOST: dst = p->dstHost; break;
+    case CU_MEMORYTYPE_DEVICE: case CU_MEMORYTYPE_UNIFIED: dst = DP(p->dstDevice); break;
+    case CU_MEMORYTYPE_ARRAY:
+        dst = array_base(p->dstArray);
+        if (dst)
+            dp = p->dstArray->row_bytes;
+        break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!src || !dst || (p->Height > 1 && (sp < p->WidthInBytes || dp < p->WidthInBytes)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!p->WidthInBytes || !p->Height)
+        return CUDA_SUCCESS;
+    const uint8_t *s0 = src + p->srcY * sp + p->srcXInBytes;
+    uint8_t *d0 = dst + p->dstY * dp + p->dstXInBytes;
+    size_t span_s = (p->Height - 1) * sp + p->WidthInBytes;
+    size_t span_d = (p->Height - 1) * dp + p->WidthInBytes;
+    if (p->srcMemoryType != CU_MEMORYTYPE_HOST &&
+        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)s0, span_s))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->dstMemoryType != CU_MEMORYTYPE_HOST &&
+        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)d0, span_d))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t y = 0; y < p->Height; y++)
+        memmove(d0 + y * dp, s0 + y * sp, p->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+
+DEF_COPY(cuMemcpy2D_v2, false, (const CUDA_MEMCPY2D *p), SYNC_COPY(false), copy2d(p))
+DEF_COPY(cuMemcpy2D_v2_ptds, true, (const CUDA_MEMCPY2D *p), SYNC_COPY(true), copy2d(p))
+DEF_COPY(cuMemcpy2DUnaligned_v2, false, (const CUDA_MEMCPY2D *p), SYNC_COPY(false), copy2d(p))
+DEF_COPY(cuMemcpy2DAsync_v2, false, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, false),
+         copy2d(p))
+DEF_COPY(cuMemcpy2DAsync_v2_ptsz, true, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, true),
+         copy2d(p))
+
+static CUresult memset_n(CUdeviceptr d, unsigned v, size_t elem, size_t n, size_t pitch,
+                         size_t height)
+{
+    size_t row = n * elem;
+    if (!pitch)
+        pitch = row;
+    if (height && (pitch < row))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!row || !height)
+        return CUDA_SUCCESS;
+    if (!cuda_ptr_valid(d, (height - 1) * pitch + row))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t y = 0; y < height; y++) {
+        uint8_t *p = (uint8_t *)DP(d) + y * pitch;
+        if (elem == 1) {
+            memset(p, (int)(v & 0xff), n);
+        } else if (elem == 2) {
+            uint16_t x = (uint16_t)v;
+            for (size_t i = 0; i < n; i++)
+                memcpy(p + 2 * i, &x, 2);
+        } else {
+            uint32_t x = v;
+            for (size_t i = 0; i < n; i++)
+                memcpy(p + 4 * i, &x, 4);
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+DEF_COPY(cuMemsetD8_v2, false, (CUdeviceptr d, unsigned char v, size_t n), SYNC_COPY(false),
+         memset_n(d, v, 1, n, 0, 1))
+DEF_COPY(cuMemsetD8_v2_ptds, true, (CUdeviceptr d, unsigned char v, size_t n), SYNC_COPY(true),
+         memset_n(d, v, 1, n, 0, 1))
+DEF_COPY(cuMemsetD16_v2, false, (CUdeviceptr d, unsigned short v, size_t n), SYNC_COPY(false),
+         memset_n(d, v, 2, n, 0, 1))
+DEF_COPY(cuMemsetD32_v2, false, (CUdeviceptr d, unsigned int v, size_t n), SYNC_COPY(false),
+         memset_n(d, v, 4, n, 0, 1))
+DEF_COPY(cuMemsetD32_v2_ptds, true, (CUdeviceptr d, unsigned int v, size_t n), SYNC_COPY(true),
+         memset_n(d, v, 4, n, 0, 1))
+DEF_COPY(cuMemsetD8Async, false, (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
+         ASYNC_COPY(s, false), memset_n(d, v, 1, n, 0, 1))
+DEF_COPY(cuMemsetD8Async_ptsz, true, (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
+         ASYNC_COPY(s, true), memset_n(d, v, 1, n, 0, 1))
+DEF_COPY(cuMemsetD16Async, false, (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
+         ASYNC_COPY(s, false), memset_n(d, v, 2, n, 0, 1))
+DEF_COPY(cuMemsetD32Async, false, (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
+         ASYNC_COPY(s, false), memset_n(d, v, 4, n, 0, 1))
+DEF_COPY(cuMemsetD32Async_ptsz, true, (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
+         ASYNC_COPY(s, true), memset_n(d, v, 4, n, 0, 1))
+DEF_COPY(cuMemsetD2D8_v2, false,
+         (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h), SYNC_COPY(false),
+         memset_n(d, v, 1, w, pitch, h))
+DEF_COPY(cuMemsetD2D32_v2, false,
+         (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h), SYNC_COPY(false),
+         memset_n(d, v, 4, w, pitch, h))
+
+/* ---- arrays ---- */
+
+static size_t format_bytes(int f)
+{
+    switch (f) {
+    case 0x01: case 0x08: case 0xc0: case 0xc6: return 1;
+    case 0x02: case 0x09: case 0x10: case 0xc1: case 0xc3: case 0xc7: case 0xc9: return 2;
+    case 0x03: case 0x0a: case 0x20: case 0xc2: case 0xc4: case 0xc8: case 0xca: return 4;
+    case 0xc5: case 0xcb: return 8;
+    default: return 0;
+    }
+}
+
+/* Bytes one level of an array occupies: rows padded to the 512-byte pitch unit, the whole
+ * rounded to 64 KiB pages, as a block-linear layout on the GPU would. */
+static uint64_t level_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned lvl, size_t *ret_row)
+{
+    size_t w = d->Width >> lvl, h = d->Height >> lvl, z = d->Depth >> lvl;
+    w = w ? w : 1;
+    h = d->Height ? (h ? h : 1) : 1;
+    z = d->Depth ? (z ? z : 1) : 1;
+    size_t row = ROUND_UP(w * format_bytes(d->Format) * d->NumChannels, ALIGN);
+    if (ret_row)
+        *ret_row = row;
+    return (uint64_t)row * h * z;
+}
+
+static bool desc_ok(const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    return d->Width && format_bytes(d->Format) &&
+           (d->NumChannels == 1 || d->NumChannels == 2 || d->NumChannels == 4) &&
+           d->Width <= (1u << 17) && d->Height <= (1u << 17) && d->Depth <= (1u << 14);
+}
+
+static CUresult array_new(const CUDA_ARRAY3D_DESCRIPTOR *d, CUarray *ret)
+{
+    if (!ret || !d || !desc_ok(d))
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    struct CUarray_st *a = calloc(1, sizeof(*a));
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    a->desc = *d;
+    uint64_t bytes = level_bytes(d, 0, &a->row_bytes);
+    uint64_t charge = ROUND_UP(bytes, ARRAY_ROUND);
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *al;
+    CUresult r = dev_alloc_locked(c->dev, bytes, K_ARRAY, NULL, charge, &al);
+    pthread_mutex_unlock(&cuda_lock);
+    if (r) {
+        free(a);
+        return r;
+    }
+    a->magic = EMU_MAGIC_ARRAY;
+    a->base = al->ptr;
+    a->bytes = charge;
+    *ret = a;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuArrayCreate_v2(CUarray *ret, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUDA_ARRAY3D_DESCRIPTOR d3 = {d->Width, d->Height, 0, d->Format, d->NumChannels, 0};
+    return array_new(&d3, ret);
+}
+
+EMU_API CUresult cuArray3DCreate_v2(CUarray *ret, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    return array_new(d, ret);
+}
+
+static CUresult backing_free(CUdeviceptr base)
+{
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *al = reg_find(base);
+    if (al && al->kind == K_ARRAY)
+        dev_free_locked(al);
+    pthread_mutex_unlock(&cuda_lock);
+    return al ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+EMU_API CUresult cuArrayDestroy(CUarray a)
+{
+    NEED_CTX(c);
+    if (!a || a->magic != EMU_MAGIC_ARRAY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = backing_free(a->base);
+    a->magic = 0;
+    free(a);
+    return r;
+}
+
+EMU_API CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *d, CUarray a)
+{
+    if (!d || !a || a->magic != EMU_MAGIC_ARRAY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    d->Width = a->desc.Width;
+    d->Height = a->desc.Height;
+    d->Format = a->desc.Format;
+    d->NumChannels = a->desc.NumChannels;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *d, CUarray a)
+{
+    if (!d || !a || a->magic != EMU_MAGIC_ARRAY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *d = a->desc;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *ret, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                        unsigned int levels)
+{
+    if (!ret || !d || !desc_ok(d) || levels < 1 || levels > 18)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    uint64_t bytes = 0;
+    for (unsigned l = 0; l < levels; l++)
+        bytes += ROUND_UP(level_bytes(d, l, NULL), ARRAY_ROUND);
+    struct CUmipmappedArray_st *m = calloc(1, sizeof(*m));
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *al;
+    CUresult r = dev_alloc_locked(c->dev, bytes, K_ARRAY, NULL, bytes, &al);
+    pthread_mutex_unlock(&cuda_lock);
+    if (r) {
+        free(m);
+        return r;
+    }
+    m->magic = EMU_MAGIC_ARRAY + 1;
+    m->levels = levels;
+    m->base = al->ptr;
+    m->bytes = bytes;
+    *ret = m;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
+{
+    NEED_CTX(c);
+    if (!m || m->magic != EMU_MAGIC_ARRAY + 1)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = backing_free(m->base);
+    m->magic = 0;
+    free(m);
+    return r;
+}
+
+/* ---- IPC ---- */
+
+struct ipc_wire {
+    char magic[8]; /* "ACCEMIPC" */
+    int32_t pid;
+    int32_t fd;
+    uint64_t offset, size;
+    int32_t dev;
+    uint32_t pad;
+    uint64_t start;
+    char rest[16];
+};
+_Static_assert(sizeof(struct ipc_wire) == CU_IPC_HANDLE_SIZE, "IPC handle is 64 bytes");
+
+EMU_API CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
+{
+    if (!h)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find(p);
+    if (!a || (a->kind != K_DEVICE && a->kind != K_POOL)) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct ipc_wire w = {.magic = "ACCEMIPC"};
+    w.pid = (int32_t)getpid();
+    w.fd = arenas[a->dev].fd;
+    w.offset = (uint64_t)((uint8_t *)(uintptr_t)a->ptr - arenas[a->dev].base);
+    w.size = a->size;
+    w.dev = a->dev;
+    pthread_mutex_unlock(&cuda_lock);
+    memcpy(h, &w, sizeof(w));
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle h, unsigned int flags)
+{
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    struct ipc_wire w;
+    memcpy(&w, &h, sizeof(w));
+    if (memcmp(w.magic, "ACCEMIPC", 8) || w.pid <= 0 || w.fd < 0 || !w.size)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (w.pid == getpid())
+        return CUDA_ERROR_INVALID_CONTEXT; /* as the driver: not in the exporting process */
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", w.pid, w.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t base_off = w.offset / page * page, delta = w.offset - base_off;
+    size_t len = (size_t)(delta + w.size);
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd,
+                   (off_t)base_off);
+    close(fd);
+    if (m == MAP_FAILED)
+        return CUDA_ERROR_MAP_FAILED;
+    struct alloc *a = calloc(1, sizeof(*a));
+    if (!a) {
+        munmap(m, len);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->ptr = (CUdeviceptr)(uintptr_t)((uint8_t *)m + delta);
+    a->size = w.size;
+    a->dev = c->dev;
+    a->kind = K_IPC; /* not charged again: the exporter holds it */
+    a->map_base = m;
+    a->map_len = len;
+    pthread_mutex_lock(&cuda_lock);
+    int r = reg_add(a);
+    pthread_mutex_unlock(&cuda_lock);
+    if (r < 0) {
+        munmap(m, len);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dptr = a->ptr;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle h, unsigned int flags)
+{
+    return cuIpcOpenMemHandle_v2(dptr, h, flags);
+}
+
+EMU_API CUresult cuIpcCloseMemHandle(CUdeviceptr p)
+{
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find(p);
+    if (!a || a->kind != K_IPC || a->ptr != p) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    reg_del(a);
+    pthread_mutex_unlock(&cuda_lock);
+    munmap(a->map_base, a->map_len);
+    free(a);
+    return CUDA_SUCCESS;
+}
+
+/* ---- virtual memory management ---- */
+
+static struct vmm_handle *vmm_of(CUmemGenericAllocationHandle h)
+{
+    struct vmm_handle *v = (struct vmm_handle *)(uintptr_t)h;
+    return v && v->magic == VMM_MAGIC ? v : NULL;
+}
+
+EMU_API CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAllocationProp *prop,
+                                               CUmemAllocationGranularity_flags option)
+{
+    if (!gran || !prop)
+        return CUDA_ERROR_INVALID_VALUE;
+    *gran = GRANULE;
+    return CUDA_SUCCESS;
+}
+
+static void vmm_put(struct vmm_handle *v)
+{
+    if (!v->released || v->maps)
+        return;
+    close(v->fd);
+    if (v->charged)
+        emu_state_mem_uncharge(cuda_state, (unsigned)v->dev, v->charged);
+    v->magic = 0;
+    free(v);
+}
+
+EMU_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+                             const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    if (!h || !prop || !size || size % GRANULE || prop->type != 1 || prop->location.type != 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    int dev = prop->location.id;
+    if (!cuda_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct vmm_handle *v = calloc(1, sizeof(*v));
+    if (!v)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    v->fd = memfd_create("accel-emu-vmm", MFD_CLOEXEC);
+    if (v->fd < 0 || ftruncate(v->fd, (off_t)size) < 0) {
+        if (v->fd >= 0)
+            close(v->fd);
+        free(v);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (emu_state_mem_charge(cuda_state, (unsigned)dev, size) < 0) {
+        close(v->fd);
+        free(v);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    v->magic = VMM_MAGIC;
+    v->dev = dev;
+    v->size = size;
+    v->charged = size;
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct vmm_handle *v = vmm_of(h);
+    if (!v || v->released) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    v->released = true; /* the memory goes once the last mapping is gone too */
+    vmm_put(v);
+    pthread_mutex_unlock(&cuda_lock);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
+                                              CUmemAllocationHandleType type,
+                                              unsigned long long flags)
+{
+    if (!out || (int)type != 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct vmm_handle *v = vmm_of(h);
+    int fd = v ? fcntl(v->fd, F_DUPFD_CLOEXEC, 0) : -1;
+    pthread_mutex_unlock(&cuda_lock);
+    if (fd < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *(int *)out = fd;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle,
+                                                CUmemAllocationHandleType type)
+{
+    if (!h || (int)type != 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    int fd = (int)(intptr_t)os_handle;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || st.st_size <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct vmm_handle *v = calloc(1, sizeof(*v));
+    if (!v)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    v->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (v->fd < 0) {
+        free(v);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    v->magic = VMM_MAGIC;
+    v->dev = c->dev;
+    v->size = (uint64_t)st.st_size; /* imported: the exporter is charged */
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                     CUdeviceptr addr, unsigned long long flags)
+{
+    if (!ptr || !size || size % GRANULE || (alignment & (alignment - 1)))
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    if (alignment < GRANULE)
+        alignment = GRANULE;
+    size_t len = size + alignment;
+    void *m = mmap(DP(addr), len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uintptr_t base = ROUND_UP((uintptr_t)m, alignment);
+    pthread_mutex_lock(&cuda_lock);
+    struct reservation *n = realloc(resv, (nresv + 1) * sizeof(*n));
+    if (!n) {
+        pthread_mutex_unlock(&cuda_lock);
+        munmap(m, len);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    resv = n;
+    resv[nresv++] = (struct reservation){base, size, m, len};
+    pthread_mutex_unlock(&cuda_lock);
+    *ptr = base;
+    return CUDA_SUCCESS;
+}
+
+static struct reservation *resv_find(CUdeviceptr p, size_t len)
+{
+    for (size_t i = 0; i < nresv; i++)
+        if (p >= resv[i].base && p + len <= resv[i].base + resv[i].size)
+            return &resv[i];
+    return NULL;
+}
+
+EMU_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct reservation *r = resv_find(ptr, size);
+    if (!r || r->base != ptr || r->size != size) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    munmap(r->map, r->map_len);
+    *r = resv[--nresv];
+    pthread_mutex_unlock(&cuda_lock);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle h, unsigned long long flags)
+{
+    if (!size || size % GRANULE || offset % GRANULE || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct vmm_handle *v = vmm_of(h);
+    CUresult r = CUDA_SUCCESS;
+    struct alloc *a = NULL;
+    if (!v || offset + size > v->size || !resv_find(ptr, size)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    struct alloc *o = reg_find(ptr);
+    size_t i = reg_upper(ptr);
+    if (o || (i < nallocs && allocs[i]->ptr < ptr + size)) {
+        r = CUDA_ERROR_ALREADY_MAPPED;
+        goto out;
+    }
+    a = calloc(1, sizeof(*a));
+    if (!a) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    /* inaccessible until cuMemSetAccess, as on the GPU */
+    if (mmap(DP(ptr), size, PROT_NONE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, v->fd,
+             (off_t)offset) == MAP_FAILED) {
+        free(a);
+        r = CUDA_ERROR_MAP_FAILED;
+        goto out;
+    }
+    a->ptr = ptr;
+    a->size = size;
+    a->dev = v->dev;
+    a->kind = K_VMM;
+    a->vmm = v;
+    if (reg_add(a) < 0) {
+        mmap(DP(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+             -1, 0);
+        free(a);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    v->maps++;
+out:
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
+}
+
+EMU_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    NEED_CTX(c);
+    cuda_ctx_sync(c);
+    pthread_mutex_lock(&cuda_lock);
+    CUresult r = CUDA_SUCCESS;
+    CUdeviceptr p = ptr;
+    while (p < ptr + size) {
+        struct alloc *a = reg_find(p);
+        if (!a || a->kind != K_VMM || a->ptr != p || a->ptr + a->size > ptr + size) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        mmap(DP(a->ptr), a->size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+        reg_del(a);
+        p = a->ptr + a->size;
+        a->vmm->maps--;
+        vmm_put(a->vmm);
+        free(a);
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
+}
+
+EMU_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                size_t count)
+{
+    if (!desc || !count || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    int prot = PROT_NONE;
+    for (size_t i = 0; i < count; i++) {
+        if (desc[i].location.type != 1 || !cuda_dev_valid(desc[i].location.id) ||
+            desc[i].flags < 0 || desc[i].flags > 3 || desc[i].flags == 2)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (desc[i].flags == 3)
+            prot = PROT_READ | PROT_WRITE;
+        else if (desc[i].flags == 1 && prot == PROT_NONE)
+            prot = PROT_READ;
+    }
+    pthread_mutex_lock(&cuda_lock);
+    CUresult r = CUDA_SUCCESS;
+    for (CUdeviceptr p = ptr; p < ptr + size;) {
+        struct alloc *a = reg_find(p);
+        if (!a || a->kind != K_VMM) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        CUdeviceptr end = a->ptr + a->size < ptr + size ? a->ptr + a->size : ptr + size;
+        mprotect(DP(p), end - p, prot);
+        a->prot = prot;
+        p = end;
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
+}
+
+/* ---- stream-ordered allocation: pools ---- */
+
+static struct CUmemPoolHandle_st *pool_new(int dev)
+{
+    struct CUmemPoolHandle_st *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->magic = EMU_MAGIC_POOL;
+    p->dev = dev;
+    p->next = pools;
+    pools = p;
+    return p;
+}
+
+static struct CUmemPoolHandle_st *pool_of(CUmemoryPool p)
+{
+    return p && p->magic == EMU_MAGIC_POOL ? p : NULL;
+}
+
+/* cuda_lock held. Releases cached blocks until the pool holds at most keep bytes. */
+static void pool_trim_locked(struct CUmemPoolHandle_st *p, uint64_t keep)
+{
+    struct emu_pool_block **bp = &p->free_blocks;
+    while (*bp && p->held > keep) {
+        struct emu_pool_block *b = *bp;
+        *bp = b->next;
+        struct alloc *a = reg_find(b->ptr);
+        if (a && a->kind == K_POOL_FREE) {
+            p->held -= a->size;
+            dev_free_locked(a);
+        }
+        free(b);
+    }
+}
+
+void cuda_pools_release_to_threshold(int dev)
+{
+    pthread_mutex_lock(&cuda_lock);
+    for (struct CUmemPoolHandle_st *p = pools; p; p = p->next)
+        if (p->dev == dev && p->held > p->release_threshold)
+            pool_trim_locked(p, p->release_threshold);
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+static CUresult pool_alloc(struct CUmemPoolHandle_st *p, size_t bytes, CUdeviceptr *ret)
+{
+    uint64_t len = ROUND_UP(bytes, ALIGN);
+    pthread_mutex_lock(&cuda_lock);
+    CUresult r = CUDA_SUCCESS;
+    struct alloc *a = NULL;
+    for (struct emu_pool_block **bp = &p->free_blocks; *bp; bp = &(*bp)->next) {
+        struct emu_pool_block *b = *bp;
+        /* reuse a cached block that is not wastefully large */
+        if (b->size >= len && b->size <= 2 * len) {
+            a = reg_find(b->ptr);
+            *bp = b->next;
+            free(b);
+            break;
+        }
+    }
+    if (!a) {
+        r = dev_alloc_locked(p->dev, len, K_POOL, p, 0, &a);
+        if (r == CUDA_ERROR_OUT_OF_MEMORY && p->free_blocks) {
+            pool_trim_locked(p, 0); /* cached blocks are given back before failing */
+            r = dev_alloc_locked(p->dev, len, K_POOL, p, 0, &a);
+        }
+        if (r)
+            goto out;
+        p->held += a->size;
+    }
+    a->kind = K_POOL;
+    p->in_use += a->size;
+    if (p->held > p->held_high)
+        p->held_high = p->held;
+    if (p->in_use > p->used_high)
+        p->used_high = p->in_use;
+    *ret = a->ptr;
+out:
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
+}
+
+static struct CUmemPoolHandle_st *dev_pool_locked(int dev)
+{
+    if (!default_pool[dev])
+        default_pool[dev] = pool_new(dev);
+    if (!current_pool[dev])
+        current_pool[dev] = default_pool[dev];
+    return current_pool[dev];
+}
+
+static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream hs,
+                            bool pt)
+{
+    if (!dptr || !bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(hs, pt, &s);
+    if (r)
+        return r;
+    if (!pool) {
+        pthread_mutex_lock(&cuda_lock);
+        pool = dev_pool_locked(s->ctx->dev);
+        pthread_mutex_unlock(&cuda_lock);
+        if (!pool)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    } else if (!pool_of(pool)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return pool_alloc(pool, bytes, dptr);
+}
+
+EMU_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
+{
+    return alloc_async(dptr, bytes, NULL, s, false);
+}
+
+EMU_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s)
+{
+    return alloc_async(dptr, bytes, NULL, s, true);
+}
+
+EMU_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                                         CUstream s)
+{
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_async(dptr, bytes, pool, s, false);
+}
+
+EMU_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                                              CUstream s)
+{
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_async(dptr, bytes, pool, s, true);
+}
+
+static CUresult free_async(CUdeviceptr p, CUstream hs, bool pt)
+{
+    NEED_CTX(c);
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(hs, pt, &s);
+    if (r)
+        return r;
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find(p);
+    if (!a || a->ptr != p || (a->kind != K_POOL && a->kind != K_DEVICE)) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (a->kind == K_DEVICE) { /* cuMemFreeAsync of cuMemAlloc memory is allowed */
+        dev_free_locked(a);
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_SUCCESS;
+    }
+    struct emu_pool_block *b = malloc(sizeof(*b));
+    if (!b) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct CUmemPoolHandle_st *pool = a->pool;
+    a->kind = K_POOL_FREE; /* the pool keeps it, still charged, until trimmed */
+    pool->in_use -= a->size;
+    b->ptr = a->ptr;
+    b->size = a->size;
+    b->next = pool->free_blocks;
+    pool->free_blocks = b;
+    pthread_mutex_unlock(&cuda_lock);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+    return free_async(p, s, false);
+}
+
+EMU_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
+{
+    return free_async(p, s, true);
+}
+
+EMU_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    if (!pool || !props || props->allocType != 1 || props->location.type != 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuda_check_init();
+    if (r)
+        return r;
+    if (!cuda_dev_valid(props->location.id))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&cuda_lock);
+    struct CUmemPoolHandle_st *p = pool_new(props->location.id);
+    pthread_mutex_unlock(&cuda_lock);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pool = p;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    pthread_mutex_lock(&cuda_lock);
+    struct CUmemPoolHandle_st *p = pool_of(pool);
+    if (!p || p == default_pool[p->dev]) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pool_trim_locked(p, 0);
+    if (current_pool[p->dev] == p)
+        current_pool[p->dev] = default_pool[p->dev];
+    /* blocks still handed out keep pointing at it: keep the object, mark it dead */
+    p->magic = 0;
+    pthread_mutex_unlock(&cuda_lock);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+    pthread_mutex_lock(&cuda_lock);
+    struct CUmemPoolHandle_st *p = pool_of(pool);
+    if (p)
+        pool_trim_locked(p, keep);
+    pthread_mutex_unlock(&cuda_lock);
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EMU_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&cuda_lock);
+    struct CUmemPoolHandle_st *p = pool_of(pool);
+    CUresult r = p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (p) {
+        switch ((int)attr) {
+        case 1: case 2: case 3: break; /* reuse policies: accepted */
+        case 4: p->release_threshold = *(uint64_t *)value; break;
+        case 6: p->held_high = p->held; break;     /* reset high-water marks */
+        case 8: p->used_high = p->in_use; break;
+        default: r = CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
+}
+
+EMU_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&cuda_lock);
+    struct CUmemPoolHandle_st *p = pool_of(pool);
+    CUresult r = p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (p) {
+        switch ((int)attr) {
+        case 1: case 2: case 3: *(int *)value = 1; break;
+        case 4: *(uint64_t *)value = p->release_threshold; break;
+        case 5: *(uint64_t *)value = p->held; break;
+        case 6: *(uint64_t *)value = p->held_high; break;
+        case 7: *(uint64_t *)value = p->in_use; break;
+        case 8: *(uint64_t *)value = p->used_high; break;
+        default: r = CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
+}
+
+EMU_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuda_check_init();
+    if (r)
+        return r;
+    if (!cuda_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&cuda_lock);
+    dev_pool_locked(dev);
+    *pool = default_pool[dev];
+    pthread_mutex_unlock(&cuda_lock);
+    return *pool ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+EMU_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuda_check_init();
+    if (r)
+        return r;
+    if (!cuda_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&cuda_lock);
+    *pool = dev_pool_locked(dev);
+    pthread_mutex_unlock(&cuda_lock);
+    return *pool ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+EMU_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    CUresult r = cuda_check_init();
+    if (r)
+        return r;
+    if (!cuda_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&cuda_lock);
+    struct CUmemPoolHandle_st *p = pool_of(pool);
+    if (p && p->dev == dev)
+        current_pool[dev] = p;
+    pthread_mutex_unlock(&cuda_lock);
+    return p && p->dev == dev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* per-thread default stream variants of the copies above */
+DEF_COPY(cuMemcpy2DUnaligned_v2_ptds, true, (const CUDA_MEMCPY2D *p), SYNC_COPY(true), copy2d(p))
+DEF_COPY(cuMemcpyPeer_ptds, true,
+         (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n), SYNC_COPY(true),
+         copy_checked(d, true, src, true, DP(d), DP(src), n))
+DEF_COPY(cuMemcpyPeerAsync_ptsz, true,
+         (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s),
+         ASYNC_COPY(s, true), copy_checked(d, true, src, true, DP(d), DP(src), n))
+DEF_COPY(cuMemsetD16_v2_ptds, true, (CUdeviceptr d, unsigned short v, size_t n), SYNC_COPY(true),
+         memset_n(d, v, 2, n, 0, 1))
+DEF_COPY(cuMemsetD16Async_ptsz, true, (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
+         ASYNC_COPY(s, true), memset_n(d, v, 2, n, 0, 1))
+DEF_COPY(cuMemsetD2D8_v2_ptds, true,
+         (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h), SYNC_COPY(true),
+         memset_n(d, v, 1, w, pitch, h))
+DEF_COPY(cuMemsetD2D32_v2_ptds, true,
+         (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h), SYNC_COPY(true),
+         memset_n(d, v, 4, w, pitch, h))

@@ -1,0 +1,24 @@
+/* ptx.h — the little of PTX the emulator reads: the kernels (`.entry name(...)`) a module
+ * defines and the byte size of each of their parameters. PTX text is outside data (any
+ * program hands it to cuModuleLoadData): the parser never reads past len, caps every count,
+ * and rejects what it cannot understand. libc only; has a fuzz target (tests/fuzz/fuzz-ptx.c). */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PTX_NAME_MAX 128  /* longest kernel name kept, NUL included */
+#define PTX_PARAMS_MAX 64 /* parameters per kernel */
+#define PTX_ENTRIES_MAX 4096
+
+struct ptx_kernel {
+    char name[PTX_NAME_MAX];
+    unsigned nparams;
+    uint32_t param_size[PTX_PARAMS_MAX];
+};
+
+/* Parses PTX text of len bytes (need not be NUL-terminated). The kernels go to out (up to max,
+ * the count found in *ret_n; NULL/0 just counts). Returns 0, or -EINVAL when the text has no
+ * `.version`/`.target` directive, a malformed `.entry` or too many kernels/parameters, or
+ * -ENAMETOOLONG for a kernel name longer than PTX_NAME_MAX - 1. */
+int ptx_parse(const char *text, size_t len, struct ptx_kernel *out, size_t max, size_t *ret_n);

@@ -1,0 +1,761 @@
+/* state.c — the shared emulated machine (see state.h): creating and mapping the state file,
+ * the robust lock, the model table, memory accounting per process, the per-GPU kernel
+ * timeline and the per-GPU event rings. libc only: linked into the emulator's libcuda.so.1 and
+ * libnvidia-ml.so.1, which are loaded into arbitrary processes. */
+#include "state.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+struct emu_state {
+    struct emu_shared *sh;
+    size_t len;
+};
+
+#define MiB (1024ull * 1024ull)
+
+/* Figures as the real boards report them (memory as nvidia-smi shows it). */
+static const struct emu_model models[] = {
+    {"NVIDIA H100 80GB HBM3", "H100", 81559 * MiB, 132, 1980, 2619, 9, 0, 700000, 18, 5120},
+    {"NVIDIA A100-SXM4-80GB", "A100", 81920 * MiB, 108, 1410, 1593, 8, 0, 400000, 12, 5120},
+    {"NVIDIA L4", "L4", 23034 * MiB, 58, 2040, 6251, 8, 9, 72000, 0, 192},
+    {"Tesla T4", "T4", 15360 * MiB, 40, 1590, 5001, 7, 5, 70000, 0, 256},
+};
+
+const struct emu_model *emu_model_table(size_t *ret_n)
+{
+    if (ret_n)
+        *ret_n = sizeof(models) / sizeof(models[0]);
+    return models;
+}
+
+const struct emu_model *emu_model_find(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
+        if (strcasecmp(name, models[i].name) == 0 || strcasecmp(name, models[i].alias) == 0)
+            return &models[i];
+    return NULL;
+}
+
+void emu_config_init(struct emu_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->gpus = 4;
+    cfg->model = NULL;
+    cfg->nvlink = EMU_NVLINK_ALL;
+}
+
+uint64_t emu_state_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* splitmix64: a fixed, well-mixed sequence from the seed, so UUIDs are reproducible. */
+static uint64_t mix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* PCI buses of an 8-GPU HGX board; further GPUs continue past them. */
+static const uint8_t pci_buses[] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
+
+static void fill_gpu(struct emu_gpu *g, unsigned i, const struct emu_config *cfg,
+                     const struct emu_model *m)
+{
+    g->index = i;
+    g->minor = i;
+    g->numa_node = cfg->numa_count ? cfg->numa[i] : 0;
+    g->cc_major = m->cc_major;
+    g->cc_minor = m->cc_minor;
+    g->sm_count = m->sm_count;
+    g->sm_clock_mhz = m->sm_clock_mhz;
+    g->sm_clock_max_mhz = m->sm_clock_mhz;
+    g->mem_clock_mhz = m->mem_clock_mhz;
+    g->mem_bus_bits = m->mem_bus_bits;
+    g->memory_total = cfg->memory_bytes ? cfg->memory_bytes : m->memory_bytes;
+
+    uint64_t s = cfg->seed * 0x100000001b3ull + i + 1;
+    uint64_t a = mix64(&s), b = mix64(&s);
+    for (int k = 0; k < 8; k++) {
+        g->uuid_bytes[k] = (uint8_t)(a >> (8 * k));
+        g->uuid_bytes[8 + k] = (uint8_t)(b >> (8 * k));
+    }
+    g->uuid_bytes[6] = (uint8_t)((g->uuid_bytes[6] & 0x0f) | 0x40); /* looks like a v4 UUID */
+    g->uuid_bytes[8] = (uint8_t)((g->uuid_bytes[8] & 0x3f) | 0x80);
+    const uint8_t *u = g->uuid_bytes;
+    snprintf(g->uuid, sizeof(g->uuid),
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
+    snprintf(g->name, sizeof(g->name), "%s", m->name);
+    g->pci_domain = 0;
+    g->pci_bus = i < sizeof(pci_buses) ? pci_buses[i] : 0xe0 + (i - sizeof(pci_buses));
+    g->pci_device = 0;
+    snprintf(g->pci_bus_id, sizeof(g->pci_bus_id), "%08X:%02X:%02X.0", g->pci_domain, g->pci_bus,
+             g->pci_device);
+    g->pci_device_id = 0x233010deu;
+    snprintf(g->serial, sizeof(g->serial), "%013llu",
+             (unsigned long long)((a ^ b) % 10000000000000ull));
+
+    g->temperature_c = 33;
+    g->power_limit_mw = m->power_limit_mw;
+    g->power_mw = m->power_limit_mw / 10;
+    g->fan_percent = 0;
+    g->pstate = 0;
+    g->compute_mode = 0;
+}
+
+static void fill_links(struct emu_shared *sh, const struct emu_config *cfg,
+                       const struct emu_model *m)
+{
+    unsigned n = cfg->gpus;
+    uint32_t links = m->nvlinks ? m->nvlinks : 4; /* a model with none still gets links asked for */
+    for (unsigned i = 0; i < n; i++) {
+        struct emu_gpu *g = &sh->gpus[i];
+        for (unsigned j = 0; j < n; j++) {
+            if (i == j) {
+                g->topo[j] = EMU_TOPO_INTERNAL;
+                continue;
+            }
+            if (g->numa_node != sh->gpus[j].numa_node)
+                g->topo[j] = EMU_TOPO_SYSTEM;
+            else if (i / 2 == j / 2)
+                g->topo[j] = EMU_TOPO_SINGLE; /* two GPUs behind one PCIe switch */
+            else
+                g->topo[j] = EMU_TOPO_NODE;
+            uint32_t l = 0;
+            if (cfg->nvlink == EMU_NVLINK_ALL)
+                l = links / (n - 1) ? links / (n - 1) : 1;
+            else if (cfg->nvlink == EMU_NVLINK_PAIRS && i / 2 == j / 2)
+                l = links;
+            g->nvlinks[j] = (uint8_t)(l > 255 ? 255 : l);
+        }
+    }
+}
+
+static int init_mutex(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+    int r = pthread_mutexattr_init(&a);
+    if (r)
+        return -r;
+    r = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    if (!r)
+        r = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    if (!r)
+        r = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    return -r;
+}
+
+int emu_state_create(const char *path, const struct emu_config *cfg)
+{
+    if (!path || !*path || !cfg || cfg->gpus < 1 || cfg->gpus > EMU_MAX_GPUS)
+        return -EINVAL;
+    if (cfg->nvlink != EMU_NVLINK_NONE && cfg->nvlink != EMU_NVLINK_ALL &&
+        cfg->nvlink != EMU_NVLINK_PAIRS)
+        return -EINVAL;
+    if (cfg->numa_count && cfg->numa_count != cfg->gpus)
+        return -EINVAL;
+    for (unsigned i = 0; i < cfg->numa_count; i++)
+        if (cfg->numa[i] < -1 || cfg->numa[i] > 1023)
+            return -EINVAL;
+    const struct emu_model *m = cfg->model ? emu_model_find(cfg->model) : &models[0];
+    if (!m)
+        return -EINVAL;
+    if (cfg->memory_bytes && cfg->memory_bytes < 64 * MiB)
+        return -EINVAL;
+
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    if (!tmp)
+        return -ENOMEM;
+    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int r = -errno;
+        free(tmp);
+        return r;
+    }
+    size_t len = sizeof(struct emu_shared);
+    int r = 0;
+    struct emu_shared *sh = MAP_FAILED;
+    if (fchmod(fd, 0666) < 0 || ftruncate(fd, (off_t)len) < 0) {
+        r = -errno;
+        goto out;
+    }
+    sh = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (sh == MAP_FAILED) {
+        r = -errno;
+        goto out;
+    }
+    /* the file is fresh (zeroes); fill it, then publish it by rename */
+    sh->version = EMU_STATE_VERSION;
+    sh->gpu_count = cfg->gpus;
+    sh->size = len;
+    sh->seed = cfg->seed;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    sh->created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    snprintf(sh->model, sizeof(sh->model), "%s", m->name);
+    sh->nvlink_mode = cfg->nvlink;
+    r = init_mutex(&sh->mutex);
+    if (r < 0)
+        goto out;
+    for (unsigned i = 0; i < cfg->gpus; i++)
+        fill_gpu(&sh->gpus[i], i, cfg, m);
+    fill_links(sh, cfg, m);
+    __atomic_store_n(&sh->magic, EMU_STATE_MAGIC, __ATOMIC_RELEASE);
+    if (msync(sh, len, MS_SYNC) < 0 || rename(tmp, path) < 0)
+        r = -errno;
+out:
+    if (sh != MAP_FAILED)
+        munmap(sh, len);
+    close(fd);
+    if (r < 0)
+        unlink(tmp);
+    free(tmp);
+    return r;
+}
+
+int emu_state_open(const char *path, struct emu_state **ret)
+{
+    if (!path || !*path || !ret)
+        return -EINVAL;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat stbuf;
+    if (fstat(fd, &stbuf) < 0) {
+        int r = -errno;
+        close(fd);
+        return r;
+    }
+    size_t len = sizeof(struct emu_shared);
+    if ((uint64_t)stbuf.st_size != len) {
+        close(fd);
+        return -EPROTO;
+    }
+    struct emu_shared *sh = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    close(fd);
+    if (sh == MAP_FAILED)
+        return -err;
+    if (__atomic_load_n(&sh->magic, __ATOMIC_ACQUIRE) != EMU_STATE_MAGIC ||
+        sh->version != EMU_STATE_VERSION || sh->size != len || sh->gpu_count < 1 ||
+        sh->gpu_count > EMU_MAX_GPUS) {
+        munmap(sh, len);
+        return -EPROTO;
+    }
+    struct emu_state *st = calloc(1, sizeof(*st));
+    if (!st) {
+        munmap(sh, len);
+        return -ENOMEM;
+    }
+    st->sh = sh;
+    st->len = len;
+    *ret = st;
+    return 0;
+}
+
+int emu_state_open_env(struct emu_state **ret)
+{
+    const char *p = getenv("ACCEL_EMU_STATE");
+    if (!p || !*p)
+        return -ENXIO;
+    return emu_state_open(p, ret);
+}
+
+struct emu_state *emu_state_close(struct emu_state *st)
+{
+    if (!st)
+        return NULL;
+    munmap(st->sh, st->len);
+    free(st);
+    return NULL;
+}
+
+struct emu_shared *emu_state_shared(struct emu_state *st)
+{
+    return st->sh;
+}
+
+unsigned emu_state_gpu_count(const struct emu_state *st)
+{
+    return st->sh->gpu_count;
+}
+
+struct emu_gpu *emu_state_gpu(struct emu_state *st, unsigned i)
+{
+    if (!st || i >= st->sh->gpu_count)
+        return NULL;
+    return &st->sh->gpus[i];
+}
+
+int emu_state_find_gpu(struct emu_state *st, const char *key)
+{
+    if (!key)
+        return -EINVAL;
+    for (unsigned i = 0; i < st->sh->gpu_count; i++) {
+        const struct emu_gpu *g = &st->sh->gpus[i];
+        if (strcasecmp(key, g->uuid) == 0 || strcasecmp(key, g->pci_bus_id) == 0)
+            return (int)i;
+        /* NVML's legacy bus id has a 4-digit domain: "0000:18:00.0" */
+        if (strlen(key) == 12 && strcasecmp(key, g->pci_bus_id + 4) == 0)
+            return (int)i;
+    }
+    return -ENOENT;
+}
+
+void emu_state_lock(struct emu_state *st)
+{
+    int r = pthread_mutex_lock(&st->sh->mutex);
+    if (r == EOWNERDEAD)
+        pthread_mutex_consistent(&st->sh->mutex); /* every update leaves fields valid */
+}
+
+void emu_state_unlock(struct emu_state *st)
+{
+    pthread_mutex_unlock(&st->sh->mutex);
+}
+
+/* ---- processes ---- */
+
+/* starttime (field 22) of /proc/<pid>/stat, 0 when unreadable. */
+static uint64_t proc_start_time(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
+    if (!p)
+        return 0;
+    p++;
+    /* after ')' comes field 3 (state); starttime is field 22 */
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p + 1, ' ');
+        if (!p)
+            return 0;
+    }
+    return strtoull(p + 1, NULL, 10);
+}
+
+static bool proc_alive(const struct emu_proc *p)
+{
+    if (p->pid <= 0)
+        return false;
+    if (kill(p->pid, 0) < 0 && errno == ESRCH)
+        return false;
+    uint64_t st = proc_start_time(p->pid);
+    /* unreadable /proc (another pid namespace): trust kill() */
+    return st == 0 || p->start_time == 0 || st == p->start_time;
+}
+
+/* Cached per process: our own slot's start time never changes. */
+static pid_t self_pid;
+static uint64_t self_start;
+
+static uint64_t self_start_time(void)
+{
+    pid_t pid = getpid();
+    if (__atomic_load_n(&self_pid, __ATOMIC_ACQUIRE) != pid) {
+        __atomic_store_n(&self_start, proc_start_time(pid), __ATOMIC_RELAXED);
+        __atomic_store_n(&self_pid, pid, __ATOMIC_RELEASE);
+    }
+    return __atomic_load_n(&self_start, __ATOMIC_RELAXED);
+}
+
+static int reclaim_locked(struct emu_shared *sh)
+{
+    int n = 0;
+    for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
+        struct emu_proc *p = &sh->procs[i];
+        if (p->pid && !proc_alive(p)) {
+            /* pid last: a half-cleared slot is still a valid (empty) slot of that pid */
+            memset(p->mem, 0, sizeof(p->mem));
+            p->start_time = 0;
+            p->pid = 0;
+            n++;
+        }
+    }
+    return n;
+}
+
+static uint64_t used_locked(struct emu_shared *sh, unsigned gpu)
+{
+    uint64_t used = 0;
+    for (unsigned i = 0; i < EMU_MAX_PROCS; i++)
+        if (sh->procs[i].pid)
+            used += sh->procs[i].mem[gpu];
+    return used;
+}
+
+static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
+{
+    pid_t pid = getpid();
+    uint64_t start = self_start_time();
+    struct emu_proc *fre = NULL;
+    for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
+        struct emu_proc *p = &sh->procs[i];
+        if (p->pid == pid) {
+            if (p->start_time == start)
+                return p;
+            /* a dead process with our pid: its charges are not ours */
+            memset(p->mem, 0, sizeof(p->mem));
+            p->start_time = start;
+            return p;
+        }
+        if (!p->pid && !fre)
+            fre = p;
+    }
+    if (!create)
+        return NULL;
+    if (!fre) {
+        if (reclaim_locked(sh) == 0)
+            return NULL;
+        for (unsigned i = 0; i < EMU_MAX_PROCS && !fre; i++)
+            if (!sh->procs[i].pid)
+                fre = &sh->procs[i];
+        if (!fre)
+            return NULL;
+    }
+    memset(fre->mem, 0, sizeof(fre->mem));
+    fre->start_time = start;
+    fre->pid = pid;
+    return fre;
+}
+
+int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes)
+{
+    struct emu_shared *sh = st->sh;
+    if (gpu >= sh->gpu_count)
+        return -EINVAL;
+    emu_state_lock(st);
+    int r = 0;
+    uint64_t total = sh->gpus[gpu].memory_total;
+    uint64_t used = used_locked(sh, gpu);
+    if (bytes > total || used > total - bytes) {
+        reclaim_locked(sh);
+        used = used_locked(sh, gpu);
+        if (bytes > total || used > total - bytes) {
+            r = -ENOMEM;
+            goto out;
+        }
+    }
+    struct emu_proc *p = self_slot_locked(sh, true);
+    if (!p) {
+        r = -ENOSPC;
+        goto out;
+    }
+    p->mem[gpu] += bytes;
+out:
+    emu_state_unlock(st);
+    return r;
+}
+
+void emu_state_mem_uncharge(struct emu_state *st, unsigned gpu, uint64_t bytes)
+{
+    struct emu_shared *sh = st->sh;
+    if (gpu >= sh->gpu_count)
+        return;
+    emu_state_lock(st);
+    struct emu_proc *p = self_slot_locked(sh, false);
+    if (p)
+        p->mem[gpu] -= bytes < p->mem[gpu] ? bytes : p->mem[gpu];
+    emu_state_unlock(st);
+}
+
+void emu_state_proc_release(struct emu_state *st)
+{
+    struct emu_shared *sh = st->sh;
+    emu_state_lock(st);
+    struct emu_proc *p = self_slot_locked(sh, false);
+    if (p) {
+        memset(p->mem, 0, sizeof(p->mem));
+        p->start_time = 0;
+        p->pid = 0;
+    }
+    emu_state_unlock(st);
+}
+
+int emu_state_mem_info(struct emu_state *st, unsigned gpu, uint64_t *ret_used, uint64_t *ret_total)
+{
+    struct emu_shared *sh = st->sh;
+    if (gpu >= sh->gpu_count)
+        return -EINVAL;
+    emu_state_lock(st);
+    reclaim_locked(sh);
+    uint64_t used = used_locked(sh, gpu);
+    uint64_t total = sh->gpus[gpu].memory_total;
+    emu_state_unlock(st);
+    if (ret_used)
+        *ret_used = used;
+    if (ret_total)
+        *ret_total = total;
+    return 0;
+}
+
+int emu_state_reclaim(struct emu_state *st)
+{
+    emu_state_lock(st);
+    int n = reclaim_locked(st->sh);
+    emu_state_unlock(st);
+    return n;
+}
+
+int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out, size_t max,
+                    size_t *ret_n)
+{
+    struct emu_shared *sh = st->sh;
+    if (gpu >= sh->gpu_count || (max && !out))
+        return -EINVAL;
+    size_t n = 0;
+    emu_state_lock(st);
+    reclaim_locked(sh);
+    for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
+        const struct emu_proc *p = &sh->procs[i];
+        if (!p->pid || !p->mem[gpu])
+            continue;
+        if (n < max)
+            out[n] = (struct emu_proc_mem){.pid = p->pid, .bytes = p->mem[gpu]};
+        n++;
+    }
+    emu_state_unlock(st);
+    if (ret_n)
+        *ret_n = n;
+    return 0;
+}
+
+/* ---- timeline ---- */
+
+int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
+                     uint64_t duration_ns, uint64_t *ret_start_ns, uint64_t *ret_end_ns)
+{
+    struct emu_shared *sh = st->sh;
+    if (gpu >= sh->gpu_count)
+        return -EINVAL;
+    int32_t pid = (int32_t)getpid();
+    uint64_t now = emu_state_now_ns();
+    emu_state_lock(st);
+    struct emu_gpu *g = &sh->gpus[gpu];
+    uint64_t start = now;
+    if (g->busy_until_ns > start)
+        start = g->busy_until_ns;
+    if (not_before_ns > start)
+        start = not_before_ns;
+    uint64_t end = start + duration_ns;
+    if (duration_ns) {
+        struct emu_interval *last =
+            g->interval_count ? &g->intervals[(g->interval_count - 1) % EMU_TIMELINE_RING] : NULL;
+        if (last && last->pid == pid && last->end_ns == start) {
+            last->end_ns = end;
+        } else {
+            struct emu_interval *iv = &g->intervals[g->interval_count % EMU_TIMELINE_RING];
+            iv->start_ns = start;
+            iv->end_ns = end;
+            iv->pid = pid;
+            g->interval_count++;
+        }
+        g->busy_until_ns = end;
+        g->busy_total_ns += duration_ns;
+    }
+    emu_state_unlock(st);
+    if (ret_start_ns)
+        *ret_start_ns = start;
+    if (ret_end_ns)
+        *ret_end_ns = end;
+    return 0;
+}
+
+static uint64_t overlap(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1)
+{
+    uint64_t s = a0 > b0 ? a0 : b0, e = a1 < b1 ? a1 : b1;
+    return e > s ? e - s : 0;
+}
+
+int emu_state_busy_ns(struct emu_state *st, unsigned gpu, uint64_t t0, uint64_t t1, int32_t pid,
+                      uint64_t *ret_busy_ns, bool *ret_complete)
+{
+    struct emu_shared *sh = st->sh;
+    if (gpu >= sh->gpu_count || t1 < t0 || !ret_busy_ns)
+        return -EINVAL;
+    uint64_t busy = 0;
+    bool complete = true;
+    emu_state_lock(st);
+    const struct emu_gpu *g = &sh->gpus[gpu];
+    uint64_t n = g->interval_count, k = 0;
+    /* intervals are appended in start order and never overlap: walk back from the newest */
+    for (; k < n && k < EMU_TIMELINE_RING; k++) {
+        const struct emu_interval *iv = &g->intervals[(n - 1 - k) % EMU_TIMELINE_RING];
+        if (iv->end_ns <= t0)
+            break;
+        if (!pid || iv->pid == pid)
+            busy += overlap(iv->start_ns, iv->end_ns, t0, t1);
+    }
+    if (k == EMU_TIMELINE_RING && n > EMU_TIMELINE_RING)
+        complete = false;
+    emu_state_unlock(st);
+    *ret_busy_ns = busy;
+    if (ret_complete)
+        *ret_complete = complete;
+    return 0;
+}
+
+int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint64_t t1,
+                           struct emu_proc_util *out, size_t max, size_t *ret_n)
+{
+    struct emu_shared *sh = st->sh;
+    if (gpu >= sh->gpu_count || t1 < t0 || (max && !out))
+        return -EINVAL;
+    /* distinct pids are few; collect into a small local table first */
+    struct emu_proc_util acc[EMU_MAX_PROCS];
+    size_t na = 0, dropped = 0;
+    emu_state_lock(st);
+    const struct emu_gpu *g = &sh->gpus[gpu];
+    uint64_t n = g->interval_count;
+    for (uint64_t k = 0; k < n && k < EMU_TIMELINE_RING; k++) {
+        const struct emu_interval *iv = &g->intervals[(n - 1 - k) % EMU_TIMELINE_RING];
+        if (iv->end_ns <= t0)
+            break;
+        uint64_t o = overlap(iv->start_ns, iv->end_ns, t0, t1);
+        if (!o)
+            continue;
+        size_t j = 0;
+        while (j < na && acc[j].pid != iv->pid)
+            j++;
+        if (j == na) {
+            if (na == EMU_MAX_PROCS) {
+                dropped++;
+                continue;
+            }
+            acc[na++] = (struct emu_proc_util){.pid = iv->pid};
+        }
+        acc[j].busy_ns += o;
+        uint64_t last = iv->end_ns < t1 ? iv->end_ns : t1;
+        if (last > acc[j].last_ns)
+            acc[j].last_ns = last;
+    }
+    emu_state_unlock(st);
+    for (size_t j = 0; j < na && j < max; j++)
+        out[j] = acc[j];
+    if (ret_n)
+        *ret_n = na;
+    (void)dropped;
+    return 0;
+}
+
+/* ---- events ---- */
+
+static long futex(uint32_t *uaddr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, uaddr, op, val, ts, NULL, 0);
+}
+
+int emu_state_event_post(struct emu_state *st, unsigned gpu, uint64_t type, uint64_t data,
+                         uint64_t *ret_seq)
+{
+    struct emu_shared *sh = st->sh;
+    if (gpu >= sh->gpu_count)
+        return -EINVAL;
+    uint64_t now = emu_state_now_ns();
+    emu_state_lock(st);
+    struct emu_gpu *g = &sh->gpus[gpu];
+    uint64_t seq = g->event_seq + 1;
+    struct emu_event *e = &g->events[(seq - 1) % EMU_EVENT_RING];
+    /* seq 0 first, so a lock-free reader never pairs the new seq with old fields */
+    __atomic_store_n(&e->seq, 0, __ATOMIC_RELEASE);
+    e->type = type;
+    e->data = data;
+    e->time_ns = now;
+    __atomic_store_n(&e->seq, seq, __ATOMIC_RELEASE);
+    __atomic_store_n(&g->event_seq, seq, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&sh->event_futex, 1, __ATOMIC_RELEASE);
+    emu_state_unlock(st);
+    /* shared futex (no FUTEX_PRIVATE_FLAG): the waiters are other processes */
+    futex(&sh->event_futex, FUTEX_WAKE, INT_MAX, NULL);
+    if (ret_seq)
+        *ret_seq = seq;
+    return 0;
+}
+
+uint64_t emu_state_event_last(struct emu_state *st, unsigned gpu)
+{
+    if (gpu >= st->sh->gpu_count)
+        return 0;
+    return __atomic_load_n(&st->sh->gpus[gpu].event_seq, __ATOMIC_ACQUIRE);
+}
+
+int emu_state_event_get(struct emu_state *st, unsigned gpu, uint64_t seq, struct emu_event *ret)
+{
+    struct emu_shared *sh = st->sh;
+    if (gpu >= sh->gpu_count || seq == 0 || !ret)
+        return -EINVAL;
+    int r = 0;
+    emu_state_lock(st);
+    const struct emu_gpu *g = &sh->gpus[gpu];
+    if (seq > g->event_seq)
+        r = -EAGAIN;
+    else if (g->event_seq - seq >= EMU_EVENT_RING)
+        r = -ESTALE;
+    else
+        *ret = g->events[(seq - 1) % EMU_EVENT_RING];
+    emu_state_unlock(st);
+    return r;
+}
+
+uint32_t emu_state_event_word(struct emu_state *st)
+{
+    return __atomic_load_n(&st->sh->event_futex, __ATOMIC_ACQUIRE);
+}
+
+int emu_state_event_wait(struct emu_state *st, uint32_t seen, uint64_t timeout_ns)
+{
+    uint64_t deadline = timeout_ns == UINT64_MAX ? UINT64_MAX : emu_state_now_ns() + timeout_ns;
+    for (;;) {
+        if (__atomic_load_n(&st->sh->event_futex, __ATOMIC_ACQUIRE) != seen)
+            return 0;
+        struct timespec ts, *tsp = NULL;
+        if (deadline != UINT64_MAX) {
+            uint64_t now = emu_state_now_ns();
+            if (now >= deadline)
+                return -ETIMEDOUT;
+            uint64_t left = deadline - now;
+            ts.tv_sec = (time_t)(left / 1000000000ull);
+            ts.tv_nsec = (long)(left % 1000000000ull);
+            tsp = &ts;
+        }
+        /* relative timeout; EAGAIN: the word already changed; EINTR: recheck */
+        long r = futex(&st->sh->event_futex, FUTEX_WAIT, seen, tsp);
+        if (r == 0)
+            return 0;
+        if (errno == ETIMEDOUT)
+            return -ETIMEDOUT;
+    }
+}

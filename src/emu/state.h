@@ -1,0 +1,292 @@
+/* state.h — the emulated machine shared by every process that uses accel-emu.
+ *
+ * One file, named by $ACCEL_EMU_STATE, holds the whole machine: its GPUs (identity, memory,
+ * sensors, links), the memory each process has charged to each GPU, one kernel timeline per
+ * GPU, and one event ring per GPU (XIDs and other NVML events). Every process maps it
+ * MAP_SHARED: the emulated libcuda.so.1 and libnvidia-ml.so.1, `accel-emu` and the emulated
+ * nvidia-cuda-mps-control.
+ *
+ * The file is an ABI between processes (and between part A and part B of the emulator): a
+ * header with magic, version and size, then fixed-width fields only, no pointers. Everything
+ * mutable is guarded by one process-shared robust mutex in the header (a process killed with
+ * -9 while holding it never wedges the others: the next locker sees EOWNERDEAD, marks it
+ * consistent and goes on, because every update below leaves the fields valid at every step).
+ * The event sequence word is also a futex so that waiters block without polling.
+ *
+ * Time: all timestamps are CLOCK_MONOTONIC nanoseconds (emu_state_now_ns()), comparable across
+ * processes on one machine. NVML's wall-clock microsecond timestamps are converted by the
+ * caller.
+ *
+ * Threads: every function may be called from any thread of any process; the mapping is
+ * read-only to nobody. Pointers returned by emu_state_gpu() point into the mapping: read
+ * fields freely (they are naturally aligned and read whole); write only between
+ * emu_state_lock() and emu_state_unlock(). */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define EMU_STATE_MAGIC 0x3154534d45434341ull /* "ACCEMST1" little-endian */
+#define EMU_STATE_VERSION 1u
+
+#define EMU_MAX_GPUS 16
+#define EMU_MAX_PROCS 128
+#define EMU_EVENT_RING 256 /* per GPU, power of two */
+#define EMU_TIMELINE_RING 4096 /* busy intervals kept per GPU, power of two */
+
+#define EMU_UUID_LEN 41 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL */
+#define EMU_NAME_LEN 96
+#define EMU_BUSID_LEN 32 /* "00000000:18:00.0" */
+
+/* PCIe relationship between two GPUs; the values are NVML's nvmlGpuTopologyLevel_t. */
+enum emu_topo_level {
+    EMU_TOPO_INTERNAL = 0,    /* same board */
+    EMU_TOPO_SINGLE = 10,     /* one PCIe switch between them */
+    EMU_TOPO_MULTIPLE = 20,   /* several switches, no host bridge */
+    EMU_TOPO_HOSTBRIDGE = 30, /* same host bridge */
+    EMU_TOPO_NODE = 40,       /* same NUMA node, different host bridges */
+    EMU_TOPO_SYSTEM = 50,     /* across NUMA nodes (SMP interconnect) */
+};
+
+enum emu_nvlink_mode {
+    EMU_NVLINK_NONE = 0,
+    EMU_NVLINK_ALL = 1,   /* every pair linked (an NVSwitch system) */
+    EMU_NVLINK_PAIRS = 2, /* 0-1, 2-3, ... linked */
+};
+
+/* Event types in the ring; the values are NVML's nvmlEventType bits. */
+#define EMU_EVENT_SINGLE_BIT_ECC 0x0001ull
+#define EMU_EVENT_DOUBLE_BIT_ECC 0x0002ull
+#define EMU_EVENT_PSTATE 0x0004ull
+#define EMU_EVENT_XID 0x0008ull
+#define EMU_EVENT_CLOCK 0x0010ull
+#define EMU_EVENT_POWER_SOURCE 0x0080ull
+
+/* A real GPU model the emulator can pretend to be. Static table; entries are borrowed. */
+struct emu_model {
+    const char *name;  /* as NVML / cuDeviceGetName report it */
+    const char *alias; /* short name accepted by --model ("H100") */
+    uint64_t memory_bytes;
+    uint32_t sm_count;
+    uint32_t sm_clock_mhz; /* max (boost) SM clock; the emulated clock runs at it */
+    uint32_t mem_clock_mhz;
+    uint32_t cc_major, cc_minor;
+    uint32_t power_limit_mw;
+    uint32_t nvlinks;      /* NVLink links per GPU (0: the model has none) */
+    uint32_t mem_bus_bits; /* memory bus width */
+};
+
+/* Looks a model up by name or alias, case-insensitively. NULL when unknown. */
+const struct emu_model *emu_model_find(const char *name);
+/* The table, for listing (count in *ret_n). */
+const struct emu_model *emu_model_table(size_t *ret_n);
+
+/* What `accel-emu init` asks for. emu_config_init() fills the defaults: 4 GPUs of the default
+ * model (H100 80GB HBM3), model memory, NUMA node 0 for all, NVLink all, seed 0. */
+struct emu_config {
+    unsigned gpus;              /* 1..EMU_MAX_GPUS */
+    const char *model;          /* name or alias; NULL = default */
+    uint64_t memory_bytes;      /* 0 = the model's */
+    int numa[EMU_MAX_GPUS];     /* per GPU; -1 = none (no NUMA) */
+    unsigned numa_count;        /* entries given; 0 = all 0 */
+    enum emu_nvlink_mode nvlink;
+    uint64_t seed;              /* UUIDs derive from it: the same seed, the same UUIDs */
+};
+void emu_config_init(struct emu_config *cfg);
+
+/* One entry of a GPU's event ring. */
+struct emu_event {
+    uint64_t seq;     /* 1, 2, ... per GPU; 0 = empty slot */
+    uint64_t type;    /* EMU_EVENT_* */
+    uint64_t data;    /* XID number for EMU_EVENT_XID */
+    uint64_t time_ns; /* emu_state_now_ns() when posted */
+};
+
+/* One busy interval on a GPU's timeline: work of pid from start to end. Back-to-back work of
+ * one process is merged into one interval. */
+struct emu_interval {
+    uint64_t start_ns, end_ns;
+    int32_t pid;
+    uint32_t pad;
+};
+
+/* A GPU as it lives in the shared file. Identity fields are written once by create; sensor
+ * fields (temperature, power, clocks, lost, MIG) by `accel-emu set` / `lose` under the lock. */
+struct emu_gpu {
+    uint32_t index;
+    uint32_t minor; /* /dev/nvidiaN */
+    int32_t numa_node;
+    uint32_t cc_major, cc_minor;
+    uint32_t sm_count;
+    uint32_t sm_clock_mhz;     /* current SM clock: spin kernels run at it */
+    uint32_t sm_clock_max_mhz;
+    uint32_t mem_clock_mhz;
+    uint32_t mem_bus_bits;
+    uint64_t memory_total;
+    char uuid[EMU_UUID_LEN];
+    uint8_t uuid_bytes[16];    /* the same UUID as cuDeviceGetUuid returns it */
+    char name[EMU_NAME_LEN];
+    char pci_bus_id[EMU_BUSID_LEN];
+    uint32_t pci_domain, pci_bus, pci_device;
+    uint32_t pci_device_id;    /* PCI device/vendor id, 0xDDDD10DE */
+    char serial[32];
+
+    /* sensors and modes: change with emu_state_lock() held */
+    uint32_t temperature_c;
+    uint32_t power_mw;
+    uint32_t power_limit_mw;
+    uint32_t fan_percent;
+    uint32_t pstate;
+    uint32_t lost;             /* 1: fell off the bus (NVML: GPU_IS_LOST) */
+    uint32_t mig_mode;         /* current: 0 disabled, 1 enabled */
+    uint32_t mig_mode_pending;
+    uint32_t compute_mode;     /* NVML compute mode: 0 default, 3 exclusive process */
+    uint32_t reserved_u32[15];
+
+    /* links: nvlinks[j] = NVLink links to GPU j; topo[j] = enum emu_topo_level */
+    uint8_t nvlinks[EMU_MAX_GPUS];
+    uint8_t topo[EMU_MAX_GPUS];
+
+    /* event ring: entry for seq s lives at events[(s - 1) % EMU_EVENT_RING] */
+    uint64_t event_seq; /* last posted; 0 = none yet */
+    struct emu_event events[EMU_EVENT_RING];
+
+    /* kernel timeline */
+    uint64_t busy_until_ns;  /* end of the last queued work */
+    uint64_t busy_total_ns;  /* all work ever queued */
+    uint64_t interval_count; /* intervals ever appended; newest at (count-1) % RING */
+    struct emu_interval intervals[EMU_TIMELINE_RING];
+
+    uint64_t reserved_u64[16];
+};
+
+/* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the
+ * process is gone (kill(pid, 0) == ESRCH or a different start time: pid reuse). */
+struct emu_proc {
+    int32_t pid;                 /* 0 = free slot */
+    uint32_t pad;
+    uint64_t start_time;         /* /proc/<pid>/stat starttime (clock ticks since boot) */
+    uint64_t mem[EMU_MAX_GPUS];  /* bytes charged per GPU */
+};
+
+struct emu_shared {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t gpu_count;
+    uint64_t size;               /* sizeof(struct emu_shared) of the writer */
+    uint64_t seed;
+    uint64_t created_ns;         /* CLOCK_REALTIME ns, for `accel-emu status` */
+    char model[EMU_NAME_LEN];
+    uint32_t nvlink_mode;
+    uint32_t pad0;
+    /* bumped (and FUTEX_WAKE'd) on every event posted to any GPU: a waiter reads it, checks
+     * the rings, then futex-waits for it to change */
+    uint32_t event_futex;
+    uint32_t pad1;
+    uint64_t reserved[14];
+    union {
+        pthread_mutex_t mutex;   /* robust, process-shared */
+        char mutex_space[64];
+    };
+    struct emu_proc procs[EMU_MAX_PROCS];
+    struct emu_gpu gpus[EMU_MAX_GPUS];
+};
+
+/* An open mapping of the state file. */
+struct emu_state;
+
+/* Creates the state file at path for cfg, atomically (a reader sees no file or a whole one);
+ * replaces an existing file. Returns 0 or -errno (-EINVAL: bad cfg, unknown model). */
+int emu_state_create(const char *path, const struct emu_config *cfg);
+
+/* Maps an existing state file. -ENOENT: no file; -EPROTO: not a state file or another
+ * version/size. */
+int emu_state_open(const char *path, struct emu_state **ret);
+/* Maps the file named by $ACCEL_EMU_STATE. -ENXIO when it is unset or empty. */
+int emu_state_open_env(struct emu_state **ret);
+struct emu_state *emu_state_close(struct emu_state *st);
+
+/* The mapping itself (for fields not covered by the functions below). */
+struct emu_shared *emu_state_shared(struct emu_state *st);
+unsigned emu_state_gpu_count(const struct emu_state *st);
+/* GPU i, or NULL when out of range. Points into the mapping (see the top comment). */
+struct emu_gpu *emu_state_gpu(struct emu_state *st, unsigned i);
+/* Index of the GPU with this UUID string or PCI bus id (case-insensitive), or -ENOENT. */
+int emu_state_find_gpu(struct emu_state *st, const char *uuid_or_busid);
+
+/* The shared robust mutex. lock() recovers a lock whose owner died. */
+void emu_state_lock(struct emu_state *st);
+void emu_state_unlock(struct emu_state *st);
+
+uint64_t emu_state_now_ns(void);
+
+/* ---- memory accounting (for the calling process, getpid()) ---- */
+
+/* Charges bytes on gpu to the calling process. -ENOMEM when the GPU's used memory (sum over
+ * live processes, dead ones reclaimed first) plus bytes would exceed its total; -ENOSPC when
+ * no process slot is free; -EINVAL for a bad gpu. Nothing changes on failure. */
+int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes);
+/* Gives back bytes (clamped at what the process holds). */
+void emu_state_mem_uncharge(struct emu_state *st, unsigned gpu, uint64_t bytes);
+/* Releases every charge of the calling process (clean exit). */
+void emu_state_proc_release(struct emu_state *st);
+/* Used (sum over live processes) and total bytes on gpu; reclaims dead processes' slots. */
+int emu_state_mem_info(struct emu_state *st, unsigned gpu, uint64_t *ret_used,
+                       uint64_t *ret_total);
+/* Frees the slots of processes that are gone. Returns how many were reclaimed. */
+int emu_state_reclaim(struct emu_state *st);
+
+struct emu_proc_mem {
+    int32_t pid;
+    uint64_t bytes;
+};
+/* Live processes holding memory on gpu (after reclaiming dead ones): up to max entries in
+ * out, the number that exist in *ret_n (may exceed max). */
+int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out, size_t max,
+                    size_t *ret_n);
+
+/* ---- kernel timeline ---- */
+
+/* Queues work of duration_ns on gpu for the calling process: it starts at
+ * max(now, the GPU's busy_until, not_before_ns) and ends duration_ns later; the GPU is busy
+ * until then. duration 0 (an event record) occupies nothing and records no interval.
+ * not_before_ns is the stream's last completion (stream order). Returns 0 or -EINVAL. */
+int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
+                     uint64_t duration_ns, uint64_t *ret_start_ns, uint64_t *ret_end_ns);
+
+/* Busy time of gpu within [t0, t1): the overlap of the recorded intervals with the window
+ * (pid 0: all processes, else only that pid). Queued future work counts only for the part of
+ * the window it covers. Intervals older than the ring are lost: *ret_complete says whether
+ * the ring still reaches back to t0 (may be NULL). */
+int emu_state_busy_ns(struct emu_state *st, unsigned gpu, uint64_t t0, uint64_t t1, int32_t pid,
+                      uint64_t *ret_busy_ns, bool *ret_complete);
+
+struct emu_proc_util {
+    int32_t pid;
+    uint64_t busy_ns;    /* busy time of pid within the window */
+    uint64_t last_ns;    /* end of pid's most recent interval inside the window */
+};
+/* Per-process busy time of gpu within [t0, t1): one entry per pid with work in the window,
+ * up to max in out, the count in *ret_n (may exceed max). */
+int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint64_t t1,
+                           struct emu_proc_util *out, size_t max, size_t *ret_n);
+
+/* ---- events ---- */
+
+/* Appends an event to gpu's ring and wakes every waiter. Returns 0 or -EINVAL; its sequence
+ * number in *ret_seq (may be NULL). */
+int emu_state_event_post(struct emu_state *st, unsigned gpu, uint64_t type, uint64_t data,
+                         uint64_t *ret_seq);
+/* Sequence number of gpu's newest event (0: none yet). */
+uint64_t emu_state_event_last(struct emu_state *st, unsigned gpu);
+/* The event with sequence seq of gpu. -EAGAIN: not posted yet; -ESTALE: overwritten (the
+ * ring wrapped); -EINVAL: bad gpu or seq 0. */
+int emu_state_event_get(struct emu_state *st, unsigned gpu, uint64_t seq, struct emu_event *ret);
+/* The futex word's current value; read it before checking the rings, then wait with it. */
+uint32_t emu_state_event_word(struct emu_state *st);
+/* Blocks until the futex word differs from seen or timeout_ns passes (UINT64_MAX: forever).
+ * Returns 0 (changed, or a spurious wake: recheck the rings) or -ETIMEDOUT. */
+int emu_state_event_wait(struct emu_state *st, uint32_t seen, uint64_t timeout_ns);

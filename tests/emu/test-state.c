@@ -1,0 +1,234 @@
+/* test-state.c — the shared emulated machine: creation, identity, memory accounting across
+ * processes (including kill -9), the timeline and the event ring with its futex wait. */
+#include "state.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+
+static char *state_path(const char *name)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof(buf), "%s/%s", tap_tmpdir(), name);
+    return buf;
+}
+
+static struct emu_state *make(const char *name, unsigned gpus, const char *model)
+{
+    struct emu_config cfg;
+    emu_config_init(&cfg);
+    cfg.gpus = gpus;
+    cfg.model = model;
+    cfg.seed = 7;
+    const char *p = state_path(name);
+    if (emu_state_create(p, &cfg) < 0)
+        return NULL;
+    struct emu_state *st = NULL;
+    if (emu_state_open(p, &st) < 0)
+        return NULL;
+    return st;
+}
+
+TEST(create_and_identity)
+{
+    struct emu_state *st = make("a", 4, "A100");
+    REQUIRE(st);
+    CHECK_EQ_INT(emu_state_gpu_count(st), 4);
+    struct emu_gpu *g0 = emu_state_gpu(st, 0), *g1 = emu_state_gpu(st, 1);
+    REQUIRE(g0 && g1);
+    CHECK(emu_state_gpu(st, 4) == NULL);
+    CHECK_EQ_STR(g0->name, "NVIDIA A100-SXM4-80GB");
+    CHECK_EQ_INT(g0->sm_count, 108);
+    CHECK_EQ_INT(g0->cc_major, 8);
+    CHECK_EQ_INT(strlen(g0->uuid), 40);
+    CHECK(strncmp(g0->uuid, "GPU-", 4) == 0);
+    CHECK(strcmp(g0->uuid, g1->uuid) != 0);
+    CHECK_EQ_STR(g0->pci_bus_id, "00000000:18:00.0");
+    CHECK_EQ_INT(emu_state_find_gpu(st, g1->uuid), 1);
+    CHECK_EQ_INT(emu_state_find_gpu(st, "0000:18:00.0"), 0);
+    CHECK_EQ_INT(emu_state_find_gpu(st, "GPU-nope"), -ENOENT);
+    CHECK_EQ_INT(g0->topo[0], EMU_TOPO_INTERNAL);
+    CHECK_EQ_INT(g0->topo[1], EMU_TOPO_SINGLE);
+    CHECK_EQ_INT(g0->topo[2], EMU_TOPO_NODE);
+    CHECK_EQ_INT(g0->nvlinks[3], 4); /* 12 links over 3 peers */
+    /* same seed → same UUIDs */
+    char u0[EMU_UUID_LEN];
+    memcpy(u0, g0->uuid, sizeof(u0));
+    struct emu_state *st2 = make("a2", 2, "A100");
+    REQUIRE(st2);
+    CHECK_EQ_STR(emu_state_gpu(st2, 0)->uuid, u0);
+    emu_state_close(st2);
+    emu_state_close(st);
+}
+
+TEST(bad_config_rejected)
+{
+    struct emu_config cfg;
+    emu_config_init(&cfg);
+    const char *p = state_path("bad");
+    cfg.gpus = 0;
+    CHECK_EQ_INT(emu_state_create(p, &cfg), -EINVAL);
+    cfg.gpus = EMU_MAX_GPUS + 1;
+    CHECK_EQ_INT(emu_state_create(p, &cfg), -EINVAL);
+    cfg.gpus = 2;
+    cfg.model = "Voodoo2";
+    CHECK_EQ_INT(emu_state_create(p, &cfg), -EINVAL);
+    cfg.model = NULL;
+    cfg.numa_count = 3;
+    CHECK_EQ_INT(emu_state_create(p, &cfg), -EINVAL);
+    CHECK(access(p, F_OK) < 0);
+    struct emu_state *st = NULL;
+    CHECK_EQ_INT(emu_state_open(p, &st), -ENOENT);
+    /* a file that is not a state file */
+    FILE *f = fopen(p, "w");
+    REQUIRE(f);
+    fputs("hello", f);
+    fclose(f);
+    CHECK_EQ_INT(emu_state_open(p, &st), -EPROTO);
+    CHECK(st == NULL);
+}
+
+TEST(memory_accounting_and_oom)
+{
+    struct emu_state *st = make("m", 2, "T4");
+    REQUIRE(st);
+    uint64_t used, total;
+    REQUIRE_EQ_INT(emu_state_mem_info(st, 0, &used, &total), 0);
+    CHECK_EQ_U64(used, 0);
+    CHECK_EQ_U64(total, 15360ull << 20);
+    CHECK_EQ_INT(emu_state_mem_charge(st, 0, 1 << 30), 0);
+    CHECK_EQ_INT(emu_state_mem_charge(st, 0, total), -ENOMEM);
+    emu_state_mem_info(st, 0, &used, NULL);
+    CHECK_EQ_U64(used, 1 << 30);
+    emu_state_mem_info(st, 1, &used, NULL);
+    CHECK_EQ_U64(used, 0);
+    struct emu_proc_mem pm[4];
+    size_t n = 0;
+    CHECK_EQ_INT(emu_state_procs(st, 0, pm, 4, &n), 0);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(pm[0].pid, getpid());
+    CHECK_EQ_U64(pm[0].bytes, 1 << 30);
+    emu_state_mem_uncharge(st, 0, 1 << 30);
+    emu_state_mem_info(st, 0, &used, NULL);
+    CHECK_EQ_U64(used, 0);
+    CHECK_EQ_INT(emu_state_mem_charge(st, 5, 1), -EINVAL);
+    emu_state_close(st);
+}
+
+static uint64_t used_of(struct emu_state *st)
+{
+    uint64_t used = 0;
+    emu_state_mem_info(st, 0, &used, NULL);
+    return used;
+}
+
+TEST(dead_process_memory_comes_back)
+{
+    struct emu_state *st = make("k", 1, NULL);
+    REQUIRE(st);
+    int pfd[2];
+    REQUIRE(pipe(pfd) == 0);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        int r = emu_state_mem_charge(st, 0, 3ull << 30);
+        /* hold the lock too: kill -9 must not wedge the parent */
+        emu_state_lock(st);
+        char c = r == 0 ? 'y' : 'n';
+        if (write(pfd[1], &c, 1) != 1)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    char c = 0;
+    REQUIRE(read(pfd[0], &c, 1) == 1);
+    CHECK(c == 'y');
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    /* the lock is recovered and the slot reclaimed */
+    CHECK(TAP_WAIT_UNTIL(used_of(st) == 0, 5000));
+    close(pfd[0]);
+    close(pfd[1]);
+    emu_state_close(st);
+}
+
+TEST(timeline_serializes_and_measures)
+{
+    struct emu_state *st = make("t", 1, NULL);
+    REQUIRE(st);
+    uint64_t now = emu_state_now_ns();
+    uint64_t s1, e1, s2, e2, s3, e3;
+    /* far in the future so that "now" never wins: exact arithmetic */
+    uint64_t base = now + 10000000000ull;
+    REQUIRE_EQ_INT(emu_state_submit(st, 0, base, 1000, &s1, &e1), 0);
+    CHECK_EQ_U64(s1, base);
+    CHECK_EQ_U64(e1, base + 1000);
+    REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, 500, &s2, &e2), 0);
+    CHECK_EQ_U64(s2, e1); /* queued behind the GPU's busy_until */
+    CHECK_EQ_U64(e2, e1 + 500);
+    REQUIRE_EQ_INT(emu_state_submit(st, 0, e2 + 100, 0, &s3, &e3), 0);
+    CHECK_EQ_U64(s3, e2 + 100); /* an event: zero length, stream order */
+    CHECK_EQ_U64(e3, s3);
+    uint64_t busy;
+    bool complete;
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, base, base + 3000, 0, &busy, &complete), 0);
+    CHECK_EQ_U64(busy, 1500);
+    CHECK(complete);
+    emu_state_busy_ns(st, 0, base + 500, base + 1200, 0, &busy, NULL);
+    CHECK_EQ_U64(busy, 700);
+    emu_state_busy_ns(st, 0, base, base + 3000, getpid() + 1, &busy, NULL);
+    CHECK_EQ_U64(busy, 0);
+    struct emu_proc_util pu[2];
+    size_t n = 0;
+    REQUIRE_EQ_INT(emu_state_util_by_proc(st, 0, base, base + 3000, pu, 2, &n), 0);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(pu[0].pid, getpid());
+    CHECK_EQ_U64(pu[0].busy_ns, 1500);
+    CHECK_EQ_U64(pu[0].last_ns, base + 1500);
+    /* back-to-back work of one process is merged into one interval */
+    CHECK_EQ_U64(emu_state_gpu(st, 0)->interval_count, 1);
+    emu_state_close(st);
+}
+
+TEST(events_ring_and_wait)
+{
+    struct emu_state *st = make("e", 2, NULL);
+    REQUIRE(st);
+    struct emu_event ev;
+    CHECK_EQ_INT(emu_state_event_last(st, 1), 0);
+    CHECK_EQ_INT(emu_state_event_get(st, 1, 1, &ev), -EAGAIN);
+    uint32_t w = emu_state_event_word(st);
+    CHECK_EQ_INT(emu_state_event_wait(st, w, 1000000), -ETIMEDOUT);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        uint64_t seq;
+        _exit(emu_state_event_post(st, 1, EMU_EVENT_XID, 79, &seq) == 0 && seq == 1 ? 0 : 1);
+    }
+    /* blocks in the futex until the child posts; the bound only limits a failure */
+    CHECK_EQ_INT(emu_state_event_wait(st, w, 10000000000ull), 0);
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ_INT(emu_state_event_last(st, 1), 1);
+    REQUIRE_EQ_INT(emu_state_event_get(st, 1, 1, &ev), 0);
+    CHECK_EQ_U64(ev.type, EMU_EVENT_XID);
+    CHECK_EQ_U64(ev.data, 79);
+    for (int i = 0; i < EMU_EVENT_RING; i++)
+        emu_state_event_post(st, 1, EMU_EVENT_XID, 1000 + i, NULL);
+    CHECK_EQ_INT(emu_state_event_get(st, 1, 1, &ev), -ESTALE);
+    REQUIRE_EQ_INT(emu_state_event_get(st, 1, EMU_EVENT_RING + 1, &ev), 0);
+    CHECK_EQ_U64(ev.data, 1000 + EMU_EVENT_RING - 1);
+    emu_state_close(st);
+}
+
+int main(int argc, char **argv)
+{
+    return tap_main(argc, argv);
+}
