@@ -6,7 +6,12 @@
  * on a GPU machine with gcc alone and runs on the emulator or a real driver alike.
  *
  *   vcuda-load [--graph] [--kernel-us N] [--nodes K] [--seconds S] [--launches N]
- *              [--sync-every K] [--overhead N]
+ *              [--depth K] [--sync-every K] [--overhead N]
+ *
+ * Kernels are launched asynchronously with at most --depth (default 16) in flight: before
+ * launch i the program waits for the event it recorded after launch i - K, as a framework that
+ * runs ahead of the GPU does, so the queue never drains while the host waits. --sync-every K
+ * instead synchronizes the stream after every K launches (the queue drains each time).
  *
  * Prints one line: mode=... launches=N kernels=N seconds=T rate=kernels/s [launch_ns=...].
  * --overhead N times N launches of empty spin kernels (0 cycles) and reports the mean cost of
@@ -56,6 +61,9 @@ FN(cuStreamEndCapture);
 FN(cuGraphInstantiateWithFlags);
 FN(cuGraphLaunch);
 FN(cuCtxSynchronize);
+FN(cuEventCreate);
+FN(cuEventRecord);
+FN(cuEventSynchronize);
 
 static void *lib;
 
@@ -100,7 +108,8 @@ static unsigned long long arg_u64(const char *s, const char *opt)
 int main(int argc, char **argv)
 {
     bool graph = false;
-    uint64_t kernel_us = 50, nodes = 10, seconds = 5, max_launches = 0, sync_every = 8;
+    uint64_t kernel_us = 50, nodes = 10, seconds = 5, max_launches = 0, sync_every = 0;
+    uint64_t depth = 16;
     uint64_t overhead = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -124,6 +133,8 @@ int main(int argc, char **argv)
             max_launches = arg_u64(v, a);
         else if (!strcmp(a, "--sync-every"))
             sync_every = arg_u64(v, a);
+        else if (!strcmp(a, "--depth"))
+            depth = arg_u64(v, a);
         else if (!strcmp(a, "--overhead"))
             overhead = arg_u64(v, a);
         else {
@@ -155,6 +166,9 @@ int main(int argc, char **argv)
     LOAD(cuGraphInstantiateWithFlags);
     LOAD(cuGraphLaunch);
     LOAD(cuCtxSynchronize);
+    LOAD(cuEventCreate);
+    LOAD(cuEventRecord);
+    LOAD(cuEventSynchronize);
 
     CUdevice dev;
     CUcontext ctx;
@@ -180,7 +194,8 @@ int main(int argc, char **argv)
     if (overhead) {
         uint64_t zero = 0;
         void *zp[] = {&zero};
-        check(p_cuLaunchKernel(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, stream, zp, NULL), "warm-up");
+        check(p_cuLaunchKernel(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, stream, zp, NULL),
+              "warm-up");
         check(p_cuStreamSynchronize(stream), "sync");
         uint64_t t0 = now_ns();
         for (uint64_t i = 0; i < overhead; i++)
@@ -204,14 +219,26 @@ int main(int argc, char **argv)
         check(p_cuGraphInstantiateWithFlags(&exec, g, 0), "instantiate");
     }
 
+    CUevent ring[256];
+    if (depth > 256)
+        depth = 256;
+    if (sync_every)
+        depth = 0;
+    for (uint64_t i = 0; i < depth; i++)
+        check(p_cuEventCreate(&ring[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+
     uint64_t launches = 0, t0 = now_ns(), deadline = t0 + seconds * 1000000000ull;
     for (;;) {
         if (graph) {
             check(p_cuGraphLaunch(exec, stream), "cuGraphLaunch");
             check(p_cuStreamSynchronize(stream), "sync");
         } else {
+            if (depth && launches >= depth)
+                check(p_cuEventSynchronize(ring[launches % depth]), "cuEventSynchronize");
             check(p_cuLaunchKernel(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, stream, params, NULL),
                   "cuLaunchKernel");
+            if (depth)
+                check(p_cuEventRecord(ring[launches % depth], stream), "cuEventRecord");
             if (sync_every && (launches + 1) % sync_every == 0)
                 check(p_cuStreamSynchronize(stream), "sync");
         }
@@ -222,7 +249,8 @@ int main(int argc, char **argv)
     check(p_cuCtxSynchronize(), "cuCtxSynchronize");
     double secs = (double)(now_ns() - t0) / 1e9;
     uint64_t kernels = graph ? launches * nodes : launches;
-    printf("mode=%s launches=%llu kernels=%llu seconds=%.3f rate=%.1f\n", graph ? "graph" : "kernel",
-           (unsigned long long)launches, (unsigned long long)kernels, secs, (double)kernels / secs);
+    printf("mode=%s launches=%llu kernels=%llu seconds=%.3f rate=%.1f\n",
+           graph ? "graph" : "kernel", (unsigned long long)launches, (unsigned long long)kernels,
+           secs, (double)kernels / secs);
     return 0;
 }

@@ -35,7 +35,6 @@ struct pacer {
     uint64_t dev_read_ns;  /* when it was last read */
     nvmlDevice_t nvml_dev; /* NULL until found; burst only */
     bool nvml_failed;
-    pid_t pid;
     struct {
         CUcontext ctx; /* where start/end were created; NULL = none yet */
         CUevent start, end;
@@ -95,24 +94,16 @@ static inline bool paced(void)
 
 static struct pacer *pacer_get(void)
 {
-    if (VC_LIKELY(atomic_load_explicit(&pacer_ready, memory_order_acquire) == 1 &&
-                  pacer.pid == getpid()))
+    if (VC_LIKELY(atomic_load_explicit(&pacer_ready, memory_order_acquire) == 1))
         return &pacer;
     pthread_mutex_lock(&pacer_lock);
-    if (atomic_load_explicit(&pacer_ready, memory_order_relaxed) == 1 && pacer.pid != getpid()) {
-        /* Forked child: the parent's launches and events are not ours. Its charges stay in the
-         * parent's slot; ours start empty. */
-        pace_flight_fini(&pacer.flight);
-        atomic_store_explicit(&pacer_ready, 0, memory_order_relaxed);
-    }
     if (atomic_load_explicit(&pacer_ready, memory_order_relaxed) == 0) {
-        memset(&pacer, 0, offsetof(struct pacer, sample_lock));
-        memset(pacer.ev, 0, sizeof(pacer.ev));
+        /* First paced launch, or the first in a forked child (vc_launch_atfork_child): the
+         * parent's launches and events are not ours. Its charges stay in its slot. */
+        if (pacer.flight.est)
+            pace_flight_fini(&pacer.flight);
+        memset(&pacer, 0, sizeof(pacer));
         pthread_mutex_init(&pacer.sample_lock, NULL);
-        pacer.dev_busy_ns = pacer.dev_read_ns = 0;
-        pacer.nvml_dev = NULL;
-        pacer.nvml_failed = false;
-        pacer.pid = getpid();
         if (pace_flight_init(&pacer.flight, region_pace(), slot_pace()) == 0)
             atomic_store_explicit(&pacer_ready, 1, memory_order_release);
     }
@@ -465,7 +456,8 @@ CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 
 void vc_launch_atfork_child(void)
 {
-    /* The pacer notices the new pid itself; the mode is re-decided with the child's config. */
+    /* The mode is re-decided with the child's slot; the pacer starts over (pacer_get). */
     atomic_store_explicit(&launch_mode, MODE_UNKNOWN, memory_order_relaxed);
+    atomic_store_explicit(&pacer_ready, 0, memory_order_relaxed);
     pthread_mutex_init(&pacer_lock, NULL);
 }

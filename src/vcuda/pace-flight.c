@@ -70,6 +70,7 @@ int pace_flight_begin(struct pace_flight *f, uintptr_t key, uint64_t now_ns, uns
     e->probe = probe;
     e->est_ns = est;
     e->key = key;
+    e->seq = atomic_fetch_add_explicit(&f->seq, 1, RLX);
     atomic_fetch_add_explicit(&f->inflight, 1, RLX);
     *ret_idx = idx;
     return 0;
@@ -95,20 +96,35 @@ void pace_flight_abort(struct pace_flight *f, unsigned idx)
     release(f, e);
 }
 
+/* The committed entry launched first, claimed for settling; PACE_FLIGHT_SLOTS if none. */
+static unsigned claim_oldest(struct pace_flight *f)
+{
+    for (;;) {
+        unsigned best = PACE_FLIGHT_SLOTS;
+        for (unsigned i = 0; i < PACE_FLIGHT_SLOTS; i++)
+            if (atomic_load_explicit(&f->e[i].state, ACQ) == ENTRY_INFLIGHT &&
+                (best == PACE_FLIGHT_SLOTS || f->e[i].seq < f->e[best].seq))
+                best = i;
+        if (best == PACE_FLIGHT_SLOTS || claim(&f->e[best], ENTRY_INFLIGHT, ENTRY_SETTLING))
+            return best;
+        /* another thread took it: look again */
+    }
+}
+
 unsigned pace_flight_harvest(struct pace_flight *f, pace_measure_fn measure, void *userdata,
                              bool wait)
 {
     unsigned settled = 0;
-    for (unsigned i = 0; i < PACE_FLIGHT_SLOTS; i++) {
+    for (unsigned n = 0; n < PACE_FLIGHT_SLOTS; n++) {
+        unsigned i = claim_oldest(f);
+        if (i == PACE_FLIGHT_SLOTS)
+            break;
         struct pace_flight_entry *e = &f->e[i];
-        if (atomic_load_explicit(&e->state, RLX) != ENTRY_INFLIGHT ||
-            !claim(e, ENTRY_INFLIGHT, ENTRY_SETTLING))
-            continue;
         uint64_t ns = 0;
         int r = measure(userdata, i, wait, &ns);
         if (r == -EAGAIN) {
             atomic_store_explicit(&e->state, ENTRY_INFLIGHT, REL);
-            continue;
+            break;
         }
         wait = false; /* block at most once per call */
         if (r < 0) {

@@ -25,6 +25,7 @@ struct pace_flight_entry {
     uint32_t probe;
     uint64_t est_ns;
     uintptr_t key;
+    uint64_t seq; /* launch order */
 };
 
 struct pace_flight {
@@ -33,6 +34,7 @@ struct pace_flight {
     struct pace_est_table *est; /* owned */
     _Atomic uint32_t probes;    /* unmeasured launches in flight */
     _Atomic uint32_t inflight;  /* entries claimed */
+    _Atomic uint64_t seq;       /* launches begun */
     struct pace_flight_entry e[PACE_FLIGHT_SLOTS];
 };
 
@@ -57,8 +59,10 @@ void pace_flight_commit(struct pace_flight *f, unsigned idx);
 /* The launch did not happen: its charge is refunded. */
 void pace_flight_abort(struct pace_flight *f, unsigned idx);
 
-/* Settles every committed entry whose GPU time is known. With wait, blocks (through the
- * callback) on the first unfinished one. Returns how many were settled. */
+/* Settles committed entries oldest first, up to the first whose GPU time is not known yet (work
+ * on a stream completes in order, so asking about younger launches would be wasted driver
+ * calls). With wait, blocks (through the callback) on that first unfinished one. Returns how
+ * many were settled. */
 unsigned pace_flight_harvest(struct pace_flight *f, pace_measure_fn measure, void *userdata,
                              bool wait);
 /* Blocks until nothing is in flight (process exit, context teardown). */
