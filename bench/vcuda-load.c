@@ -6,7 +6,12 @@
  * on a GPU machine with gcc alone and runs on the emulator or a real driver alike.
  *
  *   vcuda-load [--graph] [--kernel-us N] [--nodes K] [--seconds S] [--launches N]
- *              [--depth K] [--sync-every K] [--overhead N]
+ *              [--depth K] [--sync-every K] [--overhead N] [--api NAME]
+ *
+ * --api picks the entry point kernels go through: kernel (cuLaunchKernel, the default),
+ * kernel_ptsz, ex (cuLaunchKernelEx), ex_ptsz, coop (cuLaunchCooperativeKernel), coop_ptsz; with
+ * --graph: graph (cuGraphLaunch, the default) or graph_ptsz. The _ptsz forms use the per-thread
+ * default stream.
  *
  * Kernels are launched asynchronously with at most --depth (default 16) in flight: before
  * launch i the program waits for the event it recorded after launch i - K, as a framework that
@@ -61,6 +66,13 @@ FN(cuStreamEndCapture);
 FN(cuGraphInstantiateWithFlags);
 FN(cuGraphLaunch);
 FN(cuCtxSynchronize);
+FN(cuLaunchKernel_ptsz);
+FN(cuLaunchKernelEx);
+FN(cuLaunchKernelEx_ptsz);
+FN(cuLaunchCooperativeKernel);
+FN(cuLaunchCooperativeKernel_ptsz);
+FN(cuGraphLaunch_ptsz);
+FN(cuStreamSynchronize_ptsz);
 FN(cuEventCreate);
 FN(cuEventRecord);
 FN(cuEventSynchronize);
@@ -92,6 +104,36 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static const char *api = "";
+static CUfunction spin;
+static CUstream stream;
+static int sms = 1;
+
+/* One kernel launch through the entry point --api names. */
+static CUresult launch(void **params)
+{
+    bool ptsz = strstr(api, "_ptsz") != NULL;
+    CUstream s = ptsz ? NULL : stream; /* _ptsz: the per-thread default stream */
+    if (!strncmp(api, "ex", 2)) {
+        CUlaunchConfig cfg = {.gridDimX = (unsigned)sms,
+                              .gridDimY = 1,
+                              .gridDimZ = 1,
+                              .blockDimX = 32,
+                              .blockDimY = 1,
+                              .blockDimZ = 1,
+                              .hStream = s};
+        return ptsz ? p_cuLaunchKernelEx_ptsz(&cfg, spin, params, NULL)
+                    : p_cuLaunchKernelEx(&cfg, spin, params, NULL);
+    }
+    if (!strncmp(api, "coop", 4))
+        return ptsz
+                   ? p_cuLaunchCooperativeKernel_ptsz(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, s,
+                                                      params)
+                   : p_cuLaunchCooperativeKernel(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, s, params);
+    return ptsz ? p_cuLaunchKernel_ptsz(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, s, params, NULL)
+                : p_cuLaunchKernel(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, s, params, NULL);
 }
 
 static unsigned long long arg_u64(const char *s, const char *opt)
@@ -135,6 +177,8 @@ int main(int argc, char **argv)
             sync_every = arg_u64(v, a);
         else if (!strcmp(a, "--depth"))
             depth = arg_u64(v, a);
+        else if (!strcmp(a, "--api"))
+            api = v;
         else if (!strcmp(a, "--overhead"))
             overhead = arg_u64(v, a);
         else {
@@ -166,6 +210,13 @@ int main(int argc, char **argv)
     LOAD(cuGraphInstantiateWithFlags);
     LOAD(cuGraphLaunch);
     LOAD(cuCtxSynchronize);
+    LOAD(cuLaunchKernel_ptsz);
+    LOAD(cuLaunchKernelEx);
+    LOAD(cuLaunchKernelEx_ptsz);
+    LOAD(cuLaunchCooperativeKernel);
+    LOAD(cuLaunchCooperativeKernel_ptsz);
+    LOAD(cuGraphLaunch_ptsz);
+    LOAD(cuStreamSynchronize_ptsz);
     LOAD(cuEventCreate);
     LOAD(cuEventRecord);
     LOAD(cuEventSynchronize);
@@ -173,9 +224,7 @@ int main(int argc, char **argv)
     CUdevice dev;
     CUcontext ctx;
     CUmodule mod;
-    CUfunction spin;
-    CUstream stream;
-    int clock_khz = 0, sms = 1;
+    int clock_khz = 0;
     check(p_cuInit(0), "cuInit");
     check(p_cuDeviceGet(&dev, 0), "cuDeviceGet");
     check(p_cuDeviceGetAttribute(&clock_khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev), "clock rate");
@@ -229,18 +278,23 @@ int main(int argc, char **argv)
 
     uint64_t launches = 0, t0 = now_ns(), deadline = t0 + seconds * 1000000000ull;
     for (;;) {
-        if (graph) {
+        bool ptsz = strstr(api, "_ptsz") != NULL;
+        if (graph && ptsz) {
+            check(p_cuGraphLaunch_ptsz(exec, NULL), "cuGraphLaunch_ptsz");
+            check(p_cuStreamSynchronize_ptsz(NULL), "sync");
+        } else if (graph) {
             check(p_cuGraphLaunch(exec, stream), "cuGraphLaunch");
             check(p_cuStreamSynchronize(stream), "sync");
         } else {
             if (depth && launches >= depth)
                 check(p_cuEventSynchronize(ring[launches % depth]), "cuEventSynchronize");
-            check(p_cuLaunchKernel(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, stream, params, NULL),
-                  "cuLaunchKernel");
+            check(launch(params), "launch");
             if (depth)
-                check(p_cuEventRecord(ring[launches % depth], stream), "cuEventRecord");
+                check(p_cuEventRecord(ring[launches % depth], ptsz ? CU_STREAM_PER_THREAD : stream),
+                      "cuEventRecord");
             if (sync_every && (launches + 1) % sync_every == 0)
-                check(p_cuStreamSynchronize(stream), "sync");
+                check(ptsz ? p_cuStreamSynchronize_ptsz(NULL) : p_cuStreamSynchronize(stream),
+                      "sync");
         }
         launches++;
         if (max_launches ? launches >= max_launches : now_ns() >= deadline)

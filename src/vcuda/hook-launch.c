@@ -461,3 +461,12 @@ void vc_launch_atfork_child(void)
     atomic_store_explicit(&pacer_ready, 0, memory_order_relaxed);
     pthread_mutex_init(&pacer_lock, NULL);
 }
+
+void vc_launch_exit(void)
+{
+    /* Most programs synchronize before they exit: their last launches are done, and settling
+     * them makes the region's measured time whole. What is still running stays charged at its
+     * estimate (pace_slot_retire, at the slot's release). */
+    if (atomic_load_explicit(&pacer_ready, memory_order_acquire) == 1)
+        pace_flight_harvest(&pacer.flight, measure_cb, &pacer, false);
+}

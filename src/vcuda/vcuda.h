@@ -111,6 +111,8 @@ void vc_pools_refresh(void);
 void vc_mem_atfork_child(void);
 void vc_ctx_atfork_child(void);
 void vc_launch_atfork_child(void); /* hook-launch.c */
+/* At exit: settles the launches that have finished (no waiting). hook-launch.c. */
+void vc_launch_exit(void);
 
 /* For wrappers: loads the driver if needed and returns from the wrapper with
  * an error when the real function n is not available. */
