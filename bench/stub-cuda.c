@@ -121,3 +121,23 @@ STUB CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
     *ms = 0.000001f;
     return CUDA_SUCCESS;
 }
+STUB CUresult cuGraphDestroy(CUgraph g)
+{
+    return CUDA_SUCCESS;
+}
+STUB CUresult cuGraphExecDestroy(CUgraphExec e)
+{
+    return CUDA_SUCCESS;
+}
+STUB CUresult cuStreamDestroy_v2(CUstream s)
+{
+    return CUDA_SUCCESS;
+}
+STUB CUresult cuModuleUnload(CUmodule m)
+{
+    return CUDA_SUCCESS;
+}
+STUB CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
+{
+    return CUDA_SUCCESS;
+}

@@ -74,6 +74,12 @@ FN(cuLaunchCooperativeKernel_ptsz);
 FN(cuGraphLaunch_ptsz);
 FN(cuStreamSynchronize_ptsz);
 FN(cuEventCreate);
+FN(cuEventDestroy_v2);
+FN(cuGraphDestroy);
+FN(cuGraphExecDestroy);
+FN(cuStreamDestroy_v2);
+FN(cuModuleUnload);
+FN(cuDevicePrimaryCtxRelease_v2);
 FN(cuEventRecord);
 FN(cuEventSynchronize);
 
@@ -90,6 +96,8 @@ static void *sym(const char *name)
 }
 
 #define LOAD(n) p_##n = (__typeof__(p_##n))sym(#n)
+/* Only needed for some --api choices: checked where used. */
+#define LOAD_OPT(n) p_##n = (__typeof__(p_##n))dlsym(lib, #n)
 
 static void check(CUresult r, const char *what)
 {
@@ -210,14 +218,36 @@ int main(int argc, char **argv)
     LOAD(cuGraphInstantiateWithFlags);
     LOAD(cuGraphLaunch);
     LOAD(cuCtxSynchronize);
-    LOAD(cuLaunchKernel_ptsz);
-    LOAD(cuLaunchKernelEx);
-    LOAD(cuLaunchKernelEx_ptsz);
-    LOAD(cuLaunchCooperativeKernel);
-    LOAD(cuLaunchCooperativeKernel_ptsz);
-    LOAD(cuGraphLaunch_ptsz);
-    LOAD(cuStreamSynchronize_ptsz);
+    LOAD_OPT(cuLaunchKernel_ptsz);
+    LOAD_OPT(cuLaunchKernelEx);
+    LOAD_OPT(cuLaunchKernelEx_ptsz);
+    LOAD_OPT(cuLaunchCooperativeKernel);
+    LOAD_OPT(cuLaunchCooperativeKernel_ptsz);
+    LOAD_OPT(cuGraphLaunch_ptsz);
+    LOAD_OPT(cuStreamSynchronize_ptsz);
+    /* the entry points --api asks for must exist */
+    static const char *const need[][2] = {
+        {"kernel_ptsz", "cuLaunchKernel_ptsz"},
+        {"ex", "cuLaunchKernelEx"},
+        {"ex_ptsz", "cuLaunchKernelEx_ptsz"},
+        {"coop", "cuLaunchCooperativeKernel"},
+        {"coop_ptsz", "cuLaunchCooperativeKernel_ptsz"},
+        {"graph_ptsz", "cuGraphLaunch_ptsz"},
+        {"graph_ptsz", "cuStreamSynchronize_ptsz"},
+        {"kernel_ptsz", "cuStreamSynchronize_ptsz"},
+        {"ex_ptsz", "cuStreamSynchronize_ptsz"},
+        {"coop_ptsz", "cuStreamSynchronize_ptsz"},
+    };
+    for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
+        if (!strcmp(api, need[i][0]))
+            (void)sym(need[i][1]);
     LOAD(cuEventCreate);
+    LOAD(cuEventDestroy_v2);
+    LOAD(cuGraphDestroy);
+    LOAD(cuGraphExecDestroy);
+    LOAD(cuStreamDestroy_v2);
+    LOAD(cuModuleUnload);
+    LOAD(cuDevicePrimaryCtxRelease_v2);
     LOAD(cuEventRecord);
     LOAD(cuEventSynchronize);
 
@@ -254,12 +284,15 @@ int main(int argc, char **argv)
         check(p_cuStreamSynchronize(stream), "sync");
         printf("mode=overhead launches=%llu launch_ns=%.1f\n", (unsigned long long)overhead,
                (double)(t1 - t0) / (double)overhead);
+        p_cuStreamDestroy_v2(stream);
+        p_cuModuleUnload(mod);
+        p_cuDevicePrimaryCtxRelease_v2(dev);
         return 0;
     }
 
     CUgraphExec exec = NULL;
+    CUgraph g = NULL;
     if (graph) {
-        CUgraph g;
         check(p_cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "begin capture");
         for (uint64_t i = 0; i < nodes; i++)
             check(p_cuLaunchKernel(spin, (unsigned)sms, 1, 1, 32, 1, 1, 0, stream, params, NULL),

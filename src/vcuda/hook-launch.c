@@ -470,3 +470,22 @@ void vc_launch_exit(void)
     if (atomic_load_explicit(&pacer_ready, memory_order_acquire) == 1)
         pace_flight_harvest(&pacer.flight, measure_cb, &pacer, false);
 }
+
+void vc_launch_ctx_closing(CUcontext ctx)
+{
+    if (atomic_load_explicit(&pacer_ready, memory_order_acquire) != 1)
+        return;
+    struct pacer *p = &pacer;
+    /* Settle what has finished while its events can still be read, then drop the events made
+     * in that context (all of them for ctx NULL) before the driver frees the context under
+     * them; launches in flight keep theirs and are settled at their estimate if they fail. */
+    pace_flight_harvest(&p->flight, measure_cb, p, false);
+    for (unsigned i = 0; i < PACE_FLIGHT_SLOTS; i++) {
+        if (!p->ev[i].ctx || (ctx && p->ev[i].ctx != ctx) || !pace_flight_hold(&p->flight, i))
+            continue;
+        vc_real.cuEventDestroy_v2(p->ev[i].start);
+        vc_real.cuEventDestroy_v2(p->ev[i].end);
+        p->ev[i].ctx = NULL;
+        pace_flight_unhold(&p->flight, i);
+    }
+}

@@ -140,6 +140,16 @@ unsigned pace_flight_harvest(struct pace_flight *f, pace_measure_fn measure, voi
     return settled;
 }
 
+bool pace_flight_hold(struct pace_flight *f, unsigned idx)
+{
+    return claim(&f->e[idx], ENTRY_FREE, ENTRY_FILLING);
+}
+
+void pace_flight_unhold(struct pace_flight *f, unsigned idx)
+{
+    atomic_store_explicit(&f->e[idx].state, ENTRY_FREE, REL);
+}
+
 void pace_flight_drain(struct pace_flight *f, pace_measure_fn measure, void *userdata)
 {
     while (atomic_load_explicit(&f->inflight, ACQ) > 0)

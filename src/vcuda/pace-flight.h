@@ -65,6 +65,11 @@ void pace_flight_abort(struct pace_flight *f, unsigned idx);
  * many were settled. */
 unsigned pace_flight_harvest(struct pace_flight *f, pace_measure_fn measure, void *userdata,
                              bool wait);
+/* Maintenance of entry idx's per-entry resources (the hook's events): claims it if it is free,
+ * so no launch can use it until pace_flight_unhold(). False when it is in use. */
+bool pace_flight_hold(struct pace_flight *f, unsigned idx);
+void pace_flight_unhold(struct pace_flight *f, unsigned idx);
+
 /* Blocks until nothing is in flight (process exit, context teardown). */
 void pace_flight_drain(struct pace_flight *f, pace_measure_fn measure, void *userdata);
 

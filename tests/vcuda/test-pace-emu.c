@@ -147,7 +147,7 @@ static unsigned serial;
 static void check_path(const char *api, bool graph, unsigned limit, unsigned n, uint64_t kernel_ns)
 {
     setup();
-    char region[PATH_MAX], launches[16], us[16];
+    char region[PATH_MAX], launches[16], us[24];
     snprintf(region, sizeof(region), "%s/r%u.region", tap_tmpdir(), serial++);
     snprintf(launches, sizeof(launches), "%u", n);
     snprintf(us, sizeof(us), "%llu", (unsigned long long)(kernel_ns / 1000));
