@@ -339,5 +339,14 @@ int main(int argc, char **argv)
     printf("mode=%s launches=%llu kernels=%llu seconds=%.3f rate=%.1f\n",
            graph ? "graph" : "kernel", (unsigned long long)launches, (unsigned long long)kernels,
            secs, (double)kernels / secs);
+    for (uint64_t i = 0; i < depth; i++)
+        p_cuEventDestroy_v2(ring[i]);
+    if (graph) {
+        p_cuGraphExecDestroy(exec);
+        p_cuGraphDestroy(g);
+    }
+    p_cuStreamDestroy_v2(stream);
+    p_cuModuleUnload(mod);
+    p_cuDevicePrimaryCtxRelease_v2(dev);
     return 0;
 }
