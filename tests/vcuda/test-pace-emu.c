@@ -232,12 +232,17 @@ TEST(processes_of_a_container_share_one_budget)
     struct books bk = region_books(region);
     uint64_t first = sa.first < sb.first ? sa.first : sb.first;
     uint64_t last = sa.last > sb.last ? sa.last : sb.last;
-    tap_diag("2 processes at 20%%: busy %.1f ms over %.1f ms", (sa.busy + sb.busy) / 1e6,
+    tap_diag("2 processes at 20%%: timeline busy %.1f ms over %.1f ms", (sa.busy + sb.busy) / 1e6,
              (last - first) / 1e6);
     CHECK_EQ_U64(bk.launches, 24);
     CHECK_EQ_U64(bk.pending, 0);
-    CHECK(bk.measured >= (sa.busy + sb.busy) * 99 / 100 &&
-          bk.measured <= (sa.busy + sb.busy) * 101 / 100);
+    /* Never less than the timeline's busy time. It can be more: when the other process's kernel
+     * is queued between one's start event and its kernel, that kernel falls between the events
+     * (an over-count, on the safe side; see docs/vcuda-compute.md). At most one 2 ms kernel of
+     * the other per launch. */
+    tap_diag("region measured %.1f ms", bk.measured / 1e6);
+    CHECK(bk.measured >= (sa.busy + sb.busy) * 99 / 100);
+    CHECK(bk.measured <= 2 * (sa.busy + sb.busy));
     /* One budget: 24 x 2 ms at 20 % forces at least 230 ms less the bank (20 ms) and the two
      * first launches charged before their time was known (10 ms each) = 190 ms. Two separate
      * budgets would allow about 90 ms. */
