@@ -10,7 +10,7 @@
  *
  *   vcuda-compute [--build DIR] [--quick] [--seconds S] [--warmup S] [only...]
  *
- * only: any of single, pair, overhead (default: all). --quick: 6 s windows after 1 s warm-up.
+ * only: any of single, pair, burst, overhead (default: all). --quick: 6 s windows after 1 s warm-up.
  * The machine this runs on matters: note it with the numbers. */
 #include "state.h"
 
@@ -228,6 +228,79 @@ static void bench_pair(void)
         }
 }
 
+/* Busy time of pid on GPU 0 within [t0, t1). */
+static uint64_t pid_busy(struct emu_state *st, pid_t pid, uint64_t t0, uint64_t t1)
+{
+    struct emu_proc_util u[64];
+    size_t m = 0;
+    if (emu_state_util_by_proc(st, 0, t0, t1, u, 64, &m) < 0)
+        return 0;
+    for (size_t k = 0; k < m && k < 64; k++)
+        if (u[k].pid == pid)
+            return u[k].busy_ns;
+    return 0;
+}
+
+/* Burst: a container at 30 % burst alone, then a hard 50 % tenant arrives. Reports the burst
+ * container's share alone, with the tenant, and how long after the tenant's first kernel the
+ * burst container's share (50 ms windows) first came down to its limit (+5 points). */
+static void bench_burst(void)
+{
+    const uint64_t alone = 3000000000ull, after = 4000000000ull, win = 50000000ull;
+    printf("\n## Burst policy (50 us kernels): a 30 %% burst container alone, then a 50 %% hard "
+           "tenant arrives\n\n");
+    char state_path[PATH_MAX];
+    if (new_machine(state_path, sizeof(state_path), 500) < 0)
+        exit(1);
+    struct emu_state *st;
+    if (emu_state_open(state_path, &st) < 0)
+        exit(1);
+    struct container a = {.limit = 30, .policy = "burst", .workload = "small"};
+    struct container b = {.limit = 50, .policy = "hard", .workload = "small"};
+    for (int i = 0; i < 2; i++) {
+        char region[PATH_MAX + 32];
+        snprintf(region, sizeof(region), "%s/c%d.region", tmp_dir, i);
+        unlink(region);
+    }
+    setenv("ACCEL_EMU_UTIL_WINDOW_MS", "100", 1); /* NVML's sampling window on the emulator */
+    uint64_t t_start = now_ns();
+    a.pid = spawn(&a, 0, state_path, (unsigned)((alone + after) / 1000000000ull) + 2, NULL);
+    sleep_ns(alone);
+    uint64_t t_b = now_ns();
+    b.pid = spawn(&b, 1, state_path, (unsigned)(after / 1000000000ull) + 2, NULL);
+    sleep_ns(after);
+    uint64_t t_end = now_ns();
+    /* The tenant's first kernel: the first window where it is busy. */
+    uint64_t first = t_b;
+    while (first < t_end && pid_busy(st, b.pid, first, first + 1000000ull) == 0)
+        first += 1000000ull;
+    uint64_t fell = 0;
+    for (uint64_t t = first; t + win <= t_end; t += 5000000ull)
+        if (100.0 * (double)pid_busy(st, a.pid, t, t + win) / (double)win <= 35.0) {
+            fell = t + win - first;
+            break;
+        }
+    double s_alone = 100.0 * (double)pid_busy(st, a.pid, t_start + 500000000ull, t_b) /
+                     (double)(t_b - t_start - 500000000ull);
+    uint64_t m0 = first + 200000000ull;
+    double s_a = 100.0 * (double)pid_busy(st, a.pid, m0, t_end) / (double)(t_end - m0);
+    double s_b = 100.0 * (double)pid_busy(st, b.pid, m0, t_end) / (double)(t_end - m0);
+    printf("| burst container alone | after the tenant arrives (burst / tenant) | back at its "
+           "limit after |\n|---|---|---|\n");
+    if (fell)
+        printf("| %.2f %% | %.2f %% / %.2f %% | %.0f ms |\n", s_alone, s_a, s_b, fell / 1e6);
+    else
+        printf("| %.2f %% | %.2f %% / %.2f %% | never |\n", s_alone, s_a, s_b);
+    fflush(stdout);
+    unsetenv("ACCEL_EMU_UTIL_WINDOW_MS");
+    kill(a.pid, SIGTERM);
+    kill(b.pid, SIGTERM);
+    waitpid(a.pid, NULL, 0);
+    waitpid(b.pid, NULL, 0);
+    emu_state_close(st);
+    unlink(state_path);
+}
+
 /* Launch cost: N empty-kernel launches, the mean time of one cuLaunchKernel call. */
 static double overhead_run(unsigned limit, bool preload)
 {
@@ -293,7 +366,7 @@ static void bench_overhead(void)
 
 int main(int argc, char **argv)
 {
-    bool quick = false, want[3] = {false, false, false}, any = false;
+    bool quick = false, want[4] = {false, false, false, false}, any = false;
     const char *build = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--build") && i + 1 < argc)
@@ -310,9 +383,11 @@ int main(int argc, char **argv)
             want[1] = any = true;
         else if (!strcmp(argv[i], "overhead"))
             want[2] = any = true;
+        else if (!strcmp(argv[i], "burst"))
+            want[3] = any = true;
         else {
             fprintf(stderr, "usage: vcuda-compute [--build DIR] [--quick] [--seconds S] "
-                            "[--warmup S] [single|pair|overhead...]\n");
+                            "[--warmup S] [single|pair|burst|overhead...]\n");
             return 2;
         }
     }
@@ -321,7 +396,7 @@ int main(int argc, char **argv)
         warmup_s = 1;
     }
     if (!any)
-        want[0] = want[1] = want[2] = true;
+        want[0] = want[1] = want[2] = want[3] = true;
     if (build) {
         if (!realpath(build, build_dir)) {
             perror(build);
@@ -353,6 +428,8 @@ int main(int argc, char **argv)
         bench_single();
     if (want[1])
         bench_pair();
+    if (want[3])
+        bench_burst();
     if (want[2])
         bench_overhead();
     char cmd[PATH_MAX + 16];

@@ -69,7 +69,9 @@ _Static_assert(offsetof(struct vc_region_slot, reserved) -
 static int mode_slow(void)
 {
     int mode = MODE_OFF;
-    if (vc_ensure() == 0 && vc.region.hdr && vc.slot >= 0) {
+    if (vc_ensure() < 0)
+        return MODE_OFF; /* called from inside our own setup: decide on a later launch */
+    if (vc.region.hdr && vc.slot >= 0) {
         int limit = vc.cfg.core_limit;
         if (limit > 0 && limit < 100) {
             mode = MODE_ON;
