@@ -3,5 +3,14 @@
 # copied into docs/benchmarks.md by hand with the date and machine.
 set -euo pipefail
 build=${1:-build}
+echo "== bench-inventory (src/gpu; fake NVML, our overhead only)"
+"$build/bench/bench-inventory" "$build/tests/inventory/libfake-nvml.so"
+echo "== vcuda-mem (libvcuda memory hooks and start cost; emulator + stub driver)"
+"$build/bench/vcuda-mem" --build "$build"
+if [ -x "$build/bench/bench-grpc" ]; then
+    echo "== bench-grpc (our client -> our server, unix socket)"
+    "$build/bench/bench-grpc"
+fi
+echo "== vcuda-compute (libvcuda compute share on the emulator; BENCH_QUICK=1 for --quick)"
 # Compute share (libvcuda pacing) on the emulator: ~8 min in full, ~2 min with BENCH_QUICK=1.
 "$build/bench/vcuda-compute" --build "$build" ${BENCH_QUICK:+--quick}

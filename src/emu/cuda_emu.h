@@ -58,6 +58,9 @@ struct CUstream_st {
     /* stream capture */
     struct CUgraph_st *capture;
     uint64_t capture_id;
+    /* events recorded on it and not yet bound to a time (see cuda_exec.c) */
+    struct CUevent_st *pending;
+    bool work_since_event; /* the last thing queued was work, not an event record */
     struct CUstream_st *next; /* ctx's list */
 };
 
@@ -79,6 +82,9 @@ struct CUevent_st {
     unsigned flags;
     bool recorded;
     uint64_t time_ns; /* completion time */
+    struct CUstream_st *pend_stream; /* non-NULL while its time may still move to the start of
+                                      * the next work queued on that stream */
+    struct CUevent_st *pend_next;
 };
 
 struct CUfunc_st {

@@ -5,8 +5,17 @@
  * A launch computes the kernel's duration (a `spin*` kernel: its first u64 parameter in SM
  * cycles at the GPU's SM clock; any other: ACCEL_EMU_KERNEL_US) and appends it to the GPU's
  * shared timeline (emu_state_submit) after the stream's previous work; it returns at once.
- * Synchronization sleeps until the completion time. An event record is a zero-length item on
- * the timeline: it completes at max(now, the GPU's busy_until, the stream's last completion). */
+ * Synchronization sleeps until the completion time.
+ *
+ * Events: an event carries the completion time of the stream's work before it. An event
+ * recorded right after work marks that work's end: it gets the stream's last completion time
+ * at once. An event recorded after another event (or first on a stream) marks the start of
+ * what comes next: it stays "pending" and moves to the start of the next work queued on that
+ * stream, which is where the GPU front end reaches it; observed first (query, synchronize,
+ * elapsed time, a stream waiting on it), it keeps the stream's last completion. So the pairs
+ * [record start; launch; record end] measure exactly each kernel's execution, never its
+ * queueing behind other processes' kernels nor host-side delays between launches (libvcuda's
+ * compute pacing relies on this). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -44,6 +53,7 @@ struct CUlib_st {
 #define EMU_MAGIC_LIB 0x4c494231u
 
 static __thread struct CUstream_st pt_stream; /* per-thread default stream */
+static void stream_unbind_all_locked(struct CUstream_st *s);
 static uint64_t capture_ids;
 
 #define NEED_CTX(c)                                                                                \
@@ -69,6 +79,9 @@ CUresult cuda_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **r
         return r;
     if (h == CU_STREAM_PER_THREAD || (!h && per_thread)) {
         if (pt_stream.ctx != c) {
+            pthread_mutex_lock(&cuda_lock);
+            stream_unbind_all_locked(&pt_stream);
+            pthread_mutex_unlock(&cuda_lock);
             memset(&pt_stream, 0, sizeof(pt_stream));
             pt_stream.magic = EMU_MAGIC_STREAM;
             pt_stream.ctx = c;
@@ -104,6 +117,44 @@ static uint64_t not_before_locked(struct CUstream_st *s)
     return t;
 }
 
+/* cuda_lock held. Fixes e's time where it is now. */
+static void event_bind_locked(struct CUevent_st *e)
+{
+    struct CUstream_st *s = e->pend_stream;
+    if (!s)
+        return;
+    for (struct CUevent_st **pp = &s->pending; *pp; pp = &(*pp)->pend_next)
+        if (*pp == e) {
+            *pp = e->pend_next;
+            break;
+        }
+    e->pend_stream = NULL;
+    e->pend_next = NULL;
+}
+
+/* cuda_lock held. Work starting at start was queued on s: its pending events move there. */
+static void stream_bind_pending_locked(struct CUstream_st *s, uint64_t start)
+{
+    for (struct CUevent_st *e = s->pending, *n; e; e = n) {
+        n = e->pend_next;
+        if (start > e->time_ns)
+            e->time_ns = start;
+        e->pend_stream = NULL;
+        e->pend_next = NULL;
+    }
+    s->pending = NULL;
+}
+
+static void stream_unbind_all_locked(struct CUstream_st *s)
+{
+    for (struct CUevent_st *e = s->pending, *n; e; e = n) {
+        n = e->pend_next;
+        e->pend_stream = NULL;
+        e->pend_next = NULL;
+    }
+    s->pending = NULL;
+}
+
 /* Queues duration_ns of work (0: an event) on s; returns its start and end. */
 static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint64_t *ret_start,
                               uint64_t *ret_end)
@@ -114,6 +165,10 @@ static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint6
     int r = emu_state_submit(cuda_state, (unsigned)s->ctx->dev, nb, duration_ns, &start, &end);
     if (!r && end > s->last_end_ns)
         s->last_end_ns = end;
+    if (!r && duration_ns) {
+        stream_bind_pending_locked(s, start);
+        s->work_since_event = true;
+    }
     pthread_mutex_unlock(&cuda_lock);
     if (r < 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -167,6 +222,13 @@ void cuda_stream_list_free(struct CUctx_st *c)
     pthread_mutex_lock(&cuda_lock);
     struct CUstream_st *s = c->streams;
     c->streams = NULL;
+    pthread_mutex_unlock(&cuda_lock);
+    pthread_mutex_lock(&cuda_lock);
+    stream_unbind_all_locked(&c->null_stream);
+    if (pt_stream.ctx == c)
+        stream_unbind_all_locked(&pt_stream);
+    for (struct CUstream_st *o = s; o; o = o->next)
+        stream_unbind_all_locked(o);
     pthread_mutex_unlock(&cuda_lock);
     while (s) {
         struct CUstream_st *n = s->next;
@@ -224,6 +286,7 @@ EMU_API CUresult cuStreamDestroy_v2(CUstream h)
         owner->null_stream.last_end_ns = h->last_end_ns;
     *pp = h->next;
     h->magic = 0;
+    stream_unbind_all_locked(h);
     pthread_mutex_unlock(&cuda_lock);
     free(h);
     return CUDA_SUCCESS;
@@ -295,6 +358,7 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool pt
     if (r)
         return r;
     pthread_mutex_lock(&cuda_lock);
+    event_bind_locked(e);
     if (e->recorded && e->time_ns > s->last_end_ns)
         s->last_end_ns = e->time_ns;
     pthread_mutex_unlock(&cuda_lock);
@@ -378,7 +442,10 @@ EMU_API CUresult cuEventDestroy_v2(CUevent e)
 {
     if (!e || e->magic != EMU_MAGIC_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&cuda_lock);
+    event_bind_locked(e);
     e->magic = 0;
+    pthread_mutex_unlock(&cuda_lock);
     free(e);
     return CUDA_SUCCESS;
 }
@@ -398,13 +465,16 @@ static CUresult event_record(CUevent e, CUstream h, bool pt)
         return r;
     if (s->capture)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    uint64_t t;
-    r = stream_submit(s, 0, &t, NULL);
-    if (r)
-        return r;
     pthread_mutex_lock(&cuda_lock);
-    e->time_ns = t;
+    event_bind_locked(e); /* re-recording: forget the old position */
+    e->time_ns = not_before_locked(s);
     e->recorded = true;
+    if (!s->work_since_event) { /* a start marker: bound by the next work */
+        e->pend_stream = s;
+        e->pend_next = s->pending;
+        s->pending = e;
+    }
+    s->work_since_event = false;
     pthread_mutex_unlock(&cuda_lock);
     return CUDA_SUCCESS;
 }
@@ -433,9 +503,11 @@ EMU_API CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream h, unsigned int
     return event_record(e, h, true);
 }
 
+/* Observing an event fixes its time. */
 static bool event_time(CUevent e, uint64_t *t)
 {
     pthread_mutex_lock(&cuda_lock);
+    event_bind_locked(e);
     bool rec = e->recorded;
     *t = e->time_ns;
     pthread_mutex_unlock(&cuda_lock);
@@ -984,14 +1056,15 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool pt)
         return r;
     if (s->capture)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    for (size_t i = 0; i < e->n && !r; i++) {
+    /* the graph's kernels run back to back: one item on the timeline */
+    uint64_t total = 0;
+    for (size_t i = 0; i < e->n; i++) {
         const struct CUgraphNode_st *n = &e->nodes[i];
         if (n->func->magic != EMU_MAGIC_FUNC)
             return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
-        r = stream_submit(s, duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev), NULL,
-                          NULL);
+        total += duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev);
     }
-    return r;
+    return total ? stream_submit(s, total, NULL, NULL) : CUDA_SUCCESS;
 }
 
 EMU_API CUresult cuGraphLaunch(CUgraphExec e, CUstream h)

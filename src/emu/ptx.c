@@ -10,6 +10,7 @@
 
 struct lexer {
     const char *p, *end;
+    bool bad; /* an unterminated block comment */
 };
 
 struct token {
@@ -23,7 +24,7 @@ static bool ident_char(char c)
 }
 
 /* Next token, or n == 0 at the end. Comments are skipped; an unterminated block comment ends
- * the text. */
+ * the text and marks it bad. */
 static struct token next(struct lexer *lx)
 {
     for (;;) {
@@ -38,6 +39,8 @@ static struct token next(struct lexer *lx)
             const char *q = lx->p + 2;
             while (q + 1 < lx->end && !(q[0] == '*' && q[1] == '/'))
                 q++;
+            if (q + 1 >= lx->end)
+                lx->bad = true;
             lx->p = q + 1 < lx->end ? q + 2 : lx->end;
             continue;
         }
@@ -177,7 +180,7 @@ int ptx_parse(const char *text, size_t len, struct ptx_kernel *out, size_t max, 
 {
     if (!text)
         return -EINVAL;
-    struct lexer lx = {text, text + len};
+    struct lexer lx = {text, text + len, false};
     bool version = false, target = false;
     size_t n = 0;
     struct ptx_kernel k;
@@ -197,7 +200,7 @@ int ptx_parse(const char *text, size_t len, struct ptx_kernel *out, size_t max, 
             n++;
         }
     }
-    if (!version || !target)
+    if (!version || !target || lx.bad)
         return -EINVAL;
     if (ret_n)
         *ret_n = n;

@@ -160,7 +160,11 @@ struct emu_gpu {
     uint64_t interval_count; /* intervals ever appended; newest at (count-1) % RING */
     struct emu_interval intervals[EMU_TIMELINE_RING];
 
-    uint64_t reserved_u64[16];
+    /* ECC error counts since create (`accel-emu ecc`); volatile and aggregate alike.
+     * Part B (emulated NVML) owns these two; they take two of the reserved words. */
+    uint64_t ecc_single_bit;
+    uint64_t ecc_double_bit;
+    uint64_t reserved_u64[14];
 };
 
 /* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the
@@ -170,6 +174,30 @@ struct emu_proc {
     uint32_t pad;
     uint64_t start_time;         /* /proc/<pid>/stat starttime (clock ticks since boot) */
     uint64_t mem[EMU_MAX_GPUS];  /* bytes charged per GPU */
+};
+
+/* MPS section: what the emulated nvidia-cuda-mps-control daemons have been told, so the
+ * emulated libcuda can apply the limits later. One slot per running daemon (keyed by its pipe
+ * directory); a slot whose pid is gone is free. Written whole under the lock by the daemon
+ * (state-mps.c). Percentages are in tenths (1000 = 100 %); limits in bytes, 0 = none. */
+#define EMU_MPS_MAX_DAEMONS 4
+#define EMU_MPS_MAX_SERVERS 8
+struct emu_mps_server {
+    int32_t pid;
+    uint32_t uid;
+    uint32_t thread_pct_x10;
+    uint32_t pad;
+    uint64_t pinned_limit[EMU_MAX_GPUS];
+};
+struct emu_mps_daemon {
+    int32_t pid;                  /* 0 = free slot */
+    uint32_t default_thread_pct_x10;
+    uint64_t generation;          /* bumped on every change */
+    char pipe_dir[256];
+    uint64_t default_pinned_limit[EMU_MAX_GPUS];
+    uint32_t server_count;
+    uint32_t pad;
+    struct emu_mps_server servers[EMU_MPS_MAX_SERVERS];
 };
 
 struct emu_shared {
@@ -186,13 +214,19 @@ struct emu_shared {
      * the rings, then futex-waits for it to change */
     uint32_t event_futex;
     uint32_t pad1;
-    uint64_t reserved[14];
+    /* Size in bytes of the process-info entries the emulated NVML writes for
+     * nvmlDeviceGetComputeRunningProcesses_v2/_v3 (16, 24 or 32; 0 = 24), set by
+     * `accel-emu init --proc-info-stride`, so the suite's stride detection can be tested. */
+    uint32_t proc_info_stride;
+    uint32_t pad2;
+    uint64_t reserved[13];
     union {
         pthread_mutex_t mutex;   /* robust, process-shared */
         char mutex_space[64];
     };
     struct emu_proc procs[EMU_MAX_PROCS];
     struct emu_gpu gpus[EMU_MAX_GPUS];
+    struct emu_mps_daemon mps[EMU_MPS_MAX_DAEMONS]; /* part B: see above */
 };
 
 /* An open mapping of the state file. */

@@ -1125,9 +1125,10 @@ CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr);
 
 /* Entry points. */
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
-    cuuint64_t flags);
+                                  cuuint64_t flags);
 CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
-    cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
+                                     cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult *symbolStatus);
 CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
 
 /* Devices. */
@@ -1146,6 +1147,7 @@ CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevic
 CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev);
 CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
 CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+CUresult CUDAAPI cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev);
 
 /* Primary contexts (the unversioned Release/SetFlags/Reset are the legacy exports). */
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
@@ -1161,9 +1163,9 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev);
 CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
-    unsigned int flags, CUdevice dev);
+                                unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
-    unsigned int flags, CUdevice dev);
+                                unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxDestroy(CUcontext ctx);
 CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx);
 CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx);
@@ -1182,14 +1184,17 @@ CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value);
 CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
 CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
 CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext);
+CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId);
+CUresult CUDAAPI cuCtxResetPersistingL2Cache(void);
 
 /* Memory: allocation and information (unversioned = legacy 32-bit exports). */
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize);
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
-    unsigned int WidthInBytes, unsigned int Height, unsigned int ElementSizeBytes);
+                                 unsigned int WidthInBytes, unsigned int Height,
+                                 unsigned int ElementSizeBytes);
 CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
-    size_t Height, unsigned int ElementSizeBytes);
+                                    size_t Height, unsigned int ElementSizeBytes);
 CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr);
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr);
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
@@ -1202,62 +1207,65 @@ CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fla
 CUresult CUDAAPI cuMemHostUnregister(void *p);
 CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr_v1 *pdptr, void *p, unsigned int Flags);
 CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags);
+CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p);
 CUresult CUDAAPI cuMemGetInfo(unsigned int *free, unsigned int *total);
 CUresult CUDAAPI cuMemGetInfo_v2(size_t *free, size_t *total);
 CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr_v1 *pbase, unsigned int *psize,
-    CUdeviceptr_v1 dptr);
+                                      CUdeviceptr_v1 dptr);
 CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
 CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
-    void **data, CUdeviceptr ptr);
+                                        void **data, CUdeviceptr ptr);
 CUresult CUDAAPI cuPointerSetAttribute(const void *value, CUpointer_attribute attribute,
-    CUdeviceptr ptr);
+                                       CUdeviceptr ptr);
 
 /* Memory: copies and sets. */
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
-    CUstream hStream);
+                               CUstream hStream);
 CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
-    CUstream hStream);
+                                    CUstream hStream);
 CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
-    CUcontext srcContext, size_t ByteCount);
+                              CUcontext srcContext, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext,
-    CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+                                   CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext,
-    CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
+                                   CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount,
+                                   CUstream hStream);
 CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext,
-    CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
+                                        CUdeviceptr srcDevice, CUcontext srcContext,
+                                        size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost,
-    unsigned int ByteCount);
+                              unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice,
-    unsigned int ByteCount);
+                              unsigned int ByteCount);
 CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-    size_t ByteCount);
+                                      size_t ByteCount);
 CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost,
-    unsigned int ByteCount, CUstream hStream);
+                                   unsigned int ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
-    CUstream hStream);
+                                      CUstream hStream);
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
-    size_t ByteCount, CUstream hStream);
+                                           size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount,
-    CUstream hStream);
+                                   CUstream hStream);
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-    CUstream hStream);
+                                      CUstream hStream);
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-    CUstream hStream);
+                                           CUstream hStream);
 CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice,
-    unsigned int ByteCount, CUstream hStream);
+                                   unsigned int ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-    size_t ByteCount, CUstream hStream);
+                                      size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-    size_t ByteCount, CUstream hStream);
+                                           size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D_v1 *pCopy);
 CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy);
 CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy);
@@ -1273,20 +1281,75 @@ CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy);
 CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost,
+                                 size_t ByteCount);
+CUresult CUDAAPI cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const void *srcHost,
+                                      size_t ByteCount);
+CUresult CUDAAPI cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset,
+                                 size_t ByteCount);
+CUresult CUDAAPI cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t srcOffset,
+                                      size_t ByteCount);
+CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice,
+                                 size_t ByteCount);
+CUresult CUDAAPI cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice,
+                                      size_t ByteCount);
+CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset,
+                                 size_t ByteCount);
+CUresult CUDAAPI cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset,
+                                      size_t ByteCount);
+CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray,
+                                 size_t srcOffset, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArray,
+                                      size_t srcOffset, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost,
+                                      size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost,
+                                           size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset,
+                                      size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset,
+                                           size_t ByteCount, CUstream hStream);
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N);
 CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N);
 CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N);
 CUresult CUDAAPI cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N);
 CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N);
 CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N);
+CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N);
+CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N);
+CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
+                                 size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
+                                      size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
+                                  size_t Width, size_t Height);
+CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
+                                       size_t Width, size_t Height);
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
-    CUstream hStream);
+                                 CUstream hStream);
 CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
-    CUstream hStream);
+                                      CUstream hStream);
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
-    CUstream hStream);
+                                  CUstream hStream);
 CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
-    CUstream hStream);
+                                       CUstream hStream);
+CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N,
+                                  CUstream hStream);
+CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N,
+                                       CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
+                                   size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
+                                        size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
+                                    size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
+                                         size_t Width, size_t Height, CUstream hStream);
+CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+                                       unsigned int flags, CUstream hStream);
+CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
+                                            CUmemLocation location, unsigned int flags,
+                                            CUstream hStream);
 
 /* Stream-ordered allocation and memory pools. */
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
@@ -1294,69 +1357,86 @@ CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstre
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
-    CUstream hStream);
+                                         CUstream hStream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
-    CUstream hStream);
+                                              CUstream hStream);
 CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
 CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool);
 CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
 CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
+CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool,
+                                    CUmemLocation *location);
+CUresult CUDAAPI cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                                  CUmemAllocationHandleType handleType,
+                                                  unsigned long long flags);
+CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                                    CUmemAllocationHandleType handleType,
+                                                    unsigned long long flags);
+CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr);
+CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
+                                        CUmemPoolPtrExportData *shareData);
 
 /* Virtual memory management. */
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
-    const CUmemAllocationProp *prop, unsigned long long flags);
+                             const CUmemAllocationProp *prop, unsigned long long flags);
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle);
 CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
-    CUdeviceptr addr, unsigned long long flags);
+                                     CUdeviceptr addr, unsigned long long flags);
 CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size);
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-    CUmemGenericAllocationHandle handle, unsigned long long flags);
+                          CUmemGenericAllocationHandle handle, unsigned long long flags);
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size);
 CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
-    size_t count);
+                                size_t count);
 CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
-    CUdeviceptr ptr);
+                                CUdeviceptr ptr);
 CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
-    CUmemAllocationGranularity_flags option);
+                                               CUmemAllocationGranularity_flags option);
 CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
-    CUmemGenericAllocationHandle handle);
+                                                        CUmemGenericAllocationHandle handle);
 CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
-    CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType,
-    unsigned long long flags);
+                                              CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType,
+                                              unsigned long long flags);
 CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
-    void *osHandle, CUmemAllocationHandleType shHandleType);
+                                                void *osHandle,
+                                                CUmemAllocationHandleType shHandleType);
 CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
 
 /* Arrays. */
 CUresult CUDAAPI cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray);
 CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
 CUresult CUDAAPI cuArray3DCreate(CUarray *pHandle,
-    const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray);
+                                 const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray);
 CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle,
-    const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
+                                    const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
 CUresult CUDAAPI cuArrayDestroy(CUarray hArray);
 CUresult CUDAAPI cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR_v1 *pArrayDescriptor, CUarray hArray);
 CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
 CUresult CUDAAPI cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR_v1 *pArrayDescriptor,
-    CUarray hArray);
+                                        CUarray hArray);
 CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor,
-    CUarray hArray);
+                                           CUarray hArray);
 CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
-    const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels);
+                                        const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                                        unsigned int numMipmapLevels);
 CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray);
 
 /* IPC and external memory. */
 CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
 CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
-    unsigned int Flags);
+                                       unsigned int Flags);
 CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr);
+CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event);
+CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle);
 CUresult CUDAAPI cuImportExternalMemory(CUexternalMemory *extMem_out,
-    const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *memHandleDesc);
-CUresult CUDAAPI cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory extMem,
-    const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *bufferDesc);
+                                        const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *memHandleDesc);
+CUresult CUDAAPI
+cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory extMem,
+                                const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *bufferDesc);
 CUresult CUDAAPI cuDestroyExternalMemory(CUexternalMemory extMem);
 
 /* Streams. */
@@ -1376,10 +1456,14 @@ CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int *flags);
 CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags);
 CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int *priority);
+CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned long long *streamId);
+CUresult CUDAAPI cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId);
+CUresult CUDAAPI cuStreamGetDevice(CUstream hStream, CUdevice *device);
+CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream, CUdevice *device);
 CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData,
-    unsigned int flags);
+                                     unsigned int flags);
 CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback,
-    void *userData, unsigned int flags);
+                                          void *userData, unsigned int flags);
 CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream);
 CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream);
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
@@ -1406,68 +1490,84 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent);
 CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname);
 CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image);
 CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
-    CUjit_option *options, void **optionValues);
+                                    CUjit_option *options, void **optionValues);
 CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin);
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult CUDAAPI cuModuleGetGlobal(CUdeviceptr_v1 *dptr, unsigned int *bytes, CUmodule hmod,
-    const char *name);
+                                   const char *name);
 CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
-    const char *name);
+                                      const char *name);
 CUresult CUDAAPI cuModuleUnload(CUmodule hmod);
 CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
-    void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions,
-    void **libraryOptionValues, unsigned int numLibraryOptions);
+                                   void **jitOptionsValues, unsigned int numJitOptions,
+                                   CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                   unsigned int numLibraryOptions);
 CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
-    CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions,
-    CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions);
+                                       CUjit_option *jitOptions, void **jitOptionsValues,
+                                       unsigned int numJitOptions, CUlibraryOption *libraryOptions,
+                                       void **libraryOptionValues, unsigned int numLibraryOptions);
 CUresult CUDAAPI cuLibraryUnload(CUlibrary library);
 CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
 CUresult CUDAAPI cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
+CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
+                                    const char *name);
 CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
+CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel,
+                                      CUdevice dev);
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc);
 CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
 CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
-    int blockSize, size_t dynamicSMemSize);
-CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks,
-    CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
+                                                             int blockSize, size_t dynamicSMemSize);
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 
 /* Launches. */
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
-    unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+                                unsigned int gridDimZ, unsigned int blockDimX,
+                                unsigned int blockDimY, unsigned int blockDimZ,
+                                unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
+                                void **extra);
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
-    unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+                                     unsigned int gridDimZ, unsigned int blockDimX,
+                                     unsigned int blockDimY, unsigned int blockDimZ,
+                                     unsigned int sharedMemBytes, CUstream hStream,
+                                     void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
-    void **extra);
+                                  void **extra);
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
-    void **kernelParams, void **extra);
+                                       void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
-    unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-    unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
+                                           unsigned int gridDimY, unsigned int gridDimZ,
+                                           unsigned int blockDimX, unsigned int blockDimY,
+                                           unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                           CUstream hStream, void **kernelParams);
 CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
-    unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-    unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
+                                                unsigned int gridDimY, unsigned int gridDimZ,
+                                                unsigned int blockDimX, unsigned int blockDimY,
+                                                unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                                CUstream hStream, void **kernelParams);
 CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList,
-    unsigned int numDevices, unsigned int flags);
+                                                      unsigned int numDevices, unsigned int flags);
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
 CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData);
 
 /* Graphs. */
 CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags);
 CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
-    const CUgraphNode *dependencies, size_t numDependencies,
-    const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
 CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
-    const CUgraphNode *dependencies, size_t numDependencies,
-    const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+                                         const CUgraphNode *dependencies, size_t numDependencies,
+                                         const CUDA_KERNEL_NODE_PARAMS *nodeParams);
 CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
-    CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize);
+                                    CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize);
 CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
-    CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize);
+                                       CUgraphNode *phErrorNode, char *logBuffer,
+                                       size_t bufferSize);
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
-    unsigned long long flags);
+                                             unsigned long long flags);
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream);
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraph, CUstream hStream);

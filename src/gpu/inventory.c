@@ -32,14 +32,22 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
 const char *gpu_link_kind_name(enum gpu_link_kind k)
 {
     switch (k) {
-    case GPU_LINK_SYSTEM: return "SYS";
-    case GPU_LINK_NODE: return "NODE";
-    case GPU_LINK_HOSTBRIDGE: return "PHB";
-    case GPU_LINK_MULTIPLE: return "PXB";
-    case GPU_LINK_SINGLE: return "PIX";
-    case GPU_LINK_BOARD: return "BOARD";
-    case GPU_LINK_SELF: return "X";
-    case GPU_LINK_UNKNOWN: break;
+    case GPU_LINK_SYSTEM:
+        return "SYS";
+    case GPU_LINK_NODE:
+        return "NODE";
+    case GPU_LINK_HOSTBRIDGE:
+        return "PHB";
+    case GPU_LINK_MULTIPLE:
+        return "PXB";
+    case GPU_LINK_SINGLE:
+        return "PIX";
+    case GPU_LINK_BOARD:
+        return "BOARD";
+    case GPU_LINK_SELF:
+        return "X";
+    case GPU_LINK_UNKNOWN:
+        break;
     }
     return "unknown";
 }
@@ -283,12 +291,18 @@ static void load_device(struct gpu_nvml *nvml, const char *sysfs_root, int i, st
 static enum gpu_link_kind level_to_kind(nvmlGpuTopologyLevel_t level)
 {
     switch (level) {
-    case NVML_TOPOLOGY_INTERNAL: return GPU_LINK_BOARD;
-    case NVML_TOPOLOGY_SINGLE: return GPU_LINK_SINGLE;
-    case NVML_TOPOLOGY_MULTIPLE: return GPU_LINK_MULTIPLE;
-    case NVML_TOPOLOGY_HOSTBRIDGE: return GPU_LINK_HOSTBRIDGE;
-    case NVML_TOPOLOGY_NODE: return GPU_LINK_NODE;
-    case NVML_TOPOLOGY_SYSTEM: return GPU_LINK_SYSTEM;
+    case NVML_TOPOLOGY_INTERNAL:
+        return GPU_LINK_BOARD;
+    case NVML_TOPOLOGY_SINGLE:
+        return GPU_LINK_SINGLE;
+    case NVML_TOPOLOGY_MULTIPLE:
+        return GPU_LINK_MULTIPLE;
+    case NVML_TOPOLOGY_HOSTBRIDGE:
+        return GPU_LINK_HOSTBRIDGE;
+    case NVML_TOPOLOGY_NODE:
+        return GPU_LINK_NODE;
+    case NVML_TOPOLOGY_SYSTEM:
+        return GPU_LINK_SYSTEM;
     }
     return GPU_LINK_UNKNOWN;
 }

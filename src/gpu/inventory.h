@@ -39,13 +39,13 @@ struct gpu_device {
     char uuid[96];
     char name[96];
     uint64_t memory_total_bytes;
-    char pci_bus_id[32]; /* "0000:3b:00.0" (normalized lower-case, 4-digit domain) */
-    int minor;           /* /dev/nvidiaN; -1 unknown */
-    int numa_node;       /* -1 unknown */
+    char pci_bus_id[32];    /* "0000:3b:00.0" (normalized lower-case, 4-digit domain) */
+    int minor;              /* /dev/nvidiaN; -1 unknown */
+    int numa_node;          /* -1 unknown */
     int cc_major, cc_minor; /* compute capability; -1 unknown */
     int mig_enabled;        /* 0/1, -1 unknown */
     char vbios[64];
-    bool healthy; /* false when the GPU's queries failed / GPU_IS_LOST */
+    bool healthy;    /* false when the GPU's queries failed / GPU_IS_LOST */
     char error[160]; /* why not healthy, "" otherwise */
 };
 
@@ -73,8 +73,7 @@ int gpu_inventory_load(const struct gpu_inventory_options *opts, struct gpu_nvml
 struct gpu_inventory *gpu_inventory_free(struct gpu_inventory *inv);
 
 /* The device with this UUID, or NULL. Borrowed from inv. */
-const struct gpu_device *gpu_inventory_find_uuid(const struct gpu_inventory *inv,
-                                                 const char *uuid);
+const struct gpu_device *gpu_inventory_find_uuid(const struct gpu_inventory *inv, const char *uuid);
 
 /* The link between devices i and j (indexes into inv->devices), or NULL when out of range. */
 const struct gpu_link *gpu_inventory_link(const struct gpu_inventory *inv, int i, int j);

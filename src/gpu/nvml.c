@@ -17,7 +17,10 @@ struct sym {
     bool required;
 };
 
-#define SYM(n, req) {#n, offsetof(struct gpu_nvml, n), req}
+#define SYM(n, req)                                                                                \
+    {                                                                                              \
+#n, offsetof(struct gpu_nvml, n), req                                                      \
+    }
 
 static const struct sym syms[] = {
     SYM(nvmlInit_v2, true),
@@ -167,32 +170,52 @@ const char *gpu_nvml_strerror(const struct gpu_nvml *nvml, nvmlReturn_t r)
     if (s)
         return s;
     switch (r) {
-    case NVML_SUCCESS: return "success";
-    case NVML_ERROR_NOT_SUPPORTED: return "not supported";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "insufficient size";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "function not found";
-    default: return "NVML error";
+    case NVML_SUCCESS:
+        return "success";
+    case NVML_ERROR_NOT_SUPPORTED:
+        return "not supported";
+    case NVML_ERROR_GPU_IS_LOST:
+        return "GPU is lost";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+        return "insufficient size";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+        return "function not found";
+    default:
+        return "NVML error";
     }
 }
 
 int gpu_nvml_errno(nvmlReturn_t r)
 {
     switch (r) {
-    case NVML_SUCCESS: return 0;
-    case NVML_ERROR_UNINITIALIZED: return -EPIPE;
-    case NVML_ERROR_INVALID_ARGUMENT: return -EINVAL;
-    case NVML_ERROR_NOT_SUPPORTED: return -EOPNOTSUPP;
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return -EOPNOTSUPP;
-    case NVML_ERROR_NO_PERMISSION: return -EPERM;
-    case NVML_ERROR_NOT_FOUND: return -ENOENT;
-    case NVML_ERROR_INSUFFICIENT_SIZE: return -ENOSPC;
-    case NVML_ERROR_TIMEOUT: return -ETIMEDOUT;
-    case NVML_ERROR_GPU_IS_LOST: return -ENODEV;
-    case NVML_ERROR_MEMORY: return -ENOMEM;
-    case NVML_ERROR_IN_USE: return -EBUSY;
-    case NVML_ERROR_NO_DATA: return -ENODATA;
-    default: return -EIO;
+    case NVML_SUCCESS:
+        return 0;
+    case NVML_ERROR_UNINITIALIZED:
+        return -EPIPE;
+    case NVML_ERROR_INVALID_ARGUMENT:
+        return -EINVAL;
+    case NVML_ERROR_NOT_SUPPORTED:
+        return -EOPNOTSUPP;
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+        return -EOPNOTSUPP;
+    case NVML_ERROR_NO_PERMISSION:
+        return -EPERM;
+    case NVML_ERROR_NOT_FOUND:
+        return -ENOENT;
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+        return -ENOSPC;
+    case NVML_ERROR_TIMEOUT:
+        return -ETIMEDOUT;
+    case NVML_ERROR_GPU_IS_LOST:
+        return -ENODEV;
+    case NVML_ERROR_MEMORY:
+        return -ENOMEM;
+    case NVML_ERROR_IN_USE:
+        return -EBUSY;
+    case NVML_ERROR_NO_DATA:
+        return -ENODATA;
+    default:
+        return -EIO;
     }
 }
 
@@ -207,18 +230,40 @@ static const int proc_strides[] = {32, 24, 16};
 #define FILL_B 0x5A
 #define DETECT_TRIES 3
 
-/* The three entry points take different struct pointers; the driver treats the buffer as
- * raw records of its own layout, so they are called through one type. */
-typedef nvmlReturn_t (*proc_fn)(nvmlDevice_t, unsigned int *, void *);
-
-static proc_fn proc_call_fn(const struct gpu_nvml *nvml, int call)
+/* The three entry points take different struct pointers but the driver treats the buffer as
+ * raw records of its own layout; each is called through its own type (no function-pointer
+ * casts). Returns NVML_ERROR_FUNCTION_NOT_FOUND when the library lacks the entry point. */
+static nvmlReturn_t proc_call(const struct gpu_nvml *nvml, int call, nvmlDevice_t dev,
+                              unsigned int *count, void *buf)
 {
     switch (call) {
-    case GPU_NVML_PROC_CALL_V3: return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses_v3;
-    case GPU_NVML_PROC_CALL_V2: return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses_v2;
-    case GPU_NVML_PROC_CALL_V1: return (proc_fn)(void *)nvml->nvmlDeviceGetComputeRunningProcesses;
-    default: return NULL;
+    case GPU_NVML_PROC_CALL_V3:
+        if (nvml->nvmlDeviceGetComputeRunningProcesses_v3)
+            return nvml->nvmlDeviceGetComputeRunningProcesses_v3(dev, count, buf);
+        break;
+    case GPU_NVML_PROC_CALL_V2:
+        if (nvml->nvmlDeviceGetComputeRunningProcesses_v2)
+            return nvml->nvmlDeviceGetComputeRunningProcesses_v2(dev, count, buf);
+        break;
+    case GPU_NVML_PROC_CALL_V1:
+        if (nvml->nvmlDeviceGetComputeRunningProcesses)
+            return nvml->nvmlDeviceGetComputeRunningProcesses(dev, count, buf);
+        break;
     }
+    return NVML_ERROR_FUNCTION_NOT_FOUND;
+}
+
+static bool proc_call_exists(const struct gpu_nvml *nvml, int call)
+{
+    switch (call) {
+    case GPU_NVML_PROC_CALL_V3:
+        return nvml->nvmlDeviceGetComputeRunningProcesses_v3 != NULL;
+    case GPU_NVML_PROC_CALL_V2:
+        return nvml->nvmlDeviceGetComputeRunningProcesses_v2 != NULL;
+    case GPU_NVML_PROC_CALL_V1:
+        return nvml->nvmlDeviceGetComputeRunningProcesses != NULL;
+    }
+    return false;
 }
 
 static int copy_records(const unsigned char *buf, unsigned int n, int stride,
@@ -241,35 +286,64 @@ static int copy_records(const unsigned char *buf, unsigned int n, int stride,
     return 0;
 }
 
+/* Every record i < n has its pid non-zero and its pid and used-memory bytes written. */
+static bool records_plausible(const unsigned char *a, const unsigned char *b, unsigned int n,
+                              int stride)
+{
+    for (unsigned int i = 0; i < n; i++) {
+        size_t at = (size_t)i * (size_t)stride;
+        uint32_t pid;
+        if (memcmp(a + at, b + at, 4) != 0 || memcmp(a + at + 8, b + at + 8, 8) != 0)
+            return false;
+        memcpy(&pid, a + at, sizeof(pid));
+        if (pid == 0)
+            return false;
+    }
+    return true;
+}
+
+static int nominal_stride(int call)
+{
+    return call == GPU_NVML_PROC_CALL_V1 ? 16 : 24;
+}
+
 /*
  * Finds the stride the driver writes with. The call is made twice into buffers pre-filled
  * with two different byte patterns: a byte the driver wrote holds the same value in both,
- * a byte it did not write differs. The written extent E (one past the last equal byte) is
- * n records of the driver's stride, since every layout ends with a field the driver always
- * writes (usedGpuMemory / computeInstanceId / usedGpuCcProtectedMemory). So the stride is
- * E / n, accepted only when it divides exactly, is a known layout, and every record's pid
- * is non-zero. A process list that changed between the two calls gives different counts
- * and is retried.
+ * a byte it did not write differs. The written extent E is one past the last equal byte.
+ *
+ *  - Exact: every layout ends with a field drivers write (usedGpuMemory, computeInstanceId,
+ *    usedGpuCcProtectedMemory), so normally E = n * stride. With n >= 2 and a known stride
+ *    that divides E exactly (and plausible records), the stride is certain: *ret_certain.
+ *  - Range: a driver that leaves trailing fields unwritten gives
+ *    (n-1) * stride + 16 <= E <= n * stride. A single candidate is used; several are
+ *    resolved by the entry point's nominal layout. Not certain: not cached.
+ *  - One process: its pid and memory sit at offsets 0 and 8 in every layout, so it is read
+ *    whatever the stride; nothing is cached.
+ * Counts that differ between the two calls (a process came or went) are retried.
  */
-static int detect_stride(proc_fn fn, nvmlDevice_t dev, unsigned char *a, unsigned char *b,
-                         int *ret_stride, unsigned int *ret_n, nvmlReturn_t *ret_nvml)
+static int detect_stride(const struct gpu_nvml *nvml, int call, nvmlDevice_t dev, unsigned char *a,
+                         unsigned char *b, int *ret_stride, bool *ret_certain, unsigned int *ret_n,
+                         nvmlReturn_t *ret_nvml)
 {
     const size_t len = (size_t)GPU_NVML_MAX_PROCS * PROC_MAX_STRIDE;
+    const size_t nstrides = sizeof(proc_strides) / sizeof(proc_strides[0]);
 
     for (int attempt = 0; attempt < DETECT_TRIES; attempt++) {
         unsigned int na = GPU_NVML_MAX_PROCS, nb = GPU_NVML_MAX_PROCS;
+        int candidate = 0, candidates = 0;
         nvmlReturn_t r;
         size_t extent = 0;
 
         memset(a, FILL_A, len);
         memset(b, FILL_B, len);
-        r = fn(dev, &na, a);
+        r = proc_call(nvml, call, dev, &na, a);
         if (r != NVML_SUCCESS) {
             *ret_nvml = r;
             *ret_n = na;
             return -EIO;
         }
-        r = fn(dev, &nb, b);
+        r = proc_call(nvml, call, dev, &nb, b);
         if (r != NVML_SUCCESS) {
             *ret_nvml = r;
             *ret_n = nb;
@@ -277,34 +351,44 @@ static int detect_stride(proc_fn fn, nvmlDevice_t dev, unsigned char *a, unsigne
         }
         if (na != nb)
             continue;
+        if (na > GPU_NVML_MAX_PROCS)
+            return -EPROTO;
+        *ret_n = na;
+        *ret_certain = false;
         if (na == 0) {
-            *ret_n = 0;
             *ret_stride = 0;
             return 0;
         }
-        if (na > GPU_NVML_MAX_PROCS)
-            return -EPROTO;
         for (size_t i = len; i > 0; i--)
             if (a[i - 1] == b[i - 1]) {
                 extent = i;
                 break;
             }
-        if (extent % na != 0)
-            continue;
-        for (size_t k = 0; k < sizeof(proc_strides) / sizeof(proc_strides[0]); k++) {
-            int s = proc_strides[k];
-            bool pids_ok = true;
-            if (extent / na != (size_t)s)
+        if (na == 1) {
+            if (extent < 16 || extent > PROC_MAX_STRIDE || !records_plausible(a, b, 1, 16))
                 continue;
-            for (unsigned int i = 0; i < na && pids_ok; i++) {
-                uint32_t pid;
-                memcpy(&pid, a + (size_t)i * (size_t)s, sizeof(pid));
-                pids_ok = pid != 0;
+            *ret_stride = 16; /* any stride reads one record */
+            return 0;
+        }
+        for (size_t k = 0; k < nstrides; k++) {
+            int st = proc_strides[k];
+            if (extent == (size_t)na * (size_t)st && records_plausible(a, b, na, st)) {
+                *ret_stride = st;
+                *ret_certain = true;
+                return 0;
             }
-            if (!pids_ok)
-                break;
-            *ret_stride = s;
-            *ret_n = na;
+        }
+        for (size_t k = 0; k < nstrides; k++) {
+            size_t st = (size_t)proc_strides[k];
+            if (extent >= (na - 1) * st + 16 && extent <= na * st &&
+                records_plausible(a, b, na, (int)st)) {
+                candidates++;
+                if (candidate == 0 || proc_strides[k] == nominal_stride(call))
+                    candidate = proc_strides[k];
+            }
+        }
+        if (candidates == 1 || (candidates > 1 && candidate == nominal_stride(call))) {
+            *ret_stride = candidate;
             return 0;
         }
     }
@@ -324,9 +408,9 @@ int gpu_nvml_running_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, struct g
     int last = -EOPNOTSUPP;
 
     /* Known layout: one call. */
-    if (stride > 0 && proc_call_fn(nvml, call)) {
+    if (stride > 0 && proc_call_exists(nvml, call)) {
         unsigned int n = GPU_NVML_MAX_PROCS;
-        nvmlReturn_t r = proc_call_fn(nvml, call)(dev, &n, a);
+        nvmlReturn_t r = proc_call(nvml, call, dev, &n, a);
         if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
             *ret_n = n;
             return -ENOSPC;
@@ -337,15 +421,15 @@ int gpu_nvml_running_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, struct g
     }
 
     for (size_t c = 0; c < sizeof(calls) / sizeof(calls[0]); c++) {
-        proc_fn fn = proc_call_fn(nvml, calls[c]);
         nvmlReturn_t r = NVML_SUCCESS;
         unsigned int n = 0;
         int s = 0, rc;
+        bool certain = false;
 
-        if (!fn)
+        if (!proc_call_exists(nvml, calls[c]))
             continue;
         any = true;
-        rc = detect_stride(fn, dev, a, b, &s, &n, &r);
+        rc = detect_stride(nvml, calls[c], dev, a, b, &s, &certain, &n, &r);
         if (rc == -EIO) {
             /* An older library may export a name it does not implement: try the next. */
             if (r == NVML_ERROR_FUNCTION_NOT_FOUND || r == NVML_ERROR_NOT_SUPPORTED) {
@@ -360,7 +444,7 @@ int gpu_nvml_running_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, struct g
         }
         if (rc < 0)
             return rc;
-        if (s > 0) {
+        if (certain) {
             __atomic_store_n(&nvml->proc_call, calls[c], __ATOMIC_RELAXED);
             __atomic_store_n(&nvml->proc_stride, s, __ATOMIC_RELEASE);
         }

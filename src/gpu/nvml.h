@@ -27,9 +27,9 @@
 #define GPU_NVML_FN(name) __typeof__(name) *name
 
 struct gpu_nvml {
-    void *dl;          /* dlopen handle; NULL for an injected table */
-    bool initialized;  /* nvmlInit_v2 succeeded: gpu_nvml_free calls nvmlShutdown */
-    char path[256];    /* what was opened */
+    void *dl;         /* dlopen handle; NULL for an injected table */
+    bool initialized; /* nvmlInit_v2 succeeded: gpu_nvml_free calls nvmlShutdown */
+    char path[256];   /* what was opened */
 
     /* Required. */
     GPU_NVML_FN(nvmlInit_v2);
@@ -123,5 +123,6 @@ struct gpu_process {
 int gpu_nvml_running_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, struct gpu_process *procs,
                                size_t cap, size_t *ret_n);
 
-/* The stride (16, 24 or 32 bytes) detected by the last successful detection, or 0. */
+/* The stride (16, 24 or 32 bytes) detected with certainty and cached, or 0 (see
+ * docs/inventory.md: one process, or trailing fields a driver leaves unwritten, teach nothing). */
 int gpu_nvml_process_stride(const struct gpu_nvml *nvml);

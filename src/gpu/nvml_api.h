@@ -82,7 +82,7 @@ typedef enum nvmlReturn_enum {
 #define NVML_DEVICE_MIG_ENABLE 0x1
 
 /* Versioned structs carry their size and version in their first member. */
-#define NVML_STRUCT_VERSION(data, ver) \
+#define NVML_STRUCT_VERSION(data, ver)                                                             \
     (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((unsigned int)(ver) << 24U))
 
 /* ---- handles ----------------------------------------------------------------------------- */
@@ -145,9 +145,9 @@ typedef enum nvmlEccCounterType_enum {
 #define nvmlEventTypeClock 0x0000000000000010LL
 #define nvmlEventTypePowerSourceChange 0x0000000000000080LL
 #define nvmlEventTypeMigConfigChange 0x0000000000000100LL
-#define nvmlEventTypeAll                                                                   \
-    (nvmlEventTypeNone | nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | \
-     nvmlEventTypePState | nvmlEventTypeClock | nvmlEventTypeXidCriticalError |            \
+#define nvmlEventTypeAll                                                                           \
+    (nvmlEventTypeNone | nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError |         \
+     nvmlEventTypePState | nvmlEventTypeClock | nvmlEventTypeXidCriticalError |                    \
      nvmlEventTypePowerSourceChange | nvmlEventTypeMigConfigChange)
 
 /* ---- structs ----------------------------------------------------------------------------- */
@@ -158,7 +158,7 @@ typedef struct nvmlPciInfo_st {
     unsigned int domain;
     unsigned int bus;
     unsigned int device;
-    unsigned int pciDeviceId;    /* (device id << 16) | vendor id */
+    unsigned int pciDeviceId; /* (device id << 16) | vendor id */
     unsigned int pciSubSystemId;
     char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE]; /* "00000000:3B:00.0" */
 } nvmlPciInfo_t;
@@ -287,10 +287,8 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set);
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
                                       nvmlEventSet_t set);
-nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
-                                              unsigned long long *eventTypes);
-nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
-                                 unsigned int timeoutms);
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes);
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms);
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
 
 #ifdef __cplusplus

@@ -321,11 +321,33 @@ static void track(uint32_t kind, uint64_t key, uint64_t size, unsigned index, CU
     }
 }
 
-static void untrack(uint32_t kind, uint64_t key)
-{
+/* Frees go in three steps: take the entry out of the table before the driver
+ * frees (so a new allocation that reuses the address at once can be
+ * recorded), call the driver, then give the bytes back only if the driver
+ * freed (else put the entry back). The quota never sees the bytes free while
+ * the driver still holds them. */
+struct pending_free {
     struct vc_track_entry e;
-    if (vc_track_take(kind, key, &e) == 0)
-        release_entry(&e, NULL);
+    bool had;
+};
+
+static struct pending_free free_begin(uint32_t kind, uint64_t key)
+{
+    struct pending_free f = {.had = false};
+    if (key)
+        f.had = vc_track_take(kind, key, &f.e) == 0;
+    return f;
+}
+
+static CUresult free_end(struct pending_free *f, CUresult r)
+{
+    if (f->had) {
+        if (r == CUDA_SUCCESS)
+            release_entry(&f->e, NULL);
+        else
+            vc_track_put(&f->e);
+    }
+    return r;
 }
 
 void vc_ctx_gone(CUcontext ctx)
@@ -335,6 +357,15 @@ void vc_ctx_gone(CUcontext ctx)
 }
 
 /* ---- plain, pitched and managed allocations ---------------------------- */
+
+/* The driver hands out device memory in units of at least 512 bytes (its
+ * allocation alignment), so that is what an allocation costs at least:
+ * otherwise many tiny allocations would hold far more than they are charged. */
+#define ALLOC_UNIT 512ull
+static inline uint64_t round_alloc(uint64_t n)
+{
+    return n > UINT64_MAX - (ALLOC_UNIT - 1) ? UINT64_MAX : (n + ALLOC_UNIT - 1) / ALLOC_UNIT * ALLOC_UNIT;
+}
 
 #define VC_PREAMBLE(n)                                                                             \
     VC_NEED_REAL(n);                                                                               \
@@ -348,14 +379,15 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     unsigned index;
     if (bytesize == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
         return vc_real.cuMemAlloc_v2(dptr, bytesize); /* the driver reports the error */
-    if (vc_mem_reserve(index, bytesize) < 0)
-        return vc_mem_oom(index, bytesize, "cuMemAlloc");
+    uint64_t charge = round_alloc(bytesize);
+    if (vc_mem_reserve(index, charge) < 0)
+        return vc_mem_oom(index, charge, "cuMemAlloc");
     CUresult r = vc_real.cuMemAlloc_v2(dptr, bytesize);
     if (r != CUDA_SUCCESS) {
-        vc_mem_release(index, bytesize);
+        vc_mem_release(index, charge);
         return r;
     }
-    track(VC_TRACK_DPTR, *dptr, bytesize, index, ctx, NULL);
+    track(VC_TRACK_DPTR, *dptr, charge, index, ctx, NULL);
     return r;
 }
 
@@ -366,14 +398,15 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
     unsigned index;
     if (bytesize == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
         return vc_real.cuMemAlloc(dptr, bytesize);
-    if (vc_mem_reserve(index, bytesize) < 0)
-        return vc_mem_oom(index, bytesize, "cuMemAlloc");
+    uint64_t charge = round_alloc(bytesize);
+    if (vc_mem_reserve(index, charge) < 0)
+        return vc_mem_oom(index, charge, "cuMemAlloc");
     CUresult r = vc_real.cuMemAlloc(dptr, bytesize);
     if (r != CUDA_SUCCESS) {
-        vc_mem_release(index, bytesize);
+        vc_mem_release(index, charge);
         return r;
     }
-    track(VC_TRACK_DPTR, *dptr, bytesize, index, ctx, NULL);
+    track(VC_TRACK_DPTR, *dptr, charge, index, ctx, NULL);
     return r;
 }
 
@@ -386,14 +419,15 @@ CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned 
         return vc_real.cuMemAllocManaged(dptr, bytesize, flags);
     /* Managed memory can migrate to the host, but a container could otherwise
      * use it to hold any amount of device memory: charged in full. */
-    if (vc_mem_reserve(index, bytesize) < 0)
-        return vc_mem_oom(index, bytesize, "cuMemAllocManaged");
+    uint64_t charge = round_alloc(bytesize);
+    if (vc_mem_reserve(index, charge) < 0)
+        return vc_mem_oom(index, charge, "cuMemAllocManaged");
     CUresult r = vc_real.cuMemAllocManaged(dptr, bytesize, flags);
     if (r != CUDA_SUCCESS) {
-        vc_mem_release(index, bytesize);
+        vc_mem_release(index, charge);
         return r;
     }
-    track(VC_TRACK_DPTR, *dptr, bytesize, index, ctx, NULL);
+    track(VC_TRACK_DPTR, *dptr, charge, index, ctx, NULL);
     return r;
 }
 
@@ -469,19 +503,15 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 {
     VC_PREAMBLE(cuMemFree_v2);
-    CUresult r = vc_real.cuMemFree_v2(dptr);
-    if (r == CUDA_SUCCESS && dptr)
-        untrack(VC_TRACK_DPTR, dptr);
-    return r;
+    struct pending_free pf = free_begin(VC_TRACK_DPTR, dptr);
+    return free_end(&pf, vc_real.cuMemFree_v2(dptr));
 }
 
 CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr)
 {
     VC_PREAMBLE(cuMemFree);
-    CUresult r = vc_real.cuMemFree(dptr);
-    if (r == CUDA_SUCCESS && dptr)
-        untrack(VC_TRACK_DPTR, dptr);
-    return r;
+    struct pending_free pf = free_begin(VC_TRACK_DPTR, dptr);
+    return free_end(&pf, vc_real.cuMemFree(dptr));
 }
 
 /* ---- stream-ordered allocations and pools -------------------------------- */
@@ -499,11 +529,13 @@ static CUresult alloc_stream_ordered(alloc_async_fn fa, alloc_pool_fn fp, CUdevi
         return fa ? fa(dptr, size, stream) : fp(dptr, size, pool, stream);
     if (!pool && vc_real.cuDeviceGetMemPool && vc_real.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS)
         pool = NULL;
-    int rr = pool ? pool_alloc_begin(pool, index, size) : -EMFILE;
+    /* A pool grows by whole 512-byte units at least: charge those. */
+    uint64_t units = ((uint64_t)size + 511) / 512 * 512;
+    int rr = pool ? pool_alloc_begin(pool, index, units) : -EMFILE;
     if (rr == -ENOSPC) {
         vc_region_reap(&vc.region);
         vc_pools_refresh();
-        rr = pool_alloc_begin(pool, index, size);
+        rr = pool_alloc_begin(pool, index, units);
     }
     if (rr == -EMFILE) {
         /* Untracked pool: account the allocation on its own. */
@@ -512,18 +544,19 @@ static CUresult alloc_stream_ordered(alloc_async_fn fa, alloc_pool_fn fp, CUdevi
     }
     if (rr < 0)
         return vc_mem_oom(index, size, fa ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync");
+    uint64_t charged = pool ? units : size;
     CUresult r = fa ? fa(dptr, size, stream) : fp(dptr, size, pool, stream);
     if (r != CUDA_SUCCESS) {
         if (pool) {
-            pool_alloc_end(pool, size);
+            pool_alloc_end(pool, charged);
             pool_reconcile(pool);
         } else {
-            vc_mem_release(index, size);
+            vc_mem_release(index, charged);
         }
         return r;
     }
     /* Stream-ordered memory belongs to its pool, not to the context. */
-    track(VC_TRACK_DPTR, *dptr, size, index, NULL, pool);
+    track(VC_TRACK_DPTR, *dptr, charged, index, NULL, pool);
     if (pool)
         pool_reconcile(pool);
     return r;
@@ -564,19 +597,15 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     VC_PREAMBLE(cuMemFreeAsync);
-    CUresult r = vc_real.cuMemFreeAsync(dptr, hStream);
-    if (r == CUDA_SUCCESS && dptr)
-        untrack(VC_TRACK_DPTR, dptr);
-    return r;
+    struct pending_free pf = free_begin(VC_TRACK_DPTR, dptr);
+    return free_end(&pf, vc_real.cuMemFreeAsync(dptr, hStream));
 }
 
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     VC_PREAMBLE(cuMemFreeAsync_ptsz);
-    CUresult r = vc_real.cuMemFreeAsync_ptsz(dptr, hStream);
-    if (r == CUDA_SUCCESS && dptr)
-        untrack(VC_TRACK_DPTR, dptr);
-    return r;
+    struct pending_free pf = free_begin(VC_TRACK_DPTR, dptr);
+    return free_end(&pf, vc_real.cuMemFreeAsync_ptsz(dptr, hStream));
 }
 
 CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
@@ -636,45 +665,87 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     VC_PREAMBLE(cuMemRelease);
-    CUresult r = vc_real.cuMemRelease(handle);
-    /* Imported handles were never charged here: untrack finds nothing. */
-    if (r == CUDA_SUCCESS)
-        untrack(VC_TRACK_VMM, handle);
-    return r;
+    struct pending_free pf = free_begin(VC_TRACK_VMM, handle);
+    return free_end(&pf, vc_real.cuMemRelease(handle));
 }
 
 /* ---- arrays ------------------------------------------------------------- */
 
 static uint64_t format_bytes_per_elem(CUarray_format f)
 {
-    switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
+    switch ((int)f) {
+    case 0x01: case 0x08: case 0xc0: case 0xc6:
         return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
+    case 0x02: case 0x09: case 0x10: case 0xc1: case 0xc3: case 0xc7: case 0xc9:
         return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
+    case 0x03: case 0x0a: case 0x20: case 0xc2: case 0xc4: case 0xc8: case 0xca:
         return 4;
+    case 0xc5: case 0xcb:
+        return 8;
     default:
-        /* packed/compressed formats: at most 4 bytes per element and channel */
+        /* block-compressed and planar formats: at most 4 bytes per element */
         return 4;
     }
 }
 
-/* Bytes of a W x H x D array (H, D of 0 mean 1), or 0 on overflow. */
+#define ARRAY_ROW_ALIGN 512ull   /* rows are padded to the pitch unit */
+#define ARRAY_PAGE (64ull << 10) /* and arrays occupy whole 64 KiB pages */
+
+static uint64_t round_up(uint64_t v, uint64_t a, bool *overflow)
+{
+    uint64_t r;
+    if (__builtin_add_overflow(v, a - 1, &r))
+        *overflow = true;
+    return r / a * a;
+}
+
+/* Bytes a W x H x D array takes on the device before the driver tells us
+ * better (H, D of 0 mean 1): rows padded to 512 bytes, whole 64 KiB pages.
+ * 0 on overflow. */
 uint64_t vc_array_bytes(uint64_t w, uint64_t h, uint64_t d, unsigned channels, CUarray_format f);
 uint64_t vc_array_bytes(uint64_t w, uint64_t h, uint64_t d, unsigned channels, CUarray_format f)
 {
-    uint64_t n = w, out;
-    if (__builtin_mul_overflow(n, h ? h : 1, &n) || __builtin_mul_overflow(n, d ? d : 1, &n) ||
-        __builtin_mul_overflow(n, channels ? channels : 1, &n) ||
-        __builtin_mul_overflow(n, format_bytes_per_elem(f), &out))
+    bool of = false;
+    uint64_t row, n;
+    if (__builtin_mul_overflow(w, (uint64_t)(channels ? channels : 1) * format_bytes_per_elem(f),
+                               &row))
         return 0;
-    return out;
+    row = round_up(row, ARRAY_ROW_ALIGN, &of);
+    if (__builtin_mul_overflow(row, h ? h : 1, &n) || __builtin_mul_overflow(n, d ? d : 1, &n))
+        return 0;
+    n = round_up(n, ARRAY_PAGE, &of);
+    return of ? 0 : n;
+}
+
+/* The driver's own figure for an array, where it has one (CUDA 11.6+:
+ * cuArrayGetMemoryRequirements, found through the driver's cuGetProcAddress
+ * so no export of ours depends on it). 0 = unknown. */
+struct array_req {
+    size_t size;
+    size_t alignment;
+    unsigned int reserved[4];
+};
+typedef CUresult (*array_req_fn)(struct array_req *, void *, CUdevice);
+
+static uint64_t driver_array_bytes(const char *fn_name, void *array)
+{
+    static array_req_fn fns[2];
+    static atomic_int looked[2];
+    int which = strcmp(fn_name, "cuArrayGetMemoryRequirements") == 0 ? 0 : 1;
+    if (!atomic_load_explicit(&looked[which], memory_order_acquire)) {
+        void *p = NULL;
+        if (vc_real.cuGetProcAddress_v2 &&
+            vc_real.cuGetProcAddress_v2(fn_name, &p, 11060, 0, NULL) != CUDA_SUCCESS)
+            p = NULL;
+        fns[which] = (array_req_fn)p;
+        atomic_store_explicit(&looked[which], 1, memory_order_release);
+    }
+    CUdevice dev;
+    struct array_req req = {0};
+    if (!fns[which] || !vc_real.cuCtxGetDevice || vc_real.cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
+        fns[which](&req, array, dev) != CUDA_SUCCESS)
+        return 0;
+    return req.size;
 }
 
 static CUresult array_charged(const char *what, uint64_t bytes, CUarray *pHandle,
@@ -690,6 +761,15 @@ static CUresult array_charged(const char *what, uint64_t bytes, CUarray *pHandle
     if (r != CUDA_SUCCESS) {
         vc_mem_release(index, bytes);
         return r;
+    }
+    uint64_t actual = driver_array_bytes("cuArrayGetMemoryRequirements", *pHandle);
+    if (actual && actual != bytes) {
+        if (pitch_settle(index, bytes, actual) < 0) {
+            vc_real.cuArrayDestroy(*pHandle);
+            vc_mem_release(index, bytes);
+            return vc_mem_oom(index, actual, what);
+        }
+        bytes = actual;
     }
     track(VC_TRACK_ARRAY, (uint64_t)(uintptr_t)*pHandle, bytes, index, ctx, NULL);
     return r;
@@ -743,10 +823,8 @@ CUresult CUDAAPI cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR
 CUresult CUDAAPI cuArrayDestroy(CUarray hArray)
 {
     VC_PREAMBLE(cuArrayDestroy);
-    CUresult r = vc_real.cuArrayDestroy(hArray);
-    if (r == CUDA_SUCCESS)
-        untrack(VC_TRACK_ARRAY, (uint64_t)(uintptr_t)hArray);
-    return r;
+    struct pending_free pf = free_begin(VC_TRACK_ARRAY, (uint64_t)(uintptr_t)hArray);
+    return free_end(&pf, vc_real.cuArrayDestroy(hArray));
 }
 
 /* A mipmap chain: each level halves every dimension (down to 1); the depth of
@@ -785,6 +863,15 @@ CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
         vc_mem_release(index, bytes);
         return r;
     }
+    uint64_t actual = driver_array_bytes("cuMipmappedArrayGetMemoryRequirements", *pHandle);
+    if (actual && actual != bytes) {
+        if (pitch_settle(index, bytes, actual) < 0) {
+            vc_real.cuMipmappedArrayDestroy(*pHandle);
+            vc_mem_release(index, bytes);
+            return vc_mem_oom(index, actual, "cuMipmappedArrayCreate");
+        }
+        bytes = actual;
+    }
     track(VC_TRACK_MIPMAP, (uint64_t)(uintptr_t)*pHandle, bytes, index, ctx, NULL);
     return r;
 }
@@ -792,10 +879,8 @@ CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
 CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray h)
 {
     VC_PREAMBLE(cuMipmappedArrayDestroy);
-    CUresult r = vc_real.cuMipmappedArrayDestroy(h);
-    if (r == CUDA_SUCCESS)
-        untrack(VC_TRACK_MIPMAP, (uint64_t)(uintptr_t)h);
-    return r;
+    struct pending_free pf = free_begin(VC_TRACK_MIPMAP, (uint64_t)(uintptr_t)h);
+    return free_end(&pf, vc_real.cuMipmappedArrayDestroy(h));
 }
 
 /* ---- views -------------------------------------------------------------- */
@@ -809,7 +894,15 @@ void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint
 {
     uint64_t limit = vc.cfg.memory_limit;
     uint64_t total = limit && limit < real_total ? limit : real_total;
-    vc_region_reap(&vc.region);
+    /* Views may be polled: look for dead processes at most every 100 ms
+     * (each live slot costs a kill(2) and a /proc read). */
+    static _Atomic uint64_t last_reap;
+    uint64_t now = mono_ns(), last = atomic_load_explicit(&last_reap, memory_order_relaxed);
+    if (now - last >= 100000000ull &&
+        atomic_compare_exchange_strong_explicit(&last_reap, &last, now, memory_order_relaxed,
+                                                memory_order_relaxed))
+        vc_region_reap(&vc.region);
+    vc_pools_refresh();
     uint64_t used = vc_region_used(&vc.region, index);
     uint64_t free_ = used >= total ? 0 : total - used;
     if (free_ > real_free)

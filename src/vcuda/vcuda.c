@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "track.h"
+#include "util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -98,6 +99,7 @@ int vc_init_slow(void)
         return 0;
     }
     in_init = true;
+    uint64_t t0 = mono_ns();
     if (vc.region.hdr == NULL) {
         /* First time in this process (not a forked child): config and region. */
         char err[512];
@@ -126,6 +128,9 @@ int vc_init_slow(void)
                   "memory to this process",
                   vc.cfg.region, VC_REGION_SLOTS);
     }
+    log_debug("set up in %llu us: limit %llu bytes, region %s, slot %d",
+              (unsigned long long)((mono_ns() - t0) / 1000), (unsigned long long)vc.cfg.memory_limit,
+              vc.cfg.region[0] ? vc.cfg.region : "(private)", vc.slot);
     in_init = false;
     atomic_store_explicit(&vc_ready, 1, memory_order_release);
     pthread_mutex_unlock(&init_lock);

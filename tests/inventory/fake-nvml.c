@@ -62,11 +62,16 @@ nvmlReturn_t nvmlShutdown(void)
 const char *nvmlErrorString(nvmlReturn_t r)
 {
     switch (r) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+        return "Success";
+    case NVML_ERROR_GPU_IS_LOST:
+        return "GPU is lost";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+        return "Driver Not Loaded";
+    case NVML_ERROR_NOT_SUPPORTED:
+        return "Not Supported";
+    default:
+        return "Unknown Error";
     }
 }
 
@@ -100,12 +105,12 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
 }
 
 /* Common prologue of device queries: validates the handle, reports a lost GPU. */
-#define DEV(d)                                                                      \
-    do {                                                                            \
-        if (!(d) || (d) < devices || (d) >= devices + ngpus)                        \
-            return NVML_ERROR_INVALID_ARGUMENT;                                     \
-        if ((d)->index == lost)                                                     \
-            return NVML_ERROR_GPU_IS_LOST;                                          \
+#define DEV(d)                                                                                     \
+    do {                                                                                           \
+        if (!(d) || (d) < devices || (d) >= devices + ngpus)                                       \
+            return NVML_ERROR_INVALID_ARGUMENT;                                                    \
+        if ((d)->index == lost)                                                                    \
+            return NVML_ERROR_GPU_IS_LOST;                                                         \
     } while (0)
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length)

@@ -14,10 +14,14 @@
 static const char *kind_name(enum cuda_abi_kind k)
 {
     switch (k) {
-    case CUDA_ABI_CONST: return "value";
-    case CUDA_ABI_SIZE: return "sizeof";
-    case CUDA_ABI_OFFSET: return "offsetof";
-    case CUDA_ABI_FUNC: return "function";
+    case CUDA_ABI_CONST:
+        return "value";
+    case CUDA_ABI_SIZE:
+        return "sizeof";
+    case CUDA_ABI_OFFSET:
+        return "offsetof";
+    case CUDA_ABI_FUNC:
+        return "function";
     }
     return "?";
 }

@@ -4,6 +4,7 @@
  * records whatever the entry point's name promises.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,6 +20,7 @@ static struct {
     nvmlReturn_t fail; /* returned instead of data when non-zero */
     int calls;
     unsigned long long used; /* when non-zero: every process's used memory */
+    int written;             /* when non-zero: bytes of each record the driver writes */
 } fk;
 
 static nvmlReturn_t fake_write(nvmlDevice_t dev, unsigned int *count, void *infos)
@@ -45,7 +47,8 @@ static nvmlReturn_t fake_write(nvmlDevice_t dev, unsigned int *count, void *info
             memcpy(rec + 16, &mig, 4);
             memcpy(rec + 20, &mig, 4);
         }
-        memcpy(p + (size_t)k * (size_t)fk.stride, rec, (size_t)fk.stride);
+        memcpy(p + (size_t)k * (size_t)fk.stride, rec,
+               (size_t)(fk.written ? fk.written : fk.stride));
     }
     *count = n;
     return NVML_SUCCESS;
@@ -98,7 +101,8 @@ static void stride_case(int stride, unsigned int procs)
     n.nvmlDeviceGetComputeRunningProcesses_v3 = fake_v3;
     REQUIRE_EQ_INT(gpu_nvml_running_processes(&n, NULL, p, 16, &got), 0);
     CHECK_EQ_U64(got, procs);
-    CHECK_EQ_INT(gpu_nvml_process_stride(&n), stride);
+    /* One record reads the same in every layout: nothing is learnt, nothing cached. */
+    CHECK_EQ_INT(gpu_nvml_process_stride(&n), procs >= 2 ? stride : 0);
     check_procs(p, got);
 }
 
@@ -122,6 +126,50 @@ TEST(stride_single_process_each_layout)
     stride_case(16, 1);
     stride_case(24, 1);
     stride_case(32, 1);
+}
+
+/* Drivers that leave trailing fields unwritten: the extent is not a multiple of the stride,
+ * the range rule still finds the one consistent layout; not cached (not certain). */
+TEST(stride_with_unwritten_trailing_fields)
+{
+    static const struct {
+        int stride, written;
+    } cases[] = {{24, 16}, {24, 20}, {32, 24}, {32, 16}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        struct gpu_nvml n;
+        struct gpu_process p[16];
+        size_t got = 0;
+
+        reset(&n, cases[c].stride, 5);
+        fk.written = cases[c].written;
+        n.nvmlDeviceGetComputeRunningProcesses_v3 = fake_v3;
+        int rc = gpu_nvml_running_processes(&n, NULL, p, 16, &got);
+        CHECK_EQ_INT(rc, 0);
+        if (rc != 0) {
+            tap_diag("stride %d, %d bytes written", cases[c].stride, cases[c].written);
+            continue;
+        }
+        CHECK_EQ_U64(got, 5);
+        CHECK_EQ_INT(gpu_nvml_process_stride(&n), 0);
+        check_procs(p, got);
+    }
+}
+
+/* 32-byte records of which only 16 bytes are written, two processes: the extent (48) is an
+ * exact multiple of 24, but 24-byte records would put the second pid in unwritten bytes. */
+TEST(stride_exact_match_needs_written_pids)
+{
+    struct gpu_nvml n;
+    struct gpu_process p[4];
+    size_t got = 0;
+
+    reset(&n, 32, 2);
+    fk.written = 16;
+    n.nvmlDeviceGetComputeRunningProcesses_v3 = fake_v3;
+    REQUIRE_EQ_INT(gpu_nvml_running_processes(&n, NULL, p, 4, &got), 0);
+    CHECK_EQ_U64(got, 2);
+    CHECK_EQ_INT(gpu_nvml_process_stride(&n), 0);
+    check_procs(p, got);
 }
 
 TEST(no_processes_leaves_stride_unknown)
@@ -231,6 +279,36 @@ TEST(errors_map_to_errno)
     CHECK_EQ_INT(gpu_nvml_errno(NVML_ERROR_NOT_SUPPORTED), -EOPNOTSUPP);
     CHECK_EQ_INT(gpu_nvml_errno(NVML_SUCCESS), 0);
     CHECK(strcmp(gpu_nvml_strerror(NULL, NVML_ERROR_GPU_IS_LOST), "GPU is lost") == 0);
+}
+
+/* ---- nvml_api.h layouts ------------------------------------------------------------------
+ * No nvml.h exists to compare against; these are the documented sizes and offsets the
+ * driver's records have (x86-64), so a slip in nvml_api.h cannot pass silently. */
+
+TEST(nvml_struct_layouts)
+{
+    CHECK_EQ_INT(sizeof(nvmlPciInfo_t), 68);
+    CHECK_EQ_INT(offsetof(nvmlPciInfo_t, domain), 16);
+    CHECK_EQ_INT(offsetof(nvmlPciInfo_t, busId), 36);
+    CHECK_EQ_INT(sizeof(nvmlMemory_t), 24);
+    CHECK_EQ_INT(sizeof(nvmlMemory_v2_t), 40);
+    CHECK_EQ_INT(nvmlMemory_v2, 0x02000028);
+    CHECK_EQ_INT(sizeof(nvmlProcessInfo_v1_t), 16);
+    CHECK_EQ_INT(sizeof(nvmlProcessInfo_v2_t), 24);
+    CHECK_EQ_INT(sizeof(nvmlProcessInfo_t), 24);
+    CHECK_EQ_INT(offsetof(nvmlProcessInfo_t, usedGpuMemory), 8);
+    CHECK_EQ_INT(offsetof(nvmlProcessInfo_t, computeInstanceId), 20);
+    CHECK_EQ_INT(sizeof(nvmlProcessUtilizationSample_t), 32);
+    CHECK_EQ_INT(sizeof(nvmlEventData_t), 32);
+    CHECK_EQ_INT(offsetof(nvmlEventData_t, eventData), 16);
+    CHECK_EQ_INT(sizeof(nvmlUtilization_t), 8);
+    CHECK_EQ_INT(NVML_ERROR_GPU_IS_LOST, 15);
+    CHECK_EQ_INT(NVML_ERROR_INSUFFICIENT_SIZE, 7);
+    CHECK_EQ_INT(NVML_ERROR_NOT_SUPPORTED, 3);
+    CHECK_EQ_INT(nvmlEventTypeXidCriticalError, 8);
+    CHECK_EQ_INT(nvmlEventTypeDoubleBitEccError, 2);
+    CHECK_EQ_INT(NVML_TOPOLOGY_SYSTEM, 50);
+    CHECK_EQ_INT(NVML_DEVICE_UUID_V2_BUFFER_SIZE, 96);
 }
 
 /* ---- opening libraries ------------------------------------------------------------------ */

@@ -1,0 +1,58 @@
+/*
+ * accelctl.c — the operator CLI's entry point: global options and the subcommand table.
+ * To add a subcommand, write src/cli/cmd-<name>.c, declare it in accelctl.h and add one line
+ * to `commands` below.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "accel-config.h"
+#include "accelctl.h"
+
+struct accelctl_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);
+};
+
+static const struct accelctl_command commands[] = {
+    {"gpus", "list the node's GPUs, their health and links (--json for machines)",
+     accelctl_cmd_gpus},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: accelctl [--help] [--version] COMMAND [ARGS...]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'accelctl COMMAND --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *cmd;
+
+    if (argc < 2) {
+        usage(stderr);
+        return ACCELCTL_EXIT_USAGE;
+    }
+    cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return ACCELCTL_EXIT_OK;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("accelctl %s\n", ACCEL_VERSION);
+        return ACCELCTL_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(cmd, commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+
+    if (cmd[0] == '-')
+        fprintf(stderr, "accelctl: unknown option '%s'\n", cmd);
+    else
+        fprintf(stderr, "accelctl: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return ACCELCTL_EXIT_USAGE;
+}

@@ -1,0 +1,719 @@
+/* accel-emu.c — the emulator's control command: creates an emulated machine (`init`), shows it
+ * (`status`), and acts on it the way hardware would (`xid`, `ecc`, `set`, `lose`, `restore`).
+ *
+ * Every value is checked before anything changes: a bad argument exits 2 with a message that
+ * names it and leaves the machine (state file and fixture tree) as it was. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel-config.h"
+#include "emu-args.h"
+#include "fs.h"
+#include "state-mps.h"
+#include "state-nvml.h"
+#include "state.h"
+#include "util.h"
+
+#define PROG "accel-emu"
+#define EXIT_USAGE 2
+
+/* Utilization shown by `status`: busy fraction over this last window (NVML's is ~1 s too). */
+#define STATUS_WINDOW_NS 1000000000ull
+
+/* snprintf for paths and messages whose truncation is harmless (an over-long path then
+ * fails to open with a clear error); vsnprintf keeps the compiler's truncation warning quiet. */
+static void strf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void strf(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(PROG ": ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs(" (see accel-emu --help)\n", stderr);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(PROG ": ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+static void help(FILE *f)
+{
+    fprintf(f,
+            "usage: accel-emu [--state FILE] COMMAND [ARGS]\n"
+            "An emulated NVIDIA GPU machine for running accel without GPUs (docs/emulator.md).\n"
+            "\n"
+            "  init [--gpus N] [--model NAME] [--memory SIZE] [--numa 0,0,1,1]\n"
+            "       [--nvlink all|none|pairs] [--proc-info-stride 16|24|32] [--seed N]\n"
+            "                       create the machine (default: 4 x H100, NVLink all)\n"
+            "  status [--json]      GPUs, memory, processes, utilization, sensors, MPS\n"
+            "  xid GPU XID          inject an XID error event\n"
+            "  ecc GPU single|double\n"
+            "                       count one ECC error and post its event\n"
+            "  set GPU KEY=VALUE... change sensors and modes; keys:\n"
+            "                       %s\n"
+            "  lose GPU             the GPU falls off the bus (XID 79; NVML: GPU_IS_LOST)\n"
+            "  restore GPU          the GPU is back\n"
+            "  models               the GPU models init knows\n"
+            "\n"
+            "GPU is an index, a UUID or a PCI bus id. The state file is FILE, else\n"
+            "$ACCEL_EMU_STATE. Bad arguments exit 2 and change nothing.\n",
+            emu_args_set_keys);
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static const char *state_path(const char *opt)
+{
+    if (opt)
+        return opt;
+    const char *e = getenv("ACCEL_EMU_STATE");
+    return e && *e ? e : NULL;
+}
+
+static int open_state(const char *path, struct emu_state **ret)
+{
+    if (!path)
+        return usage_error("no emulated machine: set ACCEL_EMU_STATE or pass --state FILE "
+                           "(create one with `accel-emu init`)");
+    int r = emu_state_open(path, ret);
+    if (r == -ENOENT)
+        return usage_error("no emulated machine at %s: create it with `accel-emu init`", path);
+    if (r == -EPROTO)
+        return usage_error("%s is not an emulated machine of this version: recreate it with "
+                           "`accel-emu init`",
+                           path);
+    if (r < 0)
+        return fail("cannot open %s: %s", path, strerror(-r));
+    return 0;
+}
+
+static int resolve_gpu(struct emu_state *st, const char *s, unsigned *ret)
+{
+    char err[256];
+    int r = emu_args_gpu_index(s, emu_state_gpu_count(st), ret, err, sizeof(err));
+    if (r == 0)
+        return 0;
+    if (r == -ENOENT) {
+        r = emu_state_find_gpu(st, s);
+        if (r >= 0) {
+            *ret = (unsigned)r;
+            return 0;
+        }
+        snprintf(err, sizeof(err), "no GPU '%s': want an index (0-%u), a UUID or a PCI bus id", s,
+                 emu_state_gpu_count(st) - 1);
+    }
+    return usage_error("%s", err);
+}
+
+/* Directory holding this program (the build or install dir of the emulator's libraries). */
+static void self_dir(char *buf, size_t len)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0) {
+        snprintf(buf, len, ".");
+        return;
+    }
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(buf, len, "%s", exe);
+}
+
+/* ------------------------------------------------------------------ init */
+
+/* The fixture trees next to the state: <state>.d/sysfs/bus/pci/devices/<bus>/numa_node and
+ * <state>.d/dev/{nvidia0..N-1,nvidiactl,nvidia-uvm,nvidia-uvm-tools}. Old entries of a
+ * previous machine (more GPUs) are removed first. */
+static int remove_fixture_entries(const char *dir, const char *prefix, const char *leaf)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? 0 : -errno;
+    struct dirent *de;
+    int r = 0;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || strncmp(de->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        char p[PATH_MAX];
+        if (leaf) {
+            strf(p, sizeof(p), "%s/%s/%s", dir, de->d_name, leaf);
+            if (unlink(p) < 0 && errno != ENOENT)
+                r = -errno;
+            strf(p, sizeof(p), "%s/%s", dir, de->d_name);
+            if (rmdir(p) < 0 && errno != ENOENT)
+                r = -errno;
+        } else {
+            strf(p, sizeof(p), "%s/%s", dir, de->d_name);
+            if (unlink(p) < 0 && errno != ENOENT)
+                r = -errno;
+        }
+    }
+    closedir(d);
+    return r;
+}
+
+static void sysfs_bus_id(const struct emu_gpu *g, char *buf, size_t len)
+{
+    /* sysfs names devices "0000:18:00.0": 4-digit domain, lower case */
+    strf(buf, len, "%04x:%02x:%02x.0", g->pci_domain, g->pci_bus, g->pci_device);
+}
+
+static int make_fixtures(struct emu_state *st, const char *base, char *err, size_t errlen)
+{
+    char sysdir[PATH_MAX], devdir[PATH_MAX], p[PATH_MAX + 64];
+    strf(sysdir, sizeof(sysdir), "%s/sysfs/bus/pci/devices", base);
+    strf(devdir, sizeof(devdir), "%s/dev", base);
+    int r;
+    if ((r = fs_mkdir_p(sysdir, 0755)) < 0 || (r = fs_mkdir_p(devdir, 0755)) < 0) {
+        strf(err, errlen, "cannot create %s: %s", base, strerror(-r));
+        return r;
+    }
+    if ((r = remove_fixture_entries(sysdir, "", "numa_node")) < 0 ||
+        (r = remove_fixture_entries(devdir, "nvidia", NULL)) < 0) {
+        strf(err, errlen, "cannot clear old fixtures in %s: %s", base, strerror(-r));
+        return r;
+    }
+    for (unsigned i = 0; i < emu_state_gpu_count(st); i++) {
+        const struct emu_gpu *g = emu_state_gpu(st, i);
+        char bus[32], val[16];
+        sysfs_bus_id(g, bus, sizeof(bus));
+        strf(p, sizeof(p), "%s/%s", sysdir, bus);
+        if ((r = fs_mkdir_p(p, 0755)) < 0)
+            goto fail;
+        strf(p, sizeof(p), "%s/%s/numa_node", sysdir, bus);
+        int n = snprintf(val, sizeof(val), "%d\n", g->numa_node);
+        if ((r = fs_write_atomic(p, val, (size_t)n, 0644)) < 0)
+            goto fail;
+        strf(p, sizeof(p), "%s/nvidia%u", devdir, g->minor);
+        if ((r = fs_write_atomic(p, "", 0, 0666)) < 0)
+            goto fail;
+    }
+    static const char *const ctl[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
+    for (size_t i = 0; i < ARRAY_SIZE(ctl); i++) {
+        strf(p, sizeof(p), "%s/%s", devdir, ctl[i]);
+        if ((r = fs_write_atomic(p, "", 0, 0666)) < 0)
+            goto fail;
+    }
+    return 0;
+fail:
+    strf(err, errlen, "cannot write %s: %s", p, strerror(-r));
+    return r;
+}
+
+static int cmd_init(const char *statep, int argc, char **argv)
+{
+    struct emu_config cfg;
+    emu_config_init(&cfg);
+    const char *numa = NULL;
+    unsigned stride = 24;
+    char err[512];
+    uint64_t v;
+
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
+            help(stdout);
+            return 0;
+        }
+        if (strncmp(o, "--", 2) != 0)
+            return usage_error("init: unexpected argument '%s'", o);
+        /* --opt=value or --opt value */
+        const char *val;
+        char name[64];
+        const char *eq = strchr(o, '=');
+        if (eq) {
+            snprintf(name, sizeof(name), "%.*s", (int)(eq - o), o);
+            val = eq + 1;
+        } else {
+            snprintf(name, sizeof(name), "%s", o);
+            if (i + 1 >= argc)
+                return usage_error("init: %s needs a value", o);
+            val = argv[++i];
+        }
+        if (strcmp(name, "--gpus") == 0) {
+            if (parse_u64(val, &v) < 0 || v < 1 || v > EMU_MAX_GPUS)
+                return usage_error("bad --gpus '%s': want 1-%d", val, EMU_MAX_GPUS);
+            cfg.gpus = (unsigned)v;
+        } else if (strcmp(name, "--model") == 0) {
+            if (!emu_model_find(val))
+                return usage_error("unknown --model '%s' (see accel-emu models)", val);
+            cfg.model = val;
+        } else if (strcmp(name, "--memory") == 0) {
+            if (parse_size(val, &v) < 0 || v < 64ull * 1024 * 1024 || v > (1ull << 50))
+                return usage_error("bad --memory '%s': want a size such as 16Gi, 64Mi-1Pi", val);
+            cfg.memory_bytes = v;
+        } else if (strcmp(name, "--numa") == 0) {
+            numa = val;
+        } else if (strcmp(name, "--nvlink") == 0) {
+            if (emu_args_nvlink(val, &cfg.nvlink, err, sizeof(err)) < 0)
+                return usage_error("bad --nvlink: %s", err);
+        } else if (strcmp(name, "--proc-info-stride") == 0) {
+            if (parse_u64(val, &v) < 0 || (v != 16 && v != 24 && v != 32))
+                return usage_error("bad --proc-info-stride '%s': want 16, 24 or 32", val);
+            stride = (unsigned)v;
+        } else if (strcmp(name, "--seed") == 0) {
+            if (parse_u64(val, &v) < 0)
+                return usage_error("bad --seed '%s': want a non-negative integer", val);
+            cfg.seed = v;
+        } else {
+            return usage_error("init: unknown option '%s'", name);
+        }
+    }
+    if (numa) {
+        if (emu_args_numa(numa, cfg.gpus, cfg.numa, err, sizeof(err)) < 0)
+            return usage_error("bad --numa: %s", err);
+        cfg.numa_count = cfg.gpus;
+    }
+    if (!statep)
+        return usage_error("init: where? set ACCEL_EMU_STATE or pass --state FILE");
+
+    /* Build the machine under a temporary name, set what emu_state_create does not know
+     * (the process-info stride), then rename: a reader sees the old machine or the whole new
+     * one. */
+    size_t plen = strlen(statep);
+    if (plen + 16 > PATH_MAX)
+        return usage_error("state path too long");
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s.new", statep);
+    int r = emu_state_create(tmp, &cfg);
+    if (r == -EINVAL)
+        return usage_error("init: the configuration was refused");
+    if (r < 0)
+        return fail("cannot create %s: %s", statep, strerror(-r));
+    struct emu_state *st = NULL;
+    r = emu_state_open(tmp, &st);
+    if (r < 0) {
+        unlink(tmp);
+        return fail("cannot open the new state %s: %s", tmp, strerror(-r));
+    }
+    emu_state_set_proc_info_stride(st, stride);
+    if (rename(tmp, statep) < 0) {
+        r = -errno;
+        unlink(tmp);
+        emu_state_close(st);
+        return fail("cannot create %s: %s", statep, strerror(-r));
+    }
+
+    char abs[PATH_MAX], base[PATH_MAX + 8];
+    if (!realpath(statep, abs))
+        snprintf(abs, sizeof(abs), "%s", statep);
+    strf(base, sizeof(base), "%s.d", abs);
+    r = make_fixtures(st, base, err, sizeof(err));
+    if (r < 0) {
+        emu_state_close(st);
+        return fail("%s", err);
+    }
+
+    const struct emu_gpu *g0 = emu_state_gpu(st, 0);
+    char mem[32], dir[PATH_MAX];
+    format_bytes(g0->memory_total, mem, sizeof(mem));
+    self_dir(dir, sizeof(dir));
+    printf("accel-emu: created an emulated machine: %u x %s (%s each), NVLink %s\n",
+           emu_state_gpu_count(st), g0->name, mem,
+           cfg.nvlink == EMU_NVLINK_ALL     ? "all"
+           : cfg.nvlink == EMU_NVLINK_PAIRS ? "pairs"
+                                            : "none");
+    for (unsigned i = 0; i < emu_state_gpu_count(st); i++) {
+        const struct emu_gpu *g = emu_state_gpu(st, i);
+        printf("  GPU %u  %s  %s  NUMA %d\n", i, g->uuid, g->pci_bus_id, g->numa_node);
+    }
+    printf("  state:  %s\n", abs);
+    printf("  sysfs:  %s/sysfs (bus/pci/devices/<bus>/numa_node)\n", base);
+    printf("  dev:    %s/dev (nvidia0..%u, nvidiactl, nvidia-uvm, nvidia-uvm-tools)\n", base,
+           emu_state_gpu_count(st) - 1);
+    printf("  process-info stride: %u bytes\n", stride);
+    printf("Use it with:\n");
+    printf("  export ACCEL_EMU_STATE=%s\n", abs);
+    printf("  export LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n", dir);
+    printf("  export PATH=%s:$PATH\n", dir);
+    emu_state_close(st);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ status */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+struct gpu_status {
+    uint64_t used, total;
+    struct emu_proc_mem procs[EMU_MAX_PROCS];
+    size_t nprocs;
+    unsigned util_pct;
+};
+
+static void gather(struct emu_state *st, unsigned i, struct gpu_status *s)
+{
+    memset(s, 0, sizeof(*s));
+    emu_state_mem_info(st, i, &s->used, &s->total);
+    emu_state_procs(st, i, s->procs, EMU_MAX_PROCS, &s->nprocs);
+    if (s->nprocs > EMU_MAX_PROCS)
+        s->nprocs = EMU_MAX_PROCS;
+    uint64_t now = emu_state_now_ns(), busy = 0;
+    emu_state_busy_ns(st, i, now - STATUS_WINDOW_NS, now, 0, &busy, NULL);
+    s->util_pct = (unsigned)((busy * 100 + STATUS_WINDOW_NS / 2) / STATUS_WINDOW_NS);
+}
+
+static void status_json(struct emu_state *st, const char *abs)
+{
+    struct emu_shared *sh = emu_state_shared(st);
+    struct gpu_status *s = malloc(sizeof(*s));
+    if (!s)
+        return;
+    printf("{\"state\":");
+    json_str(stdout, abs);
+    printf(",\"sysfs_root\":");
+    char p[PATH_MAX + 16];
+    strf(p, sizeof(p), "%s.d/sysfs", abs);
+    json_str(stdout, p);
+    printf(",\"dev_root\":");
+    strf(p, sizeof(p), "%s.d/dev", abs);
+    json_str(stdout, p);
+    printf(",\"model\":");
+    json_str(stdout, sh->model);
+    printf(",\"proc_info_stride\":%u,\"gpus\":[", emu_state_proc_info_stride(st));
+    for (unsigned i = 0; i < emu_state_gpu_count(st); i++) {
+        const struct emu_gpu *g = emu_state_gpu(st, i);
+        gather(st, i, s);
+        printf("%s{\"index\":%u,\"uuid\":", i ? "," : "", i);
+        json_str(stdout, g->uuid);
+        printf(",\"name\":");
+        json_str(stdout, g->name);
+        printf(",\"pci_bus_id\":");
+        json_str(stdout, g->pci_bus_id);
+        printf(",\"minor\":%u,\"numa_node\":", g->minor);
+        if (g->numa_node < 0)
+            printf("null");
+        else
+            printf("%d", g->numa_node);
+        printf(",\"memory_total_bytes\":%" PRIu64 ",\"memory_used_bytes\":%" PRIu64, s->total,
+               s->used);
+        printf(",\"utilization_gpu_percent\":%u", s->util_pct);
+        printf(",\"temperature_c\":%u,\"power_mw\":%u,\"power_limit_mw\":%u", g->temperature_c,
+               g->power_mw, g->power_limit_mw);
+        printf(",\"sm_clock_mhz\":%u,\"sm_clock_max_mhz\":%u,\"mem_clock_mhz\":%u", g->sm_clock_mhz,
+               g->sm_clock_max_mhz, g->mem_clock_mhz);
+        printf(",\"fan_percent\":%u,\"pstate\":%u,\"compute_mode\":%u,\"mig_mode\":%u",
+               g->fan_percent, g->pstate, g->compute_mode, g->mig_mode);
+        printf(",\"lost\":%s", g->lost ? "true" : "false");
+        printf(",\"ecc_single_bit\":%" PRIu64 ",\"ecc_double_bit\":%" PRIu64, g->ecc_single_bit,
+               g->ecc_double_bit);
+        printf(",\"events\":%" PRIu64, emu_state_event_last(st, i));
+        printf(",\"processes\":[");
+        for (size_t k = 0; k < s->nprocs; k++)
+            printf("%s{\"pid\":%d,\"memory_bytes\":%" PRIu64 "}", k ? "," : "",
+                   (int)s->procs[k].pid, s->procs[k].bytes);
+        printf("]}");
+    }
+    printf("],\"mps\":[");
+    bool first = true;
+    for (int m = 0; m < EMU_MPS_MAX_DAEMONS; m++) {
+        struct emu_mps_daemon d;
+        emu_state_lock(st);
+        d = sh->mps[m];
+        emu_state_unlock(st);
+        if (!d.pid)
+            continue;
+        printf("%s{\"pid\":%d,\"pipe_dir\":", first ? "" : ",", (int)d.pid);
+        d.pipe_dir[sizeof(d.pipe_dir) - 1] = '\0';
+        json_str(stdout, d.pipe_dir);
+        printf(",\"default_active_thread_percentage\":%u.%u,\"servers\":[",
+               d.default_thread_pct_x10 / 10, d.default_thread_pct_x10 % 10);
+        for (uint32_t k = 0; k < d.server_count && k < EMU_MPS_MAX_SERVERS; k++)
+            printf("%s{\"pid\":%d,\"uid\":%u}", k ? "," : "", (int)d.servers[k].pid,
+                   d.servers[k].uid);
+        printf("]}");
+        first = false;
+    }
+    printf("]}\n");
+    free(s);
+}
+
+static void status_text(struct emu_state *st, const char *abs)
+{
+    struct gpu_status *s = malloc(sizeof(*s));
+    if (!s)
+        return;
+    printf("machine %s (%s.d/sysfs, %s.d/dev), process-info stride %u\n", abs, abs, abs,
+           emu_state_proc_info_stride(st));
+    printf("%-3s %-40s %-16s %-4s %21s %5s %5s %7s %6s %s\n", "GPU", "UUID", "BUS", "NUMA",
+           "MEMORY USED/TOTAL", "UTIL", "TEMP", "POWER", "SM MHZ", "STATE");
+    for (unsigned i = 0; i < emu_state_gpu_count(st); i++) {
+        const struct emu_gpu *g = emu_state_gpu(st, i);
+        gather(st, i, s);
+        char used[32], total[32], mem[72], numa[16];
+        format_bytes(s->used, used, sizeof(used));
+        format_bytes(s->total, total, sizeof(total));
+        snprintf(mem, sizeof(mem), "%s/%s", used, total);
+        snprintf(numa, sizeof(numa), g->numa_node < 0 ? "-" : "%d", g->numa_node);
+        printf("%-3u %-40s %-16s %-4s %21s %4u%% %4uC %6.1fW %6u %s\n", i, g->uuid, g->pci_bus_id,
+               numa, mem, s->util_pct, g->temperature_c, g->power_mw / 1000.0, g->sm_clock_mhz,
+               g->lost ? "LOST" : "ok");
+        for (size_t k = 0; k < s->nprocs; k++) {
+            char b[32];
+            printf("    pid %d: %s\n", (int)s->procs[k].pid,
+                   format_bytes(s->procs[k].bytes, b, sizeof(b)));
+        }
+        if (g->ecc_single_bit || g->ecc_double_bit)
+            printf("    ECC errors: %" PRIu64 " single-bit, %" PRIu64 " double-bit\n",
+                   g->ecc_single_bit, g->ecc_double_bit);
+    }
+    struct emu_shared *sh = emu_state_shared(st);
+    for (int m = 0; m < EMU_MPS_MAX_DAEMONS; m++) {
+        struct emu_mps_daemon d;
+        emu_state_lock(st);
+        d = sh->mps[m];
+        emu_state_unlock(st);
+        if (!d.pid)
+            continue;
+        d.pipe_dir[sizeof(d.pipe_dir) - 1] = '\0';
+        printf("MPS control daemon %d on %s: %u server(s), default active threads %u.%u%%\n",
+               (int)d.pid, d.pipe_dir, d.server_count, d.default_thread_pct_x10 / 10,
+               d.default_thread_pct_x10 % 10);
+    }
+    free(s);
+}
+
+static int cmd_status(const char *statep, int argc, char **argv)
+{
+    bool json = false;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = true;
+        else
+            return usage_error("status: unexpected argument '%s'", argv[i]);
+    }
+    struct emu_state *st;
+    int r = open_state(statep, &st);
+    if (r)
+        return r;
+    char abs[PATH_MAX];
+    if (!realpath(statep, abs))
+        snprintf(abs, sizeof(abs), "%s", statep);
+    if (json)
+        status_json(st, abs);
+    else
+        status_text(st, abs);
+    emu_state_close(st);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ actions */
+
+static int cmd_xid(const char *statep, int argc, char **argv)
+{
+    if (argc != 2)
+        return usage_error("usage: accel-emu xid GPU XID");
+    uint64_t xid;
+    if (parse_u64(argv[1], &xid) < 0 || xid < 1 || xid > 65535)
+        return usage_error("bad XID '%s': want 1-65535", argv[1]);
+    struct emu_state *st;
+    unsigned gpu;
+    int r = open_state(statep, &st);
+    if (r)
+        return r;
+    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
+        r = emu_state_inject_xid(st, gpu, xid);
+        if (r < 0)
+            r = fail("cannot post the event: %s", strerror(-r));
+        else
+            printf("GPU %u: XID %" PRIu64 " injected\n", gpu, xid);
+    }
+    emu_state_close(st);
+    return r;
+}
+
+static int cmd_ecc(const char *statep, int argc, char **argv)
+{
+    if (argc != 2)
+        return usage_error("usage: accel-emu ecc GPU single|double");
+    bool dbl;
+    if (strcmp(argv[1], "single") == 0)
+        dbl = false;
+    else if (strcmp(argv[1], "double") == 0)
+        dbl = true;
+    else
+        return usage_error("bad ECC error kind '%s': want single or double", argv[1]);
+    struct emu_state *st;
+    unsigned gpu;
+    int r = open_state(statep, &st);
+    if (r)
+        return r;
+    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
+        r = emu_state_inject_ecc(st, gpu, dbl);
+        if (r < 0)
+            r = fail("cannot post the event: %s", strerror(-r));
+        else
+            printf("GPU %u: one %s-bit ECC error\n", gpu, dbl ? "double" : "single");
+    }
+    emu_state_close(st);
+    return r;
+}
+
+static int cmd_set(const char *statep, int argc, char **argv)
+{
+    if (argc < 2)
+        return usage_error("usage: accel-emu set GPU KEY=VALUE... (keys: %s)", emu_args_set_keys);
+    struct emu_set_req req = {0};
+    char err[512];
+    for (int i = 1; i < argc; i++)
+        if (emu_args_set(argv[i], &req, err, sizeof(err)) < 0)
+            return usage_error("%s", err);
+    struct emu_state *st;
+    unsigned gpu;
+    int r = open_state(statep, &st);
+    if (r)
+        return r;
+    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
+        emu_state_lock(st);
+        r = emu_args_set_apply(emu_state_gpu(st, gpu), &req, err, sizeof(err));
+        emu_state_unlock(st);
+        if (r < 0)
+            r = usage_error("%s", err);
+        else if (req.mask & (EMU_SET_SM_CLOCK | EMU_SET_MEM_CLOCK))
+            emu_state_event_post(st, gpu, EMU_EVENT_CLOCK, 0, NULL);
+        if (r == 0 && (req.mask & EMU_SET_PSTATE))
+            emu_state_event_post(st, gpu, EMU_EVENT_PSTATE, req.pstate, NULL);
+    }
+    emu_state_close(st);
+    return r;
+}
+
+static int cmd_lose(const char *statep, int argc, char **argv, bool lose)
+{
+    if (argc != 1)
+        return usage_error("usage: accel-emu %s GPU", lose ? "lose" : "restore");
+    struct emu_state *st;
+    unsigned gpu;
+    int r = open_state(statep, &st);
+    if (r)
+        return r;
+    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
+        r = emu_state_set_lost(st, gpu, lose);
+        if (r < 0)
+            r = fail("cannot change GPU %u: %s", gpu, strerror(-r));
+        else
+            printf("GPU %u: %s\n", gpu, lose ? "fell off the bus (XID 79)" : "restored");
+    }
+    emu_state_close(st);
+    return r;
+}
+
+static int cmd_models(int argc, char **argv)
+{
+    if (argc != 0)
+        return usage_error("models: unexpected argument '%s'", argv[0]);
+    size_t n;
+    const struct emu_model *m = emu_model_table(&n);
+    printf("%-8s %-26s %12s %5s %8s %4s %7s\n", "ALIAS", "NAME", "MEMORY", "SMS", "SM MHZ", "CC",
+           "NVLINKS");
+    for (size_t i = 0; i < n; i++) {
+        char mem[32];
+        printf("%-8s %-26s %12s %5u %8u %u.%u %7u\n", m[i].alias, m[i].name,
+               format_bytes(m[i].memory_bytes, mem, sizeof(mem)), m[i].sm_count, m[i].sm_clock_mhz,
+               m[i].cc_major, m[i].cc_minor, m[i].nvlinks);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    /* pull out --state FILE / --state=FILE wherever it stands */
+    const char *state_opt = NULL;
+    int n = 0;
+    char **args = calloc((size_t)argc + 1, sizeof(char *));
+    if (!args)
+        return fail("out of memory");
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--state") == 0) {
+            if (i + 1 >= argc) {
+                free(args);
+                return usage_error("--state needs a file");
+            }
+            state_opt = argv[++i];
+        } else if (strncmp(argv[i], "--state=", 8) == 0) {
+            state_opt = argv[i] + 8;
+        } else {
+            args[n++] = argv[i];
+        }
+    }
+    int r;
+    const char *statep = state_path(state_opt);
+    if (state_opt && !*state_opt) {
+        r = usage_error("--state needs a file");
+    } else if (n == 0) {
+        help(stderr);
+        r = EXIT_USAGE;
+    } else if (strcmp(args[0], "--help") == 0 || strcmp(args[0], "-h") == 0 ||
+               strcmp(args[0], "help") == 0) {
+        help(stdout);
+        r = 0;
+    } else if (strcmp(args[0], "--version") == 0) {
+        printf("accel-emu %s\n", ACCEL_VERSION);
+        r = 0;
+    } else if (strcmp(args[0], "init") == 0) {
+        r = cmd_init(statep, n - 1, args + 1);
+    } else if (strcmp(args[0], "status") == 0) {
+        r = cmd_status(statep, n - 1, args + 1);
+    } else if (strcmp(args[0], "xid") == 0) {
+        r = cmd_xid(statep, n - 1, args + 1);
+    } else if (strcmp(args[0], "ecc") == 0) {
+        r = cmd_ecc(statep, n - 1, args + 1);
+    } else if (strcmp(args[0], "set") == 0) {
+        r = cmd_set(statep, n - 1, args + 1);
+    } else if (strcmp(args[0], "lose") == 0) {
+        r = cmd_lose(statep, n - 1, args + 1, true);
+    } else if (strcmp(args[0], "restore") == 0) {
+        r = cmd_lose(statep, n - 1, args + 1, false);
+    } else if (strcmp(args[0], "models") == 0) {
+        r = cmd_models(n - 1, args + 1);
+    } else {
+        r = usage_error("unknown command '%s'", args[0]);
+    }
+    free(args);
+    return r;
+}

@@ -1,0 +1,232 @@
+/* emu-args.c — accel-emu's value parsers; see emu-args.h. */
+#include "emu-args.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *const emu_args_set_keys =
+    "temperature=C power=W power_limit=W sm_clock=MHz mem_clock=MHz fan=% pstate=N "
+    "compute_mode=default|exclusive_process|prohibited mig=on|off";
+
+static int seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -EINVAL;
+}
+
+/* Whole-string decimal in [0, max]. */
+static bool uint_in(const char *s, size_t len, uint64_t max, uint64_t *ret)
+{
+    if (len == 0 || len > 20)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+        if (v > max)
+            return false;
+    }
+    *ret = v;
+    return true;
+}
+
+/* "250", "250.5", "72.125" watts → milliwatts in [0, max_w]. */
+static bool watts(const char *s, uint64_t max_w, uint32_t *ret_mw)
+{
+    const char *dot = strchr(s, '.');
+    size_t wl = dot ? (size_t)(dot - s) : strlen(s);
+    uint64_t w, milli = 0;
+    if (!uint_in(s, wl, max_w, &w))
+        return false;
+    if (dot) {
+        size_t fl = strlen(dot + 1);
+        if (fl == 0 || fl > 3 || !uint_in(dot + 1, fl, 999, &milli))
+            return false;
+        for (size_t i = fl; i < 3; i++)
+            milli *= 10;
+    }
+    uint64_t mw = w * 1000 + milli;
+    if (mw > max_w * 1000)
+        return false;
+    *ret_mw = (uint32_t)mw;
+    return true;
+}
+
+int emu_args_gpu_index(const char *s, unsigned gpu_count, unsigned *ret, char *err, size_t errlen)
+{
+    if (!s || !*s)
+        return seterr(err, errlen, "empty GPU: want an index, a UUID or a PCI bus id");
+    size_t len = strlen(s);
+    if (strspn(s, "0123456789") != len)
+        return -ENOENT;
+    uint64_t v;
+    if (!uint_in(s, len, UINT32_MAX, &v) || v >= gpu_count)
+        return seterr(err, errlen, "no GPU '%s': the machine has GPUs 0-%u", s,
+                      gpu_count ? gpu_count - 1 : 0);
+    *ret = (unsigned)v;
+    return 0;
+}
+
+int emu_args_numa(const char *s, unsigned want, int *ret, char *err, size_t errlen)
+{
+    int tmp[EMU_MAX_GPUS];
+    unsigned n = 0;
+    if (!s)
+        return seterr(err, errlen, "missing NUMA list");
+    const char *p = s;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        bool neg = len > 0 && p[0] == '-';
+        uint64_t v;
+        if (!uint_in(p + neg, len - neg, neg ? 1 : 1023, &v))
+            return seterr(err, errlen, "bad NUMA node '%.*s' in '%s': want -1 (none) or 0-1023",
+                          (int)(len > 32 ? 32 : len), p, s);
+        if (n == EMU_MAX_GPUS || n == want)
+            return seterr(err, errlen, "NUMA list '%s' has more than %u entries (one per GPU)", s,
+                          want);
+        tmp[n++] = neg ? -(int)v : (int)v;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    if (n != want)
+        return seterr(err, errlen, "NUMA list '%s' has %u entries, want %u (one per GPU)", s, n,
+                      want);
+    memcpy(ret, tmp, n * sizeof(int));
+    return 0;
+}
+
+int emu_args_nvlink(const char *s, enum emu_nvlink_mode *ret, char *err, size_t errlen)
+{
+    if (s && strcmp(s, "all") == 0)
+        *ret = EMU_NVLINK_ALL;
+    else if (s && strcmp(s, "none") == 0)
+        *ret = EMU_NVLINK_NONE;
+    else if (s && strcmp(s, "pairs") == 0)
+        *ret = EMU_NVLINK_PAIRS;
+    else
+        return seterr(err, errlen, "bad NVLink mode '%s': want all, none or pairs", s ? s : "");
+    return 0;
+}
+
+int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errlen)
+{
+    const char *eq = kv ? strchr(kv, '=') : NULL;
+    if (!eq)
+        return seterr(err, errlen, "bad setting '%s': want key=value (keys: %s)", kv ? kv : "",
+                      emu_args_set_keys);
+    size_t kl = (size_t)(eq - kv);
+    const char *v = eq + 1;
+    struct emu_set_req r = *req;
+    uint64_t n;
+#define KEY(name) (kl == strlen(name) && strncmp(kv, name, kl) == 0)
+    if (KEY("temperature")) {
+        if (!uint_in(v, strlen(v), 200, &n))
+            return seterr(err, errlen, "bad temperature '%s': want degrees C, 0-200", v);
+        r.temperature_c = (uint32_t)n;
+        r.mask |= EMU_SET_TEMPERATURE;
+    } else if (KEY("power") || KEY("power_limit")) {
+        uint32_t mw;
+        if (!watts(v, 2000, &mw))
+            return seterr(err, errlen, "bad %.*s '%s': want watts, 0-2000", (int)kl, kv, v);
+        if (KEY("power")) {
+            r.power_mw = mw;
+            r.mask |= EMU_SET_POWER;
+        } else {
+            r.power_limit_mw = mw;
+            r.mask |= EMU_SET_POWER_LIMIT;
+        }
+    } else if (KEY("sm_clock") || KEY("mem_clock")) {
+        if (!uint_in(v, strlen(v), 10000, &n) || n == 0)
+            return seterr(err, errlen, "bad %.*s '%s': want MHz, 1-10000", (int)kl, kv, v);
+        if (KEY("sm_clock")) {
+            r.sm_clock_mhz = (uint32_t)n;
+            r.mask |= EMU_SET_SM_CLOCK;
+        } else {
+            r.mem_clock_mhz = (uint32_t)n;
+            r.mask |= EMU_SET_MEM_CLOCK;
+        }
+    } else if (KEY("fan")) {
+        if (!uint_in(v, strlen(v), 100, &n))
+            return seterr(err, errlen, "bad fan '%s': want percent, 0-100", v);
+        r.fan_percent = (uint32_t)n;
+        r.mask |= EMU_SET_FAN;
+    } else if (KEY("pstate")) {
+        if (!uint_in(v, strlen(v), 15, &n))
+            return seterr(err, errlen, "bad pstate '%s': want 0-15", v);
+        r.pstate = (uint32_t)n;
+        r.mask |= EMU_SET_PSTATE;
+    } else if (KEY("compute_mode")) {
+        /* NVML's nvmlComputeMode_t: 1 (exclusive thread) is gone from current drivers */
+        if (strcmp(v, "default") == 0 || strcmp(v, "0") == 0)
+            r.compute_mode = 0;
+        else if (strcmp(v, "prohibited") == 0 || strcmp(v, "2") == 0)
+            r.compute_mode = 2;
+        else if (strcmp(v, "exclusive_process") == 0 || strcmp(v, "3") == 0)
+            r.compute_mode = 3;
+        else
+            return seterr(err, errlen,
+                          "bad compute_mode '%s': want default, exclusive_process or prohibited",
+                          v);
+        r.mask |= EMU_SET_COMPUTE_MODE;
+    } else if (KEY("mig")) {
+        if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
+            r.mig_mode = 1;
+        else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
+            r.mig_mode = 0;
+        else
+            return seterr(err, errlen, "bad mig '%s': want on or off", v);
+        r.mask |= EMU_SET_MIG;
+    } else {
+        return seterr(err, errlen, "unknown setting '%.*s' (keys: %s)", (int)(kl > 40 ? 40 : kl),
+                      kv, emu_args_set_keys);
+    }
+#undef KEY
+    *req = r;
+    return 0;
+}
+
+int emu_args_set_apply(struct emu_gpu *g, const struct emu_set_req *req, char *err, size_t errlen)
+{
+    if ((req->mask & EMU_SET_SM_CLOCK) && req->sm_clock_mhz > g->sm_clock_max_mhz) {
+        seterr(err, errlen, "sm_clock %u MHz is above GPU %u's maximum of %u MHz",
+               req->sm_clock_mhz, g->index, g->sm_clock_max_mhz);
+        return -ERANGE;
+    }
+    if ((req->mask & EMU_SET_MIG) && req->mig_mode && !(g->cc_major >= 8 && g->cc_minor == 0)) {
+        seterr(err, errlen, "GPU %u (%s) does not support MIG", g->index, g->name);
+        return -ERANGE;
+    }
+    if (req->mask & EMU_SET_TEMPERATURE)
+        g->temperature_c = req->temperature_c;
+    if (req->mask & EMU_SET_POWER)
+        g->power_mw = req->power_mw;
+    if (req->mask & EMU_SET_POWER_LIMIT)
+        g->power_limit_mw = req->power_limit_mw;
+    if (req->mask & EMU_SET_SM_CLOCK)
+        g->sm_clock_mhz = req->sm_clock_mhz;
+    if (req->mask & EMU_SET_MEM_CLOCK)
+        g->mem_clock_mhz = req->mem_clock_mhz;
+    if (req->mask & EMU_SET_FAN)
+        g->fan_percent = req->fan_percent;
+    if (req->mask & EMU_SET_PSTATE)
+        g->pstate = req->pstate;
+    if (req->mask & EMU_SET_COMPUTE_MODE)
+        g->compute_mode = req->compute_mode;
+    if (req->mask & EMU_SET_MIG)
+        g->mig_mode = g->mig_mode_pending = req->mig_mode;
+    return 0;
+}

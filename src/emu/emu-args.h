@@ -1,0 +1,49 @@
+/* emu-args.h — parsing of accel-emu's command-line values: GPU references, NUMA lists, NVLink
+ * modes and `set` assignments. Pure (no I/O); every function leaves its outputs untouched on
+ * failure and writes a one-line reason naming the bad text into err. A parser of outside data
+ * with its own fuzz target (tests/fuzz/fuzz-emu-args.c). */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "state.h"
+
+/* "7" → 7 when 7 < gpu_count; anything else is a UUID or PCI bus id the caller looks up
+ * (-ENOENT here). -EINVAL (with err) for a number out of range. */
+int emu_args_gpu_index(const char *s, unsigned gpu_count, unsigned *ret, char *err, size_t errlen);
+
+/* "0,0,1,1": exactly `want` comma-separated NUMA node ids, each -1 (none) .. 1023. */
+int emu_args_numa(const char *s, unsigned want, int *ret, char *err, size_t errlen);
+
+/* "all" | "none" | "pairs". */
+int emu_args_nvlink(const char *s, enum emu_nvlink_mode *ret, char *err, size_t errlen);
+
+/* What `accel-emu set GPU k=v ...` changes. */
+enum {
+    EMU_SET_TEMPERATURE = 1u << 0,
+    EMU_SET_POWER = 1u << 1,
+    EMU_SET_POWER_LIMIT = 1u << 2,
+    EMU_SET_SM_CLOCK = 1u << 3,
+    EMU_SET_MEM_CLOCK = 1u << 4,
+    EMU_SET_FAN = 1u << 5,
+    EMU_SET_PSTATE = 1u << 6,
+    EMU_SET_COMPUTE_MODE = 1u << 7,
+    EMU_SET_MIG = 1u << 8,
+};
+struct emu_set_req {
+    uint32_t mask;
+    uint32_t temperature_c, power_mw, power_limit_mw, sm_clock_mhz, mem_clock_mhz;
+    uint32_t fan_percent, pstate, compute_mode, mig_mode;
+};
+
+/* Adds one "key=value" to req: temperature=C (0-200), power=W and power_limit=W (0-2000,
+ * decimals allowed), sm_clock=MHz and mem_clock=MHz (1-10000), fan=% (0-100), pstate=0-15,
+ * compute_mode=default|exclusive_process|prohibited (or 0|2|3), mig=on|off. */
+int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errlen);
+/* The keys above, for help text. */
+extern const char *const emu_args_set_keys;
+
+/* Applies req to g (call with the state lock held). sm_clock above the GPU's maximum is
+ * refused (-ERANGE) before anything changes. */
+int emu_args_set_apply(struct emu_gpu *g, const struct emu_set_req *req, char *err, size_t errlen);

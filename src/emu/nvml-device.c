@@ -1,0 +1,409 @@
+/* nvml-device.c — the emulated NVML's per-device queries: identity, PCI, memory, compute
+ * capability, MIG, VBIOS, NUMA, topology and NVLink, utilization, sensors, modes, ECC.
+ * Every value comes from the shared machine (state.h), so what `accel-emu set` or another
+ * process's libcuda changes shows here at once. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+
+#include "nvml_emu.h"
+
+#define CHECK_DEVICE(dev, g, idx)                                                                  \
+    do {                                                                                           \
+        nvmlReturn_t r_ = nvml_emu_device((dev), (g), (idx));                                      \
+        if (r_ != NVML_SUCCESS)                                                                    \
+            return r_;                                                                             \
+    } while (0)
+
+/* The device's own error first (uninitialized, bad handle, lost), else err. */
+static nvmlReturn_t arg_error(nvmlDevice_t device, nvmlReturn_t err)
+{
+    nvmlReturn_t r = nvml_emu_device(device, NULL, NULL);
+    return r != NVML_SUCCESS ? r : err;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    return nvml_emu_copy_string(g->uuid, uuid, length);
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    return nvml_emu_copy_string(g->name, name, length);
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial,
+                                              unsigned int length)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    char s[sizeof(g->serial) + 1];
+    snprintf(s, sizeof(s), "%.*s", (int)sizeof(g->serial), g->serial);
+    return nvml_emu_copy_string(s, serial, length);
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    unsigned i;
+    CHECK_DEVICE(device, NULL, &i);
+    if (!index)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *index = i;
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!minorNumber)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *minorNumber = g->minor;
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvml_emu_pci_info(g, pci);
+    return NVML_SUCCESS;
+}
+
+/* used = everything charged by live processes (allocations and context overheads alike, as
+ * the emulated libcuda charges them); reserved memory is not modelled (0). */
+static nvmlReturn_t mem_info(nvmlDevice_t device, uint64_t *ret_total, uint64_t *ret_used)
+{
+    unsigned i;
+    CHECK_DEVICE(device, NULL, &i);
+    if (emu_state_mem_info(nvml_emu_state(), i, ret_used, ret_total) < 0)
+        return NVML_ERROR_UNKNOWN;
+    if (*ret_used > *ret_total)
+        *ret_used = *ret_total;
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    if (!memory)
+        return arg_error(device, NVML_ERROR_INVALID_ARGUMENT);
+    uint64_t total, used;
+    nvmlReturn_t r = mem_info(device, &total, &used);
+    if (r != NVML_SUCCESS)
+        return r;
+    memory->total = total;
+    memory->used = used;
+    memory->free = total - used;
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    if (!memory)
+        return arg_error(device, NVML_ERROR_INVALID_ARGUMENT);
+    if (memory->version != nvmlMemory_v2)
+        return arg_error(device, NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    uint64_t total, used;
+    nvmlReturn_t r = mem_info(device, &total, &used);
+    if (r != NVML_SUCCESS)
+        return r;
+    memory->total = total;
+    memory->reserved = 0;
+    memory->used = used;
+    memory->free = total - used;
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
+                                                             int *minor)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!major || !minor)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *major = (int)g->cc_major;
+    *minor = (int)g->cc_minor;
+    return NVML_SUCCESS;
+}
+
+/* MIG exists on the data-center parts of Ampere and later (compute capability x.0, x >= 8). */
+static bool mig_capable(const struct emu_gpu *g)
+{
+    return g->cc_major >= 8 && g->cc_minor == 0;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
+                                               unsigned int *pendingMode)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!currentMode || !pendingMode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!mig_capable(g))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *currentMode = g->mig_mode ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    *pendingMode = g->mig_mode_pending ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version,
+                                                    unsigned int length)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    /* Made-up versions in the format real boards report, one per architecture. */
+    const char *v = "99.00.00.00.01";
+    if (g->cc_major == 9)
+        v = "96.00.99.00.01";
+    else if (g->cc_major == 8 && g->cc_minor == 0)
+        v = "92.00.45.00.06";
+    else if (g->cc_major == 8)
+        v = "95.04.5B.00.01";
+    else if (g->cc_major == 7)
+        v = "90.04.96.00.A0";
+    return nvml_emu_copy_string(v, version, length);
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!node)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->numa_node < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *node = (unsigned)g->numa_node;
+    return NVML_SUCCESS;
+}
+
+/* ---- topology and NVLink -------------------------------------------------------------- */
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1,
+                                                              nvmlDevice_t device2,
+                                                              nvmlGpuTopologyLevel_t *pathInfo)
+{
+    struct emu_gpu *g;
+    unsigned j;
+    CHECK_DEVICE(device1, &g, NULL);
+    CHECK_DEVICE(device2, NULL, &j);
+    if (!pathInfo)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *pathInfo = (nvmlGpuTopologyLevel_t)g->topo[j];
+    return NVML_SUCCESS;
+}
+
+/* The GPU's links are numbered 0..N-1 and handed to its peers in index order: the first
+ * nvlinks[0] links go to GPU 0, the next nvlinks[1] to GPU 1, ... Links past the last one
+ * in use are inactive. Returns the peer of `link`, -1 for an inactive link. */
+static int link_peer(const struct emu_gpu *g, unsigned count, unsigned link, unsigned *ret_total)
+{
+    unsigned total = 0;
+    int peer = -1;
+    for (unsigned j = 0; j < count; j++) {
+        if (peer < 0 && link >= total && link < total + g->nvlinks[j])
+            peer = (int)j;
+        total += g->nvlinks[j];
+    }
+    *ret_total = total;
+    return peer;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                                   nvmlEnableState_t *isActive)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!isActive || link >= NVML_NVLINK_MAX_LINKS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned total;
+    int peer = link_peer(g, emu_state_gpu_count(nvml_emu_state()), link, &total);
+    if (total == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *isActive = peer >= 0 ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,
+                                                              unsigned int link, nvmlPciInfo_t *pci)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!pci || link >= NVML_NVLINK_MAX_LINKS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct emu_state *st = nvml_emu_state();
+    unsigned total;
+    int peer = link_peer(g, emu_state_gpu_count(st), link, &total);
+    if (total == 0 || peer < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    nvml_emu_pci_info(emu_state_gpu(st, (unsigned)peer), pci);
+    return NVML_SUCCESS;
+}
+
+/* ---- utilization ---------------------------------------------------------------------- */
+
+/* gpu: the fraction of the last window (ACCEL_EMU_UTIL_WINDOW_MS, default 1 s) during which
+ * the GPU's timeline had work, from its busy-interval records. memory: memory traffic is not
+ * modelled (0). */
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+                                                        nvmlUtilization_t *utilization)
+{
+    unsigned i;
+    CHECK_DEVICE(device, NULL, &i);
+    if (!utilization)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    uint64_t w = nvml_emu_util_window_ns(), now = emu_state_now_ns(), busy = 0;
+    uint64_t t0 = now > w ? now - w : 0;
+    if (emu_state_busy_ns(nvml_emu_state(), i, t0, now, 0, &busy, NULL) < 0)
+        return NVML_ERROR_UNKNOWN;
+    uint64_t span = now - t0;
+    unsigned pct = span ? (unsigned)((busy * 100 + span / 2) / span) : 0;
+    utilization->gpu = pct > 100 ? 100 : pct;
+    utilization->memory = 0;
+    return NVML_SUCCESS;
+}
+
+/* ---- sensors and modes ---------------------------------------------------------------- */
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
+                                                   nvmlTemperatureSensors_t sensorType,
+                                                   unsigned int *temp)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!temp || sensorType != NVML_TEMPERATURE_GPU)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *temp = __atomic_load_n(&g->temperature_c, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!power)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *power = __atomic_load_n(&g->power_mw, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
+}
+
+/* Extra entry points NVML has and tools use (not in nvml_api.h yet). */
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device,
+                                                            unsigned int *limit);
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device,
+                                                            unsigned int *limit)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!limit)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *limit = __atomic_load_n(&g->power_limit_mw, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed);
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!speed)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *speed = __atomic_load_n(&g->fan_percent, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, unsigned int *pState);
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, unsigned int *pState)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!pState)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *pState = __atomic_load_n(&g->pstate, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t clock_of(nvmlDevice_t device, nvmlClockType_t type, bool max,
+                             unsigned int *clock)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!clock)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    uint32_t sm = max ? g->sm_clock_max_mhz : __atomic_load_n(&g->sm_clock_mhz, __ATOMIC_RELAXED);
+    switch (type) {
+    case NVML_CLOCK_GRAPHICS:
+    case NVML_CLOCK_SM:
+        *clock = sm;
+        break;
+    case NVML_CLOCK_MEM:
+        *clock = __atomic_load_n(&g->mem_clock_mhz, __ATOMIC_RELAXED);
+        break;
+    case NVML_CLOCK_VIDEO:
+        *clock = sm * 6 / 7; /* video clocks run a little below graphics on real boards */
+        break;
+    default:
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                                 unsigned int *clock)
+{
+    return clock_of(device, type, false, clock);
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                                    unsigned int *clock)
+{
+    return clock_of(device, type, true, clock);
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!mode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = (nvmlComputeMode_t)__atomic_load_n(&g->compute_mode, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
+}
+
+/* The emulated driver stays loaded for as long as the state file exists: persistence on. */
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    CHECK_DEVICE(device, NULL, NULL);
+    if (!mode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = NVML_FEATURE_ENABLED;
+    return NVML_SUCCESS;
+}
+
+/* Volatile and aggregate counts are the same: the emulated GPU never reboots. */
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
+                                                      nvmlMemoryErrorType_t errorType,
+                                                      nvmlEccCounterType_t counterType,
+                                                      unsigned long long *eccCounts)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!eccCounts || (counterType != NVML_VOLATILE_ECC && counterType != NVML_AGGREGATE_ECC))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct emu_state *st = nvml_emu_state();
+    emu_state_lock(st);
+    uint64_t sbe = g->ecc_single_bit, dbe = g->ecc_double_bit;
+    emu_state_unlock(st);
+    if (errorType == NVML_MEMORY_ERROR_TYPE_CORRECTED)
+        *eccCounts = sbe;
+    else if (errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+        *eccCounts = dbe;
+    else
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}

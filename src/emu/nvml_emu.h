@@ -1,0 +1,55 @@
+/* nvml_emu.h — internals of the emulated libnvidia-ml.so.1 (nvml*.c): the library's global
+ * state (the mapped machine and NVML's init count), device handles, and the checks every
+ * entry point starts with. The API's types and prototypes come from src/gpu/nvml_api.h.
+ *
+ * Handles: nvmlDevice_t points into a static array, one entry per possible GPU, so a handle
+ * stays valid (and comparable) across nvmlShutdown/nvmlInit, as the real library's do.
+ * Threads: every entry point may be called from any thread. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nvml_api.h"
+#include "state.h"
+
+#define NVML_EMU_API __attribute__((visibility("default")))
+
+/* What the emulated driver reports as its own versions: CUDA 13.0's driver branch. */
+#define NVML_EMU_DRIVER_VERSION "580.65.06"
+#define NVML_EMU_CUDA_VERSION 13000
+
+/* NVML's value for "not in a MIG instance" in process and event records. */
+#define NVML_EMU_NO_INSTANCE 0xFFFFFFFFu
+
+struct nvmlDevice_st {
+    unsigned index;
+};
+
+/* The mapped machine while NVML is initialized, else NULL. */
+struct emu_state *nvml_emu_state(void);
+
+/* Length in ns of the window nvmlDeviceGetUtilizationRates averages over
+ * ($ACCEL_EMU_UTIL_WINDOW_MS, default 1000), read at init. */
+uint64_t nvml_emu_util_window_ns(void);
+
+/* The handle of GPU i (no checks). */
+nvmlDevice_t nvml_emu_handle(unsigned i);
+
+/* The checks of a per-device query: initialized (else UNINITIALIZED), a handle of this machine
+ * (else INVALID_ARGUMENT), not lost (else GPU_IS_LOST). On success *ret_gpu points into the
+ * mapping and *ret_index is the GPU's index (either may be NULL). */
+nvmlReturn_t nvml_emu_device(nvmlDevice_t dev, struct emu_gpu **ret_gpu, unsigned *ret_index);
+
+/* The same, for a device that may be lost (events keep flowing from a lost GPU). */
+nvmlReturn_t nvml_emu_device_any(nvmlDevice_t dev, struct emu_gpu **ret_gpu, unsigned *ret_index);
+
+/* Copies s into buf of length len, NVML's way: INVALID_ARGUMENT for a NULL buf,
+ * INSUFFICIENT_SIZE when s and its NUL do not fit (buf untouched). */
+nvmlReturn_t nvml_emu_copy_string(const char *s, char *buf, unsigned int len);
+
+/* Fills an nvmlPciInfo_t (v3 layout) for gpu g. */
+void nvml_emu_pci_info(const struct emu_gpu *g, nvmlPciInfo_t *pci);
+
+/* CLOCK_REALTIME in microseconds (NVML's CPU timestamps). */
+uint64_t nvml_emu_realtime_us(void);

@@ -1,0 +1,17 @@
+/* state-mps.h — the MPS section of the emulated machine (struct emu_mps_daemon in state.h):
+ * the emulated nvidia-cuda-mps-control publishes its settings here; the emulated libcuda (a
+ * later issue wires MPS mode) and tests read them. Any thread, any process. */
+#pragma once
+
+#include "state.h"
+
+/* Takes a slot for a daemon on cfg->pipe_dir (the slot of a dead daemon on the same
+ * directory, else a free one) and writes cfg into it. -ENOSPC when all slots belong to live
+ * daemons; -EINVAL for a NULL argument. */
+int emu_state_mps_claim(struct emu_state *st, const struct emu_mps_daemon *cfg, int *ret_slot);
+/* Replaces the slot's content with cfg (under the lock: readers see the old or new whole). */
+void emu_state_mps_publish(struct emu_state *st, int slot, const struct emu_mps_daemon *cfg);
+/* Frees the slot (the daemon is stopping). */
+void emu_state_mps_release(struct emu_state *st, int slot);
+/* Copies the settings of the live daemon on pipe_dir. -ENOENT when there is none. */
+int emu_state_mps_find(struct emu_state *st, const char *pipe_dir, struct emu_mps_daemon *ret);

@@ -1,0 +1,170 @@
+/* spin.c — a PTX spin kernel timed with events, the same program on the emulator and on a
+ * real GPU. The kernel loops on %clock64 until the number of SM cycles in its u64 parameter
+ * has passed, so it runs cycles / SM clock: on accel-emu exactly, on a GPU within a few per
+ * cent (the clock may sit below the maximum that CLOCK_RATE reports). Prints TAP; fails when
+ * the measured time is not within 10 % of cycles / clock.
+ *
+ * Needs nothing but libc and libdl: the driver is dlopen'ed as "libcuda.so.1" and reached
+ * through cuGetProcAddress_v2, as NVIDIA's runtime does. tests/gpu/spin.sh builds it with gcc
+ * on a GPU machine; meson builds it with -DSPIN_EMU, which creates an emulated machine when
+ * ACCEL_EMU_STATE is not set.
+ *
+ *   spin [milliseconds]     (default 200) */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_api.h"
+
+#ifdef SPIN_EMU
+#include "state.h"
+#endif
+
+static const char ptx[] =
+    ".version 7.0\n"
+    ".target sm_70\n"
+    ".address_size 64\n"
+    "\n"
+    ".visible .entry spin(\n"
+    "    .param .u64 spin_param_0\n"
+    ")\n"
+    "{\n"
+    "    .reg .pred %p<2>;\n"
+    "    .reg .b64 %rd<5>;\n"
+    "    ld.param.u64 %rd1, [spin_param_0];\n"
+    "    mov.u64 %rd2, %clock64;\n"
+    "$L_spin:\n"
+    "    mov.u64 %rd3, %clock64;\n"
+    "    sub.s64 %rd4, %rd3, %rd2;\n"
+    "    setp.lt.u64 %p1, %rd4, %rd1;\n"
+    "    @%p1 bra $L_spin;\n"
+    "    ret;\n"
+    "}\n";
+
+static __typeof__(cuGetProcAddress_v2) *getproc;
+
+static void *get(const char *name)
+{
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st;
+    if (getproc(name, &fn, 12000, 0, &st) != CUDA_SUCCESS)
+        return NULL;
+    return fn;
+}
+
+static int fail(int n, const char *what, CUresult r)
+{
+    printf("not ok %d - %s (CUresult %d)\n", n, what, (int)r);
+    return 1;
+}
+
+#define CALL(n, what, expr)                                                                        \
+    do {                                                                                           \
+        CUresult r_ = (expr);                                                                      \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            return fail(n, what, r_);                                                              \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    double want_ms = argc > 1 ? atof(argv[1]) : 200;
+    if (want_ms <= 0 || want_ms > 60000) {
+        fprintf(stderr, "usage: spin [milliseconds]\n");
+        return 2;
+    }
+#ifdef SPIN_EMU
+    char dir[] = "/tmp/accel-spin-XXXXXX", path[64];
+    bool own = false;
+    if (!getenv("ACCEL_EMU_STATE")) {
+        struct emu_config cfg;
+        emu_config_init(&cfg);
+        cfg.gpus = 1;
+        cfg.model = "H100";
+        if (!mkdtemp(dir))
+            return 99;
+        snprintf(path, sizeof(path), "%s/state", dir);
+        if (emu_state_create(path, &cfg) < 0)
+            return 99;
+        setenv("ACCEL_EMU_STATE", path, 1);
+        own = true;
+    }
+#endif
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        printf("1..0 # SKIP no libcuda.so.1: %s\n", dlerror());
+        return 77;
+    }
+    printf("1..2\n");
+    getproc = (__typeof__(getproc))dlsym(lib, "cuGetProcAddress_v2");
+    if (!getproc)
+        return fail(1, "cuGetProcAddress_v2", CUDA_ERROR_NOT_FOUND);
+    __typeof__(cuInit) *init = get("cuInit");
+    __typeof__(cuDeviceGetAttribute) *attr = get("cuDeviceGetAttribute");
+    __typeof__(cuDevicePrimaryCtxRetain) *retain = get("cuDevicePrimaryCtxRetain");
+    __typeof__(cuCtxSetCurrent) *set_current = get("cuCtxSetCurrent");
+    __typeof__(cuModuleLoadData) *load = get("cuModuleLoadData");
+    __typeof__(cuModuleGetFunction) *getfn = get("cuModuleGetFunction");
+    __typeof__(cuStreamCreate) *stream_create = get("cuStreamCreate");
+    __typeof__(cuEventCreate) *event_create = get("cuEventCreate");
+    __typeof__(cuEventRecord) *record = get("cuEventRecord");
+    __typeof__(cuEventSynchronize) *event_sync = get("cuEventSynchronize");
+    __typeof__(cuEventElapsedTime_v2) *elapsed = get("cuEventElapsedTime");
+    __typeof__(cuLaunchKernel) *launch = get("cuLaunchKernel");
+    __typeof__(cuEventDestroy_v2) *event_destroy = get("cuEventDestroy");
+    __typeof__(cuStreamDestroy_v2) *stream_destroy = get("cuStreamDestroy");
+    __typeof__(cuModuleUnload) *unload = get("cuModuleUnload");
+    __typeof__(cuDevicePrimaryCtxRelease_v2) *release = get("cuDevicePrimaryCtxRelease");
+    if (!init || !attr || !retain || !set_current || !load || !getfn || !stream_create ||
+        !event_create || !record || !event_sync || !elapsed || !launch || !event_destroy ||
+        !stream_destroy || !unload || !release)
+        return fail(1, "driver entry points", CUDA_ERROR_NOT_FOUND);
+
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction spin;
+    CUstream s;
+    CUevent e0, e1;
+    int khz = 0;
+    CALL(1, "cuInit", init(0));
+    CALL(1, "clock rate", attr(&khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 0));
+    CALL(1, "primary context", retain(&ctx, 0));
+    CALL(1, "current context", set_current(ctx));
+    CALL(1, "PTX module", load(&mod, ptx));
+    CALL(1, "spin function", getfn(&spin, mod, "spin"));
+    CALL(1, "stream", stream_create(&s, 0));
+    CALL(1, "events", event_create(&e0, 0));
+    CALL(1, "events", event_create(&e1, 0));
+    printf("ok 1 - spin kernel loaded from PTX (SM clock %d kHz)\n", khz);
+
+    uint64_t warm = (uint64_t)khz; /* 1 ms: the GPU leaves idle clocks, the JIT is done */
+    void *wargs[] = {&warm};
+    CALL(2, "warm-up launch", launch(spin, 1, 1, 1, 1, 1, 1, 0, s, wargs, NULL));
+    uint64_t cycles = (uint64_t)(want_ms * khz);
+    void *args[] = {&cycles};
+    CALL(2, "record", record(e0, s));
+    CALL(2, "launch", launch(spin, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+    CALL(2, "record", record(e1, s));
+    CALL(2, "synchronize", event_sync(e1));
+    float ms = 0;
+    CALL(2, "elapsed", elapsed(&ms, e0, e1));
+    double expect = (double)cycles / khz;
+    double err = (ms - expect) / expect;
+    printf("%s 2 - %llu cycles took %.3f ms, cycles/clock = %.3f ms (%+.2f %%)\n",
+           err > -0.10 && err < 0.10 ? "ok" : "not ok", (unsigned long long)cycles, ms, expect,
+           100 * err);
+    event_destroy(e0);
+    event_destroy(e1);
+    stream_destroy(s);
+    unload(mod);
+    release(0);
+#ifdef SPIN_EMU
+    if (own) {
+        unlink(path);
+        rmdir(dir);
+    }
+#endif
+    return err > -0.10 && err < 0.10 ? 0 : 1;
+}

@@ -1,0 +1,1088 @@
+/* test-vcuda-emu.c — libvcuda.so against the emulated driver, reached the way
+ * NVIDIA's runtime reaches a driver: dlopen("libcuda.so.1"), dlsym of
+ * cuGetProcAddress_v2, then every entry point by name, CUDA version and flags
+ * (per-thread-stream _ptsz variants included). Nothing here links libcuda, so
+ * every call below went through our dlsym/cuGetProcAddress interception.
+ *
+ * Run without VCUDA_TEST_CHILD, the program is its own launcher: it creates an
+ * emulated machine (1 GPU) and a temp dir, sets the quota environment,
+ * LD_LIBRARY_PATH (the emulator) and LD_PRELOAD (the ASan runtime first in the
+ * sanitizer build, then libvcuda.so) and re-executes itself under them. Cases
+ * that need other processes (racers, kill -9, other configs) run this binary
+ * again with --role. */
+#define _GNU_SOURCE
+#include "cuda_api.h"
+#include "nvml_api.h"
+#include "state.h"
+#include "tap.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MiB (1ull << 20)
+#define QUOTA (64 * MiB)
+#define CTX_MEM (4 * MiB)
+
+/* ---- the runtime's way in ------------------------------------------------ */
+
+typedef CUresult (*getproc_fn)(const char *, void **, int, cuuint64_t,
+                               CUdriverProcAddressQueryResult *);
+static void *libcuda;
+static getproc_fn getproc;
+
+#define FN(n) __typeof__(n) *n
+static struct {
+    FN(cuInit);
+    FN(cuDeviceGet);
+    FN(cuDevicePrimaryCtxRetain);
+    FN(cuDevicePrimaryCtxRelease_v2);
+    FN(cuCtxSetCurrent);
+    FN(cuCtxCreate_v2);
+    FN(cuCtxDestroy_v2);
+    FN(cuMemGetInfo_v2);
+    FN(cuDeviceTotalMem_v2);
+    FN(cuMemAlloc_v2);
+    FN(cuMemFree_v2);
+    FN(cuMemAllocPitch_v2);
+    FN(cuMemAllocManaged);
+    FN(cuMemAllocAsync);
+    FN(cuMemAllocAsync_ptsz);
+    FN(cuMemFreeAsync);
+    FN(cuStreamSynchronize);
+    FN(cuMemCreate);
+    FN(cuMemRelease);
+    FN(cuMemGetAllocationGranularity);
+    FN(cuArray3DCreate_v2);
+    FN(cuArrayDestroy);
+    FN(cuMipmappedArrayCreate);
+    FN(cuMipmappedArrayDestroy);
+} cu;
+
+static void *lookup(const char *name, int version, cuuint64_t flags)
+{
+    void *p = NULL;
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (getproc(name, &p, version, flags, &st) != CUDA_SUCCESS || st != CU_GET_PROC_ADDRESS_SUCCESS)
+        return NULL;
+    return p;
+}
+
+#define GET(field, name, ver, flags) (cu.field = (__typeof__(cu.field))lookup(name, ver, flags))
+
+static void load(void)
+{
+    if (getproc)
+        return;
+    libcuda = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!libcuda)
+        tap_skip_all("libcuda.so.1 (the emulator) cannot be loaded");
+    getproc = (getproc_fn)dlsym(libcuda, "cuGetProcAddress_v2");
+    if (!getproc)
+        tap_skip_all("no cuGetProcAddress_v2");
+    GET(cuInit, "cuInit", 12000, 0);
+    GET(cuDeviceGet, "cuDeviceGet", 12000, 0);
+    GET(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 12000, 0);
+    GET(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 12000, 0);
+    GET(cuCtxSetCurrent, "cuCtxSetCurrent", 12000, 0);
+    GET(cuCtxCreate_v2, "cuCtxCreate", 11000, 0);
+    GET(cuCtxDestroy_v2, "cuCtxDestroy", 12000, 0);
+    GET(cuMemGetInfo_v2, "cuMemGetInfo", 12000, 0);
+    GET(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 12000, 0);
+    GET(cuMemAlloc_v2, "cuMemAlloc", 12000, 0);
+    GET(cuMemFree_v2, "cuMemFree", 12000, 0);
+    GET(cuMemAllocPitch_v2, "cuMemAllocPitch", 12000, 0);
+    GET(cuMemAllocManaged, "cuMemAllocManaged", 12000, 0);
+    GET(cuMemAllocAsync, "cuMemAllocAsync", 12000, 0);
+    GET(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(cuMemFreeAsync, "cuMemFreeAsync", 12000, 0);
+    GET(cuStreamSynchronize, "cuStreamSynchronize", 12000, 0);
+    GET(cuMemCreate, "cuMemCreate", 12000, 0);
+    GET(cuMemRelease, "cuMemRelease", 12000, 0);
+    GET(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 12000, 0);
+    GET(cuArray3DCreate_v2, "cuArray3DCreate", 12000, 0);
+    GET(cuArrayDestroy, "cuArrayDestroy", 12000, 0);
+    GET(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 12000, 0);
+    GET(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 12000, 0);
+}
+
+static CUcontext ctx;
+
+/* Primary context current on this thread, as the runtime does it. */
+static void setup(void)
+{
+    load();
+    if (ctx) {
+        REQUIRE_EQ_INT(cu.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+        return;
+    }
+    REQUIRE(cu.cuInit && cu.cuDevicePrimaryCtxRetain && cu.cuCtxSetCurrent);
+    REQUIRE_EQ_INT(cu.cuInit(0), CUDA_SUCCESS);
+    CUdevice dev;
+    REQUIRE_EQ_INT(cu.cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+}
+
+static uint64_t quota_free(void)
+{
+    size_t f = 0, t = 0;
+    if (cu.cuMemGetInfo_v2(&f, &t) != CUDA_SUCCESS)
+        return UINT64_MAX;
+    return f;
+}
+
+/* VCUDA_TEST_REAL=1 (tests/gpu/vcuda-memory.sh): the same cases on a real
+ * driver; checks against the emulator's own books are left out there. */
+static bool real_gpu(void)
+{
+    const char *v = getenv("VCUDA_TEST_REAL");
+    return v && *v == '1';
+}
+
+/* Checks only the emulator can answer. */
+#define EMU_CHECK_EQ_U64(a, b)                                                                     \
+    do {                                                                                           \
+        if (!real_gpu())                                                                           \
+            CHECK_EQ_U64(a, b);                                                                    \
+    } while (0)
+
+/* What the emulator itself has charged on GPU 0, over all processes:
+ * independent of libvcuda's own bookkeeping. */
+static uint64_t emu_used(void)
+{
+    static struct emu_state *st;
+    if (!st && emu_state_open(getenv("ACCEL_EMU_STATE"), &st) < 0)
+        return UINT64_MAX;
+    uint64_t used = 0, total = 0;
+    emu_state_mem_info(st, 0, &used, &total);
+    return used;
+}
+
+static bool in_lib(void *fn, const char *lib_part, const char **ret_sym)
+{
+    Dl_info info;
+    if (!fn || !dladdr(fn, &info) || !info.dli_fname)
+        return false;
+    if (ret_sym)
+        *ret_sym = info.dli_sname;
+    return strstr(info.dli_fname, lib_part) != NULL;
+}
+
+/* ---- interception -------------------------------------------------------- */
+
+TEST(dlsym_of_the_driver_handle_is_intercepted)
+{
+    load();
+    const char *sym = NULL;
+    CHECK(in_lib((void *)getproc, "libvcuda", &sym));
+    CHECK_EQ_STR(sym, "cuGetProcAddress_v2");
+    /* by handle, and through the default scope */
+    void *p = dlsym(libcuda, "cuMemAlloc_v2");
+    CHECK(in_lib(p, "libvcuda", &sym));
+    CHECK_EQ_STR(sym, "cuMemAlloc_v2");
+    /* not hooked: the driver's own */
+    p = dlsym(libcuda, "cuMemcpyHtoD_v2");
+    CHECK(in_lib(p, "libcuda", &sym));
+    /* unknown names stay unknown */
+    CHECK(dlsym(libcuda, "cuNoSuchFunction") == NULL);
+}
+
+static const struct {
+    const char *name;
+    int version;
+    cuuint64_t flags;
+    const char *want;  /* symbol the caller must end up in */
+    bool ours;         /* in libvcuda (hooked) or in the driver */
+} lookups[] = {
+    {"cuMemAlloc", 12000, 0, "cuMemAlloc_v2", true},
+    {"cuMemAlloc", 3020, 0, "cuMemAlloc_v2", true},
+    {"cuMemGetInfo", 12000, 0, "cuMemGetInfo_v2", true},
+    {"cuMemAllocAsync", 12000, 0, "cuMemAllocAsync", true},
+    {"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+     "cuMemAllocAsync_ptsz", true},
+    {"cuMemAllocFromPoolAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+     "cuMemAllocFromPoolAsync_ptsz", true},
+    {"cuMemFreeAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+     "cuMemFreeAsync_ptsz", true},
+    {"cuLaunchKernel", 12000, 0, "cuLaunchKernel", true},
+    {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+     "cuLaunchKernel_ptsz", true},
+    {"cuGraphLaunch", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuGraphLaunch_ptsz",
+     true},
+    {"cuCtxCreate", 12050, 0, "cuCtxCreate_v4", true},
+    {"cuCtxCreate", 11040, 0, "cuCtxCreate_v3", true},
+    {"cuCtxCreate", 11000, 0, "cuCtxCreate_v2", true},
+    {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2", true},
+    {"cuArray3DCreate", 12000, 0, "cuArray3DCreate_v2", true},
+    {"cuDevicePrimaryCtxRelease", 12000, 0, "cuDevicePrimaryCtxRelease_v2", true},
+    {"cuMemcpyHtoD", 12000, 0, "cuMemcpyHtoD_v2", false},
+    {"cuMemcpyHtoD", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyHtoD_v2_ptds",
+     false},
+    {"cuStreamSynchronize", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+     "cuStreamSynchronize_ptsz", false},
+    {"cuInit", 12000, 0, "cuInit", false},
+};
+
+TEST(get_proc_address_follows_the_drivers_variant)
+{
+    load();
+    for (size_t i = 0; i < sizeof(lookups) / sizeof(lookups[0]); i++) {
+        void *p = lookup(lookups[i].name, lookups[i].version, lookups[i].flags);
+        const char *sym = NULL;
+        bool ours = in_lib(p, "libvcuda", &sym);
+        if (!p || ours != lookups[i].ours || !sym || strcmp(sym, lookups[i].want) != 0)
+            tap_fail(__FILE__, __LINE__, "%s@%d flags %llu: got %s in %s, want %s in %s",
+                     lookups[i].name, lookups[i].version, (unsigned long long)lookups[i].flags,
+                     sym ? sym : "(null)", ours ? "libvcuda" : "the driver", lookups[i].want,
+                     lookups[i].ours ? "libvcuda" : "the driver");
+    }
+    /* the v1 entry point (4 arguments) is hooked the same way */
+    void *v1 = dlsym(libcuda, "cuGetProcAddress");
+    CHECK(in_lib(v1, "libvcuda", NULL));
+    void *p = NULL;
+    CHECK_EQ_INT(((CUresult(*)(const char *, void **, int, cuuint64_t))v1)("cuMemAlloc", &p, 12000,
+                                                                            0),
+                 CUDA_SUCCESS);
+    const char *sym = NULL;
+    CHECK(in_lib(p, "libvcuda", &sym));
+    CHECK_EQ_STR(sym, "cuMemAlloc_v2");
+    /* unknown symbols: the driver's answer, untouched */
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+    p = (void *)1;
+    CHECK_NE_INT(getproc("cuNoSuchThing", &p, 12000, 0, &st), CUDA_SUCCESS);
+    CHECK_EQ_INT(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+}
+
+/* Driver entry points our header does not declare; the runtime asks for
+ * these too (most resolve to nothing on the emulator). */
+static const char *const more_names[] = {
+    "cuDeviceGetLuid", "cuDeviceGetNvSciSyncAttributes", "cuDeviceGetTexture1DLinearMaxWidth",
+    "cuDeviceGetExecAffinitySupport", "cuFlushGPUDirectRDMAWrites", "cuDeviceGetP2PAttribute",
+    "cuCtxResetPersistingL2Cache", "cuCtxGetExecAffinity", "cuCtxGetId",
+    "cuCtxGetSharedMemConfig", "cuCtxSetSharedMemConfig", "cuCtxAttach", "cuCtxDetach",
+    "cuCtxRecordEvent", "cuCtxWaitEvent", "cuModuleGetLoadingMode", "cuModuleGetTexRef",
+    "cuModuleGetSurfRef", "cuLinkCreate", "cuLinkAddData", "cuLinkAddFile", "cuLinkComplete",
+    "cuLinkDestroy", "cuMemHostGetFlags", "cuMemAdvise", "cuMemPrefetchAsync",
+    "cuMemRangeGetAttribute", "cuMemRangeGetAttributes", "cuMemGetHandleForAddressRange",
+    "cuMemMapArrayAsync", "cuMemPoolExportToShareableHandle",
+    "cuMemPoolImportFromShareableHandle", "cuMemPoolExportPointer", "cuMemPoolImportPointer",
+    "cuMemPoolGetAccess", "cuStreamGetId", "cuStreamAttachMemAsync", "cuStreamCopyAttributes",
+    "cuStreamGetAttribute", "cuStreamSetAttribute", "cuStreamWaitValue32", "cuStreamWaitValue64",
+    "cuStreamWriteValue32", "cuStreamWriteValue64", "cuStreamBatchMemOp",
+    "cuStreamGetCaptureInfo", "cuStreamUpdateCaptureDependencies",
+    "cuThreadExchangeStreamCaptureMode", "cuImportExternalSemaphore",
+    "cuSignalExternalSemaphoresAsync", "cuWaitExternalSemaphoresAsync",
+    "cuDestroyExternalSemaphore", "cuExternalMemoryGetMappedMipmappedArray", "cuFuncGetModule",
+    "cuFuncGetName", "cuFuncSetSharedMemConfig", "cuFuncSetBlockShape", "cuLaunch",
+    "cuLaunchGrid", "cuLaunchGridAsync", "cuParamSetSize", "cuParamSeti", "cuGraphClone",
+    "cuGraphAddMemcpyNode", "cuGraphAddMemsetNode", "cuGraphAddHostNode",
+    "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode", "cuGraphAddEventRecordNode",
+    "cuGraphAddEventWaitNode", "cuGraphAddMemAllocNode", "cuGraphAddMemFreeNode",
+    "cuGraphGetNodes", "cuGraphGetRootNodes", "cuGraphGetEdges", "cuGraphNodeGetType",
+    "cuGraphDestroyNode", "cuGraphExecKernelNodeSetParams", "cuGraphExecUpdate",
+    "cuGraphKernelNodeGetParams", "cuGraphKernelNodeSetParams", "cuGraphDebugDotPrint",
+    "cuUserObjectCreate", "cuUserObjectRetain", "cuUserObjectRelease", "cuGraphRetainUserObject",
+    "cuGraphReleaseUserObject", "cuDeviceGraphMemTrim", "cuDeviceGetGraphMemAttribute",
+    "cuDeviceSetGraphMemAttribute", "cuOccupancyMaxPotentialBlockSize",
+    "cuOccupancyMaxPotentialBlockSizeWithFlags", "cuOccupancyAvailableDynamicSMemPerBlock",
+    "cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxActiveClusters", "cuTexObjectCreate",
+    "cuTexObjectDestroy", "cuTexObjectGetResourceDesc", "cuSurfObjectCreate",
+    "cuSurfObjectDestroy", "cuTensorMapEncodeTiled", "cuTensorMapEncodeIm2col",
+    "cuTensorMapReplaceAddress", "cuGraphicsUnregisterResource", "cuGraphicsMapResources",
+    "cuGraphicsUnmapResources", "cuGraphicsResourceGetMappedPointer", "cuProfilerStart",
+    "cuProfilerStop", "cuCoredumpGetAttribute", "cuLibraryGetGlobal", "cuLibraryGetManaged",
+    "cuLibraryGetUnifiedFunction", "cuKernelGetAttribute", "cuKernelSetAttribute",
+    "cuKernelSetCacheConfig", "cuMulticastCreate", "cuMulticastAddDevice", "cuMulticastBindMem",
+    "cuMulticastUnbind", "cuMulticastGetGranularity", "cuGreenCtxCreate", "cuGreenCtxDestroy",
+    "cuDevResourceGenerateDesc", "cuDeviceGetDevResource", "cuCheckpointProcessLock",
+};
+
+/* The runtime's start-up: every driver entry point by base name with flags 0
+ * and per-thread (~440 lookups). Whatever resolves is ours exactly when the
+ * symbol is hooked, and then the same variant the driver picked. The names come
+ * from our CUDA header (src/gpu/cuda_api.h), versioned suffixes stripped. */
+TEST(runtime_style_bulk_lookups)
+{
+    load();
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/src/gpu/cuda_api.h", getenv("ACCEL_SOURCE_ROOT"));
+    FILE *f = fopen(path, "r");
+    REQUIRE(f);
+    char line[1024];
+    static char names[1024][64];
+    int n = 0;
+    while (fgets(line, sizeof(line), f) && n < 1024) {
+        char *p = strstr(line, "CUDAAPI cu");
+        if (!p)
+            continue;
+        p += 8;
+        size_t len = strcspn(p, "(");
+        if (len >= 64)
+            continue;
+        char nm[64];
+        memcpy(nm, p, len);
+        nm[len] = '\0';
+        static const char *const suffixes[] = {"_ptsz", "_ptds", "_v2", "_v3", "_v4"};
+        for (int again = 0; again < 2; again++)
+            for (size_t s = 0; s < sizeof(suffixes) / sizeof(suffixes[0]); s++) {
+                size_t l = strlen(nm), sl = strlen(suffixes[s]);
+                if (l > sl && strcmp(nm + l - sl, suffixes[s]) == 0)
+                    nm[l - sl] = '\0';
+            }
+        bool dup = false;
+        for (int i = 0; i < n && !dup; i++)
+            dup = strcmp(names[i], nm) == 0;
+        if (!dup)
+            strcpy(names[n++], nm);
+    }
+    fclose(f);
+    CHECK(n > 150);
+    for (size_t i = 0; i < sizeof(more_names) / sizeof(more_names[0]) && n < 1024; i++)
+        strcpy(names[n++], more_names[i]);
+    int looked = 0, resolved = 0, hooked = 0;
+    for (int i = 0; i < n; i++) {
+        for (cuuint64_t flags = 0; flags <= 2; flags += 2) {
+            looked++;
+            void *p = lookup(names[i], 13000, flags);
+            if (!p)
+                continue;
+            resolved++;
+            const char *sym = NULL;
+            bool ours = in_lib(p, "libvcuda", &sym);
+            Dl_info info;
+            /* whose symbol is it? ours must carry the same base name */
+            if (ours) {
+                hooked++;
+                if (!sym || strncmp(sym, names[i], strlen(names[i])) != 0)
+                    tap_fail(__FILE__, __LINE__, "%s → our %s", names[i], sym ? sym : "?");
+            } else if (dladdr(p, &info) && info.dli_sname &&
+                       dlsym(RTLD_DEFAULT, info.dli_sname) != NULL &&
+                       in_lib(dlsym(libcuda, info.dli_sname), "libvcuda", NULL)) {
+                /* the driver's pointer for a symbol we hook: interception missed */
+                tap_fail(__FILE__, __LINE__, "%s (flags %llu) escaped as the driver's %s",
+                         names[i], (unsigned long long)flags, info.dli_sname);
+            }
+        }
+    }
+    tap_diag("%d lookups, %d resolved, %d to our wrappers", looked, resolved, hooked);
+    CHECK(looked >= 400);
+    CHECK(resolved >= 250);
+    CHECK(hooked >= 40);
+}
+
+/* ---- the quota ----------------------------------------------------------- */
+
+TEST(mem_get_info_shows_the_quota)
+{
+    setup();
+    size_t f = 0, t = 0;
+    REQUIRE_EQ_INT(cu.cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS);
+    CHECK_EQ_U64(t, QUOTA);
+    /* the primary context's own memory is charged */
+    CHECK_EQ_U64(f, QUOTA - CTX_MEM);
+    size_t total = 0;
+    REQUIRE_EQ_INT(cu.cuDeviceTotalMem_v2(&total, 0), CUDA_SUCCESS);
+    CHECK_EQ_U64(total, QUOTA);
+    /* and it is what the emulator charged for the context */
+    EMU_CHECK_EQ_U64(emu_used(), CTX_MEM);
+}
+
+/* One allocation kind: fill exactly what is free, one more unit fails with
+ * OUT_OF_MEMORY, freeing gives everything back, and a request one unit too
+ * big fails without leaking. The emulator's own charge moves in step. */
+enum kind { K_ALLOC, K_PITCH, K_MANAGED, K_ASYNC, K_ASYNC_PTSZ, K_VMM, K_ARRAY3D };
+
+static size_t vmm_gran;
+
+static CUresult kind_alloc(enum kind k, uint64_t bytes, uint64_t *ret_handle)
+{
+    CUdeviceptr p = 0;
+    CUresult r;
+    switch (k) {
+    case K_ALLOC:
+        r = cu.cuMemAlloc_v2(&p, bytes);
+        break;
+    case K_PITCH: {
+        size_t pitch = 0;
+        r = cu.cuMemAllocPitch_v2(&p, &pitch, 2048, bytes / 2048, 4);
+        if (r == CUDA_SUCCESS && pitch != 2048)
+            tap_fail(__FILE__, __LINE__, "pitch %zu", pitch);
+        break;
+    }
+    case K_MANAGED:
+        r = cu.cuMemAllocManaged(&p, bytes, 1);
+        break;
+    case K_ASYNC:
+        r = cu.cuMemAllocAsync(&p, bytes, NULL);
+        break;
+    case K_ASYNC_PTSZ:
+        r = cu.cuMemAllocAsync_ptsz(&p, bytes, NULL);
+        break;
+    case K_VMM: {
+        CUmemAllocationProp prop = {0};
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = 0;
+        CUmemGenericAllocationHandle h = 0;
+        r = cu.cuMemCreate(&h, bytes, &prop, 0);
+        p = h;
+        break;
+    }
+    case K_ARRAY3D: {
+        /* FLOAT x1, 128 wide: 512-byte rows; 128 rows: 64 KiB per slice */
+        CUDA_ARRAY3D_DESCRIPTOR d = {128, 128, bytes / (64 << 10), CU_AD_FORMAT_FLOAT, 1, 0};
+        CUarray a = NULL;
+        r = cu.cuArray3DCreate_v2(&a, &d);
+        p = (CUdeviceptr)(uintptr_t)a;
+        break;
+    }
+    default:
+        r = CUDA_ERROR_INVALID_VALUE;
+    }
+    *ret_handle = p;
+    return r;
+}
+
+static CUresult kind_free(enum kind k, uint64_t h)
+{
+    switch (k) {
+    case K_ASYNC:
+    case K_ASYNC_PTSZ: {
+        CUresult r = cu.cuMemFreeAsync(h, NULL);
+        if (r == CUDA_SUCCESS)
+            r = cu.cuStreamSynchronize(NULL);
+        return r;
+    }
+    case K_VMM:
+        return cu.cuMemRelease(h);
+    case K_ARRAY3D:
+        return cu.cuArrayDestroy((CUarray)(uintptr_t)h);
+    default:
+        return cu.cuMemFree_v2(h);
+    }
+}
+
+static void exact_at_quota(enum kind k, uint64_t unit)
+{
+    setup();
+    uint64_t free0 = quota_free();
+    uint64_t emu0 = emu_used();
+    REQUIRE(free0 != UINT64_MAX && free0 >= unit);
+    uint64_t fill = free0 / unit * unit;
+    uint64_t h = 0, h2 = 0;
+    REQUIRE_EQ_INT(kind_alloc(k, fill, &h), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0 - fill);
+    EMU_CHECK_EQ_U64(emu_used(), emu0 + fill);
+    CHECK_EQ_INT(kind_alloc(k, unit, &h2), CUDA_ERROR_OUT_OF_MEMORY);
+    EMU_CHECK_EQ_U64(emu_used(), emu0 + fill);
+    CHECK_EQ_INT(kind_free(k, h), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+    EMU_CHECK_EQ_U64(emu_used(), emu0);
+    CHECK_EQ_INT(kind_alloc(k, fill + unit, &h2), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ_U64(quota_free(), free0);
+    /* what just failed fits once the rest is free again */
+    REQUIRE_EQ_INT(kind_alloc(k, fill, &h), CUDA_SUCCESS);
+    CHECK_EQ_INT(kind_free(k, h), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+}
+
+TEST(mem_alloc_stops_exactly_at_quota)
+{
+    exact_at_quota(K_ALLOC, 512);
+}
+
+TEST(mem_alloc_pitch_stops_exactly_at_quota)
+{
+    exact_at_quota(K_PITCH, 2048);
+}
+
+TEST(mem_alloc_managed_stops_exactly_at_quota)
+{
+    exact_at_quota(K_MANAGED, 512);
+}
+
+TEST(mem_alloc_async_stops_exactly_at_quota)
+{
+    exact_at_quota(K_ASYNC, 512);
+}
+
+TEST(mem_alloc_async_ptsz_stops_exactly_at_quota)
+{
+    exact_at_quota(K_ASYNC_PTSZ, 512);
+}
+
+TEST(mem_create_vmm_stops_exactly_at_quota)
+{
+    setup();
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    REQUIRE_EQ_INT(cu.cuMemGetAllocationGranularity(&vmm_gran, &prop,
+                                                    CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                   CUDA_SUCCESS);
+    REQUIRE(vmm_gran > 0 && vmm_gran <= 4 * MiB);
+    exact_at_quota(K_VMM, vmm_gran);
+}
+
+TEST(array3d_stops_exactly_at_quota)
+{
+    /* exact fill needs the emulator's array layout (a real driver's differs) */
+    if (real_gpu()) {
+        tap_skip_case("array layout is the driver's own on a real GPU");
+        return;
+    }
+    exact_at_quota(K_ARRAY3D, 64 << 10);
+}
+
+TEST(mipmapped_array_is_charged_like_the_driver)
+{
+    setup();
+    uint64_t free0 = quota_free(), emu0 = emu_used();
+    CUDA_ARRAY3D_DESCRIPTOR d = {1000, 300, 0, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+    CUmipmappedArray m = NULL;
+    REQUIRE_EQ_INT(cu.cuMipmappedArrayCreate(&m, &d, 5), CUDA_SUCCESS);
+    uint64_t charged = free0 - quota_free();
+    CHECK(charged > 1000ull * 300 * 4);
+    EMU_CHECK_EQ_U64(emu_used() - emu0, charged);
+    CHECK_EQ_INT(cu.cuMipmappedArrayDestroy(m), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+}
+
+TEST(context_memory_is_charged_and_given_back)
+{
+    setup();
+    uint64_t free0 = quota_free();
+    CUcontext c2 = NULL;
+    REQUIRE_EQ_INT(cu.cuCtxCreate_v2(&c2, 0, 0), CUDA_SUCCESS);
+    /* c2 is current now; the quota view is the same device */
+    CHECK_EQ_U64(quota_free(), free0 - CTX_MEM);
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAlloc_v2(&p, MiB), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0 - CTX_MEM - MiB);
+    /* destroying the context frees what was allocated in it too */
+    REQUIRE_EQ_INT(cu.cuCtxDestroy_v2(c2), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+    /* The emulator keeps a destroyed context's allocations (a real driver
+     * frees them): free it there so later cases start clean. libvcuda no
+     * longer tracks it, so this gives nothing back twice. */
+    if (!real_gpu() && emu_used() != QUOTA - free0)
+        cu.cuMemFree_v2(p);
+    CHECK_EQ_U64(quota_free(), free0);
+    EMU_CHECK_EQ_U64(emu_used(), QUOTA - free0);
+}
+
+
+/* NVML's memory info (nvidia-smi, frameworks' free-memory checks) shows the
+ * quota: reached by dlopen + dlsym of libnvidia-ml.so.1 like any tool does. */
+TEST(nvml_memory_info_shows_the_quota)
+{
+    setup();
+    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!nvml) {
+        tap_skip_case("no libnvidia-ml.so.1 (emulated NVML not built)");
+        return;
+    }
+    __typeof__(nvmlInit_v2) *init = (__typeof__(init))dlsym(nvml, "nvmlInit_v2");
+    __typeof__(nvmlDeviceGetHandleByIndex_v2) *get =
+        (__typeof__(get))dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2");
+    __typeof__(nvmlDeviceGetMemoryInfo) *info =
+        (__typeof__(info))dlsym(nvml, "nvmlDeviceGetMemoryInfo");
+    __typeof__(nvmlDeviceGetMemoryInfo_v2) *info2 =
+        (__typeof__(info2))dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2");
+    REQUIRE(init && get && info && info2);
+    CHECK(in_lib((void *)info, "libvcuda", NULL));
+    CHECK(in_lib((void *)info2, "libvcuda", NULL));
+    REQUIRE_EQ_INT(init(), NVML_SUCCESS);
+    nvmlDevice_t dev;
+    REQUIRE_EQ_INT(get(0, &dev), NVML_SUCCESS);
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAlloc_v2(&p, 10 * MiB), CUDA_SUCCESS);
+    uint64_t f = quota_free();
+    nvmlMemory_t m;
+    REQUIRE_EQ_INT(info(dev, &m), NVML_SUCCESS);
+    CHECK_EQ_U64(m.total, QUOTA);
+    CHECK_EQ_U64(m.free, f);
+    CHECK_EQ_U64(m.used, QUOTA - f);
+    nvmlMemory_v2_t m2 = {.version = nvmlMemory_v2};
+    REQUIRE_EQ_INT(info2(dev, &m2), NVML_SUCCESS);
+    CHECK_EQ_U64(m2.total, QUOTA);
+    CHECK_EQ_U64(m2.free, f);
+    CHECK_EQ_U64(m2.used + m2.reserved + m2.free, QUOTA);
+    REQUIRE_EQ_INT(cu.cuMemFree_v2(p), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(info(dev, &m), NVML_SUCCESS);
+    CHECK_EQ_U64(m.free, f + 10 * MiB);
+}
+
+/* ---- threads ------------------------------------------------------------- */
+
+struct thr {
+    atomic_ullong *held;
+    atomic_int *violations;
+    unsigned seed;
+    int ok;
+};
+
+static void *alloc_thread(void *arg)
+{
+    struct thr *t = arg;
+    if (cu.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+        return NULL;
+    CUdeviceptr mine[8] = {0};
+    uint64_t size[8] = {0};
+    for (int i = 0; i < 3000; i++) {
+        int k = (int)(rand_r(&t->seed) % 8);
+        if (mine[k]) {
+            atomic_fetch_sub(t->held, size[k]);
+            cu.cuMemFree_v2(mine[k]);
+            mine[k] = 0;
+        } else {
+            size[k] = (1 + rand_r(&t->seed) % 16) * 512 * 1024;
+            if (cu.cuMemAlloc_v2(&mine[k], size[k]) == CUDA_SUCCESS) {
+                t->ok++;
+                if (atomic_fetch_add(t->held, size[k]) + size[k] > QUOTA - CTX_MEM)
+                    atomic_fetch_add(t->violations, 1);
+            } else {
+                mine[k] = 0;
+            }
+        }
+    }
+    for (int k = 0; k < 8; k++)
+        if (mine[k]) {
+            atomic_fetch_sub(t->held, size[k]);
+            cu.cuMemFree_v2(mine[k]);
+        }
+    return NULL;
+}
+
+TEST(threads_allocate_within_the_quota)
+{
+    setup();
+    uint64_t free0 = quota_free();
+    atomic_ullong held = 0;
+    atomic_int violations = 0;
+    pthread_t th[8];
+    struct thr t[8];
+    for (int i = 0; i < 8; i++) {
+        t[i] = (struct thr){&held, &violations, (unsigned)i * 31u + 7u, 0};
+        pthread_create(&th[i], NULL, alloc_thread, &t[i]);
+    }
+    int ok = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        ok += t[i].ok;
+    }
+    CHECK_EQ_INT(atomic_load(&violations), 0);
+    CHECK(ok > 100);
+    CHECK_EQ_U64(quota_free(), free0);
+}
+
+/* ---- other processes ----------------------------------------------------- */
+
+static int wait_exit(pid_t pid)
+{
+    int st;
+    if (waitpid(pid, &st, 0) < 0)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Role "racer": makes its context, says "ready", waits for one byte on
+ * stdin, allocates 1 MiB blocks until refused, prints how many, then waits
+ * for fd 3 to close and exits (its memory is released at exit). */
+static int role_racer(void)
+{
+    load();
+    CUcontext c;
+    if (cu.cuInit(0) || cu.cuDevicePrimaryCtxRetain(&c, 0) || cu.cuCtxSetCurrent(c)) {
+        printf("error ctx\n");
+        return 3;
+    }
+    printf("ready\n");
+    fflush(stdout);
+    char b;
+    if (read(0, &b, 1) != 1)
+        return 5;
+    int n = 0;
+    CUdeviceptr p;
+    CUresult r;
+    while ((r = cu.cuMemAlloc_v2(&p, MiB)) == CUDA_SUCCESS)
+        n++;
+    printf(r == CUDA_ERROR_OUT_OF_MEMORY ? "%d\n" : "error %d\n",
+           r == CUDA_ERROR_OUT_OF_MEMORY ? n : (int)r);
+    fflush(stdout);
+    /* hold the memory until the parent closes fd 3 (not stdin: the other
+     * racers' start bytes are still in that pipe) */
+    while (read(3, &b, 1) > 0)
+        ;
+    return 0;
+}
+
+TEST(eight_processes_race_for_one_quota)
+{
+    setup();
+    /* this process holds its context; 8 racers each add their own */
+    int in[2], out[2], hold[2];
+    REQUIRE_EQ_INT(pipe(in), 0);
+    REQUIRE_EQ_INT(pipe(out), 0);
+    REQUIRE_EQ_INT(pipe(hold), 0);
+    pid_t kids[8];
+    for (int i = 0; i < 8; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0) {
+            dup2(in[0], 0);
+            close(in[1]);
+            dup2(out[1], 1);
+            close(out[0]);
+            dup2(hold[0], 3);
+            close(hold[1]);
+            char self[4096];
+            ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+            self[n > 0 ? n : 0] = '\0';
+            execl(self, self, "--role", "racer", "", (char *)NULL);
+            _exit(127);
+        }
+    }
+    close(in[0]);
+    close(out[1]);
+    close(hold[0]);
+    FILE *f = fdopen(out[0], "r");
+    char line[64];
+    int ready = 0;
+    while (ready < 8 && fgets(line, sizeof(line), f) && strcmp(line, "ready\n") == 0)
+        ready++;
+    CHECK_EQ_INT(ready, 8);
+    int total = 0, got = 0, over = 0;
+    if (ready == 8) {
+        /* all at once */
+        CHECK_EQ_INT(write(in[1], "gggggggg", 8), 8);
+        /* while they race, the emulator never holds more than the quota */
+        while (got < 8 && fgets(line, sizeof(line), f)) {
+            if (!real_gpu() && emu_used() > QUOTA)
+                over++;
+            if (strncmp(line, "error", 5) == 0)
+                tap_fail(__FILE__, __LINE__, "racer: %s", line);
+            total += atoi(line);
+            got++;
+        }
+        CHECK_EQ_INT(got, 8);
+        CHECK_EQ_INT(over, 0);
+        if (!real_gpu())
+            CHECK_LE_U64(emu_used(), QUOTA);
+        /* 9 contexts (ours + 8) and 1 MiB blocks: every MiB left is used */
+        CHECK_EQ_INT(total, (int)((QUOTA - 9 * CTX_MEM) / MiB));
+        CHECK_EQ_U64(quota_free(), 0);
+    } else {
+        for (int i = 0; i < 8; i++)
+            kill(kids[i], SIGKILL);
+    }
+    close(in[1]);
+    close(hold[1]);
+    fclose(f);
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ_INT(wait_exit(kids[i]), ready == 8 ? 0 : 128 + SIGKILL);
+    CHECK(TAP_WAIT_UNTIL(quota_free() == QUOTA - CTX_MEM, 1000));
+}
+
+TEST(kill9_during_allocation_is_reclaimed)
+{
+    setup();
+    uint64_t free0 = quota_free();
+    for (int round = 0; round < 3; round++) {
+        int in[2], out[2];
+        REQUIRE_EQ_INT(pipe(in), 0);
+        REQUIRE_EQ_INT(pipe(out), 0);
+        pid_t kid = fork();
+        if (kid == 0) {
+            dup2(in[0], 0);
+            dup2(out[1], 1);
+            close(in[1]);
+            close(out[0]);
+            char self[4096];
+            ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+            self[n > 0 ? n : 0] = '\0';
+            execl(self, self, "--role", "churn", "", (char *)NULL);
+            _exit(127);
+        }
+        close(in[0]);
+        close(out[1]);
+        char b;
+        REQUIRE(read(out[0], &b, 1) == 1); /* it is allocating now */
+        kill(kid, SIGKILL);
+        CHECK_EQ_INT(wait_exit(kid), 128 + SIGKILL);
+        close(in[1]);
+        close(out[0]);
+        /* within a second, everything it held is back for us */
+        CHECK(TAP_WAIT_UNTIL(quota_free() == free0, 1000));
+        CUdeviceptr p;
+        CHECK_EQ_INT(cu.cuMemAlloc_v2(&p, free0), CUDA_SUCCESS);
+        CHECK_EQ_INT(cu.cuMemFree_v2(p), CUDA_SUCCESS);
+    }
+}
+
+/* Role "churn": allocates and frees random blocks forever, telling the parent
+ * once it has started. */
+static int role_churn(void)
+{
+    load();
+    CUcontext c;
+    if (cu.cuInit(0) || cu.cuDevicePrimaryCtxRetain(&c, 0) || cu.cuCtxSetCurrent(c))
+        return 3;
+    CUdeviceptr held[16] = {0};
+    unsigned seed = (unsigned)getpid();
+    bool told = false;
+    for (;;) {
+        int k = (int)(rand_r(&seed) % 16);
+        if (held[k]) {
+            cu.cuMemFree_v2(held[k]);
+            held[k] = 0;
+        } else if (cu.cuMemAlloc_v2(&held[k], (1 + rand_r(&seed) % 8) * MiB) != CUDA_SUCCESS) {
+            held[k] = 0;
+        }
+        if (!told) {
+            (void)!write(1, "x", 1);
+            told = true;
+        }
+    }
+}
+
+TEST(fork_child_gets_its_own_share_of_the_quota)
+{
+    if (real_gpu()) {
+        tap_skip_case("CUDA is not usable in a child forked after the parent initialized it");
+        return;
+    }
+    setup();
+    uint64_t free0 = quota_free();
+    CUdeviceptr mine;
+    REQUIRE_EQ_INT(cu.cuMemAlloc_v2(&mine, 8 * MiB), CUDA_SUCCESS);
+    pid_t kid = fork();
+    if (kid == 0) {
+        /* A fresh process as far as the quota goes: its own context, its
+         * own slot, the parent's use still counted. */
+        int rc = 0;
+        CUcontext c;
+        if (cu.cuDevicePrimaryCtxRetain(&c, 0) || cu.cuCtxSetCurrent(c))
+            _exit(10);
+        uint64_t f = quota_free();
+        if (f != free0 - 8 * MiB - CTX_MEM)
+            rc = 11;
+        CUdeviceptr p;
+        if (!rc && cu.cuMemAlloc_v2(&p, f) != CUDA_SUCCESS)
+            rc = 12;
+        if (!rc && cu.cuMemAlloc_v2(&p, 512) != CUDA_ERROR_OUT_OF_MEMORY)
+            rc = 13;
+        _exit(rc);
+    }
+    CHECK_EQ_INT(wait_exit(kid), 0);
+    /* the child's use went with it; ours stayed */
+    CHECK(TAP_WAIT_UNTIL(quota_free() == free0 - 8 * MiB, 1000));
+    CHECK_EQ_INT(cu.cuMemFree_v2(mine), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+}
+
+/* Role "info": prints the quota total as cuMemGetInfo reports it, and whether
+ * a 1 MiB allocation worked. */
+static int role_info(void)
+{
+    load();
+    CUcontext c;
+    if (cu.cuInit(0) || cu.cuDevicePrimaryCtxRetain(&c, 0) || cu.cuCtxSetCurrent(c)) {
+        /* a fail-closed library refuses even the context's memory */
+        printf("total=0 alloc=ctxfail\n");
+        return 0;
+    }
+    size_t f = 0, t = 0;
+    cu.cuMemGetInfo_v2(&f, &t);
+    CUdeviceptr p;
+    CUresult r = cu.cuMemAlloc_v2(&p, MiB);
+    printf("total=%zu alloc=%d\n", t, (int)r);
+    return 0;
+}
+
+static void run_info(const char *config_text, const char *env_limit, char *out, size_t outlen,
+                     char *err, size_t errlen)
+{
+    char cfg[1024];
+    snprintf(cfg, sizeof(cfg), "%s/config-%d", getenv("VCUDA_TEST_DIR"), (int)getpid());
+    if (config_text) {
+        FILE *f = fopen(cfg, "w");
+        fputs(config_text, f);
+        fclose(f);
+    } else {
+        unlink(cfg);
+    }
+    int o[2], e[2];
+    if (pipe(o) < 0 || pipe(e) < 0)
+        return;
+    pid_t kid = fork();
+    if (kid == 0) {
+        dup2(o[1], 1);
+        dup2(e[1], 2);
+        setenv("VCUDA_CONFIG", cfg, 1);
+        setenv("VCUDA_MEMORY_LIMIT", env_limit, 1);
+        char region[1024];
+        snprintf(region, sizeof(region), "%s/region-info", getenv("VCUDA_TEST_DIR"));
+        setenv("VCUDA_REGION", region, 1);
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = '\0';
+        execl(self, self, "--role", "info", "", (char *)NULL);
+        _exit(127);
+    }
+    close(o[1]);
+    close(e[1]);
+    ssize_t n = read(o[0], out, outlen - 1);
+    out[n > 0 ? n : 0] = '\0';
+    size_t el = 0;
+    while (el < errlen - 1 && (n = read(e[0], err + el, errlen - 1 - el)) > 0)
+        el += (size_t)n;
+    err[el] = '\0';
+    close(o[0]);
+    close(e[0]);
+    wait_exit(kid);
+}
+
+TEST(config_file_wins_over_environment)
+{
+    char out[256], err[2048];
+    run_info("memory_limit = 32Mi\ncontext_memory = 4Mi\n", "1Gi", out, sizeof(out), err,
+             sizeof(err));
+    CHECK(strstr(out, "total=33554432 ") != NULL);
+    if (!strstr(out, "total=33554432 "))
+        tap_diag("got: %s / %s", out, err);
+    run_info(NULL, "48Mi", out, sizeof(out), err, sizeof(err));
+    CHECK(strstr(out, "total=50331648 ") != NULL);
+}
+
+TEST(broken_config_fails_closed_with_a_message)
+{
+    char out[256], err[2048];
+    run_info("memory_limit = 32Mi\nmemory_limit: 1Gi\n", "1Gi", out, sizeof(out), err,
+             sizeof(err));
+    /* no device memory at all, and stderr says why */
+    CHECK(strstr(out, "alloc=ctxfail") != NULL || strstr(out, "alloc=2") != NULL);
+    CHECK(strstr(err, "line 2") != NULL);
+    CHECK(strstr(err, "vcuda") != NULL);
+}
+
+TEST(over_quota_logs_one_line_naming_quota_and_request)
+{
+    char out[256], err[4096];
+    run_info(NULL, "4Mi", out, sizeof(out), err, sizeof(err));
+    /* 4 MiB quota = the context's memory: a 1 MiB allocation is refused */
+    CHECK(strstr(out, "alloc=2") != NULL);
+    CHECK(strstr(err, "out of memory") != NULL);
+    CHECK(strstr(err, "1.00 MiB") != NULL);
+    CHECK(strstr(err, "4.00 MiB quota") != NULL);
+    int lines = 0;
+    for (char *p = err; *p; p++)
+        lines += *p == '\n';
+    CHECK_EQ_INT(lines, 1);
+}
+
+/* ---- launcher ------------------------------------------------------------ */
+
+/* The ASan runtime this binary was linked with, from our own mappings: it
+ * must come first in LD_PRELOAD, before libvcuda.so. */
+static bool find_asan(char *buf, size_t len)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f)) {
+        char *p = strchr(line, '/');
+        if (p && strstr(p, "/libasan.so")) {
+            p[strcspn(p, "\n")] = '\0';
+            snprintf(buf, len, "%s", p);
+            found = true;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static int launcher(int argc, char **argv)
+{
+    const char *build = getenv("ACCEL_BUILD_ROOT");
+    if (!build) {
+        printf("1..0 # SKIP ACCEL_BUILD_ROOT is not set (run through meson test)\n");
+        return 77;
+    }
+    char dir[] = "/tmp/vcuda-emu-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char state[256], region[256], none[256], preload[8192], libpath[4096], asan[4096];
+    snprintf(state, sizeof(state), "%s/emu-state", dir);
+    snprintf(region, sizeof(region), "%s/region", dir);
+    snprintf(none, sizeof(none), "%s/no-config", dir);
+    if (!real_gpu()) {
+        struct emu_config cfg;
+        emu_config_init(&cfg);
+        cfg.gpus = 1;
+        cfg.memory_bytes = 1ull << 30;
+        int r = emu_state_create(state, &cfg);
+        if (r < 0) {
+            fprintf(stderr, "emu_state_create: %s\n", strerror(-r));
+            return 1;
+        }
+        snprintf(libpath, sizeof(libpath), "%s/src/emu", build);
+        setenv("LD_LIBRARY_PATH", libpath, 1);
+    }
+    if (find_asan(asan, sizeof(asan)))
+        snprintf(preload, sizeof(preload), "%s:%s/src/vcuda/libvcuda.so", asan, build);
+    else
+        snprintf(preload, sizeof(preload), "%s/src/vcuda/libvcuda.so", build);
+    setenv("ACCEL_EMU_STATE", state, 1);
+    setenv("ACCEL_EMU_CTX_OVERHEAD", "4Mi", 1);
+    setenv("VCUDA_CONTEXT_MEMORY", "4Mi", 1);
+    setenv("VCUDA_MEMORY_LIMIT", "64Mi", 1);
+    setenv("VCUDA_REGION", region, 1);
+    setenv("VCUDA_CONFIG", none, 1);
+    setenv("VCUDA_TEST_DIR", dir, 1);
+    setenv("VCUDA_TEST_CHILD", "1", 1);
+    setenv("LD_PRELOAD", preload, 1);
+    /* leak checks stay on; the children's own exit paths are what matter */
+    pid_t kid = fork();
+    if (kid == 0) {
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    int rc = wait_exit(kid);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    (void)argc;
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (!getenv("VCUDA_TEST_CHILD"))
+        return launcher(argc, argv);
+    if (argc >= 3 && strcmp(argv[1], "--role") == 0) {
+        if (strcmp(argv[2], "racer") == 0)
+            return role_racer();
+        if (strcmp(argv[2], "churn") == 0)
+            return role_churn();
+        if (strcmp(argv[2], "info") == 0)
+            return role_info();
+        return 2;
+    }
+    return tap_main(argc, argv);
+}
