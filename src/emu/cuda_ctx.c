@@ -219,99 +219,122 @@ EMU_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *busid)
     return CUDA_ERROR_INVALID_DEVICE;
 }
 
+#define A(name) CU_DEVICE_ATTRIBUTE_##name
+
+/* Attributes every emulated GPU reports alike (a recent data-center GPU's limits). Attributes
+ * of the model or the configuration are in attribute() below; any other valid attribute
+ * (Windows handles, stream memory operations, ...) reads 0. */
+static const struct {
+    int attr;
+    int value;
+} fixed_attrs[] = {
+    {A(MAX_THREADS_PER_BLOCK), 1024},
+    {A(MAX_BLOCK_DIM_X), 1024},
+    {A(MAX_BLOCK_DIM_Y), 1024},
+    {A(MAX_BLOCK_DIM_Z), 64},
+    {A(MAX_GRID_DIM_X), 2147483647},
+    {A(MAX_GRID_DIM_Y), 65535},
+    {A(MAX_GRID_DIM_Z), 65535},
+    {A(MAX_SHARED_MEMORY_PER_BLOCK), 48 * 1024},
+    {A(TOTAL_CONSTANT_MEMORY), 64 * 1024},
+    {A(WARP_SIZE), 32},
+    {A(MAX_PITCH), 2147483647},
+    {A(MAX_REGISTERS_PER_BLOCK), 65536},
+    {A(TEXTURE_ALIGNMENT), 512},
+    {A(GPU_OVERLAP), 1},
+    {A(CAN_MAP_HOST_MEMORY), 1},
+    {A(SURFACE_ALIGNMENT), 512},
+    {A(CONCURRENT_KERNELS), 1},
+    {A(ECC_ENABLED), 1},
+    {A(L2_CACHE_SIZE), 50 * 1024 * 1024},
+    {A(MAX_THREADS_PER_MULTIPROCESSOR), 2048},
+    {A(ASYNC_ENGINE_COUNT), 2},
+    {A(UNIFIED_ADDRESSING), 1},
+    {A(TEXTURE_PITCH_ALIGNMENT), 32},
+    {A(STREAM_PRIORITIES_SUPPORTED), 1},
+    {A(GLOBAL_L1_CACHE_SUPPORTED), 1},
+    {A(LOCAL_L1_CACHE_SUPPORTED), 1},
+    {A(MAX_SHARED_MEMORY_PER_MULTIPROCESSOR), 228 * 1024},
+    {A(MAX_REGISTERS_PER_MULTIPROCESSOR), 65536},
+    {A(MANAGED_MEMORY), 1},
+    {A(SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO), 2},
+    {A(CONCURRENT_MANAGED_ACCESS), 1},
+    {A(COMPUTE_PREEMPTION_SUPPORTED), 1},
+    {A(COOPERATIVE_LAUNCH), 1},
+    {A(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), 227 * 1024},
+    {A(HOST_REGISTER_SUPPORTED), 1},
+    {A(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1},
+    {A(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED), 1},
+    {A(MAX_BLOCKS_PER_MULTIPROCESSOR), 32},
+    {A(RESERVED_SHARED_MEMORY_PER_BLOCK), 1024},
+    {A(READ_ONLY_HOST_REGISTER_SUPPORTED), 1},
+    {A(MEMORY_POOLS_SUPPORTED), 1},
+    {A(MEMPOOL_SUPPORTED_HANDLE_TYPES), 1}, /* POSIX file descriptors */
+    {A(IPC_EVENT_SUPPORTED), 1},
+    {A(TCC_DRIVER), 0},
+    {A(CAN_TEX2D_GATHER), 1},
+};
+
 static int attribute(const struct emu_gpu *g, int a, int *ret)
 {
-    int v;
     switch (a) {
-    case 1: v = 1024; break;                                  /* max threads per block */
-    case 2: case 3: v = 1024; break;                          /* block dim x, y */
-    case 4: v = 64; break;                                    /* block dim z */
-    case 5: v = 2147483647; break;                            /* grid dim x */
-    case 6: case 7: v = 65535; break;
-    case 8: v = 48 * 1024; break;                             /* shared memory per block */
-    case 9: v = 64 * 1024; break;                             /* constant memory */
-    case 10: v = 32; break;                                   /* warp size */
-    case 11: v = 2147483647; break;                           /* max pitch */
-    case 12: v = 65536; break;                                /* registers per block */
-    case 13: v = (int)g->sm_clock_mhz * 1000; break;          /* clock rate, kHz */
-    case 14: v = 512; break;                                  /* texture alignment */
-    case 15: v = 1; break;                                    /* gpu overlap */
-    case 16: v = (int)g->sm_count; break;
-    case 17: v = 0; break;                                    /* kernel exec timeout */
-    case 18: v = 0; break;                                    /* integrated */
-    case 19: v = 1; break;                                    /* can map host memory */
-    case 20: v = (int)g->compute_mode; break;
-    case 30: v = 512; break;                                  /* surface alignment */
-    case 31: v = 1; break;                                    /* concurrent kernels */
-    case 32: v = 1; break;                                    /* ECC */
-    case 33: v = (int)g->pci_bus; break;
-    case 34: v = (int)g->pci_device; break;
-    case 35: v = 0; break;                                    /* TCC */
-    case 36: v = (int)g->mem_clock_mhz * 1000; break;         /* memory clock, kHz */
-    case 37: v = (int)g->mem_bus_bits; break;
-    case 38: v = 50 * 1024 * 1024; break;                     /* L2 */
-    case 39: v = 2048; break;                                 /* threads per SM */
-    case 40: v = 2; break;                                    /* async engines */
-    case 41: v = 1; break;                                    /* unified addressing */
-    case 50: v = (int)g->pci_domain; break;
-    case 51: v = 32; break;                                   /* texture pitch alignment */
-    case 75: v = (int)g->cc_major; break;
-    case 76: v = (int)g->cc_minor; break;
-    case 78: v = 1; break;                                    /* stream priorities */
-    case 79: case 80: v = 1; break;                           /* L1 caches */
-    case 81: v = 228 * 1024; break;                           /* shared memory per SM */
-    case 82: v = 65536; break;                                /* registers per SM */
-    case 83: v = 1; break;                                    /* managed memory */
-    case 84: v = 0; break;
-    case 85: v = (int)g->index; break;
-    case 86: v = 0; break;
-    case 87: v = 2; break;
-    case 88: v = 0; break;                                    /* pageable memory access */
-    case 89: v = 1; break;                                    /* concurrent managed access */
-    case 90: v = 1; break;
-    case 91: v = 0; break;
-    case 95: v = 1; break;                                    /* cooperative launch */
-    case 96: v = 0; break;
-    case 97: v = 227 * 1024; break;                           /* shared memory optin */
-    case 98: v = 0; break;
-    case 99: v = 1; break;                                    /* host register */
-    case 100: v = 0; break;
-    case 101: v = 0; break;
-    case 102: v = 1; break;                                   /* virtual memory management */
-    case 103: v = 1; break;                                   /* POSIX fd handles */
-    case 104: case 105: v = 0; break;
-    case 106: v = 32; break;                                  /* blocks per SM */
-    case 107: v = 0; break;
-    case 108: v = 0; break;
-    case 109: v = 0; break;
-    case 110: v = 0; break;
-    case 111: v = 1024; break;
-    case 112: v = 0; break;
-    case 113: v = 1; break;
-    case 114: v = 0; break;
-    case 115: v = 1; break;                                   /* memory pools */
-    case 116: v = 0; break;
-    case 119: v = 1; break;                                   /* mempool handle types: fd */
-    case 120: v = g->cc_major >= 9; break;                    /* cluster launch */
-    case 124: v = 0; break;
-    case 125: v = 1; break;
-    case 130: v = 0; break;
-    case 131: v = -1; break;
-    case 133: v = 0; break;
-    case 134: v = g->numa_node; break;                        /* host NUMA id */
-    default:
-        if (a >= 21 && a <= 74) {
-            v = 65536; /* texture and surface limits: generous, not modelled */
-            break;
-        }
-        if (a > 0 && a < 150) {
-            v = 0;
-            break;
-        }
-        return -1;
+    case A(CLOCK_RATE): /* kHz */
+        *ret = (int)g->sm_clock_mhz * 1000;
+        return 0;
+    case A(MULTIPROCESSOR_COUNT):
+        *ret = (int)g->sm_count;
+        return 0;
+    case A(COMPUTE_MODE):
+        *ret = (int)g->compute_mode;
+        return 0;
+    case A(PCI_BUS_ID):
+        *ret = (int)g->pci_bus;
+        return 0;
+    case A(PCI_DEVICE_ID):
+        *ret = (int)g->pci_device;
+        return 0;
+    case A(PCI_DOMAIN_ID):
+        *ret = (int)g->pci_domain;
+        return 0;
+    case A(MEMORY_CLOCK_RATE): /* kHz */
+        *ret = (int)g->mem_clock_mhz * 1000;
+        return 0;
+    case A(GLOBAL_MEMORY_BUS_WIDTH):
+        *ret = (int)g->mem_bus_bits;
+        return 0;
+    case A(COMPUTE_CAPABILITY_MAJOR):
+        *ret = (int)g->cc_major;
+        return 0;
+    case A(COMPUTE_CAPABILITY_MINOR):
+        *ret = (int)g->cc_minor;
+        return 0;
+    case A(MULTI_GPU_BOARD_GROUP_ID):
+        *ret = (int)g->index;
+        return 0;
+    case A(CLUSTER_LAUNCH):
+        *ret = g->cc_major >= 9;
+        return 0;
+    case A(NUMA_ID):
+        *ret = -1; /* the GPU's memory is not a host NUMA node */
+        return 0;
+    case A(HOST_NUMA_ID):
+        *ret = g->numa_node;
+        return 0;
     }
-    *ret = v;
-    return 0;
+    for (size_t i = 0; i < sizeof(fixed_attrs) / sizeof(fixed_attrs[0]); i++)
+        if (fixed_attrs[i].attr == a) {
+            *ret = fixed_attrs[i].value;
+            return 0;
+        }
+    if (a >= A(MAXIMUM_TEXTURE1D_WIDTH) && a <= A(MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT)) {
+        *ret = 65536; /* texture and surface size limits: not modelled, generous */
+        return 0;
+    }
+    if (a > 0 && a < 150) {
+        *ret = 0;
+        return 0;
+    }
+    return -1;
 }
 
 EMU_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
@@ -387,16 +410,18 @@ static CUresult ctx_new(CUdevice dev, unsigned flags, bool prim, struct CUctx_st
         free(c);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    static unsigned long long ids;
     c->magic = EMU_MAGIC_CTX;
+    c->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
     c->dev = dev;
     c->flags = flags;
     c->primary = prim;
     c->charged = ctx_overhead;
     c->null_stream.magic = EMU_MAGIC_STREAM;
     c->null_stream.ctx = c;
-    c->limits[0] = 1024;            /* stack size */
-    c->limits[1] = 1 << 20;         /* printf fifo */
-    c->limits[2] = 8 << 20;         /* malloc heap */
+    c->limits[0] = 1024;    /* stack size */
+    c->limits[1] = 1 << 20; /* printf fifo */
+    c->limits[2] = 8 << 20; /* malloc heap */
     *ret = c;
     return CUDA_SUCCESS;
 }
@@ -671,6 +696,19 @@ EMU_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
     return CUDA_SUCCESS;
 }
 
+EMU_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id)
+{
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_INIT();
+    if (!ctx)
+        ctx = cuda_current();
+    if (!ctx_known(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *id = ctx->id;
+    return CUDA_SUCCESS;
+}
+
 EMU_API CUresult cuCtxSynchronize(void)
 {
     struct CUctx_st *c;
@@ -783,7 +821,8 @@ static const struct {
     {208, "CUDA_ERROR_ALREADY_MAPPED", "resource already mapped"},
     {211, "CUDA_ERROR_NOT_MAPPED", "resource not mapped"},
     {215, "CUDA_ERROR_UNSUPPORTED_LIMIT", "limit is not supported on this architecture"},
-    {217, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", "peer access is not supported between these two devices"},
+    {217, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+     "peer access is not supported between these two devices"},
     {218, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
     {301, "CUDA_ERROR_FILE_NOT_FOUND", "file not found"},
     {304, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS"},
@@ -792,14 +831,19 @@ static const struct {
     {600, "CUDA_ERROR_NOT_READY", "device not ready"},
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {709, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
-    {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
-    {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
+    {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+     "part or all of the requested memory range is already mapped"},
+    {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+     "pointer does not correspond to a registered memory region"},
     {800, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
-    {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
-    {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
+    {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "operation not permitted when stream is capturing"},
+    {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+     "operation failed due to a previous error during capture"},
     {903, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED", "capture was not initiated in this stream"},
-    {908, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", "attempt to terminate a thread-local capture sequence from another thread"},
+    {908, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+     "attempt to terminate a thread-local capture sequence from another thread"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 

@@ -23,18 +23,30 @@
 CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, int attrib, CUdevice src, CUdevice dst);
 CUresult CUDAAPI cuCtxGetCacheConfig(int *config);
 CUresult CUDAAPI cuCtxSetCacheConfig(int config);
-CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dst, unsigned short us, size_t n);
-CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dst, unsigned short us, size_t n);
-CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dst, unsigned short us, size_t n, CUstream s);
-CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dst, unsigned short us, size_t n, CUstream s);
-CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dst, size_t pitch, unsigned char uc, size_t w,
-                                 size_t h);
-CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned char uc, size_t w,
-                                      size_t h);
-CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dst, size_t pitch, unsigned int ui, size_t w,
-                                  size_t h);
-CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned int ui, size_t w,
-                                       size_t h);
+CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr p, size_t count, CUdevice dst, CUstream s);
+CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t count, CUdevice dst, CUstream s);
+CUresult CUDAAPI cuMemAdvise(CUdeviceptr p, size_t count, int advice, CUdevice dev);
+CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr p, size_t count, int advice, CUmemLocation location);
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id);
+CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream s, CUstreamCaptureStatus *status,
+                                             cuuint64_t *id);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus *status,
+                                           cuuint64_t *id, CUgraph *graph, const CUgraphNode **deps,
+                                           size_t *ndeps);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus *status,
+                                                cuuint64_t *id, CUgraph *graph,
+                                                const CUgraphNode **deps, size_t *ndeps);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *status,
+                                           cuuint64_t *id, CUgraph *graph, const CUgraphNode **deps,
+                                           const void **edges, size_t *ndeps);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus *status,
+                                                cuuint64_t *id, CUgraph *graph,
+                                                const CUgraphNode **deps, const void **edges,
+                                                size_t *ndeps);
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction f,
+                                                  size_t (*smem_of_block)(int), size_t smem,
+                                                  int block_limit);
 
 /* ---- emulator objects ---- */
 
@@ -51,6 +63,7 @@ struct CUgraph_st;
 
 struct CUstream_st {
     uint32_t magic;
+    unsigned long long id;
     unsigned flags;
     int priority;
     struct CUctx_st *ctx;
@@ -60,17 +73,19 @@ struct CUstream_st {
     uint64_t capture_id;
     /* events recorded on it and not yet bound to a time (see cuda_exec.c) */
     struct CUevent_st *pending;
-    bool work_since_event; /* the last thing queued was work, not an event record */
+    bool work_since_event;    /* the last thing queued was work, not an event record */
     struct CUstream_st *next; /* ctx's list */
 };
 
 struct CUctx_st {
     uint32_t magic;
+    unsigned long long id;
     int dev;
     unsigned flags;
     bool primary;
-    int refs;                 /* primary: retain count */
-    uint64_t charged;         /* context overhead charged to the GPU */
+    int refs;                       /* primary: retain count */
+    uint64_t charged;               /* context overhead charged to the GPU */
+    uint64_t last_end_ns;           /* completion of all work queued in it, any stream or thread */
     struct CUstream_st null_stream; /* the legacy default stream */
     struct CUstream_st *streams;
     size_t limits[10];
@@ -81,7 +96,7 @@ struct CUevent_st {
     uint32_t magic;
     unsigned flags;
     bool recorded;
-    uint64_t time_ns; /* completion time */
+    uint64_t time_ns;                /* completion time */
     struct CUstream_st *pend_stream; /* non-NULL while its time may still move to the start of
                                       * the next work queued on that stream */
     struct CUevent_st *pend_next;
@@ -123,8 +138,8 @@ struct CUmemPoolHandle_st {
     uint32_t magic;
     int dev;
     uint64_t release_threshold;
-    uint64_t held;    /* bytes the pool holds (charged to the GPU) */
-    uint64_t in_use;  /* bytes handed out */
+    uint64_t held;   /* bytes the pool holds (charged to the GPU) */
+    uint64_t in_use; /* bytes handed out */
     uint64_t held_high, used_high;
     struct emu_pool_block *free_blocks; /* cached, still charged */
     struct CUmemPoolHandle_st *next;

@@ -66,9 +66,27 @@ static uint64_t capture_ids;
 
 void cuda_sleep_until(uint64_t t_ns)
 {
+    if (t_ns <= emu_state_now_ns()) /* done already: no system call (the clock is vDSO) */
+        return;
     struct timespec ts = {(time_t)(t_ns / 1000000000ull), (long)(t_ns % 1000000000ull)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
         ;
+}
+
+/* At thread exit, events still pending on its per-thread stream must not point at it. */
+static pthread_key_t pt_key;
+static pthread_once_t pt_key_once = PTHREAD_ONCE_INIT;
+
+static void pt_stream_exit(void *unused)
+{
+    pthread_mutex_lock(&cuda_lock);
+    stream_unbind_all_locked(&pt_stream);
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+static void pt_key_make(void)
+{
+    pthread_key_create(&pt_key, pt_stream_exit);
 }
 
 CUresult cuda_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **ret)
@@ -85,6 +103,8 @@ CUresult cuda_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **r
             memset(&pt_stream, 0, sizeof(pt_stream));
             pt_stream.magic = EMU_MAGIC_STREAM;
             pt_stream.ctx = c;
+            pthread_once(&pt_key_once, pt_key_make);
+            pthread_setspecific(pt_key, &pt_stream);
         }
         *ret = &pt_stream;
         return CUDA_SUCCESS;
@@ -165,6 +185,8 @@ static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint6
     int r = emu_state_submit(cuda_state, (unsigned)s->ctx->dev, nb, duration_ns, &start, &end);
     if (!r && end > s->last_end_ns)
         s->last_end_ns = end;
+    if (!r && end > s->ctx->last_end_ns)
+        s->ctx->last_end_ns = end;
     if (!r && duration_ns) {
         stream_bind_pending_locked(s, start);
         s->work_since_event = true;
@@ -189,13 +211,9 @@ static uint64_t stream_done_at(struct CUstream_st *s)
 
 CUresult cuda_ctx_sync(struct CUctx_st *c)
 {
+    /* every stream of every thread, destroyed streams' queued work included */
     pthread_mutex_lock(&cuda_lock);
-    uint64_t t = c->null_stream.last_end_ns;
-    for (struct CUstream_st *o = c->streams; o; o = o->next)
-        if (o->last_end_ns > t)
-            t = o->last_end_ns;
-    if (pt_stream.ctx == c && pt_stream.last_end_ns > t)
-        t = pt_stream.last_end_ns;
+    uint64_t t = c->last_end_ns;
     pthread_mutex_unlock(&cuda_lock);
     cuda_sleep_until(t);
     cuda_pools_release_to_threshold(c->dev);
@@ -280,9 +298,8 @@ EMU_API CUresult cuStreamDestroy_v2(CUstream h)
         return CUDA_ERROR_INVALID_HANDLE;
     }
     /* queued work still runs on the GPU: the legacy stream inherits its completion so that
-     * context synchronization still waits for it */
-    if (h->last_end_ns > owner->null_stream.last_end_ns &&
-        !(h->flags & CU_STREAM_NON_BLOCKING))
+     * later legacy-stream work still comes after it */
+    if (h->last_end_ns > owner->null_stream.last_end_ns && !(h->flags & CU_STREAM_NON_BLOCKING))
         owner->null_stream.last_end_ns = h->last_end_ns;
     *pp = h->next;
     h->magic = 0;
@@ -375,6 +392,23 @@ EMU_API CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int flag
     return stream_wait_event(h, e, flags, true);
 }
 
+/* Streams get their id on first use; the legacy and per-thread streams have fixed ones. */
+static unsigned long long stream_id(struct CUstream_st *s)
+{
+    static unsigned long long ids = 2;
+    if (s == &s->ctx->null_stream)
+        return 1;
+    unsigned long long id = __atomic_load_n(&s->id, __ATOMIC_RELAXED);
+    if (!id) {
+        unsigned long long fresh = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
+        if (!__atomic_compare_exchange_n(&s->id, &id, fresh, false, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED))
+            return id;
+        id = fresh;
+    }
+    return id;
+}
+
 #define STREAM_GETTER(name, pt, type, expr)                                                        \
     EMU_API CUresult name(CUstream h, type *out)                                                   \
     {                                                                                              \
@@ -394,6 +428,10 @@ STREAM_GETTER(cuStreamGetPriority, false, int, s->priority)
 STREAM_GETTER(cuStreamGetPriority_ptsz, true, int, s->priority)
 STREAM_GETTER(cuStreamGetCtx, false, CUcontext, s->ctx)
 STREAM_GETTER(cuStreamGetCtx_ptsz, true, CUcontext, s->ctx)
+STREAM_GETTER(cuStreamGetDevice, false, CUdevice, s->ctx->dev)
+STREAM_GETTER(cuStreamGetDevice_ptsz, true, CUdevice, s->ctx->dev)
+STREAM_GETTER(cuStreamGetId, false, unsigned long long, stream_id(s))
+STREAM_GETTER(cuStreamGetId_ptsz, true, unsigned long long, stream_id(s))
 
 /* Host functions run in the calling thread once the stream's prior work is done: the
  * emulator has no driver thread, so the call blocks until then (documented). */
@@ -420,6 +458,33 @@ EMU_API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data)
 EMU_API CUresult cuLaunchHostFunc_ptsz(CUstream h, CUhostFn fn, void *data)
 {
     return host_func(h, fn, data, true);
+}
+
+static CUresult add_callback(CUstream h, CUstreamCallback cb, void *data, unsigned flags, bool pt)
+{
+    if (!cb || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    cuda_sleep_until(stream_done_at(s));
+    cb(h, CUDA_SUCCESS, data);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamAddCallback(CUstream h, CUstreamCallback cb, void *data,
+                                     unsigned int flags)
+{
+    return add_callback(h, cb, data, flags, false);
+}
+
+EMU_API CUresult cuStreamAddCallback_ptsz(CUstream h, CUstreamCallback cb, void *data,
+                                          unsigned int flags)
+{
+    return add_callback(h, cb, data, flags, true);
 }
 
 /* ---- events ---- */
@@ -564,7 +629,11 @@ EMU_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
 static CUresult module_from_text(CUmodule *pm, const char *text, size_t len)
 {
     NEED_CTX(c);
-    if (len >= 4 && (memcmp(text, "\x7f" "ELF", 4) == 0 || memcmp(text, "\x50\xed\x55\xba", 4) == 0))
+    if (len >= 4 && (memcmp(text,
+                            "\x7f"
+                            "ELF",
+                            4) == 0 ||
+                     memcmp(text, "\x50\xed\x55\xba", 4) == 0))
         return CUDA_ERROR_INVALID_IMAGE; /* cubin / fatbin: the emulator runs PTX only */
     size_t n = 0;
     int r = ptx_parse(text, len, NULL, 0, &n);
@@ -603,7 +672,12 @@ EMU_API CUresult cuModuleLoadData(CUmodule *pm, const void *image)
         return CUDA_ERROR_INVALID_VALUE;
     /* PTX is a NUL-terminated string; binary images start with their magic */
     const char *t = image;
-    size_t len = (memcmp(t, "\x7f" "ELF", 4) == 0) ? 4 : strnlen(t, PTX_MAX);
+    size_t len = (memcmp(t,
+                         "\x7f"
+                         "ELF",
+                         4) == 0)
+                     ? 4
+                     : strnlen(t, PTX_MAX);
     return module_from_text(pm, t, len);
 }
 
@@ -636,8 +710,8 @@ EMU_API CUresult cuModuleLoad(CUmodule *pm, const char *path)
     char *buf = malloc((size_t)st.st_size);
     ssize_t got = buf ? read(fd, buf, (size_t)st.st_size) : -1;
     close(fd);
-    CUresult r = got == st.st_size ? module_from_text(pm, buf, (size_t)got)
-                                   : CUDA_ERROR_INVALID_IMAGE;
+    CUresult r =
+        got == st.st_size ? module_from_text(pm, buf, (size_t)got) : CUDA_ERROR_INVALID_IMAGE;
     free(buf);
     return r;
 }
@@ -679,8 +753,8 @@ EMU_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule
 }
 
 /* The CUDA 12 library API over the same modules: a CUkernel is its CUfunction. */
-EMU_API CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jo,
-                                   void **jv, unsigned int njo, CUlibraryOption *lo, void **lv,
+EMU_API CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jo, void **jv,
+                                   unsigned int njo, CUlibraryOption *lo, void **lv,
                                    unsigned int nlo)
 {
     if (!lib)
@@ -750,16 +824,37 @@ EMU_API CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute a, CUfunction 
         return CUDA_ERROR_INVALID_HANDLE;
     struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)f->mod->ctx->dev);
     switch ((int)a) {
-    case 0: *pi = 1024; break;                                      /* max threads per block */
-    case 4: *pi = 32; break;                                        /* registers */
-    case 5: case 6: *pi = g ? (int)(g->cc_major * 10 + g->cc_minor) : 0; break;
-    case 8: *pi = 48 * 1024; break;                                 /* max dynamic shared */
-    case 9: *pi = -1; break;
+    case 0:
+        *pi = 1024;
+        break; /* max threads per block */
+    case 4:
+        *pi = 32;
+        break; /* registers */
+    case 5:
+    case 6:
+        *pi = g ? (int)(g->cc_major * 10 + g->cc_minor) : 0;
+        break;
+    case 8:
+        *pi = 48 * 1024;
+        break; /* max dynamic shared */
+    case 9:
+        *pi = -1;
+        break;
     default:
         if ((int)a < 0 || (int)a > 15)
             return CUDA_ERROR_INVALID_VALUE;
         *pi = 0;
     }
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuFuncGetName(const char **name, CUfunction f)
+{
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f || f->magic != EMU_MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = f->name;
     return CUDA_SUCCESS;
 }
 
@@ -786,6 +881,21 @@ EMU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction 
         return CUDA_ERROR_INVALID_HANDLE;
     int by_threads = 2048 / block;
     *n = by_threads > 32 ? 32 : by_threads;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction f,
+                                                  size_t (*smem_of_block)(int), size_t smem,
+                                                  int block_limit)
+{
+    if (!min_grid || !block)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f || f->magic != EMU_MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)f->mod->ctx->dev);
+    int b = block_limit > 0 && block_limit < 1024 ? block_limit : 1024;
+    *block = b;
+    *min_grid = (int)(g ? g->sm_count : 1) * (2048 / b);
     return CUDA_SUCCESS;
 }
 
@@ -858,8 +968,8 @@ EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
 
 EMU_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
                                      unsigned int gz, unsigned int bx, unsigned int by,
-                                     unsigned int bz, unsigned int smem, CUstream h,
-                                     void **params, void **extra)
+                                     unsigned int bz, unsigned int smem, CUstream h, void **params,
+                                     void **extra)
 {
     return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, true);
 }
@@ -873,9 +983,9 @@ EMU_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsign
 }
 
 EMU_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
-                                                unsigned int gz, unsigned int bx,
-                                                unsigned int by, unsigned int bz,
-                                                unsigned int smem, CUstream h, void **params)
+                                                unsigned int gz, unsigned int bx, unsigned int by,
+                                                unsigned int bz, unsigned int smem, CUstream h,
+                                                void **params)
 {
     return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, true);
 }
@@ -885,8 +995,8 @@ static CUresult launch_ex(const CUlaunchConfig *cfg, CUfunction f, void **params
 {
     if (!cfg || (cfg->numAttrs && !cfg->attrs))
         return CUDA_ERROR_INVALID_VALUE;
-    return launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX,
-                  cfg->blockDimY, cfg->blockDimZ, cfg->hStream, params, extra, pt);
+    return launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
+                  cfg->blockDimZ, cfg->hStream, params, extra, pt);
 }
 
 EMU_API CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params,
@@ -1165,6 +1275,87 @@ static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *st, bool pt)
     if (r)
         return r;
     *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+                             const CUgraphNode **deps, const void **edges, size_t *ndeps, bool pt)
+{
+    if (!st)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    pthread_mutex_lock(&cuda_lock);
+    *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (s->capture) {
+        if (id)
+            *id = s->capture_id;
+        if (graph)
+            *graph = s->capture;
+        /* nodes are chained in the order added: the last one is the only dependency */
+        if (deps)
+            *deps =
+                s->capture->n ? (const CUgraphNode *)&s->capture->nodes[s->capture->n - 1] : NULL;
+        if (edges)
+            *edges = NULL;
+        if (ndeps)
+            *ndeps = s->capture->n ? 1 : 0;
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id)
+{
+    return capture_info(h, st, id, NULL, NULL, NULL, NULL, false);
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo_ptsz(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id)
+{
+    return capture_info(h, st, id, NULL, NULL, NULL, NULL, true);
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id,
+                                           CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
+{
+    return capture_info(h, st, id, graph, deps, NULL, ndeps, false);
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream h, CUstreamCaptureStatus *st,
+                                                cuuint64_t *id, CUgraph *graph,
+                                                const CUgraphNode **deps, size_t *ndeps)
+{
+    return capture_info(h, st, id, graph, deps, NULL, ndeps, true);
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id,
+                                           CUgraph *graph, const CUgraphNode **deps,
+                                           const void **edges, size_t *ndeps)
+{
+    return capture_info(h, st, id, graph, deps, edges, ndeps, false);
+}
+
+EMU_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream h, CUstreamCaptureStatus *st,
+                                                cuuint64_t *id, CUgraph *graph,
+                                                const CUgraphNode **deps, const void **edges,
+                                                size_t *ndeps)
+{
+    return capture_info(h, st, id, graph, deps, edges, ndeps, true);
+}
+
+/* Capture modes only matter for which calls a capture forbids in other threads; the emulator
+ * forbids none, so the mode is kept per thread and handed back. */
+static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+EMU_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = capture_mode;
+    capture_mode = *mode;
+    *mode = old;
     return CUDA_SUCCESS;
 }
 

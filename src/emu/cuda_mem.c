@@ -19,9 +19,9 @@
 
 #include "cuda_emu.h"
 
-#define ALIGN 512ull                 /* cuMemAlloc alignment; also the pitch unit */
-#define GRANULE (2ull << 20)         /* VMM granularity */
-#define ARRAY_ROUND (64ull << 10)    /* arrays are charged in 64 KiB pages */
+#define ALIGN 512ull              /* cuMemAlloc alignment; also the pitch unit */
+#define GRANULE (2ull << 20)      /* VMM granularity */
+#define ARRAY_ROUND (64ull << 10) /* arrays are charged in 64 KiB pages */
 #define ROUND_UP(x, a) (((x) + (a)-1) / (a) * (a))
 
 enum alloc_kind {
@@ -46,7 +46,8 @@ struct alloc {
     void *map_base; /* K_IPC: the mapping to munmap (page aligned) */
     size_t map_len;
     struct vmm_handle *vmm;
-    int prot; /* K_VMM: access set by cuMemSetAccess */
+    int prot;            /* K_VMM: access set by cuMemSetAccess */
+    unsigned host_flags; /* K_HOST: cuMemHostAlloc flags */
     uint64_t id;
 };
 
@@ -243,7 +244,8 @@ static void arena_give(struct arena *ar, uint64_t off, uint64_t len)
 
 /* cuda_lock held. Charges bytes (rounded) on dev and carves them from the arena. */
 static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
-                                 struct CUmemPoolHandle_st *pool, uint64_t charge, struct alloc **ret)
+                                 struct CUmemPoolHandle_st *pool, uint64_t charge,
+                                 struct alloc **ret)
 {
     if (arena_init(dev) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -288,7 +290,8 @@ static void dev_free_locked(struct alloc *a)
     free(a);
 }
 
-CUresult cuda_dev_alloc(int dev, uint64_t bytes, int kind, struct CUmemPoolHandle_st *pool, CUdeviceptr *ret)
+CUresult cuda_dev_alloc(int dev, uint64_t bytes, int kind, struct CUmemPoolHandle_st *pool,
+                        CUdeviceptr *ret)
 {
     pthread_mutex_lock(&cuda_lock);
     struct alloc *a;
@@ -313,7 +316,7 @@ CUresult cuda_dev_free(CUdeviceptr p)
 }
 
 #define NEED_CTX(c)                                                                                \
-    struct CUctx_st *c;                                                                             \
+    struct CUctx_st *c;                                                                            \
     do {                                                                                           \
         CUresult r_ = cuda_need_ctx(&c);                                                           \
         if (r_)                                                                                    \
@@ -378,7 +381,7 @@ EMU_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevi
 
 /* ---- host memory (pinned in the real driver; never charged) ---- */
 
-static CUresult host_alloc(void **pp, size_t bytes)
+static CUresult host_alloc(void **pp, size_t bytes, unsigned flags)
 {
     if (!pp || !bytes)
         return CUDA_ERROR_INVALID_VALUE;
@@ -396,6 +399,7 @@ static CUresult host_alloc(void **pp, size_t bytes)
     a->size = len;
     a->dev = c->dev;
     a->kind = K_HOST;
+    a->host_flags = flags;
     pthread_mutex_lock(&cuda_lock);
     int r = reg_add(a);
     pthread_mutex_unlock(&cuda_lock);
@@ -410,14 +414,14 @@ static CUresult host_alloc(void **pp, size_t bytes)
 
 EMU_API CUresult cuMemAllocHost_v2(void **pp, size_t bytes)
 {
-    return host_alloc(pp, bytes);
+    return host_alloc(pp, bytes, 0);
 }
 
 EMU_API CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
 {
     if (flags & ~0x7u)
         return CUDA_ERROR_INVALID_VALUE;
-    return host_alloc(pp, bytes);
+    return host_alloc(pp, bytes, flags);
 }
 
 EMU_API CUresult cuMemFreeHost(void *p)
@@ -434,6 +438,20 @@ EMU_API CUresult cuMemFreeHost(void *p)
     munmap(p, a->size);
     free(a);
     return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
+{
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find((CUdeviceptr)(uintptr_t)p);
+    bool ok = a && a->kind == K_HOST;
+    if (ok)
+        *flags = a->host_flags;
+    pthread_mutex_unlock(&cuda_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 EMU_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, unsigned int flags)
@@ -565,7 +583,7 @@ EMU_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUd
 }
 
 EMU_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
-                                       CUdeviceptr p)
+                                        CUdeviceptr p)
 {
     if (!attrs || !data)
         return CUDA_ERROR_INVALID_VALUE;
@@ -618,7 +636,7 @@ static CUresult copy_checked(CUdeviceptr dst_dev, bool dst_is_dev, CUdeviceptr s
  * doing the copy early cannot be observed except through capture (refused). */
 #define ASYNC_COPY(stream, pt)                                                                     \
     do {                                                                                           \
-        struct CUstream_st *s_;                                                                     \
+        struct CUstream_st *s_;                                                                    \
         CUresult r_ = cuda_stream_resolve(stream, pt, &s_);                                        \
         if (r_)                                                                                    \
             return r_;                                                                             \
@@ -687,24 +705,36 @@ static CUresult copy2d(const CUDA_MEMCPY2D *p)
     uint8_t *dst;
     size_t sp = p->srcPitch, dp = p->dstPitch;
     switch (p->srcMemoryType) {
-    case CU_MEMORYTYPE_HOST: src = p->srcHost; break;
-    case CU_MEMORYTYPE_DEVICE: case CU_MEMORYTYPE_UNIFIED: src = DP(p->srcDevice); break;
+    case CU_MEMORYTYPE_HOST:
+        src = p->srcHost;
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED:
+        src = DP(p->srcDevice);
+        break;
     case CU_MEMORYTYPE_ARRAY:
         src = array_base(p->srcArray);
         if (src)
             sp = p->srcArray->row_bytes;
         break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
     }
     switch (p->dstMemoryType) {
-    case CU_MEMORYTYPE_HOST: dst = p->dstHost; break;
-    case CU_MEMORYTYPE_DEVICE: case CU_MEMORYTYPE_UNIFIED: dst = DP(p->dstDevice); break;
+    case CU_MEMORYTYPE_HOST:
+        dst = p->dstHost;
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED:
+        dst = DP(p->dstDevice);
+        break;
     case CU_MEMORYTYPE_ARRAY:
         dst = array_base(p->dstArray);
         if (dst)
             dp = p->dstArray->row_bytes;
         break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
     }
     if (!src || !dst || (p->Height > 1 && (sp < p->WidthInBytes || dp < p->WidthInBytes)))
         return CUDA_ERROR_INVALID_VALUE;
@@ -732,6 +762,130 @@ DEF_COPY(cuMemcpy2DAsync_v2, false, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_
          copy2d(p))
 DEF_COPY(cuMemcpy2DAsync_v2_ptsz, true, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, true),
          copy2d(p))
+
+/* One operand of a 3D copy: base address, row pitch and rows per slice. */
+static CUresult operand3d(int type, const void *host, CUdeviceptr dev, CUarray arr, size_t pitch,
+                          size_t height, const uint8_t **ret_base, size_t *ret_pitch,
+                          size_t *ret_height)
+{
+    switch (type) {
+    case CU_MEMORYTYPE_HOST:
+        *ret_base = host;
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED:
+        *ret_base = DP(dev);
+        break;
+    case CU_MEMORYTYPE_ARRAY:
+        *ret_base = array_base(arr);
+        if (*ret_base) {
+            pitch = arr->row_bytes;
+            height = arr->desc.Height ? arr->desc.Height : 1;
+        }
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *ret_pitch = pitch;
+    *ret_height = height;
+    return *ret_base ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult copy3d(const CUDA_MEMCPY3D *p)
+{
+    if (!p || p->srcLOD || p->dstLOD)
+        return CUDA_ERROR_INVALID_VALUE;
+    const uint8_t *src, *dst;
+    size_t sp, sh, dp, dh;
+    CUresult r = operand3d(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcPitch,
+                           p->srcHeight, &src, &sp, &sh);
+    if (!r)
+        r = operand3d(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstPitch,
+                      p->dstHeight, &dst, &dp, &dh);
+    if (r)
+        return r;
+    size_t w = p->WidthInBytes, h = p->Height, d = p->Depth;
+    if (!w || !h || !d)
+        return CUDA_SUCCESS;
+    if ((h > 1 || d > 1) && (sp < w || dp < w))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (d > 1 && (sh < h || dh < h))
+        return CUDA_ERROR_INVALID_VALUE;
+    const uint8_t *s0 = src + (p->srcZ * sh + p->srcY) * sp + p->srcXInBytes;
+    uint8_t *d0 = (uint8_t *)dst + (p->dstZ * dh + p->dstY) * dp + p->dstXInBytes;
+    size_t span_s = ((d - 1) * sh + (h - 1)) * sp + w, span_d = ((d - 1) * dh + (h - 1)) * dp + w;
+    if (p->srcMemoryType != CU_MEMORYTYPE_HOST &&
+        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)s0, span_s))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->dstMemoryType != CU_MEMORYTYPE_HOST &&
+        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)d0, span_d))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t z = 0; z < d; z++)
+        for (size_t y = 0; y < h; y++)
+            memmove(d0 + (z * dh + y) * dp, s0 + (z * sh + y) * sp, w);
+    return CUDA_SUCCESS;
+}
+
+DEF_COPY(cuMemcpy3D_v2, false, (const CUDA_MEMCPY3D *p), SYNC_COPY(false), copy3d(p))
+DEF_COPY(cuMemcpy3D_v2_ptds, true, (const CUDA_MEMCPY3D *p), SYNC_COPY(true), copy3d(p))
+DEF_COPY(cuMemcpy3DAsync_v2, false, (const CUDA_MEMCPY3D *p, CUstream s), ASYNC_COPY(s, false),
+         copy3d(p))
+DEF_COPY(cuMemcpy3DAsync_v2_ptsz, true, (const CUDA_MEMCPY3D *p, CUstream s), ASYNC_COPY(s, true),
+         copy3d(p))
+
+/* Managed memory lives in one place here: prefetches and advice are accepted and checked. */
+static CUresult managed_hint(CUdeviceptr p, size_t count)
+{
+    if (!count || !cuda_ptr_valid(p, count))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult prefetch(CUdeviceptr p, size_t count, CUstream hs, bool pt)
+{
+    NEED_CTX(c);
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(hs, pt, &s);
+    return r ? r : managed_hint(p, count);
+}
+
+EMU_API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t count, CUdevice dst, CUstream s)
+{
+    return prefetch(p, count, s, false);
+}
+
+EMU_API CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t count, CUdevice dst, CUstream s)
+{
+    return prefetch(p, count, s, true);
+}
+
+EMU_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t count, CUmemLocation loc,
+                                       unsigned int flags, CUstream s)
+{
+    return prefetch(p, count, s, false);
+}
+
+EMU_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t count, CUmemLocation loc,
+                                            unsigned int flags, CUstream s)
+{
+    return prefetch(p, count, s, true);
+}
+
+EMU_API CUresult cuMemAdvise(CUdeviceptr p, size_t count, int advice, CUdevice dev)
+{
+    NEED_CTX(c);
+    if (advice < 1 || advice > 6)
+        return CUDA_ERROR_INVALID_VALUE;
+    return managed_hint(p, count);
+}
+
+EMU_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t count, int advice, CUmemLocation loc)
+{
+    NEED_CTX(c);
+    if (advice < 1 || advice > 6)
+        return CUDA_ERROR_INVALID_VALUE;
+    return managed_hint(p, count);
+}
 
 static CUresult memset_n(CUdeviceptr d, unsigned v, size_t elem, size_t n, size_t pitch,
                          size_t height)
@@ -782,23 +936,42 @@ DEF_COPY(cuMemsetD32Async, false, (CUdeviceptr d, unsigned int v, size_t n, CUst
          ASYNC_COPY(s, false), memset_n(d, v, 4, n, 0, 1))
 DEF_COPY(cuMemsetD32Async_ptsz, true, (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
          ASYNC_COPY(s, true), memset_n(d, v, 4, n, 0, 1))
-DEF_COPY(cuMemsetD2D8_v2, false,
-         (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h), SYNC_COPY(false),
-         memset_n(d, v, 1, w, pitch, h))
-DEF_COPY(cuMemsetD2D32_v2, false,
-         (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h), SYNC_COPY(false),
-         memset_n(d, v, 4, w, pitch, h))
+DEF_COPY(cuMemsetD2D8_v2, false, (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
+         SYNC_COPY(false), memset_n(d, v, 1, w, pitch, h))
+DEF_COPY(cuMemsetD2D32_v2, false, (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
+         SYNC_COPY(false), memset_n(d, v, 4, w, pitch, h))
 
 /* ---- arrays ---- */
 
 static size_t format_bytes(int f)
 {
     switch (f) {
-    case 0x01: case 0x08: case 0xc0: case 0xc6: return 1;
-    case 0x02: case 0x09: case 0x10: case 0xc1: case 0xc3: case 0xc7: case 0xc9: return 2;
-    case 0x03: case 0x0a: case 0x20: case 0xc2: case 0xc4: case 0xc8: case 0xca: return 4;
-    case 0xc5: case 0xcb: return 8;
-    default: return 0;
+    case 0x01:
+    case 0x08:
+    case 0xc0:
+    case 0xc6:
+        return 1;
+    case 0x02:
+    case 0x09:
+    case 0x10:
+    case 0xc1:
+    case 0xc3:
+    case 0xc7:
+    case 0xc9:
+        return 2;
+    case 0x03:
+    case 0x0a:
+    case 0x20:
+    case 0xc2:
+    case 0xc4:
+    case 0xc8:
+    case 0xca:
+        return 4;
+    case 0xc5:
+    case 0xcb:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -996,8 +1169,8 @@ EMU_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle h, unsi
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t base_off = w.offset / page * page, delta = w.offset - base_off;
     size_t len = (size_t)(delta + w.size);
-    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd,
-                   (off_t)base_off);
+    void *m =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, (off_t)base_off);
     close(fd);
     if (m == MAP_FAILED)
         return CUDA_ERROR_MAP_FAILED;
@@ -1250,8 +1423,8 @@ EMU_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     a->kind = K_VMM;
     a->vmm = v;
     if (reg_add(a) < 0) {
-        mmap(DP(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
-             -1, 0);
+        mmap(DP(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+             0);
         free(a);
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
@@ -1557,11 +1730,21 @@ EMU_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
     CUresult r = p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     if (p) {
         switch ((int)attr) {
-        case 1: case 2: case 3: break; /* reuse policies: accepted */
-        case 4: p->release_threshold = *(uint64_t *)value; break;
-        case 6: p->held_high = p->held; break;     /* reset high-water marks */
-        case 8: p->used_high = p->in_use; break;
-        default: r = CUDA_ERROR_INVALID_VALUE;
+        case 1:
+        case 2:
+        case 3:
+            break; /* reuse policies: accepted */
+        case 4:
+            p->release_threshold = *(uint64_t *)value;
+            break;
+        case 6:
+            p->held_high = p->held;
+            break; /* reset high-water marks */
+        case 8:
+            p->used_high = p->in_use;
+            break;
+        default:
+            r = CUDA_ERROR_INVALID_VALUE;
         }
     }
     pthread_mutex_unlock(&cuda_lock);
@@ -1577,13 +1760,28 @@ EMU_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute at
     CUresult r = p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     if (p) {
         switch ((int)attr) {
-        case 1: case 2: case 3: *(int *)value = 1; break;
-        case 4: *(uint64_t *)value = p->release_threshold; break;
-        case 5: *(uint64_t *)value = p->held; break;
-        case 6: *(uint64_t *)value = p->held_high; break;
-        case 7: *(uint64_t *)value = p->in_use; break;
-        case 8: *(uint64_t *)value = p->used_high; break;
-        default: r = CUDA_ERROR_INVALID_VALUE;
+        case 1:
+        case 2:
+        case 3:
+            *(int *)value = 1;
+            break;
+        case 4:
+            *(uint64_t *)value = p->release_threshold;
+            break;
+        case 5:
+            *(uint64_t *)value = p->held;
+            break;
+        case 6:
+            *(uint64_t *)value = p->held_high;
+            break;
+        case 7:
+            *(uint64_t *)value = p->in_use;
+            break;
+        case 8:
+            *(uint64_t *)value = p->used_high;
+            break;
+        default:
+            r = CUDA_ERROR_INVALID_VALUE;
         }
     }
     pthread_mutex_unlock(&cuda_lock);

@@ -21,8 +21,14 @@ struct proc_row {
     const char *symbol;
 };
 
-#define E(b, v, s) {#b, v, false, #s}
-#define P(b, v, s) {#b, v, true, #s}
+#define E(b, v, s)                                                                                 \
+    {                                                                                              \
+#b, v, false, #s                                                                           \
+    }
+#define P(b, v, s)                                                                                 \
+    {                                                                                              \
+#b, v, true, #s                                                                            \
+    }
 
 static const struct proc_row rows[] = {
     E(cuArray3DCreate, 3020, cuArray3DCreate_v2),
@@ -43,6 +49,7 @@ static const struct proc_row rows[] = {
     E(cuCtxGetCurrent, 4000, cuCtxGetCurrent),
     E(cuCtxGetDevice, 2000, cuCtxGetDevice),
     E(cuCtxGetFlags, 7000, cuCtxGetFlags),
+    E(cuCtxGetId, 12000, cuCtxGetId),
     E(cuCtxGetLimit, 3010, cuCtxGetLimit),
     E(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange),
     E(cuCtxPopCurrent, 4000, cuCtxPopCurrent_v2),
@@ -87,6 +94,7 @@ static const struct proc_row rows[] = {
     P(cuEventRecordWithFlags, 11010, cuEventRecordWithFlags_ptsz),
     E(cuEventSynchronize, 2000, cuEventSynchronize),
     E(cuFuncGetAttribute, 2020, cuFuncGetAttribute),
+    E(cuFuncGetName, 12030, cuFuncGetName),
     E(cuFuncSetAttribute, 9000, cuFuncSetAttribute),
     E(cuFuncSetCacheConfig, 3000, cuFuncSetCacheConfig),
     E(cuGetErrorName, 6000, cuGetErrorName),
@@ -127,6 +135,8 @@ static const struct proc_row rows[] = {
     E(cuLibraryUnload, 12000, cuLibraryUnload),
     E(cuMemAddressFree, 10020, cuMemAddressFree),
     E(cuMemAddressReserve, 10020, cuMemAddressReserve),
+    E(cuMemAdvise, 8000, cuMemAdvise),
+    E(cuMemAdvise, 12020, cuMemAdvise_v2),
     E(cuMemAlloc, 3020, cuMemAlloc_v2),
     E(cuMemAllocAsync, 11020, cuMemAllocAsync),
     P(cuMemAllocAsync, 11020, cuMemAllocAsync_ptsz),
@@ -146,6 +156,7 @@ static const struct proc_row rows[] = {
     E(cuMemGetInfo, 3020, cuMemGetInfo_v2),
     E(cuMemHostAlloc, 2020, cuMemHostAlloc),
     E(cuMemHostGetDevicePointer, 3020, cuMemHostGetDevicePointer_v2),
+    E(cuMemHostGetFlags, 2030, cuMemHostGetFlags),
     E(cuMemHostRegister, 4000, cuMemHostRegister),
     E(cuMemHostRegister, 6050, cuMemHostRegister_v2),
     E(cuMemHostUnregister, 4000, cuMemHostUnregister),
@@ -156,6 +167,10 @@ static const struct proc_row rows[] = {
     E(cuMemPoolGetAttribute, 11020, cuMemPoolGetAttribute),
     E(cuMemPoolSetAttribute, 11020, cuMemPoolSetAttribute),
     E(cuMemPoolTrimTo, 11020, cuMemPoolTrimTo),
+    E(cuMemPrefetchAsync, 8000, cuMemPrefetchAsync),
+    P(cuMemPrefetchAsync, 8000, cuMemPrefetchAsync_ptsz),
+    E(cuMemPrefetchAsync, 12020, cuMemPrefetchAsync_v2),
+    P(cuMemPrefetchAsync, 12020, cuMemPrefetchAsync_v2_ptsz),
     E(cuMemRelease, 10020, cuMemRelease),
     E(cuMemSetAccess, 10020, cuMemSetAccess),
     E(cuMemUnmap, 10020, cuMemUnmap),
@@ -167,6 +182,10 @@ static const struct proc_row rows[] = {
     P(cuMemcpy2DAsync, 7000, cuMemcpy2DAsync_v2_ptsz),
     E(cuMemcpy2DUnaligned, 3020, cuMemcpy2DUnaligned_v2),
     P(cuMemcpy2DUnaligned, 7000, cuMemcpy2DUnaligned_v2_ptds),
+    E(cuMemcpy3D, 3020, cuMemcpy3D_v2),
+    P(cuMemcpy3D, 7000, cuMemcpy3D_v2_ptds),
+    E(cuMemcpy3DAsync, 3020, cuMemcpy3DAsync_v2),
+    P(cuMemcpy3DAsync, 7000, cuMemcpy3DAsync_v2_ptsz),
     E(cuMemcpyAsync, 4000, cuMemcpyAsync),
     P(cuMemcpyAsync, 7000, cuMemcpyAsync_ptsz),
     E(cuMemcpyDtoD, 3020, cuMemcpyDtoD_v2),
@@ -211,8 +230,11 @@ static const struct proc_row rows[] = {
     E(cuModuleLoadFatBinary, 2000, cuModuleLoadFatBinary),
     E(cuModuleUnload, 2000, cuModuleUnload),
     E(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, cuOccupancyMaxActiveBlocksPerMultiprocessor),
+    E(cuOccupancyMaxPotentialBlockSize, 6050, cuOccupancyMaxPotentialBlockSize),
     E(cuPointerGetAttribute, 4000, cuPointerGetAttribute),
     E(cuPointerGetAttributes, 7000, cuPointerGetAttributes),
+    E(cuStreamAddCallback, 5000, cuStreamAddCallback),
+    P(cuStreamAddCallback, 7000, cuStreamAddCallback_ptsz),
     E(cuStreamBeginCapture, 10000, cuStreamBeginCapture),
     P(cuStreamBeginCapture, 10000, cuStreamBeginCapture_ptsz),
     E(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2),
@@ -223,10 +245,20 @@ static const struct proc_row rows[] = {
     E(cuStreamDestroy, 4000, cuStreamDestroy_v2),
     E(cuStreamEndCapture, 10000, cuStreamEndCapture),
     P(cuStreamEndCapture, 10000, cuStreamEndCapture_ptsz),
+    E(cuStreamGetCaptureInfo, 10010, cuStreamGetCaptureInfo),
+    P(cuStreamGetCaptureInfo, 10010, cuStreamGetCaptureInfo_ptsz),
+    E(cuStreamGetCaptureInfo, 11030, cuStreamGetCaptureInfo_v2),
+    P(cuStreamGetCaptureInfo, 11030, cuStreamGetCaptureInfo_v2_ptsz),
+    E(cuStreamGetCaptureInfo, 12030, cuStreamGetCaptureInfo_v3),
+    P(cuStreamGetCaptureInfo, 12030, cuStreamGetCaptureInfo_v3_ptsz),
     E(cuStreamGetCtx, 9020, cuStreamGetCtx),
     P(cuStreamGetCtx, 9020, cuStreamGetCtx_ptsz),
+    E(cuStreamGetDevice, 12080, cuStreamGetDevice),
+    P(cuStreamGetDevice, 12080, cuStreamGetDevice_ptsz),
     E(cuStreamGetFlags, 5050, cuStreamGetFlags),
     P(cuStreamGetFlags, 7000, cuStreamGetFlags_ptsz),
+    E(cuStreamGetId, 12000, cuStreamGetId),
+    P(cuStreamGetId, 12000, cuStreamGetId_ptsz),
     E(cuStreamGetPriority, 5050, cuStreamGetPriority),
     P(cuStreamGetPriority, 7000, cuStreamGetPriority_ptsz),
     E(cuStreamIsCapturing, 10000, cuStreamIsCapturing),
@@ -237,8 +269,7 @@ static const struct proc_row rows[] = {
     P(cuStreamSynchronize, 7000, cuStreamSynchronize_ptsz),
     E(cuStreamWaitEvent, 3020, cuStreamWaitEvent),
     P(cuStreamWaitEvent, 7000, cuStreamWaitEvent_ptsz),
-    E(cuGetProcAddress, 11030, cuGetProcAddress),
-    E(cuGetProcAddress, 12000, cuGetProcAddress_v2),
+    E(cuThreadExchangeStreamCaptureMode, 10010, cuThreadExchangeStreamCaptureMode),
 };
 
 static void *self_handle(void)

@@ -78,8 +78,8 @@ static uint32_t type_size(struct token t)
         const char *name;
         uint32_t size;
     } types[] = {
-        {".b8", 1},  {".u8", 1},  {".s8", 1},  {".b16", 2}, {".u16", 2}, {".s16", 2},
-        {".f16", 2}, {".b32", 4}, {".u32", 4}, {".s32", 4}, {".f32", 4}, {".b64", 8},
+        {".b8", 1},  {".u8", 1},  {".s8", 1},  {".b16", 2},  {".u16", 2},   {".s16", 2},
+        {".f16", 2}, {".b32", 4}, {".u32", 4}, {".s32", 4},  {".f32", 4},   {".b64", 8},
         {".u64", 8}, {".s64", 8}, {".f64", 8}, {".pred", 1}, {".f16x2", 4},
     };
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
@@ -121,8 +121,8 @@ static int param(struct lexer *lx, uint32_t *ret_size, struct token *ret_after)
             /* pointer attributes: no effect on the size */
         } else if (t.s[0] == '.') {
             return -EINVAL; /* an unknown type or attribute */
-        } else if (!named && (isalpha((unsigned char)t.s[0]) || t.s[0] == '_' ||
-                              t.s[0] == '$' || t.s[0] == '%')) {
+        } else if (!named && (isalpha((unsigned char)t.s[0]) || t.s[0] == '_' || t.s[0] == '$' ||
+                              t.s[0] == '%')) {
             named = true;
         } else if (named && is(t, "[")) {
             struct token n = next(lx);

@@ -104,9 +104,9 @@ static void fill_gpu(struct emu_gpu *g, unsigned i, const struct emu_config *cfg
     g->uuid_bytes[8] = (uint8_t)((g->uuid_bytes[8] & 0x3f) | 0x80);
     const uint8_t *u = g->uuid_bytes;
     snprintf(g->uuid, sizeof(g->uuid),
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-             u[14], u[15]);
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+             u[15]);
     snprintf(g->name, sizeof(g->name), "%s", m->name);
     g->pci_domain = 0;
     g->pci_bus = i < sizeof(pci_buses) ? pci_buses[i] : 0xe0 + (i - sizeof(pci_buses));
@@ -367,15 +367,63 @@ static uint64_t proc_start_time(pid_t pid)
     return strtoull(p + 1, NULL, 10);
 }
 
+/* Inode of this process's pid namespace, 0 when unknown. */
+static uint64_t self_pidns(void)
+{
+    static uint64_t ns;
+    static bool done;
+    if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+        return ns;
+    char buf[64];
+    ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
+    uint64_t v = 0;
+    if (n > 0) {
+        buf[n] = 0;
+        const char *b = strchr(buf, '[');
+        if (b)
+            v = strtoull(b + 1, NULL, 10); /* "pid:[4026531836]" */
+    }
+    __atomic_store_n(&ns, v, __ATOMIC_RELAXED);
+    __atomic_store_n(&done, true, __ATOMIC_RELEASE);
+    return v;
+}
+
 static bool proc_alive(const struct emu_proc *p)
 {
     if (p->pid <= 0)
         return false;
+    uint64_t ns = self_pidns();
+    if (p->pidns && ns && p->pidns != ns)
+        return true; /* another namespace's pid: not ours to judge */
     if (kill(p->pid, 0) < 0 && errno == ESRCH)
         return false;
     uint64_t st = proc_start_time(p->pid);
     /* unreadable /proc (another pid namespace): trust kill() */
     return st == 0 || p->start_time == 0 || st == p->start_time;
+}
+
+/* getpid() is a system call; the hot paths (every launch, every charge) use this cache,
+ * which a fork resets in the child. */
+static pid_t cached_pid;
+
+static void pid_cache_reset(void)
+{
+    __atomic_store_n(&cached_pid, 0, __ATOMIC_RELAXED);
+}
+
+__attribute__((constructor)) static void pid_cache_init(void)
+{
+    pthread_atfork(NULL, NULL, pid_cache_reset);
+}
+
+static pid_t my_pid(void)
+{
+    pid_t p = __atomic_load_n(&cached_pid, __ATOMIC_RELAXED);
+    if (!p) {
+        p = getpid();
+        __atomic_store_n(&cached_pid, p, __ATOMIC_RELAXED);
+    }
+    return p;
 }
 
 /* Cached per process: our own slot's start time never changes. */
@@ -384,7 +432,7 @@ static uint64_t self_start;
 
 static uint64_t self_start_time(void)
 {
-    pid_t pid = getpid();
+    pid_t pid = my_pid();
     if (__atomic_load_n(&self_pid, __ATOMIC_ACQUIRE) != pid) {
         __atomic_store_n(&self_start, proc_start_time(pid), __ATOMIC_RELAXED);
         __atomic_store_n(&self_pid, pid, __ATOMIC_RELEASE);
@@ -395,17 +443,28 @@ static uint64_t self_start_time(void)
 static int reclaim_locked(struct emu_shared *sh)
 {
     int n = 0;
+    pid_t self = my_pid();
+    sh->last_reclaim_ns = emu_state_now_ns();
     for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
         struct emu_proc *p = &sh->procs[i];
-        if (p->pid && !proc_alive(p)) {
+        if (p->pid && !(p->pid == self && p->pidns == self_pidns()) && !proc_alive(p)) {
             /* pid last: a half-cleared slot is still a valid (empty) slot of that pid */
             memset(p->mem, 0, sizeof(p->mem));
             p->start_time = 0;
+            p->pidns = 0;
             p->pid = 0;
             n++;
         }
     }
     return n;
+}
+
+/* Reclaims unless that was done less than EMU_RECLAIM_INTERVAL_NS ago. */
+static void reclaim_lazily_locked(struct emu_shared *sh)
+{
+    uint64_t now = emu_state_now_ns();
+    if (now - sh->last_reclaim_ns >= EMU_RECLAIM_INTERVAL_NS || now < sh->last_reclaim_ns)
+        reclaim_locked(sh);
 }
 
 static uint64_t used_locked(struct emu_shared *sh, unsigned gpu)
@@ -419,12 +478,12 @@ static uint64_t used_locked(struct emu_shared *sh, unsigned gpu)
 
 static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
 {
-    pid_t pid = getpid();
-    uint64_t start = self_start_time();
+    pid_t pid = my_pid();
+    uint64_t start = self_start_time(), ns = self_pidns();
     struct emu_proc *fre = NULL;
     for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
         struct emu_proc *p = &sh->procs[i];
-        if (p->pid == pid) {
+        if (p->pid == pid && p->pidns == ns) {
             if (p->start_time == start)
                 return p;
             /* a dead process with our pid: its charges are not ours */
@@ -448,6 +507,7 @@ static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
     }
     memset(fre->mem, 0, sizeof(fre->mem));
     fre->start_time = start;
+    fre->pidns = ns;
     fre->pid = pid;
     return fre;
 }
@@ -500,6 +560,7 @@ void emu_state_proc_release(struct emu_state *st)
     if (p) {
         memset(p->mem, 0, sizeof(p->mem));
         p->start_time = 0;
+        p->pidns = 0;
         p->pid = 0;
     }
     emu_state_unlock(st);
@@ -511,7 +572,7 @@ int emu_state_mem_info(struct emu_state *st, unsigned gpu, uint64_t *ret_used, u
     if (gpu >= sh->gpu_count)
         return -EINVAL;
     emu_state_lock(st);
-    reclaim_locked(sh);
+    reclaim_lazily_locked(sh);
     uint64_t used = used_locked(sh, gpu);
     uint64_t total = sh->gpus[gpu].memory_total;
     emu_state_unlock(st);
@@ -538,7 +599,7 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
         return -EINVAL;
     size_t n = 0;
     emu_state_lock(st);
-    reclaim_locked(sh);
+    reclaim_lazily_locked(sh);
     for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
         const struct emu_proc *p = &sh->procs[i];
         if (!p->pid || !p->mem[gpu])
@@ -561,7 +622,7 @@ int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
     struct emu_shared *sh = st->sh;
     if (gpu >= sh->gpu_count)
         return -EINVAL;
-    int32_t pid = (int32_t)getpid();
+    int32_t pid = (int32_t)my_pid();
     uint64_t now = emu_state_now_ns();
     emu_state_lock(st);
     struct emu_gpu *g = &sh->gpus[gpu];

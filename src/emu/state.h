@@ -34,8 +34,8 @@
 
 #define EMU_MAX_GPUS 16
 #define EMU_MAX_PROCS 128
-#define EMU_EVENT_RING 256 /* per GPU, power of two */
-#define EMU_TIMELINE_RING 4096 /* busy intervals kept per GPU, power of two */
+#define EMU_EVENT_RING 256      /* per GPU, power of two */
+#define EMU_TIMELINE_RING 16384 /* busy intervals kept per GPU, power of two */
 
 #define EMU_UUID_LEN 41 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL */
 #define EMU_NAME_LEN 96
@@ -87,13 +87,13 @@ const struct emu_model *emu_model_table(size_t *ret_n);
 /* What `accel-emu init` asks for. emu_config_init() fills the defaults: 4 GPUs of the default
  * model (H100 80GB HBM3), model memory, NUMA node 0 for all, NVLink all, seed 0. */
 struct emu_config {
-    unsigned gpus;              /* 1..EMU_MAX_GPUS */
-    const char *model;          /* name or alias; NULL = default */
-    uint64_t memory_bytes;      /* 0 = the model's */
-    int numa[EMU_MAX_GPUS];     /* per GPU; -1 = none (no NUMA) */
-    unsigned numa_count;        /* entries given; 0 = all 0 */
+    unsigned gpus;          /* 1..EMU_MAX_GPUS */
+    const char *model;      /* name or alias; NULL = default */
+    uint64_t memory_bytes;  /* 0 = the model's */
+    int numa[EMU_MAX_GPUS]; /* per GPU; -1 = none (no NUMA) */
+    unsigned numa_count;    /* entries given; 0 = all 0 */
     enum emu_nvlink_mode nvlink;
-    uint64_t seed;              /* UUIDs derive from it: the same seed, the same UUIDs */
+    uint64_t seed; /* UUIDs derive from it: the same seed, the same UUIDs */
 };
 void emu_config_init(struct emu_config *cfg);
 
@@ -121,17 +121,17 @@ struct emu_gpu {
     int32_t numa_node;
     uint32_t cc_major, cc_minor;
     uint32_t sm_count;
-    uint32_t sm_clock_mhz;     /* current SM clock: spin kernels run at it */
+    uint32_t sm_clock_mhz; /* current SM clock: spin kernels run at it */
     uint32_t sm_clock_max_mhz;
     uint32_t mem_clock_mhz;
     uint32_t mem_bus_bits;
     uint64_t memory_total;
     char uuid[EMU_UUID_LEN];
-    uint8_t uuid_bytes[16];    /* the same UUID as cuDeviceGetUuid returns it */
+    uint8_t uuid_bytes[16]; /* the same UUID as cuDeviceGetUuid returns it */
     char name[EMU_NAME_LEN];
     char pci_bus_id[EMU_BUSID_LEN];
     uint32_t pci_domain, pci_bus, pci_device;
-    uint32_t pci_device_id;    /* PCI device/vendor id, 0xDDDD10DE */
+    uint32_t pci_device_id; /* PCI device/vendor id, 0xDDDD10DE */
     char serial[32];
 
     /* sensors and modes: change with emu_state_lock() held */
@@ -140,10 +140,10 @@ struct emu_gpu {
     uint32_t power_limit_mw;
     uint32_t fan_percent;
     uint32_t pstate;
-    uint32_t lost;             /* 1: fell off the bus (NVML: GPU_IS_LOST) */
-    uint32_t mig_mode;         /* current: 0 disabled, 1 enabled */
+    uint32_t lost;     /* 1: fell off the bus (NVML: GPU_IS_LOST) */
+    uint32_t mig_mode; /* current: 0 disabled, 1 enabled */
     uint32_t mig_mode_pending;
-    uint32_t compute_mode;     /* NVML compute mode: 0 default, 3 exclusive process */
+    uint32_t compute_mode; /* NVML compute mode: 0 default, 3 exclusive process */
     uint32_t reserved_u32[15];
 
     /* links: nvlinks[j] = NVLink links to GPU j; topo[j] = enum emu_topo_level */
@@ -168,12 +168,15 @@ struct emu_gpu {
 };
 
 /* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the
- * process is gone (kill(pid, 0) == ESRCH or a different start time: pid reuse). */
+ * process is gone (kill(pid, 0) == ESRCH or a different start time: pid reuse). A process is
+ * known by (pid namespace, pid): containers sharing one state file may reuse each other's pid
+ * numbers; only a process in the same pid namespace can tell whether a slot's owner is gone. */
 struct emu_proc {
-    int32_t pid;                 /* 0 = free slot */
+    int32_t pid; /* 0 = free slot; as seen in its own pid namespace */
     uint32_t pad;
-    uint64_t start_time;         /* /proc/<pid>/stat starttime (clock ticks since boot) */
-    uint64_t mem[EMU_MAX_GPUS];  /* bytes charged per GPU */
+    uint64_t start_time;        /* /proc/<pid>/stat starttime (clock ticks since boot) */
+    uint64_t pidns;             /* inode of /proc/<pid>/ns/pid; 0 = unknown */
+    uint64_t mem[EMU_MAX_GPUS]; /* bytes charged per GPU */
 };
 
 /* MPS section: what the emulated nvidia-cuda-mps-control daemons have been told, so the
@@ -190,9 +193,9 @@ struct emu_mps_server {
     uint64_t pinned_limit[EMU_MAX_GPUS];
 };
 struct emu_mps_daemon {
-    int32_t pid;                  /* 0 = free slot */
+    int32_t pid; /* 0 = free slot */
     uint32_t default_thread_pct_x10;
-    uint64_t generation;          /* bumped on every change */
+    uint64_t generation; /* bumped on every change */
     char pipe_dir[256];
     uint64_t default_pinned_limit[EMU_MAX_GPUS];
     uint32_t server_count;
@@ -204,9 +207,9 @@ struct emu_shared {
     uint64_t magic;
     uint32_t version;
     uint32_t gpu_count;
-    uint64_t size;               /* sizeof(struct emu_shared) of the writer */
+    uint64_t size; /* sizeof(struct emu_shared) of the writer */
     uint64_t seed;
-    uint64_t created_ns;         /* CLOCK_REALTIME ns, for `accel-emu status` */
+    uint64_t created_ns; /* CLOCK_REALTIME ns, for `accel-emu status` */
     char model[EMU_NAME_LEN];
     uint32_t nvlink_mode;
     uint32_t pad0;
@@ -219,9 +222,10 @@ struct emu_shared {
      * `accel-emu init --proc-info-stride`, so the suite's stride detection can be tested. */
     uint32_t proc_info_stride;
     uint32_t pad2;
-    uint64_t reserved[13];
+    uint64_t last_reclaim_ns; /* part A: when dead processes' slots were last looked for */
+    uint64_t reserved[12];
     union {
-        pthread_mutex_t mutex;   /* robust, process-shared */
+        pthread_mutex_t mutex; /* robust, process-shared */
         char mutex_space[64];
     };
     struct emu_proc procs[EMU_MAX_PROCS];
@@ -267,9 +271,11 @@ int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes);
 void emu_state_mem_uncharge(struct emu_state *st, unsigned gpu, uint64_t bytes);
 /* Releases every charge of the calling process (clean exit). */
 void emu_state_proc_release(struct emu_state *st);
-/* Used (sum over live processes) and total bytes on gpu; reclaims dead processes' slots. */
-int emu_state_mem_info(struct emu_state *st, unsigned gpu, uint64_t *ret_used,
-                       uint64_t *ret_total);
+/* Used (sum over live processes) and total bytes on gpu. Dead processes' slots are reclaimed
+ * first, at most every EMU_RECLAIM_INTERVAL_NS (looking costs a /proc read per process): a
+ * process killed with -9 stops counting within that interval. */
+#define EMU_RECLAIM_INTERVAL_NS 50000000ull
+int emu_state_mem_info(struct emu_state *st, unsigned gpu, uint64_t *ret_used, uint64_t *ret_total);
 /* Frees the slots of processes that are gone. Returns how many were reclaimed. */
 int emu_state_reclaim(struct emu_state *st);
 
@@ -277,7 +283,8 @@ struct emu_proc_mem {
     int32_t pid;
     uint64_t bytes;
 };
-/* Live processes holding memory on gpu (after reclaiming dead ones): up to max entries in
+/* Live processes holding memory on gpu (after reclaiming dead ones, as emu_state_mem_info): up
+ * to max entries in
  * out, the number that exist in *ret_n (may exceed max). */
 int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out, size_t max,
                     size_t *ret_n);
@@ -300,8 +307,8 @@ int emu_state_busy_ns(struct emu_state *st, unsigned gpu, uint64_t t0, uint64_t 
 
 struct emu_proc_util {
     int32_t pid;
-    uint64_t busy_ns;    /* busy time of pid within the window */
-    uint64_t last_ns;    /* end of pid's most recent interval inside the window */
+    uint64_t busy_ns; /* busy time of pid within the window */
+    uint64_t last_ns; /* end of pid's most recent interval inside the window */
 };
 /* Per-process busy time of gpu within [t0, t1): one entry per pid with work in the window,
  * up to max in out, the count in *ret_n (may exceed max). */

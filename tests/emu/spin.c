@@ -23,26 +23,25 @@
 #include "state.h"
 #endif
 
-static const char ptx[] =
-    ".version 7.0\n"
-    ".target sm_70\n"
-    ".address_size 64\n"
-    "\n"
-    ".visible .entry spin(\n"
-    "    .param .u64 spin_param_0\n"
-    ")\n"
-    "{\n"
-    "    .reg .pred %p<2>;\n"
-    "    .reg .b64 %rd<5>;\n"
-    "    ld.param.u64 %rd1, [spin_param_0];\n"
-    "    mov.u64 %rd2, %clock64;\n"
-    "$L_spin:\n"
-    "    mov.u64 %rd3, %clock64;\n"
-    "    sub.s64 %rd4, %rd3, %rd2;\n"
-    "    setp.lt.u64 %p1, %rd4, %rd1;\n"
-    "    @%p1 bra $L_spin;\n"
-    "    ret;\n"
-    "}\n";
+static const char ptx[] = ".version 7.0\n"
+                          ".target sm_70\n"
+                          ".address_size 64\n"
+                          "\n"
+                          ".visible .entry spin(\n"
+                          "    .param .u64 spin_param_0\n"
+                          ")\n"
+                          "{\n"
+                          "    .reg .pred %p<2>;\n"
+                          "    .reg .b64 %rd<5>;\n"
+                          "    ld.param.u64 %rd1, [spin_param_0];\n"
+                          "    mov.u64 %rd2, %clock64;\n"
+                          "$L_spin:\n"
+                          "    mov.u64 %rd3, %clock64;\n"
+                          "    sub.s64 %rd4, %rd3, %rd2;\n"
+                          "    setp.lt.u64 %p1, %rd4, %rd1;\n"
+                          "    @%p1 bra $L_spin;\n"
+                          "    ret;\n"
+                          "}\n";
 
 static __typeof__(cuGetProcAddress_v2) *getproc;
 

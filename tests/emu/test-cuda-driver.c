@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_api.h"
@@ -27,36 +29,35 @@
 
 /* A spin kernel: loops on %clock64 until the u64 parameter's cycles have passed (the same
  * text as tests/emu/spin.c, which also runs on a real GPU). */
-static const char spin_ptx[] =
-    ".version 7.0\n"
-    ".target sm_70\n"
-    ".address_size 64\n"
-    "\n"
-    "// spins for the given number of SM clock cycles\n"
-    ".visible .entry spin(\n"
-    "    .param .u64 spin_param_0\n"
-    ")\n"
-    "{\n"
-    "    .reg .pred %p<2>;\n"
-    "    .reg .b64 %rd<5>;\n"
-    "    ld.param.u64 %rd1, [spin_param_0];\n"
-    "    mov.u64 %rd2, %clock64;\n"
-    "$L_spin:\n"
-    "    mov.u64 %rd3, %clock64;\n"
-    "    sub.s64 %rd4, %rd3, %rd2;\n"
-    "    setp.lt.u64 %p1, %rd4, %rd1;\n"
-    "    @%p1 bra $L_spin;\n"
-    "    ret;\n"
-    "}\n"
-    "\n"
-    ".visible .entry axpy(\n"
-    "    .param .f32 axpy_param_0,\n"
-    "    .param .u64 .ptr .global .align 4 axpy_param_1,\n"
-    "    .param .align 8 .b8 axpy_param_2[16]\n"
-    ")\n"
-    "{\n"
-    "    ret;\n"
-    "}\n";
+static const char spin_ptx[] = ".version 7.0\n"
+                               ".target sm_70\n"
+                               ".address_size 64\n"
+                               "\n"
+                               "// spins for the given number of SM clock cycles\n"
+                               ".visible .entry spin(\n"
+                               "    .param .u64 spin_param_0\n"
+                               ")\n"
+                               "{\n"
+                               "    .reg .pred %p<2>;\n"
+                               "    .reg .b64 %rd<5>;\n"
+                               "    ld.param.u64 %rd1, [spin_param_0];\n"
+                               "    mov.u64 %rd2, %clock64;\n"
+                               "$L_spin:\n"
+                               "    mov.u64 %rd3, %clock64;\n"
+                               "    sub.s64 %rd4, %rd3, %rd2;\n"
+                               "    setp.lt.u64 %p1, %rd4, %rd1;\n"
+                               "    @%p1 bra $L_spin;\n"
+                               "    ret;\n"
+                               "}\n"
+                               "\n"
+                               ".visible .entry axpy(\n"
+                               "    .param .f32 axpy_param_0,\n"
+                               "    .param .u64 .ptr .global .align 4 axpy_param_1,\n"
+                               "    .param .align 8 .b8 axpy_param_2[16]\n"
+                               ")\n"
+                               "{\n"
+                               "    ret;\n"
+                               "}\n";
 
 /* ---- the driver, as the runtime finds it ---- */
 
@@ -156,7 +157,7 @@ FN(cuGetErrorName);
 #define GET(var, base)                                                                             \
     do {                                                                                           \
         CUdriverProcAddressQueryResult st_;                                                        \
-        if (p_getproc(base, (void **)&p_##var, 12080, 0, &st_) != CUDA_SUCCESS || !p_##var) {     \
+        if (p_getproc(base, (void **)&p_##var, 12080, 0, &st_) != CUDA_SUCCESS || !p_##var) {      \
             fprintf(stderr, "lookup of %s failed\n", base);                                        \
             return false;                                                                          \
         }                                                                                          \
@@ -479,8 +480,7 @@ TEST(no_state_is_a_clear_error)
         __typeof__(cuDeviceGetCount) *count =
             h ? (__typeof__(cuDeviceGetCount) *)dlsym(h, "cuDeviceGetCount") : NULL;
         int n = -1;
-        _exit(init && count && init(0) == CUDA_ERROR_NO_DEVICE &&
-                      count(&n) == CUDA_ERROR_NO_DEVICE
+        _exit(init && count && init(0) == CUDA_ERROR_NO_DEVICE && count(&n) == CUDA_ERROR_NO_DEVICE
                   ? 0
                   : 1);
     }
@@ -572,8 +572,7 @@ TEST(runtime_style_lookups)
     for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
         void *fn = NULL;
         CUdriverProcAddressQueryResult st;
-        CUresult r = p_getproc(want[i].name, &fn, want[i].version, (cuuint64_t)want[i].flags,
-                               &st);
+        CUresult r = p_getproc(want[i].name, &fn, want[i].version, (cuuint64_t)want[i].flags, &st);
         void *exp = dlsym(lib, want[i].symbol);
         if (!CHECK(r == CUDA_SUCCESS && exp && fn == exp))
             tap_diag("%s@%d flags %d: want %s", want[i].name, want[i].version, want[i].flags,
@@ -629,8 +628,7 @@ TEST(devices_and_contexts)
     CHECK_EQ_INT(v, 8);
     p_cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
     CHECK_EQ_INT(v, 0);
-    CHECK_EQ_INT(p_cuDeviceGetAttribute(&v, (CUdevice_attribute)9999, d),
-                 CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ_INT(p_cuDeviceGetAttribute(&v, (CUdevice_attribute)9999, d), CUDA_ERROR_INVALID_VALUE);
     CUuuid u;
     CHECK_EQ_INT(p_cuDeviceGetUuid_v2(&u, d), CUDA_SUCCESS);
     CHECK(memcmp(u.bytes, g->uuid_bytes, 16) == 0);
@@ -696,27 +694,30 @@ TEST(allocations_are_charged)
     CHECK_EQ_INT(p_cuMemAllocHost_v2(&h, 64 * MiB), CUDA_SUCCESS);
     CHECK_EQ_U64(state_used(0), base);
     memset(h, 1, 4096);
-    CHECK_EQ_INT(p_cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                         (CUdeviceptr)(uintptr_t)h),
-                 CUDA_SUCCESS);
+    CHECK_EQ_INT(
+        p_cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)h),
+        CUDA_SUCCESS);
     CHECK_EQ_INT(mt, CU_MEMORYTYPE_HOST);
     CHECK_EQ_INT(p_cuMemFreeHost(h), CUDA_SUCCESS);
 
     /* arrays: rows padded to 512 bytes, charged in 64 KiB pages */
-    CUDA_ARRAY_DESCRIPTOR ad = {.Width = 100, .Height = 100, .Format = CU_AD_FORMAT_FLOAT,
-                                .NumChannels = 4};
+    CUDA_ARRAY_DESCRIPTOR ad = {
+        .Width = 100, .Height = 100, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 4};
     CUarray arr;
     CHECK_EQ_INT(p_cuArrayCreate_v2(&arr, &ad), CUDA_SUCCESS);
     CHECK_EQ_U64(state_used(0) - base, 256 * 1024); /* 2048 * 100 in 64 KiB pages */
     CHECK_EQ_INT(p_cuArrayDestroy(arr), CUDA_SUCCESS);
-    CUDA_ARRAY3D_DESCRIPTOR a3 = {.Width = 256, .Height = 256, .Depth = 16,
-                                  .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
+    CUDA_ARRAY3D_DESCRIPTOR a3 = {.Width = 256,
+                                  .Height = 256,
+                                  .Depth = 16,
+                                  .Format = CU_AD_FORMAT_UNSIGNED_INT8,
+                                  .NumChannels = 1};
     CHECK_EQ_INT(p_cuArray3DCreate_v2(&arr, &a3), CUDA_SUCCESS);
     CHECK_EQ_U64(state_used(0) - base, 512 * 256 * 16);
     CHECK_EQ_INT(p_cuArrayDestroy(arr), CUDA_SUCCESS);
     CUmipmappedArray mm;
-    CUDA_ARRAY3D_DESCRIPTOR m2 = {.Width = 1024, .Height = 1024, .Format = CU_AD_FORMAT_FLOAT,
-                                  .NumChannels = 1};
+    CUDA_ARRAY3D_DESCRIPTOR m2 = {
+        .Width = 1024, .Height = 1024, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
     CHECK_EQ_INT(p_cuMipmappedArrayCreate(&mm, &m2, 3), CUDA_SUCCESS);
     /* 4 MiB + 1 MiB + 256 KiB */
     CHECK_EQ_U64(state_used(0) - base, 4 * MiB + MiB + 256 * 1024);
@@ -846,14 +847,24 @@ TEST(copies_move_bytes)
     CUdeviceptr img;
     size_t pitch;
     REQUIRE_EQ_INT(p_cuMemAllocPitch_v2(&img, &pitch, 100, 64, 4), CUDA_SUCCESS);
-    CUDA_MEMCPY2D c = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = src, .srcPitch = 100,
-                       .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = img,
-                       .dstPitch = pitch, .WidthInBytes = 100, .Height = 64};
+    CUDA_MEMCPY2D c = {.srcMemoryType = CU_MEMORYTYPE_HOST,
+                       .srcHost = src,
+                       .srcPitch = 100,
+                       .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                       .dstDevice = img,
+                       .dstPitch = pitch,
+                       .WidthInBytes = 100,
+                       .Height = 64};
     CHECK_EQ_INT(p_cuMemcpy2D_v2(&c), CUDA_SUCCESS);
     memset(dst, 0, N);
-    CUDA_MEMCPY2D back = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = img,
-                          .srcPitch = pitch, .dstMemoryType = CU_MEMORYTYPE_HOST, .dstHost = dst,
-                          .dstPitch = 100, .WidthInBytes = 100, .Height = 64};
+    CUDA_MEMCPY2D back = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                          .srcDevice = img,
+                          .srcPitch = pitch,
+                          .dstMemoryType = CU_MEMORYTYPE_HOST,
+                          .dstHost = dst,
+                          .dstPitch = 100,
+                          .WidthInBytes = 100,
+                          .Height = 64};
     CHECK_EQ_INT(p_cuMemcpy2D_v2(&back), CUDA_SUCCESS);
     CHECK(memcmp(src, dst, 100 * 64) == 0);
     p_cuMemFree_v2(img);
@@ -900,8 +911,13 @@ TEST(modules_launches_and_exact_event_times)
     CHECK_EQ_INT(p_cuEventRecord(e0, s), CUDA_SUCCESS);
     CHECK_EQ_INT(p_cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s, args, NULL), CUDA_SUCCESS);
     CHECK_EQ_INT(p_cuEventRecord(e1, s), CUDA_SUCCESS);
-    CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1,
-                          .blockDimY = 1, .blockDimZ = 1, .hStream = s};
+    CUlaunchConfig cfg = {.gridDimX = 1,
+                          .gridDimY = 1,
+                          .gridDimZ = 1,
+                          .blockDimX = 1,
+                          .blockDimY = 1,
+                          .blockDimZ = 1,
+                          .hStream = s};
     CHECK_EQ_INT(p_cuLaunchKernelEx(&cfg, spin, args, NULL), CUDA_SUCCESS);
     float alpha = 2;
     CUdeviceptr x = 0;
@@ -934,6 +950,150 @@ TEST(modules_launches_and_exact_event_times)
     p_cuStreamDestroy_v2(s);
 }
 
+TEST(pacing_pairs_measure_each_kernel)
+{
+    /* libvcuda's pattern: [record start; launch; record end] per launch, the host slower
+     * than the GPU in between; every pair is that kernel's own time */
+    REQUIRE(driver_up());
+    CUfunction spin = spin_fn();
+    REQUIRE(spin);
+    CUstream s;
+    REQUIRE_EQ_INT(p_cuStreamCreate(&s, 0), CUDA_SUCCESS);
+    enum { K = 4 };
+    CUevent st[K], en[K];
+    for (int i = 0; i < K; i++) {
+        REQUIRE_EQ_INT(p_cuEventCreate(&st[i], 0), CUDA_SUCCESS);
+        REQUIRE_EQ_INT(p_cuEventCreate(&en[i], 0), CUDA_SUCCESS);
+    }
+    uint64_t cycles[K];
+    for (int i = 0; i < K; i++) {
+        cycles[i] = (uint64_t)(i + 1) * 141000; /* 0.1, 0.2, 0.3, 0.4 ms */
+        void *args[] = {&cycles[i]};
+        CHECK_EQ_INT(p_cuEventRecord(st[i], s), CUDA_SUCCESS);
+        CHECK_EQ_INT(p_cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, args, NULL), CUDA_SUCCESS);
+        CHECK_EQ_INT(p_cuEventRecord(en[i], s), CUDA_SUCCESS);
+        if (i % 2) {
+            /* a host-side gap longer than the kernel (not a wait for anything) */
+            struct timespec gap = {0, 1000000};
+            nanosleep(&gap, NULL);
+        }
+    }
+    CHECK_EQ_INT(p_cuStreamSynchronize(s), CUDA_SUCCESS);
+    for (int i = 0; i < K; i++) {
+        float ms = 0;
+        CHECK_EQ_INT(p_cuEventElapsedTime_v2(&ms, st[i], en[i]), CUDA_SUCCESS);
+        if (!CHECK(fabsf(ms - 0.1f * (float)(i + 1)) < 1e-4f))
+            tap_diag("pair %d: %.6f ms", i, ms);
+        p_cuEventDestroy_v2(st[i]);
+        p_cuEventDestroy_v2(en[i]);
+    }
+    p_cuStreamDestroy_v2(s);
+}
+
+struct pt_result {
+    CUresult launch, sync, query, tail;
+    CUevent done; /* recorded after a last kernel the thread does not wait for */
+};
+
+static void *pt_thread(void *arg)
+{
+    struct pt_result *r = arg;
+    CUcontext ctx;
+    p_cuDevicePrimaryCtxRetain(&ctx, 0);
+    p_cuCtxSetCurrent(ctx); /* a new thread has no current context */
+    __typeof__(cuLaunchKernel_ptsz) *launch_pt;
+    __typeof__(cuStreamSynchronize_ptsz) *sync_pt;
+    CUdriverProcAddressQueryResult st;
+    p_getproc("cuLaunchKernel", (void **)&launch_pt, 12000,
+              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+    p_getproc("cuStreamSynchronize", (void **)&sync_pt, 12000,
+              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+    uint64_t cycles = 1410000;
+    void *args[] = {&cycles};
+    r->launch = launch_pt(spin_fn(), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+    r->sync = sync_pt(NULL);
+    r->query = p_cuStreamQuery(CU_STREAM_PER_THREAD);
+    cycles = 50 * 1410000ull; /* 50 ms, left running */
+    r->tail = launch_pt(spin_fn(), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+    if (!r->tail)
+        r->tail = p_cuEventRecord(r->done, CU_STREAM_PER_THREAD);
+    p_cuDevicePrimaryCtxRelease_v2(0);
+    return NULL;
+}
+
+TEST(per_thread_default_stream)
+{
+    REQUIRE(driver_up());
+    REQUIRE(spin_fn());
+    struct pt_result r = {-1, -1, -1, -1, NULL};
+    REQUIRE_EQ_INT(p_cuEventCreate(&r.done, 0), CUDA_SUCCESS);
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, pt_thread, &r) == 0);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(r.launch, CUDA_SUCCESS);
+    CHECK_EQ_INT(r.sync, CUDA_SUCCESS);
+    CHECK_EQ_INT(r.query, CUDA_SUCCESS);
+    CHECK_EQ_INT(r.tail, CUDA_SUCCESS);
+    /* context synchronization waits for the other thread's per-thread stream too */
+    CHECK_EQ_INT(p_cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuEventQuery(r.done), CUDA_SUCCESS);
+    p_cuEventDestroy_v2(r.done);
+}
+
+struct worker {
+    int bad;
+    CUresult err;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    CUcontext ctx;
+    CUstream s;
+    CUevent a, b;
+    if ((w->err = p_cuDevicePrimaryCtxRetain(&ctx, 0)) || (w->err = p_cuCtxSetCurrent(ctx)) ||
+        (w->err = p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) ||
+        (w->err = p_cuEventCreate(&a, 0)) || (w->err = p_cuEventCreate(&b, 0)))
+        return NULL;
+    uint64_t cycles = 14100; /* 10 us */
+    void *args[] = {&cycles};
+    for (int i = 0; i < 200 && !w->err; i++) {
+        CUdeviceptr p;
+        if ((w->err = p_cuEventRecord(a, s)) ||
+            (w->err = p_cuLaunchKernel(spin_fn(), 1, 1, 1, 1, 1, 1, 0, s, args, NULL)) ||
+            (w->err = p_cuEventRecord(b, s)) || (w->err = p_cuEventSynchronize(b)) ||
+            (w->err = p_cuMemAlloc_v2(&p, 4096)) || (w->err = p_cuMemFree_v2(p)))
+            break;
+        float ms = 0;
+        if ((w->err = p_cuEventElapsedTime_v2(&ms, a, b)))
+            break;
+        w->bad += fabsf(ms - 0.01f) > 1e-5f;
+    }
+    p_cuEventDestroy_v2(a);
+    p_cuEventDestroy_v2(b);
+    p_cuStreamDestroy_v2(s);
+    p_cuDevicePrimaryCtxRelease_v2(0);
+    return NULL;
+}
+
+TEST(threads_share_one_context)
+{
+    /* four threads, one context, each its own stream: every pair still exact, no charge lost */
+    REQUIRE(driver_up());
+    REQUIRE(spin_fn());
+    uint64_t before = state_used(0);
+    struct worker w[4] = {{0, 0}};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        REQUIRE(pthread_create(&t[i], NULL, worker_main, &w[i]) == 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ_INT(w[i].err, CUDA_SUCCESS);
+        CHECK_EQ_INT(w[i].bad, 0);
+    }
+    CHECK_EQ_U64(state_used(0), before);
+}
+
 TEST(graphs_and_capture)
 {
     REQUIRE(driver_up());
@@ -943,8 +1103,13 @@ TEST(graphs_and_capture)
     void *args[] = {&cycles};
     CUgraph g;
     REQUIRE_EQ_INT(p_cuGraphCreate(&g, 0), CUDA_SUCCESS);
-    CUDA_KERNEL_NODE_PARAMS np = {.func = spin, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
-                                  .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1,
+    CUDA_KERNEL_NODE_PARAMS np = {.func = spin,
+                                  .gridDimX = 1,
+                                  .gridDimY = 1,
+                                  .gridDimZ = 1,
+                                  .blockDimX = 1,
+                                  .blockDimY = 1,
+                                  .blockDimZ = 1,
                                   .kernelParams = args};
     CUgraphNode n1, n2;
     CHECK_EQ_INT(p_cuGraphAddKernelNode_v2(&n1, g, NULL, 0, &np), CUDA_SUCCESS);
@@ -976,7 +1141,20 @@ TEST(graphs_and_capture)
     for (int i = 0; i < 5; i++)
         CHECK_EQ_INT(p_cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, args, NULL), CUDA_SUCCESS);
     CHECK_EQ_INT(p_cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CUresult (*info)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                     const CUgraphNode **, size_t *) = NULL; /* _v2, as of CUDA 11.3 */
+    REQUIRE_EQ_INT(p_getproc("cuStreamGetCaptureInfo", (void **)&info, 12000, 0, NULL),
+                   CUDA_SUCCESS);
+    cuuint64_t cid = 0;
+    CUgraph cg = NULL;
+    const CUgraphNode *deps = NULL;
+    size_t ndeps = 9;
+    CHECK_EQ_INT(info(s, &cs, &cid, &cg, &deps, &ndeps), CUDA_SUCCESS);
+    CHECK_EQ_INT(cs, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    CHECK(cid != 0 && cg != NULL && deps != NULL);
+    CHECK_EQ_INT(ndeps, 1);
     CHECK_EQ_INT(p_cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+    CHECK(g == cg);
     CHECK_EQ_INT(p_cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
     CHECK_EQ_INT(cs, CU_STREAM_CAPTURE_STATUS_NONE);
     CHECK_EQ_INT(p_cuGraphInstantiateWithFlags(&ex, g, 0), CUDA_SUCCESS);
@@ -992,6 +1170,117 @@ TEST(graphs_and_capture)
     p_cuEventDestroy_v2(e0);
     p_cuEventDestroy_v2(e1);
     p_cuStreamDestroy_v2(s);
+}
+
+static void CUDA_CB count_cb(CUstream s, CUresult status, void *data)
+{
+    if (status == CUDA_SUCCESS)
+        ++*(int *)data;
+}
+
+TEST(copies_3d_and_smaller_entry_points)
+{
+    REQUIRE(driver_up());
+#define LOCAL(type, name)                                                                          \
+    type *q_##name = NULL;                                                                         \
+    REQUIRE_EQ_INT(p_getproc(#name, (void **)&q_##name, 13000, 0, NULL), CUDA_SUCCESS)
+    LOCAL(__typeof__(cuMemcpy3D_v2), cuMemcpy3D);
+    LOCAL(__typeof__(cuMemHostGetFlags), cuMemHostGetFlags);
+    LOCAL(__typeof__(cuMemHostAlloc), cuMemHostAlloc);
+    LOCAL(__typeof__(cuStreamGetId), cuStreamGetId);
+    LOCAL(__typeof__(cuCtxGetId), cuCtxGetId);
+    LOCAL(__typeof__(cuStreamAddCallback), cuStreamAddCallback);
+    LOCAL(__typeof__(cuFuncGetName), cuFuncGetName);
+    LOCAL(__typeof__(cuMemPrefetchAsync_v2), cuMemPrefetchAsync);
+    LOCAL(__typeof__(cuStreamGetDevice), cuStreamGetDevice);
+
+    /* a 3D block host → 3D array → pitched device memory → host */
+    enum { W = 40, H = 8, D = 4 };
+    static unsigned char src[W * H * D], dst[W * H * D];
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (unsigned char)(i * 13 + 1);
+    CUDA_ARRAY3D_DESCRIPTOR ad = {.Width = W,
+                                  .Height = H,
+                                  .Depth = D,
+                                  .Format = CU_AD_FORMAT_UNSIGNED_INT8,
+                                  .NumChannels = 1};
+    CUarray arr;
+    REQUIRE_EQ_INT(p_cuArray3DCreate_v2(&arr, &ad), CUDA_SUCCESS);
+    CUdeviceptr dev;
+    REQUIRE_EQ_INT(p_cuMemAlloc_v2(&dev, 64 * H * D), CUDA_SUCCESS);
+    CUDA_MEMCPY3D c = {.srcMemoryType = CU_MEMORYTYPE_HOST,
+                       .srcHost = src,
+                       .srcPitch = W,
+                       .srcHeight = H,
+                       .dstMemoryType = CU_MEMORYTYPE_ARRAY,
+                       .dstArray = arr,
+                       .WidthInBytes = W,
+                       .Height = H,
+                       .Depth = D};
+    CHECK_EQ_INT(q_cuMemcpy3D(&c), CUDA_SUCCESS);
+    CUDA_MEMCPY3D c2 = {.srcMemoryType = CU_MEMORYTYPE_ARRAY,
+                        .srcArray = arr,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .dstDevice = dev,
+                        .dstPitch = 64,
+                        .dstHeight = H,
+                        .WidthInBytes = W,
+                        .Height = H,
+                        .Depth = D};
+    CHECK_EQ_INT(q_cuMemcpy3D(&c2), CUDA_SUCCESS);
+    CUDA_MEMCPY3D c3 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .srcDevice = dev,
+                        .srcPitch = 64,
+                        .srcHeight = H,
+                        .dstMemoryType = CU_MEMORYTYPE_HOST,
+                        .dstHost = dst,
+                        .dstPitch = W,
+                        .dstHeight = H,
+                        .WidthInBytes = W,
+                        .Height = H,
+                        .Depth = D};
+    CHECK_EQ_INT(q_cuMemcpy3D(&c3), CUDA_SUCCESS);
+    CHECK(memcmp(src, dst, sizeof(src)) == 0);
+    c3.Depth = D + 1; /* past the allocation */
+    CHECK_EQ_INT(q_cuMemcpy3D(&c3), CUDA_ERROR_INVALID_VALUE);
+    p_cuMemFree_v2(dev);
+    p_cuArrayDestroy(arr);
+
+    void *h;
+    unsigned flags = 0;
+    REQUIRE_EQ_INT(q_cuMemHostAlloc(&h, 4096, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
+    CHECK_EQ_INT(q_cuMemHostGetFlags(&flags, h), CUDA_SUCCESS);
+    CHECK_EQ_INT(flags, CU_MEMHOSTALLOC_DEVICEMAP);
+    p_cuMemFreeHost(h);
+
+    CUstream s1, s2;
+    p_cuStreamCreate(&s1, 0);
+    p_cuStreamCreate(&s2, 0);
+    unsigned long long id1 = 0, id2 = 0, cid = 0;
+    CHECK_EQ_INT(q_cuStreamGetId(s1, &id1), CUDA_SUCCESS);
+    CHECK_EQ_INT(q_cuStreamGetId(s2, &id2), CUDA_SUCCESS);
+    CHECK(id1 && id2 && id1 != id2);
+    CHECK_EQ_INT(q_cuStreamGetId(s1, &id2), CUDA_SUCCESS);
+    CHECK_EQ_U64(id1, id2);
+    CHECK_EQ_INT(q_cuCtxGetId(NULL, &cid), CUDA_SUCCESS);
+    CHECK(cid != 0);
+    CUdevice sd = -1;
+    CHECK_EQ_INT(q_cuStreamGetDevice(s1, &sd), CUDA_SUCCESS);
+    CHECK_EQ_INT(sd, 0);
+    int calls = 0;
+    CHECK_EQ_INT(q_cuStreamAddCallback(s1, count_cb, &calls, 0), CUDA_SUCCESS);
+    CHECK_EQ_INT(calls, 1);
+    const char *fname = NULL;
+    CHECK_EQ_INT(q_cuFuncGetName(&fname, spin_fn()), CUDA_SUCCESS);
+    CHECK_EQ_STR(fname, "spin");
+    CUdeviceptr m;
+    REQUIRE_EQ_INT(p_cuMemAllocManaged(&m, 1 << 20, 1), CUDA_SUCCESS);
+    CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+    CHECK_EQ_INT(q_cuMemPrefetchAsync(m, 1 << 20, loc, 0, s1), CUDA_SUCCESS);
+    CHECK_EQ_INT(q_cuMemPrefetchAsync(m, 2 << 20, loc, 0, s1), CUDA_ERROR_INVALID_VALUE);
+    p_cuMemFree_v2(m);
+    p_cuStreamDestroy_v2(s1);
+    p_cuStreamDestroy_v2(s2);
 }
 
 TEST(launch_is_asynchronous)

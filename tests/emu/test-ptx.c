@@ -72,9 +72,9 @@ TEST(malformed_refused)
         const char *file;
         int want;
     } bad[] = {
-        {"no-version.ptx", -EINVAL},      {"bad-param.ptx", -EINVAL},
-        {"truncated.ptx", -EINVAL},       {"unterminated-comment.ptx", -EINVAL},
-        {"empty.ptx", -EINVAL},           {"long-name.ptx", -ENAMETOOLONG},
+        {"no-version.ptx", -EINVAL}, {"bad-param.ptx", -EINVAL},
+        {"truncated.ptx", -EINVAL},  {"unterminated-comment.ptx", -EINVAL},
+        {"empty.ptx", -EINVAL},      {"long-name.ptx", -ENAMETOOLONG},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         size_t len, n = 77;

@@ -158,6 +158,47 @@ TEST(dead_process_memory_comes_back)
     emu_state_close(st);
 }
 
+static uint64_t my_pidns(void)
+{
+    char buf[64];
+    ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    return strtoull(strchr(buf, '[') + 1, NULL, 10);
+}
+
+TEST(other_pid_namespaces_are_left_alone)
+{
+    struct emu_state *st = make("ns", 1, NULL);
+    REQUIRE(st);
+    uint64_t ns = my_pidns();
+    if (!ns) {
+        tap_skip_case("no /proc/self/ns/pid");
+        emu_state_close(st);
+        return;
+    }
+    /* two slots of a pid that does not exist here: one of our namespace (dead: reclaimed),
+     * one of another container's (its owner may be alive there: kept) */
+    struct emu_shared *sh = emu_state_shared(st);
+    emu_state_lock(st);
+    sh->procs[5] = (struct emu_proc){.pid = 999999, .start_time = 1, .pidns = ns};
+    sh->procs[5].mem[0] = 1 << 20;
+    sh->procs[6] = (struct emu_proc){.pid = 999999, .start_time = 1, .pidns = ns + 1};
+    sh->procs[6].mem[0] = 2 << 20;
+    emu_state_unlock(st);
+    CHECK_EQ_INT(emu_state_reclaim(st), 1);
+    CHECK_EQ_U64(used_of(st), 2 << 20);
+    /* our own charges go to our own slot, not to the other namespace's same pid */
+    emu_state_lock(st);
+    sh->procs[6].pid = getpid();
+    emu_state_unlock(st);
+    CHECK_EQ_INT(emu_state_mem_charge(st, 0, 4096), 0);
+    CHECK_EQ_U64(used_of(st), (2 << 20) + 4096);
+    CHECK_EQ_U64(sh->procs[6].mem[0], 2 << 20);
+    emu_state_close(st);
+}
+
 TEST(timeline_serializes_and_measures)
 {
     struct emu_state *st = make("t", 1, NULL);
