@@ -218,7 +218,9 @@ static void burst_sample(struct pacer *p, struct pace_shared *s)
         return; /* another thread is sampling */
     if (!p->nvml_dev && !p->nvml_failed) {
         p->nvml_failed = true;
-        if (vc_nvml_ensure() == 0 && vc_real.nvmlDeviceGetUtilizationRates) {
+        /* nvmlInit is reference counted: ours does not disturb the program's own use. */
+        if (vc_nvml_ensure() == 0 && vc_real.nvmlInit_v2 && vc_real.nvmlInit_v2() == NVML_SUCCESS &&
+            vc_real.nvmlDeviceGetUtilizationRates) {
             const char *uuid = vc.region.hdr->device_uuid[0];
             if (uuid[0] && vc_real.nvmlDeviceGetHandleByUUID)
                 vc_real.nvmlDeviceGetHandleByUUID(uuid, &p->nvml_dev);
