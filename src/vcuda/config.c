@@ -22,7 +22,8 @@ void vc_config_init(struct vc_config *cfg)
     cfg->core_policy = VC_CORE_POLICY_HARD;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
     if (err && errlen) {
@@ -198,9 +199,12 @@ int vc_config_from_env(char *(*getenv_fn)(const char *), struct vc_config *cfg, 
     static const struct {
         const char *env, *key;
     } map[] = {
-        {"VCUDA_MEMORY_LIMIT", "memory_limit"}, {"VCUDA_CONTEXT_MEMORY", "context_memory"},
-        {"VCUDA_CORE_LIMIT", "core_limit"},     {"VCUDA_CORE_POLICY", "core_policy"},
-        {"VCUDA_REGION", "region"},             {"VCUDA_DEVICES", "devices"},
+        {"VCUDA_MEMORY_LIMIT", "memory_limit"},
+        {"VCUDA_CONTEXT_MEMORY", "context_memory"},
+        {"VCUDA_CORE_LIMIT", "core_limit"},
+        {"VCUDA_CORE_POLICY", "core_policy"},
+        {"VCUDA_REGION", "region"},
+        {"VCUDA_DEVICES", "devices"},
     };
     struct vc_config next = *cfg;
     bool any = false;

@@ -77,8 +77,7 @@ struct loader {
 };
 
 static struct loader cuda_loader = {PTHREAD_MUTEX_INITIALIZER, 0, "libcuda.so.1", VC_LIB_CUDA};
-static struct loader nvml_loader = {PTHREAD_MUTEX_INITIALIZER, 0, "libnvidia-ml.so.1",
-                                    VC_LIB_NVML};
+static struct loader nvml_loader = {PTHREAD_MUTEX_INITIALIZER, 0, "libnvidia-ml.so.1", VC_LIB_NVML};
 static __thread bool in_load;
 
 static int loader_run(struct loader *l)
@@ -146,10 +145,42 @@ void vc_driver_atfork_child(void)
     pthread_mutex_init(&cuda_loader.lock, NULL);
 }
 
-static void *hooked_variant(void *fn)
+/* Is symbol (a base name as the runtime asks for it) one we hook in some
+ * variant? Only used to diagnose a driver whose cuGetProcAddress hands out
+ * pointers that are not its exported symbols. */
+static bool hooked_base(const char *symbol)
+{
+    static const char *const suffixes[] = {"", "_v2", "_v3", "_v4", "_ptsz", "_ptds"};
+    size_t n = strlen(symbol);
+    for (unsigned i = 0; i < vc_hook_count; i++) {
+        const char *h = vc_hooks[i].name;
+        if (strncmp(h, symbol, n) != 0)
+            continue;
+        for (size_t k = 0; k < sizeof(suffixes) / sizeof(suffixes[0]); k++)
+            if (strcmp(h + n, suffixes[k]) == 0)
+                return true;
+    }
+    return false;
+}
+
+static void *hooked_variant(const char *symbol, void *fn)
 {
     void *w = vc_hook_by_real(fn);
-    return w ? w : fn;
+    if (w)
+        return w;
+    /* A driver whose references to its own exports bind to ours (symbol
+     * interposition, e.g. the emulator) already hands out our wrapper. */
+    for (unsigned i = 0; i < vc_hook_count; i++)
+        if (vc_hooks[i].wrapper == fn)
+            return fn;
+    if (symbol && hooked_base(symbol)) {
+        static atomic_int warned;
+        if (atomic_exchange_explicit(&warned, 1, memory_order_relaxed) == 0)
+            log_warn("cuGetProcAddress(\"%s\") returned %p, which is none of the driver's "
+                     "exported symbols: calls through it are not accounted",
+                     symbol, fn);
+    }
+    return fn;
 }
 
 CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
@@ -159,17 +190,16 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = vc_real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
     if (r == CUDA_SUCCESS && pfn && *pfn)
-        *pfn = hooked_variant(*pfn);
+        *pfn = hooked_variant(symbol, *pfn);
     return r;
 }
 
-CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
-                                  cuuint64_t flags)
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
     if (vc_driver_ensure() < 0 || !vc_real.cuGetProcAddress)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = vc_real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
     if (r == CUDA_SUCCESS && pfn && *pfn)
-        *pfn = hooked_variant(*pfn);
+        *pfn = hooked_variant(symbol, *pfn);
     return r;
 }

@@ -30,7 +30,7 @@ void vc_ctx_atfork_child(void)
 #define VC_PREAMBLE(n)                                                                             \
     VC_NEED_REAL(n);                                                                               \
     if (VC_UNLIKELY(vc_ensure() < 0))                                                              \
-        return CUDA_ERROR_NOT_INITIALIZED
+    return CUDA_ERROR_NOT_INITIALIZED
 
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
@@ -39,19 +39,32 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     if (dev < 0 || dev >= MAX_ORDINALS || vc_device_index(dev, &index) < 0)
         return vc_real.cuDevicePrimaryCtxRetain(pctx, dev);
     uint64_t bytes = vc.cfg.context_memory;
-    pthread_mutex_lock(&prim_lock);
     bool charged_now = false;
-    if (!prim[dev].charged && bytes) {
-        if (vc_mem_reserve(index, bytes) < 0) {
+    /* The first retain charges the context's memory. The reservation is made
+     * outside the lock (it may refresh pools, a driver call); a racer that
+     * charged first makes us give ours back and count a reference. */
+    for (;;) {
+        pthread_mutex_lock(&prim_lock);
+        if (prim[dev].charged || !bytes) {
+            prim[dev].refs++;
             pthread_mutex_unlock(&prim_lock);
-            return vc_mem_oom(index, bytes, "cuDevicePrimaryCtxRetain (context memory)");
+            break;
         }
-        prim[dev].charged = true;
-        prim[dev].index = index;
-        charged_now = true;
+        pthread_mutex_unlock(&prim_lock);
+        if (vc_mem_reserve(index, bytes) < 0)
+            return vc_mem_oom(index, bytes, "cuDevicePrimaryCtxRetain (context memory)");
+        pthread_mutex_lock(&prim_lock);
+        if (!prim[dev].charged) {
+            prim[dev].charged = true;
+            prim[dev].index = index;
+            prim[dev].refs++;
+            charged_now = true;
+            pthread_mutex_unlock(&prim_lock);
+            break;
+        }
+        pthread_mutex_unlock(&prim_lock);
+        vc_mem_release(index, bytes);
     }
-    prim[dev].refs++;
-    pthread_mutex_unlock(&prim_lock);
 
     CUresult r = vc_real.cuDevicePrimaryCtxRetain(pctx, dev);
 

@@ -28,10 +28,9 @@ static int ordinal_index[MAX_ORDINALS]; /* region index + 1; 0 = not looked up y
 static void format_uuid(const CUuuid *u, char *buf, size_t len)
 {
     const unsigned char *b = (const unsigned char *)u->bytes;
-    snprintf(buf, len,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-             b[15]);
+    snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
 }
 
 int vc_device_index(CUdevice dev, unsigned *ret_index)
@@ -364,13 +363,14 @@ void vc_ctx_gone(CUcontext ctx)
 #define ALLOC_UNIT 512ull
 static inline uint64_t round_alloc(uint64_t n)
 {
-    return n > UINT64_MAX - (ALLOC_UNIT - 1) ? UINT64_MAX : (n + ALLOC_UNIT - 1) / ALLOC_UNIT * ALLOC_UNIT;
+    return n > UINT64_MAX - (ALLOC_UNIT - 1) ? UINT64_MAX
+                                             : (n + ALLOC_UNIT - 1) / ALLOC_UNIT * ALLOC_UNIT;
 }
 
 #define VC_PREAMBLE(n)                                                                             \
     VC_NEED_REAL(n);                                                                               \
     if (VC_UNLIKELY(vc_ensure() < 0))                                                              \
-        return CUDA_ERROR_NOT_INITIALIZED
+    return CUDA_ERROR_NOT_INITIALIZED
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
@@ -452,8 +452,8 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wi
     unsigned index;
     uint64_t guess;
     if (WidthInBytes == 0 || Height == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS ||
-        __builtin_mul_overflow((WidthInBytes + PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS,
-                               Height, &guess))
+        __builtin_mul_overflow((WidthInBytes + PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS, Height,
+                               &guess))
         return vc_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (vc_mem_reserve(index, guess) < 0)
         return vc_mem_oom(index, guess, "cuMemAllocPitch");
@@ -479,7 +479,8 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
     VC_PREAMBLE(cuMemAllocPitch);
     CUcontext ctx;
     unsigned index;
-    uint64_t guess = (uint64_t)((WidthInBytes + PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS) * Height;
+    uint64_t guess =
+        (uint64_t)((WidthInBytes + PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS) * Height;
     if (WidthInBytes == 0 || Height == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
         return vc_real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (vc_mem_reserve(index, guess) < 0)
@@ -527,7 +528,8 @@ static CUresult alloc_stream_ordered(alloc_async_fn fa, alloc_pool_fn fp, CUdevi
     unsigned index;
     if (size == 0 || current_full(&ctx, &dev, &index) != CUDA_SUCCESS)
         return fa ? fa(dptr, size, stream) : fp(dptr, size, pool, stream);
-    if (!pool && vc_real.cuDeviceGetMemPool && vc_real.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS)
+    if (!pool && vc_real.cuDeviceGetMemPool &&
+        vc_real.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS)
         pool = NULL;
     /* A pool grows by whole 512-byte units at least: charge those. */
     uint64_t units = ((uint64_t)size + 511) / 512 * 512;
@@ -584,8 +586,8 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
                                 hStream);
 }
 
-CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
-                                              CUmemoryPool pool, CUstream hStream)
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                              CUstream hStream)
 {
     VC_PREAMBLE(cuMemAllocFromPoolAsync_ptsz);
     if (!pool)
@@ -674,13 +676,29 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 static uint64_t format_bytes_per_elem(CUarray_format f)
 {
     switch ((int)f) {
-    case 0x01: case 0x08: case 0xc0: case 0xc6:
+    case 0x01:
+    case 0x08:
+    case 0xc0:
+    case 0xc6:
         return 1;
-    case 0x02: case 0x09: case 0x10: case 0xc1: case 0xc3: case 0xc7: case 0xc9:
+    case 0x02:
+    case 0x09:
+    case 0x10:
+    case 0xc1:
+    case 0xc3:
+    case 0xc7:
+    case 0xc9:
         return 2;
-    case 0x03: case 0x0a: case 0x20: case 0xc2: case 0xc4: case 0xc8: case 0xca:
+    case 0x03:
+    case 0x0a:
+    case 0x20:
+    case 0xc2:
+    case 0xc4:
+    case 0xc8:
+    case 0xca:
         return 4;
-    case 0xc5: case 0xcb:
+    case 0xc5:
+    case 0xcb:
         return 8;
     default:
         /* block-compressed and planar formats: at most 4 bytes per element */
@@ -702,8 +720,7 @@ static uint64_t round_up(uint64_t v, uint64_t a, bool *overflow)
 /* Bytes a W x H x D array takes on the device before the driver tells us
  * better (H, D of 0 mean 1): rows padded to 512 bytes, whole 64 KiB pages.
  * 0 on overflow. */
-uint64_t vc_array_bytes(uint64_t w, uint64_t h, uint64_t d, unsigned channels, CUarray_format f);
-uint64_t vc_array_bytes(uint64_t w, uint64_t h, uint64_t d, unsigned channels, CUarray_format f)
+static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, unsigned channels, CUarray_format f)
 {
     bool of = false;
     uint64_t row, n;
@@ -795,28 +812,28 @@ static CUresult call_array3d_v1(CUarray *p, const void *d)
 CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
 {
     VC_PREAMBLE(cuArrayCreate_v2);
-    uint64_t b = d ? vc_array_bytes(d->Width, d->Height, 1, d->NumChannels, d->Format) : 0;
+    uint64_t b = d ? array_bytes(d->Width, d->Height, 1, d->NumChannels, d->Format) : 0;
     return array_charged("cuArrayCreate", b, pHandle, call_array_v2, d);
 }
 
 CUresult CUDAAPI cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *d)
 {
     VC_PREAMBLE(cuArrayCreate);
-    uint64_t b = d ? vc_array_bytes(d->Width, d->Height, 1, d->NumChannels, d->Format) : 0;
+    uint64_t b = d ? array_bytes(d->Width, d->Height, 1, d->NumChannels, d->Format) : 0;
     return array_charged("cuArrayCreate", b, pHandle, call_array_v1, d);
 }
 
 CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
     VC_PREAMBLE(cuArray3DCreate_v2);
-    uint64_t b = d ? vc_array_bytes(d->Width, d->Height, d->Depth, d->NumChannels, d->Format) : 0;
+    uint64_t b = d ? array_bytes(d->Width, d->Height, d->Depth, d->NumChannels, d->Format) : 0;
     return array_charged("cuArray3DCreate", b, pHandle, call_array3d_v2, d);
 }
 
 CUresult CUDAAPI cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *d)
 {
     VC_PREAMBLE(cuArray3DCreate);
-    uint64_t b = d ? vc_array_bytes(d->Width, d->Height, d->Depth, d->NumChannels, d->Format) : 0;
+    uint64_t b = d ? array_bytes(d->Width, d->Height, d->Depth, d->NumChannels, d->Format) : 0;
     return array_charged("cuArray3DCreate", b, pHandle, call_array3d_v1, d);
 }
 
@@ -829,13 +846,12 @@ CUresult CUDAAPI cuArrayDestroy(CUarray hArray)
 
 /* A mipmap chain: each level halves every dimension (down to 1); the depth of
  * a layered or cubemap array is a layer count and does not shrink. */
-uint64_t vc_mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels);
-uint64_t vc_mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
+static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
 {
     uint64_t w = d->Width, h = d->Height, dep = d->Depth, total = 0;
     bool layers = d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP);
     for (unsigned l = 0; l < (levels ? levels : 1); l++) {
-        uint64_t b = vc_array_bytes(w, h, dep, d->NumChannels, d->Format);
+        uint64_t b = array_bytes(w, h, dep, d->NumChannels, d->Format);
         if (b == 0 || __builtin_add_overflow(total, b, &total))
             return 0;
         w = w > 1 ? w / 2 : 1;
@@ -846,14 +862,13 @@ uint64_t vc_mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
     return total;
 }
 
-CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
-                                        const CUDA_ARRAY3D_DESCRIPTOR *d,
+CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
                                         unsigned int numMipmapLevels)
 {
     VC_PREAMBLE(cuMipmappedArrayCreate);
     CUcontext ctx;
     unsigned index;
-    uint64_t bytes = d ? vc_mipmap_bytes(d, numMipmapLevels) : 0;
+    uint64_t bytes = d ? mipmap_bytes(d, numMipmapLevels) : 0;
     if (bytes == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
         return vc_real.cuMipmappedArrayCreate(pHandle, d, numMipmapLevels);
     if (vc_mem_reserve(index, bytes) < 0)
@@ -885,10 +900,6 @@ CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray h)
 
 /* ---- views -------------------------------------------------------------- */
 
-/* The quota seen as a device: total = min(quota, real total), free =
- * total - container use, never negative and never more than really free. */
-void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint64_t *ret_free,
-                   uint64_t *ret_total, uint64_t *ret_used);
 void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint64_t *ret_free,
                    uint64_t *ret_total, uint64_t *ret_used)
 {

@@ -6,9 +6,6 @@
 #include <string.h>
 #include <strings.h>
 
-void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint64_t *ret_free,
-                   uint64_t *ret_total, uint64_t *ret_used);
-
 /* Region index of an NVML device: its UUID's place in the configured list,
  * else NVML's index. -1 when unknown. */
 static int nvml_index(nvmlDevice_t device)

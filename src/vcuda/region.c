@@ -148,6 +148,10 @@ static int claim_free_slot(struct vc_region *r, uint32_t pid, uint64_t start_tim
          * that could miss it runs before our first reservation (docs/vcuda.md). */
         raise_hwm(r->hdr, i + 1);
         STORE(&r->slots[i].start_time, start_time);
+        /* A thread of an exiting owner may have added after the owner's exit
+         * zeroed the slot: such leftovers are not ours. */
+        for (unsigned d = 0; d < VC_REGION_DEVICES; d++)
+            STORE(&r->slots[i].used[d], 0);
         return (int)i;
     }
     return -ENOSPC;
@@ -216,6 +220,23 @@ static bool pid_alive(uint32_t pid, uint64_t start_time)
     return true;
 }
 
+/* A free slot still counting bytes (left by a thread of an exiting process
+ * after its exit zeroed the slot) is zeroed under a reclaim mark, so no
+ * claimer can start using it meanwhile. */
+static void reap_free_leftovers(struct vc_region_slot *s, uint32_t me)
+{
+    bool any = false;
+    for (unsigned d = 0; d < VC_REGION_DEVICES && !any; d++)
+        any = LOAD_RELAXED(&s->used[d]) != 0;
+    uint64_t expect = 0;
+    if (!any || !__atomic_compare_exchange_n(&s->owner, &expect, VC_OWNER_RECLAIM | me, false,
+                                             __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        return;
+    for (unsigned d = 0; d < VC_REGION_DEVICES; d++)
+        STORE(&s->used[d], 0);
+    STORE(&s->owner, 0);
+}
+
 int vc_region_reap(struct vc_region *r)
 {
     if (!r || !r->hdr || r->anonymous)
@@ -228,8 +249,10 @@ int vc_region_reap(struct vc_region *r)
     for (uint32_t i = 0; i < hwm; i++) {
         struct vc_region_slot *s = &r->slots[i];
         uint64_t owner = LOAD(&s->owner);
-        if (owner == 0)
+        if (owner == 0) {
+            reap_free_leftovers(s, me);
             continue;
+        }
         uint32_t pid = (uint32_t)(owner & VC_OWNER_PID_MASK);
         if (owner & VC_OWNER_RECLAIM) {
             /* Another reaper is at work; take over only if it died. */

@@ -58,11 +58,11 @@ struct vc_region_header {
     uint64_t memory_limit[VC_REGION_DEVICES];
     /* 192: compute share, part 2 (pacing) owns these; part 1 only writes
      * core_limit and core_policy from the config at attach. */
-    uint32_t core_limit;       /* 192: percent 1..100 (100 = unlimited), 0 = not configured */
-    uint32_t core_policy;      /* 196: enum vc_core_policy */
-    int64_t core_budget_ns;    /* 200: current container budget of GPU time (ns), may be < 0 */
-    uint64_t core_budget_time; /* 208: CLOCK_MONOTONIC ns of the last budget update */
-    uint64_t core_period_ns;   /* 216: control period in use */
+    uint32_t core_limit;        /* 192: percent 1..100 (100 = unlimited), 0 = not configured */
+    uint32_t core_policy;       /* 196: enum vc_core_policy */
+    int64_t core_budget_ns;     /* 200: current container budget of GPU time (ns), may be < 0 */
+    uint64_t core_budget_time;  /* 208: CLOCK_MONOTONIC ns of the last budget update */
+    uint64_t core_period_ns;    /* 216: control period in use */
     uint64_t pace_reserved[12]; /* 224: for part 2 (pacing), zero until defined */
     /* 320: GPU UUIDs of the container's devices in device-index order, NUL padded. */
     char device_uuid[VC_REGION_DEVICES][64];
@@ -76,8 +76,8 @@ struct vc_region_slot {
     /* 16: bytes this process holds or is reserving on each device (memory
      * from allocations, pools, arrays, VMM handles and context overhead). */
     uint64_t used[VC_REGION_DEVICES];
-    uint64_t gpu_time_ns; /* 144: pacing (part 2): GPU time measured for this process */
-    uint64_t launches;    /* 152: pacing (part 2): kernel/graph launches by this process */
+    uint64_t gpu_time_ns;      /* 144: pacing (part 2): GPU time measured for this process */
+    uint64_t launches;         /* 152: pacing (part 2): kernel/graph launches by this process */
     uint64_t pace_reserved[6]; /* 160: for part 2 */
     uint64_t reserved[6];      /* 208 */
 };
@@ -90,7 +90,8 @@ _Static_assert(__builtin_offsetof(struct vc_region_header, device_uuid) == 320, 
 _Static_assert(__builtin_offsetof(struct vc_region_slot, used) == 16, "ABI");
 _Static_assert(__builtin_offsetof(struct vc_region_slot, gpu_time_ns) == 144, "ABI");
 
-#define VC_REGION_SIZE ((size_t)VC_REGION_HEADER_SIZE + (size_t)VC_REGION_SLOTS * VC_REGION_SLOT_SIZE)
+#define VC_REGION_SIZE                                                                             \
+    ((size_t)VC_REGION_HEADER_SIZE + (size_t)VC_REGION_SLOTS * VC_REGION_SLOT_SIZE)
 
 struct vc_region {
     struct vc_region_header *hdr;

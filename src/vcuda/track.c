@@ -18,7 +18,10 @@ struct shard {
 } __attribute__((aligned(64)));
 
 static struct shard shards[SHARDS] = {
-#define S {.lock = PTHREAD_MUTEX_INITIALIZER}
+#define S                                                                                          \
+    {                                                                                              \
+        .lock = PTHREAD_MUTEX_INITIALIZER                                                          \
+    }
     S, S, S, S, S, S, S, S, S, S, S, S, S, S, S, S,
 #undef S
 };

@@ -11,11 +11,11 @@
 #include <stdint.h>
 
 enum vc_track_kind {
-    VC_TRACK_DPTR = 1,  /* device pointer: cuMemAlloc*, managed, async, from pool */
-    VC_TRACK_VMM = 2,   /* CUmemGenericAllocationHandle from cuMemCreate */
-    VC_TRACK_ARRAY = 3, /* CUarray */
+    VC_TRACK_DPTR = 1,   /* device pointer: cuMemAlloc*, managed, async, from pool */
+    VC_TRACK_VMM = 2,    /* CUmemGenericAllocationHandle from cuMemCreate */
+    VC_TRACK_ARRAY = 3,  /* CUarray */
     VC_TRACK_MIPMAP = 4, /* CUmipmappedArray */
-    VC_TRACK_CTX = 5,   /* a context's own memory, keyed by CUcontext */
+    VC_TRACK_CTX = 5,    /* a context's own memory, keyed by CUcontext */
 };
 
 struct vc_track_entry {

@@ -27,16 +27,18 @@ void vc_driver_atfork_prepare(void);
 void vc_driver_atfork_parent(void);
 void vc_driver_atfork_child(void);
 
+/* Lock order: a driver load may run hooked code (loader, then setup), so the
+ * loader locks come first here too. */
 static void atfork_prepare(void)
 {
-    pthread_mutex_lock(&init_lock);
     vc_driver_atfork_prepare();
+    pthread_mutex_lock(&init_lock);
 }
 
 static void atfork_parent(void)
 {
-    vc_driver_atfork_parent();
     pthread_mutex_unlock(&init_lock);
+    vc_driver_atfork_parent();
 }
 
 /* The child is a new process: it owns none of the parent's allocations or
@@ -129,7 +131,8 @@ int vc_init_slow(void)
                   vc.cfg.region, VC_REGION_SLOTS);
     }
     log_debug("set up in %llu us: limit %llu bytes, region %s, slot %d",
-              (unsigned long long)((mono_ns() - t0) / 1000), (unsigned long long)vc.cfg.memory_limit,
+              (unsigned long long)((mono_ns() - t0) / 1000),
+              (unsigned long long)vc.cfg.memory_limit,
               vc.cfg.region[0] ? vc.cfg.region : "(private)", vc.slot);
     in_init = false;
     atomic_store_explicit(&vc_ready, 1, memory_order_release);

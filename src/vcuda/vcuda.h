@@ -107,6 +107,11 @@ CUresult vc_mem_oom(unsigned index, uint64_t bytes, const char *what);
 void vc_ctx_gone(CUcontext ctx);
 /* Lets every pool of this process give back what it no longer holds. */
 void vc_pools_refresh(void);
+/* The quota seen as a device: total = min(quota, real total), free = total -
+ * container use (never negative, never above real_free), used = total - free.
+ * Reaps dead processes (at most every 100 ms) and refreshes pools first. */
+void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint64_t *ret_free,
+                   uint64_t *ret_total, uint64_t *ret_used);
 /* Resets per-process hook state in a forked child. */
 void vc_mem_atfork_child(void);
 void vc_ctx_atfork_child(void);

@@ -24,7 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         return 0;
     }
-    if (cfg.core_limit < 0 || cfg.core_limit > 100 || (cfg.core_policy != 0 && cfg.core_policy != 1))
+    if (cfg.core_limit < 0 || cfg.core_limit > 100 ||
+        (cfg.core_policy != 0 && cfg.core_policy != 1))
         abort();
     if (cfg.region[0] && cfg.region[0] != '/')
         abort();

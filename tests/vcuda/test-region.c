@@ -167,7 +167,10 @@ TEST(region_threads_never_exceed)
     struct race a[4];
     pthread_t t[4];
     for (int i = 0; i < 4; i++) {
-        a[i] = (struct race){.r = &r, .limit = 1000000, .held = &held, .violations = &violations,
+        a[i] = (struct race){.r = &r,
+                             .limit = 1000000,
+                             .held = &held,
+                             .violations = &violations,
                              .seed = (unsigned)i * 7919u + 1};
         a[i].slot = vc_region_claim_slot(&r, (uint32_t)getpid(), 0);
         REQUIRE(a[i].slot >= 0);
@@ -305,7 +308,7 @@ TEST(region_reap_rules)
         _exit(0);
     }
     uint32_t lp = (uint32_t)live;
-    int s_live = vc_region_claim_slot(&r, lp, 0); /* start time unknown: kept while alive */
+    int s_live = vc_region_claim_slot(&r, lp, 0);   /* start time unknown: kept while alive */
     int s_reused = vc_region_claim_slot(&r, lp, 1); /* pid reused: start time differs */
     int s_dead = vc_region_claim_slot(&r, dead_pid(), 0);
     REQUIRE(s_me >= 0 && s_live >= 0 && s_reused >= 0 && s_dead >= 0);
@@ -331,6 +334,29 @@ TEST(region_reap_rules)
     vc_region_release_slot(&r, s_me, me);
     CHECK_EQ_U64(vc_region_used(&r, 0), 0);
     CHECK_EQ_U64(r.slots[s_me].owner, 0);
+    vc_region_detach(&r);
+}
+
+/* Bytes added to a slot after its owner's exit freed it (a straggler thread)
+ * are dropped by the next reap and by the next claimer. */
+TEST(region_leftovers_in_free_slots)
+{
+    struct vc_region r;
+    REQUIRE_EQ_INT(vc_region_attach(region_path("leftover"), &r), 0);
+    uint32_t me = (uint32_t)getpid();
+    int s = vc_region_claim_slot(&r, me, 0);
+    REQUIRE(s >= 0);
+    vc_region_release_slot(&r, s, me);
+    CHECK_EQ_U64(r.slots[s].owner, 0);
+    vc_region_charge(&r, s, 0, 4096); /* the straggler */
+    CHECK_EQ_U64(vc_region_used(&r, 0), 4096);
+    vc_region_reap(&r);
+    CHECK_EQ_U64(vc_region_used(&r, 0), 0);
+    CHECK_EQ_U64(r.slots[s].owner, 0);
+    vc_region_charge(&r, s, 1, 4096);
+    int s2 = vc_region_claim_slot(&r, me, 0);
+    CHECK_EQ_INT(s2, s);
+    CHECK_EQ_U64(vc_region_used(&r, 1), 0);
     vc_region_detach(&r);
 }
 

@@ -39,8 +39,8 @@ TEST(track_many_keys)
     vc_track_reset();
     const int n = 50000;
     for (int i = 0; i < n; i++) {
-        struct vc_track_entry e = entry(VC_TRACK_DPTR, 0x7f0000000000ull + (uint64_t)i * 512,
-                                        (uint64_t)i + 1, 0);
+        struct vc_track_entry e =
+            entry(VC_TRACK_DPTR, 0x7f0000000000ull + (uint64_t)i * 512, (uint64_t)i + 1, 0);
         REQUIRE_EQ_INT(vc_track_put(&e), 0);
     }
     CHECK_EQ_U64(vc_track_count(), (uint64_t)n);

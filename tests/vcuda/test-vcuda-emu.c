@@ -66,6 +66,15 @@ static struct {
     FN(cuArrayDestroy);
     FN(cuMipmappedArrayCreate);
     FN(cuMipmappedArrayDestroy);
+    FN(cuIpcGetMemHandle);
+    FN(cuIpcOpenMemHandle_v2);
+    FN(cuIpcCloseMemHandle);
+    FN(cuDeviceGetMemPool);
+    FN(cuMemPoolSetAttribute);
+    FN(cuMemPoolTrimTo);
+    FN(cuMemPoolCreate);
+    FN(cuMemPoolDestroy);
+    FN(cuMemAllocFromPoolAsync);
 } cu;
 
 static void *lookup(const char *name, int version, cuuint64_t flags)
@@ -103,7 +112,8 @@ static void load(void)
     GET(cuMemAllocPitch_v2, "cuMemAllocPitch", 12000, 0);
     GET(cuMemAllocManaged, "cuMemAllocManaged", 12000, 0);
     GET(cuMemAllocAsync, "cuMemAllocAsync", 12000, 0);
-    GET(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 12000,
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     GET(cuMemFreeAsync, "cuMemFreeAsync", 12000, 0);
     GET(cuStreamSynchronize, "cuStreamSynchronize", 12000, 0);
     GET(cuMemCreate, "cuMemCreate", 12000, 0);
@@ -113,6 +123,15 @@ static void load(void)
     GET(cuArrayDestroy, "cuArrayDestroy", 12000, 0);
     GET(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 12000, 0);
     GET(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 12000, 0);
+    GET(cuIpcGetMemHandle, "cuIpcGetMemHandle", 12000, 0);
+    GET(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 12000, 0);
+    GET(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 12000, 0);
+    GET(cuDeviceGetMemPool, "cuDeviceGetMemPool", 12000, 0);
+    GET(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 12000, 0);
+    GET(cuMemPoolTrimTo, "cuMemPoolTrimTo", 12000, 0);
+    GET(cuMemPoolCreate, "cuMemPoolCreate", 12000, 0);
+    GET(cuMemPoolDestroy, "cuMemPoolDestroy", 12000, 0);
+    GET(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 12000, 0);
 }
 
 static CUcontext ctx;
@@ -201,8 +220,8 @@ static const struct {
     const char *name;
     int version;
     cuuint64_t flags;
-    const char *want;  /* symbol the caller must end up in */
-    bool ours;         /* in libvcuda (hooked) or in the driver */
+    const char *want; /* symbol the caller must end up in */
+    bool ours;        /* in libvcuda (hooked) or in the driver */
 } lookups[] = {
     {"cuMemAlloc", 12000, 0, "cuMemAlloc_v2", true},
     {"cuMemAlloc", 3020, 0, "cuMemAlloc_v2", true},
@@ -212,11 +231,11 @@ static const struct {
      "cuMemAllocAsync_ptsz", true},
     {"cuMemAllocFromPoolAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
      "cuMemAllocFromPoolAsync_ptsz", true},
-    {"cuMemFreeAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-     "cuMemFreeAsync_ptsz", true},
+    {"cuMemFreeAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemFreeAsync_ptsz",
+     true},
     {"cuLaunchKernel", 12000, 0, "cuLaunchKernel", true},
-    {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-     "cuLaunchKernel_ptsz", true},
+    {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel_ptsz",
+     true},
     {"cuGraphLaunch", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuGraphLaunch_ptsz",
      true},
     {"cuCtxCreate", 12050, 0, "cuCtxCreate_v4", true},
@@ -250,9 +269,9 @@ TEST(get_proc_address_follows_the_drivers_variant)
     void *v1 = dlsym(libcuda, "cuGetProcAddress");
     CHECK(in_lib(v1, "libvcuda", NULL));
     void *p = NULL;
-    CHECK_EQ_INT(((CUresult(*)(const char *, void **, int, cuuint64_t))v1)("cuMemAlloc", &p, 12000,
-                                                                            0),
-                 CUDA_SUCCESS);
+    CHECK_EQ_INT(
+        ((CUresult(*)(const char *, void **, int, cuuint64_t))v1)("cuMemAlloc", &p, 12000, 0),
+        CUDA_SUCCESS);
     const char *sym = NULL;
     CHECK(in_lib(p, "libvcuda", &sym));
     CHECK_EQ_STR(sym, "cuMemAlloc_v2");
@@ -266,45 +285,132 @@ TEST(get_proc_address_follows_the_drivers_variant)
 /* Driver entry points our header does not declare; the runtime asks for
  * these too (most resolve to nothing on the emulator). */
 static const char *const more_names[] = {
-    "cuDeviceGetLuid", "cuDeviceGetNvSciSyncAttributes", "cuDeviceGetTexture1DLinearMaxWidth",
-    "cuDeviceGetExecAffinitySupport", "cuFlushGPUDirectRDMAWrites", "cuDeviceGetP2PAttribute",
-    "cuCtxResetPersistingL2Cache", "cuCtxGetExecAffinity", "cuCtxGetId",
-    "cuCtxGetSharedMemConfig", "cuCtxSetSharedMemConfig", "cuCtxAttach", "cuCtxDetach",
-    "cuCtxRecordEvent", "cuCtxWaitEvent", "cuModuleGetLoadingMode", "cuModuleGetTexRef",
-    "cuModuleGetSurfRef", "cuLinkCreate", "cuLinkAddData", "cuLinkAddFile", "cuLinkComplete",
-    "cuLinkDestroy", "cuMemHostGetFlags", "cuMemAdvise", "cuMemPrefetchAsync",
-    "cuMemRangeGetAttribute", "cuMemRangeGetAttributes", "cuMemGetHandleForAddressRange",
-    "cuMemMapArrayAsync", "cuMemPoolExportToShareableHandle",
-    "cuMemPoolImportFromShareableHandle", "cuMemPoolExportPointer", "cuMemPoolImportPointer",
-    "cuMemPoolGetAccess", "cuStreamGetId", "cuStreamAttachMemAsync", "cuStreamCopyAttributes",
-    "cuStreamGetAttribute", "cuStreamSetAttribute", "cuStreamWaitValue32", "cuStreamWaitValue64",
-    "cuStreamWriteValue32", "cuStreamWriteValue64", "cuStreamBatchMemOp",
-    "cuStreamGetCaptureInfo", "cuStreamUpdateCaptureDependencies",
-    "cuThreadExchangeStreamCaptureMode", "cuImportExternalSemaphore",
-    "cuSignalExternalSemaphoresAsync", "cuWaitExternalSemaphoresAsync",
-    "cuDestroyExternalSemaphore", "cuExternalMemoryGetMappedMipmappedArray", "cuFuncGetModule",
-    "cuFuncGetName", "cuFuncSetSharedMemConfig", "cuFuncSetBlockShape", "cuLaunch",
-    "cuLaunchGrid", "cuLaunchGridAsync", "cuParamSetSize", "cuParamSeti", "cuGraphClone",
-    "cuGraphAddMemcpyNode", "cuGraphAddMemsetNode", "cuGraphAddHostNode",
-    "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode", "cuGraphAddEventRecordNode",
-    "cuGraphAddEventWaitNode", "cuGraphAddMemAllocNode", "cuGraphAddMemFreeNode",
-    "cuGraphGetNodes", "cuGraphGetRootNodes", "cuGraphGetEdges", "cuGraphNodeGetType",
-    "cuGraphDestroyNode", "cuGraphExecKernelNodeSetParams", "cuGraphExecUpdate",
-    "cuGraphKernelNodeGetParams", "cuGraphKernelNodeSetParams", "cuGraphDebugDotPrint",
-    "cuUserObjectCreate", "cuUserObjectRetain", "cuUserObjectRelease", "cuGraphRetainUserObject",
-    "cuGraphReleaseUserObject", "cuDeviceGraphMemTrim", "cuDeviceGetGraphMemAttribute",
-    "cuDeviceSetGraphMemAttribute", "cuOccupancyMaxPotentialBlockSize",
-    "cuOccupancyMaxPotentialBlockSizeWithFlags", "cuOccupancyAvailableDynamicSMemPerBlock",
-    "cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxActiveClusters", "cuTexObjectCreate",
-    "cuTexObjectDestroy", "cuTexObjectGetResourceDesc", "cuSurfObjectCreate",
-    "cuSurfObjectDestroy", "cuTensorMapEncodeTiled", "cuTensorMapEncodeIm2col",
-    "cuTensorMapReplaceAddress", "cuGraphicsUnregisterResource", "cuGraphicsMapResources",
-    "cuGraphicsUnmapResources", "cuGraphicsResourceGetMappedPointer", "cuProfilerStart",
-    "cuProfilerStop", "cuCoredumpGetAttribute", "cuLibraryGetGlobal", "cuLibraryGetManaged",
-    "cuLibraryGetUnifiedFunction", "cuKernelGetAttribute", "cuKernelSetAttribute",
-    "cuKernelSetCacheConfig", "cuMulticastCreate", "cuMulticastAddDevice", "cuMulticastBindMem",
-    "cuMulticastUnbind", "cuMulticastGetGranularity", "cuGreenCtxCreate", "cuGreenCtxDestroy",
-    "cuDevResourceGenerateDesc", "cuDeviceGetDevResource", "cuCheckpointProcessLock",
+    "cuDeviceGetLuid",
+    "cuDeviceGetNvSciSyncAttributes",
+    "cuDeviceGetTexture1DLinearMaxWidth",
+    "cuDeviceGetExecAffinitySupport",
+    "cuFlushGPUDirectRDMAWrites",
+    "cuDeviceGetP2PAttribute",
+    "cuCtxResetPersistingL2Cache",
+    "cuCtxGetExecAffinity",
+    "cuCtxGetId",
+    "cuCtxGetSharedMemConfig",
+    "cuCtxSetSharedMemConfig",
+    "cuCtxAttach",
+    "cuCtxDetach",
+    "cuCtxRecordEvent",
+    "cuCtxWaitEvent",
+    "cuModuleGetLoadingMode",
+    "cuModuleGetTexRef",
+    "cuModuleGetSurfRef",
+    "cuLinkCreate",
+    "cuLinkAddData",
+    "cuLinkAddFile",
+    "cuLinkComplete",
+    "cuLinkDestroy",
+    "cuMemHostGetFlags",
+    "cuMemAdvise",
+    "cuMemPrefetchAsync",
+    "cuMemRangeGetAttribute",
+    "cuMemRangeGetAttributes",
+    "cuMemGetHandleForAddressRange",
+    "cuMemMapArrayAsync",
+    "cuMemPoolExportToShareableHandle",
+    "cuMemPoolImportFromShareableHandle",
+    "cuMemPoolExportPointer",
+    "cuMemPoolImportPointer",
+    "cuMemPoolGetAccess",
+    "cuStreamGetId",
+    "cuStreamAttachMemAsync",
+    "cuStreamCopyAttributes",
+    "cuStreamGetAttribute",
+    "cuStreamSetAttribute",
+    "cuStreamWaitValue32",
+    "cuStreamWaitValue64",
+    "cuStreamWriteValue32",
+    "cuStreamWriteValue64",
+    "cuStreamBatchMemOp",
+    "cuStreamGetCaptureInfo",
+    "cuStreamUpdateCaptureDependencies",
+    "cuThreadExchangeStreamCaptureMode",
+    "cuImportExternalSemaphore",
+    "cuSignalExternalSemaphoresAsync",
+    "cuWaitExternalSemaphoresAsync",
+    "cuDestroyExternalSemaphore",
+    "cuExternalMemoryGetMappedMipmappedArray",
+    "cuFuncGetModule",
+    "cuFuncGetName",
+    "cuFuncSetSharedMemConfig",
+    "cuFuncSetBlockShape",
+    "cuLaunch",
+    "cuLaunchGrid",
+    "cuLaunchGridAsync",
+    "cuParamSetSize",
+    "cuParamSeti",
+    "cuGraphClone",
+    "cuGraphAddMemcpyNode",
+    "cuGraphAddMemsetNode",
+    "cuGraphAddHostNode",
+    "cuGraphAddChildGraphNode",
+    "cuGraphAddEmptyNode",
+    "cuGraphAddEventRecordNode",
+    "cuGraphAddEventWaitNode",
+    "cuGraphAddMemAllocNode",
+    "cuGraphAddMemFreeNode",
+    "cuGraphGetNodes",
+    "cuGraphGetRootNodes",
+    "cuGraphGetEdges",
+    "cuGraphNodeGetType",
+    "cuGraphDestroyNode",
+    "cuGraphExecKernelNodeSetParams",
+    "cuGraphExecUpdate",
+    "cuGraphKernelNodeGetParams",
+    "cuGraphKernelNodeSetParams",
+    "cuGraphDebugDotPrint",
+    "cuUserObjectCreate",
+    "cuUserObjectRetain",
+    "cuUserObjectRelease",
+    "cuGraphRetainUserObject",
+    "cuGraphReleaseUserObject",
+    "cuDeviceGraphMemTrim",
+    "cuDeviceGetGraphMemAttribute",
+    "cuDeviceSetGraphMemAttribute",
+    "cuOccupancyMaxPotentialBlockSize",
+    "cuOccupancyMaxPotentialBlockSizeWithFlags",
+    "cuOccupancyAvailableDynamicSMemPerBlock",
+    "cuOccupancyMaxPotentialClusterSize",
+    "cuOccupancyMaxActiveClusters",
+    "cuTexObjectCreate",
+    "cuTexObjectDestroy",
+    "cuTexObjectGetResourceDesc",
+    "cuSurfObjectCreate",
+    "cuSurfObjectDestroy",
+    "cuTensorMapEncodeTiled",
+    "cuTensorMapEncodeIm2col",
+    "cuTensorMapReplaceAddress",
+    "cuGraphicsUnregisterResource",
+    "cuGraphicsMapResources",
+    "cuGraphicsUnmapResources",
+    "cuGraphicsResourceGetMappedPointer",
+    "cuProfilerStart",
+    "cuProfilerStop",
+    "cuCoredumpGetAttribute",
+    "cuLibraryGetGlobal",
+    "cuLibraryGetManaged",
+    "cuLibraryGetUnifiedFunction",
+    "cuKernelGetAttribute",
+    "cuKernelSetAttribute",
+    "cuKernelSetCacheConfig",
+    "cuMulticastCreate",
+    "cuMulticastAddDevice",
+    "cuMulticastBindMem",
+    "cuMulticastUnbind",
+    "cuMulticastGetGranularity",
+    "cuGreenCtxCreate",
+    "cuGreenCtxDestroy",
+    "cuDevResourceGenerateDesc",
+    "cuDeviceGetDevResource",
+    "cuCheckpointProcessLock",
 };
 
 /* The runtime's start-up: every driver entry point by base name with flags 0
@@ -369,8 +475,8 @@ TEST(runtime_style_bulk_lookups)
                        dlsym(RTLD_DEFAULT, info.dli_sname) != NULL &&
                        in_lib(dlsym(libcuda, info.dli_sname), "libvcuda", NULL)) {
                 /* the driver's pointer for a symbol we hook: interception missed */
-                tap_fail(__FILE__, __LINE__, "%s (flags %llu) escaped as the driver's %s",
-                         names[i], (unsigned long long)flags, info.dli_sname);
+                tap_fail(__FILE__, __LINE__, "%s (flags %llu) escaped as the driver's %s", names[i],
+                         (unsigned long long)flags, info.dli_sname);
             }
         }
     }
@@ -521,15 +627,71 @@ TEST(mem_alloc_async_ptsz_stops_exactly_at_quota)
     exact_at_quota(K_ASYNC_PTSZ, 512);
 }
 
+/* A pool that keeps freed memory (release threshold) is charged for what it
+ * holds: the memory is not free for anything else until the pool trims. */
+TEST(pool_is_charged_for_what_it_holds)
+{
+    setup();
+    uint64_t free0 = quota_free();
+    CUmemoryPool pool = NULL;
+    REQUIRE_EQ_INT(cu.cuDeviceGetMemPool(&pool, 0), CUDA_SUCCESS);
+    uint64_t keep = UINT64_MAX;
+    REQUIRE_EQ_INT(cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep),
+                   CUDA_SUCCESS);
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAllocAsync(&p, 16 * MiB, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    /* freed into the pool, still held by it */
+    CHECK_EQ_U64(quota_free(), free0 - 16 * MiB);
+    CUdeviceptr q;
+    CHECK_EQ_INT(cu.cuMemAlloc_v2(&q, free0 - 16 * MiB + 512), CUDA_ERROR_OUT_OF_MEMORY);
+    /* the pool's own memory serves a new stream-ordered allocation */
+    REQUIRE_EQ_INT(cu.cuMemAllocAsync(&p, 16 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0 - 16 * MiB);
+    REQUIRE_EQ_INT(cu.cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    /* trimming gives it back */
+    REQUIRE_EQ_INT(cu.cuMemPoolTrimTo(pool, 0), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+    EMU_CHECK_EQ_U64(emu_used(), QUOTA - free0);
+    keep = 0;
+    cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+}
+
+TEST(created_pool_is_given_back_when_destroyed)
+{
+    setup();
+    uint64_t free0 = quota_free();
+    CUmemPoolProps props = {0};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    CUmemoryPool pool = NULL;
+    REQUIRE_EQ_INT(cu.cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
+    uint64_t keep = UINT64_MAX;
+    cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAllocFromPoolAsync(&p, free0, pool, NULL), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), 0);
+    CHECK_EQ_INT(cu.cuMemAllocFromPoolAsync(&p, 512, pool, NULL) == CUDA_SUCCESS, 0);
+    REQUIRE_EQ_INT(cu.cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), 0); /* the pool keeps it */
+    REQUIRE_EQ_INT(cu.cuMemPoolDestroy(pool), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+    EMU_CHECK_EQ_U64(emu_used(), QUOTA - free0);
+}
+
 TEST(mem_create_vmm_stops_exactly_at_quota)
 {
     setup();
     CUmemAllocationProp prop = {0};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    REQUIRE_EQ_INT(cu.cuMemGetAllocationGranularity(&vmm_gran, &prop,
-                                                    CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-                   CUDA_SUCCESS);
+    REQUIRE_EQ_INT(
+        cu.cuMemGetAllocationGranularity(&vmm_gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        CUDA_SUCCESS);
     REQUIRE(vmm_gran > 0 && vmm_gran <= 4 * MiB);
     exact_at_quota(K_VMM, vmm_gran);
 }
@@ -581,7 +743,6 @@ TEST(context_memory_is_charged_and_given_back)
     CHECK_EQ_U64(quota_free(), free0);
     EMU_CHECK_EQ_U64(emu_used(), QUOTA - free0);
 }
-
 
 /* NVML's memory info (nvidia-smi, frameworks' free-memory checks) shows the
  * quota: reached by dlopen + dlsym of libnvidia-ml.so.1 like any tool does. */
@@ -891,6 +1052,73 @@ TEST(fork_child_gets_its_own_share_of_the_quota)
     CHECK_EQ_U64(quota_free(), free0);
 }
 
+/* Role "ipc HEX": opens another process's allocation by IPC handle and
+ * prints how much of the quota that cost (nothing: it is the owner's). */
+static int role_ipc(const char *hex)
+{
+    load();
+    CUcontext c;
+    if (cu.cuInit(0) || cu.cuDevicePrimaryCtxRetain(&c, 0) || cu.cuCtxSetCurrent(c))
+        return 3;
+    CUipcMemHandle h;
+    memset(&h, 0, sizeof(h));
+    for (size_t i = 0; i < sizeof(h.reserved) && hex[2 * i] && hex[2 * i + 1]; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return 4;
+        h.reserved[i] = (char)v;
+    }
+    uint64_t before = quota_free();
+    CUdeviceptr p;
+    CUresult r = cu.cuIpcOpenMemHandle_v2(&p, h, 1);
+    uint64_t after = quota_free();
+    if (r == CUDA_SUCCESS)
+        cu.cuIpcCloseMemHandle(p);
+    printf("open=%d cost=%lld\n", (int)r, (long long)(before - after));
+    return 0;
+}
+
+TEST(ipc_import_is_charged_to_its_owner_only)
+{
+    if (real_gpu()) {
+        tap_skip_case("needs two GPUs' worth of processes on one device; run on the emulator");
+        return;
+    }
+    setup();
+    uint64_t free0 = quota_free();
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAlloc_v2(&p, 8 * MiB), CUDA_SUCCESS);
+    CUipcMemHandle h;
+    REQUIRE_EQ_INT(cu.cuIpcGetMemHandle(&h, p), CUDA_SUCCESS);
+    char hex[2 * sizeof(h.reserved) + 1];
+    for (size_t i = 0; i < sizeof(h.reserved); i++)
+        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)h.reserved[i]);
+    int o[2];
+    REQUIRE_EQ_INT(pipe(o), 0);
+    pid_t kid = fork();
+    if (kid == 0) {
+        dup2(o[1], 1);
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = '\0';
+        execl(self, self, "--role", "ipc", hex, (char *)NULL);
+        _exit(127);
+    }
+    close(o[1]);
+    char out[128] = "";
+    ssize_t n = read(o[0], out, sizeof(out) - 1);
+    out[n > 0 ? n : 0] = '\0';
+    close(o[0]);
+    CHECK_EQ_INT(wait_exit(kid), 0);
+    CHECK(strstr(out, "open=0 cost=0") != NULL);
+    if (!strstr(out, "open=0 cost=0"))
+        tap_diag("child said: %s", out);
+    /* the owner's charge is untouched by the import and its close */
+    CHECK(TAP_WAIT_UNTIL(quota_free() == free0 - 8 * MiB, 1000));
+    CHECK_EQ_INT(cu.cuMemFree_v2(p), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+}
+
 /* Role "info": prints the quota total as cuMemGetInfo reports it, and whether
  * a 1 MiB allocation worked. */
 static int role_info(void)
@@ -968,8 +1196,7 @@ TEST(config_file_wins_over_environment)
 TEST(broken_config_fails_closed_with_a_message)
 {
     char out[256], err[2048];
-    run_info("memory_limit = 32Mi\nmemory_limit: 1Gi\n", "1Gi", out, sizeof(out), err,
-             sizeof(err));
+    run_info("memory_limit = 32Mi\nmemory_limit: 1Gi\n", "1Gi", out, sizeof(out), err, sizeof(err));
     /* no device memory at all, and stderr says why */
     CHECK(strstr(out, "alloc=ctxfail") != NULL || strstr(out, "alloc=2") != NULL);
     CHECK(strstr(err, "line 2") != NULL);
@@ -989,6 +1216,8 @@ TEST(over_quota_logs_one_line_naming_quota_and_request)
     for (char *p = err; *p; p++)
         lines += *p == '\n';
     CHECK_EQ_INT(lines, 1);
+    if (lines != 1)
+        tap_diag("stderr: %s", err);
 }
 
 /* ---- launcher ------------------------------------------------------------ */
@@ -1082,6 +1311,8 @@ int main(int argc, char **argv)
             return role_churn();
         if (strcmp(argv[2], "info") == 0)
             return role_info();
+        if (strcmp(argv[2], "ipc") == 0 && argc >= 4)
+            return role_ipc(argv[3]);
         return 2;
     }
     return tap_main(argc, argv);
