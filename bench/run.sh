@@ -19,3 +19,5 @@ if [ -x "$build/bench/bench-emu-cuda" ]; then
     echo "== bench-emu-cuda (emulated libcuda.so.1, one process)"
     LD_LIBRARY_PATH="$build/src/emu" "$build/bench/bench-emu-cuda"
 fi
+echo "== emu-xid-latency (src/emu; XID inject -> nvmlEventSetWait_v2 wake, across processes)"
+LD_LIBRARY_PATH="$build/src/emu" "$build/bench/emu-xid-latency" 2000

@@ -68,18 +68,17 @@ static void print_table(const struct gpu_inventory *inv)
     if (inv->count < 2)
         return;
 
-    printf("\nlinks (NV# = NVLinks, PIX/PXB/PHB/NODE/SYS = PCIe path, X = self, ? = unknown):\n"
-           "%-5s",
-           "");
+    printf("\nlinks (NV# = NVLinks, PIX/PXB/PHB/NODE/SYS = PCIe path, X = self, ? = unknown):\n");
+    printf("%-5s", "");
     for (int j = 0; j < inv->count; j++)
-        printf(" GPU%-3d", j);
+        printf(j + 1 < inv->count ? " GPU%-3d" : " GPU%d", j);
     printf("\n");
     for (int i = 0; i < inv->count; i++) {
         printf("GPU%-2d", i);
         for (int j = 0; j < inv->count; j++) {
             char w[16];
             link_word(gpu_inventory_link(inv, i, j), w, sizeof(w));
-            printf(" %-6s", w);
+            printf(j + 1 < inv->count ? " %-6s" : " %s", w);
         }
         printf("\n");
     }

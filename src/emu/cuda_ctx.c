@@ -73,7 +73,9 @@ EMU_API CUresult cuInit(unsigned int flags)
                     "accel-emu libcuda: no emulated GPUs (%s%s%s): run `accel-emu init` and set "
                     "ACCEL_EMU_STATE to its state file\n",
                     p && *p ? p : "ACCEL_EMU_STATE is not set", p && *p ? ": " : "",
-                    p && *p ? strerror(-r) : "");
+                    !p || !*p      ? ""
+                    : r == -EPROTO ? "not a state file of this accel-emu version"
+                                   : strerror(-r));
             init_result = CUDA_ERROR_NO_DEVICE;
         } else {
             cuda_kernel_ns = env_u64("ACCEL_EMU_KERNEL_US", 10, 1000);
@@ -669,6 +671,30 @@ EMU_API CUresult cuCtxGetDevice(CUdevice *dev)
         return r;
     *dev = c->dev;
     return CUDA_SUCCESS;
+}
+
+/* CUDA 13: the context is named (NULL: the current one). */
+EMU_API CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
+{
+    if (!dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_INIT();
+    if (!ctx)
+        ctx = cuda_current();
+    if (!ctx_known(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *dev = ctx->dev;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    NEED_INIT();
+    if (!ctx)
+        ctx = cuda_current();
+    if (!ctx_known(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return cuda_ctx_sync(ctx);
 }
 
 EMU_API CUresult cuCtxGetFlags(unsigned int *flags)

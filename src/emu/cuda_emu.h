@@ -22,6 +22,10 @@
 /* Entry points the emulator exports that cuda_api.h does not declare (yet). */
 CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, int attrib, CUdevice src, CUdevice dst);
 CUresult CUDAAPI cuCtxGetCacheConfig(int *config);
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx);
+CUresult CUDAAPI cuStreamGetCtx_v2(CUstream s, CUcontext *ctx, CUgreenCtx *green);
+CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext *ctx, CUgreenCtx *green);
 CUresult CUDAAPI cuCtxSetCacheConfig(int config);
 CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr p, size_t count, CUdevice dst, CUstream s);
 CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t count, CUdevice dst, CUstream s);
@@ -184,3 +188,7 @@ CUresult cuda_ctx_sync(struct CUctx_st *ctx);
 CUresult cuda_sync_for_copy(bool per_thread);
 void cuda_sleep_until(uint64_t t_ns);
 void cuda_stream_list_free(struct CUctx_st *ctx);
+/* Adds a copy (src non-NULL: n bytes) or a memset (src NULL: n elements of elem bytes set to
+ * value) node to a graph being captured; it runs when the graph is launched. */
+CUresult cuda_graph_add_mem(struct CUgraph_st *g, void *dst, const void *src, size_t n,
+                            unsigned value, size_t elem);

@@ -29,9 +29,14 @@
 #include "ptx.h"
 
 struct CUgraphNode_st {
-    CUfunction func;
+    CUfunction func; /* NULL: a copy or memset node */
     bool has_cycles;
     uint64_t cycles; /* spin kernels: first parameter */
+    /* copy (src) or memset (!src) */
+    void *dst;
+    const void *src;
+    size_t n, elem;
+    unsigned value;
 };
 
 struct CUgraph_st {
@@ -429,6 +434,32 @@ STREAM_GETTER(cuStreamGetPriority_ptsz, true, int, s->priority)
 STREAM_GETTER(cuStreamGetCtx, false, CUcontext, s->ctx)
 STREAM_GETTER(cuStreamGetCtx_ptsz, true, CUcontext, s->ctx)
 STREAM_GETTER(cuStreamGetDevice, false, CUdevice, s->ctx->dev)
+
+/* CUDA 12.5: also the green context (the emulator has none). */
+static CUresult stream_get_ctx2(CUstream h, CUcontext *ctx, CUgreenCtx *green, bool pt)
+{
+    if (!ctx && !green)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s;
+    CUresult r = cuda_stream_resolve(h, pt, &s);
+    if (r)
+        return r;
+    if (ctx)
+        *ctx = s->ctx;
+    if (green)
+        *green = NULL;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuStreamGetCtx_v2(CUstream h, CUcontext *ctx, CUgreenCtx *green)
+{
+    return stream_get_ctx2(h, ctx, green, false);
+}
+
+EMU_API CUresult cuStreamGetCtx_v2_ptsz(CUstream h, CUcontext *ctx, CUgreenCtx *green)
+{
+    return stream_get_ctx2(h, ctx, green, true);
+}
 STREAM_GETTER(cuStreamGetDevice_ptsz, true, CUdevice, s->ctx->dev)
 STREAM_GETTER(cuStreamGetId, false, unsigned long long, stream_id(s))
 STREAM_GETTER(cuStreamGetId_ptsz, true, unsigned long long, stream_id(s))
@@ -938,6 +969,8 @@ static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int 
 
 static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t cycles,
                           CUgraphNode *ret);
+static CUresult graph_push(struct CUgraph_st *g, const struct CUgraphNode_st *tmpl,
+                           CUgraphNode *ret);
 
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                        unsigned by, unsigned bz, CUstream h, void **params, void **extra, bool pt)
@@ -1013,6 +1046,34 @@ EMU_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg, CUfunction f, 
 
 /* ---- graphs and stream capture ---- */
 
+static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t cycles,
+                          CUgraphNode *ret)
+{
+    struct CUgraphNode_st n = {.func = f, .has_cycles = has, .cycles = cycles};
+    return graph_push(g, &n, ret);
+}
+
+CUresult cuda_graph_add_mem(struct CUgraph_st *g, void *dst, const void *src, size_t n,
+                            unsigned value, size_t elem)
+{
+    struct CUgraphNode_st node = {.dst = dst, .src = src, .n = n, .elem = elem, .value = value};
+    return graph_push(g, &node, NULL);
+}
+
+/* A copy or memset node, when its graph runs. */
+static void run_mem_node(const struct CUgraphNode_st *n)
+{
+    if (n->src) {
+        memmove(n->dst, n->src, n->n);
+    } else if (n->elem == 1) {
+        memset(n->dst, (int)(n->value & 0xff), n->n);
+    } else {
+        uint8_t *p = n->dst;
+        for (size_t i = 0; i < n->n; i++)
+            memcpy(p + i * n->elem, &n->value, n->elem); /* little-endian: the low bytes */
+    }
+}
+
 static struct CUgraph_st *graph_of(CUgraph g)
 {
     return g && g->magic == EMU_MAGIC_GRAPH ? g : NULL;
@@ -1043,8 +1104,8 @@ EMU_API CUresult cuGraphDestroy(CUgraph hg)
     return CUDA_SUCCESS;
 }
 
-static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t cycles,
-                          CUgraphNode *ret)
+static CUresult graph_push(struct CUgraph_st *g, const struct CUgraphNode_st *tmpl,
+                           CUgraphNode *ret)
 {
     pthread_mutex_lock(&cuda_lock);
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1056,12 +1117,10 @@ static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t
         g->nodes = n;
         g->cap = cap;
     }
-    struct CUgraphNode_st *node = calloc(1, sizeof(*node));
+    struct CUgraphNode_st *node = malloc(sizeof(*node));
     if (!node)
         goto out;
-    node->func = f;
-    node->has_cycles = has;
-    node->cycles = cycles;
+    *node = *tmpl;
     g->nodes[g->n++] = node;
     if (ret)
         *ret = node;
@@ -1170,9 +1229,15 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool pt)
     uint64_t total = 0;
     for (size_t i = 0; i < e->n; i++) {
         const struct CUgraphNode_st *n = &e->nodes[i];
-        if (n->func->magic != EMU_MAGIC_FUNC)
+        if (n->func && n->func->magic != EMU_MAGIC_FUNC)
             return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
-        total += duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev);
+    }
+    for (size_t i = 0; i < e->n; i++) {
+        const struct CUgraphNode_st *n = &e->nodes[i];
+        if (n->func)
+            total += duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev);
+        else
+            run_mem_node(n); /* at once, like any asynchronous copy */
     }
     return total ? stream_submit(s, total, NULL, NULL) : CUDA_SUCCESS;
 }

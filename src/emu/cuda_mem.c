@@ -602,12 +602,18 @@ EMU_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *att
 
 /* ---- copies and memset: bytes really move ---- */
 
+/* Set by an asynchronous copy or memset on a capturing stream: the operation, once checked,
+ * becomes a node of that graph instead of running (cleared by DEF_COPY after each call). */
+static __thread struct CUgraph_st *capturing_into;
+
 static CUresult copy(void *dst, const void *src, size_t n)
 {
     if (!n)
         return CUDA_SUCCESS;
     if (!dst || !src)
         return CUDA_ERROR_INVALID_VALUE;
+    if (capturing_into)
+        return cuda_graph_add_mem(capturing_into, dst, src, n, 0, 0);
     memmove(dst, src, n);
     return CUDA_SUCCESS;
 }
@@ -633,15 +639,15 @@ static CUresult copy_checked(CUdeviceptr dst_dev, bool dst_is_dev, CUdeviceptr s
     } while (0)
 
 /* Asynchronous copies are done at once: kernels do not touch memory in the emulator, so
- * doing the copy early cannot be observed except through capture (refused). */
+ * doing the copy early cannot be observed. On a capturing stream, 1D copies and memsets are
+ * recorded into the graph (and done when it is launched); 2D/3D ones are refused. */
 #define ASYNC_COPY(stream, pt)                                                                     \
     do {                                                                                           \
         struct CUstream_st *s_;                                                                    \
         CUresult r_ = cuda_stream_resolve(stream, pt, &s_);                                        \
         if (r_)                                                                                    \
             return r_;                                                                             \
-        if (s_->capture)                                                                           \
-            return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;                                          \
+        capturing_into = s_->capture;                                                              \
     } while (0)
 
 #define DEF_COPY(name, pt, args, sync, chk)                                                        \
@@ -650,7 +656,9 @@ static CUresult copy_checked(CUdeviceptr dst_dev, bool dst_is_dev, CUdeviceptr s
         NEED_CTX(c_);                                                                              \
         (void)c_;                                                                                  \
         sync;                                                                                      \
-        return chk;                                                                                \
+        CUresult r_ = chk;                                                                         \
+        capturing_into = NULL;                                                                     \
+        return r_;                                                                                 \
     }
 
 DEF_COPY(cuMemcpyHtoD_v2, false, (CUdeviceptr d, const void *h, size_t n), SYNC_COPY(false),
@@ -699,6 +707,8 @@ static uint8_t *array_base(CUarray a)
 
 static CUresult copy2d(const CUDA_MEMCPY2D *p)
 {
+    if (capturing_into)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
     const uint8_t *src;
@@ -793,6 +803,8 @@ static CUresult operand3d(int type, const void *host, CUdeviceptr dev, CUarray a
 
 static CUresult copy3d(const CUDA_MEMCPY3D *p)
 {
+    if (capturing_into)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!p || p->srcLOD || p->dstLOD)
         return CUDA_ERROR_INVALID_VALUE;
     const uint8_t *src, *dst;
@@ -899,6 +911,11 @@ static CUresult memset_n(CUdeviceptr d, unsigned v, size_t elem, size_t n, size_
         return CUDA_SUCCESS;
     if (!cuda_ptr_valid(d, (height - 1) * pitch + row))
         return CUDA_ERROR_INVALID_VALUE;
+    if (capturing_into) {
+        if (height != 1)
+            return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        return cuda_graph_add_mem(capturing_into, DP(d), NULL, n, v, elem);
+    }
     for (size_t y = 0; y < height; y++) {
         uint8_t *p = (uint8_t *)DP(d) + y * pitch;
         if (elem == 1) {

@@ -17,10 +17,10 @@
  * processes on one machine. NVML's wall-clock microsecond timestamps are converted by the
  * caller.
  *
- * Threads: every function may be called from any thread of any process; the mapping is
- * read-only to nobody. Pointers returned by emu_state_gpu() point into the mapping: read
- * fields freely (they are naturally aligned and read whole); write only between
- * emu_state_lock() and emu_state_unlock(). */
+ * Threads: every function may be called from any thread of any process. Pointers returned by
+ * emu_state_gpu() point into the mapping: read fields freely (they are naturally aligned and
+ * read whole); write only between emu_state_lock() and emu_state_unlock(). Processes are
+ * known by (pid namespace, pid): see struct emu_proc. */
 #pragma once
 
 #include <pthread.h>
@@ -261,7 +261,7 @@ void emu_state_unlock(struct emu_state *st);
 
 uint64_t emu_state_now_ns(void);
 
-/* ---- memory accounting (for the calling process, getpid()) ---- */
+/* ---- memory accounting (charges belong to the calling process) ---- */
 
 /* Charges bytes on gpu to the calling process. -ENOMEM when the GPU's used memory (sum over
  * live processes, dead ones reclaimed first) plus bytes would exceed its total; -ENOSPC when
@@ -284,8 +284,7 @@ struct emu_proc_mem {
     uint64_t bytes;
 };
 /* Live processes holding memory on gpu (after reclaiming dead ones, as emu_state_mem_info): up
- * to max entries in
- * out, the number that exist in *ret_n (may exceed max). */
+ * to max entries in out, the number that exist in *ret_n (may exceed max). */
 int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out, size_t max,
                     size_t *ret_n);
 
@@ -293,8 +292,9 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
 
 /* Queues work of duration_ns on gpu for the calling process: it starts at
  * max(now, the GPU's busy_until, not_before_ns) and ends duration_ns later; the GPU is busy
- * until then. duration 0 (an event record) occupies nothing and records no interval.
- * not_before_ns is the stream's last completion (stream order). Returns 0 or -EINVAL. */
+ * until then. duration 0 occupies nothing and records no interval (it only reports where
+ * such work would start). not_before_ns is the stream's last completion (stream order).
+ * Returns 0 or -EINVAL. */
 int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                      uint64_t duration_ns, uint64_t *ret_start_ns, uint64_t *ret_end_ns);
 

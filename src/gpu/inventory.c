@@ -422,9 +422,10 @@ int gpu_inventory_load(const struct gpu_inventory_options *opts, struct gpu_nvml
             inv->cuda_driver_version = v;
     }
 
-    for (int i = 0; i < inv->count; i++)
-        load_device(nvml, sysfs_root, i, &inv->devices[i], &handles[i]);
-    load_links(nvml, inv, handles);
+    for (unsigned int i = 0; i < count; i++)
+        load_device(nvml, sysfs_root, (int)i, &inv->devices[i], &handles[i]);
+    if (count > 0)
+        load_links(nvml, inv, handles);
 
     *ret = inv;
     inv = NULL;

@@ -67,6 +67,15 @@ static const struct sym syms[] = {
     SYM(nvmlDeviceGetSupportedEventTypes, false),
     SYM(nvmlEventSetWait_v2, false),
     SYM(nvmlEventSetFree, false),
+    SYM(nvmlDeviceGetMPSComputeRunningProcesses_v3, false),
+    SYM(nvmlDeviceGetGraphicsRunningProcesses_v3, false),
+    SYM(nvmlDeviceGetPowerManagementLimit, false),
+    SYM(nvmlDeviceGetEnforcedPowerLimit, false),
+    SYM(nvmlDeviceGetTotalEnergyConsumption, false),
+    SYM(nvmlDeviceGetFanSpeed, false),
+    SYM(nvmlDeviceGetPerformanceState, false),
+    SYM(nvmlDeviceGetCurrentClocksEventReasons, false),
+    SYM(nvmlDeviceGetEccMode, false),
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -195,7 +204,6 @@ int gpu_nvml_errno(nvmlReturn_t r)
     case NVML_ERROR_INVALID_ARGUMENT:
         return -EINVAL;
     case NVML_ERROR_NOT_SUPPORTED:
-        return -EOPNOTSUPP;
     case NVML_ERROR_FUNCTION_NOT_FOUND:
         return -EOPNOTSUPP;
     case NVML_ERROR_NO_PERMISSION:
@@ -249,6 +257,10 @@ static nvmlReturn_t proc_call(const struct gpu_nvml *nvml, int call, nvmlDevice_
         if (nvml->nvmlDeviceGetComputeRunningProcesses)
             return nvml->nvmlDeviceGetComputeRunningProcesses(dev, count, buf);
         break;
+    case GPU_NVML_PROC_CALL_MPS_V3:
+        if (nvml->nvmlDeviceGetMPSComputeRunningProcesses_v3)
+            return nvml->nvmlDeviceGetMPSComputeRunningProcesses_v3(dev, count, buf);
+        break;
     }
     return NVML_ERROR_FUNCTION_NOT_FOUND;
 }
@@ -262,6 +274,8 @@ static bool proc_call_exists(const struct gpu_nvml *nvml, int call)
         return nvml->nvmlDeviceGetComputeRunningProcesses_v2 != NULL;
     case GPU_NVML_PROC_CALL_V1:
         return nvml->nvmlDeviceGetComputeRunningProcesses != NULL;
+    case GPU_NVML_PROC_CALL_MPS_V3:
+        return nvml->nvmlDeviceGetMPSComputeRunningProcesses_v3 != NULL;
     }
     return false;
 }
@@ -398,12 +412,23 @@ static int detect_stride(const struct gpu_nvml *nvml, int call, nvmlDevice_t dev
 int gpu_nvml_running_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, struct gpu_process *procs,
                                size_t cap, size_t *ret_n)
 {
-    static const int calls[] = {GPU_NVML_PROC_CALL_V3, GPU_NVML_PROC_CALL_V2,
-                                GPU_NVML_PROC_CALL_V1};
+    return gpu_nvml_list_processes(nvml, dev, GPU_NVML_PROCS_COMPUTE, procs, cap, ret_n);
+}
+
+int gpu_nvml_list_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, enum gpu_nvml_proc_list list,
+                            struct gpu_process *procs, size_t cap, size_t *ret_n)
+{
+    static const int compute_calls[] = {GPU_NVML_PROC_CALL_V3, GPU_NVML_PROC_CALL_V2,
+                                        GPU_NVML_PROC_CALL_V1};
+    static const int mps_calls[] = {GPU_NVML_PROC_CALL_MPS_V3};
+    const bool mps = list == GPU_NVML_PROCS_MPS;
+    const int *calls = mps ? mps_calls : compute_calls;
+    const size_t ncalls = mps ? 1 : sizeof(compute_calls) / sizeof(compute_calls[0]);
     unsigned char a[GPU_NVML_MAX_PROCS * PROC_MAX_STRIDE];
     unsigned char b[GPU_NVML_MAX_PROCS * PROC_MAX_STRIDE];
     int stride = __atomic_load_n(&nvml->proc_stride, __ATOMIC_ACQUIRE);
-    int call = __atomic_load_n(&nvml->proc_call, __ATOMIC_RELAXED);
+    int call =
+        mps ? GPU_NVML_PROC_CALL_MPS_V3 : __atomic_load_n(&nvml->proc_call, __ATOMIC_RELAXED);
     bool any = false;
     int last = -EOPNOTSUPP;
 
@@ -420,7 +445,7 @@ int gpu_nvml_running_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, struct g
         return copy_records(a, n, stride, procs, cap, ret_n);
     }
 
-    for (size_t c = 0; c < sizeof(calls) / sizeof(calls[0]); c++) {
+    for (size_t c = 0; c < ncalls; c++) {
         nvmlReturn_t r = NVML_SUCCESS;
         unsigned int n = 0;
         int s = 0, rc;
@@ -445,7 +470,8 @@ int gpu_nvml_running_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, struct g
         if (rc < 0)
             return rc;
         if (certain) {
-            __atomic_store_n(&nvml->proc_call, calls[c], __ATOMIC_RELAXED);
+            if (!mps)
+                __atomic_store_n(&nvml->proc_call, calls[c], __ATOMIC_RELAXED);
             __atomic_store_n(&nvml->proc_stride, s, __ATOMIC_RELEASE);
         }
         return copy_records(a, n, s, procs, cap, ret_n);

@@ -78,6 +78,15 @@ struct gpu_nvml {
     GPU_NVML_FN(nvmlDeviceGetSupportedEventTypes);
     GPU_NVML_FN(nvmlEventSetWait_v2);
     GPU_NVML_FN(nvmlEventSetFree);
+    GPU_NVML_FN(nvmlDeviceGetMPSComputeRunningProcesses_v3);
+    GPU_NVML_FN(nvmlDeviceGetGraphicsRunningProcesses_v3);
+    GPU_NVML_FN(nvmlDeviceGetPowerManagementLimit);
+    GPU_NVML_FN(nvmlDeviceGetEnforcedPowerLimit);
+    GPU_NVML_FN(nvmlDeviceGetTotalEnergyConsumption);
+    GPU_NVML_FN(nvmlDeviceGetFanSpeed);
+    GPU_NVML_FN(nvmlDeviceGetPerformanceState);
+    GPU_NVML_FN(nvmlDeviceGetCurrentClocksEventReasons);
+    GPU_NVML_FN(nvmlDeviceGetEccMode);
 
     /* Process-info stride detected by gpu_nvml_running_processes (0 = not yet known) and the
      * entry point it was detected for; accessed atomically. */
@@ -94,7 +103,7 @@ int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t err
 /* Shuts NVML down and closes the library. Accepts NULL; returns NULL. */
 struct gpu_nvml *gpu_nvml_free(struct gpu_nvml *nvml);
 
-/* nvmlErrorString when available, else a generic "NVML error N". Never NULL. */
+/* nvmlErrorString when available, else a short fixed description. Never NULL; borrowed. */
 const char *gpu_nvml_strerror(const struct gpu_nvml *nvml, nvmlReturn_t r);
 
 /* nvmlReturn_t → -errno (NOT_SUPPORTED → -EOPNOTSUPP, GPU_IS_LOST → -ENODEV, ...). */
@@ -102,9 +111,16 @@ int gpu_nvml_errno(nvmlReturn_t r);
 
 enum gpu_nvml_proc_call {
     GPU_NVML_PROC_CALL_NONE = 0,
-    GPU_NVML_PROC_CALL_V1, /* nvmlDeviceGetComputeRunningProcesses */
-    GPU_NVML_PROC_CALL_V2, /* ..._v2 */
-    GPU_NVML_PROC_CALL_V3, /* ..._v3 */
+    GPU_NVML_PROC_CALL_V1,     /* nvmlDeviceGetComputeRunningProcesses */
+    GPU_NVML_PROC_CALL_V2,     /* ..._v2 */
+    GPU_NVML_PROC_CALL_V3,     /* ..._v3 */
+    GPU_NVML_PROC_CALL_MPS_V3, /* nvmlDeviceGetMPSComputeRunningProcesses_v3 */
+};
+
+/* Which process list: the compute list (with MPS, the MPS server) or the MPS clients. */
+enum gpu_nvml_proc_list {
+    GPU_NVML_PROCS_COMPUTE = 0,
+    GPU_NVML_PROCS_MPS,
 };
 
 struct gpu_process {
@@ -122,6 +138,12 @@ struct gpu_process {
 #define GPU_NVML_MAX_PROCS 256
 int gpu_nvml_running_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, struct gpu_process *procs,
                                size_t cap, size_t *ret_n);
+
+/* The same for a chosen list. GPU_NVML_PROCS_MPS uses nvmlDeviceGetMPSComputeRunningProcesses_v3
+ * (-EOPNOTSUPP without it); its records have the compute list's layout, so a stride learnt on
+ * either list serves both. */
+int gpu_nvml_list_processes(struct gpu_nvml *nvml, nvmlDevice_t dev, enum gpu_nvml_proc_list list,
+                            struct gpu_process *procs, size_t cap, size_t *ret_n);
 
 /* The stride (16, 24 or 32 bytes) detected with certainty and cached, or 0 (see
  * docs/inventory.md: one process, or trailing fields a driver leaves unwritten, teach nothing). */

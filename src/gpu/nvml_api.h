@@ -135,6 +135,27 @@ typedef enum nvmlEccCounterType_enum {
     NVML_AGGREGATE_ECC = 1,
 } nvmlEccCounterType_t;
 
+/* Performance states: P0 (fastest) .. P15; NVML_PSTATE_UNKNOWN = 32. */
+typedef enum nvmlPStates_enum {
+    NVML_PSTATE_0 = 0,
+    NVML_PSTATE_1 = 1,
+    NVML_PSTATE_2 = 2,
+    NVML_PSTATE_3 = 3,
+    NVML_PSTATE_4 = 4,
+    NVML_PSTATE_5 = 5,
+    NVML_PSTATE_6 = 6,
+    NVML_PSTATE_7 = 7,
+    NVML_PSTATE_8 = 8,
+    NVML_PSTATE_9 = 9,
+    NVML_PSTATE_10 = 10,
+    NVML_PSTATE_11 = 11,
+    NVML_PSTATE_12 = 12,
+    NVML_PSTATE_13 = 13,
+    NVML_PSTATE_14 = 14,
+    NVML_PSTATE_15 = 15,
+    NVML_PSTATE_UNKNOWN = 32,
+} nvmlPstates_t;
+
 /* ---- event type bits (nvmlDeviceRegisterEvents, nvmlEventData_t.eventType) --------------- */
 
 #define nvmlEventTypeNone 0x0000000000000000LL
@@ -224,6 +245,7 @@ typedef struct nvmlEventData_st {
 /* ---- prototypes -------------------------------------------------------------------------- */
 
 nvmlReturn_t nvmlInit_v2(void);
+nvmlReturn_t nvmlInit(void); /* legacy name of nvmlInit_v2 */
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
 nvmlReturn_t nvmlShutdown(void);
 const char *nvmlErrorString(nvmlReturn_t result);
@@ -237,6 +259,10 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount);
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device);
+/* Legacy names (older drivers; the v1 count and handle calls skip GPUs without permission). */
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount);
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device);
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
@@ -271,6 +297,13 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsign
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_t *infos);
 
+/* Same records (and stride caveat) as the compute list: MPS clients, graphics contexts. */
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                        unsigned int *infoCount,
+                                                        nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                      nvmlProcessInfo_t *infos);
+
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
                                       unsigned int *temp);
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power); /* milliwatts */
@@ -278,6 +311,16 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
                                     unsigned int *clock); /* MHz */
 nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
                                        unsigned int *clock);
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit); /* mW */
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit);   /* mW */
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                 unsigned long long *energy); /* mJ */
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed); /* percent */
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t *pState);
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                    unsigned long long *clocksEventReasons);
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current,
+                                  nvmlEnableState_t *pending);
 nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode);
 nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode);
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,

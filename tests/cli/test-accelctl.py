@@ -130,7 +130,11 @@ def lost_gpu_is_reported_unhealthy():
     gpus = json.loads(out)
     expect(len(gpus) == 4, out)
     expect(gpus[1]['health'] == 'unhealthy' and 'lost' in gpus[1]['error'], gpus[1])
-    expect(all(g['health'] == 'healthy' for i, g in enumerate(gpus) if i != 1), out)
+    # What could not be read is null, not a made-up value.
+    for k in ('uuid', 'name', 'pci_bus_id', 'minor', 'numa_node', 'compute_capability', 'mig'):
+        expect(gpus[1][k] is None, f'{k} of the lost GPU: {gpus[1][k]!r}')
+    expect(all(g['health'] == 'healthy' and g['error'] is None
+               for i, g in enumerate(gpus) if i != 1), out)
     rc, out, _ = run('gpus', '--nvml', FAKE, env_extra={'FAKE_NVML_LOST': '1'})
     expect(rc == 0 and 'unhealthy: nvmlDeviceGetUUID: GPU is lost' in out, out)
 

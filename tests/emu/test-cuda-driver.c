@@ -119,6 +119,7 @@ FN(cuMemcpyDtoHAsync_v2);
 FN(cuMemcpy2D_v2);
 FN(cuMemsetD8_v2);
 FN(cuMemsetD32_v2);
+FN(cuMemsetD32Async);
 FN(cuMemGetAddressRange_v2);
 FN(cuPointerGetAttribute);
 FN(cuIpcGetMemHandle);
@@ -218,6 +219,7 @@ static bool resolve_all(void)
     GET(cuMemcpy2D_v2, "cuMemcpy2D");
     GET(cuMemsetD8_v2, "cuMemsetD8");
     GET(cuMemsetD32_v2, "cuMemsetD32");
+    GET(cuMemsetD32Async, "cuMemsetD32Async");
     GET(cuMemGetAddressRange_v2, "cuMemGetAddressRange");
     GET(cuPointerGetAttribute, "cuPointerGetAttribute");
     GET(cuIpcGetMemHandle, "cuIpcGetMemHandle");
@@ -568,6 +570,12 @@ TEST(runtime_style_lookups)
         {"cuMemAllocAsync", 11020, 2, "cuMemAllocAsync_ptsz"},
         {"cuDevicePrimaryCtxRelease", 11000, 0, "cuDevicePrimaryCtxRelease_v2"},
         {"cuIpcOpenMemHandle", 11000, 0, "cuIpcOpenMemHandle_v2"},
+        {"cuStreamGetCtx", 12040, 0, "cuStreamGetCtx"},
+        {"cuStreamGetCtx", 12050, 0, "cuStreamGetCtx_v2"},
+        {"cuStreamGetCtx", 12050, 2, "cuStreamGetCtx_v2_ptsz"},
+        {"cuCtxSynchronize", 12090, 0, "cuCtxSynchronize"},
+        {"cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2"},
+        {"cuCtxGetDevice", 13000, 0, "cuCtxGetDevice_v2"},
     };
     for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
         void *fn = NULL;
@@ -587,6 +595,12 @@ TEST(runtime_style_lookups)
     CHECK_EQ_INT(p_getproc("cuMemAllocAsync", &fn, 11000, 0, &st), CUDA_ERROR_NOT_FOUND);
     CHECK_EQ_INT(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     CHECK_EQ_INT(p_getproc("cuInit", &fn, 13000, 7, &st), CUDA_ERROR_INVALID_VALUE);
+    /* a real entry point the emulator lacks, and a legacy variant it does not export: not
+     * found, never another variant with a different signature */
+    CHECK_EQ_INT(p_getproc("cuTexObjectCreate", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    CHECK_EQ_INT(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    CHECK_EQ_INT(p_getproc("cuMemAlloc", &fn, 3010, 0, &st), CUDA_ERROR_NOT_FOUND);
+    CHECK(fn == NULL);
 
     /* the 4-argument cuGetProcAddress too */
     __typeof__(cuGetProcAddress) *v1 = (__typeof__(v1))dlsym(lib, "cuGetProcAddress");
@@ -1153,6 +1167,27 @@ TEST(graphs_and_capture)
     CHECK_EQ_INT(cs, CU_STREAM_CAPTURE_STATUS_ACTIVE);
     CHECK(cid != 0 && cg != NULL && deps != NULL);
     CHECK_EQ_INT(ndeps, 1);
+    /* 1D copies and memsets are captured too, and run when the graph runs */
+    CUdeviceptr buf;
+    REQUIRE_EQ_INT(p_cuMemAlloc_v2(&buf, 64), CUDA_SUCCESS);
+    p_cuMemsetD8_v2(buf, 0, 64); /* legacy stream: not the capturing one */
+    static const unsigned char pattern[16] = "captured bytes!";
+    CHECK_EQ_INT(p_cuMemcpyHtoDAsync_v2(buf, pattern, 16, s), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemsetD32Async(buf + 32, 0x01020304, 4, s), CUDA_SUCCESS);
+    CUDA_MEMCPY2D c2 = {.srcMemoryType = CU_MEMORYTYPE_HOST,
+                        .srcHost = pattern,
+                        .srcPitch = 16,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .dstDevice = buf,
+                        .dstPitch = 16,
+                        .WidthInBytes = 16,
+                        .Height = 1};
+    __typeof__(cuMemcpy2DAsync_v2) *c2async = NULL;
+    REQUIRE_EQ_INT(p_getproc("cuMemcpy2DAsync", (void **)&c2async, 12000, 0, NULL), CUDA_SUCCESS);
+    CHECK_EQ_INT(c2async(&c2, s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    unsigned char back[64];
+    p_cuMemcpyDtoH_v2(back, buf, 64);
+    CHECK(back[0] == 0 && back[32] == 0); /* nothing ran yet */
     CHECK_EQ_INT(p_cuStreamEndCapture(s, &g), CUDA_SUCCESS);
     CHECK(g == cg);
     CHECK_EQ_INT(p_cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
@@ -1165,6 +1200,13 @@ TEST(graphs_and_capture)
     p_cuStreamSynchronize(s);
     CHECK_EQ_INT(p_cuEventElapsedTime_v2(&ms, e0, e1), CUDA_SUCCESS);
     CHECK(fabsf(ms - 5.0f) < 1e-4f);
+    p_cuMemcpyDtoH_v2(back, buf, 64);
+    CHECK(memcmp(back, pattern, 16) == 0);
+    uint32_t word;
+    memcpy(&word, back + 44, 4);
+    CHECK_EQ_U64(word, 0x01020304);
+    CHECK(back[48] == 0);
+    p_cuMemFree_v2(buf);
     p_cuGraphExecDestroy(ex);
     p_cuGraphDestroy(g);
     p_cuEventDestroy_v2(e0);

@@ -1,16 +1,69 @@
 /*
  * fuzz-gpu-parse — libFuzzer target for src/gpu's parsers of outside data: PCI bus IDs as
- * NVML writes them (gpu_pci_bus_id_normalize) and sysfs numa_node files
- * (gpu_parse_numa_node). Its corpus (tests/fuzz/corpus/fuzz-gpu-parse/) is replayed in every
- * build by tests/inventory/fuzz-replay.c.
+ * NVML writes them (gpu_pci_bus_id_normalize), sysfs numa_node files (gpu_parse_numa_node)
+ * and the process records a driver writes (gpu_nvml_running_processes' stride detection,
+ * fed by a fake entry point that writes the input's bytes). Its corpus
+ * (tests/fuzz/corpus/fuzz-gpu-parse/) is replayed in every build by tests/inventory/fuzz-replay.c.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "inventory.h"
+#include "nvml.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The fake driver: reports `count` records and writes `len` bytes of `bytes`; every other
+ * call also flips the last written byte, as a changing field would. */
+static struct {
+    const uint8_t *bytes;
+    size_t len;
+    unsigned int count;
+    int calls;
+} drv;
+
+static nvmlReturn_t fake_procs(nvmlDevice_t dev, unsigned int *count, nvmlProcessInfo_t *infos)
+{
+    unsigned char *p = (unsigned char *)infos;
+
+    if (*count < drv.count) {
+        *count = drv.count;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    memcpy(p, drv.bytes, drv.len);
+    if (drv.len > 0 && (drv.calls++ & 1))
+        p[drv.len - 1] ^= 0x01;
+    *count = drv.count;
+    return NVML_SUCCESS;
+}
+
+static void fuzz_process_records(const uint8_t *data, size_t size)
+{
+    struct gpu_nvml nvml;
+    struct gpu_process procs[GPU_NVML_MAX_PROCS];
+    size_t n = 12345;
+    int r;
+
+    if (size < 2)
+        return;
+    memset(&nvml, 0, sizeof(nvml));
+    nvml.nvmlDeviceGetComputeRunningProcesses_v3 = fake_procs;
+    drv.count = data[0] | (unsigned int)(data[1] & 0x01) << 8; /* 0..511 */
+    drv.bytes = data + 2;
+    drv.len = size - 2;
+    if (drv.len > (size_t)GPU_NVML_MAX_PROCS * 32)
+        drv.len = (size_t)GPU_NVML_MAX_PROCS * 32;
+    drv.calls = 0;
+    r = gpu_nvml_running_processes(&nvml, NULL, procs, GPU_NVML_MAX_PROCS, &n);
+    if (r == 0 && n > GPU_NVML_MAX_PROCS)
+        abort();
+    if (r == 0 && n != drv.count)
+        abort();
+    int s = gpu_nvml_process_stride(&nvml);
+    if (s != 0 && s != 16 && s != 24 && s != 32)
+        abort();
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -40,5 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (node != 1234) {
         abort(); /* failure leaves the output untouched */
     }
+
+    fuzz_process_records(data, size);
     return 0;
 }

@@ -75,8 +75,10 @@ nvidia-smi topo -m 2>/dev/null | sed 's/^/#   /'
 # --- running processes: two live contexts holding 256 MiB each on GPU 0 ------------------
 # (two: one process teaches the stride detection nothing, see docs/inventory.md)
 coproc HOLDER { exec "$HOLD" 0 256 2; }
+# bash unsets the coproc's variables when it exits: keep copies.
+hold_pid=$HOLDER_PID hold_out=${HOLDER[0]} hold_in=${HOLDER[1]}
 pids=()
-while [ ${#pids[@]} -lt 2 ] && read -r -t 60 word pid <&"${HOLDER[0]}" && [ "$word" = ready ]; do
+while [ ${#pids[@]} -lt 2 ] && read -r -t 60 word pid <&"$hold_out" && [ "$word" = ready ]; do
     pids+=("$pid")
 done
 if [ ${#pids[@]} = 2 ]; then
@@ -99,9 +101,8 @@ if [ ${#pids[@]} = 2 ]; then
 else
     fail "cuda-hold did not start two processes (no context on GPU 0?)"
 fi
-hold_in=${HOLDER[1]}
 eval "exec ${hold_in}>&-" # the holders exit when their stdin closes
-wait "$HOLDER_PID" 2>/dev/null
+wait "$hold_pid" 2>/dev/null
 
 # --- CUDA ABI conformance against the installed toolkit ------------------------------------
 if [ -f /usr/local/cuda/include/cuda.h ]; then

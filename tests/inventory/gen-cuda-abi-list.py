@@ -13,7 +13,9 @@ import re
 import sys
 
 IDENT = r'[A-Za-z_]\w*'
-SKIP_DEFINES = {'CUDAAPI', 'CUDA_CB', 'ACCEL_GPU_CUDA_API_H'}
+# CUDA_VERSION names the release we describe, not an ABI value: a 13.x toolkit newer than 13.0
+# must still pass.
+SKIP_DEFINES = {'CUDAAPI', 'CUDA_CB', 'ACCEL_GPU_CUDA_API_H', 'CUDA_VERSION'}
 
 
 def main():

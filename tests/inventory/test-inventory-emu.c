@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -67,11 +68,33 @@ static int run_emu(const struct emu *e, char *out, size_t outlen, const char *co
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
-/* accel-emu init; parses "  GPU i  UUID  BUS  NUMA n" lines of its output. */
+/* Copies the JSON string value of "key" found in [p, end) into buf; returns false if absent. */
+static bool json_str(const char *p, const char *end, const char *key, char *buf, size_t len)
+{
+    char pat[64];
+    const char *v, *q;
+
+    snprintf(pat, sizeof(pat), "\"%s\":\"", key);
+    v = strstr(p, pat);
+    if (!v || v >= end)
+        return false;
+    v += strlen(pat);
+    q = strchr(v, '"');
+    if (!q || q >= end || (size_t)(q - v) >= len)
+        return false;
+    memcpy(buf, v, (size_t)(q - v));
+    buf[q - v] = '\0';
+    return true;
+}
+
+/* accel-emu init, then what the emulator says about its GPUs (status --json: its machine
+ * interface) for the inventory to be compared with. */
 static void emu_init(struct emu *e, const char *name, const char *const *opts)
 {
-    char out[8192];
+    static char out[65536];
+    static const char *const status[] = {"status", "--json", NULL};
     const char *args[16] = {"init"};
+    const char *p;
     int n = 1;
 
     memset(e, 0, sizeof(*e));
@@ -81,17 +104,21 @@ static void emu_init(struct emu *e, const char *name, const char *const *opts)
         args[n++] = opts[i];
     args[n] = NULL;
     REQUIRE_EQ_INT(run_emu(e, out, sizeof(out), args), 0);
-    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-        int idx, numa;
-        char uuid[96], bus[32];
-        if (sscanf(line, " GPU %d %95s %31s NUMA %d", &idx, uuid, bus, &numa) == 4 && idx >= 0 &&
-            idx < 8) {
-            snprintf(e->uuid[idx], sizeof(e->uuid[idx]), "%s", uuid);
-            snprintf(e->bus[idx], sizeof(e->bus[idx]), "%s", bus);
-            e->numa[idx] = numa;
-            if (idx + 1 > e->gpus)
-                e->gpus = idx + 1;
-        }
+    REQUIRE_EQ_INT(run_emu(e, out, sizeof(out), status), 0);
+    p = strstr(out, "\"gpus\":[");
+    REQUIRE(p != NULL);
+    while ((p = strstr(p, "{\"index\":")) != NULL && e->gpus < 8) {
+        const char *next = strstr(p + 1, "{\"index\":");
+        const char *end = next ? next : p + strlen(p);
+        const char *numa = strstr(p, "\"numa_node\":");
+        int idx = atoi(p + strlen("{\"index\":"));
+        REQUIRE(idx == e->gpus);
+        REQUIRE(json_str(p, end, "uuid", e->uuid[idx], sizeof(e->uuid[idx])));
+        REQUIRE(json_str(p, end, "pci_bus_id", e->bus[idx], sizeof(e->bus[idx])));
+        REQUIRE(numa != NULL && numa < end);
+        e->numa[idx] = atoi(numa + strlen("\"numa_node\":"));
+        e->gpus++;
+        p = end;
     }
     REQUIRE(e->gpus > 0);
     setenv("ACCEL_EMU_STATE", e->state, 1);
@@ -128,6 +155,7 @@ TEST(four_gpus_uuids_bus_ids_numa_links)
         REQUIRE_EQ_INT(gpu_pci_bus_id_normalize(e.bus[i], bus, sizeof(bus)), 0);
         CHECK_EQ_STR(d->pci_bus_id, bus);
         CHECK_EQ_INT(d->numa_node, i < 2 ? 0 : 1);
+        CHECK_EQ_INT(d->numa_node, e.numa[i]);
         CHECK(d->memory_total_bytes > 0);
         CHECK(d->name[0] != '\0');
         CHECK(gpu_inventory_find_uuid(inv, e.uuid[i]) == d);
@@ -149,9 +177,9 @@ TEST(numa_falls_back_to_nvml_without_sysfs)
     struct gpu_inventory *inv = load(&e, "/nonexistent-sysfs");
     REQUIRE(inv != NULL);
     REQUIRE_EQ_INT(inv->count, 2);
-    /* The emulated NVML answers nvmlDeviceGetNumaNodeId, or not at all (-1). */
-    CHECK(inv->devices[0].numa_node == 1 || inv->devices[0].numa_node == -1);
-    CHECK(inv->devices[1].numa_node == 0 || inv->devices[1].numa_node == -1);
+    /* No sysfs entry: the emulated NVML's nvmlDeviceGetNumaNodeId answers. */
+    CHECK_EQ_INT(inv->devices[0].numa_node, 1);
+    CHECK_EQ_INT(inv->devices[1].numa_node, 0);
     gpu_inventory_free(inv);
 }
 

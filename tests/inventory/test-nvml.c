@@ -69,6 +69,11 @@ static nvmlReturn_t fake_v3(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *
     return fake_write(d, c, i);
 }
 
+static nvmlReturn_t fake_mps(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *i)
+{
+    return fake_write(d, c, i);
+}
+
 static nvmlReturn_t fake_not_found(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *i)
 {
     fk.calls++;
@@ -223,6 +228,32 @@ TEST(falls_back_v3_to_v2_to_v1)
     CHECK_EQ_U64(got, 3);
     CHECK_EQ_INT(n.proc_call, GPU_NVML_PROC_CALL_V1);
     CHECK_EQ_INT(gpu_nvml_process_stride(&n), 16);
+    check_procs(p, got);
+}
+
+TEST(mps_client_list)
+{
+    struct gpu_nvml n;
+    struct gpu_process p[8];
+    size_t got = 0;
+
+    reset(&n, 32, 3);
+    CHECK_EQ_INT(gpu_nvml_list_processes(&n, NULL, GPU_NVML_PROCS_MPS, p, 8, &got), -EOPNOTSUPP);
+    n.nvmlDeviceGetMPSComputeRunningProcesses_v3 = fake_mps;
+    REQUIRE_EQ_INT(gpu_nvml_list_processes(&n, NULL, GPU_NVML_PROCS_MPS, p, 8, &got), 0);
+    CHECK_EQ_U64(got, 3);
+    CHECK_EQ_INT(gpu_nvml_process_stride(&n), 32);
+    check_procs(p, got);
+
+    /* A stride learnt on the compute list serves the MPS list: one call. */
+    reset(&n, 24, 2);
+    n.nvmlDeviceGetComputeRunningProcesses_v3 = fake_v3;
+    n.nvmlDeviceGetMPSComputeRunningProcesses_v3 = fake_mps;
+    REQUIRE_EQ_INT(gpu_nvml_running_processes(&n, NULL, p, 8, &got), 0);
+    fk.calls = 0;
+    REQUIRE_EQ_INT(gpu_nvml_list_processes(&n, NULL, GPU_NVML_PROCS_MPS, p, 8, &got), 0);
+    CHECK_EQ_INT(fk.calls, 1);
+    CHECK_EQ_U64(got, 2);
     check_procs(p, got);
 }
 

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""test-accel-emu — the accel-emu command: init makes the state and the fixture trees and
+prints the export lines; status (text and --json) shows the machine; set/xid/ecc/lose/restore
+act on it; every bad argument exits 2, names the bad word and changes nothing (state file and
+fixture tree byte-for-byte the same). Prints TAP."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BUILD = os.environ.get("ACCEL_BUILD_ROOT", "build")
+EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
+
+results = []
+
+
+def case(name):
+    def wrap(fn):
+        results.append((name, fn))
+        return fn
+    return wrap
+
+
+def run(*args, state=None, env_state=None):
+    env = dict(os.environ)
+    env.pop("ACCEL_EMU_STATE", None)
+    if env_state:
+        env["ACCEL_EMU_STATE"] = env_state
+    cmd = [EMU] + (["--state", state] if state else []) + list(args)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def snapshot(state):
+    """Hash of the state file and of every file under its fixture tree."""
+    h = hashlib.sha256()
+    with open(state, "rb") as f:
+        h.update(f.read())
+    for root, dirs, files in sorted(os.walk(state + ".d")):
+        dirs.sort()
+        for name in sorted(files):
+            p = os.path.join(root, name)
+            h.update(p.encode())
+            with open(p, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+TMP = tempfile.mkdtemp(prefix="test-accel-emu-")
+STATE = os.path.join(TMP, "machine")
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+@case("init makes state, sysfs and dev trees and prints export lines")
+def _():
+    rc, out, err = run("init", "--gpus", "4", "--numa", "0,0,1,1", "--nvlink", "pairs",
+                       "--model", "H100", "--memory", "40Gi", state=STATE)
+    check(rc == 0, f"init rc {rc}: {err}")
+    check(os.path.isfile(STATE), "no state file")
+    check(f"export ACCEL_EMU_STATE={os.path.realpath(STATE)}" in out, "no export line:\n" + out)
+    check("export LD_LIBRARY_PATH=" in out, "no LD_LIBRARY_PATH line")
+    for i in range(4):
+        check(os.path.isfile(os.path.join(STATE + ".d", "dev", f"nvidia{i}")), f"no nvidia{i}")
+    for n in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
+        check(os.path.isfile(os.path.join(STATE + ".d", "dev", n)), f"no {n}")
+    check(not os.path.exists(os.path.join(STATE + ".d", "dev", "nvidia4")), "nvidia4 exists")
+    devs = os.path.join(STATE + ".d", "sysfs", "bus", "pci", "devices")
+    buses = sorted(os.listdir(devs))
+    check(len(buses) == 4, f"sysfs devices: {buses}")
+    numas = [open(os.path.join(devs, b, "numa_node")).read().strip() for b in buses]
+    check(numas == ["0", "0", "1", "1"], f"numa nodes {numas}")
+    check(all(b.startswith("0000:") and b == b.lower() for b in buses), f"bus names {buses}")
+
+
+@case("status --json parses and matches init")
+def _():
+    rc, out, err = run("status", "--json", state=STATE)
+    check(rc == 0, f"status rc {rc}: {err}")
+    s = json.loads(out)
+    check(len(s["gpus"]) == 4, "gpu count")
+    check(s["sysfs_root"].endswith(".d/sysfs"), "sysfs_root")
+    check(s["proc_info_stride"] == 24, "default stride")
+    for i, g in enumerate(s["gpus"]):
+        check(g["index"] == i, "index")
+        check(g["uuid"].startswith("GPU-") and len(g["uuid"]) == 40, "uuid")
+        check(g["memory_total_bytes"] == 40 << 30, "memory override")
+        check(g["memory_used_bytes"] == 0, "memory used")
+        check(g["numa_node"] == (0 if i < 2 else 1), "numa")
+        check(g["lost"] is False, "lost")
+        check(g["processes"] == [], "processes")
+        check(g["name"] == "NVIDIA H100 80GB HBM3", "name")
+    rc, text, _ = run("status", env_state=STATE)
+    check(rc == 0 and s["gpus"][3]["uuid"] in text, "text status")
+
+
+@case("set, xid, ecc, lose and restore act on the machine")
+def _():
+    rc, out, err = run("set", "2", "temperature=80", "power=300", "fan=55", "pstate=2",
+                       state=STATE)
+    check(rc == 0, f"set rc {rc}: {err}")
+    uuid1 = json.loads(run("status", "--json", state=STATE)[1])["gpus"][1]["uuid"]
+    check(run("xid", uuid1, "43", state=STATE)[0] == 0, "xid by uuid")
+    check(run("ecc", "1", "double", state=STATE)[0] == 0, "ecc")
+    check(run("lose", "3", state=STATE)[0] == 0, "lose")
+    g = json.loads(run("status", "--json", state=STATE)[1])["gpus"]
+    check(g[2]["temperature_c"] == 80 and g[2]["power_mw"] == 300000, "sensors")
+    check(g[2]["fan_percent"] == 55 and g[2]["pstate"] == 2, "fan/pstate")
+    check(g[1]["ecc_double_bit"] == 1 and g[1]["events"] == 2, f"ecc/events {g[1]}")
+    check(g[3]["lost"] is True and g[3]["events"] == 1, "lost")
+    check(run("restore", "3", state=STATE)[0] == 0, "restore")
+    check(json.loads(run("status", "--json", state=STATE)[1])["gpus"][3]["lost"] is False,
+          "restored")
+    # a GPU by PCI bus id
+    bus = g[0]["pci_bus_id"]
+    check(run("set", bus, "temperature=40", state=STATE)[0] == 0, "set by bus id")
+
+
+BAD = [
+    (["init", "--gpus", "0"], "--gpus"),
+    (["init", "--gpus", "17"], "--gpus"),
+    (["init", "--gpus", "two"], "--gpus"),
+    (["init", "--model", "GTX480"], "GTX480"),
+    (["init", "--memory", "1K"], "--memory"),
+    (["init", "--memory", "lots"], "--memory"),
+    (["init", "--numa", "0,1"], "--numa"),
+    (["init", "--numa", "0,x,1,1"], "'x'"),
+    (["init", "--nvlink", "some"], "some"),
+    (["init", "--proc-info-stride", "20"], "--proc-info-stride"),
+    (["init", "--frobnicate", "1"], "--frobnicate"),
+    (["init", "--gpus"], "--gpus"),
+    (["xid", "9", "43"], "'9'"),
+    (["xid", "GPU-nope", "43"], "GPU-nope"),
+    (["xid", "0", "0"], "XID"),
+    (["xid", "0", "4x"], "4x"),
+    (["xid", "0"], "usage"),
+    (["ecc", "0", "triple"], "triple"),
+    (["set", "0", "temperature=999"], "temperature"),
+    (["set", "0", "bogus=1"], "bogus"),
+    (["set", "0", "temperature"], "key=value"),
+    (["set", "0", "sm_clock=2500"], "maximum"),
+    (["set", "0", "temperature=50", "power=-1"], "power"),
+    (["set", "1", "compute_mode=sometimes"], "compute_mode"),
+    (["lose", "4"], "'4'"),
+    (["restore"], "usage"),
+    (["status", "--yaml"], "--yaml"),
+    (["explode"], "explode"),
+]
+
+
+@case("bad arguments exit 2, name the argument and change nothing")
+def _():
+    before = snapshot(STATE)
+    for args, word in BAD:
+        rc, out, err = run(*args, state=STATE)
+        check(rc == 2, f"{args}: rc {rc}, want 2 ({err.strip()})")
+        check(word in err, f"{args}: message does not name {word!r}: {err.strip()}")
+        check(snapshot(STATE) == before, f"{args} changed the machine")
+
+
+@case("without a machine: a clear message, exit 2")
+def _():
+    rc, out, err = run("status")
+    check(rc == 2 and "ACCEL_EMU_STATE" in err, f"no state: rc {rc} {err}")
+    rc, out, err = run("status", state=os.path.join(TMP, "missing"))
+    check(rc == 2 and "accel-emu init" in err, f"missing state: rc {rc} {err}")
+    junk = os.path.join(TMP, "junk")
+    with open(junk, "w") as f:
+        f.write("junk\n")
+    rc, out, err = run("xid", "0", "43", state=junk)
+    check(rc == 2 and "not an emulated machine" in err, f"junk state: rc {rc} {err}")
+    with open(junk) as f:
+        check(f.read() == "junk\n", "junk file changed")
+
+
+@case("re-init with fewer GPUs removes the old fixtures; stride is kept")
+def _():
+    rc, out, err = run("init", "--gpus", "2", "--proc-info-stride", "32", state=STATE)
+    check(rc == 0, f"re-init rc {rc}: {err}")
+    dev = sorted(os.listdir(os.path.join(STATE + ".d", "dev")))
+    check(dev == ["nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1", "nvidiactl"],
+          f"dev tree {dev}")
+    devs = os.listdir(os.path.join(STATE + ".d", "sysfs", "bus", "pci", "devices"))
+    check(len(devs) == 2, f"sysfs {devs}")
+    s = json.loads(run("status", "--json", state=STATE)[1])
+    check(s["proc_info_stride"] == 32 and len(s["gpus"]) == 2, "stride/gpus")
+
+
+@case("models and help")
+def _():
+    rc, out, _ = run("models")
+    check(rc == 0 and "H100" in out and "A100" in out and "T4" in out, "models")
+    rc, out, _ = run("--help")
+    check(rc == 0 and "lose GPU" in out and "--proc-info-stride" in out, "help")
+    rc, _, err = run()
+    check(rc == 2, "no command")
+
+
+def main():
+    if not os.access(EMU, os.X_OK):
+        print("1..0 # SKIP accel-emu is not built")
+        return 77
+    print(f"1..{len(results)}")
+    failed = 0
+    for i, (name, fn) in enumerate(results, 1):
+        try:
+            fn()
+            print(f"ok {i} - {name}")
+        except Exception as e:  # a failed check or an unexpected error: both fail the case
+            failed += 1
+            print(f"not ok {i} - {name}")
+            for line in str(e).splitlines():
+                print(f"# {line}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""test-mps — the emulated nvidia-cuda-mps-control: `-d` starts a daemon in a temp pipe dir
+and returns once it accepts commands; a second `-d` on the same dir is refused with a clear
+message; commands sent through stdin get the replies NVIDIA's tool gives (server list,
+thread percentage, pinned memory limits, per-server forms); bad commands are refused and
+change nothing; the settings are published to the emulated machine (accel-emu status --json);
+`quit` and SIGTERM stop the daemon and its servers and clean the pipe dir. Prints TAP.
+
+Processes that exit here may linger as zombies when the sandbox's init does not reap them,
+so "gone" means: no such pid, or a zombie."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD = os.environ.get("ACCEL_BUILD_ROOT", "build")
+MPS = os.path.join(BUILD, "src", "emu", "nvidia-cuda-mps-control")
+EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
+HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
+TMP = tempfile.mkdtemp(prefix="test-mps-")
+
+results = []
+
+
+def case(name):
+    def wrap(fn):
+        results.append((name, fn))
+        return fn
+    return wrap
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def env_for(pipe, log, state=None):
+    env = dict(os.environ)
+    env["CUDA_MPS_PIPE_DIRECTORY"] = pipe
+    env["CUDA_MPS_LOG_DIRECTORY"] = log
+    if state:
+        env["ACCEL_EMU_STATE"] = state
+    else:
+        env.pop("ACCEL_EMU_STATE", None)
+    return env
+
+
+def gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def wait_until(cond, timeout_s=10.0):
+    """A bound on waiting for a condition another process makes true, not a timing check."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.005)
+    return cond()
+
+
+class Daemon:
+    def __init__(self, name, state=None):
+        self.pipe = os.path.join(TMP, name, "pipe")
+        self.log = os.path.join(TMP, name, "log")
+        self.env = env_for(self.pipe, self.log, state)
+
+    def start(self):
+        p = subprocess.run([MPS, "-d"], env=self.env, capture_output=True, text=True,
+                           timeout=30)
+        return p.returncode, p.stderr
+
+    def pid(self):
+        with open(os.path.join(self.pipe, "nvidia-cuda-mps-control.pid")) as f:
+            return int(f.read())
+
+    def send(self, *lines):
+        p = subprocess.run([MPS], env=self.env, input="".join(l + "\n" for l in lines),
+                           capture_output=True, text=True, timeout=30)
+        return p.returncode, p.stdout, p.stderr
+
+
+STATE = os.path.join(TMP, "machine")
+
+
+@case("-d starts the daemon; a second -d on the same pipe dir is refused")
+def _():
+    subprocess.run([EMU, "--state", STATE, "init", "--gpus", "2"], check=True,
+                   capture_output=True, timeout=30)
+    d = Daemon("a", STATE)
+    rc, err = d.start()
+    check(rc == 0, f"-d rc {rc}: {err}")
+    pid = d.pid()
+    check(not gone(pid), "daemon not running")
+    check(os.path.exists(os.path.join(d.pipe, "control")), "no control socket")
+    rc, err = d.start()
+    check(rc == 1, f"second -d rc {rc}")
+    check("already running" in err and d.pipe in err and str(pid) in err, f"message: {err}")
+    check(d.pid() == pid, "pid file replaced")
+    rc, out, err = d.send("quit")
+    check(rc == 0, f"quit: {rc} {err}")
+    check(wait_until(lambda: gone(pid)), "daemon did not exit on quit")
+    check(not os.path.exists(os.path.join(d.pipe, "control")), "socket left behind")
+    log = open(os.path.join(d.log, "control.log")).read()
+    check("Starting control daemon" in log and "Cmd:quit" in log, "control.log:\n" + log)
+
+
+@case("defaults: thread percentage and pinned memory limits")
+def _():
+    d = Daemon("b", STATE)
+    check(d.start()[0] == 0, "start")
+    try:
+        rc, out, err = d.send("get_default_active_thread_percentage")
+        check(rc == 0 and out == "100.0\n", f"default pct: {rc} {out!r} {err}")
+        rc, out, _ = d.send("set_default_active_thread_percentage 25.5",
+                            "get_default_active_thread_percentage")
+        check(rc == 0 and out == "25.5\n25.5\n", f"set pct: {out!r}")
+        rc, out, _ = d.send("get_default_device_pinned_mem_limit 1")
+        check(rc == 0 and out == "0\n", f"default limit: {out!r}")
+        rc, out, _ = d.send("set_default_device_pinned_mem_limit 1 2G",
+                            "get_default_device_pinned_mem_limit 1",
+                            "set_default_device_pinned_mem_limit 0 1536M",
+                            "get_default_device_pinned_mem_limit 0")
+        check(rc == 0 and out == "2G\n1536M\n", f"limits: {out!r}")
+        # published to the emulated machine for libcuda
+        s = json.loads(subprocess.run([EMU, "--state", STATE, "status", "--json"],
+                                      capture_output=True, text=True, timeout=30).stdout)
+        m = [x for x in s["mps"] if x["pipe_dir"] == d.pipe]
+        check(len(m) == 1 and m[0]["pid"] == d.pid(), f"mps section {s['mps']}")
+        check(m[0]["default_active_thread_percentage"] == 25.5, "published pct")
+    finally:
+        d.send("quit")
+
+
+@case("servers: start, per-server settings, list, shutdown")
+def _():
+    d = Daemon("c", STATE)
+    check(d.start()[0] == 0, "start")
+    try:
+        d.send("set_default_active_thread_percentage 40",
+               "set_default_device_pinned_mem_limit 0 1G")
+        rc, out, _ = d.send("get_server_list")
+        check(rc == 0 and out == "", f"empty list: {out!r}")
+        uid = str(os.getuid())
+        rc, out, err = d.send(f"start_server -uid {uid}")
+        check(rc == 0, f"start_server: {err}")
+        rc, out, _ = d.send("get_server_list")
+        pids = [int(x) for x in out.split()]
+        check(len(pids) == 1 and not gone(pids[0]), f"server list {out!r}")
+        spid = pids[0]
+        rc, out, err = d.send(f"start_server -uid {uid}")
+        check(rc == 1 and "already running" in out, f"second server same uid: {out!r}")
+        # a server starts with the defaults of its start; later defaults do not touch it
+        d.send("set_default_active_thread_percentage 90")
+        rc, out, _ = d.send(f"get_active_thread_percentage {spid}",
+                            f"get_device_pinned_mem_limit {spid} 0")
+        check(out == "40.0\n1G\n", f"server settings: {out!r}")
+        rc, out, _ = d.send(f"set_active_thread_percentage {spid} 10",
+                            f"set_device_pinned_mem_limit {spid} 1 512M",
+                            f"get_active_thread_percentage {spid}",
+                            f"get_device_pinned_mem_limit {spid} 1",
+                            f"get_server_status {spid}")
+        check(rc == 0 and out == "10.0\n10.0\n512M\nACTIVE\n", f"per-server: {out!r}")
+        # a process using an emulated GPU is a client of its user's server
+        hold = subprocess.Popen([HOLD, "1", "4"], env=d.env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            line = hold.stdout.readline()
+            check(line == f"ready {hold.pid}\n", f"emu-hold: {line!r}")
+            rc, out, _ = d.send(f"get_client_list {spid}")
+            check(rc == 0 and out == f"{hold.pid}\n", f"client list: {out!r}")
+            uuid1 = json.loads(subprocess.run([EMU, "--state", STATE, "status", "--json"],
+                                              capture_output=True, text=True,
+                                              timeout=30).stdout)["gpus"][1]["uuid"]
+            rc, out, _ = d.send("get_device_client_list", f"get_device_client_list {spid}")
+            check(out == f"{uuid1} {hold.pid}\n" * 2, f"device client list: {out!r}")
+        finally:
+            hold.stdin.close()
+            hold.wait(timeout=30)
+        rc, out, _ = d.send("get_active_thread_percentage 1")
+        check(rc == 1 and "no MPS server" in out, f"unknown server: {out!r}")
+        rc, out, _ = d.send(f"shutdown_server {spid}")
+        check(rc == 0, "shutdown_server")
+        check(wait_until(lambda: gone(spid)), "server still running")
+        rc, out, _ = d.send("get_server_list")
+        check(out == "", f"list after shutdown: {out!r}")
+    finally:
+        d.send("quit")
+
+
+@case("bad commands are refused, named, and change nothing")
+def _():
+    d = Daemon("d", STATE)
+    check(d.start()[0] == 0, "start")
+    try:
+        d.send("set_default_active_thread_percentage 60")
+        bad = [
+            ("frobnicate", "unknown command 'frobnicate'"),
+            ("set_default_active_thread_percentage 150", "'150'"),
+            ("set_default_active_thread_percentage 0", "'0'"),
+            ("set_default_active_thread_percentage abc", "'abc'"),
+            ("set_default_active_thread_percentage", "usage"),
+            ("set_default_device_pinned_mem_limit 0 12Q", "'12Q'"),
+            ("set_default_device_pinned_mem_limit 7 1G", "no device 7"),
+            ("get_default_device_pinned_mem_limit x", "'x'"),
+            ("start_server -gid 0", "'-gid'"),
+            ("shutdown_server 0", "'0'"),
+            ("shutdown_server 12345 -x", "'-x'"),
+            ("quit -t soon", "'soon'"),
+        ]
+        for line, word in bad:
+            rc, out, err = d.send(line)
+            check(rc == 1 and word in out, f"{line!r}: rc {rc} reply {out!r}")
+        rc, out, _ = d.send("get_default_active_thread_percentage",
+                            "get_default_device_pinned_mem_limit 0")
+        check(out == "60.0\n0\n", f"settings changed: {out!r}")
+        check(not gone(d.pid()), "daemon died")
+    finally:
+        d.send("quit")
+
+
+@case("SIGTERM stops the daemon and its servers; works without an emulated machine")
+def _():
+    d = Daemon("e", None)
+    rc, err = d.start()
+    check(rc == 0, f"start without machine: {err}")
+    d.send(f"start_server -uid {os.getuid()}")
+    rc, out, _ = d.send("get_server_list")
+    spid = int(out.split()[0])
+    pid = d.pid()
+    os.kill(pid, signal.SIGTERM)
+    check(wait_until(lambda: gone(pid)), "daemon ignored SIGTERM")
+    check(wait_until(lambda: gone(spid)), "server outlived the daemon")
+    check(not os.path.exists(os.path.join(d.pipe, "nvidia-cuda-mps-control.pid")), "pid file")
+    rc, out, err = d.send("get_server_list")
+    check(rc == 1 and "no MPS control daemon" in err, f"client without daemon: {rc} {err}")
+    # the pipe dir is free again
+    check(d.start()[0] == 0, "restart after SIGTERM")
+    d.send("quit")
+
+
+def main():
+    if not os.access(MPS, os.X_OK) or not os.access(EMU, os.X_OK):
+        print("1..0 # SKIP nvidia-cuda-mps-control is not built")
+        return 77
+    print(f"1..{len(results)}")
+    failed = 0
+    for i, (name, fn) in enumerate(results, 1):
+        try:
+            fn()
+            print(f"ok {i} - {name}")
+        except Exception as e:
+            failed += 1
+            print(f"not ok {i} - {name}")
+            for line in str(e).splitlines():
+                print(f"# {line}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
