@@ -82,9 +82,9 @@ l=$(run 30 l2 "$load" --seconds "$secs" --kernel-us 2000 --depth 4)
 echo "unlimited $u kernels/s, limit 30: $l kernels/s"
 check "spin 2ms at 30%" "$(ratio "$l" "$u")" 0.30 0.03
 
-echo "== 3. CUDA graph of 10 spin kernels (2 ms per graph), synchronized replay"
-u=$(run 0 u3 "$load" --seconds "$secs" --graph --kernel-us 2000 --nodes 10)
-l=$(run 30 l3 "$load" --seconds "$secs" --graph --kernel-us 2000 --nodes 10)
+echo "== 3. CUDA graph of 10 spin kernels (10 ms per graph), synchronized replay"
+u=$(run 0 u3 "$load" --seconds "$secs" --graph --kernel-us 10000 --nodes 10)
+l=$(run 30 l3 "$load" --seconds "$secs" --graph --kernel-us 10000 --nodes 10)
 echo "unlimited $u kernels/s, limit 30: $l kernels/s"
 check "graph at 30%" "$(ratio "$l" "$u")" 0.30 0.03
 
