@@ -39,3 +39,57 @@ for g in json.load(sys.stdin):
     rm -rf "$tmp"
 }
 demo_gpus
+
+# ---- acceld: the GPUs as a kubelet device plugin (owner: plugin branch) ----
+# A 4-GPU emulated node (its own, unless ACCEL_EMU_STATE names one), acceld
+# serving it without a kubelet (--no-register) in a temp plugin dir, and what
+# `accelctl plugin` sees: the advertised GPUs with their NUMA nodes and one
+# Allocate response. acceld is stopped with SIGTERM, which removes its socket.
+demo_acceld() {
+    local b emu nvml acceld accelctl tmp state sock pid id
+    b=$(cd "$build" && pwd)
+    emu=$b/src/emu/accel-emu
+    nvml=$b/src/emu/libnvidia-ml.so.1
+    acceld=$b/src/plugin/acceld
+    accelctl=$b/src/cli/accelctl
+    for f in "$emu" "$nvml" "$acceld" "$accelctl"; do
+        if [ ! -e "$f" ]; then
+            echo "== acceld demo skipped: $f is not built"
+            return 0
+        fi
+    done
+    tmp=$(mktemp -d /tmp/accel-demo-XXXXXX)
+    state=${ACCEL_EMU_STATE:-$tmp/emu.state}
+    if [ -z "${ACCEL_EMU_STATE:-}" ]; then
+        ACCEL_EMU_STATE=$state "$emu" init --gpus 4 --numa 0,0,1,1 --nvlink pairs >/dev/null
+    fi
+    mkdir -p "$tmp/dp"
+    echo "== acceld: serving the emulated GPUs on $tmp/dp (no kubelet: --no-register)"
+    ACCEL_EMU_STATE=$state ACCEL_NVML_LIBRARY=$nvml "$acceld" --no-register \
+        --device-plugin-dir "$tmp/dp" --sysfs-root "$state.d/sysfs" --dev-root "$state.d/dev" \
+        --state-dir "$tmp/state" 2>"$tmp/acceld.log" &
+    pid=$!
+    sock=$tmp/dp/accel-nvidia.com-gpu.sock
+    for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+    if [ ! -S "$sock" ]; then
+        echo "acceld did not start:"; cat "$tmp/acceld.log"
+        kill "$pid" 2>/dev/null || true
+        rm -rf "$tmp"
+        return 1
+    fi
+    echo "\$ accelctl plugin devices --socket $sock"
+    "$accelctl" plugin devices --socket "$sock"
+    id=$("$accelctl" plugin prefer --socket "$sock" --size 2 | paste -sd' ')
+    echo "\$ accelctl plugin prefer --socket ... --size 2   # an NVLink pair on one NUMA node"
+    echo "$id"
+    echo "\$ accelctl plugin allocate --socket ... $id"
+    # shellcheck disable=SC2086
+    "$accelctl" plugin allocate --socket "$sock" $id
+    kill -TERM "$pid"
+    wait "$pid" || true
+    echo "== acceld stopped (socket removed: $([ -e "$sock" ] && echo no || echo yes)); its log:"
+    sed 's/^/   /' "$tmp/acceld.log"
+    rm -rf "$tmp"
+}
+demo_acceld
+

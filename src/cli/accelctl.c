@@ -18,6 +18,8 @@ struct accelctl_command {
 static const struct accelctl_command commands[] = {
     {"gpus", "list the node's GPUs, their health and links (--json for machines)",
      accelctl_cmd_gpus},
+    {"plugin", "ask a kubelet device plugin what it serves (info|devices|prefer|allocate)",
+     accelctl_cmd_plugin},
 };
 
 static void usage(FILE *f)

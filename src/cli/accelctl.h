@@ -10,3 +10,5 @@
 #define ACCELCTL_EXIT_USAGE 2
 
 int accelctl_cmd_gpus(int argc, char **argv);
+/* src/cli/cmd-plugin.c: device-plugin debugging client */
+int accelctl_cmd_plugin(int argc, char **argv);

@@ -4,7 +4,11 @@
  *
  * nvmlInit maps the machine named by $ACCEL_EMU_STATE; without one it fails the way NVML does
  * on a machine without the driver (NVML_ERROR_DRIVER_NOT_LOADED), with one line on stderr
- * saying what to do. */
+ * saying what to do.
+ *
+ * Threads: any entry point from any thread, except that the nvmlShutdown which drops the
+ * count to zero unmaps the machine and must not race with queries in flight on other
+ * threads (NVML's own rule: shut down once the other threads are done with it). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>

@@ -1,0 +1,276 @@
+/* bench-acceld.c — acceld's latency figures, measured from a client on the
+ * plugin socket (the kubelet's position):
+ *
+ *   Allocate and GetPreferredAllocation round trips (p50/p99/max), sequential
+ *   calls on one connection, every GPU of the node requested in turn;
+ *   XID-to-wire: time from starting `accel-emu xid GPU 79` to the
+ *   ListAndWatch message that shows that GPU Unhealthy (includes starting the
+ *   accel-emu process), needs acceld running with a short health.recoverAfter
+ *   so GPUs come back between samples;
+ *   acceld's peak RSS (VmHWM from /proc/PID/status) at the end.
+ *
+ * Usage: bench-acceld --socket PATH [--calls N] [--xid-samples N --emu PATH]
+ *                     [--pid PID]
+ * Run through bench/acceld.sh, which sets up the emulated node. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "deviceplugin.pb-c.h"
+#include "evloop.h"
+#include "grpc.h"
+#include "util.h"
+
+extern char **environ;
+
+struct bench {
+    struct ev_loop *loop;
+    struct grpc_client *client;
+    bool done;
+    int status;
+    /* device list from the stream */
+    char ids[64][64];
+    bool healthy[64];
+    size_t n;
+    uint64_t updates;
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void report(const char *what, uint64_t *ns, size_t n)
+{
+    if (n == 0) {
+        printf("%-26s no samples\n", what);
+        return;
+    }
+    qsort(ns, n, sizeof(*ns), cmp_u64);
+    size_t p99 = (n * 99 + 99) / 100;
+    printf("%-26s n=%-6zu p50=%8.3f ms  p99=%8.3f ms  max=%8.3f ms\n", what, n,
+           (double)ns[n / 2] / 1e6, (double)ns[p99 >= n ? n - 1 : p99 - 1] / 1e6,
+           (double)ns[n - 1] / 1e6);
+}
+
+static void on_done(int status, const char *message, const uint8_t *resp, size_t len,
+                    void *user_data)
+{
+    struct bench *b = user_data;
+    b->status = status;
+    b->done = true;
+    if (status != GRPC_STATUS_OK)
+        fprintf(stderr, "bench-acceld: call failed: %s %s\n", grpc_status_name(status), message);
+}
+
+static int run_call(struct bench *b, const char *method, const ProtobufCMessage *req)
+{
+    b->done = false;
+    int r = grpc_client_unary_msg(b->client, method, req, 5000000000ull, on_done, b, NULL);
+    if (r < 0)
+        return r;
+    while (!b->done)
+        if (ev_loop_run_once(b->loop, -1) < 0)
+            return -EIO;
+    return b->status == GRPC_STATUS_OK ? 0 : -EREMOTEIO;
+}
+
+static void on_list(const uint8_t *msg, size_t len, void *user_data)
+{
+    struct bench *b = user_data;
+    V1beta1__ListAndWatchResponse *m = v1beta1__list_and_watch_response__unpack(NULL, len, msg);
+    if (!m)
+        return;
+    b->n = m->n_devices < 64 ? m->n_devices : 64;
+    for (size_t i = 0; i < b->n; i++) {
+        snprintf(b->ids[i], sizeof(b->ids[i]), "%s", m->devices[i]->id);
+        b->healthy[i] = strcmp(m->devices[i]->health, "Healthy") == 0;
+    }
+    b->updates++;
+    v1beta1__list_and_watch_response__free_unpacked(m, NULL);
+}
+
+static void on_stream_done(int status, const char *message, const uint8_t *resp, size_t len,
+                           void *user_data)
+{
+    fprintf(stderr, "bench-acceld: ListAndWatch ended: %s %s\n", grpc_status_name(status), message);
+}
+
+/* Runs the loop until cond(b, arg) or timeout; returns whether cond held. */
+static bool loop_until(struct bench *b, bool (*cond)(struct bench *, size_t), size_t arg,
+                       uint64_t timeout_ns)
+{
+    uint64_t end = mono_ns() + timeout_ns;
+    while (!cond(b, arg)) {
+        if (mono_ns() >= end)
+            return false;
+        ev_loop_run_once(b->loop, 10);
+    }
+    return true;
+}
+
+static bool have_list(struct bench *b, size_t arg)
+{
+    return b->n > 0;
+}
+
+static bool gpu_unhealthy(struct bench *b, size_t gpu)
+{
+    return gpu < b->n && !b->healthy[gpu];
+}
+
+static bool gpu_healthy(struct bench *b, size_t gpu)
+{
+    return gpu < b->n && b->healthy[gpu];
+}
+
+static long vm_hwm_kib(int pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %ld kB", &v) == 1)
+            break;
+    fclose(f);
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"socket", required_argument, NULL, 's'},      {"calls", required_argument, NULL, 'c'},
+        {"xid-samples", required_argument, NULL, 'x'}, {"emu", required_argument, NULL, 'e'},
+        {"pid", required_argument, NULL, 'p'},         {NULL, 0, NULL, 0},
+    };
+    const char *sock = NULL, *emu = NULL;
+    int calls = 2000, xid_samples = 0, pid = 0, c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 's')
+            sock = optarg;
+        else if (c == 'c')
+            calls = atoi(optarg);
+        else if (c == 'x')
+            xid_samples = atoi(optarg);
+        else if (c == 'e')
+            emu = optarg;
+        else if (c == 'p')
+            pid = atoi(optarg);
+        else
+            return 2;
+    }
+    if (!sock || calls <= 0) {
+        fprintf(stderr, "usage: bench-acceld --socket PATH [--calls N] [--xid-samples N --emu "
+                        "PATH] [--pid PID]\n");
+        return 2;
+    }
+    struct bench b = {0};
+    if (ev_loop_new(&b.loop) < 0 || grpc_client_new(b.loop, sock, NULL, &b.client) < 0) {
+        fprintf(stderr, "bench-acceld: cannot connect to %s\n", sock);
+        return 1;
+    }
+    V1beta1__Empty empty = V1BETA1__EMPTY__INIT;
+    uint8_t ebuf[8];
+    size_t elen = v1beta1__empty__pack(&empty, ebuf);
+    if (grpc_client_stream(b.client, "/v1beta1.DevicePlugin/ListAndWatch", ebuf, elen, 0, on_list,
+                           on_stream_done, &b, NULL) < 0 ||
+        !loop_until(&b, have_list, 0, 5000000000ull)) {
+        fprintf(stderr, "bench-acceld: no device list\n");
+        return 1;
+    }
+    printf("acceld at %s: %zu GPUs\n", sock, b.n);
+
+    uint64_t *ns = calloc((size_t)calls, sizeof(uint64_t));
+    char *idp[64];
+    for (size_t i = 0; i < b.n; i++)
+        idp[i] = b.ids[i];
+
+    /* Allocate: one GPU per call, every GPU in turn, plus whole-node calls */
+    for (int i = 0; i < calls; i++) {
+        V1beta1__ContainerAllocateRequest cr = V1BETA1__CONTAINER_ALLOCATE_REQUEST__INIT;
+        size_t g = (size_t)i % b.n;
+        bool all = i % 10 == 9;
+        cr.n_devices_ids = all ? b.n : 1;
+        cr.devices_ids = all ? idp : &idp[g];
+        V1beta1__ContainerAllocateRequest *crs[] = {&cr};
+        V1beta1__AllocateRequest req = V1BETA1__ALLOCATE_REQUEST__INIT;
+        req.n_container_requests = 1;
+        req.container_requests = crs;
+        uint64_t t0 = mono_ns();
+        if (run_call(&b, "/v1beta1.DevicePlugin/Allocate", &req.base) < 0)
+            return 1;
+        ns[i] = mono_ns() - t0;
+    }
+    report("Allocate", ns, (size_t)calls);
+
+    /* GetPreferredAllocation: sizes 1..n from the whole node */
+    for (int i = 0; i < calls; i++) {
+        V1beta1__ContainerPreferredAllocationRequest cr =
+            V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT;
+        cr.n_available_deviceids = b.n;
+        cr.available_deviceids = idp;
+        cr.allocation_size = (int32_t)((size_t)i % b.n) + 1;
+        V1beta1__ContainerPreferredAllocationRequest *crs[] = {&cr};
+        V1beta1__PreferredAllocationRequest req = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
+        req.n_container_requests = 1;
+        req.container_requests = crs;
+        uint64_t t0 = mono_ns();
+        if (run_call(&b, "/v1beta1.DevicePlugin/GetPreferredAllocation", &req.base) < 0)
+            return 1;
+        ns[i] = mono_ns() - t0;
+    }
+    report("GetPreferredAllocation", ns, (size_t)calls);
+
+    /* XID-to-wire */
+    if (xid_samples > 0 && emu) {
+        uint64_t *xs = calloc((size_t)xid_samples, sizeof(uint64_t));
+        size_t got = 0;
+        for (int i = 0; i < xid_samples; i++) {
+            size_t g = (size_t)i % b.n;
+            if (!loop_until(&b, gpu_healthy, g, 30000000000ull)) {
+                fprintf(stderr, "bench-acceld: GPU %zu did not recover (recoverAfter set?)\n", g);
+                break;
+            }
+            char gs[16];
+            snprintf(gs, sizeof(gs), "%zu", g);
+            char *args[] = {(char *)emu, "xid", gs, "79", NULL};
+            pid_t child;
+            posix_spawn_file_actions_t fa;
+            posix_spawn_file_actions_init(&fa);
+            posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+            uint64_t t0 = mono_ns();
+            int sr = posix_spawn(&child, emu, &fa, NULL, args, environ);
+            posix_spawn_file_actions_destroy(&fa);
+            if (sr != 0) {
+                fprintf(stderr, "bench-acceld: cannot run %s\n", emu);
+                break;
+            }
+            bool seen = loop_until(&b, gpu_unhealthy, g, 10000000000ull);
+            uint64_t t1 = mono_ns();
+            int st;
+            waitpid(child, &st, 0);
+            if (!seen) {
+                fprintf(stderr, "bench-acceld: GPU %zu never went Unhealthy\n", g);
+                break;
+            }
+            xs[got++] = t1 - t0;
+        }
+        report("XID-to-wire", xs, got);
+        free(xs);
+    }
+    if (pid > 0)
+        printf("%-26s %ld KiB (VmHWM)\n", "acceld peak RSS", vm_hwm_kib(pid));
+    free(ns);
+    b.client = grpc_client_free(b.client);
+    ev_loop_free(b.loop);
+    return 0;
+}

@@ -1,0 +1,538 @@
+/* acceld.c — the node agent's main program: flags and config file, NVML and
+ * the GPU inventory, the pGPU provider, the event loop with its signalfd
+ * (SIGTERM/SIGINT: clean exit; SIGHUP: reload), the health monitor's pipe
+ * and the recovery timer. Everything but the health thread runs on the loop. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "accel-config.h"
+#include "config.h"
+#include "evloop.h"
+#include "health.h"
+#include "inventory.h"
+#include "log.h"
+#include "nvml.h"
+#include "pgpu.h"
+#include "plugin.h"
+#include "policy.h"
+#include "util.h"
+
+#define EXIT_CONFIG 2
+#define MAX_OVERRIDES 64
+/* How often the recovery timer looks, as a fraction of recoverAfter, bounded. */
+#define RECOVERY_TICK_MIN_NS (50ull * 1000000ull)
+#define RECOVERY_TICK_MAX_NS (1000ull * 1000000ull)
+
+struct override {
+    const char *key;
+    const char *value;
+};
+
+struct agent {
+    const char *config_path; /* NULL: flags and defaults only */
+    struct override overrides[MAX_OVERRIDES];
+    size_t n_overrides;
+    struct acceld_config cfg;
+
+    struct ev_loop *loop;
+    int sig_fd;
+    struct gpu_nvml *nvml;
+    struct gpu_inventory *inv;
+    struct pgpu *pgpu;
+    struct acceld_plugin *plugin;
+    struct health_monitor *health;
+    struct health_gpu *hstate; /* per device (pgpu index) */
+    int *map;                  /* device index -> inventory index */
+    uint64_t recovery_timer;
+    int exit_code;
+};
+
+/* defaults → file → flags. On error writes why into err; cfg untouched. */
+static int build_config(const struct agent *a, struct acceld_config *ret_cfg, char *err,
+                        size_t errlen)
+{
+    struct acceld_config c;
+    acceld_config_defaults(&c);
+    if (a->config_path) {
+        int r = acceld_config_load_file(&c, a->config_path, err, errlen);
+        if (r < 0)
+            return r;
+    }
+    for (size_t i = 0; i < a->n_overrides; i++) {
+        char msg[400];
+        int r = acceld_config_set(&c, a->overrides[i].key, a->overrides[i].value, msg, sizeof(msg));
+        if (r < 0) {
+            snprintf(err, errlen, "flag --%s: %s", a->overrides[i].key, msg);
+            return r;
+        }
+    }
+    *ret_cfg = c;
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "Usage: acceld [--config FILE] [OPTIONS]\n"
+               "The accel node agent: serves the node's GPUs to the kubelet as a device plugin.\n\n"
+               "  --config FILE                YAML config file (see docs/acceld.md); flags win "
+               "over it\n");
+    for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
+        char flag[64];
+        snprintf(flag, sizeof(flag), "--%s%s", k->flag,
+                 strcmp(k->key, "noRegister") == 0 ? "" : " VALUE");
+        fprintf(f, "  %-28s %s [%s]\n", flag, k->help, k->key);
+    }
+    fprintf(f,
+            "  --print-config               print the effective config as YAML and exit\n"
+            "  --version                    print the version and exit\n"
+            "  --help                       this text\n\n"
+            "Signals: SIGTERM/SIGINT exit cleanly (sockets removed); SIGHUP reloads the config.\n"
+            "Exit status: 0 clean exit, 1 runtime failure, 2 bad flags or config.\n");
+}
+
+static void print_config(const struct acceld_config *c)
+{
+    const char *section = "";
+    for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
+        char v[1024];
+        acceld_config_format(c, k->key, v, sizeof(v));
+        const char *dot = strchr(k->key, '.');
+        if (dot) {
+            size_t l = (size_t)(dot - k->key);
+            if (strncmp(section, k->key, l) != 0 || section[l] != '.') {
+                printf("%.*s:\n", (int)l, k->key);
+                section = k->key;
+            }
+            if (strcmp(k->key, "health.ignoredXids") == 0)
+                printf("  %s: [%s]\n", dot + 1, v);
+            else
+                printf("  %s: \"%s\"\n", dot + 1, v);
+        } else {
+            printf("%s: \"%s\"\n", k->key, v);
+        }
+    }
+}
+
+/* Parses argv into a->config_path and a->overrides. Returns 0, 1 (exit 0
+ * now: --help/--version/--print-config handled by the caller via *what), or
+ * -EINVAL. */
+static int parse_args(struct agent *a, int argc, char **argv, int *ret_what)
+{
+    enum { OPT_CONFIG = 1000, OPT_PRINT, OPT_VERSION, OPT_HELP, OPT_KEY_BASE = 2000 };
+    struct option opts[MAX_OVERRIDES];
+    size_t n = 0;
+    opts[n++] = (struct option){"config", required_argument, NULL, OPT_CONFIG};
+    opts[n++] = (struct option){"print-config", no_argument, NULL, OPT_PRINT};
+    opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
+    opts[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
+    for (size_t i = 0; acceld_config_keys[i].key && n < MAX_OVERRIDES - 1; i++) {
+        bool flag_only = strcmp(acceld_config_keys[i].key, "noRegister") == 0;
+        opts[n++] =
+            (struct option){acceld_config_keys[i].flag, flag_only ? no_argument : required_argument,
+                            NULL, OPT_KEY_BASE + (int)i};
+    }
+    opts[n] = (struct option){NULL, 0, NULL, 0};
+    *ret_what = 0;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == OPT_CONFIG)
+            a->config_path = optarg;
+        else if (c == OPT_PRINT || c == OPT_VERSION || c == OPT_HELP)
+            *ret_what = c == OPT_PRINT ? 1 : c == OPT_VERSION ? 2 : 3;
+        else if (c >= OPT_KEY_BASE) {
+            const struct acceld_config_key *k = &acceld_config_keys[c - OPT_KEY_BASE];
+            if (a->n_overrides == MAX_OVERRIDES) {
+                fprintf(stderr, "acceld: too many flags\n");
+                return -EINVAL;
+            }
+            a->overrides[a->n_overrides++] =
+                (struct override){k->key, strcmp(k->key, "noRegister") == 0 ? "true" : optarg};
+        } else {
+            fprintf(stderr, "acceld: %s: %s\n", argv[optind - 1],
+                    c == ':' ? "needs a value" : "unknown option");
+            usage(stderr);
+            return -EINVAL;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "acceld: unexpected argument \"%s\"\n", argv[optind]);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ health */
+
+static void recovery_arm(struct agent *a);
+
+static void set_health(struct agent *a, size_t i, const char *why)
+{
+    if (!pgpu_set_healthy(a->pgpu, i, a->hstate[i].healthy))
+        return;
+    if (a->hstate[i].healthy)
+        log_info("GPU %s is Healthy again (%s)", pgpu_id(a->pgpu, i), why);
+    else
+        log_warn("GPU %s is Unhealthy: %s", pgpu_id(a->pgpu, i), a->hstate[i].reason);
+}
+
+static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *user_data)
+{
+    struct agent *a = user_data;
+    struct health_event ev;
+    bool changed = false;
+    int r;
+    while ((r = health_monitor_read(a->health, &ev)) == 1) {
+        uint64_t now = mono_ns();
+        size_t first = ev.gpu < 0 ? 0 : (size_t)ev.gpu;
+        size_t last = ev.gpu < 0 ? pgpu_count(a->pgpu) : first + 1;
+        for (size_t i = first; i < last && i < pgpu_count(a->pgpu); i++) {
+            bool ignored = false, was_lost = a->hstate[i].lost;
+            if (health_apply(&a->hstate[i], &ev, &a->cfg, now, &ignored)) {
+                set_health(a, i, "");
+                changed = true;
+            } else if (ignored) {
+                log_info("GPU %s: XID %llu ignored (health.ignoredXids)", pgpu_id(a->pgpu, i),
+                         (unsigned long long)ev.data);
+            } else if (ev.kind == HEALTH_EV_BACK && was_lost) {
+                log_info("GPU %s answers NVML again", pgpu_id(a->pgpu, i));
+            }
+        }
+    }
+    if (r < 0) {
+        log_error("health monitor pipe failed: %s; health changes are no longer seen",
+                  strerror(-r));
+        ev_loop_del_io(loop, fd);
+    }
+    if (changed) {
+        acceld_plugin_devices_changed(a->plugin);
+        recovery_arm(a);
+    }
+}
+
+static void on_recovery_tick(struct ev_loop *loop, void *user_data)
+{
+    struct agent *a = user_data;
+    a->recovery_timer = 0;
+    uint64_t now = mono_ns();
+    bool changed = false;
+    char why[64];
+    for (size_t i = 0; i < pgpu_count(a->pgpu); i++) {
+        if (health_recovered(&a->hstate[i], a->cfg.recover_after_ns, now)) {
+            acceld_config_format(&a->cfg, "health.recoverAfter", why, sizeof(why));
+            char msg[96];
+            snprintf(msg, sizeof(msg), "no fatal event for %s", why);
+            set_health(a, i, msg);
+            changed = true;
+        }
+    }
+    if (changed)
+        acceld_plugin_devices_changed(a->plugin);
+    recovery_arm(a);
+}
+
+/* Keeps a timer running while recovery is on and some GPU is unhealthy. */
+static void recovery_arm(struct agent *a)
+{
+    if (a->recovery_timer || a->cfg.recover_after_ns == 0)
+        return;
+    bool any = false;
+    for (size_t i = 0; i < pgpu_count(a->pgpu); i++)
+        any |= !a->hstate[i].healthy;
+    if (!any)
+        return;
+    uint64_t tick = a->cfg.recover_after_ns / 10;
+    tick = tick < RECOVERY_TICK_MIN_NS ? RECOVERY_TICK_MIN_NS : tick;
+    tick = tick > RECOVERY_TICK_MAX_NS ? RECOVERY_TICK_MAX_NS : tick;
+    ev_loop_add_timer(a->loop, tick, on_recovery_tick, a, &a->recovery_timer);
+}
+
+/* ------------------------------------------------------------ SIGHUP */
+
+static struct pgpu_options pgpu_opts(const struct acceld_config *c)
+{
+    return (struct pgpu_options){c->dev_root, c->strategy, c->cdi_vendor, c->cdi_class};
+}
+
+static void reload(struct agent *a)
+{
+    struct acceld_config n;
+    char err[1024];
+    if (build_config(a, &n, err, sizeof(err)) < 0) {
+        log_error("config reload refused, keeping the running config: %s", err);
+        return;
+    }
+    size_t changes = 0;
+    for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
+        if (!acceld_config_key_differs(&a->cfg, &n, k->key))
+            continue;
+        char ov[1024], nv[1024];
+        acceld_config_format(&a->cfg, k->key, ov, sizeof(ov));
+        acceld_config_format(&n, k->key, nv, sizeof(nv));
+        bool restart = strcmp(k->key, "nvmlLibrary") == 0 || strcmp(k->key, "sysfsRoot") == 0 ||
+                       strcmp(k->key, "stateDir") == 0;
+        log_info("config reload: %s: \"%s\" -> \"%s\"%s", k->key, ov, nv,
+                 restart ? " (takes effect at the next start)" : "");
+        changes++;
+    }
+    if (!changes) {
+        log_info("config reload: nothing changed");
+        return;
+    }
+    struct pgpu_options po = pgpu_opts(&n);
+    if (pgpu_set_options(a->pgpu, &po) < 0) {
+        log_error("config reload refused: cannot apply device options");
+        return;
+    }
+    if (n.strategy == ACCELD_STRATEGY_CDI) {
+        int r = pgpu_write_cdi(a->pgpu, n.cdi_dir);
+        if (r < 0)
+            log_error("cannot write the CDI spec under %s: %s", n.cdi_dir, strerror(-r));
+    }
+    if (acceld_plugin_reconfigure(a->plugin, &n) < 0)
+        log_error("config reload: cannot serve at the new place, still serving %s",
+                  acceld_plugin_socket_path(a->plugin));
+    log_set_level(n.log_level);
+    a->cfg = n;
+    a->recovery_timer = (ev_loop_cancel_timer(a->loop, a->recovery_timer), 0);
+    recovery_arm(a);
+}
+
+static void on_signal(struct ev_loop *loop, int fd, uint32_t events, void *user_data)
+{
+    struct agent *a = user_data;
+    struct signalfd_siginfo si;
+    while (read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGHUP) {
+            log_info("SIGHUP: reloading %s", a->config_path ? a->config_path : "(flags only)");
+            reload(a);
+        } else {
+            log_info("%s: shutting down", strsignal((int)si.ssi_signo));
+            ev_loop_quit(loop);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ start-up */
+
+static enum policy_pcie pcie_of(enum gpu_link_kind k)
+{
+    switch (k) {
+    case GPU_LINK_SELF:
+    case GPU_LINK_BOARD:
+    case GPU_LINK_SINGLE:
+    case GPU_LINK_MULTIPLE:
+        return POLICY_PCIE_SWITCH;
+    case GPU_LINK_HOSTBRIDGE:
+        return POLICY_PCIE_HOSTBRIDGE;
+    case GPU_LINK_NODE:
+        return POLICY_PCIE_NUMA;
+    default:
+        return POLICY_PCIE_FAR;
+    }
+}
+
+/* A GPU can be advertised only with a UUID (its device ID), once. */
+static bool usable(const struct gpu_inventory *inv, int i)
+{
+    const struct gpu_device *d = &inv->devices[i];
+    if (!d->uuid[0] || strlen(d->uuid) >= PGPU_ID_MAX)
+        return false;
+    for (int j = 0; j < i; j++)
+        if (strcmp(inv->devices[j].uuid, d->uuid) == 0)
+            return false;
+    return true;
+}
+
+/* Builds the device table from the GPUs that can be advertised; a->map[k]
+ * is the inventory index of device k (the health monitor uses device
+ * indices). */
+static int make_pgpu(struct agent *a)
+{
+    const struct gpu_inventory *inv = a->inv;
+    size_t total = (size_t)inv->count, n = 0;
+    struct pgpu_gpu_desc *g = calloc(total ? total : 1, sizeof(*g));
+    a->map = calloc(total ? total : 1, sizeof(int));
+    a->hstate = calloc(total ? total : 1, sizeof(*a->hstate));
+    uint8_t *pcie = NULL;
+    int *nvl = NULL;
+    int r = -ENOMEM;
+    if (!g || !a->map || !a->hstate)
+        goto out;
+    for (int i = 0; i < inv->count; i++) {
+        const struct gpu_device *d = &inv->devices[i];
+        if (!usable(inv, i)) {
+            log_warn("GPU %d (PCI %s) is not advertised: no usable UUID (%s)", i,
+                     d->pci_bus_id[0] ? d->pci_bus_id : "unknown",
+                     d->error[0] ? d->error : "duplicate or too long");
+            continue;
+        }
+        a->map[n] = i;
+        int minor = d->minor >= 0 ? d->minor : d->index;
+        g[n] = (struct pgpu_gpu_desc){d->uuid, minor, d->numa_node, d->healthy};
+        a->hstate[n].healthy = d->healthy;
+        if (!d->healthy) {
+            /* unhealthy at start: treated like lost until NVML answers */
+            a->hstate[n].lost = true;
+            a->hstate[n].last_fatal_ns = mono_ns();
+            snprintf(a->hstate[n].reason, sizeof(a->hstate[n].reason), "%s", d->error);
+            log_warn("GPU %s is Unhealthy at start: %s", d->uuid, d->error);
+        }
+        n++;
+    }
+    if (inv->links) {
+        pcie = calloc(n ? n * n : 1, 1);
+        nvl = calloc(n ? n * n : 1, sizeof(int));
+        if (!pcie || !nvl)
+            goto out;
+        for (size_t k = 0; k < n; k++) {
+            for (size_t m = 0; m < n; m++) {
+                const struct gpu_link *l =
+                    &inv->links[(size_t)a->map[k] * total + (size_t)a->map[m]];
+                pcie[k * n + m] = (uint8_t)pcie_of(l->pcie);
+                nvl[k * n + m] = l->nvlinks;
+            }
+        }
+    }
+    struct pgpu_options po = pgpu_opts(&a->cfg);
+    r = pgpu_new(g, n, pcie, nvl, &po, &a->pgpu);
+out:
+    free(g);
+    free(pcie);
+    free(nvl);
+    return r;
+}
+
+static int start(struct agent *a)
+{
+    char err[512];
+    int r = gpu_nvml_open(a->cfg.nvml_library[0] ? a->cfg.nvml_library : NULL, &a->nvml, err,
+                          sizeof(err));
+    if (r < 0) {
+        log_error("cannot open NVML: %s", err);
+        return r;
+    }
+    struct gpu_inventory_options io = {a->nvml->path, a->cfg.sysfs_root};
+    r = gpu_inventory_load(&io, a->nvml, &a->inv, err, sizeof(err));
+    if (r < 0) {
+        log_error("cannot list the GPUs: %s", err);
+        return r;
+    }
+    log_info("driver %s, %d GPU(s)", a->inv->driver_version, a->inv->count);
+    if ((r = make_pgpu(a)) < 0) {
+        log_error("cannot build the device table: %s", strerror(-r));
+        return r;
+    }
+    if (a->cfg.strategy == ACCELD_STRATEGY_CDI &&
+        (r = pgpu_write_cdi(a->pgpu, a->cfg.cdi_dir)) < 0) {
+        log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
+        return r;
+    }
+    if ((r = ev_loop_new(&a->loop)) < 0)
+        return r;
+    if ((r = ev_loop_add_io(a->loop, a->sig_fd, EPOLLIN, on_signal, a)) < 0)
+        return r;
+    size_t n = pgpu_count(a->pgpu);
+    const char **uuids = calloc(n + 1, sizeof(char *));
+    if (!uuids)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        uuids[i] = pgpu_id(a->pgpu, i);
+    size_t warnings = 0;
+    r = health_monitor_start(a->nvml, uuids, n, &a->health, &warnings);
+    free(uuids);
+    if (r < 0) {
+        log_error("cannot start the health monitor: %s", strerror(-r));
+        return r;
+    }
+    if (warnings)
+        log_warn("NVML events unavailable for %zu GPU(s): only GPU loss is detected for them",
+                 warnings);
+    if ((r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
+        return r;
+    if ((r = acceld_plugin_new(a->loop, &a->cfg, a->pgpu, &a->plugin)) < 0) {
+        log_error("cannot start the device plugin: %s", strerror(-r));
+        return r;
+    }
+    recovery_arm(a);
+    return 0;
+}
+
+static void stop(struct agent *a)
+{
+    a->plugin = acceld_plugin_free(a->plugin);
+    if (a->health && a->loop)
+        ev_loop_del_io(a->loop, health_monitor_fd(a->health));
+    a->health = health_monitor_stop(a->health);
+    if (a->loop && a->recovery_timer)
+        ev_loop_cancel_timer(a->loop, a->recovery_timer);
+    a->loop = ev_loop_free(a->loop);
+    a->pgpu = pgpu_free(a->pgpu);
+    free(a->hstate);
+    free(a->map);
+    a->inv = gpu_inventory_free(a->inv);
+    a->nvml = gpu_nvml_free(a->nvml);
+    if (a->sig_fd >= 0)
+        close(a->sig_fd);
+}
+
+int main(int argc, char **argv)
+{
+    static struct agent a = {.sig_fd = -1};
+    int what;
+    char err[1024];
+
+    log_set_ident("acceld");
+    log_set_timestamps(true);
+    if (parse_args(&a, argc, argv, &what) < 0)
+        return EXIT_CONFIG;
+    if (what == 3) {
+        usage(stdout);
+        return 0;
+    }
+    if (what == 2) {
+        printf("acceld %s\n", ACCEL_VERSION);
+        return 0;
+    }
+    if (build_config(&a, &a.cfg, err, sizeof(err)) < 0) {
+        log_error("%s", err);
+        return EXIT_CONFIG;
+    }
+    if (what == 1) {
+        print_config(&a.cfg);
+        return 0;
+    }
+    log_set_level(a.cfg.log_level);
+
+    /* Signals go to the signalfd only; blocked before any thread exists. */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    a.sig_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (a.sig_fd < 0) {
+        log_error("signalfd: %s", strerror(errno));
+        return 1;
+    }
+
+    log_info("acceld %s starting: resource %s, plugin dir %s", ACCEL_VERSION, a.cfg.resource_name,
+             a.cfg.plugin_dir);
+    int r = start(&a);
+    if (r == 0) {
+        r = ev_loop_run(a.loop);
+        if (r < 0)
+            log_error("event loop failed: %s", strerror(-r));
+    }
+    stop(&a);
+    log_info("stopped");
+    return r < 0 ? 1 : 0;
+}

@@ -1,0 +1,536 @@
+/* config.c — acceld's settings: defaults, per-key validation, the YAML file
+ * walker (libyaml events, so every error can name its line). See config.h. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "fs.h"
+#include "util.h"
+
+const struct acceld_config_key acceld_config_keys[] = {
+    {"devicePluginDir", "device-plugin-dir", "kubelet device plugin directory"},
+    {"resourceName", "resource-name", "extended resource name advertised to the kubelet"},
+    {"nvmlLibrary", "nvml-library", "NVML library path (default $ACCEL_NVML_LIBRARY or soname)"},
+    {"sysfsRoot", "sysfs-root", "sysfs mount point used for PCI/NUMA topology"},
+    {"devRoot", "dev-root", "where the /dev/nvidia* nodes are looked up"},
+    {"stateDir", "state-dir", "agent state directory"},
+    {"logLevel", "log-level", "error|warn|info|debug"},
+    {"noRegister", "no-register", "serve the socket but never register with the kubelet"},
+    {"deviceListStrategy", "device-list-strategy", "envvar|cdi"},
+    {"cdi.dir", "cdi-dir", "where CDI specs are written"},
+    {"cdi.vendor", "cdi-vendor", "CDI vendor (kind = VENDOR/CLASS)"},
+    {"cdi.class", "cdi-class", "CDI device class"},
+    {"health.ignoredXids", "ignored-xids", "comma-separated XIDs that never mark a GPU unhealthy"},
+    {"health.recoverAfter", "recover-after",
+     "quiet period before an unhealthy GPU recovers (0 = never)"},
+    {NULL, NULL, NULL},
+};
+
+static const int default_ignored_xids[] = {13, 31, 43, 45, 68, 109};
+
+static void copy_str(char *dst, size_t len, const char *src)
+{
+    snprintf(dst, len, "%s", src);
+}
+
+void acceld_config_defaults(struct acceld_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    copy_str(cfg->plugin_dir, sizeof(cfg->plugin_dir), "/var/lib/kubelet/device-plugins");
+    copy_str(cfg->resource_name, sizeof(cfg->resource_name), "nvidia.com/gpu");
+    copy_str(cfg->sysfs_root, sizeof(cfg->sysfs_root), "/sys");
+    copy_str(cfg->dev_root, sizeof(cfg->dev_root), "/dev");
+    copy_str(cfg->state_dir, sizeof(cfg->state_dir), "/var/lib/accel");
+    cfg->log_level = LOG_LEVEL_INFO;
+    cfg->strategy = ACCELD_STRATEGY_ENVVAR;
+    copy_str(cfg->cdi_dir, sizeof(cfg->cdi_dir), "/var/run/cdi");
+    copy_str(cfg->cdi_vendor, sizeof(cfg->cdi_vendor), "nvidia.com");
+    copy_str(cfg->cdi_class, sizeof(cfg->cdi_class), "gpu");
+    memcpy(cfg->ignored_xids, default_ignored_xids, sizeof(default_ignored_xids));
+    cfg->n_ignored_xids = ARRAY_SIZE(default_ignored_xids);
+}
+
+static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return r;
+}
+
+static int set_abs_path(char *dst, size_t len, const char *key, const char *v, char *err,
+                        size_t errlen)
+{
+    if (v[0] != '/')
+        return fail(err, errlen, -EINVAL, "%s: \"%s\" is not an absolute path", key, v);
+    if (strlen(v) >= len)
+        return fail(err, errlen, -EINVAL, "%s: path longer than %zu bytes", key, len - 1);
+    copy_str(dst, len, v);
+    return 0;
+}
+
+/* Kubernetes extended resource names: "domain/name", both parts DNS-ish,
+ * the whole ≤ 63 characters so it can also serve as a device-plugin socket name. */
+static bool valid_resource_name(const char *v)
+{
+    const char *slash = strchr(v, '/');
+    size_t n = strlen(v);
+    if (!slash || slash == v || slash[1] == '\0' || strchr(slash + 1, '/') || n > 63)
+        return false;
+    for (const char *p = v; *p; p++) {
+        if (p == slash)
+            continue;
+        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' && *p != '_')
+            return false;
+    }
+    return isalnum((unsigned char)v[0]) && isalnum((unsigned char)v[n - 1]);
+}
+
+/* CDI vendor ("nvidia.com") and class ("gpu") names. */
+static bool valid_cdi_name(const char *v, bool vendor)
+{
+    if (!isalnum((unsigned char)v[0]))
+        return false;
+    for (const char *p = v; *p; p++) {
+        if (isalnum((unsigned char)*p) || *p == '-' || *p == '.' || (!vendor && *p == '_'))
+            continue;
+        return false;
+    }
+    return isalnum((unsigned char)v[strlen(v) - 1]);
+}
+
+static int parse_bool(const char *v, bool *ret)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+        if (strcasecmp(v, yes[i]) == 0) {
+            *ret = true;
+            return 0;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *ret = false;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+static int parse_xid_list(const char *v, int *xids, size_t *ret_n, char *err, size_t errlen)
+{
+    size_t n = 0;
+    const char *p = v;
+    while (*p == ' ')
+        p++;
+    if (*p == '\0') {
+        *ret_n = 0;
+        return 0;
+    }
+    for (;;) {
+        char item[24];
+        size_t k = strcspn(p, ",");
+        while (k > 0 && p[k - 1] == ' ')
+            k--;
+        if (k == 0 || k >= sizeof(item))
+            return fail(err, errlen, -EINVAL, "health.ignoredXids: bad XID list \"%s\"", v);
+        memcpy(item, p, k);
+        item[k] = '\0';
+        int x;
+        if (parse_int(item, &x) < 0 || x < 0 || x > 65535)
+            return fail(err, errlen, -EINVAL, "health.ignoredXids: \"%s\" is not an XID (0-65535)",
+                        item);
+        if (n >= ACCELD_MAX_XIDS)
+            return fail(err, errlen, -EINVAL, "health.ignoredXids: more than %d XIDs",
+                        ACCELD_MAX_XIDS);
+        xids[n++] = x;
+        p += strcspn(p, ",");
+        if (*p == '\0')
+            break;
+        p++;
+        while (*p == ' ')
+            p++;
+    }
+    *ret_n = n;
+    return 0;
+}
+
+int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v, char *err,
+                      size_t errlen)
+{
+    struct acceld_config c = *cfg;
+    int r = 0;
+
+    if (!v)
+        v = "";
+    /* "" is meaningful for these two: no ignored XIDs, the default library */
+    if (strcmp(key, "health.ignoredXids") != 0 && strcmp(key, "nvmlLibrary") != 0 && v[0] == '\0')
+        return fail(err, errlen, -EINVAL, "%s: empty value", key);
+
+    if (strcmp(key, "devicePluginDir") == 0)
+        r = set_abs_path(c.plugin_dir, sizeof(c.plugin_dir), key, v, err, errlen);
+    else if (strcmp(key, "sysfsRoot") == 0)
+        r = set_abs_path(c.sysfs_root, sizeof(c.sysfs_root), key, v, err, errlen);
+    else if (strcmp(key, "devRoot") == 0)
+        r = set_abs_path(c.dev_root, sizeof(c.dev_root), key, v, err, errlen);
+    else if (strcmp(key, "stateDir") == 0)
+        r = set_abs_path(c.state_dir, sizeof(c.state_dir), key, v, err, errlen);
+    else if (strcmp(key, "cdi.dir") == 0)
+        r = set_abs_path(c.cdi_dir, sizeof(c.cdi_dir), key, v, err, errlen);
+    else if (strcmp(key, "nvmlLibrary") == 0) {
+        if (strlen(v) >= sizeof(c.nvml_library))
+            return fail(err, errlen, -EINVAL, "%s: path too long", key);
+        copy_str(c.nvml_library, sizeof(c.nvml_library), v);
+    } else if (strcmp(key, "resourceName") == 0) {
+        if (!valid_resource_name(v))
+            return fail(err, errlen, -EINVAL,
+                        "%s: \"%s\" is not a resource name like vendor.com/gpu (≤ 63 chars)", key,
+                        v);
+        copy_str(c.resource_name, sizeof(c.resource_name), v);
+    } else if (strcmp(key, "logLevel") == 0) {
+        if (log_level_parse(v, &c.log_level) < 0)
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of error|warn|info|debug", key,
+                        v);
+    } else if (strcmp(key, "noRegister") == 0) {
+        if (parse_bool(v, &c.no_register) < 0)
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not a boolean (true|false)", key, v);
+    } else if (strcmp(key, "deviceListStrategy") == 0) {
+        if (strcmp(v, "envvar") == 0)
+            c.strategy = ACCELD_STRATEGY_ENVVAR;
+        else if (strcmp(v, "cdi") == 0)
+            c.strategy = ACCELD_STRATEGY_CDI;
+        else
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of envvar|cdi", key, v);
+    } else if (strcmp(key, "cdi.vendor") == 0 || strcmp(key, "cdi.class") == 0) {
+        bool vendor = key[4] == 'v';
+        char *dst = vendor ? c.cdi_vendor : c.cdi_class;
+        if (strlen(v) >= ACCELD_NAME_MAX || !valid_cdi_name(v, vendor))
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not a valid CDI %s name", key, v,
+                        vendor ? "vendor" : "class");
+        copy_str(dst, ACCELD_NAME_MAX, v);
+    } else if (strcmp(key, "health.ignoredXids") == 0) {
+        r = parse_xid_list(v, c.ignored_xids, &c.n_ignored_xids, err, errlen);
+    } else if (strcmp(key, "health.recoverAfter") == 0) {
+        if (parse_duration_ns(v, &c.recover_after_ns) < 0)
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not a duration (e.g. 0, 30s, 5m, 1h)",
+                        key, v);
+    } else {
+        return fail(err, errlen, -ENOENT, "unknown key \"%s\"", key);
+    }
+    if (r < 0)
+        return r;
+    *cfg = c;
+    return 0;
+}
+
+/* ---- YAML walker ---- */
+
+struct walker {
+    yaml_parser_t parser;
+    yaml_event_t ev;
+    bool have_ev;
+    const char *name;
+    char *err;
+    size_t errlen;
+    struct acceld_config *cfg;
+};
+
+static int next_event(struct walker *w)
+{
+    if (w->have_ev) {
+        yaml_event_delete(&w->ev);
+        w->have_ev = false;
+    }
+    if (!yaml_parser_parse(&w->parser, &w->ev)) {
+        unsigned long line = (unsigned long)w->parser.problem_mark.line + 1;
+        return fail(w->err, w->errlen, -EINVAL, "%s:%lu: YAML syntax error: %s", w->name, line,
+                    w->parser.problem ? w->parser.problem : "unknown");
+    }
+    w->have_ev = true;
+    return 0;
+}
+
+static unsigned long ev_line(const struct walker *w)
+{
+    return (unsigned long)w->ev.start_mark.line + 1;
+}
+
+static const char *ev_kind(yaml_event_type_t t)
+{
+    switch (t) {
+    case YAML_MAPPING_START_EVENT:
+        return "a mapping";
+    case YAML_SEQUENCE_START_EVENT:
+        return "a list";
+    case YAML_ALIAS_EVENT:
+        return "an alias";
+    default:
+        return "a scalar";
+    }
+}
+
+static bool is_known_section(const char *k)
+{
+    return strcmp(k, "cdi") == 0 || strcmp(k, "health") == 0;
+}
+
+static bool is_known_key(const char *full)
+{
+    for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++)
+        if (strcmp(k->key, full) == 0)
+            return true;
+    return false;
+}
+
+/* Applies the value event(s) of one leaf key. Sequences are accepted for
+ * health.ignoredXids only and joined into its comma-separated form. */
+static int walk_value(struct walker *w, const char *full, unsigned long key_line)
+{
+    char buf[1024];
+    int r;
+    if (w->ev.type == YAML_ALIAS_EVENT ||
+        (w->ev.type == YAML_SCALAR_EVENT && w->ev.data.scalar.anchor) ||
+        (w->ev.type == YAML_SEQUENCE_START_EVENT && w->ev.data.sequence_start.anchor))
+        return fail(w->err, w->errlen, -EINVAL, "%s:%lu: %s: anchors and aliases are not supported",
+                    w->name, ev_line(w), full);
+    if (w->ev.type == YAML_SEQUENCE_START_EVENT && strcmp(full, "health.ignoredXids") == 0) {
+        size_t n = 0;
+        buf[0] = '\0';
+        for (;;) {
+            if ((r = next_event(w)) < 0)
+                return r;
+            if (w->ev.type == YAML_SEQUENCE_END_EVENT)
+                break;
+            if (w->ev.type != YAML_SCALAR_EVENT || w->ev.data.scalar.anchor)
+                return fail(w->err, w->errlen, -EINVAL, "%s:%lu: %s: list items must be numbers",
+                            w->name, ev_line(w), full);
+            const char *item = (const char *)w->ev.data.scalar.value;
+            if (strchr(item, ',') || item[0] == '\0')
+                return fail(w->err, w->errlen, -EINVAL, "%s:%lu: %s: \"%s\" is not an XID", w->name,
+                            ev_line(w), full, item);
+            int m = snprintf(buf + n, sizeof(buf) - n, "%s%s", n ? "," : "", item);
+            if (m < 0 || (size_t)m >= sizeof(buf) - n)
+                return fail(w->err, w->errlen, -EINVAL, "%s:%lu: %s: list too long", w->name,
+                            ev_line(w), full);
+            n += (size_t)m;
+        }
+    } else if (w->ev.type == YAML_SCALAR_EVENT) {
+        snprintf(buf, sizeof(buf), "%s", (const char *)w->ev.data.scalar.value);
+        if (strlen((const char *)w->ev.data.scalar.value) >= sizeof(buf))
+            return fail(w->err, w->errlen, -EINVAL, "%s:%lu: %s: value too long", w->name,
+                        ev_line(w), full);
+    } else {
+        return fail(w->err, w->errlen, -EINVAL, "%s:%lu: %s: expected %s, found %s", w->name,
+                    ev_line(w), full,
+                    strcmp(full, "health.ignoredXids") == 0 ? "a list of XIDs" : "a scalar value",
+                    ev_kind(w->ev.type));
+    }
+    char msg[400];
+    r = acceld_config_set(w->cfg, full, buf, msg, sizeof(msg));
+    if (r < 0)
+        return fail(w->err, w->errlen, -EINVAL, "%s:%lu: %s", w->name, key_line, msg);
+    return 0;
+}
+
+/* Walks a mapping whose MAPPING_START is the current event. prefix is "" at
+ * the root or "cdi." / "health." in a section. */
+static int walk_mapping(struct walker *w, const char *prefix)
+{
+    char seen[32][96];
+    size_t n_seen = 0;
+    int r;
+    for (;;) {
+        if ((r = next_event(w)) < 0)
+            return r;
+        if (w->ev.type == YAML_MAPPING_END_EVENT)
+            return 0;
+        if (w->ev.type != YAML_SCALAR_EVENT)
+            return fail(w->err, w->errlen, -EINVAL, "%s:%lu: expected a key, found %s", w->name,
+                        ev_line(w), ev_kind(w->ev.type));
+        char full[96], key[48];
+        const char *k = (const char *)w->ev.data.scalar.value;
+        unsigned long key_line = ev_line(w);
+        if (strlen(k) >= sizeof(key))
+            return fail(w->err, w->errlen, -EINVAL, "%s:%lu: unknown key \"%.40s...\"", w->name,
+                        key_line, k);
+        copy_str(key, sizeof(key), k); /* the event is freed by the next next_event() */
+        snprintf(full, sizeof(full), "%s%s", prefix, key);
+        bool section = prefix[0] == '\0' && is_known_section(key);
+        if (!section && !is_known_key(full))
+            return fail(w->err, w->errlen, -EINVAL, "%s:%lu: unknown key \"%s\"", w->name, key_line,
+                        full);
+        for (size_t i = 0; i < n_seen; i++)
+            if (strcmp(seen[i], full) == 0)
+                return fail(w->err, w->errlen, -EINVAL, "%s:%lu: duplicate key \"%s\"", w->name,
+                            key_line, full);
+        if (n_seen < ARRAY_SIZE(seen))
+            copy_str(seen[n_seen++], sizeof(seen[0]), full);
+        if ((r = next_event(w)) < 0)
+            return r;
+        if (section) {
+            if (w->ev.type == YAML_SCALAR_EVENT && w->ev.data.scalar.value[0] == '\0' &&
+                w->ev.data.scalar.plain_implicit)
+                continue; /* "health:" with nothing under it */
+            if (w->ev.type != YAML_MAPPING_START_EVENT || w->ev.data.mapping_start.anchor)
+                return fail(w->err, w->errlen, -EINVAL, "%s:%lu: %s: expected a mapping, found %s",
+                            w->name, ev_line(w), full, ev_kind(w->ev.type));
+            char sub[64];
+            snprintf(sub, sizeof(sub), "%s.", key);
+            if ((r = walk_mapping(w, sub)) < 0)
+                return r;
+        } else if ((r = walk_value(w, full, key_line)) < 0) {
+            return r;
+        }
+    }
+}
+
+int acceld_config_parse(struct acceld_config *cfg, const char *data, size_t len, const char *name,
+                        char *err, size_t errlen)
+{
+    struct acceld_config work = *cfg;
+    struct walker w = {
+        .name = name ? name : "<config>", .err = err, .errlen = errlen, .cfg = &work};
+    int r;
+
+    if (!yaml_parser_initialize(&w.parser))
+        return fail(err, errlen, -ENOMEM, "%s: out of memory", w.name);
+    yaml_parser_set_input_string(&w.parser, (const unsigned char *)data, len);
+
+    if ((r = next_event(&w)) < 0) /* STREAM_START */
+        goto out;
+    if ((r = next_event(&w)) < 0)
+        goto out;
+    if (w.ev.type == YAML_STREAM_END_EVENT)
+        goto out; /* empty file: all defaults */
+    /* DOCUMENT_START, then the root node */
+    if ((r = next_event(&w)) < 0)
+        goto out;
+    if (w.ev.type == YAML_MAPPING_START_EVENT && !w.ev.data.mapping_start.anchor) {
+        if ((r = walk_mapping(&w, "")) < 0)
+            goto out;
+    } else if (!(w.ev.type == YAML_SCALAR_EVENT && w.ev.data.scalar.plain_implicit &&
+                 (w.ev.data.scalar.value[0] == '\0' ||
+                  strcmp((const char *)w.ev.data.scalar.value, "~") == 0 ||
+                  strcmp((const char *)w.ev.data.scalar.value, "null") == 0))) {
+        r = fail(err, errlen, -EINVAL, "%s:%lu: the config must be a mapping of keys, found %s",
+                 w.name, ev_line(&w), ev_kind(w.ev.type));
+        goto out;
+    }
+    if ((r = next_event(&w)) < 0) /* DOCUMENT_END */
+        goto out;
+    if ((r = next_event(&w)) < 0)
+        goto out;
+    if (w.ev.type != YAML_STREAM_END_EVENT) {
+        r = fail(err, errlen, -EINVAL, "%s:%lu: more than one YAML document", w.name, ev_line(&w));
+        goto out;
+    }
+out:
+    if (w.have_ev)
+        yaml_event_delete(&w.ev);
+    yaml_parser_delete(&w.parser);
+    if (r == 0)
+        *cfg = work;
+    return r;
+}
+
+int acceld_config_load_file(struct acceld_config *cfg, const char *path, char *err, size_t errlen)
+{
+    _cleanup_free_ char *data = NULL;
+    size_t len;
+    int r = fs_read_all(path, ACCELD_CONFIG_MAX_BYTES, &data, &len);
+    if (r < 0)
+        return fail(err, errlen, r, "%s: cannot read: %s", path, strerror(-r));
+    if (memchr(data, '\0', len))
+        return fail(err, errlen, -EINVAL, "%s: contains a NUL byte", path);
+    return acceld_config_parse(cfg, data, len, path, err, errlen);
+}
+
+int acceld_config_format(const struct acceld_config *cfg, const char *key, char *buf, size_t len)
+{
+    static const char *const levels[] = {"error", "warn", "info", "debug"};
+    if (strcmp(key, "devicePluginDir") == 0)
+        snprintf(buf, len, "%s", cfg->plugin_dir);
+    else if (strcmp(key, "resourceName") == 0)
+        snprintf(buf, len, "%s", cfg->resource_name);
+    else if (strcmp(key, "nvmlLibrary") == 0)
+        snprintf(buf, len, "%s", cfg->nvml_library);
+    else if (strcmp(key, "sysfsRoot") == 0)
+        snprintf(buf, len, "%s", cfg->sysfs_root);
+    else if (strcmp(key, "devRoot") == 0)
+        snprintf(buf, len, "%s", cfg->dev_root);
+    else if (strcmp(key, "stateDir") == 0)
+        snprintf(buf, len, "%s", cfg->state_dir);
+    else if (strcmp(key, "logLevel") == 0)
+        snprintf(buf, len, "%s", levels[cfg->log_level & 3]);
+    else if (strcmp(key, "noRegister") == 0)
+        snprintf(buf, len, "%s", cfg->no_register ? "true" : "false");
+    else if (strcmp(key, "deviceListStrategy") == 0)
+        snprintf(buf, len, "%s", cfg->strategy == ACCELD_STRATEGY_CDI ? "cdi" : "envvar");
+    else if (strcmp(key, "cdi.dir") == 0)
+        snprintf(buf, len, "%s", cfg->cdi_dir);
+    else if (strcmp(key, "cdi.vendor") == 0)
+        snprintf(buf, len, "%s", cfg->cdi_vendor);
+    else if (strcmp(key, "cdi.class") == 0)
+        snprintf(buf, len, "%s", cfg->cdi_class);
+    else if (strcmp(key, "health.ignoredXids") == 0) {
+        size_t n = 0;
+        if (len)
+            buf[0] = '\0';
+        for (size_t i = 0; i < cfg->n_ignored_xids && n < len; i++) {
+            int m = snprintf(buf + n, len - n, "%s%d", i ? "," : "", cfg->ignored_xids[i]);
+            if (m < 0)
+                break;
+            n += (size_t)m;
+        }
+    } else if (strcmp(key, "health.recoverAfter") == 0) {
+        /* the largest unit that loses nothing, so the text parses back exactly */
+        static const struct {
+            uint64_t ns;
+            const char *unit;
+        } units[] = {{1000000000ull, "s"}, {1000000ull, "ms"}, {1000ull, "us"}, {1ull, "ns"}};
+        uint64_t ns = cfg->recover_after_ns;
+        size_t u = 0;
+        while (u + 1 < ARRAY_SIZE(units) && ns % units[u].ns != 0)
+            u++;
+        snprintf(buf, len, "%llu%s", (unsigned long long)(ns / units[u].ns), units[u].unit);
+    } else
+        return -ENOENT;
+    return 0;
+}
+
+bool acceld_config_key_differs(const struct acceld_config *a, const struct acceld_config *b,
+                               const char *key)
+{
+    char va[1024], vb[1024];
+    if (acceld_config_format(a, key, va, sizeof(va)) < 0 ||
+        acceld_config_format(b, key, vb, sizeof(vb)) < 0)
+        return false;
+    return strcmp(va, vb) != 0;
+}
+
+bool acceld_config_xid_ignored(const struct acceld_config *cfg, int xid)
+{
+    for (size_t i = 0; i < cfg->n_ignored_xids; i++)
+        if (cfg->ignored_xids[i] == xid)
+            return true;
+    return false;
+}
+
+void acceld_config_socket_name(const struct acceld_config *cfg, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "accel-%s.sock", cfg->resource_name);
+    for (int i = 0; i < n && (size_t)i < len; i++)
+        if (buf[i] == '/')
+            buf[i] = '-';
+}

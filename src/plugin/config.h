@@ -1,0 +1,90 @@
+/* config.h — acceld's settings: defaults, the YAML config file (libyaml) and
+ * the command-line flags that override it.
+ *
+ * Every setting has one key (the YAML path, e.g. "health.recoverAfter") and
+ * one flag; both go through acceld_config_set(), so a flag and a file line are
+ * validated by the same code. Loading order: defaults, then the file, then the
+ * flags (flag wins). The struct holds fixed-size strings only, so a config is
+ * copied by assignment and compared field by field (SIGHUP reload).
+ *
+ * Any thread may use a config it owns; the agent keeps the live one on the
+ * event loop thread. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+
+#define ACCELD_PATH_MAX 512
+#define ACCELD_NAME_MAX 128
+#define ACCELD_MAX_XIDS 64
+/* A config file larger than this is refused (it is a handful of lines). */
+#define ACCELD_CONFIG_MAX_BYTES (1u << 20)
+
+enum acceld_strategy {
+    ACCELD_STRATEGY_ENVVAR = 0,
+    ACCELD_STRATEGY_CDI = 1,
+};
+
+struct acceld_config {
+    char plugin_dir[ACCELD_PATH_MAX];    /* devicePluginDir */
+    char resource_name[ACCELD_NAME_MAX]; /* resourceName */
+    char nvml_library[ACCELD_PATH_MAX];  /* nvmlLibrary; "" = $ACCEL_NVML_LIBRARY or soname */
+    char sysfs_root[ACCELD_PATH_MAX];    /* sysfsRoot */
+    char dev_root[ACCELD_PATH_MAX];      /* devRoot */
+    char state_dir[ACCELD_PATH_MAX];     /* stateDir */
+    enum log_level log_level;            /* logLevel */
+    bool no_register;                    /* noRegister */
+    enum acceld_strategy strategy;       /* deviceListStrategy */
+    char cdi_dir[ACCELD_PATH_MAX];       /* cdi.dir */
+    char cdi_vendor[ACCELD_NAME_MAX];    /* cdi.vendor */
+    char cdi_class[ACCELD_NAME_MAX];     /* cdi.class */
+    int ignored_xids[ACCELD_MAX_XIDS];   /* health.ignoredXids */
+    size_t n_ignored_xids;
+    uint64_t recover_after_ns; /* health.recoverAfter; 0 = never */
+};
+
+/* One key the config knows: its YAML path and its flag (without "--"). */
+struct acceld_config_key {
+    const char *key;
+    const char *flag;
+    const char *help;
+};
+
+/* The table of every key, NULL-terminated. */
+extern const struct acceld_config_key acceld_config_keys[];
+
+void acceld_config_defaults(struct acceld_config *cfg);
+
+/* Sets one key from its text value ("health.ignoredXids" takes "13,31,43").
+ * On error writes a message naming the key into err and leaves cfg unchanged.
+ * Returns 0, -ENOENT (unknown key) or -EINVAL (bad value). */
+int acceld_config_set(struct acceld_config *cfg, const char *key, const char *value, char *err,
+                      size_t errlen);
+
+/* Parses a YAML document (data, len) and applies it on top of cfg. name is
+ * used in messages ("FILE:LINE: key: what is wrong"). On error cfg is left
+ * unchanged. Unknown keys, duplicate keys, aliases and wrong shapes are errors.
+ * Returns 0 or -EINVAL (-ENOMEM when out of memory). */
+int acceld_config_parse(struct acceld_config *cfg, const char *data, size_t len, const char *name,
+                        char *err, size_t errlen);
+
+/* Reads path and applies it like acceld_config_parse. Returns 0 or -errno. */
+int acceld_config_load_file(struct acceld_config *cfg, const char *path, char *err, size_t errlen);
+
+/* True when the two configs differ in the given key. */
+bool acceld_config_key_differs(const struct acceld_config *a, const struct acceld_config *b,
+                               const char *key);
+
+/* Writes the value of key as text into buf (for logs and `--print-config`).
+ * Returns 0 or -ENOENT. */
+int acceld_config_format(const struct acceld_config *cfg, const char *key, char *buf, size_t len);
+
+/* True when xid is in the ignore list. */
+bool acceld_config_xid_ignored(const struct acceld_config *cfg, int xid);
+
+/* The socket file name this config serves in the plugin dir, e.g.
+ * "accel-nvidia.com-gpu.sock" (bare name, as sent in Register). */
+void acceld_config_socket_name(const struct acceld_config *cfg, char *buf, size_t len);

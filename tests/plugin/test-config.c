@@ -1,0 +1,209 @@
+/* test-config.c — acceld's config: defaults, every key through the YAML file
+ * and through acceld_config_set (the flag path), and the errors a broken file
+ * must produce (file:line, key named, config unchanged). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "fs.h"
+#include "tap.h"
+#include "util.h"
+
+static int parse(struct acceld_config *c, const char *yaml, char *err, size_t len)
+{
+    return acceld_config_parse(c, yaml, strlen(yaml), "test.yaml", err, len);
+}
+
+TEST(defaults)
+{
+    struct acceld_config c;
+    acceld_config_defaults(&c);
+    CHECK_EQ_STR(c.plugin_dir, "/var/lib/kubelet/device-plugins");
+    CHECK_EQ_STR(c.resource_name, "nvidia.com/gpu");
+    CHECK_EQ_STR(c.dev_root, "/dev");
+    CHECK_EQ_STR(c.cdi_dir, "/var/run/cdi");
+    CHECK_EQ_STR(c.cdi_vendor, "nvidia.com");
+    CHECK_EQ_STR(c.cdi_class, "gpu");
+    CHECK_EQ_STR(c.state_dir, "/var/lib/accel");
+    CHECK_EQ_INT(c.strategy, ACCELD_STRATEGY_ENVVAR);
+    CHECK_EQ_U64(c.recover_after_ns, 0);
+    CHECK(!c.no_register);
+    REQUIRE_EQ_INT(c.n_ignored_xids, 6);
+    int want[] = {13, 31, 43, 45, 68, 109};
+    for (int i = 0; i < 6; i++)
+        CHECK(acceld_config_xid_ignored(&c, want[i]));
+    CHECK(!acceld_config_xid_ignored(&c, 79));
+    char sock[128];
+    acceld_config_socket_name(&c, sock, sizeof(sock));
+    CHECK_EQ_STR(sock, "accel-nvidia.com-gpu.sock");
+}
+
+TEST(full_file)
+{
+    struct acceld_config c;
+    char err[512] = "";
+    acceld_config_defaults(&c);
+    const char *y = "# acceld\n"
+                    "devicePluginDir: /tmp/dp\n"
+                    "resourceName: example.com/gpu\n"
+                    "nvmlLibrary: /opt/lib/libnvidia-ml.so.1\n"
+                    "sysfsRoot: /tmp/sys\n"
+                    "devRoot: /tmp/dev\n"
+                    "stateDir: /tmp/state\n"
+                    "logLevel: debug\n"
+                    "noRegister: true\n"
+                    "deviceListStrategy: cdi\n"
+                    "cdi:\n"
+                    "  dir: /tmp/cdi\n"
+                    "  vendor: example.com\n"
+                    "  class: accel\n"
+                    "health:\n"
+                    "  ignoredXids: [13, 48]\n"
+                    "  recoverAfter: 90s\n";
+    REQUIRE_EQ_INT(parse(&c, y, err, sizeof(err)), 0);
+    CHECK_EQ_STR(c.plugin_dir, "/tmp/dp");
+    CHECK_EQ_STR(c.resource_name, "example.com/gpu");
+    CHECK_EQ_STR(c.nvml_library, "/opt/lib/libnvidia-ml.so.1");
+    CHECK_EQ_STR(c.sysfs_root, "/tmp/sys");
+    CHECK_EQ_STR(c.dev_root, "/tmp/dev");
+    CHECK_EQ_STR(c.state_dir, "/tmp/state");
+    CHECK_EQ_INT(c.log_level, LOG_LEVEL_DEBUG);
+    CHECK(c.no_register);
+    CHECK_EQ_INT(c.strategy, ACCELD_STRATEGY_CDI);
+    CHECK_EQ_STR(c.cdi_dir, "/tmp/cdi");
+    CHECK_EQ_STR(c.cdi_vendor, "example.com");
+    CHECK_EQ_STR(c.cdi_class, "accel");
+    CHECK_EQ_INT(c.n_ignored_xids, 2);
+    CHECK(acceld_config_xid_ignored(&c, 48));
+    CHECK(!acceld_config_xid_ignored(&c, 31));
+    CHECK_EQ_U64(c.recover_after_ns, 90ull * 1000000000ull);
+    char buf[256];
+    CHECK_EQ_INT(acceld_config_format(&c, "health.ignoredXids", buf, sizeof(buf)), 0);
+    CHECK_EQ_STR(buf, "13,48");
+    CHECK_EQ_INT(acceld_config_format(&c, "health.recoverAfter", buf, sizeof(buf)), 0);
+    CHECK_EQ_STR(buf, "90s");
+}
+
+TEST(empty_file_and_empty_list)
+{
+    struct acceld_config c, d;
+    char err[256];
+    acceld_config_defaults(&c);
+    d = c;
+    CHECK_EQ_INT(parse(&c, "", err, sizeof(err)), 0);
+    CHECK_EQ_INT(parse(&c, "# only a comment\n", err, sizeof(err)), 0);
+    CHECK_EQ_INT(parse(&c, "---\n", err, sizeof(err)), 0);
+    CHECK(memcmp(&c, &d, sizeof(c)) == 0);
+    CHECK_EQ_INT(parse(&c, "health:\n  ignoredXids: []\n", err, sizeof(err)), 0);
+    CHECK_EQ_INT(c.n_ignored_xids, 0);
+    CHECK_EQ_INT(parse(&c, "health:\n  ignoredXids: \"13, 31\"\n", err, sizeof(err)), 0);
+    CHECK_EQ_INT(c.n_ignored_xids, 2);
+}
+
+/* Each broken document: the error names the line and the key, and the
+ * config is untouched. */
+TEST(errors_name_line_and_key)
+{
+    static const struct {
+        const char *yaml;
+        const char *want; /* substring of the message */
+    } cases[] = {
+        {"logLevel: info\nbogus: 1\n", "test.yaml:2: unknown key \"bogus\""},
+        {"cdi:\n  dir: /x\n  colour: red\n", "test.yaml:3: unknown key \"cdi.colour\""},
+        {"logLevel: loud\n", "test.yaml:1: logLevel: \"loud\" is not one of"},
+        {"\n\ndevRoot: relative/dev\n",
+         "test.yaml:3: devRoot: \"relative/dev\" is not an absolute"},
+        {"health:\n  recoverAfter: soon\n", "test.yaml:2: health.recoverAfter: \"soon\""},
+        {"health:\n  ignoredXids: [13, x]\n", "test.yaml:2: health.ignoredXids: \"x\""},
+        {"health:\n  ignoredXids: [13, 70000]\n", "health.ignoredXids: \"70000\""},
+        {"resourceName: gpu\n", "test.yaml:1: resourceName: \"gpu\" is not a resource name"},
+        {"deviceListStrategy: volume\n", "deviceListStrategy: \"volume\""},
+        {"noRegister: maybe\n", "noRegister: \"maybe\" is not a boolean"},
+        {"logLevel: info\nlogLevel: debug\n", "test.yaml:2: duplicate key \"logLevel\""},
+        {"cdi: /var/run/cdi\n", "test.yaml:1: cdi: expected a mapping"},
+        {"devRoot: [a, b]\n", "test.yaml:1: devRoot: expected a scalar value"},
+        {"- a\n- b\n", "test.yaml:1: the config must be a mapping"},
+        {"logLevel: \"info\n", "YAML syntax error"},
+        {"logLevel: info\n---\nlogLevel: info\n", "more than one YAML document"},
+        {"a: &x /tmp\ndevRoot: *x\n", "unknown key \"a\""},
+        {"devRoot: &x /tmp\nstateDir: *x\n", "anchors and aliases"},
+        {"cdi:\n  vendor: \"bad vendor\"\n", "cdi.vendor: \"bad vendor\" is not a valid CDI"},
+        {"devRoot:\n", "devRoot: empty value"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        struct acceld_config c, d;
+        char err[512] = "";
+        acceld_config_defaults(&c);
+        d = c;
+        int r = parse(&c, cases[i].yaml, err, sizeof(err));
+        if (!CHECK(r < 0))
+            tap_diag("case %zu accepted", i);
+        if (!CHECK(strstr(err, cases[i].want) != NULL))
+            tap_diag("case %zu: got \"%s\", want \"%s\"", i, err, cases[i].want);
+        CHECK(memcmp(&c, &d, sizeof(c)) == 0);
+    }
+}
+
+TEST(set_is_the_flag_path)
+{
+    struct acceld_config c, d;
+    char err[256];
+    acceld_config_defaults(&c);
+    CHECK_EQ_INT(acceld_config_set(&c, "health.ignoredXids", "", err, sizeof(err)), 0);
+    CHECK_EQ_INT(c.n_ignored_xids, 0);
+    CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "250ms", err, sizeof(err)), 0);
+    CHECK_EQ_U64(c.recover_after_ns, 250000000ull);
+    char txt[64];
+    CHECK_EQ_INT(acceld_config_format(&c, "health.recoverAfter", txt, sizeof(txt)), 0);
+    CHECK_EQ_STR(txt, "250ms");
+    /* sub-millisecond values format without loss (found by the fuzzer) */
+    CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "51us", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_format(&c, "health.recoverAfter", txt, sizeof(txt)), 0);
+    CHECK_EQ_STR(txt, "51us");
+    CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "0", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_format(&c, "health.recoverAfter", txt, sizeof(txt)), 0);
+    CHECK_EQ_STR(txt, "0s");
+    CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "250ms", err, sizeof(err)), 0);
+    d = c;
+    CHECK_EQ_INT(acceld_config_set(&c, "nope", "1", err, sizeof(err)), -ENOENT);
+    CHECK(strstr(err, "unknown key \"nope\"") != NULL);
+    CHECK_EQ_INT(acceld_config_set(&c, "resourceName", "a/b/c", err, sizeof(err)), -EINVAL);
+    CHECK(memcmp(&c, &d, sizeof(c)) == 0);
+    /* every key in the table is settable and formattable */
+    for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
+        char buf[1024];
+        CHECK_EQ_INT(acceld_config_format(&c, k->key, buf, sizeof(buf)), 0);
+        struct acceld_config e = c;
+        int r = acceld_config_set(&e, k->key, buf, err, sizeof(err));
+        if (!CHECK(r == 0))
+            tap_diag("%s=%s: %s", k->key, buf, err);
+        CHECK(!acceld_config_key_differs(&c, &e, k->key));
+    }
+    struct acceld_config e = c;
+    acceld_config_set(&e, "logLevel", "error", err, sizeof(err));
+    CHECK(acceld_config_key_differs(&c, &e, "logLevel"));
+    CHECK(!acceld_config_key_differs(&c, &e, "devRoot"));
+}
+
+TEST(load_file)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/acceld.yaml", tap_tmpdir());
+    const char *y = "logLevel: warn\nhealth:\n  recoverAfter: 5m\n";
+    REQUIRE_EQ_INT(fs_write_atomic(path, y, strlen(y), 0644), 0);
+    struct acceld_config c;
+    char err[512];
+    acceld_config_defaults(&c);
+    REQUIRE_EQ_INT(acceld_config_load_file(&c, path, err, sizeof(err)), 0);
+    CHECK_EQ_INT(c.log_level, LOG_LEVEL_WARN);
+    CHECK_EQ_U64(c.recover_after_ns, 300ull * 1000000000ull);
+    snprintf(path, sizeof(path), "%s/missing.yaml", tap_tmpdir());
+    CHECK_EQ_INT(acceld_config_load_file(&c, path, err, sizeof(err)), -ENOENT);
+    CHECK(strstr(err, "missing.yaml") != NULL);
+}
+
+int main(int argc, char **argv)
+{
+    return tap_main(argc, argv);
+}
