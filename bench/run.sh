@@ -13,6 +13,10 @@ if [ -x "$build/bench/bench-grpc" ]; then
 fi
 echo "== acceld (8 emulated GPUs: Allocate, GetPreferredAllocation, XID-to-wire, peak RSS)"
 bash "$(dirname "$0")/acceld.sh" "$build"
+echo "== vcuda-compute (libvcuda compute share on the emulator; BENCH_QUICK=1 for --quick)"
+# Compute share (libvcuda pacing) on the emulator: ~8 min in full, ~2 min with BENCH_QUICK=1.
+"$build/bench/vcuda-compute" --build "$build" ${BENCH_QUICK:+--quick}
+
 if [ -x "$build/bench/bench-emu-cuda" ]; then
     echo "== bench-emu-cuda (emulated libcuda.so.1, one process)"
     LD_LIBRARY_PATH="$build/src/emu" "$build/bench/bench-emu-cuda"

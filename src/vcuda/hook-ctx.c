@@ -107,6 +107,7 @@ static void primary_released(CUdevice dev, bool reset)
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     VC_PREAMBLE(cuDevicePrimaryCtxRelease_v2);
+    vc_launch_ctx_closing(NULL);
     CUresult r = vc_real.cuDevicePrimaryCtxRelease_v2(dev);
     if (r == CUDA_SUCCESS)
         primary_released(dev, false);
@@ -116,6 +117,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 {
     VC_PREAMBLE(cuDevicePrimaryCtxRelease);
+    vc_launch_ctx_closing(NULL);
     CUresult r = vc_real.cuDevicePrimaryCtxRelease(dev);
     if (r == CUDA_SUCCESS)
         primary_released(dev, false);
@@ -125,6 +127,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     VC_PREAMBLE(cuDevicePrimaryCtxReset_v2);
+    vc_launch_ctx_closing(NULL);
     CUresult r = vc_real.cuDevicePrimaryCtxReset_v2(dev);
     if (r == CUDA_SUCCESS)
         primary_released(dev, true);
@@ -134,6 +137,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
 {
     VC_PREAMBLE(cuDevicePrimaryCtxReset);
+    vc_launch_ctx_closing(NULL);
     CUresult r = vc_real.cuDevicePrimaryCtxReset(dev);
     if (r == CUDA_SUCCESS)
         primary_released(dev, true);
@@ -209,6 +213,7 @@ CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreatePar
 CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 {
     VC_PREAMBLE(cuCtxDestroy_v2);
+    vc_launch_ctx_closing(ctx);
     CUresult r = vc_real.cuCtxDestroy_v2(ctx);
     if (r == CUDA_SUCCESS && ctx)
         vc_ctx_gone(ctx);
@@ -218,6 +223,7 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
 {
     VC_PREAMBLE(cuCtxDestroy);
+    vc_launch_ctx_closing(ctx);
     CUresult r = vc_real.cuCtxDestroy(ctx);
     if (r == CUDA_SUCCESS && ctx)
         vc_ctx_gone(ctx);

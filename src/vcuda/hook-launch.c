@@ -1,8 +1,309 @@
-/* hook-launch.c — the kernel and graph launch entry points (hooks.def,
- * "launches"). Owned by libvcuda part 2 (compute share, branch vcuda2), which
- * paces them against the container's core limit; until then they pass
- * straight through to the driver. */
+/* hook-launch.c — the kernel and graph launch entry points (hooks.def, "launches"), paced to the
+ * container's compute share.
+ *
+ * Unthrottled (limit 100 or none): one relaxed load of a cached mode, then the driver. Throttled:
+ * the launch waits for the container's budget (pace-flight.c / pace.c), runs between two CUDA
+ * events on its own stream, and its measured GPU time settles the charge later. Launches into a
+ * stream that is being captured are not executed, so they pass through: the graph is paced when
+ * it is launched. See docs/vcuda-compute.md. */
+#include "pace-flight.h"
+#include "pace.h"
+#include "util.h"
 #include "vcuda.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+    MODE_UNKNOWN = 0, /* not decided yet (first launch, or after fork) */
+    MODE_OFF,         /* no limit: straight through */
+    MODE_ON,          /* paced */
+};
+
+static atomic_int launch_mode;
+
+/* Per process (reset in a forked child): the launches in flight and their events. */
+struct pacer {
+    struct pace_flight flight;
+    struct pace_sampler sampler; /* burst: guarded by sample_lock */
+    pthread_mutex_t sample_lock;
+    uint64_t dev_busy_ns;  /* burst: the device's busy time as integrated from NVML */
+    uint64_t dev_read_ns;  /* when it was last read */
+    nvmlDevice_t nvml_dev; /* NULL until found; burst only */
+    bool nvml_failed;
+    struct {
+        CUcontext ctx; /* where start/end were created; NULL = none yet */
+        CUevent start, end;
+        bool measurable; /* both recorded around the launch */
+    } ev[PACE_FLIGHT_SLOTS];
+};
+
+static struct pacer pacer;
+static pthread_mutex_t pacer_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int pacer_ready;
+
+static struct pace_shared *region_pace(void)
+{
+    return (struct pace_shared *)(void *)&vc.region.hdr->core_limit;
+}
+
+static struct pace_slot *slot_pace(void)
+{
+    return (struct pace_slot *)(void *)&vc.region.slots[vc.slot].gpu_time_ns;
+}
+
+_Static_assert(offsetof(struct vc_region_header, device_uuid) -
+                       offsetof(struct vc_region_header, core_limit) ==
+                   sizeof(struct pace_shared),
+               "pace_shared overlays the header's compute-share fields exactly");
+_Static_assert(offsetof(struct vc_region_slot, reserved) -
+                       offsetof(struct vc_region_slot, gpu_time_ns) >=
+                   sizeof(struct pace_slot),
+               "pace_slot fits the slot's compute-share fields");
+
+/* Decides once per process whether launches are paced. */
+static int mode_slow(void)
+{
+    int mode = MODE_OFF;
+    if (vc_ensure() < 0)
+        return MODE_OFF; /* called from inside our own setup: decide on a later launch */
+    if (vc.region.hdr && vc.slot >= 0) {
+        int limit = vc.cfg.core_limit;
+        if (limit > 0 && limit < 100) {
+            mode = MODE_ON;
+            atomic_store_explicit(&region_pace()->period_ns, PACE_PERIOD_NS, memory_order_relaxed);
+        }
+    }
+    atomic_store_explicit(&launch_mode, mode, memory_order_release);
+    return mode;
+}
+
+static inline bool paced(void)
+{
+    int m = atomic_load_explicit(&launch_mode, memory_order_relaxed);
+    if (VC_LIKELY(m == MODE_OFF))
+        return false;
+    if (VC_LIKELY(m == MODE_ON))
+        return true;
+    return mode_slow() == MODE_ON;
+}
+
+/* ---- the process's pacer ---- */
+
+static struct pacer *pacer_get(void)
+{
+    if (VC_LIKELY(atomic_load_explicit(&pacer_ready, memory_order_acquire) == 1))
+        return &pacer;
+    pthread_mutex_lock(&pacer_lock);
+    if (atomic_load_explicit(&pacer_ready, memory_order_relaxed) == 0) {
+        /* First paced launch, or the first in a forked child (vc_launch_atfork_child): the
+         * parent's launches and events are not ours. Its charges stay in its slot. */
+        if (pacer.flight.est)
+            pace_flight_fini(&pacer.flight);
+        memset(&pacer, 0, sizeof(pacer));
+        pthread_mutex_init(&pacer.sample_lock, NULL);
+        if (pace_flight_init(&pacer.flight, region_pace(), slot_pace()) == 0)
+            atomic_store_explicit(&pacer_ready, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&pacer_lock);
+    return atomic_load_explicit(&pacer_ready, memory_order_acquire) == 1 ? &pacer : NULL;
+}
+
+static uint64_t clock_cb(void *ud)
+{
+    return mono_ns();
+}
+
+/* While a launch waits for budget, now and then look for dead processes of the container: what
+ * they charged and never settled goes back into the budget (pace_slot_reclaim, from the reaper). */
+#define REAP_INTERVAL_NS 1000000000ull
+static _Atomic uint64_t last_reap_ns;
+
+static void sleep_cb(void *ud, uint64_t ns)
+{
+    uint64_t now = mono_ns();
+    uint64_t last = atomic_load_explicit(&last_reap_ns, memory_order_relaxed);
+    if (now - last >= REAP_INTERVAL_NS &&
+        atomic_compare_exchange_strong_explicit(&last_reap_ns, &last, now, memory_order_relaxed,
+                                                memory_order_relaxed))
+        vc_region_reap(&vc.region);
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+                          .tv_nsec = (long)(ns % 1000000000u)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+static CUresult elapsed(CUevent a, CUevent b, float *ms)
+{
+    if (vc_real.cuEventElapsedTime_v2)
+        return vc_real.cuEventElapsedTime_v2(ms, a, b);
+    if (vc_real.cuEventElapsedTime)
+        return vc_real.cuEventElapsedTime(ms, a, b);
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+/* pace_measure_fn: the GPU time between entry idx's events. */
+static int measure_cb(void *ud, unsigned idx, bool wait, uint64_t *ret_ns)
+{
+    struct pacer *p = ud;
+    if (!p->ev[idx].measurable)
+        return -EIO;
+    CUresult r = vc_real.cuEventQuery(p->ev[idx].end);
+    if (r == CUDA_ERROR_NOT_READY) {
+        if (!wait)
+            return -EAGAIN;
+        r = vc_real.cuEventSynchronize(p->ev[idx].end);
+    }
+    if (r != CUDA_SUCCESS)
+        return -EIO;
+    float ms = 0;
+    if (elapsed(p->ev[idx].start, p->ev[idx].end, &ms) != CUDA_SUCCESS || !(ms >= 0))
+        return -EIO;
+    *ret_ns = (uint64_t)((double)ms * 1e6);
+    return 0;
+}
+
+/* Entry idx's events exist in the current context. False when they cannot be made. */
+static bool events_ready(struct pacer *p, unsigned idx)
+{
+    CUcontext cur = NULL;
+    if (!vc_real.cuCtxGetCurrent || vc_real.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || !cur)
+        return false;
+    if (p->ev[idx].ctx == cur)
+        return true;
+    if (p->ev[idx].ctx) {
+        /* Made in another context (maybe destroyed with it): best effort. */
+        vc_real.cuEventDestroy_v2(p->ev[idx].start);
+        vc_real.cuEventDestroy_v2(p->ev[idx].end);
+        p->ev[idx].ctx = NULL;
+    }
+    if (vc_real.cuEventCreate(&p->ev[idx].start, 0) != CUDA_SUCCESS)
+        return false;
+    if (vc_real.cuEventCreate(&p->ev[idx].end, 0) != CUDA_SUCCESS) {
+        vc_real.cuEventDestroy_v2(p->ev[idx].start);
+        return false;
+    }
+    p->ev[idx].ctx = cur;
+    return true;
+}
+
+static CUresult record(CUevent ev, CUstream stream, bool ptsz)
+{
+    return ptsz ? vc_real.cuEventRecord_ptsz(ev, stream) : vc_real.cuEventRecord(ev, stream);
+}
+
+static bool capturing(CUstream stream, bool ptsz)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = ptsz ? vc_real.cuStreamIsCapturing_ptsz(stream, &st)
+                      : vc_real.cuStreamIsCapturing(stream, &st);
+    /* An error here (bad stream) is the launch's to report. */
+    return r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* Burst mode: feeds the device's utilization to the controller once per sample window. The
+ * device is the container's first (config order) as NVML names it. */
+static void burst_sample(struct pacer *p, struct pace_shared *s)
+{
+    if (atomic_load_explicit(&s->policy, memory_order_relaxed) != PACE_POLICY_BURST)
+        return;
+    uint64_t now = mono_ns();
+    if (p->sampler.at_ns && now - p->sampler.at_ns < PACE_SAMPLE_NS)
+        return;
+    if (pthread_mutex_trylock(&p->sample_lock) != 0)
+        return; /* another thread is sampling */
+    if (!p->nvml_dev && !p->nvml_failed) {
+        p->nvml_failed = true;
+        /* nvmlInit is reference counted: ours does not disturb the program's own use. */
+        if (vc_nvml_ensure() == 0 && vc_real.nvmlInit_v2 && vc_real.nvmlInit_v2() == NVML_SUCCESS &&
+            vc_real.nvmlDeviceGetUtilizationRates) {
+            const char *uuid = vc.region.hdr->device_uuid[0];
+            if (uuid[0] && vc_real.nvmlDeviceGetHandleByUUID)
+                vc_real.nvmlDeviceGetHandleByUUID(uuid, &p->nvml_dev);
+            else if (vc_real.nvmlDeviceGetHandleByIndex_v2)
+                vc_real.nvmlDeviceGetHandleByIndex_v2(0, &p->nvml_dev);
+            p->nvml_failed = p->nvml_dev == NULL;
+        }
+    }
+    nvmlUtilization_t u;
+    if (p->nvml_dev && vc_real.nvmlDeviceGetUtilizationRates(p->nvml_dev, &u) == NVML_SUCCESS) {
+        /* NVML gives a percentage over its own recent window: integrate it into a counter. */
+        if (p->dev_read_ns)
+            p->dev_busy_ns += (now - p->dev_read_ns) * (u.gpu > 100 ? 100 : u.gpu) / 100;
+        p->dev_read_ns = now;
+        pace_observe_device(s, &p->sampler, now, p->dev_busy_ns);
+    }
+    pthread_mutex_unlock(&p->sample_lock);
+}
+
+/* The launch itself, behind a thunk so that every entry point shares one pacing path. */
+struct launch {
+    CUresult (*fn)(const struct launch *l);
+    uintptr_t key; /* what the estimate is kept for: the CUfunction or CUgraphExec */
+    CUstream stream;
+    bool ptsz;
+    const void *args;
+};
+
+static CUresult launch_paced(const struct launch *l)
+{
+    struct pacer *p = pacer_get();
+    if (!p || capturing(l->stream, l->ptsz))
+        return l->fn(l);
+    unsigned idx = pace_flight_admit(&p->flight, l->key, measure_cb, clock_cb, sleep_cb, p);
+    bool timed =
+        events_ready(p, idx) && record(p->ev[idx].start, l->stream, l->ptsz) == CUDA_SUCCESS;
+    CUresult r = l->fn(l);
+    if (r != CUDA_SUCCESS) {
+        pace_flight_abort(&p->flight, idx);
+        return r;
+    }
+    p->ev[idx].measurable = timed && record(p->ev[idx].end, l->stream, l->ptsz) == CUDA_SUCCESS;
+    pace_flight_commit(&p->flight, idx);
+    burst_sample(p, p->flight.shared);
+    return r;
+}
+
+/* ---- entry points ---- */
+
+struct kernel_args {
+    CUfunction f;
+    unsigned gx, gy, gz, bx, by, bz, shmem;
+    CUstream stream;
+    void **params, **extra;
+};
+
+static CUresult do_kernel(const struct launch *l)
+{
+    const struct kernel_args *a = l->args;
+    return vc_real.cuLaunchKernel(a->f, a->gx, a->gy, a->gz, a->bx, a->by, a->bz, a->shmem,
+                                  a->stream, a->params, a->extra);
+}
+
+static CUresult do_kernel_ptsz(const struct launch *l)
+{
+    const struct kernel_args *a = l->args;
+    return vc_real.cuLaunchKernel_ptsz(a->f, a->gx, a->gy, a->gz, a->bx, a->by, a->bz, a->shmem,
+                                       a->stream, a->params, a->extra);
+}
+
+static CUresult do_coop(const struct launch *l)
+{
+    const struct kernel_args *a = l->args;
+    return vc_real.cuLaunchCooperativeKernel(a->f, a->gx, a->gy, a->gz, a->bx, a->by, a->bz,
+                                             a->shmem, a->stream, a->params);
+}
+
+static CUresult do_coop_ptsz(const struct launch *l)
+{
+    const struct kernel_args *a = l->args;
+    return vc_real.cuLaunchCooperativeKernel_ptsz(a->f, a->gx, a->gy, a->gz, a->bx, a->by, a->bz,
+                                                  a->shmem, a->stream, a->params);
+}
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                 unsigned int gridDimZ, unsigned int blockDimX,
@@ -11,8 +312,12 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
                                 void **extra)
 {
     VC_NEED_REAL(cuLaunchKernel);
-    return vc_real.cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
-                                  sharedMemBytes, hStream, kernelParams, extra);
+    if (VC_LIKELY(!paced()))
+        return vc_real.cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+                                      blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    struct kernel_args a = {f,         gridDimX,       gridDimY, gridDimZ,     blockDimX, blockDimY,
+                            blockDimZ, sharedMemBytes, hStream,  kernelParams, extra};
+    return launch_paced(&(struct launch){do_kernel, (uintptr_t)f, hStream, false, &a});
 }
 
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -22,22 +327,50 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsign
                                      void **kernelParams, void **extra)
 {
     VC_NEED_REAL(cuLaunchKernel_ptsz);
-    return vc_real.cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
-                                       blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    if (VC_LIKELY(!paced()))
+        return vc_real.cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+                                           blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    struct kernel_args a = {f,         gridDimX,       gridDimY, gridDimZ,     blockDimX, blockDimY,
+                            blockDimZ, sharedMemBytes, hStream,  kernelParams, extra};
+    return launch_paced(&(struct launch){do_kernel_ptsz, (uintptr_t)f, hStream, true, &a});
+}
+
+struct ex_args {
+    const CUlaunchConfig *config;
+    CUfunction f;
+    void **params, **extra;
+};
+
+static CUresult do_ex(const struct launch *l)
+{
+    const struct ex_args *a = l->args;
+    return vc_real.cuLaunchKernelEx(a->config, a->f, a->params, a->extra);
+}
+
+static CUresult do_ex_ptsz(const struct launch *l)
+{
+    const struct ex_args *a = l->args;
+    return vc_real.cuLaunchKernelEx_ptsz(a->config, a->f, a->params, a->extra);
 }
 
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                                   void **extra)
 {
     VC_NEED_REAL(cuLaunchKernelEx);
-    return vc_real.cuLaunchKernelEx(config, f, kernelParams, extra);
+    if (VC_LIKELY(!paced()) || !config)
+        return vc_real.cuLaunchKernelEx(config, f, kernelParams, extra);
+    struct ex_args a = {config, f, kernelParams, extra};
+    return launch_paced(&(struct launch){do_ex, (uintptr_t)f, config->hStream, false, &a});
 }
 
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
                                        void **kernelParams, void **extra)
 {
     VC_NEED_REAL(cuLaunchKernelEx_ptsz);
-    return vc_real.cuLaunchKernelEx_ptsz(config, f, kernelParams, extra);
+    if (VC_LIKELY(!paced()) || !config)
+        return vc_real.cuLaunchKernelEx_ptsz(config, f, kernelParams, extra);
+    struct ex_args a = {config, f, kernelParams, extra};
+    return launch_paced(&(struct launch){do_ex_ptsz, (uintptr_t)f, config->hStream, true, &a});
 }
 
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
@@ -47,39 +380,116 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
                                            CUstream hStream, void **kernelParams)
 {
     VC_NEED_REAL(cuLaunchCooperativeKernel);
-    return vc_real.cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX,
-                                             blockDimY, blockDimZ, sharedMemBytes, hStream,
-                                             kernelParams);
+    if (VC_LIKELY(!paced()))
+        return vc_real.cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX,
+                                                 blockDimY, blockDimZ, sharedMemBytes, hStream,
+                                                 kernelParams);
+    struct kernel_args a = {f,         gridDimX,       gridDimY, gridDimZ,     blockDimX, blockDimY,
+                            blockDimZ, sharedMemBytes, hStream,  kernelParams, NULL};
+    return launch_paced(&(struct launch){do_coop, (uintptr_t)f, hStream, false, &a});
 }
 
 CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
                                                 unsigned int gridDimY, unsigned int gridDimZ,
                                                 unsigned int blockDimX, unsigned int blockDimY,
-                                                unsigned int blockDimZ,
-                                                unsigned int sharedMemBytes, CUstream hStream,
-                                                void **kernelParams)
+                                                unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                                CUstream hStream, void **kernelParams)
 {
     VC_NEED_REAL(cuLaunchCooperativeKernel_ptsz);
-    return vc_real.cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX,
-                                                  blockDimY, blockDimZ, sharedMemBytes, hStream,
-                                                  kernelParams);
+    if (VC_LIKELY(!paced()))
+        return vc_real.cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX,
+                                                      blockDimY, blockDimZ, sharedMemBytes, hStream,
+                                                      kernelParams);
+    struct kernel_args a = {f,         gridDimX,       gridDimY, gridDimZ,     blockDimX, blockDimY,
+                            blockDimZ, sharedMemBytes, hStream,  kernelParams, NULL};
+    return launch_paced(&(struct launch){do_coop_ptsz, (uintptr_t)f, hStream, true, &a});
 }
 
+struct multi_args {
+    CUDA_LAUNCH_PARAMS *list;
+    unsigned n, flags;
+};
+
+static CUresult do_multi(const struct launch *l)
+{
+    const struct multi_args *a = l->args;
+    return vc_real.cuLaunchCooperativeKernelMultiDevice(a->list, a->n, a->flags);
+}
+
+/* One budget per container: the launch is charged once, timed on the first device's stream
+ * (the devices run it in lockstep, so that is the time each of them is busy). */
 CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList,
                                                       unsigned int numDevices, unsigned int flags)
 {
     VC_NEED_REAL(cuLaunchCooperativeKernelMultiDevice);
-    return vc_real.cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
+    if (VC_LIKELY(!paced()) || !launchParamsList || numDevices == 0)
+        return vc_real.cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
+    struct multi_args a = {launchParamsList, numDevices, flags};
+    return launch_paced(&(struct launch){do_multi, (uintptr_t)launchParamsList[0].function,
+                                         launchParamsList[0].hStream, false, &a});
+}
+
+static CUresult do_graph(const struct launch *l)
+{
+    return vc_real.cuGraphLaunch((CUgraphExec)l->key, l->stream);
+}
+
+static CUresult do_graph_ptsz(const struct launch *l)
+{
+    return vc_real.cuGraphLaunch_ptsz((CUgraphExec)l->key, l->stream);
 }
 
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
     VC_NEED_REAL(cuGraphLaunch);
-    return vc_real.cuGraphLaunch(hGraphExec, hStream);
+    if (VC_LIKELY(!paced()))
+        return vc_real.cuGraphLaunch(hGraphExec, hStream);
+    return launch_paced(&(struct launch){do_graph, (uintptr_t)hGraphExec, hStream, false, NULL});
 }
 
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
     VC_NEED_REAL(cuGraphLaunch_ptsz);
-    return vc_real.cuGraphLaunch_ptsz(hGraphExec, hStream);
+    if (VC_LIKELY(!paced()))
+        return vc_real.cuGraphLaunch_ptsz(hGraphExec, hStream);
+    return launch_paced(
+        &(struct launch){do_graph_ptsz, (uintptr_t)hGraphExec, hStream, true, NULL});
+}
+
+/* ---- for the rest of libvcuda ---- */
+
+void vc_launch_atfork_child(void)
+{
+    /* The mode is re-decided with the child's slot; the pacer starts over (pacer_get). */
+    atomic_store_explicit(&launch_mode, MODE_UNKNOWN, memory_order_relaxed);
+    atomic_store_explicit(&pacer_ready, 0, memory_order_relaxed);
+    pthread_mutex_init(&pacer_lock, NULL);
+}
+
+void vc_launch_exit(void)
+{
+    /* Most programs synchronize before they exit: their last launches are done, and settling
+     * them makes the region's measured time whole. What is still running stays charged at its
+     * estimate (pace_slot_retire, at the slot's release). */
+    if (atomic_load_explicit(&pacer_ready, memory_order_acquire) == 1)
+        pace_flight_harvest(&pacer.flight, measure_cb, &pacer, false);
+}
+
+void vc_launch_ctx_closing(CUcontext ctx)
+{
+    if (atomic_load_explicit(&pacer_ready, memory_order_acquire) != 1)
+        return;
+    struct pacer *p = &pacer;
+    /* Settle what has finished while its events can still be read, then drop the events made
+     * in that context (all of them for ctx NULL) before the driver frees the context under
+     * them; launches in flight keep theirs and are settled at their estimate if they fail. */
+    pace_flight_harvest(&p->flight, measure_cb, p, false);
+    for (unsigned i = 0; i < PACE_FLIGHT_SLOTS; i++) {
+        if (!p->ev[i].ctx || (ctx && p->ev[i].ctx != ctx) || !pace_flight_hold(&p->flight, i))
+            continue;
+        vc_real.cuEventDestroy_v2(p->ev[i].start);
+        vc_real.cuEventDestroy_v2(p->ev[i].end);
+        p->ev[i].ctx = NULL;
+        pace_flight_unhold(&p->flight, i);
+    }
 }

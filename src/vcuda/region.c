@@ -3,6 +3,8 @@
  * docs/vcuda.md (the correctness argument). */
 #include "region.h"
 
+#include "pace.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -165,6 +167,18 @@ int vc_region_claim_slot(struct vc_region *r, uint32_t pid, uint64_t start_time)
     return s;
 }
 
+/* The compute-share state (pace.h) lives in the header's and the slots'
+ * fields reserved for it. */
+static struct pace_shared *region_pace(struct vc_region *r)
+{
+    return (struct pace_shared *)(void *)&r->hdr->core_limit;
+}
+
+static struct pace_slot *slot_pace(struct vc_region_slot *s)
+{
+    return (struct pace_slot *)(void *)&s->gpu_time_ns;
+}
+
 static void zero_slot(struct vc_region_slot *s)
 {
     for (unsigned d = 0; d < VC_REGION_DEVICES; d++)
@@ -183,6 +197,8 @@ void vc_region_release_slot(struct vc_region *r, int slot, uint32_t pid)
     struct vc_region_slot *s = &r->slots[slot];
     if ((LOAD(&s->owner) & VC_OWNER_PID_MASK) != pid || (LOAD(&s->owner) & VC_OWNER_RECLAIM))
         return;
+    /* Our launches not measured yet stay charged to the container. */
+    pace_slot_retire(region_pace(r), slot_pace(s));
     zero_slot(s);
     uint64_t expect = pid;
     __atomic_compare_exchange_n(&s->owner, &expect, 0, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
@@ -250,7 +266,10 @@ int vc_region_reap(struct vc_region *r)
                                          __ATOMIC_RELAXED))
             continue;
         /* Zeroing is idempotent: if we die here, the next reaper repeats it.
-         * Until the owner word is 0 nobody else claims the slot. */
+         * Until the owner word is 0 nobody else claims the slot. The dead
+         * process's launches that were charged but never measured are
+         * refunded to the container's compute budget first (exactly once). */
+        pace_slot_reclaim(region_pace(r), slot_pace(s));
         zero_slot(s);
         STORE(&s->owner, 0);
         reaped++;

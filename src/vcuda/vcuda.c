@@ -50,6 +50,7 @@ static void atfork_child(void)
     vc_track_reset();
     vc_mem_atfork_child();
     vc_ctx_atfork_child();
+    vc_launch_atfork_child();
     vc.slot = -1;
     vc.pid = 0;
     atomic_store_explicit(&vc_ready, 0, memory_order_release);
@@ -69,8 +70,10 @@ __attribute__((constructor)) static void vc_constructor(void)
 __attribute__((destructor)) static void vc_destructor(void)
 {
     if (atomic_load_explicit(&vc_ready, memory_order_acquire) == 1 && vc.slot >= 0 &&
-        vc.pid == (uint32_t)getpid())
+        vc.pid == (uint32_t)getpid()) {
+        vc_launch_exit();
         vc_region_release_slot(&vc.region, vc.slot, vc.pid);
+    }
 }
 
 static void publish_config(void)

@@ -115,6 +115,12 @@ void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint
 /* Resets per-process hook state in a forked child. */
 void vc_mem_atfork_child(void);
 void vc_ctx_atfork_child(void);
+void vc_launch_atfork_child(void); /* hook-launch.c */
+/* At exit: settles the launches that have finished (no waiting). hook-launch.c. */
+void vc_launch_exit(void);
+/* Before a context may be destroyed (ctx NULL: a primary context, any): settles finished
+ * launches and drops pacing's events made in it. hook-launch.c. */
+void vc_launch_ctx_closing(CUcontext ctx);
 
 /* For wrappers: loads the driver if needed and returns from the wrapper with
  * an error when the real function n is not available. */

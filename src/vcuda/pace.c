@@ -1,0 +1,267 @@
+/* pace.c — the compute-share controller (see pace.h for the model). Pure logic over the shared
+ * region's atomics: no CUDA, no clock, no allocation except pace_est_new(). */
+#include "pace.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#define RLX memory_order_relaxed
+#define ACQ memory_order_acquire
+#define REL memory_order_release
+#define ACQREL memory_order_acq_rel
+
+/* GPU ns -> wall ns of the container's time at limit_pct. */
+static uint64_t to_wall(uint64_t gpu_ns, uint32_t limit_pct)
+{
+    return gpu_ns * 100u / limit_pct;
+}
+
+int pace_shared_init(struct pace_shared *s, unsigned limit_pct, enum pace_policy policy,
+                     uint64_t now_ns)
+{
+    if (limit_pct < 1 || limit_pct > 100)
+        return -EINVAL;
+    if (policy != PACE_POLICY_HARD && policy != PACE_POLICY_BURST)
+        return -EINVAL;
+    atomic_store_explicit(&s->tat_ns, now_ns, RLX);
+    atomic_store_explicit(&s->measured_ns, 0, RLX);
+    atomic_store_explicit(&s->launches, 0, RLX);
+    atomic_store_explicit(&s->budget_ns, 0, RLX);
+    atomic_store_explicit(&s->contended_until_ns, 0, RLX);
+    atomic_store_explicit(&s->pending_ns, 0, RLX);
+    atomic_store_explicit(&s->budget_time_ns, now_ns, RLX);
+    atomic_store_explicit(&s->period_ns, PACE_PERIOD_NS, RLX);
+    atomic_store_explicit(&s->policy, (uint32_t)policy, RLX);
+    /* Last, with release: a reader that sees the limit sees the rest initialized. */
+    atomic_store_explicit(&s->limit_pct, limit_pct, REL);
+    return 0;
+}
+
+bool pace_contended(const struct pace_shared *s, uint64_t now_ns)
+{
+    if (atomic_load_explicit(&s->policy, RLX) != PACE_POLICY_BURST)
+        return true;
+    return atomic_load_explicit(&s->contended_until_ns, RLX) > now_ns;
+}
+
+static int64_t budget_at(uint64_t tat, uint64_t now_ns, uint32_t limit)
+{
+    /* Credit is capped at the bank, as pace_acquire() would cap it. */
+    int64_t wall = (int64_t)(now_ns - tat);
+    if (wall > (int64_t)PACE_BANK_NS)
+        wall = (int64_t)PACE_BANK_NS;
+    return wall * (int64_t)limit / 100;
+}
+
+int64_t pace_budget_ns(const struct pace_shared *s, uint64_t now_ns)
+{
+    uint32_t limit = atomic_load_explicit(&s->limit_pct, ACQ);
+    if (limit == 0 || limit >= 100)
+        return 0;
+    return budget_at(atomic_load_explicit(&s->tat_ns, RLX), now_ns, limit);
+}
+
+int pace_acquire(struct pace_shared *s, struct pace_slot *slot, uint64_t now_ns, uint64_t est_ns,
+                 uint64_t *ret_wait_ns)
+{
+    uint32_t limit = atomic_load_explicit(&s->limit_pct, ACQ);
+    if (limit == 0 || limit >= 100)
+        return 0;
+
+    bool burst = !pace_contended(s, now_ns);
+    if (burst && atomic_load_explicit(&slot->pending_ns, RLX) >= PACE_BURST_DEPTH_NS)
+        return -EBUSY;
+
+    uint64_t floor = now_ns > PACE_BANK_NS ? now_ns - PACE_BANK_NS : 0;
+    uint64_t tat = atomic_load_explicit(&s->tat_ns, RLX);
+    uint64_t next;
+    do {
+        if (!burst && tat > now_ns) {
+            *ret_wait_ns = tat - now_ns;
+            return -EAGAIN;
+        }
+        next = (tat < floor ? floor : tat) + to_wall(est_ns, limit);
+        /* A burst runs up debt only to the extent of one period: it was idle time. */
+        if (burst && next > now_ns + PACE_PERIOD_NS)
+            next = now_ns + PACE_PERIOD_NS;
+    } while (!atomic_compare_exchange_weak_explicit(&s->tat_ns, &tat, next, RLX, RLX));
+
+    /* After the charge: a death in between loses this estimate's credit (conservative), never
+     * refunds what was not charged. */
+    atomic_fetch_add_explicit(&slot->pending_ns, est_ns, RLX);
+    atomic_fetch_add_explicit(&s->pending_ns, est_ns, RLX);
+    atomic_fetch_add_explicit(&slot->launches, 1, RLX);
+    atomic_fetch_add_explicit(&s->launches, 1, RLX);
+    atomic_store_explicit(&s->budget_ns, budget_at(next, now_ns, limit), RLX);
+    atomic_store_explicit(&s->budget_time_ns, now_ns, RLX);
+    return 0;
+}
+
+/* Adds a signed wall-time correction to tat (two's complement wraps exactly). */
+static void tat_adjust(struct pace_shared *s, uint64_t plus_gpu, uint64_t minus_gpu, uint32_t limit)
+{
+    if (plus_gpu > minus_gpu)
+        atomic_fetch_add_explicit(&s->tat_ns, to_wall(plus_gpu - minus_gpu, limit), RLX);
+    else if (minus_gpu > plus_gpu)
+        atomic_fetch_sub_explicit(&s->tat_ns, to_wall(minus_gpu - plus_gpu, limit), RLX);
+}
+
+void pace_settle(struct pace_shared *s, struct pace_slot *slot, uint64_t est_ns,
+                 uint64_t measured_ns)
+{
+    uint32_t limit = atomic_load_explicit(&s->limit_pct, ACQ);
+    if (limit == 0 || limit >= 100)
+        return;
+    tat_adjust(s, measured_ns, est_ns, limit);
+    atomic_fetch_sub_explicit(&slot->pending_ns, est_ns, RLX);
+    atomic_fetch_sub_explicit(&s->pending_ns, est_ns, RLX);
+    atomic_fetch_add_explicit(&slot->measured_ns, measured_ns, RLX);
+    atomic_fetch_add_explicit(&s->measured_ns, measured_ns, RLX);
+}
+
+/* Saturating: a death between a slot's and the container's update leaves the container's sum
+ * short of the slot's, and a wrapped sum would read as huge. */
+static void pending_sub(struct pace_shared *s, uint64_t x)
+{
+    uint64_t cur = atomic_load_explicit(&s->pending_ns, RLX);
+    while (!atomic_compare_exchange_weak_explicit(&s->pending_ns, &cur, cur > x ? cur - x : 0, RLX,
+                                                  RLX))
+        ;
+}
+
+uint64_t pace_slot_reclaim(struct pace_shared *s, struct pace_slot *slot)
+{
+    uint64_t pending = atomic_exchange_explicit(&slot->pending_ns, 0, ACQREL);
+    uint32_t limit = atomic_load_explicit(&s->limit_pct, ACQ);
+    if (pending && limit > 0 && limit < 100) {
+        tat_adjust(s, 0, pending, limit);
+        pending_sub(s, pending);
+    }
+    return pending;
+}
+
+uint64_t pace_slot_retire(struct pace_shared *s, struct pace_slot *slot)
+{
+    uint64_t pending = atomic_exchange_explicit(&slot->pending_ns, 0, ACQREL);
+    if (pending)
+        pending_sub(s, pending);
+    return pending;
+}
+
+bool pace_observe_device(struct pace_shared *s, struct pace_sampler *smp, uint64_t now_ns,
+                         uint64_t dev_busy_ns)
+{
+    if (atomic_load_explicit(&s->policy, RLX) != PACE_POLICY_BURST || pace_unlimited(s))
+        return false;
+    if (smp->at_ns != 0 && now_ns - smp->at_ns < PACE_SAMPLE_NS)
+        return false;
+    uint64_t measured = atomic_load_explicit(&s->measured_ns, RLX);
+    struct pace_sampler prev = *smp;
+    *smp =
+        (struct pace_sampler){.at_ns = now_ns, .measured_ns = measured, .dev_busy_ns = dev_busy_ns};
+    if (prev.at_ns == 0 || now_ns <= prev.at_ns || dev_busy_ns < prev.dev_busy_ns)
+        return true; /* first sample (or the counter restarted): nothing to compare yet */
+
+    uint64_t window = now_ns - prev.at_ns;
+    uint64_t dev = dev_busy_ns - prev.dev_busy_ns;
+    uint64_t own = measured - prev.measured_ns + atomic_load_explicit(&s->pending_ns, RLX);
+    if (dev <= own || (dev - own) * 100u < (uint64_t)PACE_OTHER_PCT * window)
+        return true;
+
+    uint64_t until = now_ns + PACE_HOLD_PERIODS * PACE_PERIOD_NS;
+    uint64_t old = atomic_exchange_explicit(&s->contended_until_ns, until, RLX);
+    if (old <= now_ns) {
+        /* Entering the limit: forgive the burst's debt so the next launch is paced at the limit
+         * from now on rather than waiting out time that was idle when it was used. */
+        uint64_t tat = atomic_load_explicit(&s->tat_ns, RLX);
+        while (tat > now_ns &&
+               !atomic_compare_exchange_weak_explicit(&s->tat_ns, &tat, now_ns, RLX, RLX))
+            ;
+    }
+    return true;
+}
+
+/* ---- estimates ---- */
+
+#define EST_SLOTS 512u /* power of two */
+#define EST_PROBE 8u
+
+struct pace_est {
+    _Atomic uintptr_t key;
+    _Atomic uint64_t ns;
+};
+
+struct pace_est_table {
+    struct pace_est e[EST_SLOTS];
+};
+
+static uint32_t est_home(uintptr_t key)
+{
+    uint64_t h = (uint64_t)key * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 40) & (EST_SLOTS - 1);
+}
+
+struct pace_est_table *pace_est_new(void)
+{
+    return calloc(1, sizeof(struct pace_est_table));
+}
+
+struct pace_est_table *pace_est_free(struct pace_est_table *t)
+{
+    free(t);
+    return NULL;
+}
+
+int pace_est_lookup(const struct pace_est_table *t, uintptr_t key, uint64_t *ret_ns)
+{
+    if (!key)
+        return -ENOENT;
+    uint32_t h = est_home(key);
+    for (uint32_t i = 0; i < EST_PROBE; i++) {
+        const struct pace_est *e = &t->e[(h + i) & (EST_SLOTS - 1)];
+        uintptr_t k = atomic_load_explicit(&e->key, ACQ);
+        if (k == key) {
+            uint64_t ns = atomic_load_explicit(&e->ns, RLX);
+            if (!ns)
+                return -ENOENT; /* claimed, first measurement not stored yet */
+            *ret_ns = ns;
+            return 0;
+        }
+        if (k == 0)
+            return -ENOENT;
+    }
+    return -ENOENT;
+}
+
+void pace_est_learn(struct pace_est_table *t, uintptr_t key, uint64_t measured_ns)
+{
+    if (!key)
+        return;
+    if (!measured_ns)
+        measured_ns = 1; /* 0 means "unknown" in the table */
+    uint32_t h = est_home(key);
+    struct pace_est *e = NULL;
+    for (uint32_t i = 0; i < EST_PROBE && !e; i++) {
+        struct pace_est *c = &t->e[(h + i) & (EST_SLOTS - 1)];
+        uintptr_t k = atomic_load_explicit(&c->key, ACQ);
+        if (k == key)
+            e = c;
+        else if (k == 0 && atomic_compare_exchange_strong_explicit(&c->key, &k, key, ACQREL, ACQ))
+            e = c;
+        else if (k == key) /* lost the race to ourselves from another thread */
+            e = c;
+    }
+    if (!e) {
+        /* Neighbourhood full: the home slot changes owner (a cache, not a map). */
+        e = &t->e[h];
+        atomic_store_explicit(&e->ns, 0, RLX);
+        atomic_store_explicit(&e->key, key, REL);
+    }
+    uint64_t old = atomic_load_explicit(&e->ns, RLX);
+    /* Moving average with weight 1/4: follows a changed workload within a few launches while
+     * one outlier moves it little; settling corrects whatever it gets wrong. */
+    uint64_t next = old ? old - old / 4 + measured_ns / 4 : measured_ns;
+    if (!next)
+        next = 1;
+    atomic_store_explicit(&e->ns, next, RLX);
+}

@@ -1,0 +1,146 @@
+/* pace.h — the compute-share controller of libvcuda, as pure logic: no CUDA, no clock, no
+ * globals. The caller (hook-launch.c) injects the time and the GPU-time measurements; the unit
+ * tests inject a simulated clock and a simulated GPU.
+ *
+ * Model. A container with core limit S % may use S/100 of one GPU's time. Its whole state is a
+ * "theoretical arrival time" `tat` in the shared usage region (a virtual-scheduling token bucket,
+ * GCRA): every nanosecond of GPU time the container uses pushes `tat` forward by 100/S wall
+ * nanoseconds, and a launch is admitted only when `tat` is not in the future. A launch is charged
+ * an *estimate* of its GPU time when it is issued (so asynchronous launches cannot run ahead of
+ * the budget) and *settled* when its measured GPU time arrives (CUDA events around the launch):
+ * the estimate is replaced by the measurement. The books therefore integrate measured GPU busy
+ * time exactly — an integral controller whose gain is 1 in units of the GPU's own time, so it
+ * needs no per-GPU tuning (no SM counts) and holds the share for 50 µs kernels, 20 ms kernels and
+ * graphs of unknown duration alike.
+ *
+ * Everything shared lives in two fixed-width, atomics-only structs placed in the region: one per
+ * container (struct pace_shared), one per process slot (struct pace_slot). Each update is a single
+ * atomic operation on one field, so a process killed at any instruction leaves the books off by at
+ * most one launch's estimate, never locked; pace_slot_reclaim() refunds what a dead process had
+ * charged for launches it never settled.
+ *
+ * Threads: every function may be called from any thread of any process sharing the region. */
+#pragma once
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Control period: how often burst mode samples the device, and the bound on how long a burst
+ * tenant keeps the GPU after another tenant appears. */
+#define PACE_PERIOD_NS 100000000ull
+/* Hard mode: wall time of credit a container may bank while idle or while a pacing sleep
+ * overshoots. Small against any averaging window, large against timer slack. */
+#define PACE_BANK_NS 20000000ull
+/* Burst mode: GPU time a process may have in flight, so the device queue stays shallow and a
+ * newcomer's kernels wait behind at most this much of ours. */
+#define PACE_BURST_DEPTH_NS 10000000ull
+/* Burst mode: each process compares the device's busy time with its container's over windows of
+ * half a period, so a tenant that appears is seen within one period. Another tenant using at
+ * least PACE_OTHER_PCT % of a window means contention; the container then stays at its limit for
+ * PACE_HOLD_PERIODS periods after the last sighting. */
+#define PACE_SAMPLE_NS (PACE_PERIOD_NS / 2)
+#define PACE_OTHER_PCT 10u
+#define PACE_HOLD_PERIODS 5u
+
+enum pace_policy {
+    PACE_POLICY_HARD = 0,  /* never above the limit */
+    PACE_POLICY_BURST = 1, /* idle GPU time above the limit, back to it when others need it */
+};
+
+/* Per container, in the shared region (at vc_region_header.core_limit, offset 192). 128 bytes;
+ * layout is ABI (docs/vcuda-compute.md). All zeroes plus a limit is a valid start state, so the
+ * region's creator needs to do nothing but write the configured limit and policy. */
+struct pace_shared {
+    _Atomic uint32_t limit_pct;      /* 0: 1..100; 100 (or 0: not configured) = unlimited */
+    _Atomic uint32_t policy;         /* 4: enum pace_policy */
+    _Atomic int64_t budget_ns;       /* 8: credit in GPU ns at the last launch (< 0: debt) */
+    _Atomic uint64_t budget_time_ns; /* 16: when budget_ns was computed */
+    _Atomic uint64_t period_ns;      /* 24: PACE_PERIOD_NS, for readers */
+    _Atomic uint64_t tat_ns;         /* 32: CLOCK_MONOTONIC ns; a launch is admitted when <= now */
+    _Atomic uint64_t measured_ns;    /* 40: settled GPU time of all processes, ever */
+    _Atomic uint64_t launches;       /* 48: paced launches of all processes, ever */
+    _Atomic uint64_t contended_until_ns; /* 56: burst: held at the limit until this time */
+    _Atomic uint64_t pending_ns;         /* 64: estimates charged, not settled, all processes */
+    uint64_t reserved[7];                /* 72 */
+};
+
+/* Per process, in the process's region slot (at vc_region_slot.gpu_time_ns, offset 144).
+ * 32 bytes; zeroes are the start state. */
+struct pace_slot {
+    _Atomic uint64_t measured_ns; /* 0: settled GPU time of this process */
+    _Atomic uint64_t launches;    /* 8: paced launches of this process */
+    _Atomic uint64_t pending_ns;  /* 16: estimates charged for launches not settled yet */
+    _Atomic uint64_t reserved;    /* 24 */
+};
+
+_Static_assert(sizeof(struct pace_shared) == 128, "pace_shared is ABI");
+_Static_assert(__builtin_offsetof(struct pace_shared, tat_ns) == 32, "pace_shared is ABI");
+_Static_assert(sizeof(struct pace_slot) == 32, "pace_slot is ABI");
+
+/* Sets up a container's state (the region's creator does this once). limit_pct outside 1..100
+ * gives -EINVAL and changes nothing. */
+int pace_shared_init(struct pace_shared *s, unsigned limit_pct, enum pace_policy policy,
+                     uint64_t now_ns);
+
+/* True when launches go straight through: limit 100 (or a region that never set one). */
+static inline bool pace_unlimited(const struct pace_shared *s)
+{
+    uint32_t l = atomic_load_explicit(&s->limit_pct, memory_order_relaxed);
+    return l == 0 || l >= 100;
+}
+
+/* Admission of one launch issued at now_ns whose GPU time is estimated at est_ns (0 when
+ * unknown). On 0 the launch is charged (call pace_settle() with the same est_ns once its GPU
+ * time is measured). -EAGAIN: not admitted, *ret_wait_ns says how long until it could be (the
+ * caller sleeps at most that, harvests measurements, and retries). -EBUSY (burst only): this
+ * process has PACE_BURST_DEPTH_NS in flight; wait for one of its launches to finish. */
+int pace_acquire(struct pace_shared *s, struct pace_slot *slot, uint64_t now_ns, uint64_t est_ns,
+                 uint64_t *ret_wait_ns);
+
+/* A charged launch's GPU time is known: replace its estimate by the measurement. */
+void pace_settle(struct pace_shared *s, struct pace_slot *slot, uint64_t est_ns,
+                 uint64_t measured_ns);
+
+/* The slot's process is dead: refund the estimates it charged and never settled. Safe to call
+ * more than once and concurrently (each nanosecond is refunded once). Returns what was refunded. */
+uint64_t pace_slot_reclaim(struct pace_shared *s, struct pace_slot *slot);
+
+/* The slot's process exits cleanly with launches still unsettled: their estimates stay charged
+ * (the work ran or is running) and leave the in-flight sum. Returns what was retired. */
+uint64_t pace_slot_retire(struct pace_shared *s, struct pace_slot *slot);
+
+/* Burst mode, per process (not shared): where the last device sample was taken. Zeroed = none. */
+struct pace_sampler {
+    uint64_t at_ns;
+    uint64_t measured_ns;
+    uint64_t dev_busy_ns;
+};
+
+/* Burst mode: dev_busy_ns is a counter of the device's busy time as this process sees it (any
+ * origin; only differences are used). Once per PACE_SAMPLE_NS it subtracts what the container
+ * itself used over the same window — counting everything still in flight as used, so work not
+ * measured yet is never mistaken for another tenant's — and when another tenant used at least
+ * PACE_OTHER_PCT % holds the container at its limit, dropping the debt its burst ran up so the
+ * limit applies from the next launch. Returns true when it took a sample. No-op in hard mode. */
+bool pace_observe_device(struct pace_shared *s, struct pace_sampler *smp, uint64_t now_ns,
+                         uint64_t dev_busy_ns);
+
+/* Whether burst mode is held at the limit now. */
+bool pace_contended(const struct pace_shared *s, uint64_t now_ns);
+
+/* The container's credit in GPU ns at now_ns: positive = could launch that much now, negative =
+ * debt still to be waited out. 0 when unlimited. */
+int64_t pace_budget_ns(const struct pace_shared *s, uint64_t now_ns);
+
+/* Per-process table of GPU-time estimates keyed by what was launched (a CUfunction, a
+ * CUgraphExec): lock-free, fixed size, never allocates after pace_est_new(). Entries are hints —
+ * a lost update under a race only costs a less accurate estimate, which settling corrects. */
+struct pace_est_table;
+
+struct pace_est_table *pace_est_new(void);
+struct pace_est_table *pace_est_free(struct pace_est_table *t);
+/* 0 and *ret_ns, or -ENOENT when key has never been measured (key 0 is never stored). */
+int pace_est_lookup(const struct pace_est_table *t, uintptr_t key, uint64_t *ret_ns);
+/* Folds a measurement into key's estimate (moving average; the first sets it). */
+void pace_est_learn(struct pace_est_table *t, uintptr_t key, uint64_t measured_ns);

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# tests/gpu/vcuda-compute.sh — libvcuda's compute share on a real NVIDIA GPU (issue 5).
+#
+# Builds libvcuda.so and bench/vcuda-load with gcc + meson only (-Dagent=disabled: no Debian -dev
+# libraries needed), then, with VCUDA_CORE_LIMIT=30 (hard):
+#   1. the PTX spin workload (50 us kernels, async) : throughput vs unlimited = 0.30 +- 0.03
+#   2. the same with 2 ms kernels                     : 0.30 +- 0.03
+#   3. a CUDA graph (10 spin kernels) replayed         : 0.30 +- 0.03
+#   4. a PyTorch matmul loop (if torch is installed)  : 0.30 +- 0.03
+#   5. two tenants at 30 / 70 running together        : ratio of their throughputs 30/70 +- 10 %
+# Each run lasts $SECONDS_PER_RUN (default 10) seconds. Prints one PASS/FAIL/SKIP line per check
+# and the GPU, driver and CUDA versions to copy into docs/gpu-validation.md. Exit 0 when every
+# check that ran passed, 1 otherwise, 77 when there is no GPU.
+set -euo pipefail
+
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=${BUILD_GPU:-$src/build-gpu}
+secs=${SECONDS_PER_RUN:-10}
+fail=0
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "SKIP: no NVIDIA GPU here (nvidia-smi -L failed)"
+    exit 77
+fi
+
+echo "== GPU"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/CUDA (driver) \1/p' | head -1
+date -u +"date %Y-%m-%dT%H:%M:%SZ"
+
+echo "== build ($build)"
+if [ ! -f "$build/build.ninja" ]; then
+    meson setup "$build" "$src" -Dagent=disabled -Dbuildtype=release >/dev/null
+fi
+meson compile -C "$build" >/dev/null
+lib=$build/src/vcuda/libvcuda.so
+load=$build/bench/vcuda-load
+if [ ! -f "$lib" ] || [ ! -x "$load" ]; then
+    echo "FAIL: build did not produce $lib and $load"
+    exit 1
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# run LIMIT TAG CMD...: runs CMD (limit 0 = without libvcuda), prints its "rate=" value.
+run() {
+    local limit=$1 tag=$2
+    shift 2
+    if [ "$limit" = 0 ]; then
+        env -u LD_PRELOAD "$@" | sed -n 's/.*rate=\([0-9.]*\).*/\1/p'
+    else
+        LD_PRELOAD=$lib VCUDA_CONFIG=/nonexistent/vcuda-config VCUDA_CORE_LIMIT=$limit \
+            VCUDA_CORE_POLICY=hard VCUDA_REGION=$tmp/$tag.region "$@" |
+            sed -n 's/.*rate=\([0-9.]*\).*/\1/p'
+    fi
+}
+
+# check NAME GOT WANT TOL: PASS when |GOT - WANT| <= TOL.
+check() {
+    if awk -v g="$2" -v w="$3" -v t="$4" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= t) }'; then
+        echo "PASS: $1: $2 (want $3 +- $4)"
+    else
+        echo "FAIL: $1: $2 (want $3 +- $4)"
+        fail=1
+    fi
+}
+
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }'
+}
+
+echo "== 1. spin kernels, 50 us, async"
+u=$(run 0 u1 "$load" --seconds "$secs" --kernel-us 50)
+l=$(run 30 l1 "$load" --seconds "$secs" --kernel-us 50)
+echo "unlimited $u kernels/s, limit 30: $l kernels/s"
+check "spin 50us at 30%" "$(ratio "$l" "$u")" 0.30 0.03
+
+echo "== 2. spin kernels, 2 ms, async"
+u=$(run 0 u2 "$load" --seconds "$secs" --kernel-us 2000 --depth 4)
+l=$(run 30 l2 "$load" --seconds "$secs" --kernel-us 2000 --depth 4)
+echo "unlimited $u kernels/s, limit 30: $l kernels/s"
+check "spin 2ms at 30%" "$(ratio "$l" "$u")" 0.30 0.03
+
+echo "== 3. CUDA graph of 10 spin kernels (10 ms per graph), synchronized replay"
+u=$(run 0 u3 "$load" --seconds "$secs" --graph --kernel-us 10000 --nodes 10)
+l=$(run 30 l3 "$load" --seconds "$secs" --graph --kernel-us 10000 --nodes 10)
+echo "unlimited $u kernels/s, limit 30: $l kernels/s"
+check "graph at 30%" "$(ratio "$l" "$u")" 0.30 0.03
+
+echo "== 4. PyTorch matmul loop"
+py=${PYTHON:-python3}
+if "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    cat >"$tmp/mm.py" <<'EOF'
+import sys, time, torch
+secs = float(sys.argv[1])
+a = torch.randn(4096, 4096, device="cuda")
+b = torch.randn(4096, 4096, device="cuda")
+for _ in range(5):
+    c = a @ b
+torch.cuda.synchronize()
+n, t0 = 0, time.monotonic()
+while time.monotonic() - t0 < secs:
+    for _ in range(8):
+        c = a @ b
+    n += 8
+    torch.cuda.synchronize()
+print("rate=%.2f" % (n / (time.monotonic() - t0)))
+EOF
+    u=$(run 0 u4 "$py" "$tmp/mm.py" "$secs")
+    l=$(run 30 l4 "$py" "$tmp/mm.py" "$secs")
+    echo "unlimited $u matmuls/s, limit 30: $l matmuls/s"
+    check "pytorch matmul at 30%" "$(ratio "$l" "$u")" 0.30 0.03
+else
+    echo "SKIP: PyTorch with CUDA not available to $py"
+fi
+
+echo "== 5. two tenants, 30 / 70, together (50 us kernels)"
+u=$(run 0 u5 "$load" --seconds "$secs" --kernel-us 50)
+run 30 t30 "$load" --seconds "$secs" --kernel-us 50 >"$tmp/t30" &
+p30=$!
+run 70 t70 "$load" --seconds "$secs" --kernel-us 50 >"$tmp/t70" &
+p70=$!
+wait $p30 $p70
+a=$(cat "$tmp/t30")
+b=$(cat "$tmp/t70")
+echo "alone unlimited $u kernels/s; together: 30% tenant $a, 70% tenant $b kernels/s"
+echo "shares of the GPU: $(ratio "$a" "$u") and $(ratio "$b" "$u")"
+check "30/70 ratio" "$(ratio "$a" "$b")" 0.429 0.043
+
+if [ "$fail" = 0 ]; then
+    echo "== all checks that ran passed"
+else
+    echo "== some checks FAILED"
+fi
+exit "$fail"
