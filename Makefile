@@ -38,7 +38,8 @@ check: build build-san
 	@rc=0; \
 	$(MESON_TEST) -C $(BUILD) || rc=1; \
 	$(MESON_TEST) -C $(BUILD_SAN) --timeout-multiplier 4 || rc=1; \
-	python3 scripts/test-summary.py $(BUILD) $(BUILD_SAN) | tee $(BUILD)/test-summary.txt || rc=1; \
+	python3 scripts/test-summary.py $(BUILD) $(BUILD_SAN) > $(BUILD)/test-summary.txt || rc=1; \
+	cat $(BUILD)/test-summary.txt; \
 	exit $$rc
 
 demo: build
