@@ -791,7 +791,8 @@ EMU_API CUresult cuCtxGetCacheConfig(CUfunc_cache *config)
 
 EMU_API CUresult cuCtxSetCacheConfig(CUfunc_cache config)
 {
-    return (int)config >= 0 && config <= CU_FUNC_CACHE_PREFER_EQUAL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return (int)config >= 0 && config <= CU_FUNC_CACHE_PREFER_EQUAL ? CUDA_SUCCESS
+                                                                    : CUDA_ERROR_INVALID_VALUE;
 }
 
 EMU_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)

@@ -1344,8 +1344,8 @@ static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *st, bool pt)
 }
 
 static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
-                             const CUgraphNode **deps, const CUgraphEdgeData **edges,
-                             size_t *ndeps, bool pt)
+                             const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps,
+                             bool pt)
 {
     if (!st)
         return CUDA_ERROR_INVALID_VALUE;

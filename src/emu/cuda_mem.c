@@ -891,8 +891,7 @@ EMU_API CUresult cuMemAdvise(CUdeviceptr p, size_t count, CUmem_advise advice, C
     return managed_hint(p, count);
 }
 
-EMU_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t count, CUmem_advise advice,
-                                CUmemLocation loc)
+EMU_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t count, CUmem_advise advice, CUmemLocation loc)
 {
     NEED_CTX(c);
     if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
