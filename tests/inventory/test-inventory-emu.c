@@ -170,6 +170,38 @@ TEST(four_gpus_uuids_bus_ids_numa_links)
     gpu_inventory_free(inv);
 }
 
+/* --nvlink all (the default): every GPU has links to every other, none to itself; --nvlink
+ * none: no pair has a link. */
+TEST(nvlink_all_and_none)
+{
+    struct emu e;
+    static const char *const all[] = {"--gpus", "4", "--nvlink", "all", NULL};
+    static const char *const none[] = {"--gpus", "3", "--nvlink", "none", NULL};
+
+    emu_init(&e, "links-all", all);
+    struct gpu_inventory *inv = load(&e, e.sysfs);
+    REQUIRE(inv != NULL);
+    REQUIRE_EQ_INT(inv->count, 4);
+    for (unsigned a = 0; a < 4; a++)
+        for (unsigned b = 0; b < 4; b++) {
+            if (a == b)
+                CHECK_EQ_INT(gpu_inventory_link(inv, a, b)->pcie, GPU_LINK_SELF);
+            else if (!CHECK(gpu_inventory_link(inv, a, b)->nvlinks > 0))
+                tap_diag("no NVLink between GPU %u and GPU %u", a, b);
+        }
+    gpu_inventory_free(inv);
+
+    emu_init(&e, "links-none", none);
+    inv = load(&e, e.sysfs);
+    REQUIRE(inv != NULL);
+    REQUIRE_EQ_INT(inv->count, 3);
+    for (unsigned a = 0; a < 3; a++)
+        for (unsigned b = 0; b < 3; b++)
+            if (a != b)
+                CHECK_EQ_INT(gpu_inventory_link(inv, a, b)->nvlinks, 0);
+    gpu_inventory_free(inv);
+}
+
 TEST(numa_falls_back_to_nvml_without_sysfs)
 {
     struct emu e;
