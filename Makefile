@@ -48,7 +48,9 @@ demo: build
 fuzz: deps
 	[ -f $(BUILD_FUZZ)/build.ninja ] || CC=clang meson setup $(BUILD_FUZZ) -Dfuzz=true $(SAN_OPTS)
 	meson compile -C $(BUILD_FUZZ)
-	@echo "fuzz targets: $(BUILD_FUZZ)/tests/fuzz/fuzz-*  (run one with its corpus dir from tests/fuzz/corpus/)"
+	@echo "fuzz targets: $(BUILD_FUZZ)/tests/fuzz/fuzz-NAME; run one with a scratch corpus first,"
+	@echo "  so that the seeds in tests/fuzz/corpus/NAME stay as committed:"
+	@echo "  mkdir -p fuzz-out/NAME && $(BUILD_FUZZ)/tests/fuzz/fuzz-NAME fuzz-out/NAME tests/fuzz/corpus/NAME"
 
 bench: build
 	@bash bench/run.sh $(BUILD)
