@@ -38,7 +38,8 @@ check: build build-san
 	@rc=0; \
 	$(MESON_TEST) -C $(BUILD) || rc=1; \
 	$(MESON_TEST) -C $(BUILD_SAN) --timeout-multiplier 4 || rc=1; \
-	python3 scripts/test-summary.py $(BUILD) $(BUILD_SAN) | tee $(BUILD)/test-summary.txt || rc=1; \
+	python3 scripts/test-summary.py $(BUILD) $(BUILD_SAN) > $(BUILD)/test-summary.txt || rc=1; \
+	cat $(BUILD)/test-summary.txt; \
 	exit $$rc
 
 demo: build
@@ -47,7 +48,9 @@ demo: build
 fuzz: deps
 	[ -f $(BUILD_FUZZ)/build.ninja ] || CC=clang meson setup $(BUILD_FUZZ) -Dfuzz=true $(SAN_OPTS)
 	meson compile -C $(BUILD_FUZZ)
-	@echo "fuzz targets: $(BUILD_FUZZ)/tests/fuzz/fuzz-*  (run one with its corpus dir from tests/fuzz/corpus/)"
+	@echo "fuzz targets: $(BUILD_FUZZ)/tests/fuzz/fuzz-NAME; run one with a scratch corpus first,"
+	@echo "  so that the seeds in tests/fuzz/corpus/NAME stay as committed:"
+	@echo "  mkdir -p fuzz-out/NAME && $(BUILD_FUZZ)/tests/fuzz/fuzz-NAME fuzz-out/NAME tests/fuzz/corpus/NAME"
 
 bench: build
 	@bash bench/run.sh $(BUILD)

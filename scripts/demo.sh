@@ -29,12 +29,14 @@ demo_gpus() {
     echo
     echo "\$ accel-emu lose 3   # the GPU falls off the bus"
     ACCEL_EMU_STATE=$state "$emu" lose 3 >/dev/null
-    echo "\$ accelctl gpus --json | python3 -c '...'   # index, health, error of each GPU"
+    echo "\$ accelctl gpus --json | python3 -c '...'   # index, uuid, health (and why) of each GPU"
     ACCEL_EMU_STATE=$state ACCEL_NVML_LIBRARY=$nvml "$accelctl" gpus --json \
         --sysfs-root "$state.d/sysfs" | python3 -c '
 import json, sys
 for g in json.load(sys.stdin):
-    print(g["index"], g["uuid"], g["health"], g["error"] or "")
+    # a lost GPU answers nothing: no uuid (null), and an error saying why
+    why = " (" + g["error"] + ")" if g.get("error") else ""
+    print("GPU %d  %-40s  %s%s" % (g["index"], g["uuid"] or "uuid unknown", g["health"], why))
 '
     rm -rf "$tmp"
 }

@@ -6,7 +6,7 @@ set -euo pipefail
 
 pkgs=(
     # build
-    meson ninja-build gcc clang pkg-config
+    make meson ninja-build gcc clang pkg-config
     # libraries (DESIGN.md: real parts from Debian)
     libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
     libmicrohttpd-dev libyaml-dev libjansson-dev libcurl4-openssl-dev

@@ -246,6 +246,8 @@ static int do_devices(const struct plugin_args *a)
 static int do_prefer(struct plugin_args *a)
 {
     struct devices_ctx c = {.a = a, .collect = true};
+    /* before the first `goto out`: the cleanup must never see an unset pointer */
+    _cleanup_free_ uint8_t *resp = NULL;
     int r;
     if (a->size <= 0) {
         fprintf(stderr, "accelctl: plugin prefer needs --size N (N > 0)\n");
@@ -268,7 +270,6 @@ static int do_prefer(struct plugin_args *a)
     V1beta1__PreferredAllocationRequest req = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
     req.n_container_requests = 1;
     req.container_requests = crs;
-    _cleanup_free_ uint8_t *resp = NULL;
     size_t len = 0;
     r = call_unary(a, "/v1beta1.DevicePlugin/GetPreferredAllocation", &req.base, &resp, &len);
     if (r < 0)

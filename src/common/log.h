@@ -31,7 +31,8 @@ static inline bool log_enabled(enum log_level level)
 }
 
 void log_emit(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void log_emitv(enum log_level level, const char *fmt, va_list ap);
+void log_emitv(enum log_level level, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 
 #define log_error(...) log_emit(LOG_LEVEL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_emit(LOG_LEVEL_WARN, __VA_ARGS__)

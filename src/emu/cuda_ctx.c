@@ -360,7 +360,8 @@ EMU_API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
     return CUDA_SUCCESS;
 }
 
-EMU_API CUresult cuDeviceGetP2PAttribute(int *value, int attrib, CUdevice src, CUdevice dst)
+EMU_API CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice src,
+                                         CUdevice dst)
 {
     if (!value)
         return CUDA_ERROR_INVALID_VALUE;
@@ -780,17 +781,18 @@ EMU_API CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
     return CUDA_SUCCESS;
 }
 
-EMU_API CUresult cuCtxGetCacheConfig(int *config)
+EMU_API CUresult cuCtxGetCacheConfig(CUfunc_cache *config)
 {
     if (!config)
         return CUDA_ERROR_INVALID_VALUE;
-    *config = 0;
+    *config = CU_FUNC_CACHE_PREFER_NONE;
     return CUDA_SUCCESS;
 }
 
-EMU_API CUresult cuCtxSetCacheConfig(int config)
+EMU_API CUresult cuCtxSetCacheConfig(CUfunc_cache config)
 {
-    return config >= 0 && config <= 3 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return (int)config >= 0 && config <= CU_FUNC_CACHE_PREFER_EQUAL ? CUDA_SUCCESS
+                                                                    : CUDA_ERROR_INVALID_VALUE;
 }
 
 EMU_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)

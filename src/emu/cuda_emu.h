@@ -19,39 +19,6 @@
  * below (the tags are the driver's). Enum values the header names are used by name. */
 #include "cuda_api.h"
 
-/* Entry points the emulator exports that cuda_api.h does not declare (yet). */
-CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, int attrib, CUdevice src, CUdevice dst);
-CUresult CUDAAPI cuCtxGetCacheConfig(int *config);
-CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
-CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx);
-CUresult CUDAAPI cuStreamGetCtx_v2(CUstream s, CUcontext *ctx, CUgreenCtx *green);
-CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext *ctx, CUgreenCtx *green);
-CUresult CUDAAPI cuCtxSetCacheConfig(int config);
-CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr p, size_t count, CUdevice dst, CUstream s);
-CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t count, CUdevice dst, CUstream s);
-CUresult CUDAAPI cuMemAdvise(CUdeviceptr p, size_t count, int advice, CUdevice dev);
-CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr p, size_t count, int advice, CUmemLocation location);
-CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
-CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id);
-CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream s, CUstreamCaptureStatus *status,
-                                             cuuint64_t *id);
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus *status,
-                                           cuuint64_t *id, CUgraph *graph, const CUgraphNode **deps,
-                                           size_t *ndeps);
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus *status,
-                                                cuuint64_t *id, CUgraph *graph,
-                                                const CUgraphNode **deps, size_t *ndeps);
-CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *status,
-                                           cuuint64_t *id, CUgraph *graph, const CUgraphNode **deps,
-                                           const void **edges, size_t *ndeps);
-CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus *status,
-                                                cuuint64_t *id, CUgraph *graph,
-                                                const CUgraphNode **deps, const void **edges,
-                                                size_t *ndeps);
-CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction f,
-                                                  size_t (*smem_of_block)(int), size_t smem,
-                                                  int block_limit);
-
 /* ---- emulator objects ---- */
 
 #define EMU_MAGIC_CTX 0x43545831u

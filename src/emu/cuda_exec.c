@@ -916,7 +916,7 @@ EMU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction 
 }
 
 EMU_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction f,
-                                                  size_t (*smem_of_block)(int), size_t smem,
+                                                  CUoccupancyB2DSize smem_of_block, size_t smem,
                                                   int block_limit)
 {
     if (!min_grid || !block)
@@ -1344,7 +1344,8 @@ static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *st, bool pt)
 }
 
 static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
-                             const CUgraphNode **deps, const void **edges, size_t *ndeps, bool pt)
+                             const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps,
+                             bool pt)
 {
     if (!st)
         return CUDA_ERROR_INVALID_VALUE;
@@ -1397,15 +1398,15 @@ EMU_API CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream h, CUstreamCaptureStatu
 
 EMU_API CUresult cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id,
                                            CUgraph *graph, const CUgraphNode **deps,
-                                           const void **edges, size_t *ndeps)
+                                           const CUgraphEdgeData **edges, size_t *ndeps)
 {
     return capture_info(h, st, id, graph, deps, edges, ndeps, false);
 }
 
 EMU_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream h, CUstreamCaptureStatus *st,
                                                 cuuint64_t *id, CUgraph *graph,
-                                                const CUgraphNode **deps, const void **edges,
-                                                size_t *ndeps)
+                                                const CUgraphNode **deps,
+                                                const CUgraphEdgeData **edges, size_t *ndeps)
 {
     return capture_info(h, st, id, graph, deps, edges, ndeps, true);
 }

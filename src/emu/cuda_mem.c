@@ -883,18 +883,18 @@ EMU_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t count, CUmemLo
     return prefetch(p, count, s, true);
 }
 
-EMU_API CUresult cuMemAdvise(CUdeviceptr p, size_t count, int advice, CUdevice dev)
+EMU_API CUresult cuMemAdvise(CUdeviceptr p, size_t count, CUmem_advise advice, CUdevice dev)
 {
     NEED_CTX(c);
-    if (advice < 1 || advice > 6)
+    if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
         return CUDA_ERROR_INVALID_VALUE;
     return managed_hint(p, count);
 }
 
-EMU_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t count, int advice, CUmemLocation loc)
+EMU_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t count, CUmem_advise advice, CUmemLocation loc)
 {
     NEED_CTX(c);
-    if (advice < 1 || advice > 6)
+    if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
         return CUDA_ERROR_INVALID_VALUE;
     return managed_hint(p, count);
 }

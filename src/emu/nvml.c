@@ -4,7 +4,9 @@
  *
  * nvmlInit maps the machine named by $ACCEL_EMU_STATE; without one it fails the way NVML does
  * on a machine without the driver (NVML_ERROR_DRIVER_NOT_LOADED), with one line on stderr
- * saying what to do.
+ * saying what to do. Our own NVML loader (src/gpu/nvml.c) turns that line off with
+ * accel_emu_nvml_quiet() and puts accel_emu_nvml_init_error() into its own error message, so
+ * accelctl and acceld say it once; every other program gets the stderr line.
  *
  * Threads: any entry point from any thread, except that the nvmlShutdown which drops the
  * count to zero unmaps the machine and must not race with queries in flight on other
@@ -21,6 +23,8 @@
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned init_count;     /* guarded by init_lock */
+static bool init_quiet;         /* guarded by init_lock: no stderr line when init fails */
+static char init_error[256];    /* guarded by init_lock: why the last init failed, "" if not */
 static struct emu_state *state; /* set under init_lock; read with acquire */
 static uint64_t util_window_ns = 1000000000ull;
 
@@ -135,19 +139,39 @@ static nvmlReturn_t init_locked(void)
     if (r < 0) {
         const char *p = getenv("ACCEL_EMU_STATE");
         if (!p || !*p)
-            fprintf(stderr, "accel-emu: no emulated machine: set ACCEL_EMU_STATE to a file made "
-                            "by `accel-emu init`\n");
+            snprintf(init_error, sizeof(init_error),
+                     "no emulated machine: set ACCEL_EMU_STATE to a file made by `accel-emu init`");
         else
-            fprintf(stderr,
-                    "accel-emu: no emulated machine: ACCEL_EMU_STATE=%s: %s; set "
-                    "ACCEL_EMU_STATE to a file made by `accel-emu init`\n",
-                    p, r == -EPROTO ? "not a state file of this version" : strerror(-r));
+            snprintf(init_error, sizeof(init_error),
+                     "no emulated machine: ACCEL_EMU_STATE=%s: %s; set ACCEL_EMU_STATE to a file "
+                     "made by `accel-emu init`",
+                     p, r == -EPROTO ? "not a state file of this version" : strerror(-r));
+        if (!init_quiet)
+            fprintf(stderr, "accel-emu: %s\n", init_error);
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
+    init_error[0] = '\0';
     util_window_ns = env_ms("ACCEL_EMU_UTIL_WINDOW_MS", 1000) * 1000000ull;
     __atomic_store_n(&state, st, __ATOMIC_RELEASE);
     init_count = 1;
     return NVML_SUCCESS;
+}
+
+/* Not NVML's: for our loader only (see the top of the file). Any thread, before nvmlInit. */
+NVML_EMU_API void accel_emu_nvml_quiet(void);
+NVML_EMU_API void accel_emu_nvml_quiet(void)
+{
+    pthread_mutex_lock(&init_lock);
+    init_quiet = true;
+    pthread_mutex_unlock(&init_lock);
+}
+
+/* Why the last nvmlInit failed, or NULL when it did not. The text stays valid until the next
+ * nvmlInit; read it from the thread that called nvmlInit, before any other thread inits. */
+NVML_EMU_API const char *accel_emu_nvml_init_error(void);
+NVML_EMU_API const char *accel_emu_nvml_init_error(void)
+{
+    return init_error[0] ? init_error : NULL;
 }
 
 NVML_EMU_API nvmlReturn_t nvmlInit_v2(void)

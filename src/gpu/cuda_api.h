@@ -675,6 +675,22 @@ typedef enum CUfunc_cache_enum {
     CU_FUNC_CACHE_PREFER_EQUAL = 0x03,
 } CUfunc_cache;
 
+typedef enum CUdevice_P2PAttribute_enum {
+    CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK = 0x01,
+    CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 0x02,
+    CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED = 0x03,
+    CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED = 0x04,
+} CUdevice_P2PAttribute;
+
+typedef enum CUmem_advise_enum {
+    CU_MEM_ADVISE_SET_READ_MOSTLY = 1,
+    CU_MEM_ADVISE_UNSET_READ_MOSTLY = 2,
+    CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3,
+    CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION = 4,
+    CU_MEM_ADVISE_SET_ACCESSED_BY = 5,
+    CU_MEM_ADVISE_UNSET_ACCESSED_BY = 6,
+} CUmem_advise;
+
 typedef enum CUlimit_enum {
     CU_LIMIT_STACK_SIZE = 0x00,
     CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
@@ -776,6 +792,16 @@ typedef CUipcEventHandle_v1 CUipcEventHandle;
 
 typedef void(CUDA_CB *CUhostFn)(void *userData);
 typedef void(CUDA_CB *CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
+/* Dynamic shared memory a block of blockSize threads needs (cuOccupancyMaxPotentialBlockSize). */
+typedef size_t(CUDA_CB *CUoccupancyB2DSize)(int blockSize);
+
+/* An edge's annotation in a graph (cuStreamGetCaptureInfo_v3); all zero: full serialization. */
+typedef struct CUgraphEdgeData_st {
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type;
+    unsigned char reserved[5];
+} CUgraphEdgeData;
 
 typedef struct CUDA_ARRAY_DESCRIPTOR_st {
     size_t Width;
@@ -1144,6 +1170,8 @@ CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId);
 CUresult CUDAAPI cuDeviceComputeCapability(int *major, int *minor, CUdevice dev);
 CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
+CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib,
+                                         CUdevice srcDevice, CUdevice dstDevice);
 CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev);
 CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
 CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
@@ -1176,6 +1204,10 @@ CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx);
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx);
 CUresult CUDAAPI cuCtxGetDevice(CUdevice *device);
 CUresult CUDAAPI cuCtxSynchronize(void);
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx);
+CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache *pconfig);
+CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config);
 CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int *version);
 CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags);
 CUresult CUDAAPI cuCtxSetFlags(unsigned int flags);
@@ -1350,6 +1382,15 @@ CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLo
 CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
                                             CUmemLocation location, unsigned int flags,
                                             CUstream hStream);
+/* The unversioned prefetch and advise are the legacy exports (a device, not a location). */
+CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+                                    CUstream hStream);
+CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+                                         CUstream hStream);
+CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                             CUdevice device);
+CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                                CUmemLocation location);
 
 /* Stream-ordered allocation and memory pools. */
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
@@ -1452,6 +1493,8 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
 CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
 CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx);
+CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx);
+CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx);
 CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int *flags);
 CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags);
 CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority);
@@ -1472,6 +1515,34 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
 CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
 CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                        cuuint64_t *id_out);
+CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream,
+                                             CUstreamCaptureStatus *captureStatus_out,
+                                             cuuint64_t *id_out);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream,
+                                           CUstreamCaptureStatus *captureStatus_out,
+                                           cuuint64_t *id_out, CUgraph *graph_out,
+                                           const CUgraphNode **dependencies_out,
+                                           size_t *numDependencies_out);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
+                                                CUstreamCaptureStatus *captureStatus_out,
+                                                cuuint64_t *id_out, CUgraph *graph_out,
+                                                const CUgraphNode **dependencies_out,
+                                                size_t *numDependencies_out);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream,
+                                           CUstreamCaptureStatus *captureStatus_out,
+                                           cuuint64_t *id_out, CUgraph *graph_out,
+                                           const CUgraphNode **dependencies_out,
+                                           const CUgraphEdgeData **edgeData_out,
+                                           size_t *numDependencies_out);
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
+                                                CUstreamCaptureStatus *captureStatus_out,
+                                                cuuint64_t *id_out, CUgraph *graph_out,
+                                                const CUgraphNode **dependencies_out,
+                                                const CUgraphEdgeData **edgeData_out,
+                                                size_t *numDependencies_out);
 
 /* Events. */
 CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags);
@@ -1522,6 +1593,9 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUf
                                                              int blockSize, size_t dynamicSMemSize);
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+                                                  CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                  size_t dynamicSMemSize, int blockSizeLimit);
 
 /* Launches. */
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,

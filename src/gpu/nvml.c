@@ -143,10 +143,23 @@ int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t err
         memcpy((char *)nvml + syms[i].offset, &fn, sizeof(fn));
     }
 
+    /* accel-emu's NVML says why it failed through these (a real NVML has neither): the reason
+     * goes into our one error line instead of a second line of its own on stderr. */
+    void (*emu_quiet)(void) = (void (*)(void))dlsym(nvml->dl, "accel_emu_nvml_quiet");
+    const char *(*emu_why)(void) =
+        (const char *(*)(void))dlsym(nvml->dl, "accel_emu_nvml_init_error");
+    if (emu_quiet && emu_why)
+        emu_quiet();
     r = nvml->nvmlInit_v2();
     if (r != NVML_SUCCESS) {
-        set_err(err, errlen, "NVML initialisation failed (%s): %s; is the NVIDIA driver loaded?",
-                path, nvml->nvmlErrorString(r) ? nvml->nvmlErrorString(r) : "unknown error");
+        const char *why = emu_quiet && emu_why ? emu_why() : NULL;
+        if (why)
+            set_err(err, errlen, "NVML initialisation failed (%s, the GPU emulator): %s", path,
+                    why);
+        else
+            set_err(err, errlen,
+                    "NVML initialisation failed (%s): %s; is the NVIDIA driver loaded?", path,
+                    nvml->nvmlErrorString(r) ? nvml->nvmlErrorString(r) : "unknown error");
         dlclose(nvml->dl);
         free(nvml);
         return -EIO;

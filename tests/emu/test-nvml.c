@@ -658,6 +658,58 @@ TEST(lost_gpu_answers_gpu_is_lost_everywhere)
     nvmlShutdown();
 }
 
+/* Not NVML's: the emulator's hooks for our own loader (src/emu/nvml.c). */
+void accel_emu_nvml_quiet(void);
+const char *accel_emu_nvml_init_error(void);
+
+/* Runs nvmlInit_v2 with stderr sent to a file; what it wrote lands in buf. */
+static nvmlReturn_t init_capturing_stderr(char *buf, size_t len)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/stderr", tap_tmpdir());
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    REQUIRE(saved >= 0);
+    dup2(fd, 2);
+    nvmlReturn_t r = nvmlInit_v2();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t n = pread(fd, buf, len - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    close(fd);
+    return r;
+}
+
+/* A program that is not ours gets one stderr line saying what to do; our loader turns it off
+ * and reads the same reason from accel_emu_nvml_init_error() instead. */
+TEST(init_failure_one_line_or_quiet)
+{
+    char out[1024];
+    unsetenv("ACCEL_EMU_STATE");
+    CHECK_EQ_INT(init_capturing_stderr(out, sizeof(out)), NVML_ERROR_DRIVER_NOT_LOADED);
+    CHECK_EQ_STR(out, "accel-emu: no emulated machine: set ACCEL_EMU_STATE to a file made by "
+                      "`accel-emu init`\n");
+    const char *why = accel_emu_nvml_init_error();
+    REQUIRE(why != NULL);
+    CHECK(strstr(out, why) != NULL);
+
+    accel_emu_nvml_quiet();
+    setenv("ACCEL_EMU_STATE", "/nonexistent/state", 1);
+    CHECK_EQ_INT(init_capturing_stderr(out, sizeof(out)), NVML_ERROR_DRIVER_NOT_LOADED);
+    CHECK_EQ_STR(out, "");
+    why = accel_emu_nvml_init_error();
+    REQUIRE(why != NULL);
+    CHECK(strstr(why, "/nonexistent/state") != NULL);
+
+    REQUIRE(machine("why", "--gpus", "1", NULL) != NULL);
+    REQUIRE_EQ_INT(nvmlInit_v2(), NVML_SUCCESS);
+    CHECK(accel_emu_nvml_init_error() == NULL);
+    CHECK_EQ_INT(nvmlShutdown(), NVML_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
     const char *root = getenv("ACCEL_BUILD_ROOT");

@@ -3,7 +3,7 @@
  * NVML writes them (gpu_pci_bus_id_normalize), sysfs numa_node files (gpu_parse_numa_node)
  * and the process records a driver writes (gpu_nvml_running_processes' stride detection,
  * fed by a fake entry point that writes the input's bytes). Its corpus
- * (tests/fuzz/corpus/fuzz-gpu-parse/) is replayed in every build by tests/inventory/fuzz-replay.c.
+ * (tests/fuzz/corpus/gpu-parse/) is replayed in every build by tests/fuzz/replay.c.
  */
 #include <stdint.h>
 #include <stdlib.h>

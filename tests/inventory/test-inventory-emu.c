@@ -11,11 +11,13 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "inventory.h"
+#include "nvml.h"
 #include "tap.h"
 
 static char emu_nvml[4096], emu_cuda[4096], emu_cmd[4096], hold_cmd[4096];
@@ -168,6 +170,38 @@ TEST(four_gpus_uuids_bus_ids_numa_links)
     gpu_inventory_free(inv);
 }
 
+/* --nvlink all (the default): every GPU has links to every other, none to itself; --nvlink
+ * none: no pair has a link. */
+TEST(nvlink_all_and_none)
+{
+    struct emu e;
+    static const char *const all[] = {"--gpus", "4", "--nvlink", "all", NULL};
+    static const char *const none[] = {"--gpus", "3", "--nvlink", "none", NULL};
+
+    emu_init(&e, "links-all", all);
+    struct gpu_inventory *inv = load(&e, e.sysfs);
+    REQUIRE(inv != NULL);
+    REQUIRE_EQ_INT(inv->count, 4);
+    for (unsigned a = 0; a < 4; a++)
+        for (unsigned b = 0; b < 4; b++) {
+            if (a == b)
+                CHECK_EQ_INT(gpu_inventory_link(inv, a, b)->pcie, GPU_LINK_SELF);
+            else if (!CHECK(gpu_inventory_link(inv, a, b)->nvlinks > 0))
+                tap_diag("no NVLink between GPU %u and GPU %u", a, b);
+        }
+    gpu_inventory_free(inv);
+
+    emu_init(&e, "links-none", none);
+    inv = load(&e, e.sysfs);
+    REQUIRE(inv != NULL);
+    REQUIRE_EQ_INT(inv->count, 3);
+    for (unsigned a = 0; a < 3; a++)
+        for (unsigned b = 0; b < 3; b++)
+            if (a != b)
+                CHECK_EQ_INT(gpu_inventory_link(inv, a, b)->nvlinks, 0);
+    gpu_inventory_free(inv);
+}
+
 TEST(numa_falls_back_to_nvml_without_sysfs)
 {
     struct emu e;
@@ -295,6 +329,40 @@ TEST(process_stride_24)
 TEST(process_stride_32)
 {
     stride_case("32");
+}
+
+/* Without a machine, the emulator's reason is our loader's one error line: no second line of
+ * the emulator's own on stderr, no "is the NVIDIA driver loaded?" that points the wrong way. */
+TEST(no_machine_is_one_clear_error)
+{
+    struct gpu_nvml *nvml = NULL;
+    char err[512] = "", path[4096], out[1024];
+    int fd, saved, r;
+    ssize_t n;
+
+    unsetenv("ACCEL_EMU_STATE");
+    snprintf(path, sizeof(path), "%s/stderr", tap_tmpdir());
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    fflush(stderr);
+    saved = dup(2);
+    REQUIRE(saved >= 0);
+    dup2(fd, 2);
+    r = gpu_nvml_open(emu_nvml, &nvml, err, sizeof(err));
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    n = pread(fd, out, sizeof(out) - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+
+    CHECK_EQ_INT(r, -EIO);
+    CHECK(nvml == NULL);
+    tap_diag("error: %s", err);
+    CHECK(strstr(err, "the GPU emulator") != NULL);
+    CHECK(strstr(err, "set ACCEL_EMU_STATE to a file made by `accel-emu init`") != NULL);
+    CHECK(strstr(err, "NVIDIA driver") == NULL);
+    CHECK_EQ_STR(out, "");
 }
 
 int main(int argc, char **argv)
