@@ -1,6 +1,7 @@
 /* cuda_ctx.c — emulated libcuda.so.1: initialization, devices and their attributes, primary
- * and created contexts (with the context memory overhead charged to the GPU), error strings,
- * and process-exit release of this process's charges. */
+ * and created contexts (with the context memory overhead charged to the GPU; destroying one
+ * frees what was allocated in it), error strings, and process-exit release of this process's
+ * charges. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -443,6 +444,7 @@ static void ctx_unstack(struct CUctx_st *c)
 static void ctx_free(struct CUctx_st *c)
 {
     cuda_ctx_sync(c);
+    cuda_mem_ctx_destroy(c); /* its allocations go with it, as on the driver */
     if (c->charged)
         emu_state_mem_uncharge(cuda_state, (unsigned)c->dev, c->charged);
     cuda_stream_list_free(c);

@@ -143,6 +143,8 @@ CUresult cuda_dev_free(CUdeviceptr p);
  * (device allocation, host allocation, VMM mapping, IPC mapping). */
 bool cuda_ptr_valid(CUdeviceptr p, size_t len);
 void cuda_pools_release_to_threshold(int dev);
+/* Frees everything made in ctx that a context owns (cuCtxDestroy, primary release/reset). */
+void cuda_mem_ctx_destroy(struct CUctx_st *ctx);
 void cuda_mem_process_exit(void);
 
 /* ---- execution (cuda_exec.c) ---- */

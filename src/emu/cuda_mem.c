@@ -49,6 +49,10 @@ struct alloc {
     int prot;            /* K_VMM: access set by cuMemSetAccess */
     unsigned host_flags; /* K_HOST: cuMemHostAlloc flags */
     uint64_t id;
+    /* The context it was made in, which frees it when destroyed; NULL for what belongs to the
+     * device, not to a context (pools' blocks, VMM mappings), as with the driver. */
+    struct CUctx_st *ctx;
+    void *array; /* K_ARRAY: the CUarray_st / CUmipmappedArray_st it backs */
 };
 
 struct extent {
@@ -271,6 +275,7 @@ static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
     a->dev = dev;
     a->kind = kind;
     a->pool = pool;
+    a->ctx = kind == K_POOL ? NULL : cuda_current();
     if (reg_add(a) < 0) {
         arena_give(&arenas[dev], off, len);
         emu_state_mem_uncharge(cuda_state, (unsigned)dev, charge);
@@ -313,6 +318,47 @@ CUresult cuda_dev_free(CUdeviceptr p)
     dev_free_locked(a);
     pthread_mutex_unlock(&cuda_lock);
     return CUDA_SUCCESS;
+}
+
+/* cuCtxDestroy, the last release of a primary context, cuDevicePrimaryCtxReset: what was made
+ * in ctx goes with it, as on the driver — device, managed and pitched memory, arrays (their
+ * handles too), host allocations and registrations, opened IPC mappings — and its charges come
+ * back. Pools' memory and VMM handles belong to the device, not to a context, and stay. The
+ * context's work is already finished (ctx_free synchronizes first). */
+void cuda_mem_ctx_destroy(struct CUctx_st *ctx)
+{
+    pthread_mutex_lock(&cuda_lock);
+    /* from the end: removing entry i leaves the entries before it where they are */
+    for (size_t i = nallocs; i-- > 0;) {
+        struct alloc *a = allocs[i];
+        if (a->ctx != ctx)
+            continue;
+        switch (a->kind) {
+        case K_ARRAY:
+            /* arrays and mipmapped arrays both start with their magic */
+            *(uint32_t *)a->array = 0;
+            free(a->array);
+            dev_free_locked(a);
+            break;
+        case K_HOST:
+            reg_del(a);
+            munmap((void *)(uintptr_t)a->ptr, a->size);
+            free(a);
+            break;
+        case K_IPC:
+            reg_del(a);
+            munmap(a->map_base, a->map_len);
+            free(a);
+            break;
+        case K_HOSTREG:
+            reg_del(a);
+            free(a);
+            break;
+        default:
+            dev_free_locked(a);
+        }
+    }
+    pthread_mutex_unlock(&cuda_lock);
 }
 
 #define NEED_CTX(c)                                                                                \
@@ -400,6 +446,7 @@ static CUresult host_alloc(void **pp, size_t bytes, unsigned flags)
     a->dev = c->dev;
     a->kind = K_HOST;
     a->host_flags = flags;
+    a->ctx = c;
     pthread_mutex_lock(&cuda_lock);
     int r = reg_add(a);
     pthread_mutex_unlock(&cuda_lock);
@@ -481,6 +528,7 @@ EMU_API CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags)
     a->size = bytes;
     a->dev = c->dev;
     a->kind = K_HOSTREG;
+    a->ctx = c;
     pthread_mutex_lock(&cuda_lock);
     struct alloc *o = reg_find(a->ptr);
     size_t i = reg_upper(a->ptr);
@@ -528,8 +576,8 @@ static CUresult ptr_attr(void *data, int attr, CUdeviceptr p)
     pthread_mutex_unlock(&cuda_lock);
     bool host = c.kind == K_HOST || c.kind == K_HOSTREG;
     switch (attr) {
-    case 1: /* context */
-        *(CUcontext *)data = cuda_current();
+    case 1: /* context: the one it was made in */
+        *(CUcontext *)data = c.ctx ? c.ctx : cuda_current();
         break;
     case 2: /* memory type */
         *(unsigned int *)data = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
@@ -1027,6 +1075,8 @@ static CUresult array_new(const CUDA_ARRAY3D_DESCRIPTOR *d, CUarray *ret)
     pthread_mutex_lock(&cuda_lock);
     struct alloc *al;
     CUresult r = dev_alloc_locked(c->dev, bytes, K_ARRAY, NULL, charge, &al);
+    if (!r)
+        al->array = a;
     pthread_mutex_unlock(&cuda_lock);
     if (r) {
         free(a);
@@ -1107,6 +1157,8 @@ EMU_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *ret, const CUDA_ARRAY3
     pthread_mutex_lock(&cuda_lock);
     struct alloc *al;
     CUresult r = dev_alloc_locked(c->dev, bytes, K_ARRAY, NULL, bytes, &al);
+    if (!r)
+        al->array = m;
     pthread_mutex_unlock(&cuda_lock);
     if (r) {
         free(m);
@@ -1202,6 +1254,7 @@ EMU_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle h, unsi
     a->kind = K_IPC; /* not charged again: the exporter holds it */
     a->map_base = m;
     a->map_len = len;
+    a->ctx = c;
     pthread_mutex_lock(&cuda_lock);
     int r = reg_add(a);
     pthread_mutex_unlock(&cuda_lock);

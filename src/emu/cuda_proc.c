@@ -11,7 +11,8 @@
  * The table lists every entry point of the CUDA 13 driver, the ones the emulator does not
  * implement included (marked): symbols are resolved in this library by name, so such a row
  * answers CUDA_ERROR_NOT_FOUND, never an older variant with another signature, and a row can
- * never point at the wrong code. Implementing an entry point needs no change here. */
+ * never point at the wrong code. Implementing an entry point needs no change here. The look-up
+ * goes to glibc's dlsym directly, so a preloaded dlsym override never changes the answers. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <string.h>
@@ -706,6 +707,28 @@ static const struct proc_row rows[] = {
     P(cuWaitExternalSemaphoresAsync, 10000, cuWaitExternalSemaphoresAsync_ptsz), /* not emulated */
 };
 
+/* glibc's own dlsym. A library preloaded in front of the driver may override dlsym (libvcuda.so
+ * does, answering the names it hooks with its wrappers): the driver's answers must be its own
+ * functions, as a real driver's table is, so its look-ups must not go through such an override.
+ * RTLD_NEXT from here skips every object loaded before this one, the preloads included. */
+typedef void *(*dlsym_fn)(void *, const char *);
+
+static dlsym_fn real_dlsym(void)
+{
+    static dlsym_fn f;
+    dlsym_fn r = __atomic_load_n(&f, __ATOMIC_ACQUIRE);
+    if (r)
+        return r;
+    /* the version glibc 2.34+ defines, then the x86-64 and aarch64 base versions */
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    for (size_t i = 0; !r && i < sizeof(versions) / sizeof(versions[0]); i++)
+        r = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    if (!r)
+        r = dlsym; /* not glibc: whatever dlsym there is */
+    __atomic_store_n(&f, r, __ATOMIC_RELEASE);
+    return r;
+}
+
 static void *self_handle(void)
 {
     static void *h;
@@ -763,7 +786,7 @@ EMU_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version
     const struct proc_row *r =
         lookup(symbol, version, flags == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &too_new);
     void *h = r ? self_handle() : NULL;
-    void *fn = h ? dlsym(h, r->symbol) : NULL;
+    void *fn = h ? real_dlsym()(h, r->symbol) : NULL;
     if (!fn) {
         if (status)
             *status = too_new ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT

@@ -76,6 +76,7 @@ FN(cuDeviceTotalMem_v2);
 FN(cuDeviceGetPCIBusId);
 FN(cuDevicePrimaryCtxRetain);
 FN(cuDevicePrimaryCtxRelease_v2);
+FN(cuDevicePrimaryCtxReset_v2);
 FN(cuCtxSetCurrent);
 FN(cuCtxGetCurrent);
 FN(cuCtxCreate_v4);
@@ -89,6 +90,8 @@ FN(cuMemAllocPitch_v2);
 FN(cuMemAllocManaged);
 FN(cuMemAllocHost_v2);
 FN(cuMemFreeHost);
+FN(cuMemHostRegister_v2);
+FN(cuMemHostUnregister);
 FN(cuMemAllocAsync);
 FN(cuMemFreeAsync);
 FN(cuMemPoolCreate);
@@ -176,6 +179,7 @@ static bool resolve_all(void)
     GET(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId");
     GET(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
     GET(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease");
+    GET(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset");
     GET(cuCtxSetCurrent, "cuCtxSetCurrent");
     GET(cuCtxGetCurrent, "cuCtxGetCurrent");
     GET(cuCtxCreate_v4, "cuCtxCreate");
@@ -189,6 +193,8 @@ static bool resolve_all(void)
     GET(cuMemAllocManaged, "cuMemAllocManaged");
     GET(cuMemAllocHost_v2, "cuMemAllocHost");
     GET(cuMemFreeHost, "cuMemFreeHost");
+    GET(cuMemHostRegister_v2, "cuMemHostRegister");
+    GET(cuMemHostUnregister, "cuMemHostUnregister");
     GET(cuMemAllocAsync, "cuMemAllocAsync");
     GET(cuMemFreeAsync, "cuMemFreeAsync");
     GET(cuMemPoolCreate, "cuMemPoolCreate");
@@ -326,6 +332,20 @@ static CUfunction spin_fn(void)
     return f;
 }
 
+/* Mappings of emulated device memory arenas in this process (/proc/self/maps). */
+static int arena_maps(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return -1;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        n += strstr(line, "memfd:accel-emu-gpu") != NULL;
+    fclose(f);
+    return n;
+}
+
 static int child_main(int argc, char **argv)
 {
     if (!driver_up())
@@ -404,6 +424,32 @@ static int child_main(int argc, char **argv)
         if (p_cuMemsetD8_v2(p, 0x5a, sizeof(buf)) != CUDA_SUCCESS)
             return 21;
         return p_cuIpcCloseMemHandle(p) == CUDA_SUCCESS ? 0 : 22;
+    }
+    if (!strcmp(mode, "ipc-ctx") && argc == 4) {
+        /* open the parent's allocation in a created context, destroy it: the mapping goes */
+        CUipcMemHandle h;
+        const char *hex = argv[3];
+        if (strlen(hex) != 2 * sizeof(h))
+            return 16;
+        for (size_t i = 0; i < sizeof(h); i++) {
+            unsigned v;
+            sscanf(hex + 2 * i, "%2x", &v);
+            h.reserved[i] = (char)v;
+        }
+        CUcontext ctx;
+        CUdeviceptr p;
+        if (p_cuCtxCreate_v4(&ctx, NULL, 0, 0) != CUDA_SUCCESS)
+            return 17;
+        if (p_cuIpcOpenMemHandle_v2(&p, h, 1) != CUDA_SUCCESS)
+            return 18;
+        if (arena_maps() != 1) /* the parent's arena, mapped here */
+            return 19;
+        if (p_cuCtxDestroy_v2(ctx) != CUDA_SUCCESS)
+            return 20;
+        if (arena_maps() != 0)
+            return 21;
+        /* back on the primary context: the handle is closed already */
+        return p_cuIpcCloseMemHandle(p) == CUDA_ERROR_INVALID_VALUE ? 0 : 22;
     }
     return 2;
 }
@@ -739,6 +785,110 @@ TEST(allocations_are_charged)
     a3.Format = (CUarray_format)0x7777;
     CHECK_EQ_INT(p_cuArray3DCreate_v2(&arr, &a3), CUDA_ERROR_INVALID_VALUE);
     CHECK_EQ_U64(state_used(0), base);
+}
+
+/* cuCtxDestroy frees what was made in the context (cuMemAlloc, pitch, managed, host memory,
+ * arrays, host registrations) and gives the memory back; pool blocks and VMM handles belong to
+ * the device and stay, as the driver documents. */
+TEST(context_destroy_frees_its_allocations)
+{
+    REQUIRE(driver_up());
+    CUcontext prev;
+    REQUIRE_EQ_INT(p_cuCtxGetCurrent(&prev), CUDA_SUCCESS);
+    uint64_t base = state_used(1);
+    CUcontext ctx;
+    REQUIRE_EQ_INT(p_cuCtxCreate_v4(&ctx, NULL, 0, 1), CUDA_SUCCESS);
+
+    CUdeviceptr p, pitched, managed, pooled;
+    size_t pitch;
+    void *host;
+    CUarray arr;
+    CUmipmappedArray mm;
+    CUstream s;
+    CUmemGenericAllocationHandle vmm;
+    CHECK_EQ_INT(p_cuMemAlloc_v2(&p, 3 * MiB), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemAllocPitch_v2(&pitched, &pitch, 1000, 100, 4), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemAllocManaged(&managed, MiB, 1), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemAllocHost_v2(&host, MiB), CUDA_SUCCESS);
+    CUDA_ARRAY_DESCRIPTOR ad = {
+        .Width = 100, .Height = 100, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 4};
+    CHECK_EQ_INT(p_cuArrayCreate_v2(&arr, &ad), CUDA_SUCCESS);
+    CUDA_ARRAY3D_DESCRIPTOR m2 = {
+        .Width = 1024, .Height = 1024, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+    CHECK_EQ_INT(p_cuMipmappedArrayCreate(&mm, &m2, 3), CUDA_SUCCESS);
+    static char reg[8192];
+    CHECK_EQ_INT(p_cuMemHostRegister_v2(reg, sizeof(reg), 0), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(p_cuStreamCreate(&s, 0), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemAllocAsync(&pooled, 2 * MiB, s), CUDA_SUCCESS);
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1}};
+    CHECK_EQ_INT(p_cuMemCreate(&vmm, 2 * MiB, &prop, 0), CUDA_SUCCESS);
+    unsigned char bytes[4096];
+    memset(bytes, 0x33, sizeof(bytes));
+    CHECK_EQ_INT(p_cuMemcpyHtoD_v2(p, bytes, sizeof(bytes)), CUDA_SUCCESS);
+    uint64_t in_ctx = 3 * MiB + 1024 * 100 + MiB + 256 * 1024 + (4 * MiB + MiB + 256 * 1024);
+    uint64_t device_owned = 2 * MiB + 2 * MiB; /* pool block + VMM handle */
+    CHECK_EQ_U64(state_used(1) - base, CTX_OVERHEAD + in_ctx + device_owned);
+    CHECK_EQ_U64(used_bytes(), state_used(1));
+
+    CHECK_EQ_INT(p_cuCtxDestroy_v2(ctx), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(1) - base, device_owned);
+
+    /* on device 1's primary context: the memory shows as back, the old pointers are gone */
+    CUcontext prim;
+    REQUIRE_EQ_INT(p_cuDevicePrimaryCtxRetain(&prim, 1), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(p_cuCtxSetCurrent(prim), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(1) - base, CTX_OVERHEAD + device_owned);
+    CHECK_EQ_U64(used_bytes(), state_used(1));
+    CHECK_EQ_INT(p_cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ_INT(p_cuMemFree_v2(pitched), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ_INT(p_cuMemFree_v2(managed), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ_INT(p_cuMemFreeHost(host), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ_INT(p_cuMemcpyHtoD_v2(p, bytes, sizeof(bytes)), CUDA_ERROR_INVALID_VALUE);
+    unsigned int mt = 0;
+    CHECK_EQ_INT(p_cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p),
+                 CUDA_ERROR_INVALID_VALUE);
+    /* the registration went with it: the same range registers again, in this context */
+    CHECK_EQ_INT(p_cuMemHostRegister_v2(reg, sizeof(reg), 0), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemHostUnregister(reg), CUDA_SUCCESS);
+
+    /* the pool block and the VMM handle are still there until freed */
+    CHECK_EQ_INT(p_cuMemFreeAsync(pooled, NULL), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuCtxSynchronize(), CUDA_SUCCESS); /* the pool gives back to its threshold */
+    CHECK_EQ_INT(p_cuMemRelease(vmm), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(1) - base, CTX_OVERHEAD);
+    CHECK_EQ_INT(p_cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(1), base);
+    CHECK_EQ_INT(p_cuCtxSetCurrent(prev), CUDA_SUCCESS);
+}
+
+/* Resetting a primary context, and its last release, free what was made in it too. */
+TEST(primary_reset_and_last_release_free_allocations)
+{
+    REQUIRE(driver_up());
+    CUcontext prev;
+    REQUIRE_EQ_INT(p_cuCtxGetCurrent(&prev), CUDA_SUCCESS);
+    uint64_t base = state_used(1);
+    CUcontext prim;
+    CUdeviceptr p, q;
+    REQUIRE_EQ_INT(p_cuDevicePrimaryCtxRetain(&prim, 1), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(p_cuCtxSetCurrent(prim), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemAlloc_v2(&p, 5 * MiB), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(1) - base, CTX_OVERHEAD + 5 * MiB);
+    CHECK_EQ_INT(p_cuDevicePrimaryCtxReset_v2(1), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(1), base);
+
+    /* a fresh primary context: the old pointer is unknown to it */
+    REQUIRE_EQ_INT(p_cuDevicePrimaryCtxRetain(&prim, 1), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(p_cuCtxSetCurrent(prim), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ_INT(p_cuMemAlloc_v2(&q, 2 * MiB), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(1) - base, CTX_OVERHEAD + 2 * MiB);
+    CHECK_EQ_U64(used_bytes(), state_used(1));
+    CHECK_EQ_INT(p_cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS); /* the last reference */
+    CHECK_EQ_U64(state_used(1), base);
+    CHECK_EQ_INT(p_cuCtxSetCurrent(prev), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemFree_v2(q), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST(pools_hold_memory_until_trimmed)
@@ -1389,6 +1539,11 @@ TEST(ipc_maps_the_same_memory_uncharged)
     /* the child's writes are in our allocation */
     p_cuMemcpyDtoH_v2(buf, p, sizeof(buf));
     CHECK(buf[0] == 0x5a && buf[4095] == 0x5a);
+    /* a mapping opened in a context is closed when that context is destroyed */
+    struct child c2;
+    const char *args2[] = {"ipc-ctx", hex, NULL};
+    REQUIRE(spawn(&c2, args2));
+    CHECK_EQ_INT(child_wait(&c2), 0);
     p_cuMemFree_v2(p);
 }
 
