@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -117,8 +118,12 @@ int parse_size(const char *s, uint64_t *ret_bytes)
 int parse_duration_ns(const char *s, uint64_t *ret_ns)
 {
     static const struct unit units[] = {
-        {"", 1000000000ull},      {"s", 1000000000ull}, {"ms", 1000000ull},
-        {"us", 1000ull},          {"ns", 1ull},         {"m", 60ull * 1000000000ull},
+        {"", 1000000000ull},
+        {"s", 1000000000ull},
+        {"ms", 1000000ull},
+        {"us", 1000ull},
+        {"ns", 1ull},
+        {"m", 60ull * 1000000000ull},
         {"h", 3600ull * 1000000000ull},
     };
     uint64_t v;
@@ -143,4 +148,15 @@ char *format_bytes(uint64_t bytes, char *buf, size_t len)
     else
         snprintf(buf, len, "%.2f %s", v, names[i]);
     return buf;
+}
+
+int errbuf_printf(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -EINVAL;
 }

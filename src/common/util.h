@@ -50,5 +50,10 @@ int parse_duration_ns(const char *s, uint64_t *ret_ns);
 int parse_u64(const char *s, uint64_t *ret);
 int parse_int(const char *s, int *ret);
 
+/* Formats a message into err (when err is non-NULL and errlen > 0) and returns -EINVAL, so a
+ * parser reports why it refused an input in one line: `return errbuf_printf(err, len, "...")`. */
+int errbuf_printf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Formats bytes as "1.50 GiB" into buf. Returns buf. */
 char *format_bytes(uint64_t bytes, char *buf, size_t len);

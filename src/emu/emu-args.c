@@ -1,5 +1,6 @@
 /* emu-args.c — accel-emu's value parsers; see emu-args.h. */
 #include "emu-args.h"
+#include "util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -11,19 +12,6 @@
 const char *const emu_args_set_keys =
     "temperature=C power=W power_limit=W sm_clock=MHz mem_clock=MHz fan=% pstate=N "
     "compute_mode=default|exclusive_process|prohibited mig=on|off";
-
-static int seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
 
 /* Whole-string decimal in [0, max]. */
 static bool uint_in(const char *s, size_t len, uint64_t max, uint64_t *ret)
@@ -67,14 +55,14 @@ static bool watts(const char *s, uint64_t max_w, uint32_t *ret_mw)
 int emu_args_gpu_index(const char *s, unsigned gpu_count, unsigned *ret, char *err, size_t errlen)
 {
     if (!s || !*s)
-        return seterr(err, errlen, "empty GPU: want an index, a UUID or a PCI bus id");
+        return errbuf_printf(err, errlen, "empty GPU: want an index, a UUID or a PCI bus id");
     size_t len = strlen(s);
     if (strspn(s, "0123456789") != len)
         return -ENOENT;
     uint64_t v;
     if (!uint_in(s, len, UINT32_MAX, &v) || v >= gpu_count)
-        return seterr(err, errlen, "no GPU '%s': the machine has GPUs 0-%u", s,
-                      gpu_count ? gpu_count - 1 : 0);
+        return errbuf_printf(err, errlen, "no GPU '%s': the machine has GPUs 0-%u", s,
+                             gpu_count ? gpu_count - 1 : 0);
     *ret = (unsigned)v;
     return 0;
 }
@@ -84,7 +72,7 @@ int emu_args_numa(const char *s, unsigned want, int *ret, char *err, size_t errl
     int tmp[EMU_MAX_GPUS];
     unsigned n = 0;
     if (!s)
-        return seterr(err, errlen, "missing NUMA list");
+        return errbuf_printf(err, errlen, "missing NUMA list");
     const char *p = s;
     for (;;) {
         const char *end = strchr(p, ',');
@@ -92,19 +80,20 @@ int emu_args_numa(const char *s, unsigned want, int *ret, char *err, size_t errl
         bool neg = len > 0 && p[0] == '-';
         uint64_t v;
         if (!uint_in(p + neg, len - neg, neg ? 1 : 1023, &v))
-            return seterr(err, errlen, "bad NUMA node '%.*s' in '%s': want -1 (none) or 0-1023",
-                          (int)(len > 32 ? 32 : len), p, s);
+            return errbuf_printf(err, errlen,
+                                 "bad NUMA node '%.*s' in '%s': want -1 (none) or 0-1023",
+                                 (int)(len > 32 ? 32 : len), p, s);
         if (n == EMU_MAX_GPUS || n == want)
-            return seterr(err, errlen, "NUMA list '%s' has more than %u entries (one per GPU)", s,
-                          want);
+            return errbuf_printf(err, errlen,
+                                 "NUMA list '%s' has more than %u entries (one per GPU)", s, want);
         tmp[n++] = neg ? -(int)v : (int)v;
         if (!end)
             break;
         p = end + 1;
     }
     if (n != want)
-        return seterr(err, errlen, "NUMA list '%s' has %u entries, want %u (one per GPU)", s, n,
-                      want);
+        return errbuf_printf(err, errlen, "NUMA list '%s' has %u entries, want %u (one per GPU)", s,
+                             n, want);
     memcpy(ret, tmp, n * sizeof(int));
     return 0;
 }
@@ -118,7 +107,8 @@ int emu_args_nvlink(const char *s, enum emu_nvlink_mode *ret, char *err, size_t 
     else if (s && strcmp(s, "pairs") == 0)
         *ret = EMU_NVLINK_PAIRS;
     else
-        return seterr(err, errlen, "bad NVLink mode '%s': want all, none or pairs", s ? s : "");
+        return errbuf_printf(err, errlen, "bad NVLink mode '%s': want all, none or pairs",
+                             s ? s : "");
     return 0;
 }
 
@@ -126,8 +116,8 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
 {
     const char *eq = kv ? strchr(kv, '=') : NULL;
     if (!eq)
-        return seterr(err, errlen, "bad setting '%s': want key=value (keys: %s)", kv ? kv : "",
-                      emu_args_set_keys);
+        return errbuf_printf(err, errlen, "bad setting '%s': want key=value (keys: %s)",
+                             kv ? kv : "", emu_args_set_keys);
     size_t kl = (size_t)(eq - kv);
     const char *v = eq + 1;
     struct emu_set_req r = *req;
@@ -135,13 +125,13 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
 #define KEY(name) (kl == strlen(name) && strncmp(kv, name, kl) == 0)
     if (KEY("temperature")) {
         if (!uint_in(v, strlen(v), 200, &n))
-            return seterr(err, errlen, "bad temperature '%s': want degrees C, 0-200", v);
+            return errbuf_printf(err, errlen, "bad temperature '%s': want degrees C, 0-200", v);
         r.temperature_c = (uint32_t)n;
         r.mask |= EMU_SET_TEMPERATURE;
     } else if (KEY("power") || KEY("power_limit")) {
         uint32_t mw;
         if (!watts(v, 2000, &mw))
-            return seterr(err, errlen, "bad %.*s '%s': want watts, 0-2000", (int)kl, kv, v);
+            return errbuf_printf(err, errlen, "bad %.*s '%s': want watts, 0-2000", (int)kl, kv, v);
         if (KEY("power")) {
             r.power_mw = mw;
             r.mask |= EMU_SET_POWER;
@@ -151,7 +141,7 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
         }
     } else if (KEY("sm_clock") || KEY("mem_clock")) {
         if (!uint_in(v, strlen(v), 10000, &n) || n == 0)
-            return seterr(err, errlen, "bad %.*s '%s': want MHz, 1-10000", (int)kl, kv, v);
+            return errbuf_printf(err, errlen, "bad %.*s '%s': want MHz, 1-10000", (int)kl, kv, v);
         if (KEY("sm_clock")) {
             r.sm_clock_mhz = (uint32_t)n;
             r.mask |= EMU_SET_SM_CLOCK;
@@ -161,12 +151,12 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
         }
     } else if (KEY("fan")) {
         if (!uint_in(v, strlen(v), 100, &n))
-            return seterr(err, errlen, "bad fan '%s': want percent, 0-100", v);
+            return errbuf_printf(err, errlen, "bad fan '%s': want percent, 0-100", v);
         r.fan_percent = (uint32_t)n;
         r.mask |= EMU_SET_FAN;
     } else if (KEY("pstate")) {
         if (!uint_in(v, strlen(v), 15, &n))
-            return seterr(err, errlen, "bad pstate '%s': want 0-15", v);
+            return errbuf_printf(err, errlen, "bad pstate '%s': want 0-15", v);
         r.pstate = (uint32_t)n;
         r.mask |= EMU_SET_PSTATE;
     } else if (KEY("compute_mode")) {
@@ -178,9 +168,9 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
         else if (strcmp(v, "exclusive_process") == 0 || strcmp(v, "3") == 0)
             r.compute_mode = 3;
         else
-            return seterr(err, errlen,
-                          "bad compute_mode '%s': want default, exclusive_process or prohibited",
-                          v);
+            return errbuf_printf(
+                err, errlen, "bad compute_mode '%s': want default, exclusive_process or prohibited",
+                v);
         r.mask |= EMU_SET_COMPUTE_MODE;
     } else if (KEY("mig")) {
         if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
@@ -188,11 +178,11 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
         else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
             r.mig_mode = 0;
         else
-            return seterr(err, errlen, "bad mig '%s': want on or off", v);
+            return errbuf_printf(err, errlen, "bad mig '%s': want on or off", v);
         r.mask |= EMU_SET_MIG;
     } else {
-        return seterr(err, errlen, "unknown setting '%.*s' (keys: %s)", (int)(kl > 40 ? 40 : kl),
-                      kv, emu_args_set_keys);
+        return errbuf_printf(err, errlen, "unknown setting '%.*s' (keys: %s)",
+                             (int)(kl > 40 ? 40 : kl), kv, emu_args_set_keys);
     }
 #undef KEY
     *req = r;
@@ -202,12 +192,12 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
 int emu_args_set_apply(struct emu_gpu *g, const struct emu_set_req *req, char *err, size_t errlen)
 {
     if ((req->mask & EMU_SET_SM_CLOCK) && req->sm_clock_mhz > g->sm_clock_max_mhz) {
-        seterr(err, errlen, "sm_clock %u MHz is above GPU %u's maximum of %u MHz",
-               req->sm_clock_mhz, g->index, g->sm_clock_max_mhz);
+        errbuf_printf(err, errlen, "sm_clock %u MHz is above GPU %u's maximum of %u MHz",
+                      req->sm_clock_mhz, g->index, g->sm_clock_max_mhz);
         return -ERANGE;
     }
     if ((req->mask & EMU_SET_MIG) && req->mig_mode && !(g->cc_major >= 8 && g->cc_minor == 0)) {
-        seterr(err, errlen, "GPU %u (%s) does not support MIG", g->index, g->name);
+        errbuf_printf(err, errlen, "GPU %u (%s) does not support MIG", g->index, g->name);
         return -ERANGE;
     }
     if (req->mask & EMU_SET_TEMPERATURE)

@@ -1,5 +1,6 @@
 /* mps-cmd.c — parsing of nvidia-cuda-mps-control commands; see mps-cmd.h. */
 #include "mps-cmd.h"
+#include "util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -17,19 +18,6 @@ struct words {
     char w[MAX_WORDS][MAX_WORD];
 };
 
-static int seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
-
 /* Splits on blanks. Control characters other than the line end are refused
  * so that an error message that quotes a word stays one printable line. */
 static int split(const char *line, struct words *ret, char *err, size_t errlen)
@@ -37,7 +25,7 @@ static int split(const char *line, struct words *ret, char *err, size_t errlen)
     struct words ws = {0};
     size_t len = strnlen(line, MPS_CMD_MAX_LINE + 1);
     if (len > MPS_CMD_MAX_LINE)
-        return seterr(err, errlen, "command longer than %d bytes", MPS_CMD_MAX_LINE);
+        return errbuf_printf(err, errlen, "command longer than %d bytes", MPS_CMD_MAX_LINE);
     /* One trailing "\n" or "\r\n" ends the line; any other control byte is refused. */
     if (len > 0 && line[len - 1] == '\n')
         len--;
@@ -50,14 +38,14 @@ static int split(const char *line, struct words *ret, char *err, size_t errlen)
         if (i == len)
             break;
         if (ws.n == MAX_WORDS)
-            return seterr(err, errlen, "too many words (at most %d)", MAX_WORDS);
+            return errbuf_printf(err, errlen, "too many words (at most %d)", MAX_WORDS);
         size_t k = 0;
         for (; i < len && line[i] != ' ' && line[i] != '\t'; i++) {
             unsigned char ch = (unsigned char)line[i];
             if (iscntrl(ch) || ch >= 0x7f)
-                return seterr(err, errlen, "non-printable byte 0x%02x in command", ch);
+                return errbuf_printf(err, errlen, "non-printable byte 0x%02x in command", ch);
             if (k + 1 >= MAX_WORD)
-                return seterr(err, errlen, "word longer than %d bytes", MAX_WORD - 1);
+                return errbuf_printf(err, errlen, "word longer than %d bytes", MAX_WORD - 1);
             ws.w[ws.n][k++] = (char)ch;
         }
         ws.w[ws.n][k] = '\0';
@@ -88,7 +76,7 @@ static int parse_pid(const char *s, pid_t *ret, char *err, size_t errlen)
 {
     uint64_t v;
     if (!parse_uint(s, INT32_MAX, &v) || v == 0)
-        return seterr(err, errlen, "bad PID '%s': want a positive integer", s);
+        return errbuf_printf(err, errlen, "bad PID '%s': want a positive integer", s);
     *ret = (pid_t)v;
     return 0;
 }
@@ -97,7 +85,7 @@ static int parse_dev(const char *s, uint32_t *ret, char *err, size_t errlen)
 {
     uint64_t v;
     if (!parse_uint(s, 1023, &v))
-        return seterr(err, errlen, "bad device '%s': want a device index", s);
+        return errbuf_printf(err, errlen, "bad device '%s': want a device index", s);
     *ret = (uint32_t)v;
     return 0;
 }
@@ -131,7 +119,7 @@ static int parse_pct(const char *s, uint32_t *ret, char *err, size_t errlen)
     *ret = (uint32_t)v;
     return 0;
 bad:
-    return seterr(err, errlen, "bad percentage '%s': want a number in (0, 100]", s);
+    return errbuf_printf(err, errlen, "bad percentage '%s': want a number in (0, 100]", s);
 }
 
 int mps_cmd_parse_bytes(const char *s, uint64_t *ret_bytes)
@@ -209,11 +197,11 @@ static int parse_limit(const char *s, uint64_t *ret, char *err, size_t errlen)
 {
     int r = mps_cmd_parse_bytes(s, ret);
     if (r == -ERANGE)
-        return seterr(err, errlen, "pinned memory limit '%s' is too large", s);
+        return errbuf_printf(err, errlen, "pinned memory limit '%s' is too large", s);
     if (r < 0)
-        return seterr(err, errlen,
-                      "bad pinned memory limit '%s': want bytes with an optional K/M/G/T suffix",
-                      s);
+        return errbuf_printf(
+            err, errlen, "bad pinned memory limit '%s': want bytes with an optional K/M/G/T suffix",
+            s);
     return 0;
 }
 
@@ -254,7 +242,7 @@ static const struct cmd_spec specs[] = {
 int mps_cmd_parse(const char *line, struct mps_cmd *ret_cmd, char *err, size_t errlen)
 {
     if (!line || !ret_cmd)
-        return seterr(err, errlen, "no command");
+        return errbuf_printf(err, errlen, "no command");
     struct words ws;
     int r = split(line, &ws, err, errlen);
     if (r < 0)
@@ -267,10 +255,10 @@ int mps_cmd_parse(const char *line, struct mps_cmd *ret_cmd, char *err, size_t e
         if (strcmp(ws.w[0], specs[i].name) == 0)
             spec = &specs[i];
     if (!spec)
-        return seterr(err, errlen, "unknown command '%s'", ws.w[0]);
+        return errbuf_printf(err, errlen, "unknown command '%s'", ws.w[0]);
     int nargs = ws.n - 1;
     if (nargs < spec->min_args || nargs > spec->max_args)
-        return seterr(err, errlen, "wrong number of arguments: usage: %s", spec->usage);
+        return errbuf_printf(err, errlen, "wrong number of arguments: usage: %s", spec->usage);
 
     struct mps_cmd c = {.kind = spec->kind};
     const char *a1 = nargs >= 1 ? ws.w[1] : NULL;
@@ -282,9 +270,9 @@ int mps_cmd_parse(const char *line, struct mps_cmd *ret_cmd, char *err, size_t e
         if (nargs == 0)
             break;
         if (nargs != 2 || strcmp(a1, "-t") != 0)
-            return seterr(err, errlen, "usage: %s", spec->usage);
+            return errbuf_printf(err, errlen, "usage: %s", spec->usage);
         if (!parse_uint(a2, 86400, &v))
-            return seterr(err, errlen, "bad timeout '%s': want seconds (0-86400)", a2);
+            return errbuf_printf(err, errlen, "bad timeout '%s': want seconds (0-86400)", a2);
         c.timeout_s = (uint32_t)v;
         break;
     case MPS_CMD_GET_SERVER_LIST:
@@ -292,9 +280,9 @@ int mps_cmd_parse(const char *line, struct mps_cmd *ret_cmd, char *err, size_t e
         break;
     case MPS_CMD_START_SERVER:
         if (strcmp(a1, "-uid") != 0)
-            return seterr(err, errlen, "unknown option '%s': usage: %s", a1, spec->usage);
+            return errbuf_printf(err, errlen, "unknown option '%s': usage: %s", a1, spec->usage);
         if (!parse_uint(a2, UINT32_MAX - 1, &v))
-            return seterr(err, errlen, "bad uid '%s': want a numeric user id", a2);
+            return errbuf_printf(err, errlen, "bad uid '%s': want a numeric user id", a2);
         c.uid = (uint32_t)v;
         break;
     case MPS_CMD_SHUTDOWN_SERVER:
@@ -302,7 +290,8 @@ int mps_cmd_parse(const char *line, struct mps_cmd *ret_cmd, char *err, size_t e
             return r;
         if (a2) {
             if (strcmp(a2, "-f") != 0)
-                return seterr(err, errlen, "unknown option '%s': usage: %s", a2, spec->usage);
+                return errbuf_printf(err, errlen, "unknown option '%s': usage: %s", a2,
+                                     spec->usage);
             c.force = 1;
         }
         break;

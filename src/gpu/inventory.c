@@ -4,6 +4,7 @@
  * (PCIe common ancestor + active NVLinks).
  */
 #include "inventory.h"
+#include "util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -14,20 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 const char *gpu_link_kind_name(enum gpu_link_kind k)
 {
@@ -384,13 +371,13 @@ int gpu_inventory_load(const struct gpu_inventory_options *opts, struct gpu_nvml
 
     r = nvml->nvmlDeviceGetCount_v2(&count);
     if (r != NVML_SUCCESS) {
-        set_err(err, errlen, "cannot count GPUs: nvmlDeviceGetCount_v2: %s",
-                gpu_nvml_strerror(nvml, r));
+        errbuf_printf(err, errlen, "cannot count GPUs: nvmlDeviceGetCount_v2: %s",
+                      gpu_nvml_strerror(nvml, r));
         rc = gpu_nvml_errno(r);
         goto out;
     }
     if (count > 4096) {
-        set_err(err, errlen, "NVML reports an implausible GPU count (%u)", count);
+        errbuf_printf(err, errlen, "NVML reports an implausible GPU count (%u)", count);
         rc = -EPROTO;
         goto out;
     }
@@ -433,7 +420,7 @@ int gpu_inventory_load(const struct gpu_inventory_options *opts, struct gpu_nvml
     goto out;
 
 oom:
-    set_err(err, errlen, "out of memory loading the GPU inventory");
+    errbuf_printf(err, errlen, "out of memory loading the GPU inventory");
 out:
     free(handles);
     gpu_inventory_free(inv);

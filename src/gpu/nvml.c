@@ -3,6 +3,7 @@
  * running-process query with run-time detection of the process-info record stride.
  */
 #include "nvml.h"
+#include "util.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -78,20 +79,6 @@ static const struct sym syms[] = {
     SYM(nvmlDeviceGetEccMode, false),
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t errlen)
 {
     struct gpu_nvml *nvml;
@@ -105,7 +92,7 @@ int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t err
 
     nvml = calloc(1, sizeof(*nvml));
     if (!nvml) {
-        set_err(err, errlen, "out of memory");
+        errbuf_printf(err, errlen, "out of memory");
         return -ENOMEM;
     }
     snprintf(nvml->path, sizeof(nvml->path), "%s", path);
@@ -118,15 +105,16 @@ int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t err
             dlerr = "unknown error";
         /* dlerror() usually starts with the path already; don't print it twice. */
         if (strncmp(dlerr, path, strlen(path)) == 0)
-            set_err(err, errlen,
-                    "NVML not found: %s; is the NVIDIA driver installed? set %s to use another "
-                    "library",
-                    dlerr, GPU_NVML_LIBRARY_ENV);
+            errbuf_printf(
+                err, errlen,
+                "NVML not found: %s; is the NVIDIA driver installed? set %s to use another "
+                "library",
+                dlerr, GPU_NVML_LIBRARY_ENV);
         else
-            set_err(err, errlen,
-                    "NVML not found: %s: %s; is the NVIDIA driver installed? set %s to use "
-                    "another library",
-                    path, dlerr, GPU_NVML_LIBRARY_ENV);
+            errbuf_printf(err, errlen,
+                          "NVML not found: %s: %s; is the NVIDIA driver installed? set %s to use "
+                          "another library",
+                          path, dlerr, GPU_NVML_LIBRARY_ENV);
         free(nvml);
         return -ENOENT;
     }
@@ -134,8 +122,8 @@ int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t err
     for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
         void *fn = dlsym(nvml->dl, syms[i].name);
         if (!fn && syms[i].required) {
-            set_err(err, errlen, "%s is not a usable NVML library: it lacks %s", path,
-                    syms[i].name);
+            errbuf_printf(err, errlen, "%s is not a usable NVML library: it lacks %s", path,
+                          syms[i].name);
             dlclose(nvml->dl);
             free(nvml);
             return -ENOSYS;
@@ -154,12 +142,12 @@ int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t err
     if (r != NVML_SUCCESS) {
         const char *why = emu_quiet && emu_why ? emu_why() : NULL;
         if (why)
-            set_err(err, errlen, "NVML initialisation failed (%s, the GPU emulator): %s", path,
-                    why);
+            errbuf_printf(err, errlen, "NVML initialisation failed (%s, the GPU emulator): %s",
+                          path, why);
         else
-            set_err(err, errlen,
-                    "NVML initialisation failed (%s): %s; is the NVIDIA driver loaded?", path,
-                    nvml->nvmlErrorString(r) ? nvml->nvmlErrorString(r) : "unknown error");
+            errbuf_printf(err, errlen,
+                          "NVML initialisation failed (%s): %s; is the NVIDIA driver loaded?", path,
+                          nvml->nvmlErrorString(r) ? nvml->nvmlErrorString(r) : "unknown error");
         dlclose(nvml->dl);
         free(nvml);
         return -EIO;
