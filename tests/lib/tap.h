@@ -25,7 +25,8 @@ typedef void (*tap_fn)(void);
 
 void tap_register(const char *name, tap_fn fn);
 int tap_main(int argc, char **argv);
-void tap_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void tap_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 _Noreturn void tap_abort_case(void);
 _Noreturn void tap_skip_all(const char *reason);
 /* Marks the running case skipped (it still ends normally). */
