@@ -1276,7 +1276,10 @@ static int launcher(int argc, char **argv)
         snprintf(preload, sizeof(preload), "%s:%s/src/vcuda/libvcuda.so", asan, build);
     else
         snprintf(preload, sizeof(preload), "%s/src/vcuda/libvcuda.so", build);
-    setenv("ACCEL_EMU_STATE", state, 1);
+    /* VCUDA_TEST_REAL=1 keeps a caller's emulated machine, so tests/gpu/vcuda-memory.sh can be
+     * dry-run against accel-emu (docs/vcuda.md, "Real GPU"). */
+    if (!real_gpu())
+        setenv("ACCEL_EMU_STATE", state, 1);
     setenv("ACCEL_EMU_CTX_OVERHEAD", "4Mi", 1);
     setenv("VCUDA_CONTEXT_MEMORY", "4Mi", 1);
     setenv("VCUDA_MEMORY_LIMIT", "64Mi", 1);
