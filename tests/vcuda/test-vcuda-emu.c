@@ -62,6 +62,7 @@ static struct {
     FN(cuMemCreate);
     FN(cuMemRelease);
     FN(cuMemGetAllocationGranularity);
+    FN(cuArrayCreate_v2);
     FN(cuArray3DCreate_v2);
     FN(cuArrayDestroy);
     FN(cuMipmappedArrayCreate);
@@ -119,6 +120,7 @@ static void load(void)
     GET(cuMemCreate, "cuMemCreate", 12000, 0);
     GET(cuMemRelease, "cuMemRelease", 12000, 0);
     GET(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 12000, 0);
+    GET(cuArrayCreate_v2, "cuArrayCreate", 12000, 0);
     GET(cuArray3DCreate_v2, "cuArray3DCreate", 12000, 0);
     GET(cuArrayDestroy, "cuArrayDestroy", 12000, 0);
     GET(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 12000, 0);
@@ -506,7 +508,7 @@ TEST(mem_get_info_shows_the_quota)
 /* One allocation kind: fill exactly what is free, one more unit fails with
  * OUT_OF_MEMORY, freeing gives everything back, and a request one unit too
  * big fails without leaking. The emulator's own charge moves in step. */
-enum kind { K_ALLOC, K_PITCH, K_MANAGED, K_ASYNC, K_ASYNC_PTSZ, K_VMM, K_ARRAY3D };
+enum kind { K_ALLOC, K_PITCH, K_MANAGED, K_ASYNC, K_ASYNC_PTSZ, K_VMM, K_ARRAY, K_ARRAY3D };
 
 static size_t vmm_gran;
 
@@ -544,6 +546,14 @@ static CUresult kind_alloc(enum kind k, uint64_t bytes, uint64_t *ret_handle)
         p = h;
         break;
     }
+    case K_ARRAY: {
+        /* FLOAT x1, 4096 wide: 16 KiB rows; 4 rows: one 64 KiB page */
+        CUDA_ARRAY_DESCRIPTOR d = {4096, bytes / (16 << 10), CU_AD_FORMAT_FLOAT, 1};
+        CUarray a = NULL;
+        r = cu.cuArrayCreate_v2(&a, &d);
+        p = (CUdeviceptr)(uintptr_t)a;
+        break;
+    }
     case K_ARRAY3D: {
         /* FLOAT x1, 128 wide: 512-byte rows; 128 rows: 64 KiB per slice */
         CUDA_ARRAY3D_DESCRIPTOR d = {128, 128, bytes / (64 << 10), CU_AD_FORMAT_FLOAT, 1, 0};
@@ -571,6 +581,7 @@ static CUresult kind_free(enum kind k, uint64_t h)
     }
     case K_VMM:
         return cu.cuMemRelease(h);
+    case K_ARRAY:
     case K_ARRAY3D:
         return cu.cuArrayDestroy((CUarray)(uintptr_t)h);
     default:
@@ -694,6 +705,16 @@ TEST(mem_create_vmm_stops_exactly_at_quota)
         CUDA_SUCCESS);
     REQUIRE(vmm_gran > 0 && vmm_gran <= 4 * MiB);
     exact_at_quota(K_VMM, vmm_gran);
+}
+
+TEST(array_stops_exactly_at_quota)
+{
+    /* exact fill needs the emulator's array layout (a real driver's differs) */
+    if (real_gpu()) {
+        tap_skip_case("array layout is the driver's own on a real GPU");
+        return;
+    }
+    exact_at_quota(K_ARRAY, 64 << 10);
 }
 
 TEST(array3d_stops_exactly_at_quota)
