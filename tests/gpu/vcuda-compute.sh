@@ -12,6 +12,8 @@
 # and the GPU, driver and CUDA versions to copy into docs/gpu-validation.md. Exit 0 when every
 # check that ran passed, 1 otherwise, 77 when there is no GPU.
 set -euo pipefail
+# A step that dies (a build error, a crashed workload) says where instead of exiting silently.
+trap 'echo "FAIL: line $LINENO: \"$BASH_COMMAND\" exited $?"' ERR
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_GPU:-$src/build-gpu}
@@ -27,6 +29,8 @@ echo "== GPU"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/CUDA (driver) \1/p' | head -1
 date -u +"date %Y-%m-%dT%H:%M:%SZ"
+if command -v nvcc >/dev/null; then nvcc --version | sed -n 's/.*release /nvcc release /p'; fi
+${PYTHON:-python3} -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo "torch: not importable"
 
 echo "== build ($build)"
 if [ ! -f "$build/build.ninja" ]; then
