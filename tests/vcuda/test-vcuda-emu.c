@@ -1140,8 +1140,8 @@ TEST(ipc_import_is_charged_to_its_owner_only)
     CHECK_EQ_U64(quota_free(), free0);
 }
 
-/* Role "info": prints the quota total as cuMemGetInfo reports it, and whether
- * a 1 MiB allocation worked. */
+/* Role "info": prints the quota total and free as cuMemGetInfo reports them,
+ * and whether a 1 MiB allocation worked. */
 static int role_info(void)
 {
     load();
@@ -1155,7 +1155,7 @@ static int role_info(void)
     cu.cuMemGetInfo_v2(&f, &t);
     CUdeviceptr p;
     CUresult r = cu.cuMemAlloc_v2(&p, MiB);
-    printf("total=%zu alloc=%d\n", t, (int)r);
+    printf("total=%zu free=%zu alloc=%d\n", t, f, (int)r);
     return 0;
 }
 
@@ -1212,6 +1212,25 @@ TEST(config_file_wins_over_environment)
         tap_diag("got: %s / %s", out, err);
     run_info(NULL, "48Mi", out, sizeof(out), err, sizeof(err));
     CHECK(strstr(out, "total=50331648 ") != NULL);
+}
+
+/* A process whose quota is below what the container already holds (a smaller
+ * limit sharing the region) sees its quota as total and 0 free: never a
+ * negative or wrapped figure, and its allocations fail. */
+TEST(views_never_wrap_when_use_exceeds_the_quota)
+{
+    setup();
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAlloc_v2(&p, 40 * MiB), CUDA_SUCCESS);
+    char out[256], err[2048], cfg[1200];
+    /* a config file names its region itself (the file wins over VCUDA_REGION) */
+    snprintf(cfg, sizeof(cfg), "memory_limit = 32Mi\ncontext_memory = 0\nregion = %s\n",
+             getenv("VCUDA_REGION"));
+    run_info(cfg, "1Gi", out, sizeof(out), err, sizeof(err));
+    CHECK(strstr(out, "total=33554432 free=0 alloc=2") != NULL);
+    if (!strstr(out, "total=33554432 free=0 alloc=2"))
+        tap_diag("got: %s / %s", out, err);
+    CHECK_EQ_INT(cu.cuMemFree_v2(p), CUDA_SUCCESS);
 }
 
 TEST(broken_config_fails_closed_with_a_message)
