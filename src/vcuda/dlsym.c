@@ -10,8 +10,11 @@
  * and at -O0 the call through the real pointer could recurse into another
  * preloaded dlsym. The real one comes from dlvsym(RTLD_NEXT) by version.
  *
- * Known difference: dlsym(RTLD_NEXT, name) is answered relative to this
- * library (the caller the real dlsym sees), not to the application's caller. */
+ * RTLD_NEXT: the real dlsym resolves it relative to its caller's return
+ * address. Every name we do not hook is forwarded with a tail call (-O2), so
+ * the real dlsym sees the application's caller and the answer is exact
+ * (tests/vcuda/test-vcuda-next.c). A hooked name found through RTLD_NEXT is
+ * resolved relative to this library, then answered with our wrapper. */
 #include "vcuda.h"
 
 #include <dlfcn.h>
@@ -59,5 +62,6 @@ __attribute__((no_sanitize("address", "undefined"))) VC_EXPORT void *dlsym(void 
             return p ? h->wrapper : NULL;
         }
     }
+    /* A tail call: keeps the caller's return address for RTLD_NEXT. */
     return f(handle, name);
 }

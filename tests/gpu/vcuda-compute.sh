@@ -8,10 +8,16 @@
 #   3. a CUDA graph (10 spin kernels) replayed         : 0.30 +- 0.03
 #   4. a PyTorch matmul loop (if torch is installed)  : 0.30 +- 0.03
 #   5. two tenants at 30 / 70 running together        : ratio of their throughputs 30/70 +- 10 %
-# Each run lasts $SECONDS_PER_RUN (default 10) seconds. Prints one PASS/FAIL/SKIP line per check
-# and the GPU, driver and CUDA versions to copy into docs/gpu-validation.md. Exit 0 when every
+# Each run lasts $SECONDS_PER_RUN (default 10) seconds. Prints one PASS/FAIL/SKIP line per check,
+# the GPU, driver and CUDA versions, and a `record:` line for docs/gpu-validation.md.
+# Dry run without a GPU (an nvidia-smi stand-in on PATH, the emulator as libcuda.so.1):
+#   build-gpu/src/emu/accel-emu --state /tmp/gpus init --gpus 1
+#   ACCEL_EMU_STATE=/tmp/gpus LD_LIBRARY_PATH=build-gpu/src/emu PATH=<dir with fake nvidia-smi>:$PATH \
+#       SECONDS_PER_RUN=2 tests/gpu/vcuda-compute.sh Exit 0 when every
 # check that ran passed, 1 otherwise, 77 when there is no GPU.
 set -euo pipefail
+# A step that dies (a build error, a crashed workload) says where instead of exiting silently.
+trap 'echo "FAIL: line $LINENO: \"$BASH_COMMAND\" exited $?"' ERR
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_GPU:-$src/build-gpu}
@@ -27,6 +33,8 @@ echo "== GPU"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/CUDA (driver) \1/p' | head -1
 date -u +"date %Y-%m-%dT%H:%M:%SZ"
+if command -v nvcc >/dev/null; then nvcc --version | sed -n 's/.*release /nvcc release /p'; fi
+${PYTHON:-python3} -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo "torch: not importable"
 
 echo "== build ($build)"
 if [ ! -f "$build/build.ninja" ]; then
@@ -128,6 +136,11 @@ echo "alone unlimited $u kernels/s; together: 30% tenant $a, 70% tenant $b kerne
 echo "shares of the GPU: $(ratio "$a" "$u") and $(ratio "$b" "$u")"
 check "30/70 ratio" "$(ratio "$a" "$b")" 0.429 0.043
 
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
+cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)
+echo "record: | vcuda-compute.sh | compute share at 30 % (spin 50 us / 2 ms, graph, PyTorch, 30/70) |" \
+     "$(date -u +%F) | $gpu | $driver | $cuda | $([ "$fail" = 0 ] && echo pass || echo FAIL) |"
 if [ "$fail" = 0 ]; then
     echo "== all checks that ran passed"
 else

@@ -62,6 +62,7 @@ static struct {
     FN(cuMemCreate);
     FN(cuMemRelease);
     FN(cuMemGetAllocationGranularity);
+    FN(cuArrayCreate_v2);
     FN(cuArray3DCreate_v2);
     FN(cuArrayDestroy);
     FN(cuMipmappedArrayCreate);
@@ -119,6 +120,7 @@ static void load(void)
     GET(cuMemCreate, "cuMemCreate", 12000, 0);
     GET(cuMemRelease, "cuMemRelease", 12000, 0);
     GET(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 12000, 0);
+    GET(cuArrayCreate_v2, "cuArrayCreate", 12000, 0);
     GET(cuArray3DCreate_v2, "cuArray3DCreate", 12000, 0);
     GET(cuArrayDestroy, "cuArrayDestroy", 12000, 0);
     GET(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 12000, 0);
@@ -506,7 +508,7 @@ TEST(mem_get_info_shows_the_quota)
 /* One allocation kind: fill exactly what is free, one more unit fails with
  * OUT_OF_MEMORY, freeing gives everything back, and a request one unit too
  * big fails without leaking. The emulator's own charge moves in step. */
-enum kind { K_ALLOC, K_PITCH, K_MANAGED, K_ASYNC, K_ASYNC_PTSZ, K_VMM, K_ARRAY3D };
+enum kind { K_ALLOC, K_PITCH, K_MANAGED, K_ASYNC, K_ASYNC_PTSZ, K_VMM, K_ARRAY, K_ARRAY3D };
 
 static size_t vmm_gran;
 
@@ -544,6 +546,14 @@ static CUresult kind_alloc(enum kind k, uint64_t bytes, uint64_t *ret_handle)
         p = h;
         break;
     }
+    case K_ARRAY: {
+        /* FLOAT x1, 4096 wide: 16 KiB rows; 4 rows: one 64 KiB page */
+        CUDA_ARRAY_DESCRIPTOR d = {4096, bytes / (16 << 10), CU_AD_FORMAT_FLOAT, 1};
+        CUarray a = NULL;
+        r = cu.cuArrayCreate_v2(&a, &d);
+        p = (CUdeviceptr)(uintptr_t)a;
+        break;
+    }
     case K_ARRAY3D: {
         /* FLOAT x1, 128 wide: 512-byte rows; 128 rows: 64 KiB per slice */
         CUDA_ARRAY3D_DESCRIPTOR d = {128, 128, bytes / (64 << 10), CU_AD_FORMAT_FLOAT, 1, 0};
@@ -571,6 +581,7 @@ static CUresult kind_free(enum kind k, uint64_t h)
     }
     case K_VMM:
         return cu.cuMemRelease(h);
+    case K_ARRAY:
     case K_ARRAY3D:
         return cu.cuArrayDestroy((CUarray)(uintptr_t)h);
     default:
@@ -696,14 +707,36 @@ TEST(mem_create_vmm_stops_exactly_at_quota)
     exact_at_quota(K_VMM, vmm_gran);
 }
 
+/* On a real GPU the array layout is the driver's own, so an exact fill cannot
+ * be computed: a 4 MiB array must cost at least its texels (and not wildly
+ * more: 16 MiB at most, whatever the driver pads) and come back. */
+static void array_charged_and_given_back(enum kind k)
+{
+    setup();
+    uint64_t free0 = quota_free(), h = 0;
+    REQUIRE_EQ_INT(kind_alloc(k, 4 * MiB, &h), CUDA_SUCCESS);
+    uint64_t charged = free0 - quota_free();
+    CHECK(charged >= 4 * MiB && charged <= 16 * MiB);
+    if (charged < 4 * MiB || charged > 16 * MiB)
+        tap_diag("charged %llu bytes for a 4 MiB array", (unsigned long long)charged);
+    CHECK_EQ_INT(kind_free(k, h), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+}
+
+TEST(array_stops_exactly_at_quota)
+{
+    if (real_gpu())
+        array_charged_and_given_back(K_ARRAY);
+    else
+        exact_at_quota(K_ARRAY, 64 << 10);
+}
+
 TEST(array3d_stops_exactly_at_quota)
 {
-    /* exact fill needs the emulator's array layout (a real driver's differs) */
-    if (real_gpu()) {
-        tap_skip_case("array layout is the driver's own on a real GPU");
-        return;
-    }
-    exact_at_quota(K_ARRAY3D, 64 << 10);
+    if (real_gpu())
+        array_charged_and_given_back(K_ARRAY3D);
+    else
+        exact_at_quota(K_ARRAY3D, 64 << 10);
 }
 
 TEST(mipmapped_array_is_charged_like_the_driver)
@@ -1119,8 +1152,8 @@ TEST(ipc_import_is_charged_to_its_owner_only)
     CHECK_EQ_U64(quota_free(), free0);
 }
 
-/* Role "info": prints the quota total as cuMemGetInfo reports it, and whether
- * a 1 MiB allocation worked. */
+/* Role "info": prints the quota total and free as cuMemGetInfo reports them,
+ * and whether a 1 MiB allocation worked. */
 static int role_info(void)
 {
     load();
@@ -1134,7 +1167,7 @@ static int role_info(void)
     cu.cuMemGetInfo_v2(&f, &t);
     CUdeviceptr p;
     CUresult r = cu.cuMemAlloc_v2(&p, MiB);
-    printf("total=%zu alloc=%d\n", t, (int)r);
+    printf("total=%zu free=%zu alloc=%d\n", t, f, (int)r);
     return 0;
 }
 
@@ -1191,6 +1224,25 @@ TEST(config_file_wins_over_environment)
         tap_diag("got: %s / %s", out, err);
     run_info(NULL, "48Mi", out, sizeof(out), err, sizeof(err));
     CHECK(strstr(out, "total=50331648 ") != NULL);
+}
+
+/* A process whose quota is below what the container already holds (a smaller
+ * limit sharing the region) sees its quota as total and 0 free: never a
+ * negative or wrapped figure, and its allocations fail. */
+TEST(views_never_wrap_when_use_exceeds_the_quota)
+{
+    setup();
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAlloc_v2(&p, 40 * MiB), CUDA_SUCCESS);
+    char out[256], err[2048], cfg[1200];
+    /* a config file names its region itself (the file wins over VCUDA_REGION) */
+    snprintf(cfg, sizeof(cfg), "memory_limit = 32Mi\ncontext_memory = 0\nregion = %s\n",
+             getenv("VCUDA_REGION"));
+    run_info(cfg, "1Gi", out, sizeof(out), err, sizeof(err));
+    CHECK(strstr(out, "total=33554432 free=0 alloc=2") != NULL);
+    if (!strstr(out, "total=33554432 free=0 alloc=2"))
+        tap_diag("got: %s / %s", out, err);
+    CHECK_EQ_INT(cu.cuMemFree_v2(p), CUDA_SUCCESS);
 }
 
 TEST(broken_config_fails_closed_with_a_message)
@@ -1276,7 +1328,10 @@ static int launcher(int argc, char **argv)
         snprintf(preload, sizeof(preload), "%s:%s/src/vcuda/libvcuda.so", asan, build);
     else
         snprintf(preload, sizeof(preload), "%s/src/vcuda/libvcuda.so", build);
-    setenv("ACCEL_EMU_STATE", state, 1);
+    /* VCUDA_TEST_REAL=1 keeps a caller's emulated machine, so tests/gpu/vcuda-memory.sh can be
+     * dry-run against accel-emu (docs/vcuda.md, "Real GPU"). */
+    if (!real_gpu())
+        setenv("ACCEL_EMU_STATE", state, 1);
     setenv("ACCEL_EMU_CTX_OVERHEAD", "4Mi", 1);
     setenv("VCUDA_CONTEXT_MEMORY", "4Mi", 1);
     setenv("VCUDA_MEMORY_LIMIT", "64Mi", 1);
