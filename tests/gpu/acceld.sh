@@ -6,7 +6,8 @@
 # Allocate / GetPreferredAllocation latency and peak RSS with the real driver
 # (bench-acceld, no XID injection on real hardware), and the idle CPU cost of
 # the health thread's 50 ms probes.
-# Needs the agent's -dev libraries (Debian: scripts/deps.sh) to build acceld.
+# Needs the agent's -dev libraries (Debian: scripts/deps.sh) to build acceld, or a bundle
+# made by scripts/gpu-bundle.sh on a Debian machine, named by ACCEL_GPU_BUNDLE.
 # Prints one PASS/FAIL line per check; exits non-zero if any failed, 77 without a GPU.
 # Usage: tests/gpu/acceld.sh [BUILD_DIR]   (default build-gpu-agent)
 set -uo pipefail
@@ -21,15 +22,26 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
     echo "SKIP no NVIDIA GPU (nvidia-smi -L failed)"
     exit 77
 fi
-if ! pkg-config --exists libnghttp2 libprotobuf-c yaml-0.1 jansson 2>/dev/null; then
-    echo "SKIP the agent's -dev libraries are missing (run scripts/deps.sh)"
-    exit 77
+if [ -n "${ACCEL_GPU_BUNDLE:-}" ]; then
+    # A GPU machine without Debian's -dev libraries: acceld, accelctl and bench-acceld were built
+    # on a Debian machine and carried over with their runtime libraries (scripts/gpu-bundle.sh).
+    BUILD=$ACCEL_GPU_BUNDLE
+    export LD_LIBRARY_PATH=$ACCEL_GPU_BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    for f in src/plugin/acceld src/cli/accelctl bench/bench-acceld; do
+        [ -x "$BUILD/$f" ] || { echo "FAIL $BUILD/$f missing from the bundle"; exit 1; }
+    done
+else
+    if ! pkg-config --exists libnghttp2 libprotobuf-c yaml-0.1 jansson 2>/dev/null; then
+        echo "SKIP the agent's -dev libraries are missing (run scripts/deps.sh, or carry a bundle"
+        echo "     made by scripts/gpu-bundle.sh and set ACCEL_GPU_BUNDLE)"
+        exit 77
+    fi
+    if [ ! -f "$BUILD/build.ninja" ]; then
+        meson setup "$BUILD" -Dagent=enabled >/dev/null || { echo "FAIL meson setup"; exit 1; }
+    fi
+    meson compile -C "$BUILD" src/plugin/acceld src/cli/accelctl bench/bench-acceld >/dev/null \
+        || { echo "FAIL build"; exit 1; }
 fi
-if [ ! -f "$BUILD/build.ninja" ]; then
-    meson setup "$BUILD" -Dagent=enabled >/dev/null || { echo "FAIL meson setup"; exit 1; }
-fi
-meson compile -C "$BUILD" src/plugin/acceld src/cli/accelctl bench/bench-acceld >/dev/null \
-    || { echo "FAIL build"; exit 1; }
 nvidia-smi --query-gpu=driver_version,name --format=csv,noheader | head -1 | sed 's/^/# driver, GPU: /'
 
 tmp=$(mktemp -d /tmp/acceld-gpu-XXXXXX)
