@@ -17,11 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cuda_array.h"
 #include "cuda_emu.h"
 
-#define ALIGN 512ull              /* cuMemAlloc alignment; also the pitch unit */
-#define GRANULE (2ull << 20)      /* VMM granularity */
-#define ARRAY_ROUND (64ull << 10) /* arrays are charged in 64 KiB pages */
+#define ALIGN 512ull         /* cuMemAlloc alignment; also the pitch unit */
+#define GRANULE (2ull << 20) /* VMM granularity */
 #define ROUND_UP(x, a) (((x) + (a)-1) / (a) * (a))
 
 enum alloc_kind {
@@ -1008,55 +1008,25 @@ DEF_COPY(cuMemsetD2D32_v2, false, (CUdeviceptr d, size_t pitch, unsigned int v, 
 
 /* ---- arrays ---- */
 
-static size_t format_bytes(int f)
-{
-    switch (f) {
-    case 0x01:
-    case 0x08:
-    case 0xc0:
-    case 0xc6:
-        return 1;
-    case 0x02:
-    case 0x09:
-    case 0x10:
-    case 0xc1:
-    case 0xc3:
-    case 0xc7:
-    case 0xc9:
-        return 2;
-    case 0x03:
-    case 0x0a:
-    case 0x20:
-    case 0xc2:
-    case 0xc4:
-    case 0xc8:
-    case 0xca:
-        return 4;
-    case 0xc5:
-    case 0xcb:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
-/* Bytes one level of an array occupies: rows padded to the 512-byte pitch unit, the whole
- * rounded to 64 KiB pages, as a block-linear layout on the GPU would. */
+/* Bytes one level of an array occupies, laid out as the driver lays it out (cuda_array.h: the
+ * rule libvcuda charges by). desc_ok has bounded every size, so this cannot overflow. */
 static uint64_t level_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned lvl, size_t *ret_row)
 {
     size_t w = d->Width >> lvl, h = d->Height >> lvl, z = d->Depth >> lvl;
     w = w ? w : 1;
     h = d->Height ? (h ? h : 1) : 1;
     z = d->Depth ? (z ? z : 1) : 1;
-    size_t row = ROUND_UP(w * format_bytes(d->Format) * d->NumChannels, ALIGN);
+    uint64_t row = 0, bytes = 0;
+    gpu_cuda_array_bytes(w, h, z, (uint64_t)gpu_cuda_format_bytes(d->Format) * d->NumChannels, &row,
+                         &bytes);
     if (ret_row)
         *ret_row = row;
-    return (uint64_t)row * h * z;
+    return bytes;
 }
 
 static bool desc_ok(const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
-    return d->Width && format_bytes(d->Format) &&
+    return d->Width && gpu_cuda_format_bytes(d->Format) &&
            (d->NumChannels == 1 || d->NumChannels == 2 || d->NumChannels == 4) &&
            d->Width <= (1u << 17) && d->Height <= (1u << 17) && d->Depth <= (1u << 14);
 }
@@ -1071,10 +1041,9 @@ static CUresult array_new(const CUDA_ARRAY3D_DESCRIPTOR *d, CUarray *ret)
         return CUDA_ERROR_OUT_OF_MEMORY;
     a->desc = *d;
     uint64_t bytes = level_bytes(d, 0, &a->row_bytes);
-    uint64_t charge = ROUND_UP(bytes, ARRAY_ROUND);
     pthread_mutex_lock(&cuda_lock);
     struct alloc *al;
-    CUresult r = dev_alloc_locked(c->dev, bytes, K_ARRAY, NULL, charge, &al);
+    CUresult r = dev_alloc_locked(c->dev, bytes, K_ARRAY, NULL, bytes, &al);
     if (!r)
         al->array = a;
     pthread_mutex_unlock(&cuda_lock);
@@ -1084,7 +1053,7 @@ static CUresult array_new(const CUDA_ARRAY3D_DESCRIPTOR *d, CUarray *ret)
     }
     a->magic = EMU_MAGIC_ARRAY;
     a->base = al->ptr;
-    a->bytes = charge;
+    a->bytes = bytes;
     *ret = a;
     return CUDA_SUCCESS;
 }
@@ -1150,7 +1119,7 @@ EMU_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *ret, const CUDA_ARRAY3
     NEED_CTX(c);
     uint64_t bytes = 0;
     for (unsigned l = 0; l < levels; l++)
-        bytes += ROUND_UP(level_bytes(d, l, NULL), ARRAY_ROUND);
+        bytes += level_bytes(d, l, NULL);
     struct CUmipmappedArray_st *m = calloc(1, sizeof(*m));
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
