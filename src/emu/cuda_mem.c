@@ -753,78 +753,11 @@ static uint8_t *array_base(CUarray a)
     return a && a->magic == EMU_MAGIC_ARRAY ? (uint8_t *)(uintptr_t)a->base : NULL;
 }
 
-static CUresult copy2d(const CUDA_MEMCPY2D *p)
-{
-    if (capturing_into)
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if (!p)
-        return CUDA_ERROR_INVALID_VALUE;
-    const uint8_t *src;
-    uint8_t *dst;
-    size_t sp = p->srcPitch, dp = p->dstPitch;
-    switch (p->srcMemoryType) {
-    case CU_MEMORYTYPE_HOST:
-        src = p->srcHost;
-        break;
-    case CU_MEMORYTYPE_DEVICE:
-    case CU_MEMORYTYPE_UNIFIED:
-        src = DP(p->srcDevice);
-        break;
-    case CU_MEMORYTYPE_ARRAY:
-        src = array_base(p->srcArray);
-        if (src)
-            sp = p->srcArray->row_bytes;
-        break;
-    default:
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    switch (p->dstMemoryType) {
-    case CU_MEMORYTYPE_HOST:
-        dst = p->dstHost;
-        break;
-    case CU_MEMORYTYPE_DEVICE:
-    case CU_MEMORYTYPE_UNIFIED:
-        dst = DP(p->dstDevice);
-        break;
-    case CU_MEMORYTYPE_ARRAY:
-        dst = array_base(p->dstArray);
-        if (dst)
-            dp = p->dstArray->row_bytes;
-        break;
-    default:
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (!src || !dst || (p->Height > 1 && (sp < p->WidthInBytes || dp < p->WidthInBytes)))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!p->WidthInBytes || !p->Height)
-        return CUDA_SUCCESS;
-    const uint8_t *s0 = src + p->srcY * sp + p->srcXInBytes;
-    uint8_t *d0 = dst + p->dstY * dp + p->dstXInBytes;
-    size_t span_s = (p->Height - 1) * sp + p->WidthInBytes;
-    size_t span_d = (p->Height - 1) * dp + p->WidthInBytes;
-    if (p->srcMemoryType != CU_MEMORYTYPE_HOST &&
-        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)s0, span_s))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (p->dstMemoryType != CU_MEMORYTYPE_HOST &&
-        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)d0, span_d))
-        return CUDA_ERROR_INVALID_VALUE;
-    for (size_t y = 0; y < p->Height; y++)
-        memmove(d0 + y * dp, s0 + y * sp, p->WidthInBytes);
-    return CUDA_SUCCESS;
-}
-
-DEF_COPY(cuMemcpy2D_v2, false, (const CUDA_MEMCPY2D *p), SYNC_COPY(false), copy2d(p))
-DEF_COPY(cuMemcpy2D_v2_ptds, true, (const CUDA_MEMCPY2D *p), SYNC_COPY(true), copy2d(p))
-DEF_COPY(cuMemcpy2DUnaligned_v2, false, (const CUDA_MEMCPY2D *p), SYNC_COPY(false), copy2d(p))
-DEF_COPY(cuMemcpy2DAsync_v2, false, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, false),
-         copy2d(p))
-DEF_COPY(cuMemcpy2DAsync_v2_ptsz, true, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, true),
-         copy2d(p))
-
-/* One operand of a 3D copy: base address, row pitch and rows per slice. */
-static CUresult operand3d(int type, const void *host, CUdeviceptr dev, CUarray arr, size_t pitch,
-                          size_t height, const uint8_t **ret_base, size_t *ret_pitch,
-                          size_t *ret_height)
+/* One operand of a 2D or 3D copy: base address, row pitch and rows per slice (an array's own
+ * layout overrides the pitch and height the caller gave). */
+static CUresult copy_operand(int type, const void *host, CUdeviceptr dev, CUarray arr, size_t pitch,
+                             size_t height, const uint8_t **ret_base, size_t *ret_pitch,
+                             size_t *ret_height)
 {
     switch (type) {
     case CU_MEMORYTYPE_HOST:
@@ -849,6 +782,48 @@ static CUresult operand3d(int type, const void *host, CUdeviceptr dev, CUarray a
     return *ret_base ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+static CUresult copy2d(const CUDA_MEMCPY2D *p)
+{
+    if (capturing_into)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    const uint8_t *src, *dst;
+    size_t sp, dp, rows;
+    CUresult r = copy_operand(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcPitch,
+                              0, &src, &sp, &rows);
+    if (!r)
+        r = copy_operand(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstPitch, 0,
+                         &dst, &dp, &rows);
+    if (r)
+        return r;
+    if (p->Height > 1 && (sp < p->WidthInBytes || dp < p->WidthInBytes))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!p->WidthInBytes || !p->Height)
+        return CUDA_SUCCESS;
+    const uint8_t *s0 = src + p->srcY * sp + p->srcXInBytes;
+    uint8_t *d0 = (uint8_t *)dst + p->dstY * dp + p->dstXInBytes;
+    size_t span_s = (p->Height - 1) * sp + p->WidthInBytes;
+    size_t span_d = (p->Height - 1) * dp + p->WidthInBytes;
+    if (p->srcMemoryType != CU_MEMORYTYPE_HOST &&
+        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)s0, span_s))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->dstMemoryType != CU_MEMORYTYPE_HOST &&
+        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)d0, span_d))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t y = 0; y < p->Height; y++)
+        memmove(d0 + y * dp, s0 + y * sp, p->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+
+DEF_COPY(cuMemcpy2D_v2, false, (const CUDA_MEMCPY2D *p), SYNC_COPY(false), copy2d(p))
+DEF_COPY(cuMemcpy2D_v2_ptds, true, (const CUDA_MEMCPY2D *p), SYNC_COPY(true), copy2d(p))
+DEF_COPY(cuMemcpy2DUnaligned_v2, false, (const CUDA_MEMCPY2D *p), SYNC_COPY(false), copy2d(p))
+DEF_COPY(cuMemcpy2DAsync_v2, false, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, false),
+         copy2d(p))
+DEF_COPY(cuMemcpy2DAsync_v2_ptsz, true, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, true),
+         copy2d(p))
+
 static CUresult copy3d(const CUDA_MEMCPY3D *p)
 {
     if (capturing_into)
@@ -857,11 +832,11 @@ static CUresult copy3d(const CUDA_MEMCPY3D *p)
         return CUDA_ERROR_INVALID_VALUE;
     const uint8_t *src, *dst;
     size_t sp, sh, dp, dh;
-    CUresult r = operand3d(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcPitch,
-                           p->srcHeight, &src, &sp, &sh);
+    CUresult r = copy_operand(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcPitch,
+                              p->srcHeight, &src, &sp, &sh);
     if (!r)
-        r = operand3d(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstPitch,
-                      p->dstHeight, &dst, &dp, &dh);
+        r = copy_operand(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstPitch,
+                         p->dstHeight, &dst, &dp, &dh);
     if (r)
         return r;
     size_t w = p->WidthInBytes, h = p->Height, d = p->Depth;
