@@ -368,11 +368,6 @@ static inline uint64_t round_alloc(uint64_t n)
                                              : (n + ALLOC_UNIT - 1) / ALLOC_UNIT * ALLOC_UNIT;
 }
 
-#define VC_PREAMBLE(n)                                                                             \
-    VC_NEED_REAL(n);                                                                               \
-    if (VC_UNLIKELY(vc_ensure() < 0))                                                              \
-    return CUDA_ERROR_NOT_INITIALIZED
-
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     VC_PREAMBLE(cuMemAlloc_v2);
