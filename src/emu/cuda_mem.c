@@ -17,11 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cuda_array.h"
 #include "cuda_emu.h"
 
-#define ALIGN 512ull              /* cuMemAlloc alignment; also the pitch unit */
-#define GRANULE (2ull << 20)      /* VMM granularity */
-#define ARRAY_ROUND (64ull << 10) /* arrays are charged in 64 KiB pages */
+#define ALIGN 512ull         /* cuMemAlloc alignment; also the pitch unit */
+#define GRANULE (2ull << 20) /* VMM granularity */
 #define ROUND_UP(x, a) (((x) + (a)-1) / (a) * (a))
 
 enum alloc_kind {
@@ -753,78 +753,11 @@ static uint8_t *array_base(CUarray a)
     return a && a->magic == EMU_MAGIC_ARRAY ? (uint8_t *)(uintptr_t)a->base : NULL;
 }
 
-static CUresult copy2d(const CUDA_MEMCPY2D *p)
-{
-    if (capturing_into)
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if (!p)
-        return CUDA_ERROR_INVALID_VALUE;
-    const uint8_t *src;
-    uint8_t *dst;
-    size_t sp = p->srcPitch, dp = p->dstPitch;
-    switch (p->srcMemoryType) {
-    case CU_MEMORYTYPE_HOST:
-        src = p->srcHost;
-        break;
-    case CU_MEMORYTYPE_DEVICE:
-    case CU_MEMORYTYPE_UNIFIED:
-        src = DP(p->srcDevice);
-        break;
-    case CU_MEMORYTYPE_ARRAY:
-        src = array_base(p->srcArray);
-        if (src)
-            sp = p->srcArray->row_bytes;
-        break;
-    default:
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    switch (p->dstMemoryType) {
-    case CU_MEMORYTYPE_HOST:
-        dst = p->dstHost;
-        break;
-    case CU_MEMORYTYPE_DEVICE:
-    case CU_MEMORYTYPE_UNIFIED:
-        dst = DP(p->dstDevice);
-        break;
-    case CU_MEMORYTYPE_ARRAY:
-        dst = array_base(p->dstArray);
-        if (dst)
-            dp = p->dstArray->row_bytes;
-        break;
-    default:
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (!src || !dst || (p->Height > 1 && (sp < p->WidthInBytes || dp < p->WidthInBytes)))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!p->WidthInBytes || !p->Height)
-        return CUDA_SUCCESS;
-    const uint8_t *s0 = src + p->srcY * sp + p->srcXInBytes;
-    uint8_t *d0 = dst + p->dstY * dp + p->dstXInBytes;
-    size_t span_s = (p->Height - 1) * sp + p->WidthInBytes;
-    size_t span_d = (p->Height - 1) * dp + p->WidthInBytes;
-    if (p->srcMemoryType != CU_MEMORYTYPE_HOST &&
-        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)s0, span_s))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (p->dstMemoryType != CU_MEMORYTYPE_HOST &&
-        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)d0, span_d))
-        return CUDA_ERROR_INVALID_VALUE;
-    for (size_t y = 0; y < p->Height; y++)
-        memmove(d0 + y * dp, s0 + y * sp, p->WidthInBytes);
-    return CUDA_SUCCESS;
-}
-
-DEF_COPY(cuMemcpy2D_v2, false, (const CUDA_MEMCPY2D *p), SYNC_COPY(false), copy2d(p))
-DEF_COPY(cuMemcpy2D_v2_ptds, true, (const CUDA_MEMCPY2D *p), SYNC_COPY(true), copy2d(p))
-DEF_COPY(cuMemcpy2DUnaligned_v2, false, (const CUDA_MEMCPY2D *p), SYNC_COPY(false), copy2d(p))
-DEF_COPY(cuMemcpy2DAsync_v2, false, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, false),
-         copy2d(p))
-DEF_COPY(cuMemcpy2DAsync_v2_ptsz, true, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, true),
-         copy2d(p))
-
-/* One operand of a 3D copy: base address, row pitch and rows per slice. */
-static CUresult operand3d(int type, const void *host, CUdeviceptr dev, CUarray arr, size_t pitch,
-                          size_t height, const uint8_t **ret_base, size_t *ret_pitch,
-                          size_t *ret_height)
+/* One operand of a 2D or 3D copy: base address, row pitch and rows per slice (an array's own
+ * layout overrides the pitch and height the caller gave). */
+static CUresult copy_operand(int type, const void *host, CUdeviceptr dev, CUarray arr, size_t pitch,
+                             size_t height, const uint8_t **ret_base, size_t *ret_pitch,
+                             size_t *ret_height)
 {
     switch (type) {
     case CU_MEMORYTYPE_HOST:
@@ -849,6 +782,48 @@ static CUresult operand3d(int type, const void *host, CUdeviceptr dev, CUarray a
     return *ret_base ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+static CUresult copy2d(const CUDA_MEMCPY2D *p)
+{
+    if (capturing_into)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    const uint8_t *src, *dst;
+    size_t sp, dp, rows;
+    CUresult r = copy_operand(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcPitch,
+                              0, &src, &sp, &rows);
+    if (!r)
+        r = copy_operand(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstPitch, 0,
+                         &dst, &dp, &rows);
+    if (r)
+        return r;
+    if (p->Height > 1 && (sp < p->WidthInBytes || dp < p->WidthInBytes))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!p->WidthInBytes || !p->Height)
+        return CUDA_SUCCESS;
+    const uint8_t *s0 = src + p->srcY * sp + p->srcXInBytes;
+    uint8_t *d0 = (uint8_t *)dst + p->dstY * dp + p->dstXInBytes;
+    size_t span_s = (p->Height - 1) * sp + p->WidthInBytes;
+    size_t span_d = (p->Height - 1) * dp + p->WidthInBytes;
+    if (p->srcMemoryType != CU_MEMORYTYPE_HOST &&
+        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)s0, span_s))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->dstMemoryType != CU_MEMORYTYPE_HOST &&
+        !cuda_ptr_valid((CUdeviceptr)(uintptr_t)d0, span_d))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t y = 0; y < p->Height; y++)
+        memmove(d0 + y * dp, s0 + y * sp, p->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+
+DEF_COPY(cuMemcpy2D_v2, false, (const CUDA_MEMCPY2D *p), SYNC_COPY(false), copy2d(p))
+DEF_COPY(cuMemcpy2D_v2_ptds, true, (const CUDA_MEMCPY2D *p), SYNC_COPY(true), copy2d(p))
+DEF_COPY(cuMemcpy2DUnaligned_v2, false, (const CUDA_MEMCPY2D *p), SYNC_COPY(false), copy2d(p))
+DEF_COPY(cuMemcpy2DAsync_v2, false, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, false),
+         copy2d(p))
+DEF_COPY(cuMemcpy2DAsync_v2_ptsz, true, (const CUDA_MEMCPY2D *p, CUstream s), ASYNC_COPY(s, true),
+         copy2d(p))
+
 static CUresult copy3d(const CUDA_MEMCPY3D *p)
 {
     if (capturing_into)
@@ -857,11 +832,11 @@ static CUresult copy3d(const CUDA_MEMCPY3D *p)
         return CUDA_ERROR_INVALID_VALUE;
     const uint8_t *src, *dst;
     size_t sp, sh, dp, dh;
-    CUresult r = operand3d(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcPitch,
-                           p->srcHeight, &src, &sp, &sh);
+    CUresult r = copy_operand(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcPitch,
+                              p->srcHeight, &src, &sp, &sh);
     if (!r)
-        r = operand3d(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstPitch,
-                      p->dstHeight, &dst, &dp, &dh);
+        r = copy_operand(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstPitch,
+                         p->dstHeight, &dst, &dp, &dh);
     if (r)
         return r;
     size_t w = p->WidthInBytes, h = p->Height, d = p->Depth;
@@ -1008,55 +983,25 @@ DEF_COPY(cuMemsetD2D32_v2, false, (CUdeviceptr d, size_t pitch, unsigned int v, 
 
 /* ---- arrays ---- */
 
-static size_t format_bytes(int f)
-{
-    switch (f) {
-    case 0x01:
-    case 0x08:
-    case 0xc0:
-    case 0xc6:
-        return 1;
-    case 0x02:
-    case 0x09:
-    case 0x10:
-    case 0xc1:
-    case 0xc3:
-    case 0xc7:
-    case 0xc9:
-        return 2;
-    case 0x03:
-    case 0x0a:
-    case 0x20:
-    case 0xc2:
-    case 0xc4:
-    case 0xc8:
-    case 0xca:
-        return 4;
-    case 0xc5:
-    case 0xcb:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
-/* Bytes one level of an array occupies: rows padded to the 512-byte pitch unit, the whole
- * rounded to 64 KiB pages, as a block-linear layout on the GPU would. */
+/* Bytes one level of an array occupies, laid out as the driver lays it out (cuda_array.h: the
+ * rule libvcuda charges by). desc_ok has bounded every size, so this cannot overflow. */
 static uint64_t level_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned lvl, size_t *ret_row)
 {
     size_t w = d->Width >> lvl, h = d->Height >> lvl, z = d->Depth >> lvl;
     w = w ? w : 1;
     h = d->Height ? (h ? h : 1) : 1;
     z = d->Depth ? (z ? z : 1) : 1;
-    size_t row = ROUND_UP(w * format_bytes(d->Format) * d->NumChannels, ALIGN);
+    uint64_t row = 0, bytes = 0;
+    gpu_cuda_array_bytes(w, h, z, (uint64_t)gpu_cuda_format_bytes(d->Format) * d->NumChannels, &row,
+                         &bytes);
     if (ret_row)
         *ret_row = row;
-    return (uint64_t)row * h * z;
+    return bytes;
 }
 
 static bool desc_ok(const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
-    return d->Width && format_bytes(d->Format) &&
+    return d->Width && gpu_cuda_format_bytes(d->Format) &&
            (d->NumChannels == 1 || d->NumChannels == 2 || d->NumChannels == 4) &&
            d->Width <= (1u << 17) && d->Height <= (1u << 17) && d->Depth <= (1u << 14);
 }
@@ -1071,10 +1016,9 @@ static CUresult array_new(const CUDA_ARRAY3D_DESCRIPTOR *d, CUarray *ret)
         return CUDA_ERROR_OUT_OF_MEMORY;
     a->desc = *d;
     uint64_t bytes = level_bytes(d, 0, &a->row_bytes);
-    uint64_t charge = ROUND_UP(bytes, ARRAY_ROUND);
     pthread_mutex_lock(&cuda_lock);
     struct alloc *al;
-    CUresult r = dev_alloc_locked(c->dev, bytes, K_ARRAY, NULL, charge, &al);
+    CUresult r = dev_alloc_locked(c->dev, bytes, K_ARRAY, NULL, bytes, &al);
     if (!r)
         al->array = a;
     pthread_mutex_unlock(&cuda_lock);
@@ -1084,7 +1028,7 @@ static CUresult array_new(const CUDA_ARRAY3D_DESCRIPTOR *d, CUarray *ret)
     }
     a->magic = EMU_MAGIC_ARRAY;
     a->base = al->ptr;
-    a->bytes = charge;
+    a->bytes = bytes;
     *ret = a;
     return CUDA_SUCCESS;
 }
@@ -1150,7 +1094,7 @@ EMU_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *ret, const CUDA_ARRAY3
     NEED_CTX(c);
     uint64_t bytes = 0;
     for (unsigned l = 0; l < levels; l++)
-        bytes += ROUND_UP(level_bytes(d, l, NULL), ARRAY_ROUND);
+        bytes += level_bytes(d, l, NULL);
     struct CUmipmappedArray_st *m = calloc(1, sizeof(*m));
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -4,6 +4,8 @@
  * libnvidia-ml.so.1, which are loaded into arbitrary processes. */
 #include "state.h"
 
+#include "proc.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -341,32 +343,6 @@ void emu_state_unlock(struct emu_state *st)
 
 /* ---- processes ---- */
 
-/* starttime (field 22) of /proc/<pid>/stat, 0 when unreadable. */
-static uint64_t proc_start_time(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
-    if (!p)
-        return 0;
-    p++;
-    /* after ')' comes field 3 (state); starttime is field 22 */
-    for (int field = 3; field < 22; field++) {
-        p = strchr(p + 1, ' ');
-        if (!p)
-            return 0;
-    }
-    return strtoull(p + 1, NULL, 10);
-}
-
 /* Inode of this process's pid namespace, 0 when unknown. */
 static uint64_t self_pidns(void)
 {
@@ -397,8 +373,8 @@ static bool proc_alive(const struct emu_proc *p)
         return true; /* another namespace's pid: not ours to judge */
     if (kill(p->pid, 0) < 0 && errno == ESRCH)
         return false;
-    uint64_t st = proc_start_time(p->pid);
-    /* unreadable /proc (another pid namespace): trust kill() */
+    uint64_t st = 0; /* stays 0 when /proc is unreadable (another pid namespace): trust kill() */
+    proc_start_time(p->pid, &st);
     return st == 0 || p->start_time == 0 || st == p->start_time;
 }
 
@@ -434,7 +410,9 @@ static uint64_t self_start_time(void)
 {
     pid_t pid = my_pid();
     if (__atomic_load_n(&self_pid, __ATOMIC_ACQUIRE) != pid) {
-        __atomic_store_n(&self_start, proc_start_time(pid), __ATOMIC_RELAXED);
+        uint64_t st = 0; /* 0 = unknown, which every check accepts */
+        proc_start_time(pid, &st);
+        __atomic_store_n(&self_start, st, __ATOMIC_RELAXED);
         __atomic_store_n(&self_pid, pid, __ATOMIC_RELEASE);
     }
     return __atomic_load_n(&self_start, __ATOMIC_RELAXED);

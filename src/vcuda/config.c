@@ -9,7 +9,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,19 +19,6 @@ void vc_config_init(struct vc_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
     cfg->context_memory = VC_CONFIG_DEFAULT_CONTEXT_MEMORY;
     cfg->core_policy = VC_CORE_POLICY_HARD;
-}
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
 }
 
 static int parse_devices(const char *v, struct vc_config *cfg, char *why, size_t whylen)
@@ -144,9 +130,9 @@ static char *trim(char *s)
 int vc_config_parse(const char *text, size_t len, struct vc_config *cfg, char *err, size_t errlen)
 {
     if (len > VC_CONFIG_MAX_SIZE)
-        return fail(err, errlen, "config is larger than %d bytes", VC_CONFIG_MAX_SIZE);
+        return errbuf_printf(err, errlen, "config is larger than %d bytes", VC_CONFIG_MAX_SIZE);
     if (memchr(text, '\0', len))
-        return fail(err, errlen, "config holds a NUL byte (not a text file?)");
+        return errbuf_printf(err, errlen, "config holds a NUL byte (not a text file?)");
     struct vc_config next = *cfg;
     unsigned seen = 0; /* bit per key index, to reject duplicates */
     static const char *const keys[] = {"memory_limit", "context_memory", "core_limit",
@@ -160,7 +146,8 @@ int vc_config_parse(const char *text, size_t len, struct vc_config *cfg, char *e
             end++;
         char line[1024];
         if (end - pos >= sizeof(line))
-            return fail(err, errlen, "line %d: longer than %zu bytes", lineno, sizeof(line) - 1);
+            return errbuf_printf(err, errlen, "line %d: longer than %zu bytes", lineno,
+                                 sizeof(line) - 1);
         memcpy(line, text + pos, end - pos);
         line[end - pos] = '\0';
         pos = end + 1;
@@ -172,21 +159,21 @@ int vc_config_parse(const char *text, size_t len, struct vc_config *cfg, char *e
             continue;
         char *eq = strchr(s, '=');
         if (!eq)
-            return fail(err, errlen, "line %d: expected key = value", lineno);
+            return errbuf_printf(err, errlen, "line %d: expected key = value", lineno);
         *eq = '\0';
         char *key = trim(s), *val = trim(eq + 1);
         if (!*val)
-            return fail(err, errlen, "line %d: %s has no value", lineno, key);
+            return errbuf_printf(err, errlen, "line %d: %s has no value", lineno, key);
         for (unsigned k = 0; k < ARRAY_SIZE(keys); k++) {
             if (strcmp(key, keys[k]) == 0) {
                 if (seen & (1u << k))
-                    return fail(err, errlen, "line %d: %s given twice", lineno, key);
+                    return errbuf_printf(err, errlen, "line %d: %s given twice", lineno, key);
                 seen |= 1u << k;
             }
         }
         char why[160];
         if (apply(&next, key, val, why, sizeof(why)) < 0)
-            return fail(err, errlen, "line %d: %s", lineno, why);
+            return errbuf_printf(err, errlen, "line %d: %s", lineno, why);
     }
     next.source = VC_CONFIG_SOURCE_FILE;
     *cfg = next;
@@ -214,11 +201,12 @@ int vc_config_from_env(char *(*getenv_fn)(const char *), struct vc_config *cfg, 
             continue;
         char val[1024];
         if (strlen(v) >= sizeof(val))
-            return fail(err, errlen, "%s: longer than %zu bytes", map[i].env, sizeof(val) - 1);
+            return errbuf_printf(err, errlen, "%s: longer than %zu bytes", map[i].env,
+                                 sizeof(val) - 1);
         strcpy(val, v);
         char why[160];
         if (apply(&next, map[i].key, trim(val), why, sizeof(why)) < 0)
-            return fail(err, errlen, "%s: %s", map[i].env, why);
+            return errbuf_printf(err, errlen, "%s: %s", map[i].env, why);
         any = true;
     }
     next.source = any ? VC_CONFIG_SOURCE_ENV : VC_CONFIG_SOURCE_NONE;
@@ -239,7 +227,7 @@ int vc_config_load(const char *path, struct vc_config *ret, char *err, size_t er
     if (fd < 0) {
         if (errno != ENOENT) {
             int r = -errno;
-            fail(err, errlen, "%s: %s", path, strerror(-r));
+            errbuf_printf(err, errlen, "%s: %s", path, strerror(-r));
             return r;
         }
         int r = vc_config_from_env(getenv, &cfg, err, errlen);
@@ -262,7 +250,7 @@ int vc_config_load(const char *path, struct vc_config *ret, char *err, size_t er
             int r = -errno;
             free(buf);
             close(fd);
-            fail(err, errlen, "%s: %s", path, strerror(-r));
+            errbuf_printf(err, errlen, "%s: %s", path, strerror(-r));
             return r;
         }
         if (n == 0 || len + (size_t)n > VC_CONFIG_MAX_SIZE) {
@@ -276,7 +264,7 @@ int vc_config_load(const char *path, struct vc_config *ret, char *err, size_t er
     int r = vc_config_parse(buf, len, &cfg, why, sizeof(why));
     free(buf);
     if (r < 0) {
-        fail(err, errlen, "%s: %s", path, why);
+        errbuf_printf(err, errlen, "%s: %s", path, why);
         return r;
     }
     *ret = cfg;

@@ -168,8 +168,12 @@ static void *hooked_variant(const char *symbol, void *fn)
     void *w = vc_hook_by_real(fn);
     if (w)
         return w;
-    /* A driver whose references to its own exports bind to ours (symbol
-     * interposition, e.g. the emulator) already hands out our wrapper. */
+    /* Defensive: a driver that finds its own entry points by name (dlsym on
+     * RTLD_DEFAULT, or references not bound inside itself at link time) gets
+     * the first definition in the process, which is our preloaded wrapper.
+     * That answer is already accounted: hand it on, and do not warn below.
+     * Neither the emulator (linked -Bsymbolic-functions, see
+     * tests/emu/test-selfbind.c) nor NVIDIA's driver is known to do this. */
     for (unsigned i = 0; i < vc_hook_count; i++)
         if (vc_hooks[i].wrapper == fn)
             return fn;

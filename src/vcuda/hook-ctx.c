@@ -27,11 +27,6 @@ void vc_ctx_atfork_child(void)
     memset(prim, 0, sizeof(prim));
 }
 
-#define VC_PREAMBLE(n)                                                                             \
-    VC_NEED_REAL(n);                                                                               \
-    if (VC_UNLIKELY(vc_ensure() < 0))                                                              \
-    return CUDA_ERROR_NOT_INITIALIZED
-
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     VC_PREAMBLE(cuDevicePrimaryCtxRetain);

@@ -9,6 +9,7 @@
  * stays charged until the pool trims or gives it back. */
 #include "vcuda.h"
 
+#include "cuda_array.h"
 #include "log.h"
 #include "track.h"
 #include "util.h"
@@ -367,11 +368,6 @@ static inline uint64_t round_alloc(uint64_t n)
                                              : (n + ALLOC_UNIT - 1) / ALLOC_UNIT * ALLOC_UNIT;
 }
 
-#define VC_PREAMBLE(n)                                                                             \
-    VC_NEED_REAL(n);                                                                               \
-    if (VC_UNLIKELY(vc_ensure() < 0))                                                              \
-    return CUDA_ERROR_NOT_INITIALIZED
-
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     VC_PREAMBLE(cuMemAlloc_v2);
@@ -673,65 +669,16 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 
 /* ---- arrays ------------------------------------------------------------- */
 
-static uint64_t format_bytes_per_elem(CUarray_format f)
-{
-    switch ((int)f) {
-    case 0x01:
-    case 0x08:
-    case 0xc0:
-    case 0xc6:
-        return 1;
-    case 0x02:
-    case 0x09:
-    case 0x10:
-    case 0xc1:
-    case 0xc3:
-    case 0xc7:
-    case 0xc9:
-        return 2;
-    case 0x03:
-    case 0x0a:
-    case 0x20:
-    case 0xc2:
-    case 0xc4:
-    case 0xc8:
-    case 0xca:
-        return 4;
-    case 0xc5:
-    case 0xcb:
-        return 8;
-    default:
-        /* block-compressed and planar formats: at most 4 bytes per element */
-        return 4;
-    }
-}
-
-#define ARRAY_ROW_ALIGN 512ull   /* rows are padded to the pitch unit */
-#define ARRAY_PAGE (64ull << 10) /* and arrays occupy whole 64 KiB pages */
-
-static uint64_t round_up(uint64_t v, uint64_t a, bool *overflow)
-{
-    uint64_t r;
-    if (__builtin_add_overflow(v, a - 1, &r))
-        *overflow = true;
-    return r / a * a;
-}
-
-/* Bytes a W x H x D array takes on the device before the driver tells us
- * better (H, D of 0 mean 1): rows padded to 512 bytes, whole 64 KiB pages.
- * 0 on overflow. */
+/* What a W x H x D array will take on the device, charged before the driver tells us better:
+ * the layout rule the emulator also allocates by (cuda_array.h). 0 on overflow. */
 static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, unsigned channels, CUarray_format f)
 {
-    bool of = false;
-    uint64_t row, n;
-    if (__builtin_mul_overflow(w, (uint64_t)(channels ? channels : 1) * format_bytes_per_elem(f),
-                               &row))
+    /* block-compressed and planar formats take at most 4 bytes per element */
+    uint64_t elem = gpu_cuda_format_bytes((int)f), bytes = 0;
+    if (gpu_cuda_array_bytes(w, h, d, (elem ? elem : 4) * (channels ? channels : 1), NULL, &bytes) <
+        0)
         return 0;
-    row = round_up(row, ARRAY_ROW_ALIGN, &of);
-    if (__builtin_mul_overflow(row, h ? h : 1, &n) || __builtin_mul_overflow(n, d ? d : 1, &n))
-        return 0;
-    n = round_up(n, ARRAY_PAGE, &of);
-    return of ? 0 : n;
+    return bytes;
 }
 
 /* The driver's own figure for an array, where it has one (CUDA 11.6+:

@@ -4,6 +4,7 @@
 #include "region.h"
 
 #include "pace.h"
+#include "proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -105,26 +106,9 @@ void vc_region_detach(struct vc_region *r)
 
 uint64_t vc_proc_start_time(uint32_t pid)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    /* comm (field 2) may hold spaces and parentheses: count from the last ')'. */
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    /* ')' ends field 2; each space starts the next field; starttime is 22 */
-    int field = 2;
-    for (p++; *p && field < 22; p++)
-        if (*p == ' ')
-            field++;
-    return field == 22 ? strtoull(p, NULL, 10) : 0;
+    uint64_t t = 0; /* 0 = unknown: a slot's owner is then judged by kill() alone */
+    proc_start_time((pid_t)pid, &t);
+    return t;
 }
 
 static void raise_hwm(struct vc_region_header *h, uint32_t n)

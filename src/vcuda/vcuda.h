@@ -131,3 +131,10 @@ void vc_launch_ctx_closing(CUcontext ctx);
         if (VC_UNLIKELY(!vc_real.n))                                                               \
             return CUDA_ERROR_NOT_FOUND;                                                           \
     } while (0)
+
+/* The start of every accounting cu* wrapper: VC_NEED_REAL, then libvcuda's own
+ * setup (configuration, region slot) or CUDA_ERROR_NOT_INITIALIZED. */
+#define VC_PREAMBLE(n)                                                                             \
+    VC_NEED_REAL(n);                                                                               \
+    if (VC_UNLIKELY(vc_ensure() < 0))                                                              \
+    return CUDA_ERROR_NOT_INITIALIZED

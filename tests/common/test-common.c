@@ -1,13 +1,18 @@
-/* Unit tests for src/common: size/duration parsing, atomic writes, mkdir -p. */
+/* Unit tests for src/common: size/duration parsing, atomic writes, mkdir -p, /proc start times. */
 #include "fs.h"
 #include "log.h"
+#include "proc.h"
 #include "tap.h"
 #include "util.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 TEST(parse_size_units)
 {
@@ -100,6 +105,77 @@ TEST(log_level_parse_names)
     CHECK_EQ_INT(l, LOG_LEVEL_WARN);
     CHECK_EQ_INT(log_level_parse("loud", &l), -EINVAL);
     CHECK_EQ_INT(l, LOG_LEVEL_WARN);
+}
+
+/* Fields 3..21 of a stat line, then starttime 4242 and what follows it. */
+#define STAT_TAIL " S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 4242 999 7\n"
+
+TEST(proc_parse_start_time_comm_with_spaces_and_parens)
+{
+    static const char *const lines[] = {
+        "123 (sh)" STAT_TAIL,       /* plain */
+        "123 (a b c)" STAT_TAIL,    /* spaces */
+        "123 (x) 5 6 7)" STAT_TAIL, /* a comm that looks like more fields */
+        "123 ()) ) ()" STAT_TAIL,   /* only parentheses and spaces */
+        "123 ( )" STAT_TAIL,        /* a lone space */
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(lines); i++) {
+        uint64_t v = 0;
+        CHECK_EQ_INT(proc_parse_start_time(lines[i], strlen(lines[i]), &v), 0);
+        CHECK_EQ_U64(v, 4242);
+    }
+}
+
+TEST(proc_parse_start_time_rejects_and_leaves_output)
+{
+    static const char *const bad[] = {
+        "",
+        "123 sh S 1 2 3",                                          /* no ')' */
+        "123 (sh) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18", /* too few fields */
+        "123 (sh) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 ",
+        "123 (sh) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 42", /* cut short */
+        "123 (sh) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 4x2 9\n",
+        "123 (sh) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 -42 9\n",
+        "123 (sh) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 99999999999999999999 9\n",
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        uint64_t v = 77;
+        CHECK_EQ_INT(proc_parse_start_time(bad[i], strlen(bad[i]), &v), -EPROTO);
+        CHECK_EQ_U64(v, 77);
+    }
+    /* the length bounds the parse: the same line cut before field 22 is rejected */
+    const char *good = "1 (a)" STAT_TAIL;
+    uint64_t v = 77;
+    CHECK_EQ_INT(proc_parse_start_time(good, 20, &v), -EPROTO);
+    CHECK_EQ_U64(v, 77);
+}
+
+TEST(proc_start_time_of_live_and_dead_processes)
+{
+    uint64_t me = 0, again = 0, child_start = 0, v = 77;
+    REQUIRE(proc_start_time(getpid(), &me) == 0);
+    CHECK(me > 0);
+    /* the kernel's own comm with spaces and ')' must not move the answer */
+    char old[17] = {0};
+    REQUIRE(prctl(PR_GET_NAME, old) == 0);
+    REQUIRE(prctl(PR_SET_NAME, ") 1 2 (3) 4 5") == 0);
+    CHECK_EQ_INT(proc_start_time(getpid(), &again), 0);
+    prctl(PR_SET_NAME, old);
+    CHECK_EQ_U64(again, me);
+
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0)
+        _exit(0);
+    /* a zombie still has its stat: started no earlier than we did */
+    CHECK_EQ_INT(proc_start_time(pid, &child_start), 0);
+    CHECK_GE_U64(child_start, me);
+    REQUIRE(waitpid(pid, NULL, 0) == pid);
+    CHECK_EQ_INT(proc_start_time(pid, &v), -ENOENT);
+    CHECK_EQ_U64(v, 77);
+    CHECK_EQ_INT(proc_start_time(0, &v), -EINVAL);
+    CHECK_EQ_INT(proc_start_time(-1, &v), -EINVAL);
+    CHECK_EQ_U64(v, 77);
 }
 
 int main(int argc, char **argv)
