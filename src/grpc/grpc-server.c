@@ -777,12 +777,28 @@ int grpc_server_listen_unix(struct grpc_server *server, const char *path)
         if (unlink(path) < 0 && errno != ENOENT)
             return -errno;
     }
+    /* Bind and listen under a temporary name, then rename onto the path: the
+     * path never names a socket that is not yet listening, so a peer that sees
+     * the file (the kubelet, a test, a second daemon probing for a live socket)
+     * never gets ECONNREFUSED from a server that is starting. */
+    struct sockaddr_un tmp = {.sun_family = AF_UNIX};
+    bool renamed = snprintf(tmp.sun_path, sizeof(tmp.sun_path), "%s.%ld.tmp", path,
+                            (long)getpid()) < (int)sizeof(tmp.sun_path);
+    const struct sockaddr_un *bind_sa = renamed ? &tmp : &sa;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
+    if (renamed)
+        unlink(tmp.sun_path);
+    if (bind(fd, (const struct sockaddr *)bind_sa, sizeof(*bind_sa)) < 0) {
         int r = -errno;
         close(fd);
+        return r;
+    }
+    if (listen(fd, 128) < 0 || (renamed && rename(tmp.sun_path, path) < 0)) {
+        int r = -errno;
+        close(fd);
+        unlink(bind_sa->sun_path);
         return r;
     }
     int r = listener_add(server, fd, path);
@@ -803,12 +819,13 @@ void grpc_server_close_listeners(struct grpc_server *server, bool unlink_paths)
     for (size_t i = 0; i < server->n_listeners; i++) {
         struct grpc_listener *l = &server->listeners[i];
         ev_loop_del_io(server->loop, l->fd);
-        close(l->fd);
         struct stat sb;
-        /* Only our own socket: someone may have replaced it since. */
+        /* Only our own socket: someone may have replaced it since. The path
+         * goes before the listener closes, so it never names a dead socket. */
         if (unlink_paths && l->path && stat(l->path, &sb) == 0 && sb.st_dev == l->dev &&
             sb.st_ino == l->ino)
             unlink(l->path);
+        close(l->fd);
         free(l->path);
     }
     free(server->listeners);

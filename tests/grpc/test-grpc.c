@@ -10,6 +10,8 @@
 #include "util.h"
 
 #include <errno.h>
+#include <sys/un.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -539,6 +541,66 @@ TEST(live_socket_refused_stale_socket_replaced)
     CHECK(after.st_ino != before.st_ino);
     grpc_server_free(second);
     srv_stop(&s);
+}
+
+/* While a server starts and stops over and over, a peer that finds the socket
+ * file must always reach a listener: bind + listen happen under a temporary
+ * name renamed onto the path, and the path goes before the listener closes. */
+struct prober {
+    const char *path;
+    volatile bool stop;
+    int seen, refused;
+};
+
+static void *probe_socket(void *arg)
+{
+    struct prober *p = arg;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    strcpy(sa.sun_path, p->path);
+    while (!p->stop) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+        if (r == 0 || errno == EAGAIN)
+            __atomic_add_fetch(&p->seen, 1, __ATOMIC_RELAXED);
+        else if (errno == ECONNREFUSED)
+            __atomic_add_fetch(&p->refused, 1, __ATOMIC_RELAXED);
+        close(fd);
+    }
+    return NULL;
+}
+
+TEST(socket_path_never_names_a_dead_listener)
+{
+    const char *path = sock_path("atomic.sock");
+    struct ev_loop *loop;
+    REQUIRE_EQ_INT(ev_loop_new(&loop), 0);
+    struct prober p = {.path = path};
+    pthread_t th;
+    REQUIRE_EQ_INT(pthread_create(&th, NULL, probe_socket, &p), 0);
+    for (int i = 0; i < 300; i++) {
+        struct grpc_server *srv;
+        REQUIRE_EQ_INT(grpc_server_new(loop, NULL, &srv), 0);
+        CHECK_EQ_INT(grpc_server_listen_unix(srv, path), 0);
+        grpc_server_close_listeners(srv, true);
+        grpc_server_free(srv);
+    }
+    p.stop = true;
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(p.refused, 0);
+    tap_diag("probes that reached a listener: %d", p.seen);
+    /* no temporary names left behind */
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s", path);
+    *strrchr(dir, '/') = '\0';
+    DIR *d = opendir(dir);
+    REQUIRE(d);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        CHECK(strstr(e->d_name, ".tmp") == NULL);
+    closedir(d);
+    ev_loop_free(loop);
 }
 
 /* ------------------------------------------- a server that calls out */
