@@ -238,8 +238,8 @@ static void bench_pair(void)
  * is left to it, the paced row's shortfall is the host's, not the controller's. */
 static void bench_ceiling(void)
 {
-    printf("\n## Host ceiling (50 us kernels), %u s after %u s warm-up, alternating\n\n",
-           measure_s, warmup_s);
+    printf("\n## Host ceiling (50 us kernels), %u s after %u s warm-up, alternating\n\n", measure_s,
+           warmup_s);
     printf("| run | containers | achieved | GPU idle |\n|---|---|---|---|\n");
     static const struct {
         unsigned limit[2];
