@@ -10,8 +10,8 @@
  *
  *   vcuda-compute [--build DIR] [--quick] [--seconds S] [--warmup S] [only...]
  *
- * only: any of single, pair, burst, overhead (default: all). --quick: 6 s windows after 1 s
- * warm-up. The machine this runs on matters: note it with the numbers. */
+ * only: any of single, pair, ceiling, burst, overhead (default: all). --quick: 6 s windows
+ * after 1 s warm-up. The machine this runs on matters: note it with the numbers. */
 #include "state.h"
 
 #include <errno.h>
@@ -24,6 +24,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 static char build_dir[PATH_MAX];
 static char tmp_dir[256];
@@ -228,6 +230,49 @@ static void bench_pair(void)
         }
 }
 
+/* What the host lets a 50 us-kernel tenant reach: the 30/70 pair next to the same pair with the
+ * big container unlimited (libvcuda loaded, no pacing), then a 30 % burst container next to an
+ * unlimited one, each alone — alternating, twice, so both sides see the same machine load. An
+ * unlimited container is paced by nothing but the host (its load process keeps 16 kernels =
+ * 0.8 ms queued and must be scheduled again before they run out); where it cannot fill what
+ * is left to it, the paced row's shortfall is the host's, not the controller's. */
+static void bench_ceiling(void)
+{
+    printf("\n## Host ceiling (50 us kernels), %u s after %u s warm-up, alternating\n\n", measure_s,
+           warmup_s);
+    printf("| run | containers | achieved | GPU idle |\n|---|---|---|---|\n");
+    static const struct {
+        unsigned limit[2];
+        const char *policy, *name;
+    } rows[] = {
+        {{30, 70}, "hard", "30 / 70 hard"},
+        {{30, 100}, "hard", "30 hard / unlimited"},
+        {{30, 0}, "burst", "30 burst alone"},
+        {{100, 0}, "hard", "unlimited alone"},
+    };
+    for (unsigned run = 1; run <= 2; run++)
+        for (unsigned r = 0; r < ARRAY_LEN(rows); r++) {
+            struct container cs[2] = {
+                {.limit = rows[r].limit[0], .policy = rows[r].policy, .workload = "small"},
+                {.limit = rows[r].limit[1], .policy = "hard", .workload = "small"},
+            };
+            int n = rows[r].limit[1] ? 2 : 1;
+            /* as in bench_burst: NVML's window no longer than the burst sampler's */
+            setenv("ACCEL_EMU_UTIL_WINDOW_MS", "50", 1);
+            int rc = run_scenario(cs, n);
+            unsetenv("ACCEL_EMU_UTIL_WINDOW_MS");
+            if (rc < 0)
+                exit(1);
+            double a = share(&cs[0]), b = n == 2 ? share(&cs[1]) : 0;
+            if (n == 2)
+                printf("| %u | %s | %.2f %% / %.2f %% | %.2f %% |\n", run, rows[r].name, a, b,
+                       100.0 - a - b);
+            else
+                printf("| %u | %s | %.2f %% | %.2f %% |\n", run, rows[r].name, a, 100.0 - a);
+            fflush(stdout);
+        }
+}
+
 /* Busy time of pid on GPU 0 within [t0, t1). */
 static uint64_t pid_busy(struct emu_state *st, pid_t pid, uint64_t t0, uint64_t t1)
 {
@@ -379,7 +424,7 @@ static void bench_overhead(void)
 
 int main(int argc, char **argv)
 {
-    bool quick = false, want[4] = {false, false, false, false}, any = false;
+    bool quick = false, want[5] = {false, false, false, false, false}, any = false;
     const char *build = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--build") && i + 1 < argc)
@@ -398,9 +443,11 @@ int main(int argc, char **argv)
             want[2] = any = true;
         else if (!strcmp(argv[i], "burst"))
             want[3] = any = true;
+        else if (!strcmp(argv[i], "ceiling"))
+            want[4] = any = true;
         else {
             fprintf(stderr, "usage: vcuda-compute [--build DIR] [--quick] [--seconds S] "
-                            "[--warmup S] [single|pair|burst|overhead...]\n");
+                            "[--warmup S] [single|pair|ceiling|burst|overhead...]\n");
             return 2;
         }
     }
@@ -409,7 +456,7 @@ int main(int argc, char **argv)
         warmup_s = 1;
     }
     if (!any)
-        want[0] = want[1] = want[2] = want[3] = true;
+        want[0] = want[1] = want[2] = want[3] = want[4] = true;
     if (build) {
         if (!realpath(build, build_dir)) {
             perror(build);
@@ -441,6 +488,8 @@ int main(int argc, char **argv)
         bench_single();
     if (want[1])
         bench_pair();
+    if (want[4])
+        bench_ceiling();
     if (want[3])
         bench_burst();
     if (want[2])
