@@ -3,6 +3,7 @@
 # pairs): Allocate / GetPreferredAllocation latency, XID-to-wire latency and
 # acceld's peak RSS, measured by bench-acceld from the plugin socket.
 #   bash bench/acceld.sh [BUILD_DIR] [CALLS] [XID_SAMPLES]
+# ACCELD_WRAPPER runs acceld under a tool (bench/acceld-allocs.sh uses valgrind).
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 calls=${2:-5000}
@@ -24,12 +25,12 @@ export ACCEL_NVML_LIBRARY=$build/src/emu/libnvidia-ml.so.1
 "$emu" init --gpus 8 --numa 0,0,0,0,1,1,1,1 --nvlink pairs >/dev/null
 mkdir -p "$tmp/dp"
 # logLevel info (the default): every allocation writes its log line, as in production
-"$build/src/plugin/acceld" --no-register --device-plugin-dir "$tmp/dp" \
+${ACCELD_WRAPPER:-} "$build/src/plugin/acceld" --no-register --device-plugin-dir "$tmp/dp" \
     --sysfs-root "$ACCEL_EMU_STATE.d/sysfs" --dev-root "$ACCEL_EMU_STATE.d/dev" \
     --state-dir "$tmp/state" --recover-after 200ms 2>"$tmp/acceld.log" &
 pid=$!
 sock=$tmp/dp/accel-nvidia.com-gpu.sock
-for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+for _ in $(seq 600); do [ -S "$sock" ] && break; sleep 0.05; done
 echo "acceld: $(nproc) CPUs, $(uname -r); calls=$calls xid-samples=$xids"
 "$build/bench/bench-acceld" --socket "$sock" --calls "$calls" --xid-samples "$xids" \
     --emu "$emu" --pid "$pid"
