@@ -471,17 +471,26 @@ EMU_API CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
     return host_alloc(pp, bytes, flags);
 }
 
+/* Takes the host record of kind that starts exactly at p out of the registry;
+ * NULL when p is not the start of one. The caller frees the record. */
+static struct alloc *host_take(void *p, enum alloc_kind kind)
+{
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find((CUdeviceptr)(uintptr_t)p);
+    if (a && a->kind == kind && a->ptr == (CUdeviceptr)(uintptr_t)p)
+        reg_del(a);
+    else
+        a = NULL;
+    pthread_mutex_unlock(&cuda_lock);
+    return a;
+}
+
 EMU_API CUresult cuMemFreeHost(void *p)
 {
     NEED_CTX(c);
-    pthread_mutex_lock(&cuda_lock);
-    struct alloc *a = reg_find((CUdeviceptr)(uintptr_t)p);
-    if (!a || a->kind != K_HOST || a->ptr != (CUdeviceptr)(uintptr_t)p) {
-        pthread_mutex_unlock(&cuda_lock);
+    struct alloc *a = host_take(p, K_HOST);
+    if (!a)
         return CUDA_ERROR_INVALID_VALUE;
-    }
-    reg_del(a);
-    pthread_mutex_unlock(&cuda_lock);
     munmap(p, a->size);
     free(a);
     return CUDA_SUCCESS;
@@ -550,14 +559,9 @@ EMU_API CUresult cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
 EMU_API CUresult cuMemHostUnregister(void *p)
 {
     NEED_CTX(c);
-    pthread_mutex_lock(&cuda_lock);
-    struct alloc *a = reg_find((CUdeviceptr)(uintptr_t)p);
-    if (!a || a->kind != K_HOSTREG || a->ptr != (CUdeviceptr)(uintptr_t)p) {
-        pthread_mutex_unlock(&cuda_lock);
+    struct alloc *a = host_take(p, K_HOSTREG);
+    if (!a)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-    }
-    reg_del(a);
-    pthread_mutex_unlock(&cuda_lock);
     free(a);
     return CUDA_SUCCESS;
 }

@@ -99,44 +99,41 @@ static void primary_released(CUdevice dev, bool reset)
         vc_ctx_gone(gone);
 }
 
+/* After the driver released (reset = false) or reset a primary context: on
+ * success, give back what it held. Returns the driver's result. */
+static CUresult primary_done(CUresult r, CUdevice dev, bool reset)
+{
+    if (r == CUDA_SUCCESS)
+        primary_released(dev, reset);
+    return r;
+}
+
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     VC_PREAMBLE(cuDevicePrimaryCtxRelease_v2);
     vc_launch_ctx_closing(NULL);
-    CUresult r = vc_real.cuDevicePrimaryCtxRelease_v2(dev);
-    if (r == CUDA_SUCCESS)
-        primary_released(dev, false);
-    return r;
+    return primary_done(vc_real.cuDevicePrimaryCtxRelease_v2(dev), dev, false);
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 {
     VC_PREAMBLE(cuDevicePrimaryCtxRelease);
     vc_launch_ctx_closing(NULL);
-    CUresult r = vc_real.cuDevicePrimaryCtxRelease(dev);
-    if (r == CUDA_SUCCESS)
-        primary_released(dev, false);
-    return r;
+    return primary_done(vc_real.cuDevicePrimaryCtxRelease(dev), dev, false);
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     VC_PREAMBLE(cuDevicePrimaryCtxReset_v2);
     vc_launch_ctx_closing(NULL);
-    CUresult r = vc_real.cuDevicePrimaryCtxReset_v2(dev);
-    if (r == CUDA_SUCCESS)
-        primary_released(dev, true);
-    return r;
+    return primary_done(vc_real.cuDevicePrimaryCtxReset_v2(dev), dev, true);
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
 {
     VC_PREAMBLE(cuDevicePrimaryCtxReset);
     vc_launch_ctx_closing(NULL);
-    CUresult r = vc_real.cuDevicePrimaryCtxReset(dev);
-    if (r == CUDA_SUCCESS)
-        primary_released(dev, true);
-    return r;
+    return primary_done(vc_real.cuDevicePrimaryCtxReset(dev), dev, true);
 }
 
 /* Context creation: reserve before, track the context (keyed by itself, so
