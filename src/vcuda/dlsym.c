@@ -8,7 +8,11 @@
  * Built on its own with -O2 and without sanitizers (meson.build): an
  * instrumented dlsym crashes while the ASan runtime itself resolves symbols,
  * and at -O0 the call through the real pointer could recurse into another
- * preloaded dlsym. The real one comes from dlvsym(RTLD_NEXT) by version.
+ * preloaded dlsym. The real ones are read from libc's symbol table.
+ *
+ * dlvsym is overridden too: dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34") (or
+ * GLIBC_2.2.5) would otherwise hand out glibc's unhooked resolver, and
+ * dlvsym(handle, "cuMemAlloc_v2", any) the driver's unhooked entry point.
  *
  * RTLD_NEXT: the real dlsym resolves it relative to its caller's return
  * address. Every name we do not hook is forwarded with a tail call (-O2), so
@@ -18,11 +22,92 @@
 #include "vcuda.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <stddef.h>
+#include <string.h>
 
 typedef void *(*dlsym_fn)(void *, const char *);
+typedef void *(*dlvsym_fn)(void *, const char *, const char *);
 
 static dlsym_fn real_dlsym_ptr;
+static dlvsym_fn real_dlvsym_ptr;
+
+/* glibc's dlsym and dlvsym cannot be asked for by name from here: both names
+ * are ours now (a call to dlvsym from this library binds to our own export).
+ * So they are read from libc's dynamic symbol table directly, through its GNU
+ * hash table (the ELF gABI / GNU hash format; both of glibc 2.36's versions of
+ * each, GLIBC_2.2.5 and GLIBC_2.34, are one address). */
+struct libc_find {
+    const char *name;
+    void *found;
+};
+
+__attribute__((no_sanitize("address", "undefined"))) static uint32_t gnu_hash(const char *s)
+{
+    uint32_t h = 5381;
+    for (; *s; s++)
+        h = h * 33 + (unsigned char)*s;
+    return h;
+}
+
+__attribute__((no_sanitize("address", "undefined"))) static int
+find_in_libc(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct libc_find *f = data;
+    if (!info->dlpi_name || !strstr(info->dlpi_name, "/libc.so"))
+        return 0;
+    const ElfW(Dyn) *dyn = NULL;
+    for (unsigned i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!dyn)
+        return 0;
+    const ElfW(Sym) *symtab = NULL;
+    const char *strtab = NULL;
+    const uint32_t *gh = NULL;
+    for (; dyn->d_tag != DT_NULL; dyn++) {
+        /* ld.so relocates these in place on x86_64; not on every architecture. */
+        ElfW(Addr) p = dyn->d_un.d_ptr;
+        if (p < info->dlpi_addr)
+            p += info->dlpi_addr;
+        if (dyn->d_tag == DT_SYMTAB)
+            symtab = (const ElfW(Sym) *)p;
+        else if (dyn->d_tag == DT_STRTAB)
+            strtab = (const char *)p;
+        else if (dyn->d_tag == DT_GNU_HASH)
+            gh = (const uint32_t *)p;
+    }
+    if (!symtab || !strtab || !gh || gh[0] == 0)
+        return 0;
+    uint32_t nbuckets = gh[0], symoffset = gh[1], bloom_size = gh[2];
+    const ElfW(Addr) *bloom = (const ElfW(Addr) *)(const void *)&gh[4];
+    const uint32_t *buckets = (const uint32_t *)(const void *)&bloom[bloom_size];
+    const uint32_t *chain = &buckets[nbuckets];
+    uint32_t h = gnu_hash(f->name);
+    uint32_t i = buckets[h % nbuckets];
+    if (i < symoffset)
+        return 0;
+    for (;; i++) {
+        uint32_t h2 = chain[i - symoffset];
+        const ElfW(Sym) *s = &symtab[i];
+        if ((h | 1) == (h2 | 1) && s->st_shndx != SHN_UNDEF &&
+            strcmp(strtab + s->st_name, f->name) == 0) {
+            f->found = (void *)(info->dlpi_addr + s->st_value);
+            return 1;
+        }
+        if (h2 & 1)
+            return 0;
+    }
+}
+
+__attribute__((no_sanitize("address", "undefined"))) static void *libc_symbol(const char *name)
+{
+    struct libc_find f = {name, NULL};
+    dl_iterate_phdr(find_in_libc, &f);
+    return f.found;
+}
 
 __attribute__((no_sanitize("address", "undefined"))) static dlsym_fn real_dlsym_get(void)
 {
@@ -30,10 +115,18 @@ __attribute__((no_sanitize("address", "undefined"))) static dlsym_fn real_dlsym_
     if (VC_LIKELY(f != NULL))
         return f;
     /* Idempotent: racing threads store the same pointer. */
-    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
-    for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]) && !f; i++)
-        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    f = (dlsym_fn)libc_symbol("dlsym");
     __atomic_store_n(&real_dlsym_ptr, f, __ATOMIC_RELEASE);
+    return f;
+}
+
+__attribute__((no_sanitize("address", "undefined"))) static dlvsym_fn real_dlvsym_get(void)
+{
+    dlvsym_fn f = __atomic_load_n(&real_dlvsym_ptr, __ATOMIC_ACQUIRE);
+    if (VC_LIKELY(f != NULL))
+        return f;
+    f = (dlvsym_fn)libc_symbol("dlvsym");
+    __atomic_store_n(&real_dlvsym_ptr, f, __ATOMIC_RELEASE);
     return f;
 }
 
@@ -64,4 +157,33 @@ __attribute__((no_sanitize("address", "undefined"))) VC_EXPORT void *dlsym(void 
     }
     /* A tail call: keeps the caller's return address for RTLD_NEXT. */
     return f(handle, name);
+}
+
+/* dlvsym: the same answers as dlsym, whatever the version asked for. Asking
+ * for glibc's own dlsym or dlvsym by version (the way this library finds them
+ * elsewhere, and the way around an unversioned dlsym override) gets ours; a
+ * hooked name gets our wrapper (a driver's symbols have no versions, so any
+ * version string finds them); everything else is glibc's answer. */
+__attribute__((no_sanitize("address", "undefined"))) VC_EXPORT void *
+dlvsym(void *handle, const char *name, const char *version)
+{
+    dlvsym_fn f = real_dlvsym_get();
+    if (!f)
+        return NULL;
+    const char *n = name;
+    __asm__("" : "+r"(n));
+    if (n && n[0] == 'd' && n[1] == 'l') {
+        if (strcmp(n, "dlsym") == 0)
+            return f(handle, name, version) ? (void *)dlsym : NULL;
+        if (strcmp(n, "dlvsym") == 0)
+            return f(handle, name, version) ? (void *)dlvsym : NULL;
+    }
+    if (n && ((n[0] == 'c' && n[1] == 'u') || (n[0] == 'n' && n[1] == 'v'))) {
+        const struct vc_hook *h = vc_hook_by_name(name);
+        if (h) {
+            void *p = f(handle, name, version);
+            return p ? h->wrapper : NULL;
+        }
+    }
+    return f(handle, name, version);
 }

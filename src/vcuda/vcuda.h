@@ -65,7 +65,7 @@ const struct vc_hook *vc_hook_by_name(const char *name);
 /* Our wrapper for a real driver/NVML address, or NULL when not hooked. */
 void *vc_hook_by_real(const void *real_fn);
 
-/* Real dlsym (glibc's), found with dlvsym(RTLD_NEXT, ...). dlsym.c. */
+/* Real dlsym (glibc's), read from libc's symbol table. dlsym.c. */
 void *vc_real_dlsym(void *handle, const char *name);
 
 /* Loads libcuda.so.1 and fills vc_real's CUDA members. 0 or -errno
