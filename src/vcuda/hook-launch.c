@@ -107,8 +107,10 @@ static struct pacer *pacer_get(void)
             pace_flight_fini(&pacer.flight);
         memset(&pacer, 0, sizeof(pacer));
         pthread_mutex_init(&pacer.sample_lock, NULL);
-        if (pace_flight_init(&pacer.flight, region_pace(), slot_pace()) == 0)
+        if (pace_flight_init(&pacer.flight, region_pace(), slot_pace()) == 0) {
+            pacer.flight.limit_pct = (uint32_t)vc.cfg.core_limit; /* never the region's */
             atomic_store_explicit(&pacer_ready, 1, memory_order_release);
+        }
     }
     pthread_mutex_unlock(&pacer_lock);
     return atomic_load_explicit(&pacer_ready, memory_order_acquire) == 1 ? &pacer : NULL;
