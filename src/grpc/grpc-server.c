@@ -899,7 +899,11 @@ int grpc_server_listen_unix(struct grpc_server *server, const char *path)
         close(fd);
         return r;
     }
-    if (listen(fd, 128) < 0 || (renamed && rename(tmp.sun_path, path) < 0)) {
+    /* bind() creates the file with 0777 & ~umask: under umask 000 anyone could
+     * connect (and Allocate). Only the owner may, whatever the umask; the
+     * mode is set before the file takes its real name. */
+    if (chmod(bind_sa->sun_path, 0600) < 0 || listen(fd, 128) < 0 ||
+        (renamed && rename(tmp.sun_path, path) < 0)) {
         int r = -errno;
         close(fd);
         unlink(bind_sa->sun_path);

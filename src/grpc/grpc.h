@@ -134,7 +134,8 @@ int grpc_server_add_method(struct grpc_server *server, const char *path, enum gr
                            const ProtobufCMessageDescriptor *request_desc, grpc_handler_fn fn,
                            void *user_data);
 
-/* Binds a unix socket at path and serves on it. An existing socket file
+/* Binds a unix socket at path, mode 0600 whatever the umask (only its owner
+ * may connect), and serves on it. An existing socket file
  * there is replaced when nothing listens on it (left by a crash); when some
  * process still accepts connections on it, nothing changes and the result is
  * -EADDRINUSE. Several listeners per server are fine. Returns 0 or -errno

@@ -22,6 +22,8 @@
 #define ACCELD_REGISTER_BACKOFF_MAX_NS (5ull * 1000000000ull)
 /* The kubelet answers Register after calling GetDevicePluginOptions back. */
 #define ACCELD_REGISTER_TIMEOUT_NS (10ull * 1000000000ull)
+/* Mode of a plugin dir acceld makes itself (noRegister and the dir missing). */
+#define ACCELD_PLUGIN_DIR_MODE 0750
 
 struct acceld_plugin;
 

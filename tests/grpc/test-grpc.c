@@ -813,6 +813,22 @@ TEST(stream_and_connection_caps)
     srv_stop(&s);
 }
 
+/* The socket file is 0600 whatever the umask (umask 000 made it 0777:
+ * anyone on the node could Allocate). */
+TEST(socket_mode_ignores_umask)
+{
+    struct srv s;
+    const char *path = sock_path("mode.sock");
+    mode_t old = umask(0);
+    srv_start(&s, NULL, path);
+    umask(old);
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0);
+    CHECK(S_ISSOCK(sb.st_mode));
+    CHECK_EQ_INT(sb.st_mode & 07777, 0600);
+    srv_stop(&s);
+}
+
 /* Connects a raw socket to path and sends bytes; returns the fd. */
 static int raw_connect(const char *path, const char *bytes, size_t len)
 {
