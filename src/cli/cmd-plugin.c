@@ -172,9 +172,11 @@ struct devices_ctx {
     const struct plugin_args *a;
     int printed;
     int error;
-    /* prefer without --available: the healthy IDs of the first message */
-    bool collect;
+    /* prefer without --available: the healthy IDs of the first message;
+     * with all, every ID and its health (accelctl gpus --plugin-socket) */
+    bool collect, all;
     char **ids;
+    bool *healthy;
     size_t n_ids;
 };
 
@@ -223,9 +225,14 @@ static bool on_devices(const uint8_t *msg, size_t len, void *user_data)
     }
     if (c->collect) {
         c->ids = calloc(m->n_devices + 1, sizeof(char *));
-        for (size_t i = 0; c->ids && i < m->n_devices; i++)
-            if (strcmp(m->devices[i]->health, "Healthy") == 0)
-                c->ids[c->n_ids++] = strdup(m->devices[i]->id);
+        c->healthy = calloc(m->n_devices + 1, sizeof(bool));
+        for (size_t i = 0; c->ids && c->healthy && i < m->n_devices; i++) {
+            bool ok = strcmp(m->devices[i]->health, "Healthy") == 0;
+            if (!ok && !c->all)
+                continue;
+            c->healthy[c->n_ids] = ok;
+            c->ids[c->n_ids++] = strdup(m->devices[i]->id);
+        }
     } else if (c->a->json) {
         json_t *j = devices_json(m);
         /* one JSON document per message, compact when watching (a stream of lines) */
@@ -332,6 +339,7 @@ out:
     for (size_t i = 0; i < c.n_ids; i++)
         free(c.ids[i]);
     free(c.ids);
+    free(c.healthy);
     return r;
 }
 
@@ -415,6 +423,31 @@ static int do_allocate(const struct plugin_args *a)
     else
         allocate_text(m);
     v1beta1__allocate_response__free_unpacked(m, NULL);
+    return 0;
+}
+
+int accelctl_plugin_health(const char *socket, char ***ret_ids, bool **ret_healthy, size_t *ret_n)
+{
+    struct plugin_args a = {.socket = socket, .timeout_ns = DEFAULT_TIMEOUT_NS};
+    struct devices_ctx c = {.a = &a, .collect = true, .all = true};
+    int r = wait_socket(socket, DEFAULT_WAIT_NS);
+    if (r < 0) {
+        unreachable(socket, r);
+        return r;
+    }
+    r = list_devices(&a, &c);
+    if (r == 0 && (!c.ids || !c.healthy))
+        r = -ENOMEM;
+    if (r < 0) {
+        for (size_t i = 0; i < c.n_ids; i++)
+            free(c.ids[i]);
+        free(c.ids);
+        free(c.healthy);
+        return r;
+    }
+    *ret_ids = c.ids;
+    *ret_healthy = c.healthy;
+    *ret_n = c.n_ids;
     return 0;
 }
 
