@@ -63,6 +63,8 @@ static void link_word(const struct gpu_link *l, char *buf, size_t len)
         snprintf(buf, len, "%s", gpu_link_kind_name(l->pcie));
 }
 
+static void print_links(const struct gpu_inventory *inv);
+
 static void print_table(const struct gpu_inventory *inv, const struct plugin_view *pv)
 {
     char mem[32], cc[16], numa[16];
@@ -101,14 +103,17 @@ static void print_table(const struct gpu_inventory *inv, const struct plugin_vie
         }
         printf("%s%s%s\n", d->healthy ? "healthy" : "unhealthy", d->healthy ? "" : ": ", d->error);
     }
+    if (inv->count >= 2)
+        print_links(inv);
     if (!pv->on)
-        printf("\nHEALTH (NVML): whether the GPU answers now. XIDs (e.g. 79, fallen off the bus) "
-               "are\nevents only a listener sees: add --plugin-socket "
-               "/var/lib/kubelet/device-plugins/\naccel-nvidia.com-gpu.sock for acceld's verdict "
-               "(its log names the XID).\n");
-    if (inv->count < 2)
-        return;
+        printf("\nHEALTH (NVML): whether the GPU answers NVML now. An XID (e.g. 79) is an event\n"
+               "only a listener sees: for acceld's verdict add --plugin-socket SOCKET (acceld's:\n"
+               "/var/lib/kubelet/device-plugins/accel-nvidia.com-gpu.sock); its log names the "
+               "XID.\n");
+}
 
+static void print_links(const struct gpu_inventory *inv)
+{
     printf("\nlinks (NV# = NVLinks, PIX/PXB/PHB/NODE/SYS = PCIe path, X = self, ? = unknown):\n");
     printf("%-5s", "");
     for (int j = 0; j < inv->count; j++)
