@@ -2,7 +2,7 @@
 # acceld benchmark on an emulated 8-GPU node (NUMA 0,0,0,0,1,1,1,1, NVLink
 # pairs): Allocate / GetPreferredAllocation latency, XID-to-wire latency,
 # acceld's peak RSS, and the worst cases (requests naming WORST unknown IDs,
-# and as many as fit in 4 MiB; another client's latency meanwhile; SIGTERM
+# and as many as fit in acceld's 1 MiB limit; another client's latency meanwhile; SIGTERM
 # under that load), measured by bench-acceld from the plugin socket.
 #   bash bench/acceld.sh [BUILD_DIR] [CALLS] [XID_SAMPLES] [WORST]
 # (BUILD_DIR build-san: the same under ASan+UBSan.)

@@ -225,7 +225,8 @@ static int server_setup(struct acceld_plugin *p)
         {"/v1beta1.DevicePlugin/PreStartContainer", GRPC_METHOD_UNARY,
          &v1beta1__pre_start_container_request__descriptor, on_prestart},
     };
-    struct grpc_limits lim = {.handshake_timeout_ns = p->cfg.handshake_timeout_ns,
+    struct grpc_limits lim = {.max_message_size = ACCELD_MAX_MESSAGE,
+                              .handshake_timeout_ns = p->cfg.handshake_timeout_ns,
                               .idle_timeout_ns = p->cfg.idle_timeout_ns};
     int r = grpc_server_new(p->loop, &lim, &p->server);
     if (r < 0)

@@ -7,8 +7,9 @@ the client (issue 8, items 5-7 and the README path).
   exist: the dir is made (0750), the socket is 0600, and `accelctl plugin
   devices --wait` run right after the start gets the list.
 - GetPreferredAllocation and Allocate with 10,000 IDs: INVALID_ARGUMENT at once,
-  naming the node's device count; Allocate naming a device twice: refused; a
-  request the node's size whose IDs are all unknown still gets an answer.
+  naming the node's device count; a request over 1 MiB: RESOURCE_EXHAUSTED;
+  Allocate naming a device twice: refused; a request the node's size whose IDs
+  are all unknown still gets an answer.
 - The connection cap (64) filled with idle connections (preface and SETTINGS,
   then nothing): a new client is still served; a bare preface is closed after
   the handshake timeout.
@@ -108,6 +109,14 @@ def run(tap, build, pb, node, pdir, agent):
     refused(lambda: plugin.allocate([ids[0], ids[1]], [ids[1]], timeout=T),
             f"named more than once: {ids[1]}",
             "Allocate naming a device twice (two containers): INVALID_ARGUMENT")
+    huge = [f"GPU-ffffffff-0000-4000-8000-{i:012d}" for i in range(50000)]  # ~2.1 MB
+    try:
+        plugin.allocate(huge, timeout=T)
+        tap.ok(False, "a 2 MiB request is refused on its size", "answered OK")
+    except grpc.RpcError as e:
+        tap.ok(e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED,
+               "a 2 MiB request (over acceld's 1 MiB limit): RESOURCE_EXHAUSTED",
+               f"{e.code()} {e.details()}")
     r = plugin.prefer(many[:8], size=8, timeout=T)
     tap.ok(sorted(r.container_responses[0].deviceIDs) == many[:8],
            "GetPreferredAllocation at the bound, every ID unknown: answered",
