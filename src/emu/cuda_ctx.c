@@ -70,16 +70,13 @@ EMU_API CUresult cuInit(unsigned int flags)
     pthread_mutex_lock(&cuda_lock);
     if (!init_done) {
         init_done = true;
-        int r = emu_state_open_env(&cuda_state);
+        char err[512];
+        int r = emu_state_open_env_err(&cuda_state, err, sizeof(err));
         if (r < 0) {
-            const char *p = getenv("ACCEL_EMU_STATE");
             fprintf(stderr,
-                    "accel-emu libcuda: no emulated GPUs (%s%s%s): run `accel-emu init` and set "
+                    "accel-emu libcuda: no emulated GPUs (%s): run `accel-emu init` and set "
                     "ACCEL_EMU_STATE to its state file\n",
-                    p && *p ? p : "ACCEL_EMU_STATE is not set", p && *p ? ": " : "",
-                    !p || !*p      ? ""
-                    : r == -EPROTO ? "not a state file of this accel-emu version"
-                                   : strerror(-r));
+                    err);
             init_result = CUDA_ERROR_NO_DEVICE;
         } else {
             cuda_kernel_ns = env_u64("ACCEL_EMU_KERNEL_US", 10, 1000);
