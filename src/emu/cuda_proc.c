@@ -325,7 +325,7 @@ static const struct proc_row rows[] = {
     E(cuLaunchKernelEx, 11060, cuLaunchKernelEx),
     P(cuLaunchKernelEx, 11060, cuLaunchKernelEx_ptsz),
     E(cuLibraryEnumerateKernels, 12040, cuLibraryEnumerateKernels), /* not emulated */
-    E(cuLibraryGetGlobal, 12000, cuLibraryGetGlobal),               /* not emulated */
+    E(cuLibraryGetGlobal, 12000, cuLibraryGetGlobal),
     E(cuLibraryGetKernel, 12000, cuLibraryGetKernel),
     E(cuLibraryGetKernelCount, 12040, cuLibraryGetKernelCount), /* not emulated */
     E(cuLibraryGetManaged, 12000, cuLibraryGetManaged),         /* not emulated */
