@@ -892,6 +892,33 @@ EMU_API CUresult cuGraphCreate(CUgraph *pg, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
+/* The nodes in the order they were added (NULL nodes: just the count, as the driver does).
+ * (cuda_api.h does not declare it: libvcuda has no use for it.) */
+CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *n);
+EMU_API CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *n)
+{
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&cuda_lock);
+    struct CUgraph_st *g = graph_of(hg);
+    if (!g) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (nodes) {
+        size_t i = 0;
+        for (; i < g->n && i < *n; i++)
+            nodes[i] = g->nodes[i];
+        for (size_t j = i; j < *n; j++)
+            nodes[j] = NULL;
+        *n = i;
+    } else {
+        *n = g->n;
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return CUDA_SUCCESS;
+}
+
 EMU_API CUresult cuGraphDestroy(CUgraph hg)
 {
     struct CUgraph_st *g = graph_of(hg);

@@ -233,7 +233,7 @@ static const struct proc_row rows[] = {
       cuGraphExternalSemaphoresWaitNodeSetParams),                /* not emulated */
     E(cuGraphGetEdges, 10000, cuGraphGetEdges),                   /* not emulated */
     E(cuGraphGetEdges, 12030, cuGraphGetEdges_v2),                /* not emulated */
-    E(cuGraphGetNodes, 10000, cuGraphGetNodes),                   /* not emulated */
+    E(cuGraphGetNodes, 10000, cuGraphGetNodes),
     E(cuGraphGetRootNodes, 10000, cuGraphGetRootNodes),           /* not emulated */
     E(cuGraphHostNodeGetParams, 10000, cuGraphHostNodeGetParams), /* not emulated */
     E(cuGraphHostNodeSetParams, 10000, cuGraphHostNodeSetParams), /* not emulated */
