@@ -13,7 +13,7 @@ struct cls_slot {
 };
 
 struct cuda_cls {
-    size_t cap; /* power of two */
+    size_t cap;  /* power of two */
     size_t used; /* live + tombstones */
     size_t live;
     struct cls_slot *slots;

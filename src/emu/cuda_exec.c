@@ -51,7 +51,6 @@ struct CUgraphExec_st {
     struct CUgraphNode_st *nodes; /* copies: the graph may change or go after instantiation */
 };
 
-
 static __thread struct CUstream_st pt_stream; /* per-thread default stream */
 static void stream_unbind_all_locked(struct CUstream_st *s);
 static uint64_t capture_ids;

@@ -31,12 +31,9 @@ unsigned char cuda_export_seen_flags[CUDA_EXPORT_N][CUDA_EXPORT_SLOTS_MAX];
 static unsigned char unanswered_said[CUDA_EXPORT_N][CUDA_EXPORT_SLOTS_MAX];
 
 static const char *const table_names[CUDA_EXPORT_N] = {
-    [CUDA_EXPORT_CUDART] = "CUDART_INTERFACE",
-    [CUDA_EXPORT_HOOKS] = "TOOLS_RUNTIME_CALLBACK_HOOKS",
-    [CUDA_EXPORT_TLS] = "TOOLS_TLS",
-    [CUDA_EXPORT_CLS] = "CONTEXT_LOCAL_STORAGE",
-    [CUDA_EXPORT_CHECKS] = "CONTEXT_CHECKS",
-    [CUDA_EXPORT_INTEGRITY] = "INTEGRITY_CHECK",
+    [CUDA_EXPORT_CUDART] = "CUDART_INTERFACE", [CUDA_EXPORT_HOOKS] = "TOOLS_RUNTIME_CALLBACK_HOOKS",
+    [CUDA_EXPORT_TLS] = "TOOLS_TLS",           [CUDA_EXPORT_CLS] = "CONTEXT_LOCAL_STORAGE",
+    [CUDA_EXPORT_CHECKS] = "CONTEXT_CHECKS",   [CUDA_EXPORT_INTEGRITY] = "INTEGRITY_CHECK",
 };
 
 void cuda_debug_log(const char *fmt, ...)
@@ -243,34 +240,47 @@ struct export_table {
 static const struct export_table tables[] = {
     {{0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d,
       0xf9},
-     CUDA_EXPORT_CUDART, "CUDART_INTERFACE", cuda_export_cudart_table},
+     CUDA_EXPORT_CUDART,
+     "CUDART_INTERFACE",
+     cuda_export_cudart_table},
     {{0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a,
       0x66},
-     CUDA_EXPORT_HOOKS, "TOOLS_RUNTIME_CALLBACK_HOOKS", hooks_table},
+     CUDA_EXPORT_HOOKS,
+     "TOOLS_RUNTIME_CALLBACK_HOOKS",
+     hooks_table},
     {{0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec,
       0xdc},
-     CUDA_EXPORT_TLS, "TOOLS_TLS", tls_table},
+     CUDA_EXPORT_TLS,
+     "TOOLS_TLS",
+     tls_table},
     {{0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95,
       0x93},
-     CUDA_EXPORT_CLS, "CONTEXT_LOCAL_STORAGE", cuda_export_cls_table},
+     CUDA_EXPORT_CLS,
+     "CONTEXT_LOCAL_STORAGE",
+     cuda_export_cls_table},
     {{0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa,
       0x7e},
-     CUDA_EXPORT_CHECKS, "CONTEXT_CHECKS", checks_table},
+     CUDA_EXPORT_CHECKS,
+     "CONTEXT_CHECKS",
+     checks_table},
     {{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1,
       0xf2},
-     CUDA_EXPORT_INTEGRITY, "INTEGRITY_CHECK", cuda_export_integrity_table},
+     CUDA_EXPORT_INTEGRITY,
+     "INTEGRITY_CHECK",
+     cuda_export_integrity_table},
     /* asked for first by 13.0, which goes on without it (13.2 is reported to need slot 25) */
     {{0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d,
       0xd9},
-     -1, "REQUIREMENTS", NULL},
+     -1,
+     "REQUIREMENTS",
+     NULL},
 };
 
 static void uuid_text(const unsigned char *u, char out[37])
 {
-    snprintf(out, 37,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
-             u[15]);
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
 }
 
 #define UNKNOWN_MAX 32

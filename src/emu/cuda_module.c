@@ -29,8 +29,8 @@
 #define PTX_MAX (64u << 20)
 
 struct emu_module_global {
-    CUdeviceptr ptr;         /* 0: not made yet in ctx */
-    struct CUctx_st *ctx;    /* the context it was made in */
+    CUdeviceptr ptr;           /* 0: not made yet in ctx */
+    struct CUctx_st *ctx;      /* the context it was made in */
     unsigned long long ctx_id; /* ctx->id then: a reset gives the context a new id */
 };
 
@@ -123,7 +123,10 @@ static CUresult module_from_image(CUmodule *pm, const void *image, struct CUctx_
         return cr;
     }
     const char *t = image;
-    if (memcmp(t, "\x7f" "ELF", 4) == 0)
+    if (memcmp(t,
+               "\x7f"
+               "ELF",
+               4) == 0)
         return CUDA_ERROR_INVALID_IMAGE; /* a cubin: machine code the emulator cannot run */
     return module_from_text(pm, t, strnlen(t, PTX_MAX), c);
 }

@@ -17,10 +17,10 @@ struct codec_lib {
     void *is_err; /* ZSTD_isError */
 };
 
-static struct codec_lib zstd = {"libzstd.so.1", "libzstd1", "ZSTD_decompress", "ZSTD_isError",
-                                PTHREAD_ONCE_INIT, NULL, NULL};
-static struct codec_lib lz4 = {"liblz4.so.1", "liblz4-1", "LZ4_decompress_safe", NULL,
-                               PTHREAD_ONCE_INIT, NULL, NULL};
+static struct codec_lib zstd = {
+    "libzstd.so.1", "libzstd1", "ZSTD_decompress", "ZSTD_isError", PTHREAD_ONCE_INIT, NULL, NULL};
+static struct codec_lib lz4 = {
+    "liblz4.so.1", "liblz4-1", "LZ4_decompress_safe", NULL, PTHREAD_ONCE_INIT, NULL, NULL};
 
 static void load(struct codec_lib *l)
 {
@@ -69,7 +69,8 @@ long fatbin_decompress(enum fatbin_codec codec, const uint8_t *src, size_t len, 
             return -ELIBACC;
         if (len > 0x7e000000u || raw > 0x7e000000u)
             return -EINVAL;
-        int (*dec)(const char *, char *, int, int) = (int (*)(const char *, char *, int, int))lz4.fn;
+        int (*dec)(const char *, char *, int, int) =
+            (int (*)(const char *, char *, int, int))lz4.fn;
         int got = dec((const char *)src, (char *)dst, (int)len, (int)raw);
         return got < 0 ? -EINVAL : got;
     }

@@ -17,7 +17,7 @@
 
 #define FATBIN_MAGIC 0xBA55ED50u
 #define FATBIN_WRAPPER_MAGIC 0x466243B1u
-#define FATBIN_MAX (256u << 20) /* largest fatbin read from memory */
+#define FATBIN_MAX (256u << 20)    /* largest fatbin read from memory */
 #define FATBIN_PTX_MAX (64u << 20) /* largest PTX text after decompression */
 
 enum fatbin_codec { FATBIN_PLAIN, FATBIN_LZ4, FATBIN_ZSTD };

@@ -23,5 +23,4 @@ void md2_final(struct md2_ctx *c, uint8_t out[MD2_DIGEST]);
 void md2(const void *data, size_t len, uint8_t out[MD2_DIGEST]);
 
 /* HMAC-MD2 (B = 16, L = 16): a key longer than 16 bytes is hashed first, as RFC 2104 says. */
-void md2_hmac(const void *key, size_t keylen, const void *msg, size_t len,
-              uint8_t out[MD2_DIGEST]);
+void md2_hmac(const void *key, size_t keylen, const void *msg, size_t len, uint8_t out[MD2_DIGEST]);

@@ -34,7 +34,7 @@ struct ptx_global {
 
 #define PTX_GLOBALS_MAX 4096
 #define PTX_GLOBAL_SIZE_MAX (1ull << 36) /* larger declarations are rejected */
-#define PTX_INIT_MAX (64ull << 20) /* bytes of initializer kept per variable */
+#define PTX_INIT_MAX (64ull << 20)       /* bytes of initializer kept per variable */
 
 /* The variables a module defines (`.extern` declarations and other state spaces skipped),
  * with their initializers (integers, 0f/0d float bit patterns; an address initializer such as
