@@ -12,7 +12,8 @@
  *   rt-prog reset               cudaDeviceReset, then the runtime keeps working
  *   rt-prog multi N             N processes (forked before any CUDA call) allocating at once
  *   rt-prog spin MS N           N spin kernels of MS emulated milliseconds each; prints the
- *                               emulated span (events) and the kernels' busy time */
+ *                               emulated span (events) and the kernels' busy time
+ *   rt-prog start               the runtime's start-up only (cudaFree(0)): bench-emu-runtime */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -342,8 +343,12 @@ int main(int argc, char **argv)
         return mode_reset();
     if (!strcmp(m, "multi"))
         return mode_multi(argc > 2 ? atoi(argv[2]) : 3);
+    if (!strcmp(m, "start")) {
+        CK(cudaFree(0));
+        return 0;
+    }
     if (!strcmp(m, "spin"))
         return mode_spin(argc > 2 ? atof(argv[2]) : 10, argc > 3 ? atoi(argv[3]) : 10);
-    fprintf(stderr, "usage: rt-prog mem [quota]|stream|graph|global|reset|multi N|spin MS N\n");
+    fprintf(stderr, "usage: rt-prog mem [quota]|stream|graph|global|reset|multi N|spin MS N|start\n");
     return 2;
 }

@@ -22,6 +22,14 @@ import sys
 import tempfile
 
 # What the 13.0 runtime uses (docs/emulator-cuda.md): (table, slot) and the tables it asks for.
+# Every run uses ALWAYS_13_0; the rest of the slots only in some environments (a process with
+# LD_PRELOAD set, as under the sanitizer build, never calls TOOLS_TLS 2 and the hooks' 1 and 4).
+ALWAYS_13_0 = {
+    ("CUDART_INTERFACE", 2), ("TOOLS_RUNTIME_CALLBACK_HOOKS", 2),
+    ("TOOLS_RUNTIME_CALLBACK_HOOKS", 6), ("CONTEXT_LOCAL_STORAGE", 0),
+    ("CONTEXT_LOCAL_STORAGE", 1), ("CONTEXT_LOCAL_STORAGE", 2), ("CONTEXT_CHECKS", 2),
+    ("CONTEXT_CHECKS", 3), ("INTEGRITY_CHECK", 1),
+}
 PINNED_13_0 = {
     "slots": {
         ("CUDART_INTERFACE", 2), ("TOOLS_RUNTIME_CALLBACK_HOOKS", 1),
@@ -170,7 +178,7 @@ def main():
     print("# CUDA %s runtime used tables %s" % (ver, sorted(tables)))
     print("# and slots %s" % sorted(slots))
     if ver == "13.0":
-        ok(slots == PINNED_13_0["slots"] and tables == PINNED_13_0["tables"],
+        ok(ALWAYS_13_0 <= slots <= PINNED_13_0["slots"] and tables == PINNED_13_0["tables"],
            "CUDA 13.0: the tables and slots used are the pinned ones",
            "used %s\npinned %s" % (sorted(slots), sorted(PINNED_13_0["slots"])))
     print("1..%d" % n)
