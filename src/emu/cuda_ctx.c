@@ -12,7 +12,9 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
+#include "cuda_cls.h"
 #include "cuda_emu.h"
+#include "cuda_export.h"
 
 pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
 struct emu_state *cuda_state;
@@ -415,9 +417,37 @@ CUresult cuda_need_ctx(struct CUctx_st **ret)
     if (r)
         return r;
     struct CUctx_st *c = cuda_current();
-    if (!c || c->magic != EMU_MAGIC_CTX)
+    if (!c || c->magic != EMU_MAGIC_CTX || !c->active)
         return CUDA_ERROR_INVALID_CONTEXT;
     *ret = c;
+    return CUDA_SUCCESS;
+}
+
+/* The fields a context starts with; the memory overhead is charged by ctx_activate. */
+static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim)
+{
+    static unsigned long long ids;
+    c->magic = EMU_MAGIC_CTX;
+    c->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
+    c->dev = dev;
+    c->flags = flags;
+    c->primary = prim;
+    memset(&c->null_stream, 0, sizeof(c->null_stream));
+    c->null_stream.magic = EMU_MAGIC_STREAM;
+    c->null_stream.ctx = c;
+    c->last_end_ns = 0;
+    memset(c->limits, 0, sizeof(c->limits));
+    c->limits[0] = 1024;    /* stack size */
+    c->limits[1] = 1 << 20; /* printf fifo */
+    c->limits[2] = 8 << 20; /* malloc heap */
+}
+
+static CUresult ctx_activate(struct CUctx_st *c)
+{
+    if (ctx_overhead && emu_state_mem_charge(cuda_state, (unsigned)c->dev, ctx_overhead) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->charged = ctx_overhead;
+    c->active = true;
     return CUDA_SUCCESS;
 }
 
@@ -426,22 +456,12 @@ static CUresult ctx_new(CUdevice dev, unsigned flags, bool prim, struct CUctx_st
     struct CUctx_st *c = calloc(1, sizeof(*c));
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (ctx_overhead && emu_state_mem_charge(cuda_state, (unsigned)dev, ctx_overhead) < 0) {
+    ctx_init(c, dev, flags, prim);
+    CUresult r = ctx_activate(c);
+    if (r) {
         free(c);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return r;
     }
-    static unsigned long long ids;
-    c->magic = EMU_MAGIC_CTX;
-    c->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
-    c->dev = dev;
-    c->flags = flags;
-    c->primary = prim;
-    c->charged = ctx_overhead;
-    c->null_stream.magic = EMU_MAGIC_STREAM;
-    c->null_stream.ctx = c;
-    c->limits[0] = 1024;    /* stack size */
-    c->limits[1] = 1 << 20; /* printf fifo */
-    c->limits[2] = 8 << 20; /* malloc heap */
     *ret = c;
     return CUDA_SUCCESS;
 }
@@ -457,15 +477,52 @@ static void ctx_unstack(struct CUctx_st *c)
         ctx_depth--;
 }
 
-static void ctx_free(struct CUctx_st *c)
+/* Ends what a context holds: its work, context-local storage (destructors run), memory,
+ * charge and streams. A primary context's object stays (the runtime keeps its handle across
+ * cudaDeviceReset), inactive until the next retain. */
+static void ctx_deactivate(struct CUctx_st *c)
 {
     cuda_ctx_sync(c);
+    cuda_cls_ctx_destroy(c);
     cuda_mem_ctx_destroy(c); /* its allocations go with it, as on the driver */
     if (c->charged)
         emu_state_mem_uncharge(cuda_state, (unsigned)c->dev, c->charged);
+    c->charged = 0;
     cuda_stream_list_free(c);
+    pthread_mutex_lock(&cuda_lock);
+    c->active = false;
+    ctx_init(c, c->dev, c->flags, c->primary);
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+static void ctx_free(struct CUctx_st *c)
+{
+    ctx_deactivate(c);
     c->magic = 0;
     free(c);
+}
+
+/* The primary context object of dev, made (inactive, uncharged) on first use; cuda_lock held. */
+static CUresult primary_locked(CUdevice dev, struct CUctx_st **ret)
+{
+    if (!primary[dev]) {
+        struct CUctx_st *c = calloc(1, sizeof(*c));
+        if (!c)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        ctx_init(c, dev, 0, true);
+        primary[dev] = c;
+    }
+    *ret = primary[dev];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuda_primary_get(CUdevice dev, struct CUctx_st **ret)
+{
+    NEED_DEV(dev);
+    pthread_mutex_lock(&cuda_lock);
+    CUresult r = primary_locked(dev, ret);
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
 }
 
 EMU_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -474,12 +531,13 @@ EMU_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
-    CUresult r = CUDA_SUCCESS;
-    if (!primary[dev])
-        r = ctx_new(dev, 0, true, &primary[dev]);
+    struct CUctx_st *c;
+    CUresult r = primary_locked(dev, &c);
+    if (!r && !c->active)
+        r = ctx_activate(c);
     if (!r) {
-        primary[dev]->refs++;
-        *pctx = primary[dev];
+        c->refs++;
+        *pctx = c;
     }
     pthread_mutex_unlock(&cuda_lock);
     return r;
@@ -490,15 +548,14 @@ EMU_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
     struct CUctx_st *c = primary[dev];
-    if (!c || c->refs <= 0) {
+    if (!c || !c->active || c->refs <= 0) {
         pthread_mutex_unlock(&cuda_lock);
         return CUDA_ERROR_INVALID_CONTEXT;
     }
     if (--c->refs == 0) {
-        primary[dev] = NULL;
         ctx_unstack(c);
         pthread_mutex_unlock(&cuda_lock);
-        ctx_free(c);
+        ctx_deactivate(c);
         return CUDA_SUCCESS;
     }
     pthread_mutex_unlock(&cuda_lock);
@@ -515,12 +572,14 @@ EMU_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
     struct CUctx_st *c = primary[dev];
-    primary[dev] = NULL;
-    if (c)
+    bool was = c && c->active;
+    if (was) {
+        c->refs = 0;
         ctx_unstack(c);
+    }
     pthread_mutex_unlock(&cuda_lock);
-    if (c)
-        ctx_free(c);
+    if (was)
+        ctx_deactivate(c);
     return CUDA_SUCCESS;
 }
 
@@ -535,7 +594,7 @@ EMU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
-    *active = primary[dev] != NULL;
+    *active = primary[dev] && primary[dev]->active;
     *flags = primary[dev] ? primary[dev]->flags : 0;
     pthread_mutex_unlock(&cuda_lock);
     return CUDA_SUCCESS;
@@ -917,12 +976,4 @@ EMU_API CUresult cuGetErrorString(CUresult e, const char **str)
         }
     *str = NULL;
     return CUDA_ERROR_INVALID_VALUE;
-}
-
-/* NVIDIA's runtime asks for undocumented tables here; the emulator has none. */
-EMU_API CUresult cuGetExportTable(const void **table, const CUuuid *id)
-{
-    if (table)
-        *table = NULL;
-    return CUDA_ERROR_NOT_SUPPORTED;
 }
