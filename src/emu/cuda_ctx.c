@@ -180,7 +180,8 @@ EMU_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
-    *bytes = gpu_of(dev)->memory_total;
+    /* what CUDA can use: the board's memory less what the driver keeps back */
+    *bytes = gpu_of(dev)->memory_total - gpu_of(dev)->memory_reserved;
     return CUDA_SUCCESS;
 }
 
@@ -393,6 +394,17 @@ struct CUctx_st *cuda_current(void)
     return ctx_depth ? ctx_stack[ctx_depth - 1] : NULL;
 }
 
+/* A GPU marked lost (`accel-emu lose`: XID 79, fallen off the bus) takes no more work. The
+ * driver API documents no code for "fallen off the bus"; CUDA_ERROR_DEVICE_UNAVAILABLE (46) is
+ * the one whose documented meaning fits ("the requested CUDA device is unavailable at the
+ * current time", CUDA Driver API, CUresult). docs/emulator-cuda.md, "Lost GPUs", says why not
+ * the sticky launch-failure codes. */
+bool cuda_dev_lost(int dev)
+{
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    return g && __atomic_load_n(&g->lost, __ATOMIC_RELAXED);
+}
+
 CUresult cuda_need_ctx(struct CUctx_st **ret)
 {
     CUresult r = cuda_check_init();
@@ -401,12 +413,16 @@ CUresult cuda_need_ctx(struct CUctx_st **ret)
     struct CUctx_st *c = cuda_current();
     if (!c || c->magic != EMU_MAGIC_CTX)
         return CUDA_ERROR_INVALID_CONTEXT;
+    if (cuda_dev_lost(c->dev))
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     *ret = c;
     return CUDA_SUCCESS;
 }
 
 static CUresult ctx_new(CUdevice dev, unsigned flags, bool prim, struct CUctx_st **ret)
 {
+    if (cuda_dev_lost(dev))
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     struct CUctx_st *c = calloc(1, sizeof(*c));
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -825,6 +841,7 @@ EMU_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
         return r;
     uint64_t used = 0, tot = 0;
     emu_state_mem_info(cuda_state, (unsigned)c->dev, &used, &tot);
+    tot -= gpu_of(c->dev)->memory_reserved; /* never CUDA's (NVML v2 `reserved`) */
     if (free_bytes)
         *free_bytes = used < tot ? tot - used : 0;
     if (total)
@@ -844,6 +861,7 @@ static const struct {
     {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
     {4, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
     {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {46, "CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable"},
     {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},

@@ -133,6 +133,8 @@ struct CUctx_st *cuda_current(void);
 /* Current context or an error (NOT_INITIALIZED / INVALID_CONTEXT). */
 CUresult cuda_need_ctx(struct CUctx_st **ret);
 bool cuda_dev_valid(CUdevice dev);
+/* dev is marked lost (`accel-emu lose`): calls needing it fail CUDA_ERROR_DEVICE_UNAVAILABLE. */
+bool cuda_dev_lost(int dev);
 
 /* ---- memory (cuda_mem.c) ---- */
 /* Allocates device memory on dev, charged. kind: 0 device, 1 managed. */
