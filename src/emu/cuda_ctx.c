@@ -879,6 +879,7 @@ static const struct {
     {600, "CUDA_ERROR_NOT_READY", "device not ready"},
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {709, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
+    {720, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", "too many blocks in cooperative launch"},
     {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
      "part or all of the requested memory range is already mapped"},
     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",

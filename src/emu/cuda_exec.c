@@ -903,6 +903,14 @@ EMU_API CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config)
     return CUDA_SUCCESS;
 }
 
+/* Resident blocks of `threads` threads per SM: the device's 2048 threads and 32 blocks per SM
+ * (registers and shared memory are not modelled). */
+static unsigned blocks_per_sm(uint64_t threads)
+{
+    uint64_t by_threads = 2048 / threads;
+    return by_threads > 32 ? 32 : (unsigned)by_threads;
+}
+
 EMU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int block,
                                                              size_t smem)
 {
@@ -910,8 +918,7 @@ EMU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction 
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
-    int by_threads = 2048 / block;
-    *n = by_threads > 32 ? 32 : by_threads;
+    *n = (int)blocks_per_sm((uint64_t)block);
     return CUDA_SUCCESS;
 }
 
@@ -972,8 +979,19 @@ static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t
 static CUresult graph_push(struct CUgraph_st *g, const struct CUgraphNode_st *tmpl,
                            CUgraphNode *ret);
 
+/* A cooperative grid must be resident all at once: "The total number of blocks launched cannot
+ * exceed the maximum number of blocks per multiprocessor as returned by
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor ... times the number of multiprocessors"
+ * (CUDA Driver API, cuLaunchCooperativeKernel), else CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE. */
+static bool coop_fits(int dev, uint64_t blocks, uint64_t threads)
+{
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    return g && blocks <= (uint64_t)blocks_per_sm(threads) * g->sm_count;
+}
+
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                       unsigned by, unsigned bz, CUstream h, void **params, void **extra, bool pt)
+                       unsigned by, unsigned bz, CUstream h, void **params, void **extra, bool pt,
+                       bool coop)
 {
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
@@ -985,6 +1003,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     CUresult r = cuda_stream_resolve(h, pt, &s);
     if (r)
         return r;
+    if (coop && !coop_fits(s->ctx->dev, (uint64_t)gx * gy * gz, (uint64_t)bx * by * bz))
+        return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
     uint64_t cycles = 0;
     bool has = first_u64(f, params, extra, &cycles);
     if (s->capture)
@@ -996,7 +1016,7 @@ EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
                                 unsigned int bx, unsigned int by, unsigned int bz,
                                 unsigned int smem, CUstream h, void **params, void **extra)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, false);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, false, false);
 }
 
 EMU_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
@@ -1004,7 +1024,7 @@ EMU_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int
                                      unsigned int bz, unsigned int smem, CUstream h, void **params,
                                      void **extra)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, true);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, true, false);
 }
 
 EMU_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
@@ -1012,7 +1032,7 @@ EMU_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsign
                                            unsigned int bz, unsigned int smem, CUstream h,
                                            void **params)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, false);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, false, true);
 }
 
 EMU_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
@@ -1020,7 +1040,7 @@ EMU_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, u
                                                 unsigned int bz, unsigned int smem, CUstream h,
                                                 void **params)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, true);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, true, true);
 }
 
 static CUresult launch_ex(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra,
@@ -1028,8 +1048,12 @@ static CUresult launch_ex(const CUlaunchConfig *cfg, CUfunction f, void **params
 {
     if (!cfg || (cfg->numAttrs && !cfg->attrs))
         return CUDA_ERROR_INVALID_VALUE;
+    bool coop = false;
+    for (unsigned i = 0; i < cfg->numAttrs; i++)
+        if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
+            coop = cfg->attrs[i].value.cooperative != 0;
     return launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
-                  cfg->blockDimZ, cfg->hStream, params, extra, pt);
+                  cfg->blockDimZ, cfg->hStream, params, extra, pt, coop);
 }
 
 EMU_API CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params,

@@ -22,6 +22,15 @@
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
 
+/* a kernel without parameters: only its launch configuration matters here */
+static const char nop_ptx[] = ".version 7.0\n"
+                              ".target sm_70\n"
+                              ".address_size 64\n"
+                              ".visible .entry nop()\n"
+                              "{\n"
+                              "    ret;\n"
+                              "}\n";
+
 static char state_path[4096];
 static struct emu_state *st;
 static CUcontext ctx0;
@@ -138,6 +147,55 @@ TEST(reserved_memory_is_never_cudas)
     REQUIRE_EQ_INT(cuMemAlloc_v2(&p, fr), CUDA_SUCCESS);
     CHECK_EQ_INT(cuMemAlloc_v2(&q, 2 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
     CHECK_EQ_INT(cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
+/* ---- 8. cooperative launches ---- */
+
+TEST(cooperative_grids_must_fit_on_the_gpu_at_once)
+{
+    REQUIRE(setup());
+    CUmodule mod;
+    CUfunction f;
+    REQUIRE_EQ_INT(cuModuleLoadData(&mod, nop_ptx), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuModuleGetFunction(&f, mod, "nop"), CUDA_SUCCESS);
+    int per_sm = 0, sms = 0, coop = 0;
+    REQUIRE_EQ_INT(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, 1024, 0), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
+                   CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuDeviceGetAttribute(&coop, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0),
+                   CUDA_SUCCESS);
+    CHECK_EQ_INT(coop, 1);
+    CHECK_EQ_INT(sms, 132);
+    CHECK(per_sm >= 1);
+    unsigned limit = (unsigned)(per_sm * sms);
+    const CUresult BIG = CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+
+    CHECK_EQ_INT(cuLaunchCooperativeKernel(f, limit, 1, 1, 1024, 1, 1, 0, NULL, NULL),
+                 CUDA_SUCCESS);
+    CHECK_EQ_INT(cuLaunchCooperativeKernel(f, limit + 1, 1, 1, 1024, 1, 1, 0, NULL, NULL), BIG);
+    CHECK_EQ_INT(cuLaunchCooperativeKernel(f, 1000000, 1, 1, 1024, 1, 1, 0, NULL, NULL), BIG);
+    CHECK_EQ_INT(cuLaunchCooperativeKernel(f, limit / 2 + 1, 2, 1, 1024, 1, 1, 0, NULL, NULL), BIG);
+    /* an ordinary launch of the same grid is fine: blocks wait for room */
+    CHECK_EQ_INT(cuLaunchKernel(f, 1000000, 1, 1, 1024, 1, 1, 0, NULL, NULL, NULL), CUDA_SUCCESS);
+
+    /* the same rule through cuLaunchKernelEx's cooperative attribute */
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attr.value.cooperative = 1;
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gridDimX = limit + 1;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 1024;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    CHECK_EQ_INT(cuLaunchKernelEx(&cfg, f, NULL, NULL), BIG);
+    cfg.gridDimX = limit;
+    CHECK_EQ_INT(cuLaunchKernelEx(&cfg, f, NULL, NULL), CUDA_SUCCESS);
+    CHECK_EQ_INT(cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK_EQ_INT(cuModuleUnload(mod), CUDA_SUCCESS);
 }
 
 int main(int argc, char **argv)
