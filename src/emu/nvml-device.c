@@ -254,9 +254,10 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t devic
 
 /* ---- utilization ---------------------------------------------------------------------- */
 
-/* gpu: the fraction of the last window (ACCEL_EMU_UTIL_WINDOW_MS, default 1 s) during which
- * the GPU's timeline had work, from its busy-interval records. memory: memory traffic is not
- * modelled (0). */
+/* gpu: "Percent of time over the past sample period during which one or more kernels was
+ * executing on the GPU" (NVML API reference, nvmlUtilization_t): the busy fraction of the last
+ * completed sample period (ACCEL_EMU_UTIL_WINDOW_MS, default 1 s), from the timeline's
+ * busy-interval records. memory: memory traffic is not modelled (0). */
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                         nvmlUtilization_t *utilization)
 {
@@ -264,11 +265,11 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
     CHECK_DEVICE(device, NULL, &i);
     if (!utilization)
         return NVML_ERROR_INVALID_ARGUMENT;
-    uint64_t w = nvml_emu_util_window_ns(), now = emu_state_now_ns(), busy = 0;
-    uint64_t t0 = now > w ? now - w : 0;
-    if (emu_state_busy_ns(nvml_emu_state(), i, t0, now, 0, &busy, NULL) < 0)
+    uint64_t t0, t1, busy = 0;
+    nvml_emu_last_period(emu_state_now_ns(), &t0, &t1);
+    if (emu_state_busy_ns(nvml_emu_state(), i, t0, t1, 0, &busy, NULL) < 0)
         return NVML_ERROR_UNKNOWN;
-    uint64_t span = now - t0;
+    uint64_t span = t1 - t0;
     unsigned pct = span ? (unsigned)((busy * 100 + span / 2) / span) : 0;
     utilization->gpu = pct > 100 ? 100 : pct;
     utilization->memory = 0;

@@ -198,6 +198,63 @@ TEST(cooperative_grids_must_fit_on_the_gpu_at_once)
     CHECK_EQ_INT(cuModuleUnload(mod), CUDA_SUCCESS);
 }
 
+/* ---- 7. sampled utilization ---- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* NVML reports utilization per sample period (the emulator's: 1 s by default, aligned on
+ * multiples of it): the device's rate over the last period, and one sample per process busy in
+ * it, stamped with a CPU timestamp. 200 ms of work inside one period reads 20 %, also after the
+ * work has ended, until the next period completes. */
+TEST(utilization_is_sampled_per_period)
+{
+    REQUIRE(setup());
+    const uint64_t P = 1000000000ull, work = 200000000ull;
+    nvmlDevice_t n;
+    REQUIRE_EQ_INT(nvmlDeviceGetHandleByIndex_v2(0, &n), NVML_SUCCESS);
+    bool measured = false;
+    /* a few tries: the window below (b + 1.3 s .. b + 2 s) can be missed on a loaded machine */
+    for (int attempt = 0; attempt < 5 && !measured; attempt++) {
+        uint64_t b = (mono_ns() / P + 1) * P; /* the next period boundary */
+        REQUIRE(TAP_WAIT_UNTIL(mono_ns() >= b + 10000000ull, 3000));
+        uint64_t start, end;
+        REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, work, &start, &end), 0);
+        if (end > b + P)
+            continue; /* queued behind other work: try the next period */
+        REQUIRE(TAP_WAIT_UNTIL(mono_ns() >= b + P + 300000000ull, 3000));
+        nvmlUtilization_t u = {0, 0};
+        nvmlProcessUtilizationSample_t smp[4];
+        unsigned cnt = 4;
+        nvmlReturn_t r1 = nvmlDeviceGetUtilizationRates(n, &u);
+        nvmlReturn_t r2 = nvmlDeviceGetProcessUtilization(n, smp, &cnt, 0);
+        if (mono_ns() >= b + 2 * P)
+            continue; /* the period after has completed meanwhile */
+        measured = true;
+        CHECK_EQ_INT(r1, NVML_SUCCESS);
+        CHECK_EQ_INT(u.gpu, 20);
+        REQUIRE_EQ_INT(r2, NVML_SUCCESS);
+        REQUIRE_EQ_INT(cnt, 1);
+        CHECK_EQ_INT(smp[0].pid, getpid());
+        CHECK_EQ_INT(smp[0].smUtil, 20);
+        /* stamped at the period's end (CPU µs), and not returned again past that stamp */
+        struct timespec rt;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        uint64_t now_us = (uint64_t)rt.tv_sec * 1000000ull + (uint64_t)rt.tv_nsec / 1000ull;
+        uint64_t age_us = (mono_ns() - (b + P)) / 1000ull;
+        CHECK(smp[0].timeStamp <= now_us - age_us + 5000 &&
+              smp[0].timeStamp + 5000 >= now_us - age_us);
+        cnt = 4;
+        CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(n, smp, &cnt, smp[0].timeStamp),
+                     NVML_ERROR_NOT_FOUND);
+    }
+    CHECK(measured);
+}
+
 int main(int argc, char **argv)
 {
     snprintf(state_path, sizeof(state_path), "%s/fidelity.state", tap_tmpdir());
