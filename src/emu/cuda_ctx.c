@@ -17,7 +17,7 @@ uint64_t cuda_kernel_ns = 10000;
 
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static bool init_done;
-static uint64_t ctx_overhead = 32ull << 20;
+static uint64_t ctx_overhead = UINT64_MAX; /* ACCEL_EMU_CTX_OVERHEAD; UINT64_MAX: the model's */
 static struct CUctx_st *primary[EMU_MAX_GPUS];
 static struct CUctx_st *contexts; /* created with cuCtxCreate */
 
@@ -80,7 +80,7 @@ EMU_API CUresult cuInit(unsigned int flags)
             init_result = CUDA_ERROR_NO_DEVICE;
         } else {
             cuda_kernel_ns = env_u64("ACCEL_EMU_KERNEL_US", 10, 1000);
-            ctx_overhead = env_size("ACCEL_EMU_CTX_OVERHEAD", 32ull << 20);
+            ctx_overhead = env_size("ACCEL_EMU_CTX_OVERHEAD", UINT64_MAX);
             init_result = CUDA_SUCCESS;
         }
     }
@@ -423,10 +423,12 @@ static CUresult ctx_new(CUdevice dev, unsigned flags, bool prim, struct CUctx_st
 {
     if (cuda_dev_lost(dev))
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    /* a context costs device memory: the model's (state.c), unless overridden */
+    uint64_t cost = ctx_overhead != UINT64_MAX ? ctx_overhead : gpu_of(dev)->ctx_cost;
     struct CUctx_st *c = calloc(1, sizeof(*c));
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (ctx_overhead && emu_state_mem_charge(cuda_state, (unsigned)dev, ctx_overhead) < 0) {
+    if (cost && emu_state_mem_charge(cuda_state, (unsigned)dev, cost) < 0) {
         free(c);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -436,7 +438,7 @@ static CUresult ctx_new(CUdevice dev, unsigned flags, bool prim, struct CUctx_st
     c->dev = dev;
     c->flags = flags;
     c->primary = prim;
-    c->charged = ctx_overhead;
+    c->charged = cost;
     c->null_stream.magic = EMU_MAGIC_STREAM;
     c->null_stream.ctx = c;
     c->limits[0] = 1024;    /* stack size */

@@ -5,8 +5,9 @@
  * RAM) and carved by a first-fit allocator. Device pointers are plain addresses, so copies
  * really move bytes, and an IPC handle names (pid, memfd, offset) that another process maps
  * through /proc/<pid>/fd. Every device allocation is charged to its GPU and this process in
- * the shared state (state.h); host memory is not. VMM handles (cuMemCreate) are memfds of
- * their own, mapped into ranges reserved with PROT_NONE. */
+ * the shared state (state.h) by the 2 MiB pages it occupies (see "Pages" below); host memory is
+ * not. VMM handles (cuMemCreate) are memfds of their own, mapped into ranges reserved with
+ * PROT_NONE. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -38,7 +39,8 @@ enum alloc_kind {
 
 struct alloc {
     CUdeviceptr ptr;
-    uint64_t size;
+    uint64_t size;    /* as the program sees it (cuMemGetAddressRange, copy bounds) */
+    uint64_t span;    /* arena-carved blocks: bytes carved (size, or whole pages from 2 MiB) */
     uint64_t charged; /* bytes charged to dev in the shared state */
     int dev;
     enum alloc_kind kind;
@@ -65,6 +67,7 @@ struct arena {
     uint64_t size;
     struct extent *free;
     size_t nfree, cap;
+    uint32_t *page_refs; /* per GRANULE page: live allocations in it (charged while > 0) */
 };
 
 struct vmm_handle {
@@ -181,7 +184,12 @@ static int arena_init(int dev)
         return r;
     }
     ar->free = malloc(16 * sizeof(*ar->free));
-    if (!ar->free) {
+    ar->page_refs = calloc(size / GRANULE, sizeof(*ar->page_refs));
+    if (!ar->free || !ar->page_refs) {
+        free(ar->free);
+        free(ar->page_refs);
+        ar->free = NULL;
+        ar->page_refs = NULL;
         munmap(m, size);
         close(fd);
         return -ENOMEM;
@@ -196,28 +204,83 @@ static int arena_init(int dev)
     return 0;
 }
 
+static void arena_give(struct arena *ar, uint64_t off, uint64_t len);
+static void arena_insert(struct arena *ar, uint64_t off, uint64_t len);
+
+/* Where len bytes fit in the free extent e: whole pages for a block of a page or more (placed on
+ * a page boundary), inside one page for a smaller one. UINT64_MAX when they do not fit. */
+static uint64_t extent_fit(const struct extent *e, uint64_t len)
+{
+    uint64_t off = e->off;
+    if (len >= GRANULE)
+        off = ROUND_UP(off, GRANULE);
+    else if (off / GRANULE != (off + len - 1) / GRANULE)
+        off = ROUND_UP(off, GRANULE); /* would straddle two pages: start the next one */
+    return off + len <= e->off + e->len ? off : UINT64_MAX;
+}
+
 static int arena_take(struct arena *ar, uint64_t len, uint64_t *ret_off)
 {
     for (size_t i = 0; i < ar->nfree; i++) {
         struct extent *e = &ar->free[i];
-        if (e->len < len)
+        uint64_t off = extent_fit(e, len);
+        if (off == UINT64_MAX)
             continue;
-        *ret_off = e->off;
-        e->off += len;
-        e->len -= len;
-        if (!e->len) {
-            memmove(e, e + 1, (ar->nfree - i - 1) * sizeof(*e));
-            ar->nfree--;
-        }
+        struct extent was = *e;
+        memmove(e, e + 1, (ar->nfree - i - 1) * sizeof(*e));
+        ar->nfree--;
+        /* the gaps before and after stay free (never written: nothing to punch) */
+        if (off > was.off)
+            arena_insert(ar, was.off, off - was.off);
+        if (off + len < was.off + was.len)
+            arena_insert(ar, off + len, was.off + was.len - off - len);
+        *ret_off = off;
         return 0;
     }
     return -ENOMEM;
+}
+
+/* ---- pages: what an allocation costs on the GPU ----
+ * The driver carves device memory in 2 MiB pages (the granularity cuMemGetAllocationGranularity
+ * reports, and the step in which NVML's used memory moves on hardware): a block of 2 MiB or more
+ * takes whole pages of its own, smaller blocks share pages. The GPU is charged per page in use:
+ * the first block in a page charges it, the last one out gives it back. */
+
+/* Bytes newly charged if [off, off + len) were taken: pages nothing lives in yet. */
+static uint64_t pages_new_bytes(const struct arena *ar, uint64_t off, uint64_t len)
+{
+    uint64_t n = 0;
+    for (uint64_t pg = off / GRANULE; pg <= (off + len - 1) / GRANULE; pg++)
+        n += ar->page_refs[pg] == 0;
+    return n * GRANULE;
+}
+
+static void pages_hold(struct arena *ar, uint64_t off, uint64_t len)
+{
+    for (uint64_t pg = off / GRANULE; pg <= (off + len - 1) / GRANULE; pg++)
+        ar->page_refs[pg]++;
+}
+
+/* Drops [off, off + len)'s hold on its pages; returns the bytes of the pages now empty. */
+static uint64_t pages_drop(struct arena *ar, uint64_t off, uint64_t len)
+{
+    uint64_t n = 0;
+    for (uint64_t pg = off / GRANULE; pg <= (off + len - 1) / GRANULE; pg++)
+        if (ar->page_refs[pg] && --ar->page_refs[pg] == 0)
+            n++;
+    return n * GRANULE;
 }
 
 static void arena_give(struct arena *ar, uint64_t off, uint64_t len)
 {
     /* punch the pages out: freed device memory gives its RAM back */
     fallocate(ar->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
+    arena_insert(ar, off, len);
+}
+
+/* Adds [off, off + len) to the free list, merged with its neighbours. */
+static void arena_insert(struct arena *ar, uint64_t off, uint64_t len)
+{
     size_t i = 0;
     while (i < ar->nfree && ar->free[i].off < off)
         i++;
@@ -246,39 +309,50 @@ static void arena_give(struct arena *ar, uint64_t off, uint64_t len)
     }
 }
 
-/* cuda_lock held. Charges bytes (rounded) on dev and carves them from the arena. */
+/* cuda_lock held. Carves bytes (at least min_len; rounded to 512 bytes, or to whole pages from
+ * one page up and for pool blocks) from the arena and charges dev for the pages it starts
+ * using. */
 static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
-                                 struct CUmemPoolHandle_st *pool, uint64_t charge,
+                                 struct CUmemPoolHandle_st *pool, uint64_t min_len,
                                  struct alloc **ret)
 {
     if (arena_init(dev) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    struct arena *ar = &arenas[dev];
     uint64_t len = ROUND_UP(bytes ? bytes : 1, ALIGN);
-    if (charge < len)
-        charge = len;
+    if (len < min_len)
+        len = ROUND_UP(min_len, ALIGN);
+    uint64_t user_len = len;
+    if (len >= GRANULE || kind == K_POOL)
+        len = ROUND_UP(len, GRANULE); /* pools grow by whole pages, as big blocks do */
     struct alloc *a = calloc(1, sizeof(*a));
     if (!a)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (emu_state_mem_charge(cuda_state, (unsigned)dev, charge) < 0) {
-        free(a);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     uint64_t off;
-    if (arena_take(&arenas[dev], len, &off) < 0) {
-        emu_state_mem_uncharge(cuda_state, (unsigned)dev, charge);
+    if (arena_take(ar, len, &off) < 0) {
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    uint64_t charge = pages_new_bytes(ar, off, len);
+    if (charge && emu_state_mem_charge(cuda_state, (unsigned)dev, charge) < 0) {
+        arena_insert(ar, off, len); /* never written: nothing to punch */
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pages_hold(ar, off, len);
     a->ptr = (CUdeviceptr)(uintptr_t)(arenas[dev].base + off);
-    a->size = len;
-    a->charged = charge;
+    a->size = kind == K_POOL ? len : user_len; /* a pool block is its pages */
+    a->span = len;
+    a->charged = charge; /* what this block's pages cost when it was made (informational) */
     a->dev = dev;
     a->kind = kind;
     a->pool = pool;
     a->ctx = kind == K_POOL ? NULL : cuda_current();
     if (reg_add(a) < 0) {
-        arena_give(&arenas[dev], off, len);
-        emu_state_mem_uncharge(cuda_state, (unsigned)dev, charge);
+        uint64_t back = pages_drop(ar, off, len);
+        arena_give(ar, off, len);
+        if (back)
+            emu_state_mem_uncharge(cuda_state, (unsigned)dev, back);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -290,8 +364,11 @@ static void dev_free_locked(struct alloc *a)
 {
     reg_del(a);
     struct arena *ar = &arenas[a->dev];
-    arena_give(ar, (uint64_t)((uint8_t *)(uintptr_t)a->ptr - ar->base), a->size);
-    emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, a->charged);
+    uint64_t off = (uint64_t)((uint8_t *)(uintptr_t)a->ptr - ar->base);
+    uint64_t back = pages_drop(ar, off, a->span);
+    arena_give(ar, off, a->span);
+    if (back)
+        emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, back);
     free(a);
 }
 

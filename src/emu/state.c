@@ -29,17 +29,19 @@ struct emu_state {
 
 #define MiB (1024ull * 1024ull)
 
-/* Figures as the real boards report them (memory as nvidia-smi shows it). The last column is
- * the memory the driver keeps back: nvidia-smi's total less the total CUDA reports on that
- * board (cuMemGetInfo / torch's total_memory, rounded to MiB); NVIDIA publishes no table of
- * it, so these are observed sizes, not documented ones (docs/emulator-cuda.md). */
+/* Figures as the real boards report them (memory as nvidia-smi shows it). The last two columns
+ * are the memory the driver keeps back (nvidia-smi's total less the total CUDA reports on that
+ * board, rounded to MiB) and what one context costs (a process's used memory in nvidia-smi
+ * after creating a context and nothing else, rounded to 2 MiB pages). NVIDIA publishes no table
+ * of either: they are representative observed sizes, not documented ones
+ * (docs/emulator-cuda.md). */
 static const struct emu_model models[] = {
     {"NVIDIA H100 80GB HBM3", "H100", 81559 * MiB, 132, 1980, 2619, 9, 0, 700000, 18, 5120,
-     459 * MiB},
+     459 * MiB, 480 * MiB},
     {"NVIDIA A100-SXM4-80GB", "A100", 81920 * MiB, 108, 1410, 1593, 8, 0, 400000, 12, 5120,
-     768 * MiB},
-    {"NVIDIA L4", "L4", 23034 * MiB, 58, 2040, 6251, 8, 9, 72000, 0, 192, 475 * MiB},
-    {"Tesla T4", "T4", 15360 * MiB, 40, 1590, 5001, 7, 5, 70000, 0, 256, 256 * MiB},
+     768 * MiB, 410 * MiB},
+    {"NVIDIA L4", "L4", 23034 * MiB, 58, 2040, 6251, 8, 9, 72000, 0, 192, 475 * MiB, 290 * MiB},
+    {"Tesla T4", "T4", 15360 * MiB, 40, 1590, 5001, 7, 5, 70000, 0, 256, 256 * MiB, 160 * MiB},
 };
 
 const struct emu_model *emu_model_table(size_t *ret_n)
@@ -102,6 +104,7 @@ static void fill_gpu(struct emu_gpu *g, unsigned i, const struct emu_config *cfg
     g->memory_total = cfg->memory_bytes ? cfg->memory_bytes : m->memory_bytes;
     /* a custom size is a custom board: all of it is the processes' */
     g->memory_reserved = cfg->memory_bytes ? 0 : m->reserved_bytes;
+    g->ctx_cost = m->ctx_bytes;
 
     uint64_t s = cfg->seed * 0x100000001b3ull + i + 1;
     uint64_t a = mix64(&s), b = mix64(&s);

@@ -79,6 +79,8 @@ struct emu_model {
     uint32_t mem_bus_bits; /* memory bus width */
     /* memory the driver keeps back (NVML v2 `reserved`): CUDA sees memory_bytes minus this */
     uint64_t reserved_bytes;
+    /* device memory a context costs while it exists (a multiple of 2 MiB) */
+    uint64_t ctx_bytes;
 };
 
 /* Looks a model up by name or alias, case-insensitively. NULL when unknown. */
@@ -169,7 +171,10 @@ struct emu_gpu {
     /* memory the driver keeps for itself (the model's; 0 with --memory): NVML v2 `reserved`,
      * counted in NVML's `used`, never available to CUDA (see docs/emulator-cuda.md) */
     uint64_t memory_reserved;
-    uint64_t reserved_u64[13];
+    /* device memory one context costs on this GPU (the model's; ACCEL_EMU_CTX_OVERHEAD
+     * overrides it per process) */
+    uint64_t ctx_cost;
+    uint64_t reserved_u64[12];
 };
 
 /* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the

@@ -21,6 +21,7 @@
 
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
+#define ROUND_512(x) (((x) + 511) / 512 * 512)
 
 /* a kernel without parameters: only its launch configuration matters here */
 static const char nop_ptx[] = ".version 7.0\n"
@@ -147,6 +148,81 @@ TEST(reserved_memory_is_never_cudas)
     REQUIRE_EQ_INT(cuMemAlloc_v2(&p, fr), CUDA_SUCCESS);
     CHECK_EQ_INT(cuMemAlloc_v2(&q, 2 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
     CHECK_EQ_INT(cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
+/* ---- 3. pages and context cost ---- */
+
+/* What this process holds on gpu in the shared state. */
+static uint64_t held(unsigned gpu)
+{
+    struct emu_proc_mem pm[EMU_MAX_PROCS];
+    size_t n = 0;
+    emu_state_procs(st, gpu, pm, EMU_MAX_PROCS, &n);
+    for (size_t i = 0; i < n && i < EMU_MAX_PROCS; i++)
+        if (pm[i].pid == getpid())
+            return pm[i].bytes;
+    return 0;
+}
+
+TEST(memory_is_carved_in_2_mib_pages)
+{
+    REQUIRE(setup());
+    size_t gran = 0;
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    REQUIRE_EQ_INT(cuMemGetAllocationGranularity(&gran, &prop, 0), CUDA_SUCCESS);
+    REQUIRE_EQ_U64(gran, 2 * MiB);
+    uint64_t base = held(0);
+    CUdeviceptr a, b, big;
+    /* one byte takes a page; a second small block shares it */
+    REQUIRE_EQ_INT(cuMemAlloc_v2(&a, 1), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, gran);
+    REQUIRE_EQ_INT(cuMemAlloc_v2(&b, 1000), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, gran);
+    /* a block of a page or more takes whole pages of its own, page-aligned */
+    REQUIRE_EQ_INT(cuMemAlloc_v2(&big, gran + 1), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, 3 * gran);
+    CHECK_EQ_U64(big % gran, 0);
+    CUdeviceptr rb;
+    size_t rs = 0;
+    CHECK_EQ_INT(cuMemGetAddressRange_v2(&rb, &rs, big), CUDA_SUCCESS);
+    CHECK_EQ_U64(rs, ROUND_512(gran + 1)); /* the program sees what it asked for */
+    /* the page goes back with its last block */
+    CHECK_EQ_INT(cuMemFree_v2(a), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, 3 * gran);
+    CHECK_EQ_INT(cuMemFree_v2(b), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, 2 * gran);
+    CHECK_EQ_INT(cuMemFree_v2(big), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0), base);
+
+    /* a pool grows by whole pages */
+    CUstream s;
+    CUmemoryPool pool;
+    REQUIRE_EQ_INT(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuDeviceGetDefaultMemPool(&pool, 0), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuMemAllocAsync(&a, 1, s), CUDA_SUCCESS);
+    uint64_t reserved = 0;
+    CHECK_EQ_INT(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved),
+                 CUDA_SUCCESS);
+    CHECK_EQ_U64(reserved, gran);
+    CHECK_EQ_U64(held(0) - base, gran);
+    CHECK_EQ_INT(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+    CHECK_EQ_INT(cuStreamSynchronize(s), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0), base);
+    CHECK_EQ_INT(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+/* A context costs what the model's does (H100: 480 MiB), not a token 32 MiB. */
+TEST(a_context_costs_the_models_memory)
+{
+    REQUIRE(setup());
+    uint64_t base = held(1);
+    CUcontext c;
+    REQUIRE_EQ_INT(cuCtxCreate_v2(&c, 0, 1), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(1) - base, 480 * MiB);
+    CHECK_EQ_INT(cuCtxDestroy_v2(c), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(1), base);
+    REQUIRE_EQ_INT(cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
 }
 
 /* ---- 8. cooperative launches ---- */
