@@ -2,11 +2,14 @@
  * and created contexts (with the context memory overhead charged to the GPU; destroying one
  * frees what was allocated in it), error strings, and process-exit release of this process's
  * charges. */
+#include <elf.h>
 #include <errno.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "cuda_emu.h"
@@ -22,8 +25,8 @@ static struct CUctx_st *primary[EMU_MAX_GPUS];
 static struct CUctx_st *contexts; /* created with cuCtxCreate */
 
 #define CTX_STACK 32
-static __thread struct CUctx_st *ctx_stack[CTX_STACK];
-static __thread int ctx_depth;
+static EMU_TLS struct CUctx_st *ctx_stack[CTX_STACK];
+static EMU_TLS int ctx_depth;
 
 static uint64_t env_u64(const char *name, uint64_t def, uint64_t mul)
 {
@@ -87,6 +90,22 @@ EMU_API CUresult cuInit(unsigned int flags)
     CUresult r = init_result;
     pthread_mutex_unlock(&cuda_lock);
     return r;
+}
+
+bool cuda_static_program(void)
+{
+    static int cached = -1; /* racing first calls compute the same answer */
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const ElfW(Phdr) *ph = (const ElfW(Phdr) *)getauxval(AT_PHDR);
+        unsigned long n = getauxval(AT_PHNUM);
+        v = ph != NULL; /* unknown: assume dynamic */
+        for (unsigned long i = 0; ph && i < n; i++)
+            if (ph[i].p_type == PT_INTERP)
+                v = 0;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v == 1;
 }
 
 CUresult cuda_check_init(void)

@@ -15,6 +15,16 @@
 
 #define EMU_API __attribute__((visibility("default")))
 
+/* Thread-local variables of the emulated driver use the initial-exec model: their offsets are
+ * fixed when the library is loaded, so an access is a plain %fs-relative load. The default
+ * (global-dynamic) model calls __tls_get_addr, and in a statically linked program that dlopens
+ * libcuda.so.1 that call binds to the second, never-initialized ld.so that libc.so.6 brings in,
+ * whose TLS tables know nothing of the running threads: it crashed there (issue 8, item 10;
+ * the same failure and remedy for NSS modules in static programs: htop-dev/htop#503).
+ * Initial-exec variables of a dlopened library come from the static TLS surplus glibc reserves
+ * for this (1664 bytes shared by all such libraries); ours take 360 (readelf -l: PT_TLS). */
+#define EMU_TLS __thread __attribute__((tls_model("initial-exec")))
+
 /* The driver API as cuda_api.h declares it; every CU* handle is a pointer to one of the structs
  * below (the tags are the driver's). Enum values the header names are used by name. */
 #include "cuda_api.h"
@@ -126,6 +136,10 @@ struct emu_pool_block {
 extern pthread_mutex_t cuda_lock;
 extern struct emu_state *cuda_state;
 extern uint64_t cuda_kernel_ns; /* ACCEL_EMU_KERNEL_US */
+/* True when the program is statically linked (its program headers have no PT_INTERP): pthread
+ * keys of our libc.so.6 then share the thread's key slots with the program's own libc, so the
+ * emulator registers no key destructors there. */
+bool cuda_static_program(void);
 
 CUresult cuda_check_init(void);
 /* The calling thread's current context, or NULL. */

@@ -57,7 +57,7 @@ struct CUlib_st {
 };
 #define EMU_MAGIC_LIB 0x4c494231u
 
-static __thread struct CUstream_st pt_stream; /* per-thread default stream */
+static EMU_TLS struct CUstream_st pt_stream; /* per-thread default stream */
 static void stream_unbind_all_locked(struct CUstream_st *s);
 static uint64_t capture_ids;
 
@@ -108,8 +108,10 @@ CUresult cuda_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **r
             memset(&pt_stream, 0, sizeof(pt_stream));
             pt_stream.magic = EMU_MAGIC_STREAM;
             pt_stream.ctx = c;
-            pthread_once(&pt_key_once, pt_key_make);
-            pthread_setspecific(pt_key, &pt_stream);
+            if (!cuda_static_program()) {
+                pthread_once(&pt_key_once, pt_key_make);
+                pthread_setspecific(pt_key, &pt_stream);
+            }
         }
         *ret = &pt_stream;
         return CUDA_SUCCESS;
@@ -1437,7 +1439,7 @@ EMU_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream h, CUstreamCaptureStatu
 
 /* Capture modes only matter for which calls a capture forbids in other threads; the emulator
  * forbids none, so the mode is kept per thread and handed back. */
-static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static EMU_TLS CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 EMU_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {

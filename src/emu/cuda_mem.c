@@ -733,7 +733,7 @@ EMU_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *att
 
 /* Set by an asynchronous copy or memset on a capturing stream: the operation, once checked,
  * becomes a node of that graph instead of running (cleared by DEF_COPY after each call). */
-static __thread struct CUgraph_st *capturing_into;
+static EMU_TLS struct CUgraph_st *capturing_into;
 
 static CUresult copy(void *dst, const void *src, size_t n)
 {

@@ -428,19 +428,62 @@ static uint64_t self_start_time(void)
     return __atomic_load_n(&self_start, __ATOMIC_RELAXED);
 }
 
+/* Removes the work of process slot i from every GPU's timeline that had not started by now
+ * and cuts the one running at now, as the driver does with a dying context's work. Only the
+ * intervals ending after now are looked at: they are the newest ones (the ring is in start
+ * order and intervals never overlap), so the cost is the pending work, not the history. */
+static void drop_pending_locked(struct emu_shared *sh, unsigned i, uint64_t now)
+{
+    uint32_t tag = i + 1;
+    for (unsigned gi = 0; gi < sh->gpu_count && gi < EMU_MAX_GPUS; gi++) {
+        struct emu_gpu *g = &sh->gpus[gi];
+        g->pending_slots[i / 64] &= ~(1ull << (i % 64));
+        if (g->busy_until_ns <= now)
+            continue;
+        uint64_t n = g->interval_count, first = n;
+        while (first > 0 && n - first < EMU_TIMELINE_RING &&
+               g->intervals[(first - 1) % EMU_TIMELINE_RING].end_ns > now)
+            first--;
+        uint64_t w = first, dropped = 0;
+        for (uint64_t j = first; j < n; j++) {
+            struct emu_interval iv = g->intervals[j % EMU_TIMELINE_RING];
+            if (iv.slot == tag) {
+                uint64_t from = iv.start_ns > now ? iv.start_ns : now;
+                dropped += iv.end_ns - from;
+                if (iv.start_ns >= now)
+                    continue;    /* not started: gone */
+                iv.end_ns = now; /* running: stops now */
+            }
+            g->intervals[w++ % EMU_TIMELINE_RING] = iv;
+        }
+        g->interval_count = w;
+        g->busy_until_ns = w ? g->intervals[(w - 1) % EMU_TIMELINE_RING].end_ns : 0;
+        g->busy_total_ns -= dropped < g->busy_total_ns ? dropped : g->busy_total_ns;
+    }
+}
+
+/* Frees slot i (its owner is gone or leaving): charges, pending work, then the pid. */
+static void reap_slot_locked(struct emu_shared *sh, unsigned i, uint64_t now)
+{
+    struct emu_proc *p = &sh->procs[i];
+    drop_pending_locked(sh, i, now);
+    /* pid last: a half-cleared slot is still a valid (empty) slot of that pid */
+    memset(p->mem, 0, sizeof(p->mem));
+    p->start_time = 0;
+    p->pidns = 0;
+    p->pid = 0;
+}
+
 static int reclaim_locked(struct emu_shared *sh)
 {
     int n = 0;
     pid_t self = my_pid();
-    sh->last_reclaim_ns = emu_state_now_ns();
+    uint64_t now = emu_state_now_ns();
+    sh->last_reclaim_ns = now;
     for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
         struct emu_proc *p = &sh->procs[i];
         if (p->pid && !(p->pid == self && p->pidns == self_pidns()) && !proc_alive(p)) {
-            /* pid last: a half-cleared slot is still a valid (empty) slot of that pid */
-            memset(p->mem, 0, sizeof(p->mem));
-            p->start_time = 0;
-            p->pidns = 0;
-            p->pid = 0;
+            reap_slot_locked(sh, i, now);
             n++;
         }
     }
@@ -474,7 +517,8 @@ static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
         if (p->pid == pid && p->pidns == ns) {
             if (p->start_time == start)
                 return p;
-            /* a dead process with our pid: its charges are not ours */
+            /* a dead process with our pid: its charges and its work are not ours */
+            drop_pending_locked(sh, i, emu_state_now_ns());
             memset(p->mem, 0, sizeof(p->mem));
             p->start_time = start;
             return p;
@@ -545,12 +589,8 @@ void emu_state_proc_release(struct emu_state *st)
     struct emu_shared *sh = st->sh;
     emu_state_lock(st);
     struct emu_proc *p = self_slot_locked(sh, false);
-    if (p) {
-        memset(p->mem, 0, sizeof(p->mem));
-        p->start_time = 0;
-        p->pidns = 0;
-        p->pid = 0;
-    }
+    if (p)
+        reap_slot_locked(sh, (unsigned)(p - sh->procs), emu_state_now_ns());
     emu_state_unlock(st);
 }
 
@@ -604,6 +644,33 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
 
 /* ---- timeline ---- */
 
+/* g has work pending: reaps the slots of the processes that queued it and are gone, so that
+ * new work does not queue behind a dead process's. kill(pid, 0) alone (no /proc read) keeps
+ * this cheap enough for every launch; slots of other pid namespaces are not ours to judge. */
+static void reap_dead_owners_locked(struct emu_shared *sh, struct emu_gpu *g, uint32_t self_tag,
+                                    uint64_t now)
+{
+    uint64_t ns = self_pidns();
+    for (unsigned w = 0; w < EMU_MAX_PROCS / 64; w++) {
+        uint64_t bits = g->pending_slots[w];
+        while (bits) {
+            unsigned i = w * 64 + (unsigned)__builtin_ctzll(bits);
+            bits &= bits - 1;
+            struct emu_proc *p = &sh->procs[i];
+            if (i + 1 == self_tag)
+                continue;
+            if (!p->pid) {
+                g->pending_slots[w] &= ~(1ull << (i % 64));
+                continue;
+            }
+            if (p->pidns && ns && p->pidns != ns)
+                continue;
+            if (kill(p->pid, 0) < 0 && errno == ESRCH)
+                reap_slot_locked(sh, i, now);
+        }
+    }
+}
+
 int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                      uint64_t duration_ns, uint64_t *ret_start_ns, uint64_t *ret_end_ns)
 {
@@ -613,7 +680,13 @@ int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
     int32_t pid = (int32_t)my_pid();
     uint64_t now = emu_state_now_ns();
     emu_state_lock(st);
+    struct emu_proc *me = self_slot_locked(sh, true);
+    uint32_t tag = me ? (uint32_t)(me - sh->procs) + 1 : 0; /* 0: no slot free, never dropped */
     struct emu_gpu *g = &sh->gpus[gpu];
+    if (g->busy_until_ns > now)
+        reap_dead_owners_locked(sh, g, tag, now);
+    else
+        memset(g->pending_slots, 0, sizeof(g->pending_slots)); /* idle: nothing pending */
     uint64_t start = now;
     if (g->busy_until_ns > start)
         start = g->busy_until_ns;
@@ -623,15 +696,18 @@ int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
     if (duration_ns) {
         struct emu_interval *last =
             g->interval_count ? &g->intervals[(g->interval_count - 1) % EMU_TIMELINE_RING] : NULL;
-        if (last && last->pid == pid && last->end_ns == start) {
+        if (last && last->pid == pid && last->slot == tag && last->end_ns == start) {
             last->end_ns = end;
         } else {
             struct emu_interval *iv = &g->intervals[g->interval_count % EMU_TIMELINE_RING];
             iv->start_ns = start;
             iv->end_ns = end;
             iv->pid = pid;
+            iv->slot = tag;
             g->interval_count++;
         }
+        if (tag)
+            g->pending_slots[(tag - 1) / 64] |= 1ull << ((tag - 1) % 64);
         g->busy_until_ns = end;
         g->busy_total_ns += duration_ns;
     }

@@ -110,11 +110,12 @@ struct emu_event {
 };
 
 /* One busy interval on a GPU's timeline: work of pid from start to end. Back-to-back work of
- * one process is merged into one interval. */
+ * one process is merged into one interval. slot is the owner's process slot + 1 (0: it had
+ * none), so that a dead process's pending work can be found when its slot is reaped. */
 struct emu_interval {
     uint64_t start_ns, end_ns;
     int32_t pid;
-    uint32_t pad;
+    uint32_t slot;
 };
 
 /* A GPU as it lives in the shared file. Identity fields are written once by create; sensor
@@ -174,7 +175,10 @@ struct emu_gpu {
     /* device memory one context costs on this GPU (the model's; ACCEL_EMU_CTX_OVERHEAD
      * overrides it per process) */
     uint64_t ctx_cost;
-    uint64_t reserved_u64[12];
+    /* process slots (bit i: procs[i]) that queued work since the GPU was last idle: the only
+     * owners whose death emu_state_submit must check for before queueing behind them */
+    uint64_t pending_slots[EMU_MAX_PROCS / 64];
+    uint64_t reserved_u64[12 - EMU_MAX_PROCS / 64];
 };
 
 /* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the
@@ -306,7 +310,15 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
  * max(now, the GPU's busy_until, not_before_ns) and ends duration_ns later; the GPU is busy
  * until then. duration 0 occupies nothing and records no interval (it only reports where
  * such work would start). not_before_ns is the stream's last completion (stream order).
- * Returns 0 or -EINVAL. */
+ * Returns 0 or -EINVAL.
+ *
+ * A dead process's work does not stay on the timeline, as the driver drops a dying context's
+ * work: when a process slot is reaped (emu_state_proc_release at exit, reclaim of a killed
+ * process), its work on every GPU that had not started is removed and the one running is cut
+ * at that moment; busy_until and busy_total shrink to match. Before queueing behind other
+ * processes' pending work, submit checks that those owners are alive (kill(pid, 0): a pid
+ * reused since is caught by the next full reclaim instead). Other processes' work already
+ * queued keeps its times (its owners hold them); work queued afterwards starts behind it. */
 int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                      uint64_t duration_ns, uint64_t *ret_start_ns, uint64_t *ret_end_ns);
 

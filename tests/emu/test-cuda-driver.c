@@ -380,6 +380,23 @@ static int child_main(int argc, char **argv)
                 return 14;
         return p_cuCtxSynchronize() == CUDA_SUCCESS ? 0 : 15;
     }
+    if (!strcmp(mode, "queue") && argc == 5) {
+        /* queue N spin kernels, say ready, then leave at once ("exit") or wait to be killed */
+        uint64_t cycles = strtoull(argv[3], NULL, 10);
+        int n = atoi(argv[4]);
+        CUfunction f = spin_fn();
+        if (!f)
+            return 12;
+        void *args[] = {&cycles};
+        for (int i = 0; i < n; i++)
+            if (p_cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL) != CUDA_SUCCESS)
+                return 14;
+        printf("ready\n");
+        fflush(stdout);
+        while (read(0, line, sizeof(line)) > 0)
+            ;
+        return 0; /* exit without synchronizing: the exit handler releases the process */
+    }
     if (!strcmp(mode, "async") && argc == 3) {
         /* a kernel of an hour: launch must return at once and the work stay pending */
         uint64_t cycles = 3600ull * 1000000000ull; /* at >= 1 GHz: at least an hour */
@@ -1492,6 +1509,53 @@ TEST(launch_is_asynchronous)
     setenv("ACCEL_EMU_STATE", saved, 1);
     REQUIRE(ok);
     CHECK_EQ_INT(child_wait(&c), 0);
+}
+
+/* A process that queued 10 s of kernels and exits (or is killed) without waiting leaves no
+ * work behind: the next kernel on the GPU starts when it is queued (timeline figures). */
+TEST(dead_process_work_leaves_the_timeline)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/dead.state", tap_tmpdir());
+    make_state(path, 1);
+    struct emu_state *st = NULL;
+    REQUIRE_EQ_INT(emu_state_open(path, &st), 0);
+    char saved[4096];
+    snprintf(saved, sizeof(saved), "%s", getenv("ACCEL_EMU_STATE"));
+    const uint64_t d = 5000000;
+    uint64_t prev_end = 0;
+    char cyc[32];
+    snprintf(cyc, sizeof(cyc), "%llu", 5 * 1410000ull); /* 5 ms at the A100's 1410 MHz */
+    for (int killed = 0; killed < 2; killed++) {
+        setenv("ACCEL_EMU_STATE", path, 1);
+        struct child c;
+        const char *args[] = {"queue", cyc, "2000", NULL};
+        bool ok = spawn(&c, args);
+        setenv("ACCEL_EMU_STATE", saved, 1);
+        REQUIRE(ok);
+        REQUIRE(child_ready(&c));
+        uint64_t now = emu_state_now_ns();
+        CHECK(emu_state_gpu(st, 0)->busy_until_ns > now + 5000000000ull); /* 10 s queued */
+        if (killed)
+            kill(c.pid, SIGKILL);
+        CHECK_EQ_INT(child_wait(&c), killed ? 128 + SIGKILL : 0);
+        uint64_t s = 0, e = 0;
+        REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, d, &s, &e), 0);
+        uint64_t after = emu_state_now_ns();
+        /* at once, or behind our own kernel of the round before, never behind the child's */
+        CHECK(s <= after || s == prev_end);
+        tap_diag("%s child: next kernel starts %.3f ms after it was queued",
+                 killed ? "killed" : "exited", s > after ? (s - after) / 1e6 : 0.0);
+        prev_end = e;
+        uint64_t busy = 1;
+        REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, s, s + 20000000000ull, 0, &busy, NULL), 0);
+        CHECK_EQ_U64(busy, d);
+        /* `accel-emu status`'s view: no process holds memory any more */
+        size_t n = 1;
+        emu_state_procs(st, 0, NULL, 0, &n);
+        CHECK_EQ_INT(n, 0);
+    }
+    emu_state_close(st);
 }
 
 TEST(memory_accounting_across_processes)

@@ -3,6 +3,7 @@
 #include "state.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,6 +235,134 @@ TEST(timeline_serializes_and_measures)
     CHECK_EQ_U64(pu[0].last_ns, base + 1500);
     /* back-to-back work of one process is merged into one interval */
     CHECK_EQ_U64(emu_state_gpu(st, 0)->interval_count, 1);
+    emu_state_close(st);
+}
+
+/* A process queues 2000 kernels of 5 ms (10 s of work) and dies (kill -9) or leaves (the
+ * release libcuda's exit handler does) without waiting: its work that had not started leaves
+ * the timeline, as the driver drops a dying context's work. The next kernel of another process
+ * starts at once, and no busy time remains after it. Timeline figures only, no wall clock. */
+static void dead_work_case(const char *name, bool killed)
+{
+    struct emu_state *st = make(name, 1, NULL);
+    REQUIRE(st);
+    enum { N = 2000 };
+    const uint64_t d = 5000000; /* 5 ms */
+    int pfd[2];
+    REQUIRE(pipe(pfd) == 0);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        char c = 'y';
+        for (int i = 0; i < N; i++)
+            if (emu_state_submit(st, 0, 0, d, NULL, NULL) < 0)
+                c = 'n';
+        if (write(pfd[1], &c, 1) != 1)
+            _exit(1);
+        if (!killed) {
+            emu_state_proc_release(st); /* as cuda_fini() at exit */
+            _exit(0);
+        }
+        pause();
+        _exit(0);
+    }
+    char c = 0;
+    REQUIRE(read(pfd[0], &c, 1) == 1);
+    CHECK(c == 'y');
+    struct emu_gpu *g = emu_state_gpu(st, 0);
+    uint64_t first_start = g->intervals[0].start_ns;
+    if (killed) {
+        /* the work is queued: the GPU is busy for the whole 10 s from the child's first start */
+        CHECK_EQ_U64(g->busy_until_ns, first_start + N * d);
+        kill(child, SIGKILL);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    uint64_t gone = emu_state_now_ns(); /* the child is gone by now */
+    uint64_t s = 0, e = 0;
+    REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, d, &s, &e), 0);
+    uint64_t after = emu_state_now_ns();
+    /* it started when it was queued: not behind the dead process's 10 s */
+    CHECK(s <= after);
+    CHECK_EQ_U64(e - s, d);
+    tap_diag("%s: next kernel queued %.3f ms after the child's first start, waited %.3f ms", name,
+             (after - first_start) / 1e6, s > gone ? (s - gone) / 1e6 : 0.0);
+    /* no phantom work: nothing but our kernel from its start on (the dead process's running
+     * kernel was cut when its death was noticed, at the latest when ours was queued) */
+    uint64_t busy = 1;
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, s, s + 2 * N * d, 0, &busy, NULL), 0);
+    CHECK_EQ_U64(busy, d);
+    struct emu_proc_util pu[4];
+    size_t n = 0;
+    REQUIRE_EQ_INT(emu_state_util_by_proc(st, 0, e, e + 2 * N * d, pu, 4, &n), 0);
+    CHECK_EQ_INT(n, 0);
+    /* the GPU's totals shrank with it: the child's share is what ran before it was gone */
+    CHECK(g->busy_total_ns <= (s - first_start) + d);
+    CHECK_EQ_U64(g->busy_until_ns, e);
+    close(pfd[0]);
+    close(pfd[1]);
+    emu_state_close(st);
+}
+
+TEST(killed_process_work_leaves_the_timeline)
+{
+    dead_work_case("dk", true);
+}
+
+TEST(exited_process_work_leaves_the_timeline)
+{
+    dead_work_case("dx", false);
+}
+
+/* Another live process's work queued behind the dead one's keeps its times (its owner holds
+ * them); the dead one's running kernel is cut where it stood. */
+TEST(live_work_behind_dead_work_keeps_its_place)
+{
+    struct emu_state *st = make("dl", 1, NULL);
+    REQUIRE(st);
+    struct emu_shared *sh = emu_state_shared(st);
+    uint64_t ns = my_pidns();
+    if (!ns) {
+        tap_skip_case("no /proc/self/ns/pid");
+        emu_state_close(st);
+        return;
+    }
+    uint64_t now = emu_state_now_ns(), base = now - 1000000; /* started 1 ms ago */
+    /* slot 3: a dead process of our namespace; slot 4: ourselves */
+    emu_state_lock(st);
+    sh->procs[3] = (struct emu_proc){.pid = 999999, .start_time = 1, .pidns = ns};
+    struct emu_gpu *g = &sh->gpus[0];
+    g->intervals[0] = (struct emu_interval){base, base + 10000000, 999999, 4};
+    g->intervals[1] = (struct emu_interval){base + 10000000, base + 20000000, 999999, 4};
+    g->interval_count = 2;
+    g->busy_until_ns = base + 20000000;
+    g->busy_total_ns = 20000000;
+    g->pending_slots[0] = 1ull << 3;
+    emu_state_unlock(st);
+    /* our kernel queues behind it while the owner's death is not known (another namespace's
+     * pid cannot be judged: make it look like one for this submit) */
+    emu_state_lock(st);
+    sh->procs[3].pidns = ns + 1;
+    emu_state_unlock(st);
+    uint64_t s = 0, e = 0;
+    REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, 3000000, &s, &e), 0);
+    CHECK_EQ_U64(s, base + 20000000);
+    emu_state_lock(st);
+    sh->procs[3].pidns = ns;
+    emu_state_unlock(st);
+    /* the reaper finds it dead: its second kernel goes, its first is cut at the reclaim */
+    uint64_t t0 = emu_state_now_ns();
+    CHECK_EQ_INT(emu_state_reclaim(st), 1);
+    uint64_t t1 = emu_state_now_ns();
+    REQUIRE_EQ_U64(g->interval_count, 2);
+    CHECK_EQ_U64(g->intervals[0].start_ns, base);
+    CHECK(g->intervals[0].end_ns >= t0 && g->intervals[0].end_ns <= t1);
+    CHECK_EQ_INT(g->intervals[1].pid, getpid());
+    CHECK_EQ_U64(g->intervals[1].start_ns, s);
+    CHECK_EQ_U64(g->intervals[1].end_ns, e);
+    CHECK_EQ_U64(g->busy_until_ns, e);
+    CHECK_EQ_U64(g->busy_total_ns, (g->intervals[0].end_ns - base) + 3000000);
+    CHECK_EQ_U64(g->pending_slots[0] & (1ull << 3), 0);
     emu_state_close(st);
 }
 
