@@ -159,6 +159,8 @@ CUresult cuda_dev_free(CUdeviceptr p);
  * (device allocation, host allocation, VMM mapping, IPC mapping). */
 bool cuda_ptr_valid(CUdeviceptr p, size_t len);
 void cuda_pools_release_to_threshold(int dev);
+/* A launch's 8-byte argument values: those pointing into managed memory bring it to the GPU. */
+void cuda_mem_touch_args(const uint64_t *vals, size_t n);
 /* Frees everything made in ctx that a context owns (cuCtxDestroy, primary release/reset). */
 void cuda_mem_ctx_destroy(struct CUctx_st *ctx);
 void cuda_mem_process_exit(void);

@@ -942,6 +942,23 @@ EMU_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUf
 /* ---- launches ---- */
 
 /* The first u64 parameter of a spin kernel, from kernelParams or a packed `extra` buffer. */
+/* The packed argument buffer of a launch's `extra` list (NULL, 0 when none or malformed). */
+static const uint8_t *extra_buffer(void **extra, size_t *ret_size)
+{
+    const uint8_t *buf = NULL;
+    size_t size = 0;
+    for (size_t i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
+            size = *(size_t *)extra[i + 1];
+        else
+            return NULL;
+    }
+    *ret_size = buf ? size : 0;
+    return buf;
+}
+
 static bool first_u64(CUfunction f, void **params, void **extra, uint64_t *ret)
 {
     if (!f->nparams || f->param_size[0] < 8)
@@ -950,16 +967,8 @@ static bool first_u64(CUfunction f, void **params, void **extra, uint64_t *ret)
         memcpy(ret, params[0], 8);
         return true;
     }
-    const void *buf = NULL;
     size_t size = 0;
-    for (size_t i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
-        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-            buf = extra[i + 1];
-        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
-            size = *(size_t *)extra[i + 1];
-        else
-            return false;
-    }
+    const uint8_t *buf = extra_buffer(extra, &size);
     if (!buf || size < 8)
         return false;
     memcpy(ret, buf, 8);
@@ -974,6 +983,24 @@ static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int 
     uint32_t mhz = g && g->sm_clock_mhz ? g->sm_clock_mhz : 1000;
     /* cycles / (MHz * 1e6) seconds, in ns: cycles * 1000 / MHz, without overflow */
     return (uint64_t)((unsigned __int128)cycles * 1000u / mhz);
+}
+
+/* Pointer-sized arguments that point into managed memory bring it to the GPU (cuda_mem.c). */
+static void touch_managed_args(CUfunction f, void **params, void **extra)
+{
+    uint64_t vals[64];
+    size_t n = 0;
+    if (params) {
+        for (unsigned i = 0; i < f->nparams && n < 64; i++)
+            if (f->param_size[i] == 8 && params[i])
+                memcpy(&vals[n++], params[i], 8);
+    } else {
+        size_t size = 0;
+        const uint8_t *buf = extra_buffer(extra, &size);
+        for (size_t off = 0; buf && off + 8 <= size && n < 64; off += 8)
+            memcpy(&vals[n++], buf + off, 8);
+    }
+    cuda_mem_touch_args(vals, n);
 }
 
 static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t cycles,
@@ -1009,6 +1036,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
     uint64_t cycles = 0;
     bool has = first_u64(f, params, extra, &cycles);
+    touch_managed_args(f, params, extra);
     if (s->capture)
         return graph_add(s->capture, f, has, cycles, NULL);
     return stream_submit(s, duration_ns(f, has, cycles, s->ctx->dev), NULL, NULL);

@@ -54,7 +54,8 @@ struct alloc {
     /* The context it was made in, which frees it when destroyed; NULL for what belongs to the
      * device, not to a context (pools' blocks, VMM mappings), as with the driver. */
     struct CUctx_st *ctx;
-    void *array; /* K_ARRAY: the CUarray_st / CUmipmappedArray_st it backs */
+    void *array;       /* K_ARRAY: the CUarray_st / CUmipmappedArray_st it backs */
+    uint8_t *resident; /* K_MANAGED: per 2 MiB page, 1 when on the GPU (charged) */
 };
 
 struct extent {
@@ -149,12 +150,69 @@ static void reg_del(struct alloc *a)
         }
 }
 
+static bool range_ok_locked(const struct alloc *a, CUdeviceptr p, size_t len)
+{
+    return a && a->kind != K_POOL_FREE && p + len <= a->ptr + a->size &&
+           (a->kind != K_VMM || (a->prot & PROT_WRITE));
+}
+
+/* ---- managed memory: charged for what is resident ----
+ * cuMemAllocManaged reserves address space only (its own anonymous mapping, usable from the
+ * host, any size: "device memory oversubscription is possible" where
+ * CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS is 1). A 2 MiB page comes to the GPU, and is
+ * charged, when something on the GPU touches it: a copy or memset reaching it, a kernel
+ * launched with a pointer into the allocation (all of it: the emulator cannot see which pages a
+ * kernel reads), a prefetch to the device. A prefetch to the CPU sends pages back. When the GPU
+ * is full, a touched page that does not fit stays in host memory (uncharged), as the driver
+ * evicts or maps remotely instead of failing. cuda_lock held for all of these. */
+
+static void managed_bring_locked(struct alloc *a, CUdeviceptr p, size_t len)
+{
+    uint64_t first = (p - a->ptr) / GRANULE, last = (p + len - 1 - a->ptr) / GRANULE;
+    for (uint64_t pg = first; pg <= last; pg++)
+        if (!a->resident[pg] && emu_state_mem_charge(cuda_state, (unsigned)a->dev, GRANULE) == 0)
+            a->resident[pg] = 1;
+}
+
+static void managed_evict_locked(struct alloc *a, CUdeviceptr p, size_t len)
+{
+    uint64_t first = (p - a->ptr) / GRANULE, last = (p + len - 1 - a->ptr) / GRANULE;
+    uint64_t back = 0;
+    for (uint64_t pg = first; pg <= last; pg++)
+        if (a->resident[pg]) {
+            a->resident[pg] = 0;
+            back += GRANULE;
+        }
+    if (back)
+        emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, back);
+}
+
+/* A launch passes these 8-byte values to a kernel: any that points into managed memory brings
+ * that allocation to the GPU. */
+static unsigned managed_live; /* managed allocations alive (atomic): launches skip the lookup
+                               * when there are none */
+
+void cuda_mem_touch_args(const uint64_t *vals, size_t n)
+{
+    if (!n || !__atomic_load_n(&managed_live, __ATOMIC_RELAXED))
+        return;
+    pthread_mutex_lock(&cuda_lock);
+    for (size_t i = 0; i < n; i++) {
+        struct alloc *a = reg_find((CUdeviceptr)vals[i]);
+        if (a && a->kind == K_MANAGED)
+            managed_bring_locked(a, a->ptr, a->size);
+    }
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+/* Checks a device range for a copy or memset; a managed range comes to the GPU. */
 bool cuda_ptr_valid(CUdeviceptr p, size_t len)
 {
     pthread_mutex_lock(&cuda_lock);
     struct alloc *a = reg_find(p);
-    bool ok = a && a->kind != K_POOL_FREE && p + len <= a->ptr + a->size &&
-              (a->kind != K_VMM || (a->prot & PROT_WRITE));
+    bool ok = range_ok_locked(a, p, len);
+    if (ok && a->kind == K_MANAGED && len)
+        managed_bring_locked(a, p, len);
     pthread_mutex_unlock(&cuda_lock);
     return ok;
 }
@@ -363,6 +421,14 @@ static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
 static void dev_free_locked(struct alloc *a)
 {
     reg_del(a);
+    if (a->kind == K_MANAGED) {
+        managed_evict_locked(a, a->ptr, a->size);
+        munmap((void *)(uintptr_t)a->ptr, a->span);
+        free(a->resident);
+        free(a);
+        __atomic_sub_fetch(&managed_live, 1, __ATOMIC_RELAXED);
+        return;
+    }
     struct arena *ar = &arenas[a->dev];
     uint64_t off = (uint64_t)((uint8_t *)(uintptr_t)a->ptr - ar->base);
     uint64_t back = pages_drop(ar, off, a->span);
@@ -372,12 +438,46 @@ static void dev_free_locked(struct alloc *a)
     free(a);
 }
 
+/* cuda_lock held. A managed allocation: address space only, nothing charged yet. */
+static CUresult managed_alloc_locked(int dev, uint64_t bytes, struct alloc **ret)
+{
+    uint64_t span = ROUND_UP(bytes ? bytes : 1, GRANULE);
+    struct alloc *a = calloc(1, sizeof(*a));
+    uint8_t *res = calloc(span / GRANULE, 1);
+    void *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (!a || !res || m == MAP_FAILED) {
+        if (m != MAP_FAILED)
+            munmap(m, span);
+        free(res);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->ptr = (CUdeviceptr)(uintptr_t)m;
+    a->size = ROUND_UP(bytes ? bytes : 1, ALIGN);
+    a->span = span;
+    a->dev = dev;
+    a->kind = K_MANAGED;
+    a->resident = res;
+    a->ctx = cuda_current();
+    if (reg_add(a) < 0) {
+        munmap(m, span);
+        free(res);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    __atomic_add_fetch(&managed_live, 1, __ATOMIC_RELAXED);
+    *ret = a;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuda_dev_alloc(int dev, uint64_t bytes, int kind, struct CUmemPoolHandle_st *pool,
                         CUdeviceptr *ret)
 {
     pthread_mutex_lock(&cuda_lock);
     struct alloc *a;
-    CUresult r = dev_alloc_locked(dev, bytes, kind ? K_MANAGED : K_DEVICE, pool, 0, &a);
+    CUresult r = kind ? managed_alloc_locked(dev, bytes, &a)
+                      : dev_alloc_locked(dev, bytes, K_DEVICE, pool, 0, &a);
     if (!r)
         *ret = a->ptr;
     pthread_mutex_unlock(&cuda_lock);
@@ -949,42 +1049,57 @@ DEF_COPY(cuMemcpy3DAsync_v2, false, (const CUDA_MEMCPY3D *p, CUstream s), ASYNC_
 DEF_COPY(cuMemcpy3DAsync_v2_ptsz, true, (const CUDA_MEMCPY3D *p, CUstream s), ASYNC_COPY(s, true),
          copy3d(p))
 
-/* Managed memory lives in one place here: prefetches and advice are accepted and checked. */
+/* Advice is accepted and checked; it moves nothing. */
 static CUresult managed_hint(CUdeviceptr p, size_t count)
 {
-    if (!count || !cuda_ptr_valid(p, count))
-        return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_SUCCESS;
+    pthread_mutex_lock(&cuda_lock);
+    bool ok = count && range_ok_locked(reg_find(p), p, count);
+    pthread_mutex_unlock(&cuda_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-static CUresult prefetch(CUdeviceptr p, size_t count, CUstream hs, bool pt)
+/* A prefetch moves the managed pages of the range: to the GPU (charged) or to the CPU
+ * (CU_DEVICE_CPU, -1: given back). Other memory is accepted and stays. */
+static CUresult prefetch(CUdeviceptr p, size_t count, bool to_cpu, CUstream hs, bool pt)
 {
     NEED_CTX(c);
     struct CUstream_st *s;
     CUresult r = cuda_stream_resolve(hs, pt, &s);
-    return r ? r : managed_hint(p, count);
+    if (r)
+        return r;
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find(p);
+    bool ok = count && range_ok_locked(a, p, count);
+    if (ok && a->kind == K_MANAGED) {
+        if (to_cpu)
+            managed_evict_locked(a, p, count);
+        else
+            managed_bring_locked(a, p, count);
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 EMU_API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t count, CUdevice dst, CUstream s)
 {
-    return prefetch(p, count, s, false);
+    return prefetch(p, count, dst == CU_DEVICE_CPU, s, false);
 }
 
 EMU_API CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t count, CUdevice dst, CUstream s)
 {
-    return prefetch(p, count, s, true);
+    return prefetch(p, count, dst == CU_DEVICE_CPU, s, true);
 }
 
 EMU_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t count, CUmemLocation loc,
                                        unsigned int flags, CUstream s)
 {
-    return prefetch(p, count, s, false);
+    return prefetch(p, count, loc.type != CU_MEM_LOCATION_TYPE_DEVICE, s, false);
 }
 
 EMU_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t count, CUmemLocation loc,
                                             unsigned int flags, CUstream s)
 {
-    return prefetch(p, count, s, true);
+    return prefetch(p, count, loc.type != CU_MEM_LOCATION_TYPE_DEVICE, s, true);
 }
 
 EMU_API CUresult cuMemAdvise(CUdeviceptr p, size_t count, CUmem_advise advice, CUdevice dev)

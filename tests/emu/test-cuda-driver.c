@@ -763,8 +763,10 @@ TEST(allocations_are_charged)
     CHECK_EQ_U64(state_used(0) - base, 2 * MiB);
     p_cuMemFree_v2(p);
 
-    /* managed: charged; host: not */
+    /* managed: charged once on the GPU (a memset touches its page); host: not */
     CHECK_EQ_INT(p_cuMemAllocManaged(&p, MiB, 1), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(0), base);
+    CHECK_EQ_INT(p_cuMemsetD8_v2(p, 0, MiB), CUDA_SUCCESS);
     CHECK_EQ_U64(state_used(0) - base, 2 * MiB);
     p_cuMemFree_v2(p);
     void *h;
@@ -843,8 +845,8 @@ TEST(context_destroy_frees_its_allocations)
     unsigned char bytes[4096];
     memset(bytes, 0x33, sizeof(bytes));
     CHECK_EQ_INT(p_cuMemcpyHtoD_v2(p, bytes, sizeof(bytes)), CUDA_SUCCESS);
-    /* in 2 MiB pages: 3 MiB takes 2; the pitched block, the managed MiB and the array share
-     * one; the mipmapped array's 5.25 MiB takes 3 */
+    /* in 2 MiB pages: 3 MiB takes 2; the pitched block and the array share one; the mipmapped
+     * array's 5.25 MiB takes 3; the managed MiB is not on the GPU until touched */
     uint64_t in_ctx = 4 * MiB + 2 * MiB + 6 * MiB;
     uint64_t device_owned = 2 * MiB + 2 * MiB; /* pool block + VMM handle */
     CHECK_EQ_U64(state_used(1) - base, CTX_OVERHEAD + in_ctx + device_owned);

@@ -30,6 +30,12 @@ static const char nop_ptx[] = ".version 7.0\n"
                               ".visible .entry nop()\n"
                               "{\n"
                               "    ret;\n"
+                              "}\n"
+                              ".visible .entry use(\n"
+                              "    .param .u64 .ptr .global .align 1 use_param_0\n"
+                              ")\n"
+                              "{\n"
+                              "    ret;\n"
                               "}\n";
 
 static char state_path[4096];
@@ -223,6 +229,66 @@ TEST(a_context_costs_the_models_memory)
     CHECK_EQ_INT(cuCtxDestroy_v2(c), CUDA_SUCCESS);
     CHECK_EQ_U64(held(1), base);
     REQUIRE_EQ_INT(cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
+}
+
+/* ---- 5. managed memory ---- */
+
+/* Managed memory is charged for what is on the GPU: nothing at allocation, pages as they are
+ * touched (a copy or memset, a kernel given a pointer into it, a prefetch to the device), and
+ * more than the GPU holds may be allocated ("device memory oversubscription is possible" when
+ * CONCURRENT_MANAGED_ACCESS is 1). */
+TEST(managed_memory_is_charged_when_resident)
+{
+    REQUIRE(setup());
+    int cma = 0;
+    REQUIRE_EQ_INT(cuDeviceGetAttribute(&cma, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0),
+                   CUDA_SUCCESS);
+    CHECK_EQ_INT(cma, 1);
+    uint64_t base = held(0);
+    size_t fr0 = 0, tot = 0;
+    REQUIRE_EQ_INT(cuMemGetInfo_v2(&fr0, &tot), CUDA_SUCCESS);
+
+    CUdeviceptr m, huge;
+    REQUIRE_EQ_INT(cuMemAllocManaged(&m, 64 * MiB, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0), base); /* untouched: nothing on the GPU */
+    /* oversubscription: more than the whole GPU */
+    REQUIRE_EQ_INT(cuMemAllocManaged(&huge, tot + 20 * GiB, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0), base);
+
+    /* a memset of 3 MiB at 1 MiB touches pages 0..1 */
+    CHECK_EQ_INT(cuMemsetD8_v2(m + MiB, 7, 3 * MiB), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, 4 * MiB);
+    /* prefetched to the device: those pages come too; back to the CPU: they go */
+    CUstream s;
+    REQUIRE_EQ_INT(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK_EQ_INT(cuMemPrefetchAsync(m + 8 * MiB, 8 * MiB, 0, s), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, 12 * MiB);
+    CHECK_EQ_INT(cuMemPrefetchAsync(m, 16 * MiB, CU_DEVICE_CPU, s), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0), base);
+    /* a kernel given a pointer into it may touch all of it */
+    CUmodule mod;
+    CUfunction f;
+    REQUIRE_EQ_INT(cuModuleLoadData(&mod, nop_ptx), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuModuleGetFunction(&f, mod, "use"), CUDA_SUCCESS);
+    CUdeviceptr arg = m + 5;
+    void *params[] = {&arg};
+    CHECK_EQ_INT(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, params, NULL), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, 64 * MiB);
+    /* the host sees what the GPU wrote (one memory, as with managed memory) */
+    CHECK_EQ_INT(((volatile unsigned char *)(uintptr_t)m)[MiB], 7);
+    /* touching the oversubscribed allocation fills the GPU and no more: never an error */
+    size_t fr = 0;
+    REQUIRE_EQ_INT(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+    CHECK_EQ_INT(cuMemPrefetchAsync(huge, tot + 20 * GiB, 0, s), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+    CHECK_EQ_U64(fr, 0);
+    CHECK_EQ_INT(cuMemFree_v2(huge), CUDA_SUCCESS);
+    CHECK_EQ_INT(cuMemFree_v2(m), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0), base);
+    REQUIRE_EQ_INT(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+    CHECK_EQ_U64(fr, fr0);
+    CHECK_EQ_INT(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+    CHECK_EQ_INT(cuModuleUnload(mod), CUDA_SUCCESS);
 }
 
 /* ---- 8. cooperative launches ---- */
