@@ -15,6 +15,7 @@ the client (issue 8, items 5-7 and the README path).
   the handshake timeout.
 - An injected XID 79: `accelctl gpus --plugin-socket` shows acceld's Unhealthy
   next to NVML's "healthy".
+- `--recover-after 0.0000001ms` (rounds to 0 = never) is refused, naming the flag.
 - SIGTERM ends acceld and removes its socket.
 
 Every wait is bounded; nothing asserts timing."""
@@ -69,6 +70,13 @@ def accelctl(build, *args, env=None):
 
 
 def run(tap, build, pb, node, pdir, agent):
+    # ---- a duration that rounds to 0 (= never recover) is refused, naming the flag
+    r = subprocess.run([os.path.join(build, "src/plugin/acceld"), "--recover-after",
+                        "0.0000001ms", "--print-config"], capture_output=True, text=True,
+                       timeout=60)
+    tap.ok(r.returncode == 2 and "flag --recover-after: health.recoverAfter: \"0.0000001ms\" is "
+           "below 1ns" in r.stderr, "--recover-after 0.0000001ms: exit 2, says why",
+           r.stderr)
     # ---- the newcomer path: right after the start, with --wait
     r = accelctl(build, "plugin", "devices", "--json", "--socket", agent.sock, "--wait", f"{T}s")
     try:
