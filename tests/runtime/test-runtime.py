@@ -96,6 +96,7 @@ def main():
     subprocess.run([emu, "--state", state, "init", "--gpus", "1"], check=True,
                    stdout=subprocess.DEVNULL)
     log = os.path.join(tmp, "debug.log")
+    said = []
 
     def run(prog, args, vc=None):
         env = dict(os.environ)
@@ -116,6 +117,8 @@ def main():
         if pre:
             env["LD_PRELOAD"] = ":".join(pre)
         p = subprocess.run([prog] + args, env=env, capture_output=True, text=True, timeout=120)
+        # the emulator's own complaints: an unanswered slot, an unknown table, a stub called
+        said.extend(l for l in p.stderr.splitlines() if l.startswith("accel-emu "))
         return p.returncode, p.stdout + p.stderr
 
     for prog in progs:
@@ -125,7 +128,9 @@ def main():
         ok(rc == 0 and "ok mem" in out, "%s: memory (Malloc/Async/Pitch/Managed/3D)" % kind, out)
         rc, out = run(prog, ["stream"])
         v = kv(out)
-        ok(rc == 0 and v.get("first_ms") == "5.000" and v.get("both_ms") == "10.000",
+        # the second kernel cannot start before the first ends; it may start later when this
+        # host is slow to queue it, so only the lower bound is exact
+        ok(rc == 0 and v.get("first_ms") == "5.000" and float(v.get("both_ms", 0)) >= 10.0,
            "%s: streams and events (5 ms spin, then one waiting on it)" % kind, out)
         rc, out = run(prog, ["graph"])
         v = kv(out)
@@ -170,6 +175,8 @@ def main():
     lines = open(log).read().splitlines() if os.path.exists(log) else []
     bad = sorted({l for l in lines if l.endswith("unanswered") or l.endswith("unknown")})
     ok(not bad, "every export table and slot the runtime called is answered", "\n".join(bad))
+    ok(not said, "the emulator reported nothing unmodelled (no stub called)",
+       "\n".join(sorted(set(said))))
     slots = {(m.group(1), int(m.group(2))) for m in
              (re.match(r"export-slot (\S+) (\d+) answered$", l) for l in lines) if m}
     tables = {m.group(1) for m in
