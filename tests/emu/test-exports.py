@@ -17,18 +17,11 @@ import re
 import subprocess
 import sys
 
-n = 0
-failed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tap import Tap  # noqa: E402
 
-
-def ok(cond, what, detail=""):
-    global n, failed
-    n += 1
-    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, what))
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[:40]:
-            print("#   " + line)
+T = Tap()
+ok = T.ok
 
 
 def exports(lib):
@@ -60,27 +53,23 @@ def main():
     src, libdir = sys.argv[1:3]
     cuda = exports(os.path.join(libdir, "libcuda.so.1"))
     nvml = exports(os.path.join(libdir, "libnvidia-ml.so.1"))
-    want = listed(os.path.join(src, "src/emu/stubs/cuda-entry-points.txt"))
-    miss = sorted(want - cuda)
-    ok(not miss, "libcuda exports all %d listed entry points" % len(want), " ".join(miss))
-    decl = declared(open(os.path.join(src, "src/gpu/cuda_api.h")).read(), "CUresult", "cu")
-    miss = sorted(decl - cuda)
-    ok(not miss, "libcuda exports all %d functions cuda_api.h declares" % len(decl),
-       " ".join(miss))
+    def covers(exported, names, what):
+        miss = sorted(names - exported)
+        ok(not miss, "%s exports all %d %s" % (what[0], len(names), what[1]), " ".join(miss))
+
+    covers(cuda, listed(os.path.join(src, "src/emu/stubs/cuda-entry-points.txt")),
+           ("libcuda", "listed entry points"))
+    covers(cuda, declared(open(os.path.join(src, "src/gpu/cuda_api.h")).read(), "CUresult", "cu"),
+           ("libcuda", "functions cuda_api.h declares"))
     h, names = cuda_h_names()
     if h:
-        miss = sorted(names - cuda)
-        ok(not miss, "libcuda exports all %d functions %s declares" % (len(names), h),
-           " ".join(miss))
+        covers(cuda, names, ("libcuda", "functions %s declares" % h))
     else:
         print("# NVIDIA's cuda.h not installed: that comparison skipped")
-    want = listed(os.path.join(src, "src/emu/stubs/nvml-entry-points.txt"))
-    miss = sorted(want - nvml)
-    ok(not miss, "libnvidia-ml exports all %d listed entry points" % len(want), " ".join(miss))
-    decl = declared(open(os.path.join(src, "src/gpu/nvml_api.h")).read(), "nvmlReturn_t", "nvml")
-    miss = sorted(decl - nvml)
-    ok(not miss, "libnvidia-ml exports all %d functions nvml_api.h declares" % len(decl),
-       " ".join(miss))
+    covers(nvml, listed(os.path.join(src, "src/emu/stubs/nvml-entry-points.txt")),
+           ("libnvidia-ml", "listed entry points"))
+    covers(nvml, declared(open(os.path.join(src, "src/gpu/nvml_api.h")).read(), "nvmlReturn_t",
+                          "nvml"), ("libnvidia-ml", "functions nvml_api.h declares"))
 
     # a stub, called (child process: the instrumented build needs its runtime preloaded)
     child = r"""
@@ -109,8 +98,7 @@ print(a, b, c, d, fn.value, st.value)
        "a stub says once that it is not emulated", p.stderr)
     ok(p.stdout.split()[3:] == ["500", "None", "1"],
        "cuGetProcAddress: NOT_FOUND (SYMBOL_NOT_FOUND) for a stub-only entry point", p.stdout)
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return T.done()
 
 
 if __name__ == "__main__":

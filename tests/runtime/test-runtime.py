@@ -21,6 +21,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tap import Tap  # noqa: E402
+
+T = Tap()
+ok = T.ok
+
 # What the 13.0 runtime uses (docs/emulator-cuda.md): (table, slot) and the tables it asks for.
 # Every run uses ALWAYS_13_0; the rest of the slots only in some environments (a process with
 # LD_PRELOAD set, as under the sanitizer build, never calls TOOLS_TLS 2 and the hooks' 1 and 4).
@@ -48,18 +54,6 @@ PINNED_13_0 = {
 QUOTA = 1 << 30  # 1 GiB
 SHARE = 30       # per cent
 
-n = 0
-failed = 0
-
-
-def ok(cond, what, detail=""):
-    global n, failed
-    n += 1
-    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, what))
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[-30:]:
-            print("#   " + line)
 
 
 def kv(out):
@@ -188,8 +182,7 @@ def main():
         ok(ALWAYS_13_0 <= slots <= PINNED_13_0["slots"] and tables == PINNED_13_0["tables"],
            "CUDA 13.0: the tables and slots used are the pinned ones",
            "used %s\npinned %s" % (sorted(slots), sorted(PINNED_13_0["slots"])))
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return T.done()
 
 
 if __name__ == "__main__":
