@@ -153,9 +153,10 @@ def main():
         rc, out = run(prog, ["mem", str(QUOTA)], {"VCUDA_MEMORY_LIMIT": str(QUOTA)})
         v = kv(out)
         ok(rc == 0 and v.get("total") == str(QUOTA)
-           and v.get("over_quota") == "cudaErrorMemoryAllocation",
-           "%s under libvcuda: cudaMemGetInfo shows the quota, past it "
-           "cudaErrorMemoryAllocation" % kind, out)
+           and v.get("over_quota") == "cudaErrorMemoryAllocation"
+           and v.get("over_quota_async") == "cudaErrorMemoryAllocation",
+           "%s under libvcuda: cudaMemGetInfo shows the quota, past it cudaMalloc and "
+           "cudaMallocAsync fail with cudaErrorMemoryAllocation" % kind, out)
         # compute share, on the emulator's timeline
         rc, out = run(prog, ["spin", "10", "30"],
                       {"VCUDA_CORE_LIMIT": str(SHARE), "VCUDA_CORE_POLICY": "hard"})
