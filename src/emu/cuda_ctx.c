@@ -22,7 +22,7 @@ uint64_t cuda_kernel_ns = 10000;
 
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static bool init_done;
-static uint64_t ctx_overhead = 32ull << 20;
+static uint64_t ctx_overhead = UINT64_MAX; /* ACCEL_EMU_CTX_OVERHEAD; UINT64_MAX: the model's */
 static struct CUctx_st *primary[EMU_MAX_GPUS];
 static struct CUctx_st *contexts; /* created with cuCtxCreate */
 
@@ -72,20 +72,17 @@ EMU_API CUresult cuInit(unsigned int flags)
     pthread_mutex_lock(&cuda_lock);
     if (!init_done) {
         init_done = true;
-        int r = emu_state_open_env(&cuda_state);
+        char err[512];
+        int r = emu_state_open_env_err(&cuda_state, err, sizeof(err));
         if (r < 0) {
-            const char *p = getenv("ACCEL_EMU_STATE");
             fprintf(stderr,
-                    "accel-emu libcuda: no emulated GPUs (%s%s%s): run `accel-emu init` and set "
+                    "accel-emu libcuda: no emulated GPUs (%s): run `accel-emu init` and set "
                     "ACCEL_EMU_STATE to its state file\n",
-                    p && *p ? p : "ACCEL_EMU_STATE is not set", p && *p ? ": " : "",
-                    !p || !*p      ? ""
-                    : r == -EPROTO ? "not a state file of this accel-emu version"
-                                   : strerror(-r));
+                    err);
             init_result = CUDA_ERROR_NO_DEVICE;
         } else {
             cuda_kernel_ns = env_u64("ACCEL_EMU_KERNEL_US", 10, 1000);
-            ctx_overhead = env_size("ACCEL_EMU_CTX_OVERHEAD", 32ull << 20);
+            ctx_overhead = env_size("ACCEL_EMU_CTX_OVERHEAD", UINT64_MAX);
             init_result = CUDA_SUCCESS;
         }
     }
@@ -201,7 +198,8 @@ EMU_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
-    *bytes = gpu_of(dev)->memory_total;
+    /* what CUDA can use: the board's memory less what the driver keeps back */
+    *bytes = gpu_of(dev)->memory_total - gpu_of(dev)->memory_reserved;
     return CUDA_SUCCESS;
 }
 
@@ -414,6 +412,17 @@ struct CUctx_st *cuda_current(void)
     return ctx_depth ? ctx_stack[ctx_depth - 1] : NULL;
 }
 
+/* A GPU marked lost (`accel-emu lose`: XID 79, fallen off the bus) takes no more work. The
+ * driver API documents no code for "fallen off the bus"; CUDA_ERROR_DEVICE_UNAVAILABLE (46) is
+ * the one whose documented meaning fits ("the requested CUDA device is unavailable at the
+ * current time", CUDA Driver API, CUresult). docs/emulator-cuda.md, "Lost GPUs", says why not
+ * the sticky launch-failure codes. */
+bool cuda_dev_lost(int dev)
+{
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    return g && __atomic_load_n(&g->lost, __ATOMIC_RELAXED);
+}
+
 CUresult cuda_need_ctx(struct CUctx_st **ret)
 {
     CUresult r = cuda_check_init();
@@ -422,6 +431,8 @@ CUresult cuda_need_ctx(struct CUctx_st **ret)
     struct CUctx_st *c = cuda_current();
     if (!c || c->magic != EMU_MAGIC_CTX || !c->active)
         return CUDA_ERROR_INVALID_CONTEXT;
+    if (cuda_dev_lost(c->dev))
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     *ret = c;
     return CUDA_SUCCESS;
 }
@@ -447,15 +458,19 @@ static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim
 
 static CUresult ctx_activate(struct CUctx_st *c)
 {
-    if (ctx_overhead && emu_state_mem_charge(cuda_state, (unsigned)c->dev, ctx_overhead) < 0)
+    /* a context costs device memory: the model's (state.c), unless overridden */
+    uint64_t cost = ctx_overhead != UINT64_MAX ? ctx_overhead : gpu_of(c->dev)->ctx_cost;
+    if (cost && emu_state_mem_charge(cuda_state, (unsigned)c->dev, cost) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    c->charged = ctx_overhead;
+    c->charged = cost;
     c->active = true;
     return CUDA_SUCCESS;
 }
 
 static CUresult ctx_new(CUdevice dev, unsigned flags, bool prim, struct CUctx_st **ret)
 {
+    if (cuda_dev_lost(dev))
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     struct CUctx_st *c = calloc(1, sizeof(*c));
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -903,6 +918,7 @@ EMU_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
         return r;
     uint64_t used = 0, tot = 0;
     emu_state_mem_info(cuda_state, (unsigned)c->dev, &used, &tot);
+    tot -= gpu_of(c->dev)->memory_reserved; /* never CUDA's (NVML v2 `reserved`) */
     if (free_bytes)
         *free_bytes = used < tot ? tot - used : 0;
     if (total)
@@ -922,6 +938,7 @@ static const struct {
     {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
     {4, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
     {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {46, "CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable"},
     {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
@@ -939,6 +956,7 @@ static const struct {
     {600, "CUDA_ERROR_NOT_READY", "device not ready"},
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {709, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
+    {720, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", "too many blocks in cooperative launch"},
     {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
      "part or all of the requested memory range is already mapped"},
     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",

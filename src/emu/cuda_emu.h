@@ -152,6 +152,8 @@ struct CUctx_st *cuda_current(void);
 /* Current context or an error (NOT_INITIALIZED / INVALID_CONTEXT). */
 CUresult cuda_need_ctx(struct CUctx_st **ret);
 bool cuda_dev_valid(CUdevice dev);
+/* dev is marked lost (`accel-emu lose`): calls needing it fail CUDA_ERROR_DEVICE_UNAVAILABLE. */
+bool cuda_dev_lost(int dev);
 
 /* ---- memory (cuda_mem.c) ---- */
 /* Allocates device memory on dev, charged. kind: 0 device, 1 managed. */
@@ -162,6 +164,8 @@ CUresult cuda_dev_free(CUdeviceptr p);
  * (device allocation, host allocation, VMM mapping, IPC mapping). */
 bool cuda_ptr_valid(CUdeviceptr p, size_t len);
 void cuda_pools_release_to_threshold(int dev);
+/* A launch's 8-byte argument values: those pointing into managed memory bring it to the GPU. */
+void cuda_mem_touch_args(const uint64_t *vals, size_t n);
 /* Frees everything made in ctx that a context owns (cuCtxDestroy, primary release/reset). */
 void cuda_mem_ctx_destroy(struct CUctx_st *ctx);
 void cuda_mem_process_exit(void);

@@ -705,6 +705,14 @@ EMU_API CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config)
     return CUDA_SUCCESS;
 }
 
+/* Resident blocks of `threads` threads per SM: the device's 2048 threads and 32 blocks per SM
+ * (registers and shared memory are not modelled). */
+static unsigned blocks_per_sm(uint64_t threads)
+{
+    uint64_t by_threads = 2048 / threads;
+    return by_threads > 32 ? 32 : (unsigned)by_threads;
+}
+
 EMU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int block,
                                                              size_t smem)
 {
@@ -712,8 +720,7 @@ EMU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction 
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
-    int by_threads = 2048 / block;
-    *n = by_threads > 32 ? 32 : by_threads;
+    *n = (int)blocks_per_sm((uint64_t)block);
     return CUDA_SUCCESS;
 }
 
@@ -735,6 +742,23 @@ EMU_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUf
 /* ---- launches ---- */
 
 /* The first u64 parameter of a spin kernel, from kernelParams or a packed `extra` buffer. */
+/* The packed argument buffer of a launch's `extra` list (NULL, 0 when none or malformed). */
+static const uint8_t *extra_buffer(void **extra, size_t *ret_size)
+{
+    const uint8_t *buf = NULL;
+    size_t size = 0;
+    for (size_t i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
+            size = *(size_t *)extra[i + 1];
+        else
+            return NULL;
+    }
+    *ret_size = buf ? size : 0;
+    return buf;
+}
+
 static bool first_u64(CUfunction f, void **params, void **extra, uint64_t *ret)
 {
     if (!f->nparams || f->param_size[0] < 8)
@@ -743,16 +767,8 @@ static bool first_u64(CUfunction f, void **params, void **extra, uint64_t *ret)
         memcpy(ret, params[0], 8);
         return true;
     }
-    const void *buf = NULL;
     size_t size = 0;
-    for (size_t i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
-        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-            buf = extra[i + 1];
-        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
-            size = *(size_t *)extra[i + 1];
-        else
-            return false;
-    }
+    const uint8_t *buf = extra_buffer(extra, &size);
     if (!buf || size < 8)
         return false;
     memcpy(ret, buf, 8);
@@ -769,13 +785,42 @@ static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int 
     return (uint64_t)((unsigned __int128)cycles * 1000u / mhz);
 }
 
+/* Pointer-sized arguments that point into managed memory bring it to the GPU (cuda_mem.c). */
+static void touch_managed_args(CUfunction f, void **params, void **extra)
+{
+    uint64_t vals[64];
+    size_t n = 0;
+    if (params) {
+        for (unsigned i = 0; i < f->nparams && n < 64; i++)
+            if (f->param_size[i] == 8 && params[i])
+                memcpy(&vals[n++], params[i], 8);
+    } else {
+        size_t size = 0;
+        const uint8_t *buf = extra_buffer(extra, &size);
+        for (size_t off = 0; buf && off + 8 <= size && n < 64; off += 8)
+            memcpy(&vals[n++], buf + off, 8);
+    }
+    cuda_mem_touch_args(vals, n);
+}
+
 static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t cycles,
                           CUgraphNode *ret);
 static CUresult graph_push(struct CUgraph_st *g, const struct CUgraphNode_st *tmpl,
                            CUgraphNode *ret);
 
+/* A cooperative grid must be resident all at once: "The total number of blocks launched cannot
+ * exceed the maximum number of blocks per multiprocessor as returned by
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor ... times the number of multiprocessors"
+ * (CUDA Driver API, cuLaunchCooperativeKernel), else CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE. */
+static bool coop_fits(int dev, uint64_t blocks, uint64_t threads)
+{
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    return g && blocks <= (uint64_t)blocks_per_sm(threads) * g->sm_count;
+}
+
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                       unsigned by, unsigned bz, CUstream h, void **params, void **extra, bool pt)
+                       unsigned by, unsigned bz, CUstream h, void **params, void **extra, bool pt,
+                       bool coop)
 {
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
@@ -787,8 +832,11 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     CUresult r = cuda_stream_resolve(h, pt, &s);
     if (r)
         return r;
+    if (coop && !coop_fits(s->ctx->dev, (uint64_t)gx * gy * gz, (uint64_t)bx * by * bz))
+        return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
     uint64_t cycles = 0;
     bool has = first_u64(f, params, extra, &cycles);
+    touch_managed_args(f, params, extra);
     if (s->capture)
         return graph_add(s->capture, f, has, cycles, NULL);
     return stream_submit(s, duration_ns(f, has, cycles, s->ctx->dev), NULL, NULL);
@@ -798,7 +846,7 @@ EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
                                 unsigned int bx, unsigned int by, unsigned int bz,
                                 unsigned int smem, CUstream h, void **params, void **extra)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, false);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, false, false);
 }
 
 EMU_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
@@ -806,7 +854,7 @@ EMU_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int
                                      unsigned int bz, unsigned int smem, CUstream h, void **params,
                                      void **extra)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, true);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, true, false);
 }
 
 EMU_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
@@ -814,7 +862,7 @@ EMU_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsign
                                            unsigned int bz, unsigned int smem, CUstream h,
                                            void **params)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, false);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, false, true);
 }
 
 EMU_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
@@ -822,7 +870,7 @@ EMU_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, u
                                                 unsigned int bz, unsigned int smem, CUstream h,
                                                 void **params)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, true);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, true, true);
 }
 
 static CUresult launch_ex(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra,
@@ -830,8 +878,12 @@ static CUresult launch_ex(const CUlaunchConfig *cfg, CUfunction f, void **params
 {
     if (!cfg || (cfg->numAttrs && !cfg->attrs))
         return CUDA_ERROR_INVALID_VALUE;
+    bool coop = false;
+    for (unsigned i = 0; i < cfg->numAttrs; i++)
+        if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
+            coop = cfg->attrs[i].value.cooperative != 0;
     return launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
-                  cfg->blockDimZ, cfg->hStream, params, extra, pt);
+                  cfg->blockDimZ, cfg->hStream, params, extra, pt, coop);
 }
 
 EMU_API CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params,
