@@ -233,7 +233,7 @@ static const struct proc_row rows[] = {
       cuGraphExternalSemaphoresWaitNodeSetParams),                /* not emulated */
     E(cuGraphGetEdges, 10000, cuGraphGetEdges),                   /* not emulated */
     E(cuGraphGetEdges, 12030, cuGraphGetEdges_v2),                /* not emulated */
-    E(cuGraphGetNodes, 10000, cuGraphGetNodes),                   /* not emulated */
+    E(cuGraphGetNodes, 10000, cuGraphGetNodes),
     E(cuGraphGetRootNodes, 10000, cuGraphGetRootNodes),           /* not emulated */
     E(cuGraphHostNodeGetParams, 10000, cuGraphHostNodeGetParams), /* not emulated */
     E(cuGraphHostNodeSetParams, 10000, cuGraphHostNodeSetParams), /* not emulated */
@@ -325,7 +325,7 @@ static const struct proc_row rows[] = {
     E(cuLaunchKernelEx, 11060, cuLaunchKernelEx),
     P(cuLaunchKernelEx, 11060, cuLaunchKernelEx_ptsz),
     E(cuLibraryEnumerateKernels, 12040, cuLibraryEnumerateKernels), /* not emulated */
-    E(cuLibraryGetGlobal, 12000, cuLibraryGetGlobal),               /* not emulated */
+    E(cuLibraryGetGlobal, 12000, cuLibraryGetGlobal),
     E(cuLibraryGetKernel, 12000, cuLibraryGetKernel),
     E(cuLibraryGetKernelCount, 12040, cuLibraryGetKernelCount), /* not emulated */
     E(cuLibraryGetManaged, 12000, cuLibraryGetManaged),         /* not emulated */

@@ -79,6 +79,10 @@ struct emu_model {
     uint32_t power_limit_mw;
     uint32_t nvlinks;      /* NVLink links per GPU (0: the model has none) */
     uint32_t mem_bus_bits; /* memory bus width */
+    /* memory the driver keeps back (NVML v2 `reserved`): CUDA sees memory_bytes minus this */
+    uint64_t reserved_bytes;
+    /* device memory a context costs while it exists (a multiple of 2 MiB) */
+    uint64_t ctx_bytes;
 };
 
 /* Looks a model up by name or alias, case-insensitively. NULL when unknown. */
@@ -168,10 +172,16 @@ struct emu_gpu {
      * Part B (emulated NVML) owns these two; they take two of the reserved words. */
     uint64_t ecc_single_bit;
     uint64_t ecc_double_bit;
+    /* memory the driver keeps for itself (the model's; 0 with --memory): NVML v2 `reserved`,
+     * counted in NVML's `used`, never available to CUDA (see docs/emulator-cuda.md) */
+    uint64_t memory_reserved;
+    /* device memory one context costs on this GPU (the model's; ACCEL_EMU_CTX_OVERHEAD
+     * overrides it per process) */
+    uint64_t ctx_cost;
     /* process slots (bit i: procs[i]) that queued work since the GPU was last idle: the only
      * owners whose death emu_state_submit must check for before queueing behind them */
     uint64_t pending_slots[EMU_MAX_PROCS / 64];
-    uint64_t reserved_u64[14 - EMU_MAX_PROCS / 64];
+    uint64_t reserved_u64[12 - EMU_MAX_PROCS / 64];
 };
 
 /* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the
@@ -286,14 +296,16 @@ uint64_t emu_state_now_ns(void);
 /* ---- memory accounting (charges belong to the calling process) ---- */
 
 /* Charges bytes on gpu to the calling process. -ENOMEM when the GPU's used memory (sum over
- * live processes, dead ones reclaimed first) plus bytes would exceed its total; -ENOSPC when
+ * live processes, dead ones reclaimed first) plus bytes would exceed its total less the memory
+ * the driver reserves (memory_reserved); -ENOSPC when
  * no process slot is free; -EINVAL for a bad gpu. Nothing changes on failure. */
 int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes);
 /* Gives back bytes (clamped at what the process holds). */
 void emu_state_mem_uncharge(struct emu_state *st, unsigned gpu, uint64_t bytes);
 /* Releases every charge of the calling process (clean exit). */
 void emu_state_proc_release(struct emu_state *st);
-/* Used (sum over live processes) and total bytes on gpu. Dead processes' slots are reclaimed
+/* Used (sum over live processes) and physical total bytes on gpu (memory_reserved of it is
+ * never available to processes). Dead processes' slots are reclaimed
  * first, at most every EMU_RECLAIM_INTERVAL_NS (looking costs a /proc read per process): a
  * process killed with -9 stops counting within that interval. */
 #define EMU_RECLAIM_INTERVAL_NS 50000000ull
