@@ -284,6 +284,11 @@ static int validate_gpu(const struct emu_gpu *g, unsigned i, unsigned n, char *e
     if (g->memory_total < EMU_MEMORY_MIN || g->memory_total > EMU_MEMORY_MAX)
         return BAD("GPU %u: memory total %" PRIu64 " bytes (want 64 MiB to 1 PiB)", i,
                    g->memory_total);
+    /* processes get memory_total - memory_reserved: the difference must not wrap */
+    if (g->memory_reserved >= g->memory_total || g->ctx_cost > EMU_MEMORY_MAX)
+        return BAD("GPU %u: reserved memory %" PRIu64 " bytes of %" PRIu64 ", context cost %" PRIu64
+                   " bytes (want less than the total, a cost up to 1 PiB)",
+                   i, g->memory_reserved, g->memory_total, g->ctx_cost);
     if (g->numa_node < -1 || g->numa_node > 1023)
         return BAD("GPU %u: NUMA node %d (want -1 to 1023)", i, g->numa_node);
     if (g->sm_count < 1 || g->sm_count > 4096 || g->cc_major < 1 || g->cc_major > 99 ||
@@ -364,7 +369,8 @@ int emu_state_validate(const struct emu_shared *sh, size_t len, char *err, size_
         for (unsigned gi = 0; gi < EMU_MAX_GPUS; gi++) {
             if (gi >= n && p->mem[gi])
                 return BAD("process slot %u: memory on GPU %u, which does not exist", i, gi);
-            if (gi < n && p->mem[gi] > sh->gpus[gi].memory_total - used[gi])
+            if (gi < n &&
+                p->mem[gi] > sh->gpus[gi].memory_total - sh->gpus[gi].memory_reserved - used[gi])
                 return BAD("process slot %u: charges on GPU %u exceed its memory", i, gi);
             used[gi] += p->mem[gi];
         }

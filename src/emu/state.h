@@ -263,7 +263,8 @@ int emu_state_create(const char *path, const struct emu_config *cfg);
 /* Checks a mapped state file before anything reads it: size, magic, version, the GPU count,
  * and every field that is used as an index, a count, a size or a string (per GPU: index,
  * identity strings NUL-terminated, memory total, clocks, sensors and modes in the ranges
- * `accel-emu set` allows, topology levels, event ring entries in their places, intervals;
+ * `accel-emu set` allows, reserved memory below the total, topology levels, event ring entries
+ * in their places, intervals;
  * per process slot: pid, charges within the GPUs' totals; MPS slots: server count, pipe
  * directory string, percentages). len is the mapped length. Returns 0, or -EPROTO with one
  * line naming the first bad field in err (err may be NULL). Pure: a fuzz target's entry. */
