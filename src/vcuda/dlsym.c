@@ -24,8 +24,8 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <stdbool.h>
 #include <stddef.h>
-#include <string.h>
 
 typedef void *(*dlsym_fn)(void *, const char *);
 typedef void *(*dlvsym_fn)(void *, const char *, const char *);
@@ -37,11 +37,36 @@ static dlvsym_fn real_dlvsym_ptr;
  * are ours now (a call to dlvsym from this library binds to our own export).
  * So they are read from libc's dynamic symbol table directly, through its GNU
  * hash table (the ELF gABI / GNU hash format; both of glibc 2.36's versions of
- * each, GLIBC_2.2.5 and GLIBC_2.34, are one address). */
-struct libc_find {
-    const char *name;
-    void *found;
-};
+ * each, GLIBC_2.2.5 and GLIBC_2.34, are one address). The loaded objects are
+ * found through ld.so's r_debug list, not dl_iterate_phdr, and no libc string
+ * function is called: this runs while the ASan runtime initializes itself
+ * (it resolves its interceptors with dlsym/dlvsym), when its own interceptors
+ * of those functions cannot be called yet. */
+extern struct r_debug _r_debug;
+
+__attribute__((no_sanitize("address", "undefined"))) static bool str_eq(const char *a,
+                                                                        const char *b)
+{
+    while (*a && *a == *b) {
+        a++;
+        b++;
+    }
+    return *a == *b;
+}
+
+/* Is the file name's last component "libc.so..."? */
+__attribute__((no_sanitize("address", "undefined"))) static bool is_libc(const char *path)
+{
+    const char *base = path;
+    for (const char *p = path; *p; p++)
+        if (*p == '/')
+            base = p + 1;
+    static const char want[] = "libc.so";
+    for (unsigned i = 0; i < sizeof(want) - 1; i++)
+        if (base[i] != want[i])
+            return false;
+    return true;
+}
 
 __attribute__((no_sanitize("address", "undefined"))) static uint32_t gnu_hash(const char *s)
 {
@@ -51,27 +76,17 @@ __attribute__((no_sanitize("address", "undefined"))) static uint32_t gnu_hash(co
     return h;
 }
 
-__attribute__((no_sanitize("address", "undefined"))) static int
-find_in_libc(struct dl_phdr_info *info, size_t size, void *data)
+__attribute__((no_sanitize("address", "undefined"))) static void *
+lookup_in(const struct link_map *m, const char *name)
 {
-    (void)size;
-    struct libc_find *f = data;
-    if (!info->dlpi_name || !strstr(info->dlpi_name, "/libc.so"))
-        return 0;
-    const ElfW(Dyn) *dyn = NULL;
-    for (unsigned i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    if (!dyn)
-        return 0;
     const ElfW(Sym) *symtab = NULL;
     const char *strtab = NULL;
     const uint32_t *gh = NULL;
-    for (; dyn->d_tag != DT_NULL; dyn++) {
+    for (const ElfW(Dyn) *dyn = m->l_ld; dyn && dyn->d_tag != DT_NULL; dyn++) {
         /* ld.so relocates these in place on x86_64; not on every architecture. */
         ElfW(Addr) p = dyn->d_un.d_ptr;
-        if (p < info->dlpi_addr)
-            p += info->dlpi_addr;
+        if (p < m->l_addr)
+            p += m->l_addr;
         if (dyn->d_tag == DT_SYMTAB)
             symtab = (const ElfW(Sym) *)p;
         else if (dyn->d_tag == DT_STRTAB)
@@ -80,33 +95,31 @@ find_in_libc(struct dl_phdr_info *info, size_t size, void *data)
             gh = (const uint32_t *)p;
     }
     if (!symtab || !strtab || !gh || gh[0] == 0)
-        return 0;
+        return NULL;
     uint32_t nbuckets = gh[0], symoffset = gh[1], bloom_size = gh[2];
     const ElfW(Addr) *bloom = (const ElfW(Addr) *)(const void *)&gh[4];
     const uint32_t *buckets = (const uint32_t *)(const void *)&bloom[bloom_size];
     const uint32_t *chain = &buckets[nbuckets];
-    uint32_t h = gnu_hash(f->name);
+    uint32_t h = gnu_hash(name);
     uint32_t i = buckets[h % nbuckets];
     if (i < symoffset)
-        return 0;
+        return NULL;
     for (;; i++) {
         uint32_t h2 = chain[i - symoffset];
         const ElfW(Sym) *s = &symtab[i];
-        if ((h | 1) == (h2 | 1) && s->st_shndx != SHN_UNDEF &&
-            strcmp(strtab + s->st_name, f->name) == 0) {
-            f->found = (void *)(info->dlpi_addr + s->st_value);
-            return 1;
-        }
+        if ((h | 1) == (h2 | 1) && s->st_shndx != SHN_UNDEF && str_eq(strtab + s->st_name, name))
+            return (void *)(m->l_addr + s->st_value);
         if (h2 & 1)
-            return 0;
+            return NULL;
     }
 }
 
 __attribute__((no_sanitize("address", "undefined"))) static void *libc_symbol(const char *name)
 {
-    struct libc_find f = {name, NULL};
-    dl_iterate_phdr(find_in_libc, &f);
-    return f.found;
+    for (const struct link_map *m = _r_debug.r_map; m; m = m->l_next)
+        if (m->l_name && is_libc(m->l_name))
+            return lookup_in(m, name);
+    return NULL;
 }
 
 __attribute__((no_sanitize("address", "undefined"))) static dlsym_fn real_dlsym_get(void)
@@ -173,9 +186,9 @@ dlvsym(void *handle, const char *name, const char *version)
     const char *n = name;
     __asm__("" : "+r"(n));
     if (n && n[0] == 'd' && n[1] == 'l') {
-        if (strcmp(n, "dlsym") == 0)
+        if (str_eq(n, "dlsym"))
             return f(handle, name, version) ? (void *)dlsym : NULL;
-        if (strcmp(n, "dlvsym") == 0)
+        if (str_eq(n, "dlvsym"))
             return f(handle, name, version) ? (void *)dlvsym : NULL;
     }
     if (n && ((n[0] == 'c' && n[1] == 'u') || (n[0] == 'n' && n[1] == 'v'))) {

@@ -26,7 +26,7 @@
 #define MAX_ORDINALS 64
 static int ordinal_index[MAX_ORDINALS]; /* region index + 1; 0 = not looked up yet */
 
-static void format_uuid(const CUuuid *u, char *buf, size_t len)
+void vc_format_uuid(const CUuuid *u, char *buf, size_t len)
 {
     const unsigned char *b = (const unsigned char *)u->bytes;
     snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
@@ -59,7 +59,7 @@ int vc_device_index(CUdevice dev, unsigned *ret_index)
     int index = -1;
     if (r == CUDA_SUCCESS) {
         char s[64];
-        format_uuid(&u, s, sizeof(s));
+        vc_format_uuid(&u, s, sizeof(s));
         for (int i = 0; i < vc.cfg.device_count; i++)
             if (strcasecmp(vc.cfg.device_uuid[i], s) == 0)
                 index = i;

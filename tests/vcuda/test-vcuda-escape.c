@@ -9,7 +9,8 @@
  *   3. glibc's real dlsym/dlvsym through dlvsym, by every version glibc exports them under, and
  *      the driver's entry points by dlvsym, by RTLD_DEFAULT/RTLD_NEXT and a second dlopen;
  *   4. zeroed region counters: the process still stops at its quota and puts its slot back;
- *      vc_region_audit flags an under-reporting region against NVML's per-process memory.
+ *      vc_region_audit flags an under-reporting region against NVML's per-process memory;
+ * and the context's charge measured on the emulator for two context overheads.
  *
  * Run without VCUDA_TEST_CHILD, the program is its own launcher (as test-vcuda-emu.c). */
 #define _GNU_SOURCE
@@ -140,7 +141,7 @@ static int role_info(void)
     CUdeviceptr p;
     CUresult small = cu.cuMemAlloc_v2(&p, MiB);
     CUresult big = cu.cuMemAlloc_v2(&p, 128 * MiB);
-    printf("total=%zu small=%d big=%d\n", t, (int)small, (int)big);
+    printf("total=%zu free=%zu small=%d big=%d\n", t, f, (int)small, (int)big);
     return 0;
 }
 
@@ -188,9 +189,9 @@ TEST(a_config_file_of_the_tenants_own_is_ignored)
     write_text(mine, "memory_limit = 0\n");
     const char *env[] = {"VCUDA_CONFIG", mine, "VCUDA_MEMORY_LIMIT", "0", NULL};
     run_info(env, out, sizeof(out), err, sizeof(err));
-    CHECK(strstr(out, "total=67108864 small=0 big=2") != NULL);
+    CHECK(strstr(out, "total=67108864 ") && strstr(out, " small=0 big=2"));
     CHECK(strstr(err, "VCUDA_CONFIG ignored") != NULL);
-    if (!strstr(out, "total=67108864 small=0 big=2"))
+    if (!strstr(out, "total=67108864 "))
         tap_diag("got: %s / %s", out, err);
 }
 
@@ -199,7 +200,7 @@ TEST(a_tighter_environment_is_taken)
     char out[256], err[4096];
     const char *env[] = {"VCUDA_MEMORY_LIMIT", "32Mi", NULL};
     run_info(env, out, sizeof(out), err, sizeof(err));
-    CHECK(strstr(out, "total=33554432 small=0 big=2") != NULL);
+    CHECK(strstr(out, "total=33554432 ") && strstr(out, " small=0 big=2"));
 }
 
 TEST(a_broken_agent_file_fails_closed)
@@ -222,6 +223,42 @@ TEST(a_broken_agent_file_fails_closed)
     CHECK(strstr(err, "denying all device memory") != NULL);
     if (!strstr(out, "small=2 big=2"))
         tap_diag("got: %s / %s", out, err);
+}
+
+/* ---- context memory, measured --------------------------------------------- */
+
+/* The agent's file leaves context_memory at its default (256 MiB): the context's charge is
+ * measured from NVML around its creation instead, so a process sees the quota less what the
+ * emulator really took (ACCEL_EMU_CTX_OVERHEAD), for two different overheads. */
+static void check_context_charge(const char *overhead, uint64_t bytes)
+{
+    char out[256], err[4096], want[128];
+    const char *env[] = {"ACCEL_EMU_CTX_OVERHEAD", overhead, NULL};
+    run_info(env, out, sizeof(out), err, sizeof(err));
+    snprintf(want, sizeof(want), "total=%llu free=%llu small=0", (unsigned long long)(512 * MiB),
+             (unsigned long long)(512 * MiB - bytes));
+    CHECK(strstr(out, want) != NULL);
+    if (!strstr(out, want))
+        tap_diag("want %s, got: %s / %s", want, out, err);
+}
+
+TEST(context_memory_is_measured_not_configured)
+{
+    const char *agent = getenv("VCUDA_TEST_AGENT_CONFIG");
+    char keep[4096];
+    FILE *f = fopen(agent, "r");
+    REQUIRE(f);
+    size_t n = fread(keep, 1, sizeof(keep) - 1, f);
+    keep[n] = '\0';
+    fclose(f);
+    char cfg[1024];
+    /* a region of its own: this process's context is charged in the main one */
+    snprintf(cfg, sizeof(cfg), "memory_limit = 512Mi\nregion = %s/measure-region\n",
+             getenv("VCUDA_TEST_DIR"));
+    write_text(agent, cfg);
+    check_context_charge("8Mi", 8 * MiB);
+    check_context_charge("40Mi", 40 * MiB);
+    write_text(agent, keep);
 }
 
 /* ---- 2. VMM: released while mapped ---------------------------------------- */
