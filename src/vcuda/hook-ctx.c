@@ -66,16 +66,9 @@ static struct dev_sample device_sample(CUdevice dev)
         if (!ok)
             return smp;
     }
-    CUuuid u;
-    CUresult r = CUDA_ERROR_NOT_FOUND;
-    if (vc_real.cuDeviceGetUuid_v2)
-        r = vc_real.cuDeviceGetUuid_v2(&u, dev);
-    else if (vc_real.cuDeviceGetUuid)
-        r = vc_real.cuDeviceGetUuid(&u, dev);
-    if (r != CUDA_SUCCESS)
-        return smp;
     char s[64];
-    vc_format_uuid(&u, s, sizeof(s));
+    if (vc_device_uuid(dev, s, sizeof(s)) < 0)
+        return smp;
     nvmlDevice_t h;
     if (vc_real.nvmlDeviceGetHandleByUUID(s, &h) != NVML_SUCCESS)
         return smp;

@@ -26,12 +26,26 @@
 #define MAX_ORDINALS 64
 static int ordinal_index[MAX_ORDINALS]; /* region index + 1; 0 = not looked up yet */
 
-void vc_format_uuid(const CUuuid *u, char *buf, size_t len)
+static void format_uuid(const CUuuid *u, char *buf, size_t len)
 {
     const unsigned char *b = (const unsigned char *)u->bytes;
     snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
              b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
              b[14], b[15]);
+}
+
+int vc_device_uuid(CUdevice dev, char *buf, size_t len)
+{
+    CUuuid u;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (vc_real.cuDeviceGetUuid_v2)
+        r = vc_real.cuDeviceGetUuid_v2(&u, dev);
+    else if (vc_real.cuDeviceGetUuid)
+        r = vc_real.cuDeviceGetUuid(&u, dev);
+    if (r != CUDA_SUCCESS)
+        return -ENODEV;
+    format_uuid(&u, buf, len);
+    return 0;
 }
 
 int vc_device_index(CUdevice dev, unsigned *ret_index)
@@ -50,16 +64,9 @@ int vc_device_index(CUdevice dev, unsigned *ret_index)
         return 0;
     }
     /* Look the ordinal's UUID up in the configured list (once per ordinal). */
-    CUuuid u;
-    CUresult r = CUDA_ERROR_NOT_FOUND;
-    if (vc_real.cuDeviceGetUuid_v2)
-        r = vc_real.cuDeviceGetUuid_v2(&u, dev);
-    else if (vc_real.cuDeviceGetUuid)
-        r = vc_real.cuDeviceGetUuid(&u, dev);
     int index = -1;
-    if (r == CUDA_SUCCESS) {
-        char s[64];
-        vc_format_uuid(&u, s, sizeof(s));
+    char s[64];
+    if (vc_device_uuid(dev, s, sizeof(s)) == 0) {
         for (int i = 0; i < vc.cfg.device_count; i++)
             if (strcasecmp(vc.cfg.device_uuid[i], s) == 0)
                 index = i;

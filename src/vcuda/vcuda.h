@@ -95,8 +95,9 @@ static inline int vc_ensure(void)
 /* Hot-path helpers (hook-mem.c / hook-ctx.c). */
 /* Region device index of CUDA ordinal dev (config UUID order, else ordinal). */
 int vc_device_index(CUdevice dev, unsigned *ret_index);
-/* "GPU-xxxxxxxx-xxxx-..." as NVML and the config spell a CUDA UUID. */
-void vc_format_uuid(const CUuuid *u, char *buf, size_t len);
+/* CUDA ordinal dev's UUID spelt as NVML and the config spell it ("GPU-xxxxxxxx-...").
+ * 0 or -ENODEV. */
+int vc_device_uuid(CUdevice dev, char *buf, size_t len);
 /* Current context and its region device index. CUDA error if none. */
 CUresult vc_current(CUcontext *ret_ctx, unsigned *ret_index);
 /* Reserves bytes on index against the quota (reaping dead processes and
