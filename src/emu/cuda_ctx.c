@@ -12,7 +12,9 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
+#include "cuda_cls.h"
 #include "cuda_emu.h"
+#include "cuda_export.h"
 
 pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
 struct emu_state *cuda_state;
@@ -70,16 +72,13 @@ EMU_API CUresult cuInit(unsigned int flags)
     pthread_mutex_lock(&cuda_lock);
     if (!init_done) {
         init_done = true;
-        int r = emu_state_open_env(&cuda_state);
+        char err[512];
+        int r = emu_state_open_env_err(&cuda_state, err, sizeof(err));
         if (r < 0) {
-            const char *p = getenv("ACCEL_EMU_STATE");
             fprintf(stderr,
-                    "accel-emu libcuda: no emulated GPUs (%s%s%s): run `accel-emu init` and set "
+                    "accel-emu libcuda: no emulated GPUs (%s): run `accel-emu init` and set "
                     "ACCEL_EMU_STATE to its state file\n",
-                    p && *p ? p : "ACCEL_EMU_STATE is not set", p && *p ? ": " : "",
-                    !p || !*p      ? ""
-                    : r == -EPROTO ? "not a state file of this accel-emu version"
-                                   : strerror(-r));
+                    err);
             init_result = CUDA_ERROR_NO_DEVICE;
         } else {
             cuda_kernel_ns = env_u64("ACCEL_EMU_KERNEL_US", 10, 1000);
@@ -430,7 +429,7 @@ CUresult cuda_need_ctx(struct CUctx_st **ret)
     if (r)
         return r;
     struct CUctx_st *c = cuda_current();
-    if (!c || c->magic != EMU_MAGIC_CTX)
+    if (!c || c->magic != EMU_MAGIC_CTX || !c->active)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (cuda_dev_lost(c->dev))
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
@@ -438,31 +437,49 @@ CUresult cuda_need_ctx(struct CUctx_st **ret)
     return CUDA_SUCCESS;
 }
 
-static CUresult ctx_new(CUdevice dev, unsigned flags, bool prim, struct CUctx_st **ret)
+/* The fields a context starts with; the memory overhead is charged by ctx_activate. */
+static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim)
 {
-    if (cuda_dev_lost(dev))
-        return CUDA_ERROR_DEVICE_UNAVAILABLE;
-    /* a context costs device memory: the model's (state.c), unless overridden */
-    uint64_t cost = ctx_overhead != UINT64_MAX ? ctx_overhead : gpu_of(dev)->ctx_cost;
-    struct CUctx_st *c = calloc(1, sizeof(*c));
-    if (!c)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    if (cost && emu_state_mem_charge(cuda_state, (unsigned)dev, cost) < 0) {
-        free(c);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     static unsigned long long ids;
     c->magic = EMU_MAGIC_CTX;
     c->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
     c->dev = dev;
     c->flags = flags;
     c->primary = prim;
-    c->charged = cost;
+    memset(&c->null_stream, 0, sizeof(c->null_stream));
     c->null_stream.magic = EMU_MAGIC_STREAM;
     c->null_stream.ctx = c;
+    c->last_end_ns = 0;
+    memset(c->limits, 0, sizeof(c->limits));
     c->limits[0] = 1024;    /* stack size */
     c->limits[1] = 1 << 20; /* printf fifo */
     c->limits[2] = 8 << 20; /* malloc heap */
+}
+
+static CUresult ctx_activate(struct CUctx_st *c)
+{
+    /* a context costs device memory: the model's (state.c), unless overridden */
+    uint64_t cost = ctx_overhead != UINT64_MAX ? ctx_overhead : gpu_of(c->dev)->ctx_cost;
+    if (cost && emu_state_mem_charge(cuda_state, (unsigned)c->dev, cost) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->charged = cost;
+    c->active = true;
+    return CUDA_SUCCESS;
+}
+
+static CUresult ctx_new(CUdevice dev, unsigned flags, bool prim, struct CUctx_st **ret)
+{
+    if (cuda_dev_lost(dev))
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    struct CUctx_st *c = calloc(1, sizeof(*c));
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ctx_init(c, dev, flags, prim);
+    CUresult r = ctx_activate(c);
+    if (r) {
+        free(c);
+        return r;
+    }
     *ret = c;
     return CUDA_SUCCESS;
 }
@@ -478,15 +495,52 @@ static void ctx_unstack(struct CUctx_st *c)
         ctx_depth--;
 }
 
-static void ctx_free(struct CUctx_st *c)
+/* Ends what a context holds: its work, context-local storage (destructors run), memory,
+ * charge and streams. A primary context's object stays (the runtime keeps its handle across
+ * cudaDeviceReset), inactive until the next retain. */
+static void ctx_deactivate(struct CUctx_st *c)
 {
     cuda_ctx_sync(c);
+    cuda_cls_ctx_destroy(c);
     cuda_mem_ctx_destroy(c); /* its allocations go with it, as on the driver */
     if (c->charged)
         emu_state_mem_uncharge(cuda_state, (unsigned)c->dev, c->charged);
+    c->charged = 0;
     cuda_stream_list_free(c);
+    pthread_mutex_lock(&cuda_lock);
+    c->active = false;
+    ctx_init(c, c->dev, c->flags, c->primary);
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+static void ctx_free(struct CUctx_st *c)
+{
+    ctx_deactivate(c);
     c->magic = 0;
     free(c);
+}
+
+/* The primary context object of dev, made (inactive, uncharged) on first use; cuda_lock held. */
+static CUresult primary_locked(CUdevice dev, struct CUctx_st **ret)
+{
+    if (!primary[dev]) {
+        struct CUctx_st *c = calloc(1, sizeof(*c));
+        if (!c)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        ctx_init(c, dev, 0, true);
+        primary[dev] = c;
+    }
+    *ret = primary[dev];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuda_primary_get(CUdevice dev, struct CUctx_st **ret)
+{
+    NEED_DEV(dev);
+    pthread_mutex_lock(&cuda_lock);
+    CUresult r = primary_locked(dev, ret);
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
 }
 
 EMU_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -495,12 +549,13 @@ EMU_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
-    CUresult r = CUDA_SUCCESS;
-    if (!primary[dev])
-        r = ctx_new(dev, 0, true, &primary[dev]);
+    struct CUctx_st *c;
+    CUresult r = primary_locked(dev, &c);
+    if (!r && !c->active)
+        r = ctx_activate(c);
     if (!r) {
-        primary[dev]->refs++;
-        *pctx = primary[dev];
+        c->refs++;
+        *pctx = c;
     }
     pthread_mutex_unlock(&cuda_lock);
     return r;
@@ -511,15 +566,14 @@ EMU_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
     struct CUctx_st *c = primary[dev];
-    if (!c || c->refs <= 0) {
+    if (!c || !c->active || c->refs <= 0) {
         pthread_mutex_unlock(&cuda_lock);
         return CUDA_ERROR_INVALID_CONTEXT;
     }
     if (--c->refs == 0) {
-        primary[dev] = NULL;
         ctx_unstack(c);
         pthread_mutex_unlock(&cuda_lock);
-        ctx_free(c);
+        ctx_deactivate(c);
         return CUDA_SUCCESS;
     }
     pthread_mutex_unlock(&cuda_lock);
@@ -536,12 +590,14 @@ EMU_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
     struct CUctx_st *c = primary[dev];
-    primary[dev] = NULL;
-    if (c)
+    bool was = c && c->active;
+    if (was) {
+        c->refs = 0;
         ctx_unstack(c);
+    }
     pthread_mutex_unlock(&cuda_lock);
-    if (c)
-        ctx_free(c);
+    if (was)
+        ctx_deactivate(c);
     return CUDA_SUCCESS;
 }
 
@@ -556,7 +612,7 @@ EMU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
-    *active = primary[dev] != NULL;
+    *active = primary[dev] && primary[dev]->active;
     *flags = primary[dev] ? primary[dev]->flags : 0;
     pthread_mutex_unlock(&cuda_lock);
     return CUDA_SUCCESS;
@@ -941,12 +997,4 @@ EMU_API CUresult cuGetErrorString(CUresult e, const char **str)
         }
     *str = NULL;
     return CUDA_ERROR_INVALID_VALUE;
-}
-
-/* NVIDIA's runtime asks for undocumented tables here; the emulator has none. */
-EMU_API CUresult cuGetExportTable(const void **table, const CUuuid *id)
-{
-    if (table)
-        *table = NULL;
-    return CUDA_ERROR_NOT_SUPPORTED;
 }

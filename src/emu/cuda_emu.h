@@ -64,7 +64,9 @@ struct CUctx_st {
     int dev;
     unsigned flags;
     bool primary;
+    bool active;                    /* false: a primary context not retained (or reset) */
     int refs;                       /* primary: retain count */
+    struct cuda_cls *cls;           /* context-local storage (cuda_cls.c) */
     uint64_t charged;               /* context overhead charged to the GPU */
     uint64_t last_end_ns;           /* completion of all work queued in it, any stream or thread */
     struct CUstream_st null_stream; /* the legacy default stream */
@@ -95,9 +97,12 @@ struct CUfunc_st {
 
 struct CUmod_st {
     uint32_t magic;
-    struct CUctx_st *ctx;
+    struct CUctx_st *ctx; /* NULL: loaded by cuLibraryLoadData with no context current */
     size_t nfuncs;
     struct CUfunc_st *funcs;
+    size_t nglobals; /* __device__ / __constant__ variables (cuda_module.c) */
+    struct ptx_global *globals;
+    struct emu_module_global *gmem;
 };
 
 struct CUarray_st {
@@ -164,6 +169,11 @@ void cuda_mem_touch_args(const uint64_t *vals, size_t n);
 /* Frees everything made in ctx that a context owns (cuCtxDestroy, primary release/reset). */
 void cuda_mem_ctx_destroy(struct CUctx_st *ctx);
 void cuda_mem_process_exit(void);
+
+/* ---- modules and libraries (cuda_module.c) ---- */
+/* The device a function's launches and attributes refer to: its module's context, else the
+ * current one, else 0. */
+int cuda_func_dev(const struct CUfunc_st *f);
 
 /* ---- execution (cuda_exec.c) ---- */
 /* Resolves a stream handle (NULL, LEGACY, PER_THREAD, or an object) for the current ctx;

@@ -51,12 +51,6 @@ struct CUgraphExec_st {
     struct CUgraphNode_st *nodes; /* copies: the graph may change or go after instantiation */
 };
 
-struct CUlib_st {
-    uint32_t magic;
-    CUmodule mod;
-};
-#define EMU_MAGIC_LIB 0x4c494231u
-
 static EMU_TLS struct CUstream_st pt_stream; /* per-thread default stream */
 static void stream_unbind_all_locked(struct CUstream_st *s);
 static uint64_t capture_ids;
@@ -743,207 +737,13 @@ EMU_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
     return cuEventElapsedTime_v2(ms, a, b);
 }
 
-/* ---- modules ---- */
-
-#define PTX_MAX (64u << 20)
-
-static CUresult module_from_text(CUmodule *pm, const char *text, size_t len)
-{
-    NEED_CTX(c);
-    if (len >= 4 && (memcmp(text,
-                            "\x7f"
-                            "ELF",
-                            4) == 0 ||
-                     memcmp(text, "\x50\xed\x55\xba", 4) == 0))
-        return CUDA_ERROR_INVALID_IMAGE; /* cubin / fatbin: the emulator runs PTX only */
-    size_t n = 0;
-    int r = ptx_parse(text, len, NULL, 0, &n);
-    if (r < 0)
-        return CUDA_ERROR_INVALID_PTX;
-    struct CUmod_st *m = calloc(1, sizeof(*m));
-    struct ptx_kernel *ks = calloc(n ? n : 1, sizeof(*ks));
-    struct CUfunc_st *fs = calloc(n ? n : 1, sizeof(*fs));
-    if (!m || !ks || !fs) {
-        free(m);
-        free(ks);
-        free(fs);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    ptx_parse(text, len, ks, n, &n);
-    for (size_t i = 0; i < n; i++) {
-        fs[i].magic = EMU_MAGIC_FUNC;
-        fs[i].mod = m;
-        memcpy(fs[i].name, ks[i].name, sizeof(fs[i].name));
-        fs[i].nparams = ks[i].nparams;
-        memcpy(fs[i].param_size, ks[i].param_size, sizeof(fs[i].param_size));
-        fs[i].spin = strncmp(ks[i].name, "spin", 4) == 0;
-    }
-    free(ks);
-    m->magic = EMU_MAGIC_MODULE;
-    m->ctx = c;
-    m->nfuncs = n;
-    m->funcs = fs;
-    *pm = m;
-    return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuModuleLoadData(CUmodule *pm, const void *image)
-{
-    if (!pm || !image)
-        return CUDA_ERROR_INVALID_VALUE;
-    /* PTX is a NUL-terminated string; binary images start with their magic */
-    const char *t = image;
-    size_t len = (memcmp(t,
-                         "\x7f"
-                         "ELF",
-                         4) == 0)
-                     ? 4
-                     : strnlen(t, PTX_MAX);
-    return module_from_text(pm, t, len);
-}
-
-EMU_API CUresult cuModuleLoadDataEx(CUmodule *pm, const void *image, unsigned int n,
-                                    CUjit_option *options, void **values)
-{
-    return cuModuleLoadData(pm, image);
-}
-
-EMU_API CUresult cuModuleLoadFatBinary(CUmodule *pm, const void *fatbin)
-{
-    if (!pm || !fatbin)
-        return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_ERROR_INVALID_IMAGE;
-}
-
-EMU_API CUresult cuModuleLoad(CUmodule *pm, const char *path)
-{
-    if (!pm || !path)
-        return CUDA_ERROR_INVALID_VALUE;
-    NEED_CTX(c);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return CUDA_ERROR_FILE_NOT_FOUND;
-    struct stat st;
-    if (fstat(fd, &st) < 0 || st.st_size <= 0 || st.st_size > PTX_MAX) {
-        close(fd);
-        return CUDA_ERROR_INVALID_IMAGE;
-    }
-    char *buf = malloc((size_t)st.st_size);
-    ssize_t got = buf ? read(fd, buf, (size_t)st.st_size) : -1;
-    close(fd);
-    CUresult r =
-        got == st.st_size ? module_from_text(pm, buf, (size_t)got) : CUDA_ERROR_INVALID_IMAGE;
-    free(buf);
-    return r;
-}
-
-EMU_API CUresult cuModuleUnload(CUmodule m)
-{
-    if (!m || m->magic != EMU_MAGIC_MODULE)
-        return CUDA_ERROR_INVALID_HANDLE;
-    m->magic = 0;
-    for (size_t i = 0; i < m->nfuncs; i++)
-        m->funcs[i].magic = 0;
-    free(m->funcs);
-    free(m);
-    return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuModuleGetFunction(CUfunction *pf, CUmodule m, const char *name)
-{
-    if (!pf || !name)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!m || m->magic != EMU_MAGIC_MODULE)
-        return CUDA_ERROR_INVALID_HANDLE;
-    for (size_t i = 0; i < m->nfuncs; i++)
-        if (strcmp(m->funcs[i].name, name) == 0) {
-            *pf = &m->funcs[i];
-            return CUDA_SUCCESS;
-        }
-    return CUDA_ERROR_NOT_FOUND;
-}
-
-EMU_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule m,
-                                      const char *name)
-{
-    if (!name)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!m || m->magic != EMU_MAGIC_MODULE)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return CUDA_ERROR_NOT_FOUND; /* module globals are not emulated */
-}
-
-/* The CUDA 12 library API over the same modules: a CUkernel is its CUfunction. */
-EMU_API CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jo, void **jv,
-                                   unsigned int njo, CUlibraryOption *lo, void **lv,
-                                   unsigned int nlo)
-{
-    if (!lib)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct CUlib_st *l = calloc(1, sizeof(*l));
-    if (!l)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = cuModuleLoadData(&l->mod, code);
-    if (r) {
-        free(l);
-        return r;
-    }
-    l->magic = EMU_MAGIC_LIB;
-    *lib = l;
-    return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuLibraryUnload(CUlibrary lib)
-{
-    if (!lib || lib->magic != EMU_MAGIC_LIB)
-        return CUDA_ERROR_INVALID_HANDLE;
-    cuModuleUnload(lib->mod);
-    lib->magic = 0;
-    free(lib);
-    return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuLibraryGetModule(CUmodule *pm, CUlibrary lib)
-{
-    if (!pm)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!lib || lib->magic != EMU_MAGIC_LIB)
-        return CUDA_ERROR_INVALID_HANDLE;
-    *pm = lib->mod;
-    return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuLibraryGetKernel(CUkernel *pk, CUlibrary lib, const char *name)
-{
-    if (!pk)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!lib || lib->magic != EMU_MAGIC_LIB)
-        return CUDA_ERROR_INVALID_HANDLE;
-    CUfunction f;
-    CUresult r = cuModuleGetFunction(&f, lib->mod, name);
-    if (!r)
-        *pk = (CUkernel)(void *)f;
-    return r;
-}
-
-EMU_API CUresult cuKernelGetFunction(CUfunction *pf, CUkernel k)
-{
-    if (!pf)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUfunction f = (CUfunction)(void *)k;
-    if (!f || f->magic != EMU_MAGIC_FUNC)
-        return CUDA_ERROR_INVALID_HANDLE;
-    *pf = f;
-    return CUDA_SUCCESS;
-}
-
 EMU_API CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute a, CUfunction f)
 {
     if (!pi)
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)f->mod->ctx->dev);
+    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)cuda_func_dev(f));
     switch ((int)a) {
     case 0:
         *pi = 1024;
@@ -1020,7 +820,7 @@ EMU_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUf
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)f->mod->ctx->dev);
+    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)cuda_func_dev(f));
     int b = block_limit > 0 && block_limit < 1024 ? block_limit : 1024;
     *block = b;
     *min_grid = (int)(g ? g->sm_count : 1) * (2048 / b);
@@ -1241,6 +1041,33 @@ EMU_API CUresult cuGraphCreate(CUgraph *pg, unsigned int flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     g->magic = EMU_MAGIC_GRAPH;
     *pg = g;
+    return CUDA_SUCCESS;
+}
+
+/* The nodes in the order they were added (NULL nodes: just the count, as the driver does).
+ * (cuda_api.h does not declare it: libvcuda has no use for it.) */
+CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *n);
+EMU_API CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *n)
+{
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&cuda_lock);
+    struct CUgraph_st *g = graph_of(hg);
+    if (!g) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (nodes) {
+        size_t i = 0;
+        for (; i < g->n && i < *n; i++)
+            nodes[i] = g->nodes[i];
+        for (size_t j = i; j < *n; j++)
+            nodes[j] = NULL;
+        *n = i;
+    } else {
+        *n = g->n;
+    }
+    pthread_mutex_unlock(&cuda_lock);
     return CUDA_SUCCESS;
 }
 

@@ -24,7 +24,7 @@
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned init_count;     /* guarded by init_lock */
 static bool init_quiet;         /* guarded by init_lock: no stderr line when init fails */
-static char init_error[256];    /* guarded by init_lock: why the last init failed, "" if not */
+static char init_error[640];    /* guarded by init_lock: why the last init failed, "" if not */
 static struct emu_state *state; /* set under init_lock; read with acquire */
 static uint64_t util_window_ns = 1000000000ull;
 static int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC, at init */
@@ -149,17 +149,17 @@ static nvmlReturn_t init_locked(void)
         return NVML_SUCCESS;
     }
     struct emu_state *st = NULL;
-    int r = emu_state_open_env(&st);
+    char err[512];
+    int r = emu_state_open_env_err(&st, err, sizeof(err));
     if (r < 0) {
-        const char *p = getenv("ACCEL_EMU_STATE");
-        if (!p || !*p)
+        if (r == -ENXIO)
             snprintf(init_error, sizeof(init_error),
                      "no emulated machine: set ACCEL_EMU_STATE to a file made by `accel-emu init`");
         else
             snprintf(init_error, sizeof(init_error),
-                     "no emulated machine: ACCEL_EMU_STATE=%s: %s; set ACCEL_EMU_STATE to a file "
+                     "no emulated machine: ACCEL_EMU_STATE=%s; set ACCEL_EMU_STATE to a file "
                      "made by `accel-emu init`",
-                     p, r == -EPROTO ? "not a state file of this version" : strerror(-r));
+                     err);
         if (!init_quiet)
             fprintf(stderr, "accel-emu: %s\n", init_error);
         return NVML_ERROR_DRIVER_NOT_LOADED;

@@ -37,6 +37,8 @@
 #define EMU_EVENT_RING 256      /* per GPU, power of two */
 #define EMU_TIMELINE_RING 16384 /* busy intervals kept per GPU, power of two */
 
+#define EMU_MEMORY_MIN (64ull << 20) /* a GPU's memory: 64 MiB .. 1 PiB */
+#define EMU_MEMORY_MAX (1ull << 50)
 #define EMU_UUID_LEN 41 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL */
 #define EMU_NAME_LEN 96
 #define EMU_BUSID_LEN 32 /* "00000000:18:00.0" */
@@ -98,6 +100,7 @@ struct emu_config {
     unsigned numa_count;    /* entries given; 0 = all 0 */
     enum emu_nvlink_mode nvlink;
     uint64_t seed; /* UUIDs derive from it: the same seed, the same UUIDs */
+    unsigned mode; /* the state file's permission bits, whatever the umask; 0 = 0600 */
 };
 void emu_config_init(struct emu_config *cfg);
 
@@ -251,14 +254,30 @@ struct emu_shared {
 struct emu_state;
 
 /* Creates the state file at path for cfg, atomically (a reader sees no file or a whole one);
- * replaces an existing file. Returns 0 or -errno (-EINVAL: bad cfg, unknown model). */
+ * replaces an existing file. Its mode is cfg->mode (0600 by default) whatever the umask: every
+ * process that maps it can change the machine, so only the users meant to share the emulated
+ * GPUs may open it. Returns 0 or -errno (-EINVAL: bad cfg, unknown model, a mode outside 0777
+ * or without owner read and write). */
 int emu_state_create(const char *path, const struct emu_config *cfg);
 
-/* Maps an existing state file. -ENOENT: no file; -EPROTO: not a state file or another
- * version/size. */
+/* Checks a mapped state file before anything reads it: size, magic, version, the GPU count,
+ * and every field that is used as an index, a count, a size or a string (per GPU: index,
+ * identity strings NUL-terminated, memory total, clocks, sensors and modes in the ranges
+ * `accel-emu set` allows, reserved memory below the total, topology levels, event ring entries
+ * in their places, intervals;
+ * per process slot: pid, charges within the GPUs' totals; MPS slots: server count, pipe
+ * directory string, percentages). len is the mapped length. Returns 0, or -EPROTO with one
+ * line naming the first bad field in err (err may be NULL). Pure: a fuzz target's entry. */
+int emu_state_validate(const struct emu_shared *sh, size_t len, char *err, size_t errlen);
+
+/* Maps an existing state file and validates it (emu_state_validate). -ENOENT: no file;
+ * -EPROTO: not a state file, another version/size, or a bad field; -EACCES: the file's mode
+ * or owner keeps the caller out. The _err forms put a one-line reason in err. */
 int emu_state_open(const char *path, struct emu_state **ret);
+int emu_state_open_err(const char *path, struct emu_state **ret, char *err, size_t errlen);
 /* Maps the file named by $ACCEL_EMU_STATE. -ENXIO when it is unset or empty. */
 int emu_state_open_env(struct emu_state **ret);
+int emu_state_open_env_err(struct emu_state **ret, char *err, size_t errlen);
 struct emu_state *emu_state_close(struct emu_state *st);
 
 /* The mapping itself (for fields not covered by the functions below). */

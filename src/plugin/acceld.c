@@ -68,7 +68,11 @@ static int build_config(const struct agent *a, struct acceld_config *ret_cfg, ch
         char msg[400];
         int r = acceld_config_set(&c, a->overrides[i].key, a->overrides[i].value, msg, sizeof(msg));
         if (r < 0) {
-            snprintf(err, errlen, "flag --%s: %s", a->overrides[i].key, msg);
+            const char *flag = a->overrides[i].key;
+            for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++)
+                if (strcmp(k->key, flag) == 0)
+                    flag = k->flag;
+            snprintf(err, errlen, "flag --%s: %s", flag, msg);
             return r;
         }
     }

@@ -29,8 +29,14 @@ const struct acceld_config_key acceld_config_keys[] = {
     {"health.ignoredXids", "ignored-xids", "comma-separated XIDs that never mark a GPU unhealthy"},
     {"health.recoverAfter", "recover-after",
      "quiet period before an unhealthy GPU recovers (0 = never)"},
+    {"server.handshakeTimeout", "handshake-timeout",
+     "a connection that has not finished its HTTP/2 preface by then is closed"},
+    {"server.idleTimeout", "idle-timeout", "a connection with no call open this long is closed"},
     {NULL, NULL, NULL},
 };
+
+static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 static const int default_ignored_xids[] = {13, 31, 43, 45, 68, 109};
 
@@ -54,10 +60,42 @@ void acceld_config_defaults(struct acceld_config *cfg)
     copy_str(cfg->cdi_class, sizeof(cfg->cdi_class), "gpu");
     memcpy(cfg->ignored_xids, default_ignored_xids, sizeof(default_ignored_xids));
     cfg->n_ignored_xids = ARRAY_SIZE(default_ignored_xids);
+    cfg->handshake_timeout_ns = ACCELD_HANDSHAKE_TIMEOUT_DEFAULT_NS;
+    cfg->idle_timeout_ns = ACCELD_IDLE_TIMEOUT_DEFAULT_NS;
 }
 
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* A duration key. "0.0000001ms" parses to 0 ns, which would silently mean
+ * "never" (or be refused as zero): a value that rounds to 0 is refused unless
+ * it is written as zero. */
+static int set_duration(uint64_t *dst, const char *key, const char *v, bool zero_ok, char *err,
+                        size_t errlen)
+{
+    uint64_t ns;
+    if (parse_duration_ns(v, &ns) < 0)
+        return fail(err, errlen, -EINVAL, "%s: \"%s\" is not a duration (e.g. %s30s, 5m, 1h)", key,
+                    v, zero_ok ? "0, " : "");
+    if (ns == 0 && strpbrk(v, "123456789"))
+        return fail(err, errlen, -EINVAL,
+                    "%s: \"%s\" is below 1ns and would round to 0%s; write at least 1ns%s", key, v,
+                    zero_ok ? " (= never)" : "", zero_ok ? ", or 0 for never" : "");
+    if (ns == 0 && !zero_ok)
+        return fail(err, errlen, -EINVAL, "%s: must be more than 0 (e.g. 10s)", key);
+    *dst = ns;
+    return 0;
+}
+
+/* The largest unit that loses nothing, so the text parses back exactly. */
+static void format_duration(uint64_t ns, char *buf, size_t len)
+{
+    static const struct {
+        uint64_t ns;
+        const char *unit;
+    } units[] = {{1000000000ull, "s"}, {1000000ull, "ms"}, {1000ull, "us"}, {1ull, "ns"}};
+    size_t u = 0;
+    while (u + 1 < ARRAY_SIZE(units) && ns % units[u].ns != 0)
+        u++;
+    snprintf(buf, len, "%llu%s", (unsigned long long)(ns / units[u].ns), units[u].unit);
+}
 
 static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
 {
@@ -222,9 +260,11 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
     } else if (strcmp(key, "health.ignoredXids") == 0) {
         r = parse_xid_list(v, c.ignored_xids, &c.n_ignored_xids, err, errlen);
     } else if (strcmp(key, "health.recoverAfter") == 0) {
-        if (parse_duration_ns(v, &c.recover_after_ns) < 0)
-            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not a duration (e.g. 0, 30s, 5m, 1h)",
-                        key, v);
+        r = set_duration(&c.recover_after_ns, key, v, true, err, errlen);
+    } else if (strcmp(key, "server.handshakeTimeout") == 0) {
+        r = set_duration(&c.handshake_timeout_ns, key, v, false, err, errlen);
+    } else if (strcmp(key, "server.idleTimeout") == 0) {
+        r = set_duration(&c.idle_timeout_ns, key, v, false, err, errlen);
     } else {
         return fail(err, errlen, -ENOENT, "unknown key \"%s\"", key);
     }
@@ -282,7 +322,7 @@ static const char *ev_kind(yaml_event_type_t t)
 
 static bool is_known_section(const char *k)
 {
-    return strcmp(k, "cdi") == 0 || strcmp(k, "health") == 0;
+    return strcmp(k, "cdi") == 0 || strcmp(k, "health") == 0 || strcmp(k, "server") == 0;
 }
 
 static bool is_known_key(const char *full)
@@ -344,7 +384,7 @@ static int walk_value(struct walker *w, const char *full, unsigned long key_line
 }
 
 /* Walks a mapping whose MAPPING_START is the current event. prefix is "" at
- * the root or "cdi." / "health." in a section. */
+ * the root or "cdi." / "health." / "server." in a section. */
 static int walk_mapping(struct walker *w, const char *prefix)
 {
     char seen[32][96];
@@ -494,16 +534,11 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
             n += (size_t)m;
         }
     } else if (strcmp(key, "health.recoverAfter") == 0) {
-        /* the largest unit that loses nothing, so the text parses back exactly */
-        static const struct {
-            uint64_t ns;
-            const char *unit;
-        } units[] = {{1000000000ull, "s"}, {1000000ull, "ms"}, {1000ull, "us"}, {1ull, "ns"}};
-        uint64_t ns = cfg->recover_after_ns;
-        size_t u = 0;
-        while (u + 1 < ARRAY_SIZE(units) && ns % units[u].ns != 0)
-            u++;
-        snprintf(buf, len, "%llu%s", (unsigned long long)(ns / units[u].ns), units[u].unit);
+        format_duration(cfg->recover_after_ns, buf, len);
+    } else if (strcmp(key, "server.handshakeTimeout") == 0) {
+        format_duration(cfg->handshake_timeout_ns, buf, len);
+    } else if (strcmp(key, "server.idleTimeout") == 0) {
+        format_duration(cfg->idle_timeout_ns, buf, len);
     } else
         return -ENOENT;
     return 0;

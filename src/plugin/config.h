@@ -22,6 +22,9 @@
 #define ACCELD_MAX_XIDS 64
 /* A config file larger than this is refused (it is a handful of lines). */
 #define ACCELD_CONFIG_MAX_BYTES (1u << 20)
+/* The socket's connection timeouts (docs/acceld.md, "Connections"). */
+#define ACCELD_HANDSHAKE_TIMEOUT_DEFAULT_NS (10ull * 1000000000ull)
+#define ACCELD_IDLE_TIMEOUT_DEFAULT_NS (120ull * 1000000000ull)
 
 enum acceld_strategy {
     ACCELD_STRATEGY_ENVVAR = 0,
@@ -43,7 +46,9 @@ struct acceld_config {
     char cdi_class[ACCELD_NAME_MAX];     /* cdi.class */
     int ignored_xids[ACCELD_MAX_XIDS];   /* health.ignoredXids */
     size_t n_ignored_xids;
-    uint64_t recover_after_ns; /* health.recoverAfter; 0 = never */
+    uint64_t recover_after_ns;     /* health.recoverAfter; 0 = never */
+    uint64_t handshake_timeout_ns; /* server.handshakeTimeout */
+    uint64_t idle_timeout_ns;      /* server.idleTimeout */
 };
 
 /* One key the config knows: its YAML path and its flag (without "--"). */

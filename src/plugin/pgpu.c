@@ -60,7 +60,45 @@ struct pgpu {
      * and reused, so Allocate allocates nothing once warm. */
     uint8_t *reply_buf;
     size_t reply_cap;
+
+    /* ID -> index: open addressing over the node's own IDs (slot = index + 1,
+     * 0 = empty), at most half full, so a lookup costs one hash of the
+     * request's string and a short probe whatever the request holds. */
+    uint32_t *slots;
+    size_t slot_mask;
+    /* Allocate's duplicate check: seen[i] == epoch when device i was already
+     * named in the request being checked (no clearing, no allocation). */
+    uint32_t *seen;
+    uint32_t epoch;
 };
+
+/* FNV-1a (public domain constants: offset basis 2166136261, prime 16777619). */
+static uint32_t id_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+static int index_build(struct pgpu *p)
+{
+    size_t n_slots = 8;
+    while (n_slots < 2 * p->n)
+        n_slots *= 2;
+    p->slots = calloc(n_slots, sizeof(*p->slots));
+    p->seen = calloc(p->n ? p->n : 1, sizeof(*p->seen));
+    if (!p->slots || !p->seen)
+        return -ENOMEM;
+    p->slot_mask = n_slots - 1;
+    for (size_t i = 0; i < p->n; i++) {
+        size_t s = id_hash(p->devs[i].id) & p->slot_mask;
+        while (p->slots[s])
+            s = (s + 1) & p->slot_mask;
+        p->slots[s] = (uint32_t)i + 1;
+    }
+    return 0;
+}
 
 static char healthy_str[] = "Healthy";
 static char unhealthy_str[] = "Unhealthy";
@@ -162,7 +200,9 @@ int pgpu_new(const struct pgpu_gpu_desc *gpus, size_t n, const uint8_t *pcie, co
         }
     }
     p->topo = (struct policy_topo){(int)n, p->pcie, p->nvlinks, p->numa};
-    int r = apply_options(p, opts);
+    int r = index_build(p);
+    if (r == 0)
+        r = apply_options(p, opts);
     if (r < 0) {
         pgpu_free(p);
         return r;
@@ -182,6 +222,8 @@ struct pgpu *pgpu_free(struct pgpu *p)
     free(p->numa);
     free(p->list_buf);
     free(p->reply_buf);
+    free(p->slots);
+    free(p->seen);
     free(p);
     return NULL;
 }
@@ -199,9 +241,11 @@ size_t pgpu_count(const struct pgpu *p)
 
 int pgpu_find(const struct pgpu *p, const char *uuid)
 {
-    for (size_t i = 0; i < p->n; i++)
+    for (size_t s = id_hash(uuid) & p->slot_mask; p->slots[s]; s = (s + 1) & p->slot_mask) {
+        size_t i = p->slots[s] - 1;
         if (strcmp(p->devs[i].id, uuid) == 0)
             return (int)i;
+    }
     return -1;
 }
 
@@ -291,31 +335,62 @@ static void msg_append(char *buf, size_t len, size_t *pos, const char *s)
         *pos += (size_t)m;
 }
 
+/* Refuses a request that names more device IDs than the node has devices,
+ * before any per-ID work: no such request can be right (a device goes to one
+ * container once), and the bound keeps every later step small. */
+static int check_count(const struct pgpu *p, const char *what, size_t count, char *err,
+                       size_t errlen)
+{
+    if (count <= p->n)
+        return 0;
+    snprintf(err, errlen,
+             "%s names %zu device IDs, more than the %zu devices this node has: refused (a "
+             "request for this node lists only its own devices, each once; check the client)",
+             what, count, p->n);
+    return -EINVAL;
+}
+
 int pgpu_allocate(struct pgpu *p, const V1beta1__AllocateRequest *req,
                   V1beta1__AllocateResponse **ret_resp, char *err, size_t errlen)
 {
     /* Validate everything first: a bad ID anywhere fails the whole request. */
-    char unknown[512], unhealthy[512];
-    size_t nu = 0, nh = 0;
-    unknown[0] = unhealthy[0] = '\0';
+    char unknown[512], unhealthy[512], twice[512];
+    size_t nu = 0, nh = 0, nt = 0;
+    unknown[0] = unhealthy[0] = twice[0] = '\0';
     size_t bytes = align16(sizeof(V1beta1__AllocateResponse)) +
                    align16(req->n_container_requests * sizeof(void *));
     if (req->n_container_requests == 0) {
         snprintf(err, errlen, "allocate request has no container requests");
         return -EINVAL;
     }
+    size_t total = 0;
     for (size_t c = 0; c < req->n_container_requests; c++) {
         const V1beta1__ContainerAllocateRequest *cr = req->container_requests[c];
         if (cr->n_devices_ids == 0) {
             snprintf(err, errlen, "container request %zu has no device IDs", c);
             return -EINVAL;
         }
+        total += cr->n_devices_ids;
+    }
+    if (check_count(p, "allocate request", total, err, errlen) < 0)
+        return -EINVAL;
+    if (++p->epoch == 0) { /* wrapped: old marks could match again */
+        memset(p->seen, 0, p->n * sizeof(*p->seen));
+        p->epoch = 1;
+    }
+    for (size_t c = 0; c < req->n_container_requests; c++) {
+        const V1beta1__ContainerAllocateRequest *cr = req->container_requests[c];
         for (size_t i = 0; i < cr->n_devices_ids; i++) {
             int idx = pgpu_find(p, cr->devices_ids[i]);
-            if (idx < 0)
+            if (idx < 0) {
                 msg_append(unknown, sizeof(unknown), &nu, cr->devices_ids[i]);
-            else if (!p->devs[idx].healthy)
-                msg_append(unhealthy, sizeof(unhealthy), &nh, cr->devices_ids[i]);
+            } else if (p->seen[idx] == p->epoch) {
+                msg_append(twice, sizeof(twice), &nt, cr->devices_ids[i]);
+            } else {
+                p->seen[idx] = p->epoch;
+                if (!p->devs[idx].healthy)
+                    msg_append(unhealthy, sizeof(unhealthy), &nh, cr->devices_ids[i]);
+            }
         }
         size_t k = cr->n_devices_ids;
         bytes += align16(sizeof(V1beta1__ContainerAllocateResponse));
@@ -325,11 +400,13 @@ int pgpu_allocate(struct pgpu *p, const V1beta1__AllocateRequest *req,
         bytes += align16((k + p->n_common) * sizeof(void *));
         bytes += align16(k * sizeof(void *));
     }
-    if (nu || nh) {
-        snprintf(err, errlen, "%s%s%s%s%s%s", nu ? "unknown device IDs: " : "", unknown,
-                 nu && nh ? "; " : "", nh ? "unhealthy devices: " : "", unhealthy,
-                 nu ? " (not a GPU of this node: check the resource name)"
-                    : " (wait for them to recover or pick others)");
+    if (nu || nh || nt) {
+        snprintf(err, errlen, "%s%s%s%s%s%s%s%s%s%s%s", nu ? "unknown device IDs: " : "", unknown,
+                 nu ? " (not a GPU of this node: check the resource name)" : "",
+                 nu && (nh || nt) ? "; " : "", nh ? "unhealthy devices: " : "", unhealthy,
+                 nh ? " (wait for them to recover or pick others)" : "", nh && nt ? "; " : "",
+                 nt ? "device IDs named more than once: " : "", twice,
+                 nt ? " (a device goes to one container once: fix the client)" : "");
         return -EINVAL;
     }
 
@@ -370,13 +447,7 @@ int pgpu_allocate(struct pgpu *p, const V1beta1__AllocateRequest *req,
         V1beta1__CDIDevice **cdis = arena_take(&a, k * sizeof(void *));
         size_t n_specs = 0, n_ids = 0, vlen = 0;
         for (size_t i = 0; i < k; i++) {
-            int idx = pgpu_find(p, cr->devices_ids[i]);
-            bool dup = false;
-            for (size_t j = 0; j < i && !dup; j++)
-                dup = strcmp(cr->devices_ids[j], cr->devices_ids[i]) == 0;
-            if (dup)
-                continue;
-            const struct pgpu_dev *d = &p->devs[idx];
+            const struct pgpu_dev *d = &p->devs[pgpu_find(p, cr->devices_ids[i])];
             specs[n_specs++] = (V1beta1__DeviceSpec *)&d->spec;
             cdis[n_ids++] = (V1beta1__CDIDevice *)&d->cdi;
             size_t l = strlen(d->id);
@@ -485,11 +556,28 @@ int pgpu_prefer(const struct pgpu *p, const V1beta1__PreferredAllocationRequest 
                 V1beta1__PreferredAllocationResponse **ret_resp, char *err, size_t errlen)
 {
     size_t nc = req->n_container_requests;
+    /* Each container asks for at least one device and no two share one. */
+    if (nc > p->n) {
+        snprintf(err, errlen,
+                 "preferred-allocation request has %zu container requests, more than the %zu "
+                 "devices this node has: refused (check the client)",
+                 nc, p->n);
+        return -EINVAL;
+    }
     size_t bytes =
         align16(sizeof(V1beta1__PreferredAllocationResponse)) + align16(nc * sizeof(void *));
     for (size_t c = 0; c < nc; c++) {
         const V1beta1__ContainerPreferredAllocationRequest *cr = req->container_requests[c];
         int32_t size = cr->allocation_size;
+        bool over_avail = cr->n_available_deviceids > p->n;
+        if (over_avail || cr->n_must_include_deviceids > p->n) {
+            char what[64];
+            snprintf(what, sizeof(what), "container request %zu: %s", c,
+                     over_avail ? "available_deviceIDs" : "must_include_deviceIDs");
+            return check_count(
+                p, what, over_avail ? cr->n_available_deviceids : cr->n_must_include_deviceids, err,
+                errlen);
+        }
         /* Refused before anything is sized by it: a hostile size must not
          * become a huge allocation. */
         if (size > 0 && (size_t)size > cr->n_available_deviceids + cr->n_must_include_deviceids) {

@@ -63,8 +63,11 @@ uint64_t pgpu_generation(const struct pgpu *p);
  * generation). Borrowed until the next change. Returns 0 or -ENOMEM. */
 int pgpu_list_bytes(struct pgpu *p, const uint8_t **ret_data, size_t *ret_len);
 
-/* Allocate: every ID must be known and healthy, else -EINVAL with a message
- * naming the offending IDs (and nothing changes). *ret_resp is borrowed from
+/* Allocate: every ID must be known, healthy and named once in the whole
+ * request, else -EINVAL with a message naming the offending IDs (and nothing
+ * changes); a request naming more IDs than the node has devices is refused
+ * before any is looked at. Time is linear in the request's size (IDs are
+ * hashed). *ret_resp is borrowed from
  * p: it lives in a buffer p reuses (Allocate is a hot path: no allocation
  * once that buffer is big enough) and is valid until the next pgpu_allocate,
  * pgpu_set_options or pgpu_free. Pack it before any of those. */
@@ -72,9 +75,12 @@ int pgpu_allocate(struct pgpu *p, const V1beta1__AllocateRequest *req,
                   V1beta1__AllocateResponse **ret_resp, char *err, size_t errlen);
 
 /* GetPreferredAllocation (see policy.h). IDs unknown to us (or lost) still
- * take part, without topology. *ret_resp borrows strings from p and req:
- * free it (pgpu_prefer_response_free) before either goes away. Returns 0 or
- * -EINVAL with a message (size 0, too few devices...), -ENOMEM. */
+ * take part, without topology. More container requests than devices, or a
+ * container whose available or must-include list is longer than the node's
+ * device count, is refused (-EINVAL) before any ID is looked at, so the
+ * search is bounded by the node's size, not the request's. *ret_resp borrows strings from p and
+ * req: free it (pgpu_prefer_response_free) before either goes away. Returns 0 or -EINVAL with a
+ * message (size 0, too few devices...), -ENOMEM. */
 int pgpu_prefer(const struct pgpu *p, const V1beta1__PreferredAllocationRequest *req,
                 V1beta1__PreferredAllocationResponse **ret_resp, char *err, size_t errlen);
 void pgpu_prefer_response_free(V1beta1__PreferredAllocationResponse *resp);

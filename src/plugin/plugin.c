@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "deviceplugin.pb-c.h"
+#include "fs.h"
 #include "grpc.h"
 #include "log.h"
 #include "util.h"
@@ -224,7 +225,10 @@ static int server_setup(struct acceld_plugin *p)
         {"/v1beta1.DevicePlugin/PreStartContainer", GRPC_METHOD_UNARY,
          &v1beta1__pre_start_container_request__descriptor, on_prestart},
     };
-    int r = grpc_server_new(p->loop, NULL, &p->server);
+    struct grpc_limits lim = {.max_message_size = ACCELD_MAX_MESSAGE,
+                              .handshake_timeout_ns = p->cfg.handshake_timeout_ns,
+                              .idle_timeout_ns = p->cfg.idle_timeout_ns};
+    int r = grpc_server_new(p->loop, &lim, &p->server);
     if (r < 0)
         return r;
     for (size_t i = 0; i < ARRAY_SIZE(methods); i++) {
@@ -540,8 +544,19 @@ int acceld_plugin_new(struct ev_loop *loop, const struct acceld_config *cfg, str
     int r = server_setup(p);
     if (r < 0)
         goto fail;
-    /* A plugin dir that is not there yet (acceld started before the kubelet
-     * made it) is waited for, like one removed later: inotify_setup polls. */
+    /* Without a kubelet nobody else makes the plugin dir: make it (0750, the
+     * owner serves, its group may look). With one, the dir is the kubelet's:
+     * one not there yet (acceld started before the kubelet made it) is
+     * waited for, like one removed later: inotify_setup polls. */
+    if (cfg->no_register && !path_exists(p->cfg.plugin_dir)) {
+        if ((r = fs_mkdir_p(p->cfg.plugin_dir, ACCELD_PLUGIN_DIR_MODE)) < 0) {
+            log_error("cannot create the plugin dir %s: %s; create it, or give "
+                      "--device-plugin-dir a directory this user can write",
+                      p->cfg.plugin_dir, strerror(-r));
+            goto fail;
+        }
+        log_info("created the plugin dir %s (noRegister: no kubelet makes it)", p->cfg.plugin_dir);
+    }
     if (!path_exists(p->cfg.plugin_dir))
         log_warn("plugin dir %s does not exist (yet): serving once it is made; is the kubelet "
                  "running, and is the dir mounted into this container?",
@@ -592,6 +607,7 @@ int acceld_plugin_reconfigure(struct acceld_plugin *p, const struct acceld_confi
     bool was_registering = !p->cfg.no_register;
     struct acceld_config old = p->cfg;
     p->cfg = *cfg;
+    grpc_server_set_timeouts(p->server, cfg->handshake_timeout_ns, cfg->idle_timeout_ns);
     if (moved) {
         grpc_server_close_listeners(p->server, true);
         p->serving = false;

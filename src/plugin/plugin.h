@@ -22,6 +22,15 @@
 #define ACCELD_REGISTER_BACKOFF_MAX_NS (5ull * 1000000000ull)
 /* The kubelet answers Register after calling GetDevicePluginOptions back. */
 #define ACCELD_REGISTER_TIMEOUT_NS (10ull * 1000000000ull)
+/* Largest request (and reply) on the plugin socket. The kubelet's requests
+ * are a few hundred bytes and its own limit is 4 MiB; unpacking a 4 MiB
+ * request of ~100,000 IDs held the loop for ~20 ms (ASan: ~100 ms), 1 MiB
+ * (~25,000 IDs) a quarter of that; anything larger is refused on its length
+ * prefix, before it is buffered. Replies stay far below it (a device list
+ * is ~100 bytes a device). */
+#define ACCELD_MAX_MESSAGE (1u << 20)
+/* Mode of a plugin dir acceld makes itself (noRegister and the dir missing). */
+#define ACCELD_PLUGIN_DIR_MODE 0750
 
 struct acceld_plugin;
 

@@ -258,6 +258,126 @@ TEST(prefer_degraded_and_hostile_size)
     pgpu_free(p);
 }
 
+/* A request naming a device twice (in one container or across two) is
+ * refused, naming it, instead of being echoed. */
+TEST(allocate_refuses_duplicates)
+{
+    struct pgpu *p = make(ACCELD_STRATEGY_ENVVAR);
+    REQUIRE(p != NULL);
+    V1beta1__AllocateResponse *resp = NULL;
+    char err[1024];
+    char *ids[] = {"GPU-1111", "GPU-0000", "GPU-1111"};
+    CHECK_EQ_INT(pgpu_allocate(p, alloc_req(ids, 3), &resp, err, sizeof(err)), -EINVAL);
+    CHECK(resp == NULL);
+    CHECK(strstr(err, "named more than once: GPU-1111 (") != NULL);
+    /* across two containers of one request */
+    char *a[] = {"GPU-2222"}, *b[] = {"GPU-3333", "GPU-2222"};
+    V1beta1__ContainerAllocateRequest c0 = V1BETA1__CONTAINER_ALLOCATE_REQUEST__INIT;
+    V1beta1__ContainerAllocateRequest c1 = V1BETA1__CONTAINER_ALLOCATE_REQUEST__INIT;
+    c0.n_devices_ids = 1;
+    c0.devices_ids = a;
+    c1.n_devices_ids = 2;
+    c1.devices_ids = b;
+    V1beta1__ContainerAllocateRequest *crs[] = {&c0, &c1};
+    V1beta1__AllocateRequest req = V1BETA1__ALLOCATE_REQUEST__INIT;
+    req.n_container_requests = 2;
+    req.container_requests = crs;
+    CHECK_EQ_INT(pgpu_allocate(p, &req, &resp, err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "named more than once: GPU-2222") != NULL);
+    /* the same IDs once each are fine, in the next call (marks do not leak) */
+    b[1] = "GPU-0000";
+    REQUIRE_EQ_INT(pgpu_allocate(p, &req, &resp, err, sizeof(err)), 0);
+    CHECK_EQ_STR(resp->container_responses[1]->envs[0]->value, "GPU-3333,GPU-0000");
+    pgpu_free(p);
+}
+
+/* 10,000 IDs (what stalled the loop for minutes) are refused at once, in
+ * Allocate and in GetPreferredAllocation, without looking at them; a request
+ * the size of the node whose IDs are all unknown still gets an answer. */
+TEST(refuses_more_ids_than_devices)
+{
+    struct pgpu *p = make(ACCELD_STRATEGY_ENVVAR);
+    REQUIRE(p != NULL);
+    enum { N = 10000 };
+    char **ids = calloc(N, sizeof(char *));
+    REQUIRE(ids != NULL);
+    for (size_t i = 0; i < N; i++) {
+        ids[i] = malloc(24);
+        snprintf(ids[i], 24, "GPU-unknown-%zu", i);
+    }
+    V1beta1__AllocateResponse *aresp = NULL;
+    char err[1024];
+    CHECK_EQ_INT(pgpu_allocate(p, alloc_req(ids, N), &aresp, err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "names 10000 device IDs, more than the 4 devices this node has") != NULL);
+    CHECK(aresp == NULL);
+    /* five IDs: one more than the node has */
+    CHECK_EQ_INT(pgpu_allocate(p, alloc_req(ids, 5), &aresp, err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "names 5 device IDs") != NULL);
+
+    V1beta1__ContainerPreferredAllocationRequest cr =
+        V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT;
+    cr.n_available_deviceids = N;
+    cr.available_deviceids = ids;
+    cr.allocation_size = 2;
+    V1beta1__ContainerPreferredAllocationRequest *crs[] = {&cr};
+    V1beta1__PreferredAllocationRequest req = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
+    req.n_container_requests = 1;
+    req.container_requests = crs;
+    V1beta1__PreferredAllocationResponse *resp = NULL;
+    CHECK_EQ_INT(pgpu_prefer(p, &req, &resp, err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "available_deviceIDs names 10000 device IDs") != NULL);
+    CHECK(resp == NULL);
+    cr.n_available_deviceids = 4;
+    cr.n_must_include_deviceids = N;
+    cr.must_include_deviceids = ids;
+    CHECK_EQ_INT(pgpu_prefer(p, &req, &resp, err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "must_include_deviceIDs names 10000") != NULL);
+    /* more containers than devices */
+    cr.n_must_include_deviceids = 0;
+    V1beta1__ContainerPreferredAllocationRequest *five[] = {&cr, &cr, &cr, &cr, &cr};
+    req.n_container_requests = 5;
+    req.container_requests = five;
+    CHECK_EQ_INT(pgpu_prefer(p, &req, &resp, err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "5 container requests, more than the 4 devices") != NULL);
+    /* at the bound, all unknown: answered (unknown IDs take part, in order) */
+    req.n_container_requests = 1;
+    req.container_requests = crs;
+    REQUIRE_EQ_INT(pgpu_prefer(p, &req, &resp, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(resp->container_responses[0]->n_deviceids, 2);
+    CHECK_EQ_STR(resp->container_responses[0]->deviceids[0], "GPU-unknown-0");
+    CHECK_EQ_STR(resp->container_responses[0]->deviceids[1], "GPU-unknown-1");
+    pgpu_prefer_response_free(resp);
+    for (size_t i = 0; i < N; i++)
+        free(ids[i]);
+    free(ids);
+    pgpu_free(p);
+}
+
+/* The ID index on a large node: every ID found at its index, near misses not. */
+TEST(find_many)
+{
+    enum { N = 300 };
+    static char uuids[N][48];
+    struct pgpu_gpu_desc g[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(uuids[i], sizeof(uuids[i]), "GPU-%08x-0000-0000-0000-%012d", i * 7919, i);
+        g[i] = (struct pgpu_gpu_desc){uuids[i], i, i % 2, true};
+    }
+    struct pgpu_options o = {"/nonexistent", ACCELD_STRATEGY_ENVVAR, "nvidia.com", "gpu"};
+    struct pgpu *p = NULL;
+    REQUIRE_EQ_INT(pgpu_new(g, N, NULL, NULL, &o, &p), 0);
+    int wrong = 0;
+    for (int i = 0; i < N; i++) {
+        char miss[64];
+        snprintf(miss, sizeof(miss), "%sx", uuids[i]);
+        wrong += pgpu_find(p, uuids[i]) != i;
+        wrong += pgpu_find(p, miss) != -1;
+    }
+    CHECK_EQ_INT(wrong, 0);
+    CHECK_EQ_INT(pgpu_find(p, ""), -1);
+    pgpu_free(p);
+}
+
 TEST(rejects_bad_ids)
 {
     struct pgpu_gpu_desc dup[] = {{"GPU-a", 0, 0, true}, {"GPU-a", 1, 0, true}};
