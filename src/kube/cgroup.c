@@ -9,8 +9,9 @@
  *   cgroupfs driver: /kubepods/burstable/pod<uid>/<id>  (guaranteed: /kubepods/pod<uid>/<id>)
  * cgroup v1 prints one such line per hierarchy ("4:memory:/kubepods/..."), cgroup v2 one
  * line "0::/...". The pod segment is searched anywhere in the path, so nested layouts (kind:
- * /kubelet.slice/kubelet-kubepods.slice/...; a node inside docker: /docker/<id>/kubepods/...)
- * work too. CRI-O's monitor (crio-conmon-<id>.scope) is not the container. */
+ * /kubelet.slice/kubelet-kubepods.slice/...-kubelet-kubepods-pod<uid>.slice; a node inside
+ * docker: /docker/<id>/kubepods/...) work too. CRI-O's monitor (crio-conmon-<id>.scope) is not the
+ * container. */
 #include "cgroup.h"
 
 #include <errno.h>
@@ -89,10 +90,15 @@ static bool segment_pod(const char *s, size_t n, char out[UID_LEN + 1])
     size_t pl;
     if (has_prefix(s, n, "pod", &pl))
         return take_uid(s + pl, n - pl, out);
-    if (!has_prefix(s, n, "kubepods-", &pl) || !has_suffix(s, n, ".slice"))
+    /* "kubepods-" at the start, or after a parent slice's prefix ("kubelet-kubepods-..."
+     * under a kubelet whose cgroup root is itself a slice, as kind runs it) */
+    bool kube = has_prefix(s, n, "kubepods-", &pl);
+    for (size_t i = 0; !kube && i + 10 <= n; i++)
+        kube = memcmp(s + i, "-kubepods-", 10) == 0;
+    if (!kube || !has_suffix(s, n, ".slice"))
         return false;
     n -= strlen(".slice");
-    if (n < UID_LEN + 3 || memcmp(s + n - UID_LEN - 3, "pod", 3) != 0)
+    if (n < UID_LEN + 4 || memcmp(s + n - UID_LEN - 3, "pod", 3) != 0)
         return false;
     /* kubepods-pod<uid> or kubepods-<qos>-pod<uid>: the byte before "pod" is '-' */
     if (s[n - UID_LEN - 4] != '-')

@@ -73,7 +73,9 @@ TEST(cgroup_v1_cgroupfs_and_nesting)
     REQUIRE_EQ_INT(cg("0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/"
                       "kubelet-kubepods-besteffort-pod" UIDU ".slice/cri-containerd-" CID ".scope",
                       &r),
-                   -ENOENT); /* kind's prefix is kubelet-kubepods-: see docs/kube.md */
+                   0);
+    CHECK_EQ_STR(r.pod_uid, UID);
+    CHECK_EQ_STR(r.container_id, CID);
     REQUIRE_EQ_INT(cg("0::/docker/abc/kubepods/besteffort/pod" UID "/" CID, &r), 0);
     CHECK_EQ_STR(r.container_id, CID);
     /* the pod's own cgroup (no container) */
@@ -94,6 +96,8 @@ TEST(cgroup_refuses_what_is_not_a_pod)
     CHECK_EQ_INT(cg("0::/kubepods/pod" UID "x/" CID, &r), -ENOENT); /* uid too long */
     CHECK_EQ_INT(cg("0::/kubepods/pod0b6c4a3e-1f2d-4c5b-9a8e-7d6c5b4a3f2/x", &r), -ENOENT);
     CHECK_EQ_INT(cg("0::/kubepods.slice/kubepods-podzzzz.slice/x", &r), -ENOENT);
+    CHECK_EQ_INT(cg("0::/x.slice/notkubepods-pod" UIDU ".slice/x", &r), -ENOENT);
+    CHECK_EQ_INT(cg("0::/x.slice/kubepodspod" UIDU ".slice/x", &r), -ENOENT);
     CHECK_EQ_STR(r.pod_uid, "untouched");
     /* two lines naming different pods: the text cannot be trusted */
     CHECK_EQ_INT(cg("3:memory:/kubepods/pod" UID "/" CID "\n"
