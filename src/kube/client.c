@@ -472,8 +472,14 @@ static int setup_easy(struct kube_request *r, const char *content_type, const ch
     curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    if (!r->stream)
+    if (!r->stream) {
         curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, REQUEST_TIMEOUT_MS);
+    } else {
+        /* a watch is silent between events: keepalive probes find a peer that vanished
+         * without a FIN within about a minute instead of the kernel's two hours */
+        curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 30L);
+        curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 10L);
+    }
     curl_easy_setopt(e, CURLOPT_USERAGENT, "acceld/" ACCEL_VERSION);
     if (cfg->ca_file)
         curl_easy_setopt(e, CURLOPT_CAINFO, cfg->ca_file);

@@ -6,7 +6,8 @@
  * resourceVersion, ERROR with a Status). A version the server no longer has answers 410 Gone,
  * as an HTTP status or an ERROR event: then only a new LIST helps. A stream that ends cleanly
  * (the server's timeoutSeconds) is resumed at once from the last version seen; one that breaks
- * or fails is resumed after a backoff (min doubling to max, reset by the next good event).
+ * or fails, or ended without any event, is resumed after a backoff (min doubling to max, reset
+ * by the next good event).
  *
  * The cache is an array searched linearly: a node runs at most a few hundred pods. */
 #define _GNU_SOURCE
@@ -41,6 +42,7 @@ struct kube_podwatch {
     struct kube_pod **pods;
     size_t n_pods, cap_pods;
     struct kube_podwatch_stats stats;
+    uint64_t events_at_watch; /* stats.events when the running watch started */
 };
 
 static void do_list(struct kube_podwatch *w);
@@ -389,7 +391,10 @@ static void on_watch_end(struct kube_client *c, const struct kube_response *resp
         retry(w, true);
         return;
     }
-    retry(w, false); /* the server's timeoutSeconds: resume from w->rv */
+    /* the server's timeoutSeconds: resume from w->rv at once; a watch that ended without a
+     * single event (a real server sends bookmarks) waits a backoff, so a server that closes
+     * every watch at once is not hammered */
+    retry(w, w->stats.events == w->events_at_watch);
 }
 
 static void do_watch(struct kube_podwatch *w)
@@ -397,6 +402,7 @@ static void do_watch(struct kube_podwatch *w)
     char *path = pods_path(w, true);
     w->phase = PW_WATCHING;
     w->stats.watches++;
+    w->events_at_watch = w->stats.events;
     if (!path || kube_client_stream(w->client, path, on_line, on_watch_end, w, &w->req) < 0) {
         w->req = NULL;
         retry(w, true);
