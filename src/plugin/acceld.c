@@ -44,11 +44,20 @@ struct agent {
     int sig_fd;
     struct gpu_nvml *nvml;
     struct gpu_inventory *inv;
-    struct pgpu *pgpu;
-    struct acceld_plugin *plugin;
+    struct pgpu *pgpu; /* the GPUs in pgpu mode (may be none) */
+    /* one per resource served: provider and its endpoint */
+    struct served {
+        struct acceld_provider prov;
+        char resource[ACCELD_NAME_MAX];
+        struct acceld_plugin *plugin;
+    } served[4];
+    size_t n_served;
     struct health_monitor *health;
-    struct health_gpu *hstate; /* per device (pgpu index) */
-    int *map;                  /* device index -> inventory index */
+    /* every advertised GPU, whatever its mode (the health monitor's index) */
+    size_t n_gpus;
+    const char **uuids;        /* borrowed from inv */
+    struct health_gpu *hstate; /* per GPU */
+    int *map;                  /* GPU index -> inventory index */
     uint64_t recovery_timer;
     int exit_code;
 };
@@ -176,14 +185,24 @@ static int parse_args(struct agent *a, int argc, char **argv, int *ret_what)
 
 static void recovery_arm(struct agent *a);
 
+/* Tells every provider (each ignores GPUs not its own) and sends the new
+ * list on the endpoints whose list changed. */
 static void set_health(struct agent *a, size_t i, const char *why)
 {
-    if (!pgpu_set_healthy(a->pgpu, i, a->hstate[i].healthy))
+    bool any = false;
+    for (size_t k = 0; k < a->n_served; k++) {
+        struct served *s = &a->served[k];
+        if (s->prov.ops->set_gpu_health(s->prov.self, a->uuids[i], a->hstate[i].healthy)) {
+            acceld_plugin_devices_changed(s->plugin);
+            any = true;
+        }
+    }
+    if (!any)
         return;
     if (a->hstate[i].healthy)
-        log_info("GPU %s is Healthy again (%s)", pgpu_id(a->pgpu, i), why);
+        log_info("GPU %s is Healthy again (%s)", a->uuids[i], why);
     else
-        log_warn("GPU %s is Unhealthy: %s", pgpu_id(a->pgpu, i), a->hstate[i].reason);
+        log_warn("GPU %s is Unhealthy: %s", a->uuids[i], a->hstate[i].reason);
 }
 
 static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *user_data)
@@ -195,17 +214,17 @@ static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *user_
     while ((r = health_monitor_read(a->health, &ev)) == 1) {
         uint64_t now = mono_ns();
         size_t first = ev.gpu < 0 ? 0 : (size_t)ev.gpu;
-        size_t last = ev.gpu < 0 ? pgpu_count(a->pgpu) : first + 1;
-        for (size_t i = first; i < last && i < pgpu_count(a->pgpu); i++) {
+        size_t last = ev.gpu < 0 ? a->n_gpus : first + 1;
+        for (size_t i = first; i < last && i < a->n_gpus; i++) {
             bool ignored = false, was_lost = a->hstate[i].lost;
             if (health_apply(&a->hstate[i], &ev, &a->cfg, now, &ignored)) {
                 set_health(a, i, "");
                 changed = true;
             } else if (ignored) {
-                log_info("GPU %s: XID %llu ignored (health.ignoredXids)", pgpu_id(a->pgpu, i),
+                log_info("GPU %s: XID %llu ignored (health.ignoredXids)", a->uuids[i],
                          (unsigned long long)ev.data);
             } else if (ev.kind == HEALTH_EV_BACK && was_lost) {
-                log_info("GPU %s answers NVML again", pgpu_id(a->pgpu, i));
+                log_info("GPU %s answers NVML again", a->uuids[i]);
             }
         }
     }
@@ -214,10 +233,8 @@ static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *user_
                   strerror(-r));
         ev_loop_del_io(loop, fd);
     }
-    if (changed) {
-        acceld_plugin_devices_changed(a->plugin);
+    if (changed)
         recovery_arm(a);
-    }
 }
 
 static void on_recovery_tick(struct ev_loop *loop, void *user_data)
@@ -225,19 +242,15 @@ static void on_recovery_tick(struct ev_loop *loop, void *user_data)
     struct agent *a = user_data;
     a->recovery_timer = 0;
     uint64_t now = mono_ns();
-    bool changed = false;
     char why[64];
-    for (size_t i = 0; i < pgpu_count(a->pgpu); i++) {
+    for (size_t i = 0; i < a->n_gpus; i++) {
         if (health_recovered(&a->hstate[i], a->cfg.recover_after_ns, now)) {
             acceld_config_format(&a->cfg, "health.recoverAfter", why, sizeof(why));
             char msg[96];
             snprintf(msg, sizeof(msg), "no fatal event for %s", why);
             set_health(a, i, msg);
-            changed = true;
         }
     }
-    if (changed)
-        acceld_plugin_devices_changed(a->plugin);
     recovery_arm(a);
 }
 
@@ -280,7 +293,8 @@ static void reload(struct agent *a)
         acceld_config_format(&a->cfg, k->key, ov, sizeof(ov));
         acceld_config_format(&n, k->key, nv, sizeof(nv));
         bool restart = strcmp(k->key, "nvmlLibrary") == 0 || strcmp(k->key, "sysfsRoot") == 0 ||
-                       strcmp(k->key, "stateDir") == 0;
+                       strcmp(k->key, "stateDir") == 0 || strcmp(k->key, "mode") == 0 ||
+                       strcmp(k->key, "gpuModes") == 0;
         log_info("config reload: %s: \"%s\" -> \"%s\"%s", k->key, ov, nv,
                  restart ? " (takes effect at the next start)" : "");
         changes++;
@@ -290,18 +304,24 @@ static void reload(struct agent *a)
         return;
     }
     struct pgpu_options po = pgpu_opts(&n);
-    if (pgpu_set_options(a->pgpu, &po) < 0) {
+    if (a->pgpu && pgpu_set_options(a->pgpu, &po) < 0) {
         log_error("config reload refused: cannot apply device options");
         return;
     }
-    if (n.strategy == ACCELD_STRATEGY_CDI) {
+    if (a->pgpu && n.strategy == ACCELD_STRATEGY_CDI) {
         int r = pgpu_write_cdi(a->pgpu, n.cdi_dir);
         if (r < 0)
             log_error("cannot write the CDI spec under %s: %s", n.cdi_dir, strerror(-r));
     }
-    if (acceld_plugin_reconfigure(a->plugin, &n) < 0)
-        log_error("config reload: cannot serve at the new place, still serving %s",
-                  acceld_plugin_socket_path(a->plugin));
+    for (size_t k = 0; k < a->n_served; k++) {
+        struct served *s = &a->served[k];
+        /* the pGPU resource follows resourceName; a mode's own names follow its keys */
+        if (a->pgpu && s->prov.self == a->pgpu)
+            snprintf(s->resource, sizeof(s->resource), "%s", n.resource_name);
+        if (acceld_plugin_reconfigure(s->plugin, &n, s->resource) < 0)
+            log_error("config reload: cannot serve at the new place, still serving %s",
+                      acceld_plugin_socket_path(s->plugin));
+    }
     log_set_level(n.log_level);
     a->cfg = n;
     a->recovery_timer = (ev_loop_cancel_timer(a->loop, a->recovery_timer), 0);
@@ -354,20 +374,22 @@ static bool usable(const struct gpu_inventory *inv, int i)
     return true;
 }
 
-/* Builds the device table from the GPUs that can be advertised; a->map[k]
- * is the inventory index of device k (the health monitor uses device
- * indices). */
-static int make_pgpu(struct agent *a)
+/* Builds the GPU table from the GPUs that can be advertised (a->map[k] is
+ * the inventory index of GPU k; the health monitor uses GPU indices), then
+ * each mode's provider from the GPUs in that mode. */
+static int make_providers(struct agent *a)
 {
     const struct gpu_inventory *inv = a->inv;
-    size_t total = (size_t)inv->count, n = 0;
+    size_t total = (size_t)inv->count, n = 0, np = 0;
     struct pgpu_gpu_desc *g = calloc(total ? total : 1, sizeof(*g));
+    int *pmap = calloc(total ? total : 1, sizeof(int)); /* pgpu index -> GPU index */
     a->map = calloc(total ? total : 1, sizeof(int));
+    a->uuids = calloc(total ? total : 1, sizeof(char *));
     a->hstate = calloc(total ? total : 1, sizeof(*a->hstate));
     uint8_t *pcie = NULL;
     int *nvl = NULL;
     int r = -ENOMEM;
-    if (!g || !a->map || !a->hstate)
+    if (!g || !pmap || !a->map || !a->uuids || !a->hstate)
         goto out;
     for (int i = 0; i < inv->count; i++) {
         const struct gpu_device *d = &inv->devices[i];
@@ -378,8 +400,7 @@ static int make_pgpu(struct agent *a)
             continue;
         }
         a->map[n] = i;
-        int minor = d->minor >= 0 ? d->minor : d->index;
-        g[n] = (struct pgpu_gpu_desc){d->uuid, minor, d->numa_node, d->healthy};
+        a->uuids[n] = d->uuid;
         a->hstate[n].healthy = d->healthy;
         if (!d->healthy) {
             /* unhealthy at start: treated like lost until NVML answers */
@@ -388,26 +409,48 @@ static int make_pgpu(struct agent *a)
             snprintf(a->hstate[n].reason, sizeof(a->hstate[n].reason), "%s", d->error);
             log_warn("GPU %s is Unhealthy at start: %s", d->uuid, d->error);
         }
+        enum acceld_mode mode = acceld_config_gpu_mode(&a->cfg, i, d->uuid);
+        if (mode != ACCELD_MODE_PGPU) {
+            log_error("GPU %s: mode %s is not served by this build of acceld; set mode: pgpu "
+                      "(or gpuModes) for it",
+                      d->uuid, acceld_mode_name(mode));
+            r = -ENOTSUP;
+            goto out;
+        }
+        int minor = d->minor >= 0 ? d->minor : d->index;
+        pmap[np] = (int)n;
+        g[np++] = (struct pgpu_gpu_desc){d->uuid, minor, d->numa_node, d->healthy};
         n++;
     }
+    a->n_gpus = n;
     if (inv->links) {
-        pcie = calloc(n ? n * n : 1, 1);
-        nvl = calloc(n ? n * n : 1, sizeof(int));
+        pcie = calloc(np ? np * np : 1, 1);
+        nvl = calloc(np ? np * np : 1, sizeof(int));
         if (!pcie || !nvl)
             goto out;
-        for (size_t k = 0; k < n; k++) {
-            for (size_t m = 0; m < n; m++) {
+        for (size_t k = 0; k < np; k++) {
+            for (size_t m = 0; m < np; m++) {
                 const struct gpu_link *l =
-                    &inv->links[(size_t)a->map[k] * total + (size_t)a->map[m]];
-                pcie[k * n + m] = (uint8_t)pcie_of(l->pcie);
-                nvl[k * n + m] = l->nvlinks;
+                    &inv->links[(size_t)a->map[pmap[k]] * total + (size_t)a->map[pmap[m]]];
+                pcie[k * np + m] = (uint8_t)pcie_of(l->pcie);
+                nvl[k * np + m] = l->nvlinks;
             }
         }
     }
-    struct pgpu_options po = pgpu_opts(&a->cfg);
-    r = pgpu_new(g, n, pcie, nvl, &po, &a->pgpu);
+    r = 0;
+    /* A node with every GPU in another mode serves no pGPU resource. */
+    if (np || n == 0) {
+        struct pgpu_options po = pgpu_opts(&a->cfg);
+        r = pgpu_new(g, np, pcie, nvl, &po, &a->pgpu);
+        if (r == 0) {
+            struct served *s = &a->served[a->n_served++];
+            s->prov = pgpu_provider(a->pgpu);
+            snprintf(s->resource, sizeof(s->resource), "%s", a->cfg.resource_name);
+        }
+    }
 out:
     free(g);
+    free(pmap);
     free(pcie);
     free(nvl);
     return r;
@@ -429,7 +472,7 @@ static int start(struct agent *a)
         return r;
     }
     log_info("driver %s, %d GPU(s)", a->inv->driver_version, a->inv->count);
-    if ((r = make_pgpu(a)) < 0) {
+    if ((r = make_providers(a)) < 0) {
         log_error("cannot build the device table: %s", strerror(-r));
         return r;
     }
@@ -437,15 +480,8 @@ static int start(struct agent *a)
         return r;
     if ((r = ev_loop_add_io(a->loop, a->sig_fd, EPOLLIN, on_signal, a)) < 0)
         return r;
-    size_t n = pgpu_count(a->pgpu);
-    const char **uuids = calloc(n + 1, sizeof(char *));
-    if (!uuids)
-        return -ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        uuids[i] = pgpu_id(a->pgpu, i);
     size_t warnings = 0;
-    r = health_monitor_start(a->nvml, uuids, n, &a->health, &warnings);
-    free(uuids);
+    r = health_monitor_start(a->nvml, a->uuids, a->n_gpus, &a->health, &warnings);
     if (r < 0) {
         log_error("cannot start the health monitor: %s", strerror(-r));
         return r;
@@ -455,13 +491,16 @@ static int start(struct agent *a)
                  warnings);
     if ((r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
         return r;
-    if ((r = acceld_plugin_new(a->loop, &a->cfg, a->pgpu, &a->plugin)) < 0) {
-        log_error("cannot start the device plugin: %s", strerror(-r));
-        return r;
+    for (size_t k = 0; k < a->n_served; k++) {
+        struct served *s = &a->served[k];
+        if ((r = acceld_plugin_new(a->loop, &a->cfg, s->resource, &s->prov, &s->plugin)) < 0) {
+            log_error("cannot start the device plugin for %s: %s", s->resource, strerror(-r));
+            return r;
+        }
     }
     /* After the socket is ours (a second acceld stops above and writes
      * nothing), before the loop runs (no Allocate can come yet). */
-    if (a->cfg.strategy == ACCELD_STRATEGY_CDI &&
+    if (a->pgpu && a->cfg.strategy == ACCELD_STRATEGY_CDI &&
         (r = pgpu_write_cdi(a->pgpu, a->cfg.cdi_dir)) < 0) {
         log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
         return r;
@@ -472,7 +511,8 @@ static int start(struct agent *a)
 
 static void stop(struct agent *a)
 {
-    a->plugin = acceld_plugin_free(a->plugin);
+    for (size_t k = 0; k < a->n_served; k++)
+        a->served[k].plugin = acceld_plugin_free(a->served[k].plugin);
     if (a->health && a->loop)
         ev_loop_del_io(a->loop, health_monitor_fd(a->health));
     a->health = health_monitor_stop(a->health);
@@ -482,6 +522,7 @@ static void stop(struct agent *a)
     a->pgpu = pgpu_free(a->pgpu);
     free(a->hstate);
     free(a->map);
+    free(a->uuids);
     a->inv = gpu_inventory_free(a->inv);
     a->nvml = gpu_nvml_free(a->nvml);
     if (a->sig_fd >= 0)

@@ -32,6 +32,9 @@ const struct acceld_config_key acceld_config_keys[] = {
     {"server.handshakeTimeout", "handshake-timeout",
      "a connection that has not finished its HTTP/2 preface by then is closed"},
     {"server.idleTimeout", "idle-timeout", "a connection with no call open this long is closed"},
+    {"mode", "mode", "pgpu|vgpu: how this node's GPUs are served (default pgpu)"},
+    {"gpuModes", "gpu-modes",
+     "per-GPU modes overriding mode: SEL=MODE,... with SEL a GPU index or UUID"},
     {NULL, NULL, NULL},
 };
 
@@ -204,6 +207,85 @@ static int parse_xid_list(const char *v, int *xids, size_t *ret_n, char *err, si
     return 0;
 }
 
+static const char *const mode_names[] = {"pgpu", "vgpu"};
+
+const char *acceld_mode_name(enum acceld_mode m)
+{
+    return (size_t)m < ARRAY_SIZE(mode_names) ? mode_names[m] : "?";
+}
+
+static int mode_parse(const char *v, size_t len, enum acceld_mode *ret)
+{
+    for (size_t i = 0; i < ARRAY_SIZE(mode_names); i++) {
+        if (strlen(mode_names[i]) == len && strncmp(v, mode_names[i], len) == 0) {
+            *ret = (enum acceld_mode)i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+/* Walks "SEL=MODE,..."; calls fn for each entry (fn returns non-zero to
+ * stop). Returns -EINVAL (message in err) on the first malformed entry. */
+static int gpu_modes_walk(const char *v, char *err, size_t errlen,
+                          int (*fn)(const char *sel, size_t sel_len, enum acceld_mode m, void *u),
+                          void *u)
+{
+    const char *p = v;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        enum acceld_mode m;
+        if (!eq || eq == p || mode_parse(eq + 1, len - (size_t)(eq + 1 - p), &m) < 0)
+            return fail(err, errlen, -EINVAL,
+                        "gpuModes: \"%.*s\" is not SEL=MODE (SEL a GPU index or UUID, MODE "
+                        "pgpu|vgpu)",
+                        (int)len, p);
+        int r = fn(p, (size_t)(eq - p), m, u);
+        if (r)
+            return r;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
+static int gpu_modes_ok(const char *sel, size_t sel_len, enum acceld_mode m, void *u)
+{
+    return 0;
+}
+
+struct gpu_mode_find {
+    char index[16];
+    const char *uuid;
+    enum acceld_mode mode;
+    bool found;
+};
+
+static int gpu_modes_match(const char *sel, size_t sel_len, enum acceld_mode m, void *u)
+{
+    struct gpu_mode_find *f = u;
+    if ((strlen(f->index) == sel_len && strncmp(sel, f->index, sel_len) == 0) ||
+        (f->uuid && strlen(f->uuid) == sel_len && strncmp(sel, f->uuid, sel_len) == 0)) {
+        f->mode = m;
+        f->found = true;
+        return 1;
+    }
+    return 0;
+}
+
+enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int index,
+                                        const char *uuid)
+{
+    struct gpu_mode_find f = {.uuid = uuid};
+    snprintf(f.index, sizeof(f.index), "%d", index);
+    char err[8];
+    gpu_modes_walk(cfg->gpu_modes, err, sizeof(err), gpu_modes_match, &f);
+    return f.found ? f.mode : cfg->mode;
+}
+
 int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v, char *err,
                       size_t errlen)
 {
@@ -212,8 +294,10 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
 
     if (!v)
         v = "";
-    /* "" is meaningful for these two: no ignored XIDs, the default library */
-    if (strcmp(key, "health.ignoredXids") != 0 && strcmp(key, "nvmlLibrary") != 0 && v[0] == '\0')
+    /* "" is meaningful for these: no ignored XIDs, the default library, no
+     * per-GPU modes */
+    if (strcmp(key, "health.ignoredXids") != 0 && strcmp(key, "nvmlLibrary") != 0 &&
+        strcmp(key, "gpuModes") != 0 && v[0] == '\0')
         return fail(err, errlen, -EINVAL, "%s: empty value", key);
 
     if (strcmp(key, "devicePluginDir") == 0)
@@ -265,6 +349,14 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
         r = set_duration(&c.handshake_timeout_ns, key, v, false, err, errlen);
     } else if (strcmp(key, "server.idleTimeout") == 0) {
         r = set_duration(&c.idle_timeout_ns, key, v, false, err, errlen);
+    } else if (strcmp(key, "mode") == 0) {
+        if (mode_parse(v, strlen(v), &c.mode) < 0)
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of pgpu|vgpu", key, v);
+    } else if (strcmp(key, "gpuModes") == 0) {
+        if (strlen(v) >= sizeof(c.gpu_modes))
+            return fail(err, errlen, -EINVAL, "%s: list too long", key);
+        r = gpu_modes_walk(v, err, errlen, gpu_modes_ok, NULL);
+        copy_str(c.gpu_modes, sizeof(c.gpu_modes), v);
     } else {
         return fail(err, errlen, -ENOENT, "unknown key \"%s\"", key);
     }
@@ -539,6 +631,10 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         format_duration(cfg->handshake_timeout_ns, buf, len);
     } else if (strcmp(key, "server.idleTimeout") == 0) {
         format_duration(cfg->idle_timeout_ns, buf, len);
+    } else if (strcmp(key, "mode") == 0) {
+        snprintf(buf, len, "%s", acceld_mode_name(cfg->mode));
+    } else if (strcmp(key, "gpuModes") == 0) {
+        snprintf(buf, len, "%s", cfg->gpu_modes);
     } else
         return -ENOENT;
     return 0;
