@@ -21,7 +21,10 @@
 #include "pgpu.h"
 #include "plugin.h"
 #include "policy.h"
+#include "grpc.h"
+#include "podresources.pb-c.h"
 #include "util.h"
+#include "vgpu.h"
 
 #define EXIT_CONFIG 2
 #define MAX_OVERRIDES 64
@@ -44,9 +47,12 @@ struct agent {
     int sig_fd;
     struct gpu_nvml *nvml;
     struct gpu_inventory *inv;
-    struct pgpu *pgpu; /* the GPUs in pgpu mode (may be none) */
+    struct pgpu *pgpu;          /* the GPUs in pgpu mode (may be none) */
+    struct vgpu *vgpu;          /* the GPUs in vgpu mode (may be none) */
+    struct grpc_client *podres; /* the start-up pod-resources List (vGPU restart safety) */
     /* one per resource served: provider and its endpoint */
     struct served {
+        enum { SERVED_PGPU, SERVED_VGPU_CORES, SERVED_VGPU_MEMORY } kind;
         struct acceld_provider prov;
         char resource[ACCELD_NAME_MAX];
         struct acceld_plugin *plugin;
@@ -58,6 +64,7 @@ struct agent {
     const char **uuids;        /* borrowed from inv */
     struct health_gpu *hstate; /* per GPU */
     int *map;                  /* GPU index -> inventory index */
+    struct vgpu_pods pods;     /* the pods of this node (vGPU matching); ops NULL: none */
     uint64_t recovery_timer;
     int exit_code;
 };
@@ -316,8 +323,10 @@ static void reload(struct agent *a)
     for (size_t k = 0; k < a->n_served; k++) {
         struct served *s = &a->served[k];
         /* the pGPU resource follows resourceName; a mode's own names follow its keys */
-        if (a->pgpu && s->prov.self == a->pgpu)
-            snprintf(s->resource, sizeof(s->resource), "%s", n.resource_name);
+        const char *name = s->kind == SERVED_PGPU         ? n.resource_name
+                           : s->kind == SERVED_VGPU_CORES ? n.vgpu_core_resource
+                                                          : n.vgpu_memory_resource;
+        snprintf(s->resource, sizeof(s->resource), "%s", name);
         if (acceld_plugin_reconfigure(s->plugin, &n, s->resource) < 0)
             log_error("config reload: cannot serve at the new place, still serving %s",
                       acceld_plugin_socket_path(s->plugin));
@@ -382,6 +391,8 @@ static int make_providers(struct agent *a)
     const struct gpu_inventory *inv = a->inv;
     size_t total = (size_t)inv->count, n = 0, np = 0;
     struct pgpu_gpu_desc *g = calloc(total ? total : 1, sizeof(*g));
+    struct vgpu_gpu_desc *vg = calloc(total ? total : 1, sizeof(*vg));
+    size_t nv = 0;
     int *pmap = calloc(total ? total : 1, sizeof(int)); /* pgpu index -> GPU index */
     a->map = calloc(total ? total : 1, sizeof(int));
     a->uuids = calloc(total ? total : 1, sizeof(char *));
@@ -389,7 +400,7 @@ static int make_providers(struct agent *a)
     uint8_t *pcie = NULL;
     int *nvl = NULL;
     int r = -ENOMEM;
-    if (!g || !pmap || !a->map || !a->uuids || !a->hstate)
+    if (!g || !vg || !pmap || !a->map || !a->uuids || !a->hstate)
         goto out;
     for (int i = 0; i < inv->count; i++) {
         const struct gpu_device *d = &inv->devices[i];
@@ -410,14 +421,13 @@ static int make_providers(struct agent *a)
             log_warn("GPU %s is Unhealthy at start: %s", d->uuid, d->error);
         }
         enum acceld_mode mode = acceld_config_gpu_mode(&a->cfg, i, d->uuid);
-        if (mode != ACCELD_MODE_PGPU) {
-            log_error("GPU %s: mode %s is not served by this build of acceld; set mode: pgpu "
-                      "(or gpuModes) for it",
-                      d->uuid, acceld_mode_name(mode));
-            r = -ENOTSUP;
-            goto out;
-        }
         int minor = d->minor >= 0 ? d->minor : d->index;
+        if (mode == ACCELD_MODE_VGPU) {
+            vg[nv++] = (struct vgpu_gpu_desc){d->uuid, minor, d->numa_node, d->memory_total_bytes,
+                                              d->healthy};
+            n++;
+            continue;
+        }
         pmap[np] = (int)n;
         g[np++] = (struct pgpu_gpu_desc){d->uuid, minor, d->numa_node, d->healthy};
         n++;
@@ -445,15 +455,99 @@ static int make_providers(struct agent *a)
         if (r == 0) {
             struct served *s = &a->served[a->n_served++];
             s->prov = pgpu_provider(a->pgpu);
+            s->kind = SERVED_PGPU;
             snprintf(s->resource, sizeof(s->resource), "%s", a->cfg.resource_name);
         }
     }
+    if (r == 0 && nv) {
+        struct vgpu_options vo = {a->cfg.state_dir, a->cfg.vcuda_library, a->cfg.dev_root,
+                                  a->cfg.vgpu_memory_unit,
+                                  a->cfg.vgpu_policy ? VGPU_SPREAD : VGPU_BINPACK};
+        char err[1024];
+        /* The pod source (the API server's watch cache) is wired in by kube_start. */
+        r = vgpu_new(vg, nv, &vo, a->pods.ops ? &a->pods : NULL, &a->vgpu, err, sizeof(err));
+        if (r < 0) {
+            log_error("cannot start vGPU mode: %s", err);
+            goto out;
+        }
+        for (int k = 0; k < 2; k++) {
+            struct served *s = &a->served[a->n_served++];
+            s->kind = k == 0 ? SERVED_VGPU_CORES : SERVED_VGPU_MEMORY;
+            s->prov = vgpu_provider(a->vgpu, k == 0 ? VGPU_CORES : VGPU_MEMORY);
+            snprintf(s->resource, sizeof(s->resource), "%s",
+                     k == 0 ? a->cfg.vgpu_core_resource : a->cfg.vgpu_memory_resource);
+        }
+        log_info("vGPU mode on %zu GPU(s): %s and %s", nv, a->cfg.vgpu_core_resource,
+                 a->cfg.vgpu_memory_resource);
+    }
 out:
     free(g);
+    free(vg);
     free(pmap);
     free(pcie);
     free(nvl);
     return r;
+}
+
+/* ------------------------------------------------------------ vGPU restart safety */
+
+#define PODRES_TIMEOUT_NS (10ull * 1000000000ull)
+
+static void on_podres(int status, const char *message, const uint8_t *resp, size_t len,
+                      void *user_data)
+{
+    struct agent *a = user_data;
+    if (status != GRPC_STATUS_OK) {
+        log_warn("vGPU: the kubelet's pod-resources List at %s failed (%s%s%s): keeping every "
+                 "checkpointed assignment (shares of containers that are gone stay taken until "
+                 "the next start)",
+                 a->cfg.pod_resources_socket, grpc_status_name(status), message ? ": " : "",
+                 message ? message : "");
+        return;
+    }
+    V1__ListPodResourcesResponse *m = v1__list_pod_resources_response__unpack(NULL, len, resp);
+    if (!m) {
+        log_warn("vGPU: the kubelet's pod-resources answer cannot be parsed: keeping every "
+                 "checkpointed assignment");
+        return;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_pod_resources; i++)
+        n += m->pod_resources[i]->n_containers;
+    char **live = calloc(n ? n : 1, sizeof(char *));
+    size_t k = 0;
+    for (size_t i = 0; live && i < m->n_pod_resources; i++) {
+        const V1__PodResources *p = m->pod_resources[i];
+        for (size_t c = 0; c < p->n_containers; c++) {
+            size_t l = strlen(p->namespace_) + strlen(p->name) + strlen(p->containers[c]->name) + 3;
+            if ((live[k] = malloc(l)))
+                snprintf(live[k++], l, "%s/%s/%s", p->namespace_, p->name, p->containers[c]->name);
+        }
+    }
+    int r = live ? vgpu_reconcile(a->vgpu, (const char *const *)live, k) : -ENOMEM;
+    if (r < 0)
+        log_error("vGPU: reconciling with the kubelet failed: %s", strerror(-r));
+    else
+        log_info("vGPU: %d assignment(s) of containers that no longer exist dropped (%zu live)", r,
+                 k);
+    for (size_t i = 0; i < k; i++)
+        free(live[i]);
+    free(live);
+    v1__list_pod_resources_response__free_unpacked(m, NULL);
+}
+
+/* Asks the kubelet which containers exist (pod-resources v1 List). */
+static void podres_list(struct agent *a)
+{
+    int r = grpc_client_new(a->loop, a->cfg.pod_resources_socket, NULL, &a->podres);
+    V1__ListPodResourcesRequest req = V1__LIST_POD_RESOURCES_REQUEST__INIT;
+    if (r == 0)
+        r = grpc_client_unary_msg(a->podres, "/v1.PodResourcesLister/List", &req.base,
+                                  PODRES_TIMEOUT_NS, on_podres, a, NULL);
+    if (r < 0)
+        log_warn("vGPU: cannot reach the kubelet's pod-resources socket %s (%s): keeping every "
+                 "checkpointed assignment",
+                 a->cfg.pod_resources_socket, strerror(-r));
 }
 
 static int start(struct agent *a)
@@ -505,6 +599,8 @@ static int start(struct agent *a)
         log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
         return r;
     }
+    if (a->vgpu)
+        podres_list(a);
     recovery_arm(a);
     return 0;
 }
@@ -519,7 +615,9 @@ static void stop(struct agent *a)
     if (a->loop && a->recovery_timer)
         ev_loop_cancel_timer(a->loop, a->recovery_timer);
     a->loop = ev_loop_free(a->loop);
+    a->podres = grpc_client_free(a->podres);
     a->pgpu = pgpu_free(a->pgpu);
+    a->vgpu = vgpu_free(a->vgpu);
     free(a->hstate);
     free(a->map);
     free(a->uuids);

@@ -52,11 +52,20 @@ struct acceld_config {
     char cdi_class[ACCELD_NAME_MAX];     /* cdi.class */
     int ignored_xids[ACCELD_MAX_XIDS];   /* health.ignoredXids */
     size_t n_ignored_xids;
-    uint64_t recover_after_ns;       /* health.recoverAfter; 0 = never */
-    uint64_t handshake_timeout_ns;   /* server.handshakeTimeout */
-    uint64_t idle_timeout_ns;        /* server.idleTimeout */
-    enum acceld_mode mode;           /* mode: the node's default */
-    char gpu_modes[ACCELD_PATH_MAX]; /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
+    uint64_t recover_after_ns;                  /* health.recoverAfter; 0 = never */
+    uint64_t handshake_timeout_ns;              /* server.handshakeTimeout */
+    uint64_t idle_timeout_ns;                   /* server.idleTimeout */
+    enum acceld_mode mode;                      /* mode: the node's default */
+    char node_name[256];                        /* nodeName; "" = $NODE_NAME */
+    char kubeconfig[ACCELD_PATH_MAX];           /* kubeconfig; "" = in-cluster */
+    char vcuda_library[ACCELD_PATH_MAX];        /* vcudaLibrary: host path given to containers */
+    char proc_root[ACCELD_PATH_MAX];            /* procRoot */
+    char pod_resources_socket[ACCELD_PATH_MAX]; /* podResourcesSocket */
+    char vgpu_core_resource[ACCELD_NAME_MAX];   /* vgpu.coreResource */
+    char vgpu_memory_resource[ACCELD_NAME_MAX]; /* vgpu.memoryResource */
+    uint64_t vgpu_memory_unit;                  /* vgpu.memoryUnit, bytes */
+    int vgpu_policy;                            /* vgpu.policy: 0 binpack, 1 spread */
+    char gpu_modes[ACCELD_PATH_MAX];            /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
 };
 
 /* One key the config knows: its YAML path and its flag (without "--"). */
