@@ -14,12 +14,20 @@ endpoints):
 - With no API server, a vGPU Allocate fails with a message that says so: it
   never guesses the pod.
 - Hardening holds on the new endpoints: unknown and repeated IDs refused.
+- Restart safety: a second acceld starts on a checkpoint with three
+  assignments (one of a live container, one of a container that is gone, one
+  still waiting for its second resource) and a fake kubelet pod-resources
+  server listing only the live one: the gone one is dropped and its
+  directory removed, the other two kept (checkpoint rewritten, 0600).
 
 Every wait is bounded; nothing asserts timing."""
+import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
+from concurrent import futures
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kubelet as K  # noqa: E402
@@ -45,9 +53,16 @@ def main():
                      extra=("--mode", "vgpu", "--gpu-modes", "0=pgpu",
                             "--vcuda-library", "/usr/lib/accel/libvcuda.so",
                             "--pod-resources-socket", os.path.join(tmp, "no-podres.sock")))
+    second = None
     try:
-        run(tap, pb, node, pdir, agent, kubelet)
+        uuids = run(tap, pb, node, pdir, agent, kubelet)
+        if uuids:
+            second = restart(tap, build, src, node, tmp, uuids)
     finally:
+        if second is not None and second.alive():
+            second.stop(signal.SIGKILL)
+        if tap.failed and second is not None:
+            tap.diag("second acceld log:\n" + second.log_text()[-6000:])
         if agent.alive():
             agent.stop(signal.SIGKILL)
         kubelet.stop()
@@ -137,6 +152,83 @@ def run(tap, pb, node, pdir, agent, kubelet):
     rc = agent.stop()
     tap.ok(rc == 0 and not any(os.path.exists(s) for s in sock.values()),
            "SIGTERM: exit 0, all three sockets removed", rc)
+    return sorted(u for u in per_gpu if u != uuid3)
+
+
+def podresources_server(src, tmp, sock, live):
+    """A kubelet pod-resources v1 server whose List names the live
+    (namespace, pod, container) triples."""
+    out = os.path.join(tmp, "pbpr")
+    os.makedirs(out, exist_ok=True)
+    proto_root = os.path.join(src, "proto")
+    subprocess.run(["protoc", f"--python_out={out}", f"-I{proto_root}",
+                    os.path.join(proto_root, "podresources/v1/api.proto")], check=True)
+    sys.path.insert(0, out)
+    from podresources.v1 import api_pb2 as pr  # noqa: E402
+
+    def list_(req, ctx):
+        pods = {}
+        for ns, pod, c in live:
+            pods.setdefault((ns, pod), []).append(pr.ContainerResources(name=c))
+        return pr.ListPodResourcesResponse(pod_resources=[
+            pr.PodResources(namespace=ns, name=pod, containers=cs)
+            for (ns, pod), cs in pods.items()])
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    handler = grpc.method_handlers_generic_handler("v1.PodResourcesLister", {
+        "List": grpc.unary_unary_rpc_method_handler(
+            list_, request_deserializer=pr.ListPodResourcesRequest.FromString,
+            response_serializer=pr.ListPodResourcesResponse.SerializeToString)})
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(K.unix_target(sock))
+    server.start()
+    return server
+
+
+def restart(tap, build, src, node, tmp, uuids):
+    tmp2 = os.path.join(tmp, "second")
+    vdir = os.path.join(tmp2, "state", "vgpu")
+    os.makedirs(vdir)
+    entries = []
+    for uid, pod, cores_done, mem_done in (("uid-keep", "keep", True, True),
+                                           ("uid-gone", "gone", True, True),
+                                           ("uid-half", "half", True, False)):
+        d = os.path.join(vdir, uid, "main", "region")
+        os.makedirs(d)
+        open(os.path.join(d, "usage"), "w").close()
+        open(os.path.join(vdir, uid, "main", "config"), "w").close()
+        entries.append({"podUID": uid, "namespace": "default", "pod": pod, "container": "main",
+                        "cores": 30, "memory": 16, "coresDone": cores_done,
+                        "memoryDone": mem_done, "whole": False, "gpus": [uuids[0]]})
+    cp = os.path.join(vdir, "checkpoint.json")
+    with open(cp, "w") as f:
+        json.dump({"version": 1, "assignments": entries}, f)
+    prsock = os.path.join(tmp, "podres.sock")
+    server = podresources_server(src, tmp, prsock, [("default", "keep", "main"),
+                                                    ("default", "other", "sidecar")])
+    pdir = os.path.join(tmp2, "dp")
+    os.makedirs(pdir)
+    agent = K.Acceld(build, node, pdir, tmp2,
+                     extra=("--mode", "vgpu", "--no-register", "--pod-resources-socket", prsock))
+    try:
+        gone = os.path.join(vdir, "uid-gone")
+        ok = K.wait_until(lambda: not os.path.exists(gone), T)
+        tap.ok(ok, "restart: the directory of a container that no longer exists is removed")
+
+        def pods():
+            try:
+                with open(cp) as f:
+                    return sorted(a["pod"] for a in json.load(f)["assignments"])
+            except (OSError, ValueError, KeyError):
+                return None
+        ok = K.wait_until(lambda: pods() == ["half", "keep"], T)
+        tap.ok(ok, "restart: the checkpoint keeps the live container and the one waiting for "
+               "its second resource", pods())
+        tap.ok(os.path.exists(os.path.join(vdir, "uid-keep", "main", "region", "usage")),
+               "restart: the live container's files are untouched")
+        tap.ok(os.stat(cp).st_mode & 0o777 == 0o600, "the checkpoint is 0600")
+    finally:
+        server.stop(0).wait()
+    return agent
 
 
 if __name__ == "__main__":
