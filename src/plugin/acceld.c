@@ -299,9 +299,13 @@ static void reload(struct agent *a)
         char ov[1024], nv[1024];
         acceld_config_format(&a->cfg, k->key, ov, sizeof(ov));
         acceld_config_format(&n, k->key, nv, sizeof(nv));
-        bool restart = strcmp(k->key, "nvmlLibrary") == 0 || strcmp(k->key, "sysfsRoot") == 0 ||
-                       strcmp(k->key, "stateDir") == 0 || strcmp(k->key, "mode") == 0 ||
-                       strcmp(k->key, "gpuModes") == 0;
+        static const char *const at_start[] = {
+            "nvmlLibrary", "sysfsRoot",   "stateDir",           "mode",
+            "gpuModes",    "nodeName",    "kubeconfig",         "vcudaLibrary",
+            "procRoot",    "vgpu.policy", "podResourcesSocket", "vgpu.memoryUnit"};
+        bool restart = false;
+        for (size_t i = 0; i < ARRAY_SIZE(at_start); i++)
+            restart |= strcmp(k->key, at_start[i]) == 0;
         log_info("config reload: %s: \"%s\" -> \"%s\"%s", k->key, ov, nv,
                  restart ? " (takes effect at the next start)" : "");
         changes++;
