@@ -23,6 +23,7 @@
 #define VGPU_PATH_MAX 1024
 /* A unit ID is "<uuid>-<k>": the UUID leaves room for the unit number. */
 #define VGPU_UUID_MAX (ACCELD_ID_MAX - 8)
+#define VGPU_MAX_UNITS 999999 /* six digits after the dash */
 
 static const char *const control_nodes[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
 #define N_CONTROL ARRAY_SIZE(control_nodes)
@@ -778,6 +779,14 @@ int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_optio
         g->numa = gpus[i].numa_node;
         g->healthy = gpus[i].healthy;
         g->mem_units = gpus[i].memory_bytes / v->unit_bytes;
+        if (g->mem_units > VGPU_MAX_UNITS) {
+            snprintf(err, errlen,
+                     "GPU %s: %llu memory units of %llu bytes is over the %d a GPU may have; "
+                     "raise vgpu.memoryUnit",
+                     g->uuid, (unsigned long long)g->mem_units, (unsigned long long)v->unit_bytes,
+                     VGPU_MAX_UNITS);
+            goto fail;
+        }
         snprintf(g->node, sizeof(g->node), "/dev/nvidia%d", g->minor);
         for (int k = 0; k < 2; k++) {
             g->base[k] = total[k];
@@ -797,8 +806,11 @@ int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_optio
         for (size_t i = 0; i < n; i++)
             for (uint64_t u = 0; u < gpu_units(&v->gpus[i], (enum vgpu_resource)k); u++) {
                 size_t at = v->gpus[i].base[k] + u;
-                snprintf(v->ids[k][at], ACCELD_ID_MAX, "%s-%llu", v->gpus[i].uuid,
-                         (unsigned long long)u);
+                char num[24];
+                int ln = snprintf(num, sizeof(num), "-%llu", (unsigned long long)u);
+                size_t lu = strlen(v->gpus[i].uuid);
+                memcpy(v->ids[k][at], v->gpus[i].uuid, lu); /* ≤ 55 + 7 < 64: checked above */
+                memcpy(v->ids[k][at] + lu, num, (size_t)ln + 1);
                 v->id_gpu[k][at] = (uint16_t)i;
             }
     }

@@ -69,7 +69,7 @@ static struct vgpu *make(size_t n, uint64_t mem, enum vgpu_policy policy, bool k
 {
     if (!keep_state)
         snprintf(state, sizeof(state), "%s/state%d", tap_tmpdir(), n_state++);
-    static char uuids[8][48];
+    static char uuids[8][64];
     struct vgpu_gpu_desc g[8];
     for (size_t i = 0; i < n; i++) {
         snprintf(uuids[i], sizeof(uuids[i]), "GPU-%08zx-1111-2222-3333-444455556666", i);
@@ -473,6 +473,11 @@ TEST(bad_options_and_checkpoint)
     char err[512];
     CHECK_EQ_INT(vgpu_new(g, 2, &o, &table_pods, &v, err, sizeof(err)), -EINVAL);
     CHECK(strstr(err, "repeated") != NULL);
+    /* more units than six digits can number: refused, saying what to raise */
+    struct vgpu_gpu_desc huge[] = {{"GPU-h", 0, 0, 1024 * GiB, true}};
+    struct vgpu_options small = {tap_tmpdir(), "/lib/libvcuda.so", "/dev", 1u << 20, VGPU_BINPACK};
+    CHECK_EQ_INT(vgpu_new(huge, 1, &small, &table_pods, &v, err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "raise vgpu.memoryUnit") != NULL);
     o.library = "relative.so";
     CHECK_EQ_INT(vgpu_new(g, 1, &o, &table_pods, &v, err, sizeof(err)), -EINVAL);
     /* a checkpoint that cannot be parsed stops the start, saying what to do */
