@@ -25,6 +25,9 @@
 #include "podresources.pb-c.h"
 #include "util.h"
 #include "vgpu.h"
+#ifdef ACCELD_HAVE_KUBE
+#include "vgpu-kube.h"
+#endif
 
 #define EXIT_CONFIG 2
 #define MAX_OVERRIDES 64
@@ -65,6 +68,9 @@ struct agent {
     struct health_gpu *hstate; /* per GPU */
     int *map;                  /* GPU index -> inventory index */
     struct vgpu_pods pods;     /* the pods of this node (vGPU matching); ops NULL: none */
+#ifdef ACCELD_HAVE_KUBE
+    struct vgpu_kube *kube; /* the API server's watch cache behind pods */
+#endif
     uint64_t recovery_timer;
     int exit_code;
 };
@@ -540,6 +546,30 @@ static void on_podres(int status, const char *message, const uint8_t *resp, size
     v1__list_pod_resources_response__free_unpacked(m, NULL);
 }
 
+/* Connects the vGPU provider to the API server's watch cache of this node's
+ * pods. Without it (no credentials, or built without src/kube) every vGPU
+ * Allocate is refused, saying so: acceld never guesses the pod. */
+static void pods_start(struct agent *a)
+{
+#ifdef ACCELD_HAVE_KUBE
+    char err[1024];
+    struct vgpu_kube_options o = {a->cfg.node_name, a->cfg.kubeconfig, a->cfg.vgpu_core_resource,
+                                  a->cfg.vgpu_memory_resource};
+    int r = vgpu_kube_new(a->loop, &o, &a->kube, err, sizeof(err));
+    if (r < 0) {
+        log_error("vGPU: no API server connection (%s): every vGPU Allocate is refused until "
+                  "acceld is restarted with one",
+                  err);
+        return;
+    }
+    a->pods = vgpu_kube_pods(a->kube);
+    vgpu_set_pods(a->vgpu, &a->pods);
+#else
+    log_error("vGPU: this acceld is built without the Kubernetes client (libcurl missing at "
+              "build time): every vGPU Allocate is refused");
+#endif
+}
+
 /* Asks the kubelet which containers exist (pod-resources v1 List). */
 static void podres_list(struct agent *a)
 {
@@ -603,8 +633,10 @@ static int start(struct agent *a)
         log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
         return r;
     }
-    if (a->vgpu)
+    if (a->vgpu) {
         podres_list(a);
+        pods_start(a);
+    }
     recovery_arm(a);
     return 0;
 }
@@ -618,8 +650,12 @@ static void stop(struct agent *a)
     a->health = health_monitor_stop(a->health);
     if (a->loop && a->recovery_timer)
         ev_loop_cancel_timer(a->loop, a->recovery_timer);
-    a->loop = ev_loop_free(a->loop);
+    /* everything that registered with the loop goes before it */
     a->podres = grpc_client_free(a->podres);
+#ifdef ACCELD_HAVE_KUBE
+    a->kube = vgpu_kube_free(a->kube);
+#endif
+    a->loop = ev_loop_free(a->loop);
     a->pgpu = pgpu_free(a->pgpu);
     a->vgpu = vgpu_free(a->vgpu);
     free(a->hstate);

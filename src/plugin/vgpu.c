@@ -730,6 +730,11 @@ static const struct acceld_provider_ops vgpu_ops = {
     .set_gpu_health = op_set_gpu_health,
 };
 
+void vgpu_set_pods(struct vgpu *v, const struct vgpu_pods *pods)
+{
+    v->pods = pods ? *pods : (struct vgpu_pods){0};
+}
+
 struct acceld_provider vgpu_provider(struct vgpu *v, enum vgpu_resource r)
 {
     return (struct acceld_provider){&vgpu_ops, &v->views[r]};

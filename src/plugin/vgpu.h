@@ -99,6 +99,10 @@ int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_optio
              const struct vgpu_pods *pods, struct vgpu **ret, char *err, size_t errlen);
 struct vgpu *vgpu_free(struct vgpu *v);
 
+/* Sets the pod source (borrowed; ops NULL: none, every Allocate is refused
+ * saying acceld has no API server connection). */
+void vgpu_set_pods(struct vgpu *v, const struct vgpu_pods *pods);
+
 /* The provider of one resource over v (two providers share v). */
 struct acceld_provider vgpu_provider(struct vgpu *v, enum vgpu_resource r);
 
