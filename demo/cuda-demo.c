@@ -166,6 +166,7 @@ int main(int argc, char **argv)
     double gpu = (double)kernels * (double)kernel_ms / 1000.0;
     printf("ran %lu kernels of %lu ms: %.2f s of GPU time in %.2f s, a %.0f %% share\n", kernels,
            kernel_ms, gpu, t - t0, 100.0 * gpu / (t - t0));
+    CALL(cuModuleUnload, mod);
     CALL(cuCtxDestroy_v2, ctx);
     return 0;
 }

@@ -74,21 +74,32 @@ def main():
     total, free = (m.group(1), m.group(2)) if m else ("?", "?")
     check(f"cuMemGetInfo: free {free} MiB of {total} MiB" in out,
           f"the demo sees {total} MiB in all, {free} MiB free, as the README says")
-    check(re.search(rf"allocated {free} MiB in 256 MiB blocks, then CUDA_ERROR_OUT_OF_MEMORY", out),
+    got = int(free) // 256 * 256 if free.isdigit() else -1
+    check(re.search(rf"allocated {got} MiB in 256 MiB blocks, then CUDA_ERROR_OUT_OF_MEMORY", out),
           "the quota stops the demo's allocations")
     share = re.search(r"a (\d+) % share", out)
     check(share and int(share.group(1)) <= 100, "the demo reports its share")
-    # "set one to the other": with VCUDA_CONTEXT_MEMORY=32Mi the context costs what the
-    # emulator charges for it
+    # the emulator's context cost (the demo alone on the machine, no libvcuda: total - free
+    # before it allocates) is the VCUDA_CONTEXT_MEMORY the README names, and libvcuda charges
+    # the context exactly that
+    emu_env = dict(env, ACCEL_EMU_STATE=os.path.join(tmp, "emu.state"),
+                   LD_LIBRARY_PATH=os.path.join(BUILD, "src", "emu"))
+    demo = os.path.join(BUILD, "demo", "cuda-demo")
+    alone = subprocess.run([demo, "--seconds", "1", "--alloc", "256"], env=emu_env,
+                           capture_output=True, text=True, timeout=60)
+    m = re.search(r"cuMemGetInfo: free (\d+) MiB of (\d+) MiB", alone.stdout)
+    cost = int(m.group(2)) - int(m.group(1)) if m else -1
+    named = re.search(r"`VCUDA_CONTEXT_MEMORY=(\d+)Mi` here", readme)
+    check(named and int(named.group(1)) == cost,
+          f"the README's VCUDA_CONTEXT_MEMORY ({named.group(1) if named else '?'} MiB) is the "
+          f"emulator's context cost ({cost} MiB)")
     line = [l for l in adapt(vcuda, tmp).splitlines() if not l.startswith("#")]
-    agree = "VCUDA_CONTEXT_MEMORY=32Mi " + " ".join(x.rstrip("\\").strip() for x in line) + \
+    agree = f"VCUDA_CONTEXT_MEMORY={cost}Mi " + " ".join(x.rstrip("\\").strip() for x in line) + \
         " --seconds 1 --alloc 256"
-    q = subprocess.run(["bash", "-euo", "pipefail", "-c", agree], cwd=SRC, env=dict(
-        env, ACCEL_EMU_STATE=os.path.join(tmp, "emu.state"),
-        LD_LIBRARY_PATH=os.path.join(BUILD, "src", "emu")), capture_output=True, text=True,
-        timeout=60)
-    check(q.returncode == 0 and "cuMemGetInfo: free 4064 MiB of 4096 MiB" in q.stdout,
-          "VCUDA_CONTEXT_MEMORY=32Mi matches the emulator's 32 MiB context")
+    q = subprocess.run(["bash", "-euo", "pipefail", "-c", agree], cwd=SRC, env=emu_env,
+                       capture_output=True, text=True, timeout=60)
+    check(q.returncode == 0 and f"cuMemGetInfo: free {4096 - cost} MiB of 4096 MiB" in q.stdout,
+          "with it, libvcuda charges the context what the emulator does")
 
     print(f"1..{len(results)}")
     for i, (ok, what) in enumerate(results, 1):

@@ -188,6 +188,8 @@ TEST(damaged_state_is_refused_with_the_field_named)
         {"NVLink mode", 16},
         {"model name", 17},
         {"busy until", 18},
+        {"reserved memory", 19},
+        {"reserved memory", 20},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         memcpy(img, good, sizeof(*img));
@@ -259,6 +261,12 @@ TEST(damaged_state_is_refused_with_the_field_named)
             g->interval_count = 1;
             g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1};
             g->busy_until_ns = 1500;
+            break;
+        case 19:
+            g->memory_reserved = g->memory_total;
+            break; /* processes' share would wrap */
+        case 20:
+            g->ctx_cost = ~0ull;
             break;
         }
         err[0] = 0;

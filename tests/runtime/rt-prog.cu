@@ -5,7 +5,7 @@
  *
  *   rt-prog mem [quota-bytes]   cudaMalloc/Async/Pitch/Managed/3D, cudaMemGetInfo; with a
  *                               quota: total == quota, the allocation past free fails with
- *                               cudaErrorMemoryAllocation
+ *                               cudaErrorMemoryAllocation (cudaMalloc and cudaMallocAsync)
  *   rt-prog stream              streams, events, elapsed time of spin kernels
  *   rt-prog graph               graph capture and an explicitly built graph
  *   rt-prog global              __device__ / __constant__ variables through the symbol API
@@ -108,6 +108,11 @@ static int mode_mem(long long quota)
         void *big = NULL;
         cudaError_t e = cudaMalloc(&big, free1 + (1 << 20));
         printf("over_quota=%s\n", cudaGetErrorName(e));
+        if (e != cudaErrorMemoryAllocation)
+            return 1;
+        cudaGetLastError();
+        e = cudaMallocAsync(&big, free1 + (1 << 20), 0);
+        printf("over_quota_async=%s\n", cudaGetErrorName(e));
         if (e != cudaErrorMemoryAllocation)
             return 1;
         cudaGetLastError();

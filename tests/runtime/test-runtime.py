@@ -21,6 +21,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tap import Tap  # noqa: E402
+
+T = Tap()
+ok = T.ok
+
 # What the 13.0 runtime uses (docs/emulator-cuda.md): (table, slot) and the tables it asks for.
 # Every run uses ALWAYS_13_0; the rest of the slots only in some environments (a process with
 # LD_PRELOAD set, as under the sanitizer build, never calls TOOLS_TLS 2 and the hooks' 1 and 4).
@@ -48,18 +54,6 @@ PINNED_13_0 = {
 QUOTA = 1 << 30  # 1 GiB
 SHARE = 30       # per cent
 
-n = 0
-failed = 0
-
-
-def ok(cond, what, detail=""):
-    global n, failed
-    n += 1
-    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, what))
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[-30:]:
-            print("#   " + line)
 
 
 def kv(out):
@@ -96,6 +90,7 @@ def main():
     subprocess.run([emu, "--state", state, "init", "--gpus", "1"], check=True,
                    stdout=subprocess.DEVNULL)
     log = os.path.join(tmp, "debug.log")
+    said = []
 
     def run(prog, args, vc=None):
         env = dict(os.environ)
@@ -116,6 +111,8 @@ def main():
         if pre:
             env["LD_PRELOAD"] = ":".join(pre)
         p = subprocess.run([prog] + args, env=env, capture_output=True, text=True, timeout=120)
+        # the emulator's own complaints: an unanswered slot, an unknown table, a stub called
+        said.extend(l for l in p.stderr.splitlines() if l.startswith("accel-emu "))
         return p.returncode, p.stdout + p.stderr
 
     for prog in progs:
@@ -125,7 +122,9 @@ def main():
         ok(rc == 0 and "ok mem" in out, "%s: memory (Malloc/Async/Pitch/Managed/3D)" % kind, out)
         rc, out = run(prog, ["stream"])
         v = kv(out)
-        ok(rc == 0 and v.get("first_ms") == "5.000" and v.get("both_ms") == "10.000",
+        # the second kernel cannot start before the first ends; it may start later when this
+        # host is slow to queue it, so only the lower bound is exact
+        ok(rc == 0 and v.get("first_ms") == "5.000" and float(v.get("both_ms", 0)) >= 10.0,
            "%s: streams and events (5 ms spin, then one waiting on it)" % kind, out)
         rc, out = run(prog, ["graph"])
         v = kv(out)
@@ -154,9 +153,10 @@ def main():
         rc, out = run(prog, ["mem", str(QUOTA)], {"VCUDA_MEMORY_LIMIT": str(QUOTA)})
         v = kv(out)
         ok(rc == 0 and v.get("total") == str(QUOTA)
-           and v.get("over_quota") == "cudaErrorMemoryAllocation",
-           "%s under libvcuda: cudaMemGetInfo shows the quota, past it "
-           "cudaErrorMemoryAllocation" % kind, out)
+           and v.get("over_quota") == "cudaErrorMemoryAllocation"
+           and v.get("over_quota_async") == "cudaErrorMemoryAllocation",
+           "%s under libvcuda: cudaMemGetInfo shows the quota, past it cudaMalloc and "
+           "cudaMallocAsync fail with cudaErrorMemoryAllocation" % kind, out)
         # compute share, on the emulator's timeline
         rc, out = run(prog, ["spin", "10", "30"],
                       {"VCUDA_CORE_LIMIT": str(SHARE), "VCUDA_CORE_POLICY": "hard"})
@@ -170,6 +170,8 @@ def main():
     lines = open(log).read().splitlines() if os.path.exists(log) else []
     bad = sorted({l for l in lines if l.endswith("unanswered") or l.endswith("unknown")})
     ok(not bad, "every export table and slot the runtime called is answered", "\n".join(bad))
+    ok(not said, "the emulator reported nothing unmodelled (no stub called)",
+       "\n".join(sorted(set(said))))
     slots = {(m.group(1), int(m.group(2))) for m in
              (re.match(r"export-slot (\S+) (\d+) answered$", l) for l in lines) if m}
     tables = {m.group(1) for m in
@@ -181,8 +183,7 @@ def main():
         ok(ALWAYS_13_0 <= slots <= PINNED_13_0["slots"] and tables == PINNED_13_0["tables"],
            "CUDA 13.0: the tables and slots used are the pinned ones",
            "used %s\npinned %s" % (sorted(slots), sorted(PINNED_13_0["slots"])))
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return T.done()
 
 
 if __name__ == "__main__":
