@@ -12,6 +12,8 @@ GetPreferredAllocation, so it is skipped).
   resources' responses agree on NVIDIA_VISIBLE_DEVICES; the assignment is
   PATCHed on the pod as an annotation naming the GPU.
 - A pod that fits nowhere gets an Allocate error naming the largest fit.
+- 50 pods with the same request admitted back to back: each matched oldest
+  first, each with its own directory.
 - acceld killed with SIGKILL between a container's two Allocates: the
   restarted acceld answers the second one for the same container and GPU.
 - The API server gone: a new pod's Allocate fails saying so.
@@ -126,6 +128,23 @@ class Kubelet:
         elif order == "mem-first":
             wants.reverse()
         return {r: self.allocate(r, n) for r, n in wants if n}
+
+    def when_seen(self, fn, *args):
+        """fn(*args), retried while acceld's watch has not delivered the pod
+        yet (a refused first Allocate changes nothing); bounded by T."""
+        last = [None]
+
+        def attempt():
+            try:
+                last[0] = fn(*args)
+                return True
+            except grpc.RpcError as e:
+                if "no pending pod" not in e.details():
+                    raise
+                return False
+        if not K.wait_until(attempt, T, step_s=0.02):
+            raise RuntimeError("acceld never saw the pod")
+        return last[0]
 
     def close(self):
         for p in self.plugins.values():
@@ -247,9 +266,25 @@ def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
                "a pod that fits nowhere: the error names the pod and the largest fit",
                e.details())
 
+    # ---- 50 pods with the same request, admitted back to back: each Allocate
+    # pair goes to the oldest unassigned one, each gets its own directory
+    for i in range(50):
+        api.add_pod(f"p{i:02d}", 1, 2, f"2026-01-01T00:01:{i:02d}Z")
+    got = []
+    for i in range(50):
+        try:
+            r = kubelet.when_seen(kubelet.admit, 1, 2)
+            host = next((m.host_path for m in primary(r).mounts
+                         if m.container_path == "/etc/vcuda/config"), "")
+            got.append(host.split("/")[-3] if host else "")
+        except (grpc.RpcError, RuntimeError) as e:
+            got.append(f"error: {e}")
+    tap.ok(got == [f"uid-p{i:02d}" for i in range(50)],
+           "50 identical pods back to back: matched oldest first, one directory each", got[:5])
+
     # ---- SIGKILL between a container's two Allocates
     api.add_pod("d", 20, 8, "2026-01-01T00:00:04Z")
-    first = kubelet.allocate(CORE, 20)
+    first = kubelet.when_seen(kubelet.allocate, CORE, 20)
     agent.stop(signal.SIGKILL)
     agent2 = start_acceld(build, node, tmp, pdir, kc, "two")
     agents.append(agent2)
