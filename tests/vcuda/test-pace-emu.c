@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -121,6 +122,14 @@ struct books {
     uint64_t launches, measured, pending, tat;
     uint32_t limit;
 };
+
+/* The region exists at its full size: a reader mapping a file that its creator has not grown
+ * yet would fault (SIGBUS) on the first read. */
+static bool region_ready(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && (uint64_t)sb.st_size >= VC_REGION_HEADER_SIZE;
+}
 
 static struct books region_books(const char *path)
 {
@@ -261,7 +270,7 @@ TEST(core_limit_written_into_the_region_is_ignored)
     pid_t pid = spawn(25, region, args);
     /* Wait (bounded) until the process is pacing, then tamper. */
     bool started =
-        TAP_WAIT_UNTIL(access(region, F_OK) == 0 && region_books(region).launches >= 2, 10000);
+        TAP_WAIT_UNTIL(region_ready(region) && region_books(region).launches >= 2, 10000);
     REQUIRE(started);
     int fd = open(region, O_RDWR);
     REQUIRE(fd >= 0);
