@@ -478,6 +478,52 @@ static int choose(const struct vgpu *v, const struct vgpu_pending *p, struct ass
     return -ENOSPC;
 }
 
+static bool complete(const struct assign *as)
+{
+    return (as->done[VGPU_CORES] || !as->amount[VGPU_CORES]) &&
+           (as->done[VGPU_MEMORY] || !as->amount[VGPU_MEMORY]);
+}
+
+/* The kubelet allocates every resource of a container before it moves to the
+ * next container; so when a new container's first Allocate comes, an
+ * assignment still waiting for its second resource will never get it (that
+ * admission failed). Dropping it frees its share and keeps it from catching
+ * another container's call. */
+static void drop_abandoned(struct vgpu *v)
+{
+    for (size_t a = 0; a < v->n_as;) {
+        struct assign *as = v->as[a];
+        if (complete(as)) {
+            a++;
+            continue;
+        }
+        log_warn("vGPU: %s/%s container %s never got its second Allocate (its admission "
+                 "failed): its share on %s is free again",
+                 as->ns, as->pod, as->container, as->visible);
+        remove_files(as);
+        free(as);
+        memmove(&v->as[a], &v->as[a + 1], (v->n_as - a - 1) * sizeof(*v->as));
+        v->n_as--;
+    }
+}
+
+/* False when the pod source answers and no longer lists as's container as
+ * pending (its admission failed, or it was deleted): then a call must not be
+ * taken as as's second one. Without an answer, the checkpoint is trusted. */
+static bool still_pending(struct vgpu *v, const struct assign *as)
+{
+    const struct vgpu_pending *list;
+    size_t n;
+    char why[64];
+    if (!v->pods.ops || v->pods.ops->pending(v->pods.self, &list, &n, why, sizeof(why)) < 0)
+        return true;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(list[i].pod_uid, as->pod_uid) == 0 &&
+            strcmp(list[i].container, as->container) == 0)
+            return true;
+    return false;
+}
+
 /* The first call for a container: the oldest pending container asking for
  * exactly `amount` of r, not yet assigned. */
 static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, struct assign **ret,
@@ -491,6 +537,7 @@ static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, stru
                  (unsigned long long)amount, res);
         return -EHOSTUNREACH;
     }
+    drop_abandoned(v);
     const struct vgpu_pending *list;
     size_t n;
     char why[512];
@@ -575,7 +622,7 @@ static int vgpu_allocate(void *self, const struct acceld_alloc_req *reqs, size_t
     struct assign *as = NULL;
     for (size_t a = 0; a < v->n_as && !as; a++) {
         struct assign *x = v->as[a];
-        if (!x->done[r] && x->done[o] && x->amount[r] == amount)
+        if (!x->done[r] && x->done[o] && x->amount[r] == amount && still_pending(v, x))
             as = x;
     }
     bool fresh = !as;
@@ -640,9 +687,7 @@ int vgpu_reconcile(struct vgpu *v, const char *const *live, size_t n)
     int dropped = 0;
     for (size_t a = 0; a < v->n_as;) {
         struct assign *as = v->as[a];
-        bool complete = (as->done[VGPU_CORES] || !as->amount[VGPU_CORES]) &&
-                        (as->done[VGPU_MEMORY] || !as->amount[VGPU_MEMORY]);
-        bool alive = !complete;
+        bool alive = !complete(as);
         char key[3 * VGPU_NAME_MAX + 4];
         snprintf(key, sizeof(key), "%s/%s/%s", as->ns, as->pod, as->container);
         for (size_t i = 0; i < n && !alive; i++)

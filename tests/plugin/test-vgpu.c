@@ -465,6 +465,40 @@ TEST(restart_between_resources_and_reconcile)
     vgpu_free(v);
 }
 
+/* A container whose admission failed between its two Allocates (its pod no
+ * longer pending) neither catches the next container's call of the same
+ * amount nor keeps its share. */
+TEST(abandoned_half_assignment)
+{
+    n_table = 0;
+    add_pod("uid-y", "y", "main", 100, 30, 16, NULL);
+    add_pod("uid-x", "x", "main", 200, 20, 16, NULL);
+    struct node nd;
+    struct vgpu *v = make(1, 16 * GiB, VGPU_BINPACK, false);
+    REQUIRE(v != NULL);
+    node_open(&nd, v);
+    char err[1024] = "";
+    V1beta1__ContainerAllocateResponse *r;
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 30, &r, err, sizeof(err)), 0);
+    CHECK_EQ_STR(last_pod, "default/y");
+    table[0] = table[1]; /* y failed admission: no longer pending */
+    n_table = 1;
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 16, &r, err, sizeof(err)), 0);
+    CHECK_EQ_STR(last_pod, "default/x"); /* a new assignment, not y's second call */
+    CHECK_EQ_INT(vgpu_assignment_count(v), 1);
+    uint64_t fc, fm;
+    vgpu_gpu_free_units(v, 0, &fc, &fm);
+    CHECK_EQ_U64(fc, 80); /* y's 30 cores are free again; x holds 20 */
+    CHECK_EQ_U64(fm, 64 - 16);
+    char y_dir[800];
+    snprintf(y_dir, sizeof(y_dir), "%s/vgpu/uid-y", state);
+    struct stat st;
+    CHECK_EQ_INT(stat(y_dir, &st), -1);
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 20, &r, err, sizeof(err)), 0);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 1);
+    node_close(&nd);
+}
+
 TEST(bad_options_and_checkpoint)
 {
     struct vgpu_gpu_desc g[] = {{"GPU-a", 0, 0, 16 * GiB, true}, {"GPU-a", 1, 0, 16 * GiB, true}};
