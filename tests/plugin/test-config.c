@@ -216,6 +216,38 @@ TEST(load_file)
     CHECK(strstr(err, "missing.yaml") != NULL);
 }
 
+/* mode for the node, gpuModes per GPU (index or UUID; first entry wins). */
+TEST(modes)
+{
+    struct acceld_config c;
+    char err[512] = "";
+    acceld_config_defaults(&c);
+    CHECK_EQ_INT(c.mode, ACCELD_MODE_PGPU);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 0, "GPU-a"), ACCELD_MODE_PGPU);
+    REQUIRE_EQ_INT(
+        parse(&c, "mode: vgpu\ngpuModes: 1=pgpu,GPU-c=pgpu,GPU-d=vgpu\n", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 0, "GPU-a"), ACCELD_MODE_VGPU);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 1, "GPU-b"), ACCELD_MODE_PGPU);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 2, "GPU-c"), ACCELD_MODE_PGPU);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 3, "GPU-d"), ACCELD_MODE_VGPU);
+    /* "1" names index 1 only, not index 11 nor a UUID starting with 1 */
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 11, "1x"), ACCELD_MODE_VGPU);
+    char buf[128];
+    REQUIRE_EQ_INT(acceld_config_format(&c, "mode", buf, sizeof(buf)), 0);
+    CHECK_EQ_STR(buf, "vgpu");
+    /* bad values: refused with the key named, config unchanged */
+    struct acceld_config before = c;
+    CHECK_EQ_INT(acceld_config_set(&c, "mode", "mps", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "mode") && strstr(err, "pgpu|vgpu"));
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "0=vgpu,1", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "gpuModes") && strstr(err, "\"1\""));
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "=vgpu", err, sizeof(err)), -EINVAL);
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "0=vgpux", err, sizeof(err)), -EINVAL);
+    CHECK(memcmp(&before, &c, sizeof(c)) == 0);
+    REQUIRE_EQ_INT(acceld_config_set(&c, "gpuModes", "", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 1, "GPU-b"), ACCELD_MODE_VGPU);
+}
+
 int main(int argc, char **argv)
 {
     return tap_main(argc, argv);
