@@ -83,7 +83,8 @@ struct dra_gpu {
     int numa_node; /* -1 unknown */
     const char *pci_bus_id;
     bool mig_capable;
-    bool shared; /* published with consumable capacity */
+    bool shared; /* vGPU share: consumable capacity, libvcuda enforces it */
+    bool mps;    /* MPS share: consumable capacity (prepare not wired yet) */
     bool healthy;
     bool fatal; /* unhealthy with a fatal XID: NoExecute */
 };

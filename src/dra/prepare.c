@@ -323,6 +323,13 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
                           r->device);
             return -ENODEV;
         }
+        if (g->mps) {
+            errbuf_printf(err, errlen,
+                          "claim %s: device %s is MPS-shared; preparing MPS shares (pipe "
+                          "directory, caps) is not wired yet in DRA mode",
+                          c->uid, g->name);
+            return -EOPNOTSUPP;
+        }
         bool share = r->share_id || r->has_memory || r->has_cores;
         if (share) {
             if (r->has_memory && r->memory > g->memory) {
