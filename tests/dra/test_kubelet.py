@@ -78,7 +78,8 @@ class Node:
 
     def stop(self):
         self.proc.stdin.close()
-        assert self.proc.wait(timeout=10) == 0
+        rc = self.proc.wait(timeout=10)
+        assert rc == 0, "plugin exited with %d" % rc
 
     def claim(self, ns, name, uid, results):
         obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
@@ -250,6 +251,7 @@ def main():
         try:
             node.start()
             fn(node)
+            node.stop()  # exit status 0: no sanitizer report at exit
             print("ok %d - %s" % (i, fn.__name__))
         except Exception:
             failed += 1
