@@ -176,14 +176,96 @@ static void stream_unbind_all_locked(struct CUstream_st *s)
     s->pending = NULL;
 }
 
-/* Queues duration_ns of work (0: an event) on s; returns its start and end. */
-static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint64_t *ret_start,
-                              uint64_t *ret_end)
+/* ---- concurrency inside a context ----
+ * Kernels of one context on different streams run side by side when the SMs they ask for are
+ * free: a kernel needs min(SMs, ceil(blocks / blocks per SM)) SMs. This process remembers, per
+ * GPU, its kernels still running (end, SMs) for the context that queued them last; a new kernel
+ * may start at the first moment those leave it enough SMs (emu_state_submit_overlap decides
+ * against the other processes' work). cuda_lock guards it. */
+#define SM_TRACK 64
+struct sm_track {
+    struct CUctx_st *ctx;
+    unsigned n;
+    uint64_t end[SM_TRACK];
+    uint32_t sms[SM_TRACK];
+};
+static struct sm_track sm_tracks[EMU_MAX_GPUS];
+
+/* cuda_lock held. When `need` SMs of ctx's GPU are free for work that may start at t0 (>= now). */
+static uint64_t sm_free_at_locked(struct CUctx_st *ctx, uint32_t need, uint64_t now, uint64_t t0)
+{
+    struct sm_track *tr = &sm_tracks[ctx->dev];
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)ctx->dev);
+    uint32_t total = g ? g->sm_count : 1;
+    if (tr->ctx != ctx) {
+        tr->ctx = ctx; /* another context's kernels never share the SMs with these */
+        tr->n = 0;
+        return UINT64_MAX;
+    }
+    unsigned k = 0; /* forget what has ended (not what ends before t0: other streams may start
+                     * earlier) */
+    for (unsigned i = 0; i < tr->n; i++)
+        if (tr->end[i] > now) {
+            tr->end[k] = tr->end[i];
+            tr->sms[k++] = tr->sms[i];
+        }
+    tr->n = k;
+    /* candidates: t0, then each end in turn */
+    uint64_t cand = t0;
+    for (;;) {
+        uint64_t used = 0, next = UINT64_MAX;
+        for (unsigned i = 0; i < tr->n; i++)
+            if (tr->end[i] > cand) {
+                used += tr->sms[i];
+                if (tr->end[i] < next)
+                    next = tr->end[i];
+            }
+        if (used + need <= total)
+            return cand;
+        if (next == UINT64_MAX)
+            return UINT64_MAX;
+        cand = next;
+    }
+}
+
+static void sm_note_locked(struct CUctx_st *ctx, uint32_t sms, uint64_t end)
+{
+    struct sm_track *tr = &sm_tracks[ctx->dev];
+    if (tr->ctx != ctx) {
+        tr->ctx = ctx;
+        tr->n = 0;
+    }
+    if (tr->n == SM_TRACK) { /* full: the oldest ending one leaves (its SMs count as free) */
+        unsigned o = 0;
+        for (unsigned i = 1; i < tr->n; i++)
+            if (tr->end[i] < tr->end[o])
+                o = i;
+        tr->end[o] = tr->end[--tr->n];
+        tr->sms[o] = tr->sms[tr->n];
+    }
+    tr->end[tr->n] = end;
+    tr->sms[tr->n++] = sms;
+}
+
+/* Queues duration_ns of work (0: an event) on s; returns its start and end. sms: the SMs a
+ * kernel asks for (it may run beside the context's other kernels); 0: whole-GPU work that runs
+ * alone (graphs, host-ordered work). */
+static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, uint32_t sms,
+                                  uint64_t *ret_start, uint64_t *ret_end)
 {
     pthread_mutex_lock(&cuda_lock);
     uint64_t nb = not_before_locked(s), start, end;
+    uint64_t now = emu_state_now_ns();
+    uint64_t from = UINT64_MAX;
+    if (sms && duration_ns)
+        from = sm_free_at_locked(s->ctx, sms, now, nb > now ? nb : now);
     /* the shared lock nests inside ours; nobody takes them the other way round */
-    int r = emu_state_submit(cuda_state, (unsigned)s->ctx->dev, nb, duration_ns, &start, &end);
+    int r = emu_state_submit_overlap(cuda_state, (unsigned)s->ctx->dev, nb, from, duration_ns,
+                                     &start, &end);
+    if (!r && duration_ns) {
+        const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)s->ctx->dev);
+        sm_note_locked(s->ctx, sms ? sms : (g ? g->sm_count : 1), end);
+    }
     if (!r && end > s->last_end_ns)
         s->last_end_ns = end;
     if (!r && end > s->ctx->last_end_ns)
@@ -200,6 +282,12 @@ static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint6
     if (ret_end)
         *ret_end = end;
     return CUDA_SUCCESS;
+}
+
+static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint64_t *ret_start,
+                              uint64_t *ret_end)
+{
+    return stream_submit_sms(s, duration_ns, 0, ret_start, ret_end);
 }
 
 static uint64_t stream_done_at(struct CUstream_st *s)
@@ -818,6 +906,15 @@ static bool coop_fits(int dev, uint64_t blocks, uint64_t threads)
     return g && blocks <= (uint64_t)blocks_per_sm(threads) * g->sm_count;
 }
 
+/* The SMs a grid occupies: all of them once it has blocks per SM x SMs blocks. */
+static uint32_t sms_needed(int dev, uint64_t blocks, uint64_t threads)
+{
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    uint64_t total = g ? g->sm_count : 1, per = blocks_per_sm(threads);
+    uint64_t need = (blocks + per - 1) / per;
+    return (uint32_t)(need < total ? need : total);
+}
+
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                        unsigned by, unsigned bz, CUstream h, void **params, void **extra, bool pt,
                        bool coop)
@@ -839,7 +936,9 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     touch_managed_args(f, params, extra);
     if (s->capture)
         return graph_add(s->capture, f, has, cycles, NULL);
-    return stream_submit(s, duration_ns(f, has, cycles, s->ctx->dev), NULL, NULL);
+    return stream_submit_sms(
+        s, duration_ns(f, has, cycles, s->ctx->dev),
+        sms_needed(s->ctx->dev, (uint64_t)gx * gy * gz, (uint64_t)bx * by * bz), NULL, NULL);
 }
 
 EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,

@@ -879,6 +879,14 @@ static void reap_dead_owners_locked(struct emu_shared *sh, struct emu_gpu *g, ui
 int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                      uint64_t duration_ns, uint64_t *ret_start_ns, uint64_t *ret_end_ns)
 {
+    return emu_state_submit_overlap(st, gpu, not_before_ns, UINT64_MAX, duration_ns, ret_start_ns,
+                                    ret_end_ns);
+}
+
+int emu_state_submit_overlap(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
+                             uint64_t overlap_from_ns, uint64_t duration_ns, uint64_t *ret_start_ns,
+                             uint64_t *ret_end_ns)
+{
     struct emu_shared *sh = st->sh;
     if (gpu >= st->gpu_count)
         return -EINVAL;
@@ -892,17 +900,28 @@ int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
         reap_dead_owners_locked(sh, g, tag, now);
     else
         memset(g->pending_slots, 0, sizeof(g->pending_slots)); /* idle: nothing pending */
+    struct emu_interval *last =
+        g->interval_count ? &g->intervals[(g->interval_count - 1) % EMU_TIMELINE_RING] : NULL;
+    bool mine = last && last->pid == pid && last->slot == tag;
     uint64_t start = now;
-    if (g->busy_until_ns > start)
-        start = g->busy_until_ns;
     if (not_before_ns > start)
         start = not_before_ns;
+    if (overlap_from_ns != UINT64_MAX && mine && last->end_ns == g->busy_until_ns &&
+        g->busy_until_ns > now) {
+        /* the GPU's queue ends with our own work: this may run beside it, from where the
+         * caller's SMs allow, never before that run of ours began (the work queued before it
+         * by others comes first) */
+        uint64_t floor = overlap_from_ns > last->start_ns ? overlap_from_ns : last->start_ns;
+        if (floor > start)
+            start = floor;
+    } else if (g->busy_until_ns > start) {
+        start = g->busy_until_ns;
+    }
     uint64_t end = start + duration_ns;
     if (duration_ns) {
-        struct emu_interval *last =
-            g->interval_count ? &g->intervals[(g->interval_count - 1) % EMU_TIMELINE_RING] : NULL;
-        if (last && last->pid == pid && last->slot == tag && last->end_ns == start) {
-            last->end_ns = end;
+        if (mine && last->end_ns >= start && last->start_ns <= start) {
+            if (end > last->end_ns) /* union: overlapping work of ours is one busy interval */
+                last->end_ns = end;
         } else {
             struct emu_interval *iv = &g->intervals[g->interval_count % EMU_TIMELINE_RING];
             iv->start_ns = start;
@@ -913,7 +932,8 @@ int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
         }
         if (tag)
             g->pending_slots[(tag - 1) / 64] |= 1ull << ((tag - 1) % 64);
-        g->busy_until_ns = end;
+        if (end > g->busy_until_ns)
+            g->busy_until_ns = end;
         g->busy_total_ns += duration_ns;
     }
     emu_state_unlock(st);

@@ -340,6 +340,15 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
  * queued keeps its times (its owners hold them); work queued afterwards starts behind it. */
 int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                      uint64_t duration_ns, uint64_t *ret_start_ns, uint64_t *ret_end_ns);
+/* As emu_state_submit, for work that may run concurrently with the caller's own queued work
+ * (kernels of one context on different streams): when the GPU's queue ends with a run of the
+ * caller's work, this starts at max(now, not_before_ns, overlap_from_ns, that run's start)
+ * instead of after it, and its busy interval is merged with the run (utilization is the union
+ * of busy intervals). overlap_from_ns is when the SMs it needs are free, as the caller tracks
+ * them; UINT64_MAX: never overlap (plain emu_state_submit). */
+int emu_state_submit_overlap(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
+                             uint64_t overlap_from_ns, uint64_t duration_ns, uint64_t *ret_start_ns,
+                             uint64_t *ret_end_ns);
 
 /* Busy time of gpu within [t0, t1): the overlap of the recorded intervals with the window
  * (pid 0: all processes, else only that pid). Queued future work counts only for the part of

@@ -7,6 +7,7 @@
  * The program links the emulated libcuda.so.1 and libnvidia-ml.so.1 directly and makes its
  * machine (2 H100s) before the first test, in the test's temporary directory. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,12 @@ static const char nop_ptx[] = ".version 7.0\n"
                               "{\n"
                               "    ret;\n"
                               "}\n"
+                              ".visible .entry spin(\n"
+                              "    .param .u64 spin_param_0\n"
+                              ")\n"
+                              "{\n"
+                              "    ret;\n"
+                              "}\n"
                               ".visible .entry use(\n"
                               "    .param .u64 .ptr .global .align 1 use_param_0\n"
                               ")\n"
@@ -41,6 +48,13 @@ static const char nop_ptx[] = ".version 7.0\n"
 static char state_path[4096];
 static struct emu_state *st;
 static CUcontext ctx0;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
 
 static bool setup(void)
 {
@@ -154,6 +168,79 @@ TEST(reserved_memory_is_never_cudas)
     REQUIRE_EQ_INT(cuMemAlloc_v2(&p, fr), CUDA_SUCCESS);
     CHECK_EQ_INT(cuMemAlloc_v2(&q, 2 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
     CHECK_EQ_INT(cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
+/* ---- 2. concurrency inside a context ---- */
+
+static float ms_between(CUevent a, CUevent b)
+{
+    float ms = -1;
+    return cuEventElapsedTime(&ms, a, b) == CUDA_SUCCESS ? ms : -1;
+}
+
+/* Streams of one context overlap within the SMs their kernels ask for; the GPU's busy time is
+ * the union of the busy intervals. Times are the emulator's (spin kernels: cycles at the SM
+ * clock), exact whatever the host does between calls. */
+TEST(streams_of_a_context_run_side_by_side)
+{
+    REQUIRE(setup());
+    int ck = 0;
+    REQUIRE_EQ_INT(cuDeviceGetAttribute(&ck, CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 0),
+                   CUDA_SUCCESS);
+    CHECK_EQ_INT(ck, 1);
+    CUmodule mod;
+    CUfunction spin;
+    REQUIRE_EQ_INT(cuModuleLoadData(&mod, nop_ptx), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuModuleGetFunction(&spin, mod, "spin"), CUDA_SUCCESS);
+    int mhz_k = 0, sms = 0;
+    REQUIRE_EQ_INT(cuDeviceGetAttribute(&mhz_k, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 0), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
+                   CUDA_SUCCESS);
+    uint64_t c50 = 50ull * (uint64_t)mhz_k, c100 = 100ull * (uint64_t)mhz_k; /* ms -> cycles */
+    void *p50[] = {&c50}, *p100[] = {&c100};
+    CUstream s1, s2;
+    CUevent e0, e1, e2, e3;
+    REQUIRE_EQ_INT(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuEventCreate(&e0, 0), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuEventCreate(&e1, 0), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuEventCreate(&e2, 0), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuEventCreate(&e3, 0), CUDA_SUCCESS);
+    unsigned full = (unsigned)sms * 2; /* 2 blocks of 1024 threads per SM: the whole GPU */
+
+    /* a whole-GPU 50 ms kernel, then two one-block 100 ms kernels on two streams: both start
+     * when it ends and run together (100 ms for both, not 200) */
+    uint64_t t0 = mono_ns();
+    REQUIRE_EQ_INT(cuLaunchKernel(spin, full, 1, 1, 1024, 1, 1, 0, s1, p50, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuEventRecord(e0, s1), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s1, p100, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuEventRecord(e1, s1), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s2, p100, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuEventRecord(e2, s2), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuCtxSynchronize(), CUDA_SUCCESS);
+    uint64_t t1 = mono_ns();
+    CHECK(fabsf(ms_between(e0, e1) - 100.0f) < 0.01f);
+    CHECK(fabsf(ms_between(e0, e2) - 100.0f) < 0.01f); /* s2's kernel ended with s1's */
+    /* busy time is the union: 150 ms of GPU time in the window, not 250 */
+    uint64_t busy = 0;
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, t0, t1 + 1, getpid(), &busy, NULL), 0);
+    CHECK_EQ_U64(busy, 150000000ull);
+
+    /* two whole-GPU kernels on two streams cannot share the SMs: one after the other */
+    REQUIRE_EQ_INT(cuEventRecord(e0, s1), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuLaunchKernel(spin, full, 1, 1, 1024, 1, 1, 0, s1, p100, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuLaunchKernel(spin, full, 1, 1, 1024, 1, 1, 0, s2, p100, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuEventRecord(e3, s2), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK(fabsf(ms_between(e0, e3) - 200.0f) < 0.01f);
+
+    cuEventDestroy_v2(e0);
+    cuEventDestroy_v2(e1);
+    cuEventDestroy_v2(e2);
+    cuEventDestroy_v2(e3);
+    cuStreamDestroy_v2(s1);
+    cuStreamDestroy_v2(s2);
+    cuModuleUnload(mod);
 }
 
 /* ---- 3. pages and context cost ---- */
@@ -341,13 +428,6 @@ TEST(cooperative_grids_must_fit_on_the_gpu_at_once)
 }
 
 /* ---- 7. sampled utilization ---- */
-
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 /* NVML reports utilization per sample period (the emulator's: 1 s by default, aligned on
  * multiples of it): the device's rate over the last period, and one sample per process busy in
