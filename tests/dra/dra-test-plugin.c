@@ -1,12 +1,15 @@
 /* dra-test-plugin.c — runs the DRA kubelet plugin (src/dra) on its own for
  * tests/dra/test_kubelet.py: two emulated GPUs, claims from JSON files.
  * Usage: dra-test-plugin REGISTRY_DIR PLUGIN_DIR CDI_DIR STATE_DIR CLAIMS_DIR VCUDA_LIB
- * Prints READY when serving; exits when stdin closes. */
+ * DRA_TEST_GPU_UUIDS=u0,u1 replaces the GPUs' UUIDs (the emulator's, for
+ * tests/dra/test_container.py). Prints READY when serving; exits when stdin
+ * closes. */
 #include "dra.h"
 #include "evloop.h"
 #include "log.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -27,7 +30,7 @@ int main(int argc, char **argv)
                 argv[0]);
         return 2;
     }
-    static const struct dra_gpu gpus[] = {
+    static struct dra_gpu gpus[] = {
         {.name = "gpu-0",
          .uuid = "GPU-00000000-0000-0000-0000-000000000000",
          .dev_node = "/dev/nvidia0",
@@ -40,6 +43,12 @@ int main(int argc, char **argv)
          .memory = 16ull << 30,
          .healthy = true},
     };
+    static char uuids[2][64];
+    const char *env = getenv("DRA_TEST_GPU_UUIDS");
+    if (env && sscanf(env, "%63[^,],%63s", uuids[0], uuids[1]) == 2) {
+        gpus[0].uuid = uuids[0];
+        gpus[1].uuid = uuids[1];
+    }
     static const char *const ctl[] = {"/dev/nvidiactl", "/dev/nvidia-uvm"};
     struct dra_prepare_config pc = {.driver_name = "gpu.accel.dev",
                                     .pool_name = "node-a",

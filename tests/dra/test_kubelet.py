@@ -58,21 +58,23 @@ def wait_until(cond, timeout=10.0):
 
 
 class Node:
-    def __init__(self, root):
+    def __init__(self, root, env=None, lib=None):
         self.root = root
+        self.env = env
         self.dirs = {k: os.path.join(root, k) for k in
                      ("registry", "plugin", "cdi", "state", "claims")}
         for d in self.dirs.values():
             os.makedirs(d, exist_ok=True)
-        self.lib = os.path.join(root, "libvcuda.so")
-        open(self.lib, "w").close()
+        self.lib = lib or os.path.join(root, "libvcuda.so")
+        if not lib:
+            open(self.lib, "w").close()
         self.proc = None
 
     def start(self):
         d = self.dirs
         self.proc = subprocess.Popen([PLUGIN, d["registry"], d["plugin"], d["cdi"], d["state"],
                                       d["claims"], self.lib], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE)
+                                     stdout=subprocess.PIPE, env=self.env)
         line = self.proc.stdout.readline()
         assert line.strip() == b"READY", "plugin did not start: %r" % line
 
