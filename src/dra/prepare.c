@@ -541,6 +541,10 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
     char share_dir[PATH_MAX] = "";
     if ((r = make_plan(st, c, &pl, err, errlen)) < 0)
         goto out;
+    /* nothing of ours in the claim (only other drivers' devices): no files, an
+     * empty answer, still checkpointed so that the answer stays the same */
+    if (pl.n == 0)
+        goto record;
     if (pl.share && (r = write_share_files(st, c, &pl, share_dir, sizeof(share_dir))) < 0) {
         errbuf_printf(err, errlen, "claim %s: cannot write its libvcuda files under %s: %s", uid,
                       st->cfg->state_dir, strerror(-r));
@@ -551,7 +555,9 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
                       st->cfg->cdi_dir, strerror(-r));
         goto undo;
     }
-    struct dra_prepared *p = NULL;
+    struct dra_prepared *p;
+record:
+    p = NULL;
     if ((r = record(st, c, &pl, &p)) < 0) {
         errbuf_printf(err, errlen, "claim %s: out of memory", uid);
         goto undo;

@@ -218,6 +218,15 @@ def bad_allocation_is_an_error_in_the_entry(n):
 
 
 @case
+def claim_of_other_drivers_only_writes_no_spec(n):
+    n.claim("team", "nic", UID_B, [dict(WHOLE[0], driver="nic.example.com")])
+    r = n.prepare([("team", "nic", UID_B)])
+    assert r.claims[UID_B].error == "" and len(r.claims[UID_B].devices) == 0, r
+    assert n.files() == ["state/dra-checkpoint.json"], n.files()
+    assert n.unprepare([("team", "nic", UID_B)]).claims[UID_B].error == ""
+
+
+@case
 def unprepare_unknown_claim_succeeds(n):
     r = n.unprepare([("team", "nothing", UID_B)])
     assert list(r.claims) == [UID_B] and r.claims[UID_B].error == "", r
