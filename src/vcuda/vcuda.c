@@ -116,10 +116,11 @@ static void region_access_why(const char *path, char *buf, size_t len)
     unsigned uid = (unsigned)geteuid(), gid = (unsigned)getegid();
     snprintf(buf, len,
              "the %s %s belongs to uid %u gid %u with mode %04o, and this process runs as uid %u "
-             "gid %u; the region must be readable and writable by it: owner uid %u with mode "
-             "0600, or group gid %u with mode 0660 (directory: %s)",
+             "gid %u; the %s must be %s by it: owner uid %u with mode %s, or group gid %u with "
+             "mode %s",
              what, path, (unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)(st.st_mode & 07777),
-             uid, gid, uid, gid, what[0] == 'd' ? "writable by that user or group" : "unchanged");
+             uid, gid, what, what[0] == 'd' ? "writable and searchable" : "readable and writable",
+             uid, what[0] == 'd' ? "0700" : "0600", gid, what[0] == 'd' ? "0770" : "0660");
 }
 
 int vc_init_slow(void)

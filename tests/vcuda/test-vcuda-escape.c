@@ -26,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -145,8 +147,10 @@ static int role_info(void)
     return 0;
 }
 
-/* Runs role "info" with extra environment name=value pairs; stdout into out, stderr into err. */
-static void run_info(const char *const *env, char *out, size_t outlen, char *err, size_t errlen)
+/* Runs role "info" with extra environment name=value pairs (as uid/gid as_uid when it is not
+ * 0); stdout into out, stderr into err. */
+static void run_info_as(uid_t as_uid, const char *const *env, char *out, size_t outlen, char *err,
+                        size_t errlen)
 {
     int o[2], e[2];
     REQUIRE(pipe(o) == 0 && pipe(e) == 0);
@@ -156,6 +160,8 @@ static void run_info(const char *const *env, char *out, size_t outlen, char *err
         dup2(e[1], 2);
         for (; env && env[0]; env += 2)
             setenv(env[0], env[1], 1);
+        if (as_uid && (setgroups(0, NULL) < 0 || setgid(as_uid) < 0 || setuid(as_uid) < 0))
+            _exit(126);
         execl("/proc/self/exe", "test-vcuda-escape", "--role", "info", (char *)NULL);
         _exit(127);
     }
@@ -172,6 +178,11 @@ static void run_info(const char *const *env, char *out, size_t outlen, char *err
     close(o[0]);
     close(e[0]);
     wait_exit(kid);
+}
+
+static void run_info(const char *const *env, char *out, size_t outlen, char *err, size_t errlen)
+{
+    run_info_as(0, env, out, outlen, err, errlen);
 }
 
 static void write_text(const char *path, const char *text)
@@ -222,6 +233,28 @@ TEST(a_broken_agent_file_fails_closed)
     CHECK(strstr(err, "line 2") != NULL);
     CHECK(strstr(err, "denying all device memory") != NULL);
     if (!strstr(out, "small=2 big=2"))
+        tap_diag("got: %s / %s", out, err);
+}
+
+/* Issue 8: a process that may not open the region (another user) is denied all memory, and the
+ * error says whose file it is, with which mode, and what would work. */
+TEST(region_of_another_user_is_refused_with_owner_mode_and_fix)
+{
+    if (geteuid() != 0)
+        tap_skip_case("needs root to run a process as another user");
+    const char *region = getenv("VCUDA_TEST_REGION");
+    REQUIRE_EQ_INT(chmod(getenv("VCUDA_TEST_DIR"), 0711), 0);
+    REQUIRE_EQ_INT(chmod(region, 0600), 0);
+    char out[256], err[4096];
+    run_info_as(65534, NULL, out, sizeof(out), err, sizeof(err));
+    chmod(getenv("VCUDA_TEST_DIR"), 0700);
+    if (strstr(out, "total=") == NULL && strstr(err, "Permission denied") == NULL)
+        tap_skip_case("uid 65534 cannot run the test binary here");
+    CHECK(strstr(out, "small=2 big=2") != NULL);
+    CHECK(strstr(err, "belongs to uid 0 gid 0 with mode 0600") != NULL);
+    CHECK(strstr(err, "runs as uid 65534 gid 65534") != NULL);
+    CHECK(strstr(err, "owner uid 65534 with mode 0600, or group gid 65534 with mode 0660") != NULL);
+    if (!strstr(err, "belongs to uid 0"))
         tap_diag("got: %s / %s", out, err);
 }
 
