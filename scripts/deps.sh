@@ -16,25 +16,7 @@ pkgs=(
     python3 python3-grpcio python3-protobuf protobuf-compiler
     # the emulated libcuda dlopens these to read nvcc's compressed fatbins
     libzstd1 liblz4-1
-    # tests/dra/test_k8s_schema.py reads deploy/dra/*.yaml
-    python3-yaml
 )
-
-# kubernetes-models (npm): the resource.k8s.io/v1 schemas tests/dra validates
-# against, kept out of the tree under ~/.cache/accel/npm. Needs node + npm
-# (Debian's nodejs/npm when none is installed). Failing here only makes that
-# test skip.
-km_dir="${KUBERNETES_MODELS_DIR:-$HOME/.cache/accel/npm}"
-if [ ! -d "$km_dir/node_modules/kubernetes-models/resource.k8s.io/v1" ]; then
-    if ! command -v npm >/dev/null; then
-        s=; [ "$(id -u)" -ne 0 ] && s=sudo
-        { $s apt-get install -y -q --no-install-recommends nodejs npm ||
-          { $s apt-get update -q && $s apt-get install -y -q --no-install-recommends nodejs npm; }; } || true
-    fi
-    mkdir -p "$km_dir"
-    npm install --prefix "$km_dir" --no-audit --no-fund kubernetes-models@5.1.0 >/dev/null 2>&1 ||
-        echo "deps.sh: could not install kubernetes-models with npm: tests/dra's schema test will skip" >&2
-fi
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -66,7 +48,8 @@ fi
 # kubernetes-models, pinned in tests/kube/k8s-validate/package.json, into that folder's
 # node_modules (not committed). Without the npm registry the validation test skips (77).
 k8s_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/kube/k8s-validate"
-if [ ! -d "$k8s_dir/node_modules/kubernetes-models" ] && command -v npm >/dev/null; then
+# (resource.k8s.io/v1, which tests/dra validates against, came with kubernetes-models 5)
+if [ ! -d "$k8s_dir/node_modules/kubernetes-models/resource.k8s.io/v1" ] && command -v npm >/dev/null; then
     if ! timeout 300 npm install --prefix "$k8s_dir" --no-audit --no-fund --no-package-lock \
             --loglevel=error >&2; then
         echo "deps.sh: npm install of kubernetes-models failed (registry unreachable?):" \
