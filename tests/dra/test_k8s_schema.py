@@ -5,7 +5,7 @@ against the kubernetes-models npm package's resource.k8s.io/v1 schemas
 k8s-validate, on the same install). Two broken objects are
 checked too, so a validator that accepts anything fails here. Uses the
 kubernetes-models install of tests/kube/k8s-validate (scripts/deps.sh puts it
-there; KUBERNETES_MODELS_DIR overrides). Prints TAP; exits 77 without node,
+there; KUBERNETES_MODELS_DIR overrides). Prints TAP; exits 77 without node
 or kubernetes-models."""
 import copy
 import json

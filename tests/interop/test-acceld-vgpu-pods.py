@@ -35,6 +35,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kubelet as K  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import mountns  # noqa: E402
 
 import grpc  # noqa: E402
 
@@ -331,24 +333,7 @@ def container_run(tap, build, node, resp):
         tap.skip("container run", "unshare -m is not permitted here")
         return
     p = primary(resp)
-    mounts = list(p.mounts)
-    script = ["set -e"]
-    made = []
-    for m in mounts:
-        cp = m.container_path
-        missing = []
-        d = cp
-        while not os.path.exists(d):
-            missing.append(d)
-            d = os.path.dirname(d)
-        made.extend(reversed(missing))  # outermost first; removed in reverse
-        if os.path.isdir(m.host_path):
-            script.append(f"mkdir -p {cp}")
-        else:
-            script.append(f"mkdir -p {os.path.dirname(cp)}; [ -e {cp} ] || : > {cp}")
-        script.append(f"mount --bind {'-o ro ' if m.read_only else ''}{m.host_path} {cp}")
-        if m.read_only:
-            script.append(f"mount -o remount,bind,ro {cp}")
+    mounts = [(m.host_path, m.container_path, m.read_only) for m in p.mounts]
     env = dict(node.env)
     env.update(dict(p.envs))
     env["LD_LIBRARY_PATH"] = os.path.join(build, "src/emu")
@@ -359,21 +344,7 @@ def container_run(tap, build, node, resp):
     for k in list(env):
         if k.startswith("VCUDA_"):
             del env[k]
-    script.append(f"exec {demo} --alloc 8192 --seconds 1")
-    try:
-        r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                            "\n".join(script)], env=env, capture_output=True, text=True,
-                           timeout=120)
-    finally:
-        # the mount points we had to create on the host
-        for cp in reversed(made):
-            try:
-                if os.path.isdir(cp):
-                    os.rmdir(cp)
-                else:
-                    os.unlink(cp)
-            except OSError:
-                pass
+    r = mountns.run(mounts, [demo, "--alloc", "8192", "--seconds", "1"], env)
     out = r.stdout + r.stderr
     tap.ok(r.returncode == 0 and "cuMemGetInfo: free" in out and "of 4096 MiB" in out,
            "in the container, cuda-demo sees exactly the pod's 4 GiB", out[-2000:])
