@@ -20,22 +20,6 @@ pkgs=(
     python3-yaml
 )
 
-# kubernetes-models (npm): the resource.k8s.io/v1 schemas tests/dra validates
-# against, kept out of the tree under ~/.cache/accel/npm. Needs node + npm
-# (Debian's nodejs/npm when none is installed). Failing here only makes that
-# test skip.
-km_dir="${KUBERNETES_MODELS_DIR:-$HOME/.cache/accel/npm}"
-if [ ! -d "$km_dir/node_modules/kubernetes-models/resource.k8s.io/v1" ]; then
-    if ! command -v npm >/dev/null; then
-        s=; [ "$(id -u)" -ne 0 ] && s=sudo
-        { $s apt-get install -y -q --no-install-recommends nodejs npm ||
-          { $s apt-get update -q && $s apt-get install -y -q --no-install-recommends nodejs npm; }; } || true
-    fi
-    mkdir -p "$km_dir"
-    npm install --prefix "$km_dir" --no-audit --no-fund kubernetes-models@5.1.0 >/dev/null 2>&1 ||
-        echo "deps.sh: could not install kubernetes-models with npm: tests/dra's schema test will skip" >&2
-fi
-
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

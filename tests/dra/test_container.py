@@ -25,6 +25,8 @@ if os.geteuid() != 0 or not shutil.which("unshare"):
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_kubelet as k  # noqa: E402  (exits 77 itself without grpcio/protoc)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import mountns  # noqa: E402
 
 BUILD = k.BUILD
 EMU = os.path.join(BUILD, "src/emu/accel-emu")
@@ -33,44 +35,14 @@ LIBVCUDA = os.path.join(BUILD, "src/vcuda/libvcuda.so")
 GiB = 1 << 30
 
 
-def make_points(target, is_dir, created):
-    """Creates the missing mount point target on the host; records what it made."""
-    parts = []
-    d = target if is_dir else os.path.dirname(target)
-    while not os.path.exists(d):
-        parts.append(d)
-        d = os.path.dirname(d)
-    for p in reversed(parts):
-        os.mkdir(p)
-        created.append(p)
-    if not is_dir and not os.path.exists(target):
-        open(target, "w").close()
-        created.append(target)
-
-
 def run_in_container(spec, argv, env):
     """Applies the spec's spec-wide mounts and env in a private mount namespace, runs argv."""
     edits = spec["containerEdits"]
-    created = []
-    script = ["set -e"]
-    try:
-        for m in edits.get("mounts", []):
-            make_points(m["containerPath"], os.path.isdir(m["hostPath"]), created)
-            script.append("mount --bind '%s' '%s'" % (m["hostPath"], m["containerPath"]))
-            if "ro" in m["options"]:
-                script.append("mount -o remount,bind,ro '%s'" % m["containerPath"])
-        script.append('exec "$@"')
-        full_env = dict(env)
-        full_env.update(e.split("=", 1) for e in edits.get("env", []))
-        return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                               "\n".join(script), "container"] + argv, env=full_env,
-                              capture_output=True, text=True, timeout=120)
-    finally:
-        for p in reversed(created):
-            if os.path.isdir(p):
-                os.rmdir(p)
-            else:
-                os.unlink(p)
+    full_env = dict(env)
+    full_env.update(e.split("=", 1) for e in edits.get("env", []))
+    mounts = [(m["hostPath"], m["containerPath"], "ro" in m["options"])
+              for m in edits.get("mounts", [])]
+    return mountns.run(mounts, argv, full_env)
 
 
 def main():

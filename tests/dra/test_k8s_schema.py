@@ -5,7 +5,8 @@ every document of deploy/dra/*.yaml and every ResourceSlice that
 src/dra/slice.c renders (tests/dra/dra-slice-dump). Two broken objects are
 checked too, so a validator that accepts anything fails here. Prints TAP;
 exits 77 without node, python3-yaml or kubernetes-models (scripts/deps.sh
-installs it under ~/.cache/accel/npm; KUBERNETES_MODELS_DIR overrides)."""
+installs it under tests/kube/k8s-validate, beside the k8s-validate test that checks
+every manifest in deploy/; KUBERNETES_MODELS_DIR overrides)."""
 import copy
 import glob
 import json
@@ -21,8 +22,7 @@ except ImportError:
     sys.exit(77)
 SRC = os.environ.get("ACCEL_SOURCE_ROOT", ".")
 BUILD = os.environ.get("ACCEL_BUILD_ROOT", "build")
-KM = os.environ.get("KUBERNETES_MODELS_DIR",
-                    os.path.join(os.path.expanduser("~"), ".cache/accel/npm"))
+KM = os.environ.get("KUBERNETES_MODELS_DIR", os.path.join(SRC, "tests/kube/k8s-validate"))
 if not shutil.which("node"):
     print("1..0 # SKIP node is not installed")
     sys.exit(77)

@@ -19,8 +19,7 @@ GetPreferredAllocation, so it is skipped).
 - The API server gone: a new pod's Allocate fails saying so.
 - The container run for real (when `unshare -m` works here): every mount of
   the Allocate response bind-mounted onto its container path in a private
-  mount namespace (missing mount points made on overlays private to it, never
-  on the host), the env applied, and cuda-demo on the emulator sees exactly
+  mount namespace, the env applied, and cuda-demo on the emulator sees exactly
   the pod's 4 GiB and is refused past it.
 
 Every wait is bounded; nothing asserts timing."""
@@ -36,6 +35,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kubelet as K  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import mountns  # noqa: E402
 
 import grpc  # noqa: E402
 
@@ -305,7 +306,7 @@ def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
         tap.ok(False, "kill -9 between the two Allocates: second Allocate answered", e.details())
 
     # ---- the container, for real
-    container_run(tap, build, node, ra, tmp)
+    container_run(tap, build, node, ra)
 
     # ---- the API server gone: refused, saying so
     api.add_pod("e", 5, 4, "2026-01-01T00:00:05Z")
@@ -321,51 +322,18 @@ def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
     tap.ok(agent2.stop() == 0, "acceld exits 0 on SIGTERM")
 
 
-def container_run(tap, build, node, resp, tmp):
+def container_run(tap, build, node, resp):
     """Runs cuda-demo as pod a's container would: its mounts in a private
-    mount namespace, its env. Nothing is created on the host: a container
-    path that does not exist gets its parent dir overlaid (overlayfs, upper
-    layer on a tmpfs private to the namespace) so the mount point can be
-    made there. (Creating /etc/vcuda/config on the host, even for a moment,
-    would turn every libvcuda process on the machine to that file.)"""
+    mount namespace, its env."""
     demo = os.path.join(build, "demo/cuda-demo")
     if os.geteuid() != 0 or shutil.which("unshare") is None or not os.path.exists(demo):
         tap.skip("container run", "needs root, unshare and build/demo/cuda-demo")
         return
-    ov = os.path.join(tmp, "ov")
-    os.makedirs(ov, exist_ok=True)
-    probe = ["unshare", "-m", "--propagation", "private", "sh", "-c",
-             f"mount -t tmpfs none {ov} && mkdir {ov}/u {ov}/w && mount -t overlay overlay "
-             f"-o lowerdir=/etc,upperdir={ov}/u,workdir={ov}/w /etc"]
-    if subprocess.run(probe, capture_output=True).returncode != 0:
-        tap.skip("container run", "unshare -m with tmpfs and overlayfs is not permitted here")
+    if subprocess.run(["unshare", "-m", "true"]).returncode != 0:
+        tap.skip("container run", "unshare -m is not permitted here")
         return
     p = primary(resp)
-    script = ["set -e", f"mount -t tmpfs none {ov}"]
-    roots = []
-    missing = [m.container_path for m in p.mounts if not os.path.exists(m.container_path)]
-    for m in p.mounts:
-        d = m.container_path
-        if os.path.exists(d):
-            continue
-        while not os.path.exists(d):
-            d = os.path.dirname(d)
-        d = os.path.realpath(d)
-        if d not in roots:
-            roots.append(d)
-    for k, d in enumerate(roots):
-        script.append(f"mkdir {ov}/u{k} {ov}/w{k}")
-        script.append(f"mount -t overlay overlay -o lowerdir={d},upperdir={ov}/u{k},"
-                      f"workdir={ov}/w{k} {d}")
-    for m in p.mounts:
-        cp = m.container_path
-        if os.path.isdir(m.host_path):
-            script.append(f"mkdir -p {cp}")
-        else:
-            script.append(f"mkdir -p {os.path.dirname(cp)}; [ -e {cp} ] || : > {cp}")
-        script.append(f"mount --bind {m.host_path} {cp}")
-        if m.read_only:
-            script.append(f"mount -o remount,bind,ro {cp}")
+    mounts = [(m.host_path, m.container_path, m.read_only) for m in p.mounts]
     env = dict(node.env)
     env.update(dict(p.envs))
     env["LD_LIBRARY_PATH"] = os.path.join(build, "src/emu")
@@ -376,17 +344,13 @@ def container_run(tap, build, node, resp, tmp):
     for k in list(env):
         if k.startswith("VCUDA_"):
             del env[k]
-    script.append(f"exec {demo} --alloc 8192 --seconds 1")
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                        "\n".join(script)], env=env, capture_output=True, text=True,
-                       timeout=120)
+    r = mountns.run(mounts, [demo, "--alloc", "8192", "--seconds", "1"], env)
     out = r.stdout + r.stderr
     tap.ok(r.returncode == 0 and "cuMemGetInfo: free" in out and "of 4096 MiB" in out,
            "in the container, cuda-demo sees exactly the pod's 4 GiB", out[-2000:])
     tap.ok("allocated 3" in out and "CUDA_ERROR_OUT_OF_MEMORY" in out,
            "and is refused past it", out[-2000:])
-    tap.ok(not any(os.path.exists(x) for x in missing),
-           "no mount point was created on the host", missing)
+
 
 if __name__ == "__main__":
     main()
