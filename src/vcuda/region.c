@@ -88,11 +88,14 @@ int vc_region_attach(const char *path, struct vc_region *ret)
         munmap(map, VC_REGION_SIZE);
         return r;
     }
-    ret->hdr = map;
-    ret->slots = (struct vc_region_slot *)((char *)map + VC_REGION_HEADER_SIZE);
-    ret->map_size = VC_REGION_SIZE;
-    ret->anonymous = anonymous;
-    ret->mine_slot = -1;
+    /* every field: the caller's struct may hold anything (own_busy above all) */
+    *ret = (struct vc_region){
+        .hdr = map,
+        .slots = (struct vc_region_slot *)((char *)map + VC_REGION_HEADER_SIZE),
+        .map_size = VC_REGION_SIZE,
+        .anonymous = anonymous,
+        .mine_slot = -1,
+    };
     return 0;
 }
 
@@ -303,35 +306,66 @@ static void sub_sat(uint64_t *p, uint64_t bytes, int order)
     } while (!__atomic_compare_exchange_n(p, &cur, next, true, order, __ATOMIC_RELAXED));
 }
 
-/* Puts back what was taken from our slot behind our back. */
+/* Brackets an update of our own slot and mine[] (threads of this process
+ * update them concurrently; heal() must not read them mid-update). */
+static void own_begin(struct vc_region *r)
+{
+    __atomic_fetch_add(&r->own_busy, 1, __ATOMIC_SEQ_CST);
+}
+
+static void own_end(struct vc_region *r)
+{
+    __atomic_fetch_add(&r->own_gen, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&r->own_busy, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Puts back what was taken from our slot behind our back. mine[] and the slot
+ * are read as one snapshot: no own update in progress before and after, and
+ * none completed in between; otherwise another thread is moving them and a
+ * later call heals. The slot is set with a CAS, so a concurrent heal or update
+ * is never added twice (an update that starts after the snapshot applies its
+ * delta on top of the healed value). */
 static void heal(struct vc_region *r, int slot, unsigned dev)
 {
-    if (slot != r->mine_slot)
+    if (slot != r->mine_slot || __atomic_load_n(&r->own_busy, __ATOMIC_SEQ_CST))
         return;
-    uint64_t want = __atomic_load_n(&r->mine[dev], __ATOMIC_RELAXED);
+    uint64_t gen = __atomic_load_n(&r->own_gen, __ATOMIC_SEQ_CST);
+    uint64_t want = __atomic_load_n(&r->mine[dev], __ATOMIC_SEQ_CST);
     uint64_t have = LOAD(&r->slots[slot].used[dev]);
-    if (have < want) {
-        __atomic_fetch_add(&r->slots[slot].used[dev], want - have, __ATOMIC_SEQ_CST);
+    if (have >= want || __atomic_load_n(&r->own_busy, __ATOMIC_SEQ_CST) ||
+        __atomic_load_n(&r->own_gen, __ATOMIC_SEQ_CST) != gen)
+        return;
+    if (__atomic_compare_exchange_n(&r->slots[slot].used[dev], &have, want, false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
         __atomic_fetch_add(&r->tampered, 1, __ATOMIC_RELAXED);
-    }
 }
 
 void vc_region_charge(struct vc_region *r, int slot, unsigned dev, uint64_t bytes)
 {
     if (slot < 0 || dev >= VC_REGION_DEVICES || bytes == 0)
         return;
+    if (slot != r->mine_slot) {
+        __atomic_fetch_add(&r->slots[slot].used[dev], bytes, __ATOMIC_SEQ_CST);
+        return;
+    }
+    own_begin(r);
     __atomic_fetch_add(&r->slots[slot].used[dev], bytes, __ATOMIC_SEQ_CST);
-    if (slot == r->mine_slot)
-        __atomic_fetch_add(&r->mine[dev], bytes, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&r->mine[dev], bytes, __ATOMIC_SEQ_CST);
+    own_end(r);
 }
 
 void vc_region_release(struct vc_region *r, int slot, unsigned dev, uint64_t bytes)
 {
     if (slot < 0 || dev >= VC_REGION_DEVICES || bytes == 0)
         return;
-    if (slot == r->mine_slot)
-        sub_sat(&r->mine[dev], bytes, __ATOMIC_RELAXED);
-    sub_sat(&r->slots[slot].used[dev], bytes, __ATOMIC_RELEASE);
+    if (slot != r->mine_slot) {
+        sub_sat(&r->slots[slot].used[dev], bytes, __ATOMIC_RELEASE);
+        return;
+    }
+    own_begin(r);
+    sub_sat(&r->mine[dev], bytes, __ATOMIC_SEQ_CST);
+    sub_sat(&r->slots[slot].used[dev], bytes, __ATOMIC_SEQ_CST);
+    own_end(r);
 }
 
 int vc_region_reserve(struct vc_region *r, int slot, unsigned dev, uint64_t bytes, uint64_t limit)
@@ -358,14 +392,20 @@ int vc_region_reserve(struct vc_region *r, int slot, unsigned dev, uint64_t byte
     for (int attempt = 0; attempt < 32; attempt++) {
         /* seq_cst RMW: a full barrier, so the scan below cannot be ordered
          * before our claim is visible to every other scanner. */
+        if (own)
+            own_begin(r);
         __atomic_fetch_add(mine, bytes, __ATOMIC_SEQ_CST);
         uint64_t sum = vc_region_used(r, dev);
         if (sum <= limit) {
-            if (own)
-                __atomic_fetch_add(&r->mine[dev], bytes, __ATOMIC_RELAXED);
+            if (own) {
+                __atomic_fetch_add(&r->mine[dev], bytes, __ATOMIC_SEQ_CST);
+                own_end(r);
+            }
             return 0;
         }
         sub_sat(mine, bytes, __ATOMIC_RELEASE);
+        if (own)
+            own_end(r);
         uint64_t others = vc_region_used(r, dev);
         if (sat_add(others, bytes) > limit)
             return -ENOSPC;

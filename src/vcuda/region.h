@@ -105,6 +105,10 @@ struct vc_region {
     uint64_t mine[VC_REGION_DEVICES];
     int mine_slot;     /* the slot mine[] mirrors: the last one claimed (-1: none) */
     uint32_t tampered; /* times this process found its slot below mine[] */
+    /* Own-slot updates in progress, and completed: a heal acts only on a
+     * snapshot of mine[] and the slot that no thread of ours was changing. */
+    uint32_t own_busy;
+    uint64_t own_gen;
 };
 
 /* Maps the region at path (created, sized and initialized when missing or

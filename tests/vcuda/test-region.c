@@ -187,6 +187,41 @@ TEST(region_threads_never_exceed)
     vc_region_detach(&r);
 }
 
+/* The threads of one process share its slot: their reservations and releases,
+ * racing, are never mistaken for tampering (the process's own copy of what it
+ * holds and its slot are read while another thread is between updating the
+ * two), and the slot ends at 0. */
+TEST(region_threads_of_one_slot_are_not_tampering)
+{
+    struct vc_region r;
+    REQUIRE_EQ_INT(vc_region_attach(region_path("one-slot"), &r), 0);
+    int slot = vc_region_claim_slot(&r, (uint32_t)getpid(), 0);
+    REQUIRE(slot >= 0);
+    atomic_ullong held = 0;
+    atomic_int violations = 0;
+    struct race a[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (struct race){.r = &r,
+                             .slot = slot,
+                             .limit = 1000000,
+                             .held = &held,
+                             .violations = &violations,
+                             .seed = (unsigned)i * 104729u + 3};
+        pthread_create(&t[i], NULL, race_thread, &a[i]);
+    }
+    int succ = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        succ += a[i].successes;
+    }
+    CHECK_EQ_INT(atomic_load(&violations), 0);
+    CHECK(succ > 1000);
+    CHECK_EQ_U64(r.tampered, 0);
+    CHECK_EQ_U64(vc_region_used(&r, 0), 0);
+    vc_region_detach(&r);
+}
+
 /* 8 processes race to fill one quota with random sizes; a shared counter of
  * what they hold after success never passes the limit, and the quota ends up
  * nearly full (no process is starved by the protocol). */
