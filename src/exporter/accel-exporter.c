@@ -218,20 +218,16 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
                    e->cuda_version / 1000, e->cuda_version % 1000 / 10,
                    esc(e->gpus[i].vbios, v, sizeof v));
 
-#define GAUGE(metric, help, okf, expr)                                                             \
+/* One family with a series per GPU whose sample ss[i].okf succeeded. */
+#define PER_GPU(type, metric, help, okf, expr)                                                     \
     do {                                                                                           \
-        family(b, om, metric, "gauge", help);                                                      \
+        family(b, om, metric, type, help);                                                         \
         for (unsigned i = 0; i < e->ngpus; i++)                                                    \
             if (ss[i].okf)                                                                         \
                 buf_printf(b, metric "{%s} %.17g\n", l[i], (double)(expr));                        \
     } while (0)
-#define COUNTER(metric, help, okf, expr)                                                           \
-    do {                                                                                           \
-        family(b, om, metric, "counter", help);                                                    \
-        for (unsigned i = 0; i < e->ngpus; i++)                                                    \
-            if (ss[i].okf)                                                                         \
-                buf_printf(b, metric "{%s} %.17g\n", l[i], (double)(expr));                        \
-    } while (0)
+#define GAUGE(...) PER_GPU("gauge", __VA_ARGS__)
+#define COUNTER(...) PER_GPU("counter", __VA_ARGS__)
 
     GAUGE("accel_gpu_utilization_ratio", "Fraction of the last sample period the GPU was busy.",
           util_ok, ss[i].util.gpu / 100.0);
@@ -291,6 +287,7 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
     buf_printf(b, "accel_exporter_samples_total %" PRIu64 "\n", e->samples + 1);
     if (om)
         buf_printf(b, "# EOF\n");
+#undef PER_GPU
 #undef GAUGE
 #undef COUNTER
 }
