@@ -139,7 +139,8 @@ static void family(struct exp_buf *b, bool om, const char *name, const char *typ
 
 struct gpu_sample {
     bool util_ok, mem_ok, temp_ok, power_ok, energy_ok, limit_ok, sm_ok, memclk_ok, reasons_ok;
-    bool ecc_ok;
+    bool ecc_ok, remap_ok, replay_ok;
+    unsigned remap[4], replays; /* corrected rows, uncorrectable rows, pending, failure */
     nvmlUtilization_t util;
     nvmlMemory_t mem;
     unsigned temp, power_mw, limit_mw, sm_mhz, mem_mhz;
@@ -192,6 +193,11 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
                                                        NVML_AGGREGATE_ECC, &s->ecc[0])) &&
                 NVML_OK(n->nvmlDeviceGetTotalEccErrors(g->dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                                                        NVML_AGGREGATE_ECC, &s->ecc[1]));
+    s->remap_ok = n->nvmlDeviceGetRemappedRows &&
+                  NVML_OK(n->nvmlDeviceGetRemappedRows(g->dev, &s->remap[0], &s->remap[1],
+                                                       &s->remap[2], &s->remap[3]));
+    s->replay_ok = n->nvmlDeviceGetPcieReplayCounter &&
+                   NVML_OK(n->nvmlDeviceGetPcieReplayCounter(g->dev, &s->replays));
     size_t np = 0;
     if (gpu_nvml_running_processes(n, g->dev, s->procs, sizeof s->procs / sizeof s->procs[0],
                                    &np) == 0)
@@ -259,6 +265,17 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
                        "accel_gpu_ecc_errors_total{%s,type=\"corrected\"} %llu\n"
                        "accel_gpu_ecc_errors_total{%s,type=\"uncorrected\"} %llu\n",
                        l[i], ss[i].ecc[0], l[i], ss[i].ecc[1]);
+
+    GAUGE("accel_gpu_remapped_rows_correctable", "Rows remapped after correctable errors.",
+          remap_ok, ss[i].remap[0]);
+    GAUGE("accel_gpu_remapped_rows_uncorrectable", "Rows remapped after uncorrectable errors.",
+          remap_ok, ss[i].remap[1]);
+    GAUGE("accel_gpu_row_remap_pending", "1 while a row remap waits for a GPU reset.", remap_ok,
+          ss[i].remap[2] != 0);
+    GAUGE("accel_gpu_row_remap_failed", "1 once a row remap has failed.", remap_ok,
+          ss[i].remap[3] != 0);
+    COUNTER("accel_gpu_pcie_replays_total", "PCIe replays (link-level retransmissions).", replay_ok,
+            ss[i].replays);
 
     family(b, om, "accel_gpu_xid_events_total", "counter",
            "XID events seen since the exporter started, by XID.");

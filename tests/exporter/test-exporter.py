@@ -16,6 +16,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from taptest import case, check, run  # noqa: E402
+
 BUILD = os.environ.get("ACCEL_BUILD_ROOT", "build")
 EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
 EXPORTER = os.path.join(BUILD, "src", "exporter", "accel-exporter")
@@ -28,20 +31,9 @@ if not os.path.exists(EXPORTER):
 TMP = tempfile.mkdtemp(prefix="test-exporter-")
 STATE = os.path.join(TMP, "machine")
 ENV = dict(os.environ, ACCEL_EMU_STATE=STATE, ACCEL_NVML_LIBRARY=NVML)
-results = []
 procs = []
 
 
-def case(name):
-    def wrap(fn):
-        results.append((name, fn))
-        return fn
-    return wrap
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 def free_port():
@@ -146,6 +138,29 @@ def _():
     check(sample(m, "accel_gpu_temperature_celsius", gpu=1) != 83, "GPU 1 changed too")
 
 
+@case("health values follow accel-emu set: throttle reasons, energy, remapped rows, PCIe replays")
+def _():
+    emu("set", "3", "clocks_event_reasons=0x40", "energy=5000", "remapped_unc=2",
+        "remap_pending=1", "pcie_replays=17")
+    emu("ecc", "3", "double")
+
+    def ok():
+        m = metrics()
+        return m and sample(m, "accel_gpu_pcie_replays_total", gpu=3) == 17 and m
+    m = wait_for(ok, "PCIe replays 17 on GPU 3")
+    check(sample(m, "accel_gpu_clock_event_reason", gpu=3, reason="hw_thermal_slowdown") == 1,
+          "hw_thermal_slowdown not 1")
+    check(sample(m, "accel_gpu_clock_event_reason", gpu=3, reason="sw_power_cap") == 0,
+          "sw_power_cap not 0")
+    check(sample(m, "accel_gpu_clock_event_reason", gpu=0, reason="hw_thermal_slowdown") == 0,
+          "GPU 0 throttled")
+    check(sample(m, "accel_gpu_energy_joules_total", gpu=3) >= 5000, "energy below 5000 J")
+    check(sample(m, "accel_gpu_remapped_rows_uncorrectable", gpu=3) == 2, "remapped rows")
+    check(sample(m, "accel_gpu_row_remap_pending", gpu=3) == 1, "remap pending")
+    check(sample(m, "accel_gpu_ecc_errors_total", gpu=3, type="uncorrected") == 1, "ECC")
+    check(sample(m, "accel_gpu_power_limit_watts", gpu=3) is not None, "power limit")
+
+
 @case("an injected XID is counted on its GPU and XID only")
 def _():
     emu("xid", "1", "79")
@@ -224,23 +239,17 @@ def _():
     check(rc == 0, f"exit {rc}: {exp.stdout.read()}")
 
 
-print(f"1..{len(results)}")
-failed = 0
-for i, (name, fn) in enumerate(results, 1):
-    try:
-        note = fn()
-        print(f"ok {i} - {name}" + (f" # {note}" if note else ""))
-    except Exception as e:  # noqa: BLE001 - report every failure as TAP
-        failed += 1
-        print(f"not ok {i} - {name}")
-        for line in str(e).splitlines():
-            print("# " + line)
-for p in procs:
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-shutil.rmtree(TMP, ignore_errors=True)
-sys.exit(1 if failed else 0)
+
+
+def cleanup():
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+run(cleanup)
