@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # acceld benchmark on an emulated 8-GPU node (NUMA 0,0,0,0,1,1,1,1, NVLink
-# pairs): Allocate / GetPreferredAllocation latency, XID-to-wire latency and
-# acceld's peak RSS, measured by bench-acceld from the plugin socket.
-#   bash bench/acceld.sh [BUILD_DIR] [CALLS] [XID_SAMPLES]
+# pairs): Allocate / GetPreferredAllocation latency, XID-to-wire latency,
+# acceld's peak RSS, and the worst cases (requests naming WORST unknown IDs,
+# and as many as fit in acceld's 1 MiB limit; another client's latency meanwhile; SIGTERM
+# under that load), measured by bench-acceld from the plugin socket.
+#   bash bench/acceld.sh [BUILD_DIR] [CALLS] [XID_SAMPLES] [WORST]
+# (BUILD_DIR build-san: the same under ASan+UBSan.)
 # ACCELD_WRAPPER runs acceld under a tool (bench/acceld-allocs.sh uses valgrind).
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 calls=${2:-5000}
 xids=${3:-40}
+worst=${4:-10000}
 emu=$build/src/emu/accel-emu
 for f in "$emu" "$build/src/emu/libnvidia-ml.so.1" "$build/src/plugin/acceld" \
          "$build/bench/bench-acceld"; do
@@ -31,9 +35,10 @@ ${ACCELD_WRAPPER:-} "$build/src/plugin/acceld" --no-register --device-plugin-dir
 pid=$!
 sock=$tmp/dp/accel-nvidia.com-gpu.sock
 for _ in $(seq 600); do [ -S "$sock" ] && break; sleep 0.05; done
-echo "acceld: $(nproc) CPUs, $(uname -r); calls=$calls xid-samples=$xids"
+echo "acceld: $(nproc) CPUs, $(uname -r); calls=$calls xid-samples=$xids worst=$worst"
 "$build/bench/bench-acceld" --socket "$sock" --calls "$calls" --xid-samples "$xids" \
-    --emu "$emu" --pid "$pid"
-kill "$pid"
+    --emu "$emu" --pid "$pid" --worst "$worst"
+# the worst-case rows end with a SIGTERM: acceld may be gone already
+kill "$pid" 2>/dev/null || true
 wait "$pid" || true
 pid=

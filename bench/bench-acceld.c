@@ -7,10 +7,15 @@
  *   ListAndWatch message that shows that GPU Unhealthy (includes starting the
  *   accel-emu process), needs acceld running with a short health.recoverAfter
  *   so GPUs come back between samples;
- *   acceld's peak RSS (VmHWM from /proc/PID/status) at the end.
+ *   acceld's peak RSS (VmHWM from /proc/PID/status) at the end;
+ *   worst cases (--worst N): GetPreferredAllocation and Allocate naming N
+ *   unknown IDs (refused INVALID_ARGUMENT, more IDs than devices), the same
+ *   with a request filling acceld's 1 MiB message limit, the latency of another
+ *   client's Allocates while such requests keep coming (two in flight), and
+ *   (with --pid) SIGTERM-to-exit while they keep coming.
  *
  * Usage: bench-acceld --socket PATH [--calls N] [--xid-samples N --emu PATH]
- *                     [--pid PID]
+ *                     [--pid PID] [--worst N]
  * Run through bench/acceld.sh, which sets up the emulated node. */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "deviceplugin.pb-c.h"
 #include "evloop.h"
@@ -33,6 +40,7 @@ struct bench {
     struct grpc_client *client;
     bool done;
     int status;
+    bool quiet; /* a non-OK status is expected: do not print it */
     /* device list from the stream */
     char ids[64][64];
     bool healthy[64];
@@ -65,7 +73,7 @@ static void on_done(int status, const char *message, const uint8_t *resp, size_t
     struct bench *b = user_data;
     b->status = status;
     b->done = true;
-    if (status != GRPC_STATUS_OK)
+    if (status != GRPC_STATUS_OK && !b->quiet)
         fprintf(stderr, "bench-acceld: call failed: %s %s\n", grpc_status_name(status), message);
 }
 
@@ -130,6 +138,180 @@ static bool gpu_healthy(struct bench *b, size_t gpu)
     return gpu < b->n && b->healthy[gpu];
 }
 
+/* One async call's outcome (the worst-case rows run two at once). */
+struct pending {
+    bool done;
+    int status;
+    uint64_t t0, t1;
+};
+
+static void on_pending(int status, const char *message, const uint8_t *resp, size_t len,
+                       void *user_data)
+{
+    struct pending *p = user_data;
+    p->status = status;
+    p->t1 = mono_ns();
+    p->done = true;
+}
+
+static int start(struct grpc_client *c, const char *method, const ProtobufCMessage *req,
+                 struct pending *p)
+{
+    *p = (struct pending){.t0 = mono_ns()};
+    return grpc_client_unary_msg(c, method, req, 60000000000ull, on_pending, p, NULL);
+}
+
+static bool wait_pending(struct ev_loop *loop, struct pending *p)
+{
+    uint64_t end = mono_ns() + 60000000000ull;
+    while (!p->done && mono_ns() < end)
+        ev_loop_run_once(loop, 10);
+    return p->done;
+}
+
+/* True when the process is gone or a zombie (exited, not yet reaped). */
+static bool exited(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return true;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return !rp || rp[1] == '\0' || rp[2] == 'Z' || rp[2] == 'X';
+}
+
+/* Worst-case requests: n unknown IDs of UUID length. */
+static int worst_cases(struct bench *b, const char *sock, size_t n, int samples, int pid)
+{
+    /* what fits in acceld's 1 MiB message limit (ACCELD_MAX_MESSAGE): 2 bytes
+     * of tag and length per ID */
+    const size_t id_len = 40, max_ids = (1024u * 1024 - 64) / (id_len + 2);
+    size_t cap = n > max_ids ? n : max_ids;
+    char **ids = calloc(cap, sizeof(char *));
+    char *store = malloc(cap * (id_len + 1));
+    uint64_t *ns = calloc((size_t)samples, sizeof(uint64_t));
+    const size_t other_cap = 1u << 20;
+    uint64_t *other_ns = calloc(other_cap, sizeof(uint64_t));
+    struct grpc_client *other = NULL;
+    if (!ids || !store || !ns || !other_ns || grpc_client_new(b->loop, sock, NULL, &other) < 0)
+        return -ENOMEM;
+    for (size_t i = 0; i < cap; i++) {
+        ids[i] = store + i * (id_len + 1);
+        snprintf(ids[i], id_len + 1, "GPU-ffffffff-0000-4000-8000-%012u", (unsigned)(i % 1000000u));
+    }
+    V1beta1__ContainerPreferredAllocationRequest pcr =
+        V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT;
+    pcr.allocation_size = 2;
+    V1beta1__ContainerPreferredAllocationRequest *pcrs[] = {&pcr};
+    V1beta1__PreferredAllocationRequest preq = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
+    preq.n_container_requests = 1;
+    preq.container_requests = pcrs;
+    V1beta1__ContainerAllocateRequest acr = V1BETA1__CONTAINER_ALLOCATE_REQUEST__INIT;
+    V1beta1__ContainerAllocateRequest *acrs[] = {&acr};
+    V1beta1__AllocateRequest areq = V1BETA1__ALLOCATE_REQUEST__INIT;
+    areq.n_container_requests = 1;
+    areq.container_requests = acrs;
+    /* another client's ordinary Allocate: one GPU of the node */
+    char *one[] = {b->ids[0]};
+    V1beta1__ContainerAllocateRequest ocr = V1BETA1__CONTAINER_ALLOCATE_REQUEST__INIT;
+    ocr.n_devices_ids = 1;
+    ocr.devices_ids = one;
+    V1beta1__ContainerAllocateRequest *ocrs[] = {&ocr};
+    V1beta1__AllocateRequest oreq = V1BETA1__ALLOCATE_REQUEST__INIT;
+    oreq.n_container_requests = 1;
+    oreq.container_requests = ocrs;
+
+    const size_t sizes[] = {n, max_ids};
+    for (size_t k = 0; k < ARRAY_SIZE(sizes); k++) {
+        size_t m = sizes[k];
+        pcr.n_available_deviceids = m;
+        pcr.available_deviceids = ids;
+        acr.n_devices_ids = m;
+        acr.devices_ids = ids;
+        const struct {
+            const char *name, *method;
+            const ProtobufCMessage *req;
+        } rows[] = {
+            {"GPA", "/v1beta1.DevicePlugin/GetPreferredAllocation", &preq.base},
+            {"Allocate", "/v1beta1.DevicePlugin/Allocate", &areq.base},
+        };
+        for (size_t r = 0; r < ARRAY_SIZE(rows); r++) {
+            char what[64];
+            size_t got = 0, wrong = 0;
+            for (int i = 0; i < samples; i++) {
+                struct pending p;
+                if (start(b->client, rows[r].method, rows[r].req, &p) < 0 ||
+                    !wait_pending(b->loop, &p))
+                    return -EIO;
+                wrong += p.status != GRPC_STATUS_INVALID_ARGUMENT;
+                ns[got++] = p.t1 - p.t0;
+            }
+            snprintf(what, sizeof(what), "%s %zu IDs (refused)", rows[r].name, m);
+            report(what, ns, got);
+            if (wrong)
+                printf("  %zu of them not INVALID_ARGUMENT\n", wrong);
+            /* another client's one-GPU Allocates, one at a time, while two
+             * hostile requests stay in flight on the first connection: its
+             * worst latency bounds how long one hostile request holds the loop */
+            got = 0;
+            struct pending h[2], o;
+            int hostile_done = 0;
+            for (int i = 0; i < 2; i++)
+                if (start(b->client, rows[r].method, rows[r].req, &h[i]) < 0)
+                    return -EIO;
+            if (start(other, "/v1beta1.DevicePlugin/Allocate", &oreq.base, &o) < 0)
+                return -EIO;
+            uint64_t end = mono_ns() + 120000000000ull;
+            while (hostile_done < samples && mono_ns() < end) {
+                ev_loop_run_once(b->loop, 10);
+                for (int i = 0; i < 2; i++) {
+                    if (!h[i].done)
+                        continue;
+                    hostile_done++;
+                    if (start(b->client, rows[r].method, rows[r].req, &h[i]) < 0)
+                        return -EIO;
+                }
+                if (o.done) {
+                    if (got < other_cap)
+                        other_ns[got++] = o.t1 - o.t0;
+                    if (start(other, "/v1beta1.DevicePlugin/Allocate", &oreq.base, &o) < 0)
+                        return -EIO;
+                }
+            }
+            if (!wait_pending(b->loop, &h[0]) || !wait_pending(b->loop, &h[1]) ||
+                !wait_pending(b->loop, &o))
+                return -EIO;
+            snprintf(what, sizeof(what), "  other client meanwhile");
+            report(what, other_ns, got);
+        }
+    }
+    if (pid > 0) {
+        /* keep hostile requests in flight, then SIGTERM */
+        pcr.n_available_deviceids = max_ids;
+        struct pending p[4];
+        for (int i = 0; i < 4; i++)
+            start(b->client, "/v1beta1.DevicePlugin/GetPreferredAllocation", &preq.base, &p[i]);
+        for (int i = 0; i < 20; i++)
+            ev_loop_run_once(b->loop, 1);
+        uint64_t t0 = mono_ns();
+        kill(pid, SIGTERM);
+        while (!exited(pid) && mono_ns() - t0 < 60000000000ull)
+            ev_loop_run_once(b->loop, 1);
+        printf("%-26s %.3f ms (4 requests of %zu IDs in flight)\n", "SIGTERM-to-exit",
+               (double)(mono_ns() - t0) / 1e6, max_ids);
+    }
+    grpc_client_free(other);
+    free(other_ns);
+    free(ns);
+    free(store);
+    free(ids);
+    return 0;
+}
+
 static long vm_hwm_kib(int pid)
 {
     char path[64], line[256];
@@ -148,12 +330,16 @@ static long vm_hwm_kib(int pid)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'},      {"calls", required_argument, NULL, 'c'},
-        {"xid-samples", required_argument, NULL, 'x'}, {"emu", required_argument, NULL, 'e'},
-        {"pid", required_argument, NULL, 'p'},         {NULL, 0, NULL, 0},
+        {"socket", required_argument, NULL, 's'},
+        {"calls", required_argument, NULL, 'c'},
+        {"xid-samples", required_argument, NULL, 'x'},
+        {"emu", required_argument, NULL, 'e'},
+        {"pid", required_argument, NULL, 'p'},
+        {"worst", required_argument, NULL, 'w'},
+        {NULL, 0, NULL, 0},
     };
     const char *sock = NULL, *emu = NULL;
-    int calls = 2000, xid_samples = 0, pid = 0, c;
+    int calls = 2000, xid_samples = 0, pid = 0, worst = 0, c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 's')
             sock = optarg;
@@ -165,12 +351,14 @@ int main(int argc, char **argv)
             emu = optarg;
         else if (c == 'p')
             pid = atoi(optarg);
+        else if (c == 'w')
+            worst = atoi(optarg);
         else
             return 2;
     }
     if (!sock || calls <= 0) {
         fprintf(stderr, "usage: bench-acceld --socket PATH [--calls N] [--xid-samples N --emu "
-                        "PATH] [--pid PID]\n");
+                        "PATH] [--pid PID] [--worst N]\n");
         return 2;
     }
     struct bench b = {0};
@@ -269,6 +457,13 @@ int main(int argc, char **argv)
     }
     if (pid > 0)
         printf("%-26s %ld KiB (VmHWM)\n", "acceld peak RSS", vm_hwm_kib(pid));
+    if (worst > 0) {
+        b.quiet = true;
+        if (worst_cases(&b, sock, (size_t)worst, 20, pid) < 0) {
+            fprintf(stderr, "bench-acceld: worst-case rows failed\n");
+            return 1;
+        }
+    }
     free(ns);
     b.client = grpc_client_free(b.client);
     ev_loop_free(b.loop);

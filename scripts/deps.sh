@@ -16,6 +16,10 @@ pkgs=(
     python3 python3-grpcio python3-protobuf protobuf-compiler
     # accel-exporter tests: promtool and a real Prometheus scraping it
     prometheus
+    # the emulated libcuda dlopens these to read nvcc's compressed fatbins
+    libzstd1 liblz4-1
+    # tests/dra/test_k8s_schema.py reads deploy/dra/*.yaml
+    python3-yaml
 )
 
 missing=()
@@ -24,8 +28,12 @@ for p in "${pkgs[@]}"; do
         missing+=("$p")
     fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# node and npm run the Kubernetes schema validation (tests/kube/k8s-validate); a machine with
+# another node install (e.g. nodesource's, which bundles npm) keeps it
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 
+if [ ${#missing[@]} -ne 0 ]; then
 SUDO=
 if [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null || { echo "deps.sh: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
@@ -38,4 +46,16 @@ fi
 if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"; then
     $SUDO apt-get update -q
     $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+fi
+
+# kubernetes-models, pinned in tests/kube/k8s-validate/package.json, into that folder's
+# node_modules (not committed). Without the npm registry the validation test skips (77).
+k8s_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/kube/k8s-validate"
+if [ ! -d "$k8s_dir/node_modules/kubernetes-models" ] && command -v npm >/dev/null; then
+    if ! timeout 300 npm install --prefix "$k8s_dir" --no-audit --no-fund --no-package-lock \
+            --loglevel=error >&2; then
+        echo "deps.sh: npm install of kubernetes-models failed (registry unreachable?):" \
+             "the k8s-validate test will be skipped" >&2
+    fi
 fi

@@ -5,6 +5,9 @@
  */
 #pragma once
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #define ACCELCTL_EXIT_OK 0
 #define ACCELCTL_EXIT_FAILURE 1
 #define ACCELCTL_EXIT_USAGE 2
@@ -12,3 +15,8 @@
 int accelctl_cmd_gpus(int argc, char **argv);
 /* src/cli/cmd-plugin.c: device-plugin debugging client */
 int accelctl_cmd_plugin(int argc, char **argv);
+/* The device list a plugin serves now (its first ListAndWatch message): every
+ * ID (owned, NULL-terminated array) and whether the plugin calls it Healthy
+ * (owned). Waits a few seconds for the socket. On failure says why on stderr
+ * and returns -errno. */
+int accelctl_plugin_health(const char *socket, char ***ret_ids, bool **ret_healthy, size_t *ret_n);

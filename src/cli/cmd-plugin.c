@@ -11,12 +11,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "deviceplugin.pb-c.h"
 #include "grpc.h"
 #include "util.h"
 
 #define DEFAULT_TIMEOUT_NS (10ull * 1000000000ull)
+/* How long to wait for the socket to accept (a plugin just started). */
+#define DEFAULT_WAIT_NS (5ull * 1000000000ull)
+#define WAIT_POLL_NS (20ull * 1000000ull)
 #define MAX_IDS 1024
 
 struct plugin_args {
@@ -24,6 +31,7 @@ struct plugin_args {
     bool json;
     bool watch;
     uint64_t timeout_ns;
+    uint64_t wait_ns;
     char *available[MAX_IDS];
     size_t n_available;
     bool have_available;
@@ -36,18 +44,19 @@ struct plugin_args {
 
 static void plugin_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: accelctl plugin COMMAND --socket PATH [OPTIONS]\n"
-            "Talks to a kubelet device plugin (API v1beta1) the way the kubelet does.\n\n"
-            "  info                     GetDevicePluginOptions\n"
-            "  devices [--watch]        the device list (ListAndWatch; --watch keeps printing)\n"
-            "  prefer --size N [--available ID,..] [--must ID,..]\n"
-            "                           GetPreferredAllocation (default: all Healthy devices)\n"
-            "  allocate ID...           Allocate, one container with these devices\n\n"
-            "  --socket PATH            the plugin's socket (e.g. "
-            "/var/lib/kubelet/device-plugins/accel-nvidia.com-gpu.sock)\n"
-            "  --json                   JSON output\n"
-            "  --timeout DUR            per-call deadline (default 10s; devices --watch: none)\n");
+    fprintf(f, "Usage: accelctl plugin COMMAND --socket PATH [OPTIONS]\n"
+               "Talks to a kubelet device plugin (API v1beta1) the way the kubelet does.\n\n"
+               "  info                     GetDevicePluginOptions\n"
+               "  devices [--watch]        the device list (ListAndWatch; --watch keeps printing)\n"
+               "  prefer --size N [--available ID,..] [--must ID,..]\n"
+               "                           GetPreferredAllocation (default: all Healthy devices)\n"
+               "  allocate ID...           Allocate, one container with these devices\n\n"
+               "  --socket PATH            the plugin's socket (e.g. "
+               "/var/lib/kubelet/device-plugins/accel-nvidia.com-gpu.sock)\n"
+               "  --json                   JSON output\n"
+               "  --timeout DUR            per-call deadline (default 10s; devices --watch: none)\n"
+               "  --wait DUR               wait up to DUR for the socket to accept, e.g. right\n"
+               "                           after starting the plugin (default 5s; 0: no wait)\n");
 }
 
 /* Splits "a,b,c" in place into out. */
@@ -72,6 +81,29 @@ static void unreachable(const char *socket, int r)
                        : r == -EACCES       ? " (permission denied: plugin sockets are root's)"
                                             : "";
     fprintf(stderr, "accelctl: cannot reach the plugin at %s: %s%s\n", socket, strerror(-r), hint);
+}
+
+/* Waits until a connect() to the socket succeeds: a plugin just started has
+ * not bound it yet (ENOENT) or not listened yet (ECONNREFUSED). Bounded
+ * polling: at most wait_ns. Returns 0 or the last -errno. */
+static int wait_socket(const char *path, uint64_t wait_ns)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return -ENAMETOOLONG;
+    strcpy(sa.sun_path, path);
+    uint64_t end = mono_ns() + wait_ns;
+    for (;;) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return -errno;
+        int r = connect(fd, (const struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
+        close(fd);
+        if (r == 0 || (r != -ENOENT && r != -ECONNREFUSED) || mono_ns() >= end)
+            return r;
+        struct timespec ts = {0, (long)WAIT_POLL_NS};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static int call_unary(const struct plugin_args *a, const char *method, const ProtobufCMessage *req,
@@ -140,9 +172,11 @@ struct devices_ctx {
     const struct plugin_args *a;
     int printed;
     int error;
-    /* prefer without --available: the healthy IDs of the first message */
-    bool collect;
+    /* prefer without --available: the healthy IDs of the first message;
+     * with all, every ID and its health (accelctl gpus --plugin-socket) */
+    bool collect, all;
     char **ids;
+    bool *healthy;
     size_t n_ids;
 };
 
@@ -191,9 +225,14 @@ static bool on_devices(const uint8_t *msg, size_t len, void *user_data)
     }
     if (c->collect) {
         c->ids = calloc(m->n_devices + 1, sizeof(char *));
-        for (size_t i = 0; c->ids && i < m->n_devices; i++)
-            if (strcmp(m->devices[i]->health, "Healthy") == 0)
-                c->ids[c->n_ids++] = strdup(m->devices[i]->id);
+        c->healthy = calloc(m->n_devices + 1, sizeof(bool));
+        for (size_t i = 0; c->ids && c->healthy && i < m->n_devices; i++) {
+            bool ok = strcmp(m->devices[i]->health, "Healthy") == 0;
+            if (!ok && !c->all)
+                continue;
+            c->healthy[c->n_ids] = ok;
+            c->ids[c->n_ids++] = strdup(m->devices[i]->id);
+        }
     } else if (c->a->json) {
         json_t *j = devices_json(m);
         /* one JSON document per message, compact when watching (a stream of lines) */
@@ -300,6 +339,7 @@ out:
     for (size_t i = 0; i < c.n_ids; i++)
         free(c.ids[i]);
     free(c.ids);
+    free(c.healthy);
     return r;
 }
 
@@ -386,20 +426,41 @@ static int do_allocate(const struct plugin_args *a)
     return 0;
 }
 
+int accelctl_plugin_health(const char *socket, char ***ret_ids, bool **ret_healthy, size_t *ret_n)
+{
+    struct plugin_args a = {.socket = socket, .timeout_ns = DEFAULT_TIMEOUT_NS};
+    struct devices_ctx c = {.a = &a, .collect = true, .all = true};
+    int r = wait_socket(socket, DEFAULT_WAIT_NS);
+    if (r < 0) {
+        unreachable(socket, r);
+        return r;
+    }
+    r = list_devices(&a, &c);
+    if (r == 0 && (!c.ids || !c.healthy))
+        r = -ENOMEM;
+    if (r < 0) {
+        for (size_t i = 0; i < c.n_ids; i++)
+            free(c.ids[i]);
+        free(c.ids);
+        free(c.healthy);
+        return r;
+    }
+    *ret_ids = c.ids;
+    *ret_healthy = c.healthy;
+    *ret_n = c.n_ids;
+    return 0;
+}
+
 int accelctl_cmd_plugin(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'},
-        {"json", no_argument, NULL, 'j'},
-        {"watch", no_argument, NULL, 'w'},
-        {"timeout", required_argument, NULL, 't'},
-        {"available", required_argument, NULL, 'a'},
-        {"must", required_argument, NULL, 'm'},
-        {"size", required_argument, NULL, 'n'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
+        {"watch", no_argument, NULL, 'w'},        {"timeout", required_argument, NULL, 't'},
+        {"wait", required_argument, NULL, 'W'},   {"available", required_argument, NULL, 'a'},
+        {"must", required_argument, NULL, 'm'},   {"size", required_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
-    struct plugin_args a = {.timeout_ns = DEFAULT_TIMEOUT_NS};
+    struct plugin_args a = {.timeout_ns = DEFAULT_TIMEOUT_NS, .wait_ns = DEFAULT_WAIT_NS};
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         plugin_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? ACCELCTL_EXIT_USAGE : ACCELCTL_EXIT_OK;
@@ -423,6 +484,13 @@ int accelctl_cmd_plugin(int argc, char **argv)
         case 't':
             if (parse_duration_ns(optarg, &a.timeout_ns) < 0) {
                 fprintf(stderr, "accelctl: --timeout: \"%s\" is not a duration\n", optarg);
+                return 2;
+            }
+            break;
+        case 'W':
+            if (parse_duration_ns(optarg, &a.wait_ns) < 0) {
+                fprintf(stderr, "accelctl: --wait: \"%s\" is not a duration (e.g. 0, 5s)\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -465,18 +533,23 @@ int accelctl_cmd_plugin(int argc, char **argv)
         return 2;
     }
     int r;
+    if (strcmp(sub, "info") != 0 && strcmp(sub, "devices") != 0 && strcmp(sub, "prefer") != 0 &&
+        strcmp(sub, "allocate") != 0) {
+        fprintf(stderr, "accelctl: plugin: unknown command \"%s\"\n", sub);
+        plugin_usage(stderr);
+        return 2;
+    }
+    if (a.wait_ns && (r = wait_socket(a.socket, a.wait_ns)) < 0) {
+        unreachable(a.socket, r);
+        return ACCELCTL_EXIT_FAILURE;
+    }
     if (strcmp(sub, "info") == 0)
         r = do_info(&a);
     else if (strcmp(sub, "devices") == 0)
         r = do_devices(&a);
     else if (strcmp(sub, "prefer") == 0)
         r = do_prefer(&a);
-    else if (strcmp(sub, "allocate") == 0)
+    else
         r = do_allocate(&a);
-    else {
-        fprintf(stderr, "accelctl: plugin: unknown command \"%s\"\n", sub);
-        plugin_usage(stderr);
-        return 2;
-    }
     return r == -EINVAL ? ACCELCTL_EXIT_USAGE : r < 0 ? ACCELCTL_EXIT_FAILURE : ACCELCTL_EXIT_OK;
 }

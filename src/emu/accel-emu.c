@@ -74,7 +74,8 @@ static void help(FILE *f)
             "\n"
             "  init [--gpus N] [--model NAME] [--memory SIZE] [--numa 0,0,1,1]\n"
             "       [--nvlink all|none|pairs] [--proc-info-stride 16|24|32] [--seed N]\n"
-            "                       create the machine (default: 4 x H100, NVLink all)\n"
+            "       [--mode 0600]   create the machine (default: 4 x H100, NVLink all; the\n"
+            "                       state file is 0600: --mode 0660/0666 to share it)\n"
             "  status [--json]      GPUs, memory, processes, utilization, sensors, MPS\n"
             "  xid GPU XID          inject an XID error event\n"
             "  ecc GPU single|double\n"
@@ -105,15 +106,14 @@ static int open_state(const char *path, struct emu_state **ret)
     if (!path)
         return usage_error("no emulated machine: set ACCEL_EMU_STATE or pass --state FILE "
                            "(create one with `accel-emu init`)");
-    int r = emu_state_open(path, ret);
+    char err[512];
+    int r = emu_state_open_err(path, ret, err, sizeof(err));
     if (r == -ENOENT)
         return usage_error("no emulated machine at %s: create it with `accel-emu init`", path);
     if (r == -EPROTO)
-        return usage_error("%s is not an emulated machine of this version: recreate it with "
-                           "`accel-emu init`",
-                           path);
+        return usage_error("not an emulated machine of this version, or a damaged one: %s", err);
     if (r < 0)
-        return fail("cannot open %s: %s", path, strerror(-r));
+        return fail("cannot open %s", err);
     return 0;
 }
 
@@ -271,7 +271,7 @@ static int cmd_init(const char *statep, int argc, char **argv)
                 return usage_error("unknown --model '%s' (see accel-emu models)", val);
             cfg.model = val;
         } else if (strcmp(name, "--memory") == 0) {
-            if (parse_size(val, &v) < 0 || v < 64ull * 1024 * 1024 || v > (1ull << 50))
+            if (parse_size(val, &v) < 0 || v < EMU_MEMORY_MIN || v > EMU_MEMORY_MAX)
                 return usage_error("bad --memory '%s': want a size such as 16Gi, 64Mi-1Pi", val);
             cfg.memory_bytes = v;
         } else if (strcmp(name, "--numa") == 0) {
@@ -283,6 +283,9 @@ static int cmd_init(const char *statep, int argc, char **argv)
             if (parse_u64(val, &v) < 0 || (v != 16 && v != 24 && v != 32))
                 return usage_error("bad --proc-info-stride '%s': want 16, 24 or 32", val);
             stride = (unsigned)v;
+        } else if (strcmp(name, "--mode") == 0) {
+            if (emu_args_mode(val, &cfg.mode, err, sizeof(err)) < 0)
+                return usage_error("%s", err);
         } else if (strcmp(name, "--seed") == 0) {
             if (parse_u64(val, &v) < 0)
                 return usage_error("bad --seed '%s': want a non-negative integer", val);

@@ -2,14 +2,19 @@
  * and created contexts (with the context memory overhead charged to the GPU; destroying one
  * frees what was allocated in it), error strings, and process-exit release of this process's
  * charges. */
+#include <elf.h>
 #include <errno.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
+#include "cuda_cls.h"
 #include "cuda_emu.h"
+#include "cuda_export.h"
 
 pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
 struct emu_state *cuda_state;
@@ -17,13 +22,13 @@ uint64_t cuda_kernel_ns = 10000;
 
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static bool init_done;
-static uint64_t ctx_overhead = 32ull << 20;
+static uint64_t ctx_overhead = UINT64_MAX; /* ACCEL_EMU_CTX_OVERHEAD; UINT64_MAX: the model's */
 static struct CUctx_st *primary[EMU_MAX_GPUS];
 static struct CUctx_st *contexts; /* created with cuCtxCreate */
 
 #define CTX_STACK 32
-static __thread struct CUctx_st *ctx_stack[CTX_STACK];
-static __thread int ctx_depth;
+static EMU_TLS struct CUctx_st *ctx_stack[CTX_STACK];
+static EMU_TLS int ctx_depth;
 
 static uint64_t env_u64(const char *name, uint64_t def, uint64_t mul)
 {
@@ -67,26 +72,39 @@ EMU_API CUresult cuInit(unsigned int flags)
     pthread_mutex_lock(&cuda_lock);
     if (!init_done) {
         init_done = true;
-        int r = emu_state_open_env(&cuda_state);
+        char err[512];
+        int r = emu_state_open_env_err(&cuda_state, err, sizeof(err));
         if (r < 0) {
-            const char *p = getenv("ACCEL_EMU_STATE");
             fprintf(stderr,
-                    "accel-emu libcuda: no emulated GPUs (%s%s%s): run `accel-emu init` and set "
+                    "accel-emu libcuda: no emulated GPUs (%s): run `accel-emu init` and set "
                     "ACCEL_EMU_STATE to its state file\n",
-                    p && *p ? p : "ACCEL_EMU_STATE is not set", p && *p ? ": " : "",
-                    !p || !*p      ? ""
-                    : r == -EPROTO ? "not a state file of this accel-emu version"
-                                   : strerror(-r));
+                    err);
             init_result = CUDA_ERROR_NO_DEVICE;
         } else {
             cuda_kernel_ns = env_u64("ACCEL_EMU_KERNEL_US", 10, 1000);
-            ctx_overhead = env_size("ACCEL_EMU_CTX_OVERHEAD", 32ull << 20);
+            ctx_overhead = env_size("ACCEL_EMU_CTX_OVERHEAD", UINT64_MAX);
             init_result = CUDA_SUCCESS;
         }
     }
     CUresult r = init_result;
     pthread_mutex_unlock(&cuda_lock);
     return r;
+}
+
+bool cuda_static_program(void)
+{
+    static int cached = -1; /* racing first calls compute the same answer */
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const ElfW(Phdr) *ph = (const ElfW(Phdr) *)getauxval(AT_PHDR);
+        unsigned long n = getauxval(AT_PHNUM);
+        v = ph != NULL; /* unknown: assume dynamic */
+        for (unsigned long i = 0; ph && i < n; i++)
+            if (ph[i].p_type == PT_INTERP)
+                v = 0;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v == 1;
 }
 
 CUresult cuda_check_init(void)
@@ -180,7 +198,8 @@ EMU_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
-    *bytes = gpu_of(dev)->memory_total;
+    /* what CUDA can use: the board's memory less what the driver keeps back */
+    *bytes = gpu_of(dev)->memory_total - gpu_of(dev)->memory_reserved;
     return CUDA_SUCCESS;
 }
 
@@ -393,39 +412,74 @@ struct CUctx_st *cuda_current(void)
     return ctx_depth ? ctx_stack[ctx_depth - 1] : NULL;
 }
 
+/* A GPU marked lost (`accel-emu lose`: XID 79, fallen off the bus) takes no more work. The
+ * driver API documents no code for "fallen off the bus"; CUDA_ERROR_DEVICE_UNAVAILABLE (46) is
+ * the one whose documented meaning fits ("the requested CUDA device is unavailable at the
+ * current time", CUDA Driver API, CUresult). docs/emulator-cuda.md, "Lost GPUs", says why not
+ * the sticky launch-failure codes. */
+bool cuda_dev_lost(int dev)
+{
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    return g && __atomic_load_n(&g->lost, __ATOMIC_RELAXED);
+}
+
 CUresult cuda_need_ctx(struct CUctx_st **ret)
 {
     CUresult r = cuda_check_init();
     if (r)
         return r;
     struct CUctx_st *c = cuda_current();
-    if (!c || c->magic != EMU_MAGIC_CTX)
+    if (!c || c->magic != EMU_MAGIC_CTX || !c->active)
         return CUDA_ERROR_INVALID_CONTEXT;
+    if (cuda_dev_lost(c->dev))
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     *ret = c;
     return CUDA_SUCCESS;
 }
 
-static CUresult ctx_new(CUdevice dev, unsigned flags, bool prim, struct CUctx_st **ret)
+/* The fields a context starts with; the memory overhead is charged by ctx_activate. */
+static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim)
 {
-    struct CUctx_st *c = calloc(1, sizeof(*c));
-    if (!c)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    if (ctx_overhead && emu_state_mem_charge(cuda_state, (unsigned)dev, ctx_overhead) < 0) {
-        free(c);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     static unsigned long long ids;
     c->magic = EMU_MAGIC_CTX;
     c->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
     c->dev = dev;
     c->flags = flags;
     c->primary = prim;
-    c->charged = ctx_overhead;
+    memset(&c->null_stream, 0, sizeof(c->null_stream));
     c->null_stream.magic = EMU_MAGIC_STREAM;
     c->null_stream.ctx = c;
+    c->last_end_ns = 0;
+    memset(c->limits, 0, sizeof(c->limits));
     c->limits[0] = 1024;    /* stack size */
     c->limits[1] = 1 << 20; /* printf fifo */
     c->limits[2] = 8 << 20; /* malloc heap */
+}
+
+static CUresult ctx_activate(struct CUctx_st *c)
+{
+    /* a context costs device memory: the model's (state.c), unless overridden */
+    uint64_t cost = ctx_overhead != UINT64_MAX ? ctx_overhead : gpu_of(c->dev)->ctx_cost;
+    if (cost && emu_state_mem_charge(cuda_state, (unsigned)c->dev, cost) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->charged = cost;
+    c->active = true;
+    return CUDA_SUCCESS;
+}
+
+static CUresult ctx_new(CUdevice dev, unsigned flags, bool prim, struct CUctx_st **ret)
+{
+    if (cuda_dev_lost(dev))
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    struct CUctx_st *c = calloc(1, sizeof(*c));
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ctx_init(c, dev, flags, prim);
+    CUresult r = ctx_activate(c);
+    if (r) {
+        free(c);
+        return r;
+    }
     *ret = c;
     return CUDA_SUCCESS;
 }
@@ -441,15 +495,52 @@ static void ctx_unstack(struct CUctx_st *c)
         ctx_depth--;
 }
 
-static void ctx_free(struct CUctx_st *c)
+/* Ends what a context holds: its work, context-local storage (destructors run), memory,
+ * charge and streams. A primary context's object stays (the runtime keeps its handle across
+ * cudaDeviceReset), inactive until the next retain. */
+static void ctx_deactivate(struct CUctx_st *c)
 {
     cuda_ctx_sync(c);
+    cuda_cls_ctx_destroy(c);
     cuda_mem_ctx_destroy(c); /* its allocations go with it, as on the driver */
     if (c->charged)
         emu_state_mem_uncharge(cuda_state, (unsigned)c->dev, c->charged);
+    c->charged = 0;
     cuda_stream_list_free(c);
+    pthread_mutex_lock(&cuda_lock);
+    c->active = false;
+    ctx_init(c, c->dev, c->flags, c->primary);
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+static void ctx_free(struct CUctx_st *c)
+{
+    ctx_deactivate(c);
     c->magic = 0;
     free(c);
+}
+
+/* The primary context object of dev, made (inactive, uncharged) on first use; cuda_lock held. */
+static CUresult primary_locked(CUdevice dev, struct CUctx_st **ret)
+{
+    if (!primary[dev]) {
+        struct CUctx_st *c = calloc(1, sizeof(*c));
+        if (!c)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        ctx_init(c, dev, 0, true);
+        primary[dev] = c;
+    }
+    *ret = primary[dev];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuda_primary_get(CUdevice dev, struct CUctx_st **ret)
+{
+    NEED_DEV(dev);
+    pthread_mutex_lock(&cuda_lock);
+    CUresult r = primary_locked(dev, ret);
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
 }
 
 EMU_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -458,12 +549,13 @@ EMU_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
-    CUresult r = CUDA_SUCCESS;
-    if (!primary[dev])
-        r = ctx_new(dev, 0, true, &primary[dev]);
+    struct CUctx_st *c;
+    CUresult r = primary_locked(dev, &c);
+    if (!r && !c->active)
+        r = ctx_activate(c);
     if (!r) {
-        primary[dev]->refs++;
-        *pctx = primary[dev];
+        c->refs++;
+        *pctx = c;
     }
     pthread_mutex_unlock(&cuda_lock);
     return r;
@@ -474,15 +566,14 @@ EMU_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
     struct CUctx_st *c = primary[dev];
-    if (!c || c->refs <= 0) {
+    if (!c || !c->active || c->refs <= 0) {
         pthread_mutex_unlock(&cuda_lock);
         return CUDA_ERROR_INVALID_CONTEXT;
     }
     if (--c->refs == 0) {
-        primary[dev] = NULL;
         ctx_unstack(c);
         pthread_mutex_unlock(&cuda_lock);
-        ctx_free(c);
+        ctx_deactivate(c);
         return CUDA_SUCCESS;
     }
     pthread_mutex_unlock(&cuda_lock);
@@ -499,12 +590,14 @@ EMU_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
     struct CUctx_st *c = primary[dev];
-    primary[dev] = NULL;
-    if (c)
+    bool was = c && c->active;
+    if (was) {
+        c->refs = 0;
         ctx_unstack(c);
+    }
     pthread_mutex_unlock(&cuda_lock);
-    if (c)
-        ctx_free(c);
+    if (was)
+        ctx_deactivate(c);
     return CUDA_SUCCESS;
 }
 
@@ -519,7 +612,7 @@ EMU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
     pthread_mutex_lock(&cuda_lock);
-    *active = primary[dev] != NULL;
+    *active = primary[dev] && primary[dev]->active;
     *flags = primary[dev] ? primary[dev]->flags : 0;
     pthread_mutex_unlock(&cuda_lock);
     return CUDA_SUCCESS;
@@ -825,6 +918,7 @@ EMU_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
         return r;
     uint64_t used = 0, tot = 0;
     emu_state_mem_info(cuda_state, (unsigned)c->dev, &used, &tot);
+    tot -= gpu_of(c->dev)->memory_reserved; /* never CUDA's (NVML v2 `reserved`) */
     if (free_bytes)
         *free_bytes = used < tot ? tot - used : 0;
     if (total)
@@ -844,6 +938,7 @@ static const struct {
     {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
     {4, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
     {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {46, "CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable"},
     {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
@@ -861,6 +956,7 @@ static const struct {
     {600, "CUDA_ERROR_NOT_READY", "device not ready"},
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {709, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
+    {720, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", "too many blocks in cooperative launch"},
     {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
      "part or all of the requested memory range is already mapped"},
     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
@@ -901,12 +997,4 @@ EMU_API CUresult cuGetErrorString(CUresult e, const char **str)
         }
     *str = NULL;
     return CUDA_ERROR_INVALID_VALUE;
-}
-
-/* NVIDIA's runtime asks for undocumented tables here; the emulator has none. */
-EMU_API CUresult cuGetExportTable(const void **table, const CUuuid *id)
-{
-    if (table)
-        *table = NULL;
-    return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -15,6 +15,16 @@
 
 #define EMU_API __attribute__((visibility("default")))
 
+/* Thread-local variables of the emulated driver use the initial-exec model: their offsets are
+ * fixed when the library is loaded, so an access is a plain %fs-relative load. The default
+ * (global-dynamic) model calls __tls_get_addr, and in a statically linked program that dlopens
+ * libcuda.so.1 that call binds to the second, never-initialized ld.so that libc.so.6 brings in,
+ * whose TLS tables know nothing of the running threads: it crashed there (issue 8, item 10;
+ * the same failure and remedy for NSS modules in static programs: htop-dev/htop#503).
+ * Initial-exec variables of a dlopened library come from the static TLS surplus glibc reserves
+ * for this (1664 bytes shared by all such libraries); ours take 360 (readelf -l: PT_TLS). */
+#define EMU_TLS __thread __attribute__((tls_model("initial-exec")))
+
 /* The driver API as cuda_api.h declares it; every CU* handle is a pointer to one of the structs
  * below (the tags are the driver's). Enum values the header names are used by name. */
 #include "cuda_api.h"
@@ -54,7 +64,9 @@ struct CUctx_st {
     int dev;
     unsigned flags;
     bool primary;
+    bool active;                    /* false: a primary context not retained (or reset) */
     int refs;                       /* primary: retain count */
+    struct cuda_cls *cls;           /* context-local storage (cuda_cls.c) */
     uint64_t charged;               /* context overhead charged to the GPU */
     uint64_t last_end_ns;           /* completion of all work queued in it, any stream or thread */
     struct CUstream_st null_stream; /* the legacy default stream */
@@ -85,9 +97,12 @@ struct CUfunc_st {
 
 struct CUmod_st {
     uint32_t magic;
-    struct CUctx_st *ctx;
+    struct CUctx_st *ctx; /* NULL: loaded by cuLibraryLoadData with no context current */
     size_t nfuncs;
     struct CUfunc_st *funcs;
+    size_t nglobals; /* __device__ / __constant__ variables (cuda_module.c) */
+    struct ptx_global *globals;
+    struct emu_module_global *gmem;
 };
 
 struct CUarray_st {
@@ -126,6 +141,10 @@ struct emu_pool_block {
 extern pthread_mutex_t cuda_lock;
 extern struct emu_state *cuda_state;
 extern uint64_t cuda_kernel_ns; /* ACCEL_EMU_KERNEL_US */
+/* True when the program is statically linked (its program headers have no PT_INTERP): pthread
+ * keys of our libc.so.6 then share the thread's key slots with the program's own libc, so the
+ * emulator registers no key destructors there. */
+bool cuda_static_program(void);
 
 CUresult cuda_check_init(void);
 /* The calling thread's current context, or NULL. */
@@ -133,6 +152,8 @@ struct CUctx_st *cuda_current(void);
 /* Current context or an error (NOT_INITIALIZED / INVALID_CONTEXT). */
 CUresult cuda_need_ctx(struct CUctx_st **ret);
 bool cuda_dev_valid(CUdevice dev);
+/* dev is marked lost (`accel-emu lose`): calls needing it fail CUDA_ERROR_DEVICE_UNAVAILABLE. */
+bool cuda_dev_lost(int dev);
 
 /* ---- memory (cuda_mem.c) ---- */
 /* Allocates device memory on dev, charged. kind: 0 device, 1 managed. */
@@ -143,9 +164,16 @@ CUresult cuda_dev_free(CUdeviceptr p);
  * (device allocation, host allocation, VMM mapping, IPC mapping). */
 bool cuda_ptr_valid(CUdeviceptr p, size_t len);
 void cuda_pools_release_to_threshold(int dev);
+/* A launch's 8-byte argument values: those pointing into managed memory bring it to the GPU. */
+void cuda_mem_touch_args(const uint64_t *vals, size_t n);
 /* Frees everything made in ctx that a context owns (cuCtxDestroy, primary release/reset). */
 void cuda_mem_ctx_destroy(struct CUctx_st *ctx);
 void cuda_mem_process_exit(void);
+
+/* ---- modules and libraries (cuda_module.c) ---- */
+/* The device a function's launches and attributes refer to: its module's context, else the
+ * current one, else 0. */
+int cuda_func_dev(const struct CUfunc_st *f);
 
 /* ---- execution (cuda_exec.c) ---- */
 /* Resolves a stream handle (NULL, LEGACY, PER_THREAD, or an object) for the current ctx;

@@ -51,13 +51,7 @@ struct CUgraphExec_st {
     struct CUgraphNode_st *nodes; /* copies: the graph may change or go after instantiation */
 };
 
-struct CUlib_st {
-    uint32_t magic;
-    CUmodule mod;
-};
-#define EMU_MAGIC_LIB 0x4c494231u
-
-static __thread struct CUstream_st pt_stream; /* per-thread default stream */
+static EMU_TLS struct CUstream_st pt_stream; /* per-thread default stream */
 static void stream_unbind_all_locked(struct CUstream_st *s);
 static uint64_t capture_ids;
 
@@ -108,8 +102,10 @@ CUresult cuda_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **r
             memset(&pt_stream, 0, sizeof(pt_stream));
             pt_stream.magic = EMU_MAGIC_STREAM;
             pt_stream.ctx = c;
-            pthread_once(&pt_key_once, pt_key_make);
-            pthread_setspecific(pt_key, &pt_stream);
+            if (!cuda_static_program()) {
+                pthread_once(&pt_key_once, pt_key_make);
+                pthread_setspecific(pt_key, &pt_stream);
+            }
         }
         *ret = &pt_stream;
         return CUDA_SUCCESS;
@@ -180,14 +176,96 @@ static void stream_unbind_all_locked(struct CUstream_st *s)
     s->pending = NULL;
 }
 
-/* Queues duration_ns of work (0: an event) on s; returns its start and end. */
-static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint64_t *ret_start,
-                              uint64_t *ret_end)
+/* ---- concurrency inside a context ----
+ * Kernels of one context on different streams run side by side when the SMs they ask for are
+ * free: a kernel needs min(SMs, ceil(blocks / blocks per SM)) SMs. This process remembers, per
+ * GPU, its kernels still running (end, SMs) for the context that queued them last; a new kernel
+ * may start at the first moment those leave it enough SMs (emu_state_submit_overlap decides
+ * against the other processes' work). cuda_lock guards it. */
+#define SM_TRACK 64
+struct sm_track {
+    struct CUctx_st *ctx;
+    unsigned n;
+    uint64_t end[SM_TRACK];
+    uint32_t sms[SM_TRACK];
+};
+static struct sm_track sm_tracks[EMU_MAX_GPUS];
+
+/* cuda_lock held. When `need` SMs of ctx's GPU are free for work that may start at t0 (>= now). */
+static uint64_t sm_free_at_locked(struct CUctx_st *ctx, uint32_t need, uint64_t now, uint64_t t0)
+{
+    struct sm_track *tr = &sm_tracks[ctx->dev];
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)ctx->dev);
+    uint32_t total = g ? g->sm_count : 1;
+    if (tr->ctx != ctx) {
+        tr->ctx = ctx; /* another context's kernels never share the SMs with these */
+        tr->n = 0;
+        return UINT64_MAX;
+    }
+    unsigned k = 0; /* forget what has ended (not what ends before t0: other streams may start
+                     * earlier) */
+    for (unsigned i = 0; i < tr->n; i++)
+        if (tr->end[i] > now) {
+            tr->end[k] = tr->end[i];
+            tr->sms[k++] = tr->sms[i];
+        }
+    tr->n = k;
+    /* candidates: t0, then each end in turn */
+    uint64_t cand = t0;
+    for (;;) {
+        uint64_t used = 0, next = UINT64_MAX;
+        for (unsigned i = 0; i < tr->n; i++)
+            if (tr->end[i] > cand) {
+                used += tr->sms[i];
+                if (tr->end[i] < next)
+                    next = tr->end[i];
+            }
+        if (used + need <= total)
+            return cand;
+        if (next == UINT64_MAX)
+            return UINT64_MAX;
+        cand = next;
+    }
+}
+
+static void sm_note_locked(struct CUctx_st *ctx, uint32_t sms, uint64_t end)
+{
+    struct sm_track *tr = &sm_tracks[ctx->dev];
+    if (tr->ctx != ctx) {
+        tr->ctx = ctx;
+        tr->n = 0;
+    }
+    if (tr->n == SM_TRACK) { /* full: the oldest ending one leaves (its SMs count as free) */
+        unsigned o = 0;
+        for (unsigned i = 1; i < tr->n; i++)
+            if (tr->end[i] < tr->end[o])
+                o = i;
+        tr->end[o] = tr->end[--tr->n];
+        tr->sms[o] = tr->sms[tr->n];
+    }
+    tr->end[tr->n] = end;
+    tr->sms[tr->n++] = sms;
+}
+
+/* Queues duration_ns of work (0: an event) on s; returns its start and end. sms: the SMs a
+ * kernel asks for (it may run beside the context's other kernels); 0: whole-GPU work that runs
+ * alone (graphs, host-ordered work). */
+static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, uint32_t sms,
+                                  uint64_t *ret_start, uint64_t *ret_end)
 {
     pthread_mutex_lock(&cuda_lock);
     uint64_t nb = not_before_locked(s), start, end;
+    uint64_t now = emu_state_now_ns();
+    uint64_t from = UINT64_MAX;
+    if (sms && duration_ns)
+        from = sm_free_at_locked(s->ctx, sms, now, nb > now ? nb : now);
     /* the shared lock nests inside ours; nobody takes them the other way round */
-    int r = emu_state_submit(cuda_state, (unsigned)s->ctx->dev, nb, duration_ns, &start, &end);
+    int r = emu_state_submit_overlap(cuda_state, (unsigned)s->ctx->dev, nb, from, duration_ns,
+                                     &start, &end);
+    if (!r && duration_ns) {
+        const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)s->ctx->dev);
+        sm_note_locked(s->ctx, sms ? sms : (g ? g->sm_count : 1), end);
+    }
     if (!r && end > s->last_end_ns)
         s->last_end_ns = end;
     if (!r && end > s->ctx->last_end_ns)
@@ -204,6 +282,12 @@ static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint6
     if (ret_end)
         *ret_end = end;
     return CUDA_SUCCESS;
+}
+
+static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint64_t *ret_start,
+                              uint64_t *ret_end)
+{
+    return stream_submit_sms(s, duration_ns, 0, ret_start, ret_end);
 }
 
 static uint64_t stream_done_at(struct CUstream_st *s)
@@ -653,207 +737,13 @@ EMU_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
     return cuEventElapsedTime_v2(ms, a, b);
 }
 
-/* ---- modules ---- */
-
-#define PTX_MAX (64u << 20)
-
-static CUresult module_from_text(CUmodule *pm, const char *text, size_t len)
-{
-    NEED_CTX(c);
-    if (len >= 4 && (memcmp(text,
-                            "\x7f"
-                            "ELF",
-                            4) == 0 ||
-                     memcmp(text, "\x50\xed\x55\xba", 4) == 0))
-        return CUDA_ERROR_INVALID_IMAGE; /* cubin / fatbin: the emulator runs PTX only */
-    size_t n = 0;
-    int r = ptx_parse(text, len, NULL, 0, &n);
-    if (r < 0)
-        return CUDA_ERROR_INVALID_PTX;
-    struct CUmod_st *m = calloc(1, sizeof(*m));
-    struct ptx_kernel *ks = calloc(n ? n : 1, sizeof(*ks));
-    struct CUfunc_st *fs = calloc(n ? n : 1, sizeof(*fs));
-    if (!m || !ks || !fs) {
-        free(m);
-        free(ks);
-        free(fs);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    ptx_parse(text, len, ks, n, &n);
-    for (size_t i = 0; i < n; i++) {
-        fs[i].magic = EMU_MAGIC_FUNC;
-        fs[i].mod = m;
-        memcpy(fs[i].name, ks[i].name, sizeof(fs[i].name));
-        fs[i].nparams = ks[i].nparams;
-        memcpy(fs[i].param_size, ks[i].param_size, sizeof(fs[i].param_size));
-        fs[i].spin = strncmp(ks[i].name, "spin", 4) == 0;
-    }
-    free(ks);
-    m->magic = EMU_MAGIC_MODULE;
-    m->ctx = c;
-    m->nfuncs = n;
-    m->funcs = fs;
-    *pm = m;
-    return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuModuleLoadData(CUmodule *pm, const void *image)
-{
-    if (!pm || !image)
-        return CUDA_ERROR_INVALID_VALUE;
-    /* PTX is a NUL-terminated string; binary images start with their magic */
-    const char *t = image;
-    size_t len = (memcmp(t,
-                         "\x7f"
-                         "ELF",
-                         4) == 0)
-                     ? 4
-                     : strnlen(t, PTX_MAX);
-    return module_from_text(pm, t, len);
-}
-
-EMU_API CUresult cuModuleLoadDataEx(CUmodule *pm, const void *image, unsigned int n,
-                                    CUjit_option *options, void **values)
-{
-    return cuModuleLoadData(pm, image);
-}
-
-EMU_API CUresult cuModuleLoadFatBinary(CUmodule *pm, const void *fatbin)
-{
-    if (!pm || !fatbin)
-        return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_ERROR_INVALID_IMAGE;
-}
-
-EMU_API CUresult cuModuleLoad(CUmodule *pm, const char *path)
-{
-    if (!pm || !path)
-        return CUDA_ERROR_INVALID_VALUE;
-    NEED_CTX(c);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return CUDA_ERROR_FILE_NOT_FOUND;
-    struct stat st;
-    if (fstat(fd, &st) < 0 || st.st_size <= 0 || st.st_size > PTX_MAX) {
-        close(fd);
-        return CUDA_ERROR_INVALID_IMAGE;
-    }
-    char *buf = malloc((size_t)st.st_size);
-    ssize_t got = buf ? read(fd, buf, (size_t)st.st_size) : -1;
-    close(fd);
-    CUresult r =
-        got == st.st_size ? module_from_text(pm, buf, (size_t)got) : CUDA_ERROR_INVALID_IMAGE;
-    free(buf);
-    return r;
-}
-
-EMU_API CUresult cuModuleUnload(CUmodule m)
-{
-    if (!m || m->magic != EMU_MAGIC_MODULE)
-        return CUDA_ERROR_INVALID_HANDLE;
-    m->magic = 0;
-    for (size_t i = 0; i < m->nfuncs; i++)
-        m->funcs[i].magic = 0;
-    free(m->funcs);
-    free(m);
-    return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuModuleGetFunction(CUfunction *pf, CUmodule m, const char *name)
-{
-    if (!pf || !name)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!m || m->magic != EMU_MAGIC_MODULE)
-        return CUDA_ERROR_INVALID_HANDLE;
-    for (size_t i = 0; i < m->nfuncs; i++)
-        if (strcmp(m->funcs[i].name, name) == 0) {
-            *pf = &m->funcs[i];
-            return CUDA_SUCCESS;
-        }
-    return CUDA_ERROR_NOT_FOUND;
-}
-
-EMU_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule m,
-                                      const char *name)
-{
-    if (!name)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!m || m->magic != EMU_MAGIC_MODULE)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return CUDA_ERROR_NOT_FOUND; /* module globals are not emulated */
-}
-
-/* The CUDA 12 library API over the same modules: a CUkernel is its CUfunction. */
-EMU_API CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jo, void **jv,
-                                   unsigned int njo, CUlibraryOption *lo, void **lv,
-                                   unsigned int nlo)
-{
-    if (!lib)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct CUlib_st *l = calloc(1, sizeof(*l));
-    if (!l)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = cuModuleLoadData(&l->mod, code);
-    if (r) {
-        free(l);
-        return r;
-    }
-    l->magic = EMU_MAGIC_LIB;
-    *lib = l;
-    return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuLibraryUnload(CUlibrary lib)
-{
-    if (!lib || lib->magic != EMU_MAGIC_LIB)
-        return CUDA_ERROR_INVALID_HANDLE;
-    cuModuleUnload(lib->mod);
-    lib->magic = 0;
-    free(lib);
-    return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuLibraryGetModule(CUmodule *pm, CUlibrary lib)
-{
-    if (!pm)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!lib || lib->magic != EMU_MAGIC_LIB)
-        return CUDA_ERROR_INVALID_HANDLE;
-    *pm = lib->mod;
-    return CUDA_SUCCESS;
-}
-
-EMU_API CUresult cuLibraryGetKernel(CUkernel *pk, CUlibrary lib, const char *name)
-{
-    if (!pk)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!lib || lib->magic != EMU_MAGIC_LIB)
-        return CUDA_ERROR_INVALID_HANDLE;
-    CUfunction f;
-    CUresult r = cuModuleGetFunction(&f, lib->mod, name);
-    if (!r)
-        *pk = (CUkernel)(void *)f;
-    return r;
-}
-
-EMU_API CUresult cuKernelGetFunction(CUfunction *pf, CUkernel k)
-{
-    if (!pf)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUfunction f = (CUfunction)(void *)k;
-    if (!f || f->magic != EMU_MAGIC_FUNC)
-        return CUDA_ERROR_INVALID_HANDLE;
-    *pf = f;
-    return CUDA_SUCCESS;
-}
-
 EMU_API CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute a, CUfunction f)
 {
     if (!pi)
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)f->mod->ctx->dev);
+    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)cuda_func_dev(f));
     switch ((int)a) {
     case 0:
         *pi = 1024;
@@ -903,6 +793,14 @@ EMU_API CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config)
     return CUDA_SUCCESS;
 }
 
+/* Resident blocks of `threads` threads per SM: the device's 2048 threads and 32 blocks per SM
+ * (registers and shared memory are not modelled). */
+static unsigned blocks_per_sm(uint64_t threads)
+{
+    uint64_t by_threads = 2048 / threads;
+    return by_threads > 32 ? 32 : (unsigned)by_threads;
+}
+
 EMU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int block,
                                                              size_t smem)
 {
@@ -910,8 +808,7 @@ EMU_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction 
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
-    int by_threads = 2048 / block;
-    *n = by_threads > 32 ? 32 : by_threads;
+    *n = (int)blocks_per_sm((uint64_t)block);
     return CUDA_SUCCESS;
 }
 
@@ -923,7 +820,7 @@ EMU_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUf
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)f->mod->ctx->dev);
+    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)cuda_func_dev(f));
     int b = block_limit > 0 && block_limit < 1024 ? block_limit : 1024;
     *block = b;
     *min_grid = (int)(g ? g->sm_count : 1) * (2048 / b);
@@ -933,6 +830,23 @@ EMU_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUf
 /* ---- launches ---- */
 
 /* The first u64 parameter of a spin kernel, from kernelParams or a packed `extra` buffer. */
+/* The packed argument buffer of a launch's `extra` list (NULL, 0 when none or malformed). */
+static const uint8_t *extra_buffer(void **extra, size_t *ret_size)
+{
+    const uint8_t *buf = NULL;
+    size_t size = 0;
+    for (size_t i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
+            size = *(size_t *)extra[i + 1];
+        else
+            return NULL;
+    }
+    *ret_size = buf ? size : 0;
+    return buf;
+}
+
 static bool first_u64(CUfunction f, void **params, void **extra, uint64_t *ret)
 {
     if (!f->nparams || f->param_size[0] < 8)
@@ -941,16 +855,8 @@ static bool first_u64(CUfunction f, void **params, void **extra, uint64_t *ret)
         memcpy(ret, params[0], 8);
         return true;
     }
-    const void *buf = NULL;
     size_t size = 0;
-    for (size_t i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END && i < 16; i += 2) {
-        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-            buf = extra[i + 1];
-        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
-            size = *(size_t *)extra[i + 1];
-        else
-            return false;
-    }
+    const uint8_t *buf = extra_buffer(extra, &size);
     if (!buf || size < 8)
         return false;
     memcpy(ret, buf, 8);
@@ -967,13 +873,51 @@ static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int 
     return (uint64_t)((unsigned __int128)cycles * 1000u / mhz);
 }
 
+/* Pointer-sized arguments that point into managed memory bring it to the GPU (cuda_mem.c). */
+static void touch_managed_args(CUfunction f, void **params, void **extra)
+{
+    uint64_t vals[64];
+    size_t n = 0;
+    if (params) {
+        for (unsigned i = 0; i < f->nparams && n < 64; i++)
+            if (f->param_size[i] == 8 && params[i])
+                memcpy(&vals[n++], params[i], 8);
+    } else {
+        size_t size = 0;
+        const uint8_t *buf = extra_buffer(extra, &size);
+        for (size_t off = 0; buf && off + 8 <= size && n < 64; off += 8)
+            memcpy(&vals[n++], buf + off, 8);
+    }
+    cuda_mem_touch_args(vals, n);
+}
+
 static CUresult graph_add(struct CUgraph_st *g, CUfunction f, bool has, uint64_t cycles,
                           CUgraphNode *ret);
 static CUresult graph_push(struct CUgraph_st *g, const struct CUgraphNode_st *tmpl,
                            CUgraphNode *ret);
 
+/* A cooperative grid must be resident all at once: "The total number of blocks launched cannot
+ * exceed the maximum number of blocks per multiprocessor as returned by
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor ... times the number of multiprocessors"
+ * (CUDA Driver API, cuLaunchCooperativeKernel), else CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE. */
+static bool coop_fits(int dev, uint64_t blocks, uint64_t threads)
+{
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    return g && blocks <= (uint64_t)blocks_per_sm(threads) * g->sm_count;
+}
+
+/* The SMs a grid occupies: all of them once it has blocks per SM x SMs blocks. */
+static uint32_t sms_needed(int dev, uint64_t blocks, uint64_t threads)
+{
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    uint64_t total = g ? g->sm_count : 1, per = blocks_per_sm(threads);
+    uint64_t need = (blocks + per - 1) / per;
+    return (uint32_t)(need < total ? need : total);
+}
+
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                       unsigned by, unsigned bz, CUstream h, void **params, void **extra, bool pt)
+                       unsigned by, unsigned bz, CUstream h, void **params, void **extra, bool pt,
+                       bool coop)
 {
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
@@ -985,18 +929,23 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     CUresult r = cuda_stream_resolve(h, pt, &s);
     if (r)
         return r;
+    if (coop && !coop_fits(s->ctx->dev, (uint64_t)gx * gy * gz, (uint64_t)bx * by * bz))
+        return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
     uint64_t cycles = 0;
     bool has = first_u64(f, params, extra, &cycles);
+    touch_managed_args(f, params, extra);
     if (s->capture)
         return graph_add(s->capture, f, has, cycles, NULL);
-    return stream_submit(s, duration_ns(f, has, cycles, s->ctx->dev), NULL, NULL);
+    return stream_submit_sms(
+        s, duration_ns(f, has, cycles, s->ctx->dev),
+        sms_needed(s->ctx->dev, (uint64_t)gx * gy * gz, (uint64_t)bx * by * bz), NULL, NULL);
 }
 
 EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                 unsigned int bx, unsigned int by, unsigned int bz,
                                 unsigned int smem, CUstream h, void **params, void **extra)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, false);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, false, false);
 }
 
 EMU_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
@@ -1004,7 +953,7 @@ EMU_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int
                                      unsigned int bz, unsigned int smem, CUstream h, void **params,
                                      void **extra)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, true);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, extra, true, false);
 }
 
 EMU_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
@@ -1012,7 +961,7 @@ EMU_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsign
                                            unsigned int bz, unsigned int smem, CUstream h,
                                            void **params)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, false);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, false, true);
 }
 
 EMU_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
@@ -1020,7 +969,7 @@ EMU_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, u
                                                 unsigned int bz, unsigned int smem, CUstream h,
                                                 void **params)
 {
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, true);
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, NULL, true, true);
 }
 
 static CUresult launch_ex(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra,
@@ -1028,8 +977,12 @@ static CUresult launch_ex(const CUlaunchConfig *cfg, CUfunction f, void **params
 {
     if (!cfg || (cfg->numAttrs && !cfg->attrs))
         return CUDA_ERROR_INVALID_VALUE;
+    bool coop = false;
+    for (unsigned i = 0; i < cfg->numAttrs; i++)
+        if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
+            coop = cfg->attrs[i].value.cooperative != 0;
     return launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
-                  cfg->blockDimZ, cfg->hStream, params, extra, pt);
+                  cfg->blockDimZ, cfg->hStream, params, extra, pt, coop);
 }
 
 EMU_API CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params,
@@ -1088,6 +1041,33 @@ EMU_API CUresult cuGraphCreate(CUgraph *pg, unsigned int flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     g->magic = EMU_MAGIC_GRAPH;
     *pg = g;
+    return CUDA_SUCCESS;
+}
+
+/* The nodes in the order they were added (NULL nodes: just the count, as the driver does).
+ * (cuda_api.h does not declare it: libvcuda has no use for it.) */
+CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *n);
+EMU_API CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *n)
+{
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&cuda_lock);
+    struct CUgraph_st *g = graph_of(hg);
+    if (!g) {
+        pthread_mutex_unlock(&cuda_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (nodes) {
+        size_t i = 0;
+        for (; i < g->n && i < *n; i++)
+            nodes[i] = g->nodes[i];
+        for (size_t j = i; j < *n; j++)
+            nodes[j] = NULL;
+        *n = i;
+    } else {
+        *n = g->n;
+    }
+    pthread_mutex_unlock(&cuda_lock);
     return CUDA_SUCCESS;
 }
 
@@ -1413,7 +1393,7 @@ EMU_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream h, CUstreamCaptureStatu
 
 /* Capture modes only matter for which calls a capture forbids in other threads; the emulator
  * forbids none, so the mode is kept per thread and handed back. */
-static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static EMU_TLS CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 EMU_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {

@@ -5,8 +5,9 @@
  * RAM) and carved by a first-fit allocator. Device pointers are plain addresses, so copies
  * really move bytes, and an IPC handle names (pid, memfd, offset) that another process maps
  * through /proc/<pid>/fd. Every device allocation is charged to its GPU and this process in
- * the shared state (state.h); host memory is not. VMM handles (cuMemCreate) are memfds of
- * their own, mapped into ranges reserved with PROT_NONE. */
+ * the shared state (state.h) by the 2 MiB pages it occupies (see "Pages" below); host memory is
+ * not. VMM handles (cuMemCreate) are memfds of their own, mapped into ranges reserved with
+ * PROT_NONE. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -38,7 +39,8 @@ enum alloc_kind {
 
 struct alloc {
     CUdeviceptr ptr;
-    uint64_t size;
+    uint64_t size;    /* as the program sees it (cuMemGetAddressRange, copy bounds) */
+    uint64_t span;    /* arena-carved blocks: bytes carved (size, or whole pages from 2 MiB) */
     uint64_t charged; /* bytes charged to dev in the shared state */
     int dev;
     enum alloc_kind kind;
@@ -52,7 +54,8 @@ struct alloc {
     /* The context it was made in, which frees it when destroyed; NULL for what belongs to the
      * device, not to a context (pools' blocks, VMM mappings), as with the driver. */
     struct CUctx_st *ctx;
-    void *array; /* K_ARRAY: the CUarray_st / CUmipmappedArray_st it backs */
+    void *array;       /* K_ARRAY: the CUarray_st / CUmipmappedArray_st it backs */
+    uint8_t *resident; /* K_MANAGED: per 2 MiB page, 1 when on the GPU (charged) */
 };
 
 struct extent {
@@ -65,6 +68,7 @@ struct arena {
     uint64_t size;
     struct extent *free;
     size_t nfree, cap;
+    uint32_t *page_refs; /* per GRANULE page: live allocations in it (charged while > 0) */
 };
 
 struct vmm_handle {
@@ -146,12 +150,69 @@ static void reg_del(struct alloc *a)
         }
 }
 
+static bool range_ok_locked(const struct alloc *a, CUdeviceptr p, size_t len)
+{
+    return a && a->kind != K_POOL_FREE && p + len <= a->ptr + a->size &&
+           (a->kind != K_VMM || (a->prot & PROT_WRITE));
+}
+
+/* ---- managed memory: charged for what is resident ----
+ * cuMemAllocManaged reserves address space only (its own anonymous mapping, usable from the
+ * host, any size: "device memory oversubscription is possible" where
+ * CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS is 1). A 2 MiB page comes to the GPU, and is
+ * charged, when something on the GPU touches it: a copy or memset reaching it, a kernel
+ * launched with a pointer into the allocation (all of it: the emulator cannot see which pages a
+ * kernel reads), a prefetch to the device. A prefetch to the CPU sends pages back. When the GPU
+ * is full, a touched page that does not fit stays in host memory (uncharged), as the driver
+ * evicts or maps remotely instead of failing. cuda_lock held for all of these. */
+
+static void managed_bring_locked(struct alloc *a, CUdeviceptr p, size_t len)
+{
+    uint64_t first = (p - a->ptr) / GRANULE, last = (p + len - 1 - a->ptr) / GRANULE;
+    for (uint64_t pg = first; pg <= last; pg++)
+        if (!a->resident[pg] && emu_state_mem_charge(cuda_state, (unsigned)a->dev, GRANULE) == 0)
+            a->resident[pg] = 1;
+}
+
+static void managed_evict_locked(struct alloc *a, CUdeviceptr p, size_t len)
+{
+    uint64_t first = (p - a->ptr) / GRANULE, last = (p + len - 1 - a->ptr) / GRANULE;
+    uint64_t back = 0;
+    for (uint64_t pg = first; pg <= last; pg++)
+        if (a->resident[pg]) {
+            a->resident[pg] = 0;
+            back += GRANULE;
+        }
+    if (back)
+        emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, back);
+}
+
+/* A launch passes these 8-byte values to a kernel: any that points into managed memory brings
+ * that allocation to the GPU. */
+static unsigned managed_live; /* managed allocations alive (atomic): launches skip the lookup
+                               * when there are none */
+
+void cuda_mem_touch_args(const uint64_t *vals, size_t n)
+{
+    if (!n || !__atomic_load_n(&managed_live, __ATOMIC_RELAXED))
+        return;
+    pthread_mutex_lock(&cuda_lock);
+    for (size_t i = 0; i < n; i++) {
+        struct alloc *a = reg_find((CUdeviceptr)vals[i]);
+        if (a && a->kind == K_MANAGED)
+            managed_bring_locked(a, a->ptr, a->size);
+    }
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+/* Checks a device range for a copy or memset; a managed range comes to the GPU. */
 bool cuda_ptr_valid(CUdeviceptr p, size_t len)
 {
     pthread_mutex_lock(&cuda_lock);
     struct alloc *a = reg_find(p);
-    bool ok = a && a->kind != K_POOL_FREE && p + len <= a->ptr + a->size &&
-              (a->kind != K_VMM || (a->prot & PROT_WRITE));
+    bool ok = range_ok_locked(a, p, len);
+    if (ok && a->kind == K_MANAGED && len)
+        managed_bring_locked(a, p, len);
     pthread_mutex_unlock(&cuda_lock);
     return ok;
 }
@@ -181,7 +242,12 @@ static int arena_init(int dev)
         return r;
     }
     ar->free = malloc(16 * sizeof(*ar->free));
-    if (!ar->free) {
+    ar->page_refs = calloc(size / GRANULE, sizeof(*ar->page_refs));
+    if (!ar->free || !ar->page_refs) {
+        free(ar->free);
+        free(ar->page_refs);
+        ar->free = NULL;
+        ar->page_refs = NULL;
         munmap(m, size);
         close(fd);
         return -ENOMEM;
@@ -196,28 +262,83 @@ static int arena_init(int dev)
     return 0;
 }
 
+static void arena_give(struct arena *ar, uint64_t off, uint64_t len);
+static void arena_insert(struct arena *ar, uint64_t off, uint64_t len);
+
+/* Where len bytes fit in the free extent e: whole pages for a block of a page or more (placed on
+ * a page boundary), inside one page for a smaller one. UINT64_MAX when they do not fit. */
+static uint64_t extent_fit(const struct extent *e, uint64_t len)
+{
+    uint64_t off = e->off;
+    if (len >= GRANULE)
+        off = ROUND_UP(off, GRANULE);
+    else if (off / GRANULE != (off + len - 1) / GRANULE)
+        off = ROUND_UP(off, GRANULE); /* would straddle two pages: start the next one */
+    return off + len <= e->off + e->len ? off : UINT64_MAX;
+}
+
 static int arena_take(struct arena *ar, uint64_t len, uint64_t *ret_off)
 {
     for (size_t i = 0; i < ar->nfree; i++) {
         struct extent *e = &ar->free[i];
-        if (e->len < len)
+        uint64_t off = extent_fit(e, len);
+        if (off == UINT64_MAX)
             continue;
-        *ret_off = e->off;
-        e->off += len;
-        e->len -= len;
-        if (!e->len) {
-            memmove(e, e + 1, (ar->nfree - i - 1) * sizeof(*e));
-            ar->nfree--;
-        }
+        struct extent was = *e;
+        memmove(e, e + 1, (ar->nfree - i - 1) * sizeof(*e));
+        ar->nfree--;
+        /* the gaps before and after stay free (never written: nothing to punch) */
+        if (off > was.off)
+            arena_insert(ar, was.off, off - was.off);
+        if (off + len < was.off + was.len)
+            arena_insert(ar, off + len, was.off + was.len - off - len);
+        *ret_off = off;
         return 0;
     }
     return -ENOMEM;
+}
+
+/* ---- pages: what an allocation costs on the GPU ----
+ * The driver carves device memory in 2 MiB pages (the granularity cuMemGetAllocationGranularity
+ * reports, and the step in which NVML's used memory moves on hardware): a block of 2 MiB or more
+ * takes whole pages of its own, smaller blocks share pages. The GPU is charged per page in use:
+ * the first block in a page charges it, the last one out gives it back. */
+
+/* Bytes newly charged if [off, off + len) were taken: pages nothing lives in yet. */
+static uint64_t pages_new_bytes(const struct arena *ar, uint64_t off, uint64_t len)
+{
+    uint64_t n = 0;
+    for (uint64_t pg = off / GRANULE; pg <= (off + len - 1) / GRANULE; pg++)
+        n += ar->page_refs[pg] == 0;
+    return n * GRANULE;
+}
+
+static void pages_hold(struct arena *ar, uint64_t off, uint64_t len)
+{
+    for (uint64_t pg = off / GRANULE; pg <= (off + len - 1) / GRANULE; pg++)
+        ar->page_refs[pg]++;
+}
+
+/* Drops [off, off + len)'s hold on its pages; returns the bytes of the pages now empty. */
+static uint64_t pages_drop(struct arena *ar, uint64_t off, uint64_t len)
+{
+    uint64_t n = 0;
+    for (uint64_t pg = off / GRANULE; pg <= (off + len - 1) / GRANULE; pg++)
+        if (ar->page_refs[pg] && --ar->page_refs[pg] == 0)
+            n++;
+    return n * GRANULE;
 }
 
 static void arena_give(struct arena *ar, uint64_t off, uint64_t len)
 {
     /* punch the pages out: freed device memory gives its RAM back */
     fallocate(ar->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
+    arena_insert(ar, off, len);
+}
+
+/* Adds [off, off + len) to the free list, merged with its neighbours. */
+static void arena_insert(struct arena *ar, uint64_t off, uint64_t len)
+{
     size_t i = 0;
     while (i < ar->nfree && ar->free[i].off < off)
         i++;
@@ -246,39 +367,50 @@ static void arena_give(struct arena *ar, uint64_t off, uint64_t len)
     }
 }
 
-/* cuda_lock held. Charges bytes (rounded) on dev and carves them from the arena. */
+/* cuda_lock held. Carves bytes (at least min_len; rounded to 512 bytes, or to whole pages from
+ * one page up and for pool blocks) from the arena and charges dev for the pages it starts
+ * using. */
 static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
-                                 struct CUmemPoolHandle_st *pool, uint64_t charge,
+                                 struct CUmemPoolHandle_st *pool, uint64_t min_len,
                                  struct alloc **ret)
 {
     if (arena_init(dev) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    struct arena *ar = &arenas[dev];
     uint64_t len = ROUND_UP(bytes ? bytes : 1, ALIGN);
-    if (charge < len)
-        charge = len;
+    if (len < min_len)
+        len = ROUND_UP(min_len, ALIGN);
+    uint64_t user_len = len;
+    if (len >= GRANULE || kind == K_POOL)
+        len = ROUND_UP(len, GRANULE); /* pools grow by whole pages, as big blocks do */
     struct alloc *a = calloc(1, sizeof(*a));
     if (!a)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (emu_state_mem_charge(cuda_state, (unsigned)dev, charge) < 0) {
-        free(a);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     uint64_t off;
-    if (arena_take(&arenas[dev], len, &off) < 0) {
-        emu_state_mem_uncharge(cuda_state, (unsigned)dev, charge);
+    if (arena_take(ar, len, &off) < 0) {
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    uint64_t charge = pages_new_bytes(ar, off, len);
+    if (charge && emu_state_mem_charge(cuda_state, (unsigned)dev, charge) < 0) {
+        arena_insert(ar, off, len); /* never written: nothing to punch */
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pages_hold(ar, off, len);
     a->ptr = (CUdeviceptr)(uintptr_t)(arenas[dev].base + off);
-    a->size = len;
-    a->charged = charge;
+    a->size = kind == K_POOL ? len : user_len; /* a pool block is its pages */
+    a->span = len;
+    a->charged = charge; /* what this block's pages cost when it was made (informational) */
     a->dev = dev;
     a->kind = kind;
     a->pool = pool;
     a->ctx = kind == K_POOL ? NULL : cuda_current();
     if (reg_add(a) < 0) {
-        arena_give(&arenas[dev], off, len);
-        emu_state_mem_uncharge(cuda_state, (unsigned)dev, charge);
+        uint64_t back = pages_drop(ar, off, len);
+        arena_give(ar, off, len);
+        if (back)
+            emu_state_mem_uncharge(cuda_state, (unsigned)dev, back);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -289,10 +421,54 @@ static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
 static void dev_free_locked(struct alloc *a)
 {
     reg_del(a);
+    if (a->kind == K_MANAGED) {
+        managed_evict_locked(a, a->ptr, a->size);
+        munmap((void *)(uintptr_t)a->ptr, a->span);
+        free(a->resident);
+        free(a);
+        __atomic_sub_fetch(&managed_live, 1, __ATOMIC_RELAXED);
+        return;
+    }
     struct arena *ar = &arenas[a->dev];
-    arena_give(ar, (uint64_t)((uint8_t *)(uintptr_t)a->ptr - ar->base), a->size);
-    emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, a->charged);
+    uint64_t off = (uint64_t)((uint8_t *)(uintptr_t)a->ptr - ar->base);
+    uint64_t back = pages_drop(ar, off, a->span);
+    arena_give(ar, off, a->span);
+    if (back)
+        emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, back);
     free(a);
+}
+
+/* cuda_lock held. A managed allocation: address space only, nothing charged yet. */
+static CUresult managed_alloc_locked(int dev, uint64_t bytes, struct alloc **ret)
+{
+    uint64_t span = ROUND_UP(bytes ? bytes : 1, GRANULE);
+    struct alloc *a = calloc(1, sizeof(*a));
+    uint8_t *res = calloc(span / GRANULE, 1);
+    void *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (!a || !res || m == MAP_FAILED) {
+        if (m != MAP_FAILED)
+            munmap(m, span);
+        free(res);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->ptr = (CUdeviceptr)(uintptr_t)m;
+    a->size = ROUND_UP(bytes ? bytes : 1, ALIGN);
+    a->span = span;
+    a->dev = dev;
+    a->kind = K_MANAGED;
+    a->resident = res;
+    a->ctx = cuda_current();
+    if (reg_add(a) < 0) {
+        munmap(m, span);
+        free(res);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    __atomic_add_fetch(&managed_live, 1, __ATOMIC_RELAXED);
+    *ret = a;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuda_dev_alloc(int dev, uint64_t bytes, int kind, struct CUmemPoolHandle_st *pool,
@@ -300,7 +476,8 @@ CUresult cuda_dev_alloc(int dev, uint64_t bytes, int kind, struct CUmemPoolHandl
 {
     pthread_mutex_lock(&cuda_lock);
     struct alloc *a;
-    CUresult r = dev_alloc_locked(dev, bytes, kind ? K_MANAGED : K_DEVICE, pool, 0, &a);
+    CUresult r = kind ? managed_alloc_locked(dev, bytes, &a)
+                      : dev_alloc_locked(dev, bytes, K_DEVICE, pool, 0, &a);
     if (!r)
         *ret = a->ptr;
     pthread_mutex_unlock(&cuda_lock);
@@ -656,7 +833,7 @@ EMU_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *att
 
 /* Set by an asynchronous copy or memset on a capturing stream: the operation, once checked,
  * becomes a node of that graph instead of running (cleared by DEF_COPY after each call). */
-static __thread struct CUgraph_st *capturing_into;
+static EMU_TLS struct CUgraph_st *capturing_into;
 
 static CUresult copy(void *dst, const void *src, size_t n)
 {
@@ -872,42 +1049,57 @@ DEF_COPY(cuMemcpy3DAsync_v2, false, (const CUDA_MEMCPY3D *p, CUstream s), ASYNC_
 DEF_COPY(cuMemcpy3DAsync_v2_ptsz, true, (const CUDA_MEMCPY3D *p, CUstream s), ASYNC_COPY(s, true),
          copy3d(p))
 
-/* Managed memory lives in one place here: prefetches and advice are accepted and checked. */
+/* Advice is accepted and checked; it moves nothing. */
 static CUresult managed_hint(CUdeviceptr p, size_t count)
 {
-    if (!count || !cuda_ptr_valid(p, count))
-        return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_SUCCESS;
+    pthread_mutex_lock(&cuda_lock);
+    bool ok = count && range_ok_locked(reg_find(p), p, count);
+    pthread_mutex_unlock(&cuda_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-static CUresult prefetch(CUdeviceptr p, size_t count, CUstream hs, bool pt)
+/* A prefetch moves the managed pages of the range: to the GPU (charged) or to the CPU
+ * (CU_DEVICE_CPU, -1: given back). Other memory is accepted and stays. */
+static CUresult prefetch(CUdeviceptr p, size_t count, bool to_cpu, CUstream hs, bool pt)
 {
     NEED_CTX(c);
     struct CUstream_st *s;
     CUresult r = cuda_stream_resolve(hs, pt, &s);
-    return r ? r : managed_hint(p, count);
+    if (r)
+        return r;
+    pthread_mutex_lock(&cuda_lock);
+    struct alloc *a = reg_find(p);
+    bool ok = count && range_ok_locked(a, p, count);
+    if (ok && a->kind == K_MANAGED) {
+        if (to_cpu)
+            managed_evict_locked(a, p, count);
+        else
+            managed_bring_locked(a, p, count);
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 EMU_API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t count, CUdevice dst, CUstream s)
 {
-    return prefetch(p, count, s, false);
+    return prefetch(p, count, dst == CU_DEVICE_CPU, s, false);
 }
 
 EMU_API CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t count, CUdevice dst, CUstream s)
 {
-    return prefetch(p, count, s, true);
+    return prefetch(p, count, dst == CU_DEVICE_CPU, s, true);
 }
 
 EMU_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t count, CUmemLocation loc,
                                        unsigned int flags, CUstream s)
 {
-    return prefetch(p, count, s, false);
+    return prefetch(p, count, loc.type != CU_MEM_LOCATION_TYPE_DEVICE, s, false);
 }
 
 EMU_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t count, CUmemLocation loc,
                                             unsigned int flags, CUstream s)
 {
-    return prefetch(p, count, s, true);
+    return prefetch(p, count, loc.type != CU_MEM_LOCATION_TYPE_DEVICE, s, true);
 }
 
 EMU_API CUresult cuMemAdvise(CUdeviceptr p, size_t count, CUmem_advise advice, CUdevice dev)

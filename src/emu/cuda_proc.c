@@ -230,10 +230,10 @@ static const struct proc_row rows[] = {
     E(cuGraphExternalSemaphoresWaitNodeGetParams, 11020,
       cuGraphExternalSemaphoresWaitNodeGetParams), /* not emulated */
     E(cuGraphExternalSemaphoresWaitNodeSetParams, 11020,
-      cuGraphExternalSemaphoresWaitNodeSetParams),                /* not emulated */
-    E(cuGraphGetEdges, 10000, cuGraphGetEdges),                   /* not emulated */
-    E(cuGraphGetEdges, 12030, cuGraphGetEdges_v2),                /* not emulated */
-    E(cuGraphGetNodes, 10000, cuGraphGetNodes),                   /* not emulated */
+      cuGraphExternalSemaphoresWaitNodeSetParams), /* not emulated */
+    E(cuGraphGetEdges, 10000, cuGraphGetEdges),    /* not emulated */
+    E(cuGraphGetEdges, 12030, cuGraphGetEdges_v2), /* not emulated */
+    E(cuGraphGetNodes, 10000, cuGraphGetNodes),
     E(cuGraphGetRootNodes, 10000, cuGraphGetRootNodes),           /* not emulated */
     E(cuGraphHostNodeGetParams, 10000, cuGraphHostNodeGetParams), /* not emulated */
     E(cuGraphHostNodeSetParams, 10000, cuGraphHostNodeSetParams), /* not emulated */
@@ -325,7 +325,7 @@ static const struct proc_row rows[] = {
     E(cuLaunchKernelEx, 11060, cuLaunchKernelEx),
     P(cuLaunchKernelEx, 11060, cuLaunchKernelEx_ptsz),
     E(cuLibraryEnumerateKernels, 12040, cuLibraryEnumerateKernels), /* not emulated */
-    E(cuLibraryGetGlobal, 12000, cuLibraryGetGlobal),               /* not emulated */
+    E(cuLibraryGetGlobal, 12000, cuLibraryGetGlobal),
     E(cuLibraryGetKernel, 12000, cuLibraryGetKernel),
     E(cuLibraryGetKernelCount, 12040, cuLibraryGetKernelCount), /* not emulated */
     E(cuLibraryGetManaged, 12000, cuLibraryGetManaged),         /* not emulated */
@@ -751,6 +751,17 @@ static void *self_handle(void)
 
 /* The row to use for (symbol, version, flags), or NULL; *ret_too_new says a row exists but only
  * for newer versions. */
+/* The stubs gen-stubs.py makes for entry points the emulator does not implement lie in their
+ * own section; an implementation replaces its stub, and lies elsewhere. */
+extern const char __start_emu_stubs_cuda[] __attribute__((weak));
+extern const char __stop_emu_stubs_cuda[] __attribute__((weak));
+
+static bool is_stub(const void *fn)
+{
+    const char *p = fn;
+    return p && __start_emu_stubs_cuda && p >= __start_emu_stubs_cuda && p < __stop_emu_stubs_cuda;
+}
+
 static const struct proc_row *lookup(const char *symbol, int version, bool per_thread,
                                      bool *ret_too_new)
 {
@@ -787,6 +798,8 @@ EMU_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version
         lookup(symbol, version, flags == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &too_new);
     void *h = r ? self_handle() : NULL;
     void *fn = h ? real_dlsym()(h, r->symbol) : NULL;
+    if (is_stub(fn))
+        fn = NULL; /* exported for interposers, but not emulated: the driver has no answer */
     if (!fn) {
         if (status)
             *status = too_new ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT

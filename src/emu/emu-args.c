@@ -115,6 +115,24 @@ int emu_args_nvlink(const char *s, enum emu_nvlink_mode *ret, char *err, size_t 
     return 0;
 }
 
+int emu_args_mode(const char *s, unsigned *ret, char *err, size_t errlen)
+{
+    unsigned v = 0;
+    size_t n = s ? strlen(s) : 0;
+    bool ok = n >= 3 && n <= 4;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = s[i] >= '0' && s[i] <= '7';
+        v = v * 8 + (unsigned)(s[i] - '0');
+    }
+    if (!ok || v > 0777 || (v & 0600) != 0600)
+        return errbuf_printf(err, errlen,
+                             "bad mode '%.16s': want octal permission bits with owner read and "
+                             "write, e.g. 0600 (the owner only), 0660 (a group) or 0666 (anyone)",
+                             s ? s : "");
+    *ret = v;
+    return 0;
+}
+
 int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errlen)
 {
     const char *eq = kv ? strchr(kv, '=') : NULL;

@@ -18,6 +18,9 @@ int emu_args_numa(const char *s, unsigned want, int *ret, char *err, size_t errl
 
 /* "all" | "none" | "pairs". */
 int emu_args_nvlink(const char *s, enum emu_nvlink_mode *ret, char *err, size_t errlen);
+/* `init --mode`: the state file's permission bits in octal (`0600`, `660`), at most 0777 and
+ * with owner read and write (the creator must be able to use it). */
+int emu_args_mode(const char *s, unsigned *ret, char *err, size_t errlen);
 
 /* What `accel-emu set GPU k=v ...` changes. */
 enum {

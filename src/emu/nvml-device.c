@@ -78,12 +78,19 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciIn
 
 /* used = everything charged by live processes (allocations and context overheads alike, as
  * the emulated libcuda charges them); reserved memory is not modelled (0). */
-static nvmlReturn_t mem_info(nvmlDevice_t device, uint64_t *ret_total, uint64_t *ret_used)
+/* Physical total; used = what processes hold plus what the driver reserves ("Sum of Reserved
+ * and Allocated device memory", NVML API reference, nvmlMemory_t::used; v2 likewise includes
+ * `reserved` in `used`). */
+static nvmlReturn_t mem_info(nvmlDevice_t device, uint64_t *ret_total, uint64_t *ret_used,
+                             uint64_t *ret_reserved)
 {
     unsigned i;
-    CHECK_DEVICE(device, NULL, &i);
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, &i);
     if (emu_state_mem_info(nvml_emu_state(), i, ret_used, ret_total) < 0)
         return NVML_ERROR_UNKNOWN;
+    *ret_reserved = g->memory_reserved;
+    *ret_used += g->memory_reserved;
     if (*ret_used > *ret_total)
         *ret_used = *ret_total;
     return NVML_SUCCESS;
@@ -93,8 +100,8 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemor
 {
     if (!memory)
         return arg_error(device, NVML_ERROR_INVALID_ARGUMENT);
-    uint64_t total, used;
-    nvmlReturn_t r = mem_info(device, &total, &used);
+    uint64_t total, used, reserved;
+    nvmlReturn_t r = mem_info(device, &total, &used, &reserved);
     if (r != NVML_SUCCESS)
         return r;
     memory->total = total;
@@ -109,12 +116,12 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMe
         return arg_error(device, NVML_ERROR_INVALID_ARGUMENT);
     if (memory->version != nvmlMemory_v2)
         return arg_error(device, NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
-    uint64_t total, used;
-    nvmlReturn_t r = mem_info(device, &total, &used);
+    uint64_t total, used, reserved;
+    nvmlReturn_t r = mem_info(device, &total, &used, &reserved);
     if (r != NVML_SUCCESS)
         return r;
     memory->total = total;
-    memory->reserved = 0;
+    memory->reserved = reserved;
     memory->used = used;
     memory->free = total - used;
     return NVML_SUCCESS;
@@ -247,9 +254,10 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t devic
 
 /* ---- utilization ---------------------------------------------------------------------- */
 
-/* gpu: the fraction of the last window (ACCEL_EMU_UTIL_WINDOW_MS, default 1 s) during which
- * the GPU's timeline had work, from its busy-interval records. memory: memory traffic is not
- * modelled (0). */
+/* gpu: "Percent of time over the past sample period during which one or more kernels was
+ * executing on the GPU" (NVML API reference, nvmlUtilization_t): the busy fraction of the last
+ * completed sample period (ACCEL_EMU_UTIL_WINDOW_MS, default 1 s), from the timeline's
+ * busy-interval records. memory: memory traffic is not modelled (0). */
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                         nvmlUtilization_t *utilization)
 {
@@ -257,11 +265,11 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
     CHECK_DEVICE(device, NULL, &i);
     if (!utilization)
         return NVML_ERROR_INVALID_ARGUMENT;
-    uint64_t w = nvml_emu_util_window_ns(), now = emu_state_now_ns(), busy = 0;
-    uint64_t t0 = now > w ? now - w : 0;
-    if (emu_state_busy_ns(nvml_emu_state(), i, t0, now, 0, &busy, NULL) < 0)
+    uint64_t t0, t1, busy = 0;
+    nvml_emu_last_period(emu_state_now_ns(), &t0, &t1);
+    if (emu_state_busy_ns(nvml_emu_state(), i, t0, t1, 0, &busy, NULL) < 0)
         return NVML_ERROR_UNKNOWN;
-    uint64_t span = now - t0;
+    uint64_t span = t1 - t0;
     unsigned pct = span ? (unsigned)((busy * 100 + span / 2) / span) : 0;
     utilization->gpu = pct > 100 ? 100 : pct;
     utilization->memory = 0;

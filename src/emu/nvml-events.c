@@ -118,6 +118,18 @@ static bool next_event(struct emu_state *st, struct nvmlEventSet_st *s, nvmlEven
     return false;
 }
 
+/* A registered GPU has fallen off the bus: once its events (the XID 79 among them) are
+ * delivered, a wait answers NVML_ERROR_GPU_IS_LOST ("if a GPU has fallen off the bus or is
+ * otherwise inaccessible", NVML API reference, nvmlEventSetWait_v2) instead of timing out. */
+static bool set_has_lost_gpu(struct emu_state *st, const struct nvmlEventSet_st *s)
+{
+    unsigned count = emu_state_gpu_count(st);
+    for (unsigned g = 0; g < count; g++)
+        if (s->mask[g] && __atomic_load_n(&emu_state_gpu(st, g)->lost, __ATOMIC_RELAXED))
+            return true;
+    return false;
+}
+
 NVML_EMU_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
                                               unsigned int timeoutms)
 {
@@ -134,6 +146,10 @@ NVML_EMU_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_
         uint32_t word = emu_state_event_word(st);
         if (next_event(st, set, data)) {
             r = NVML_SUCCESS;
+            break;
+        }
+        if (set_has_lost_gpu(st, set)) {
+            r = NVML_ERROR_GPU_IS_LOST;
             break;
         }
         uint64_t now = emu_state_now_ns();

@@ -8,10 +8,6 @@
 #include "nvml_emu.h"
 #include "state-nvml.h"
 
-/* How far back nvmlDeviceGetProcessUtilization looks when asked for everything
- * (lastSeenTimeStamp 0 or older): the emulated driver's "sample buffer". */
-#define PROC_UTIL_HISTORY_NS (10ull * 1000000000ull)
-
 /* Writes the process list of the device in records of `stride` bytes: pid (u32 at 0),
  * usedGpuMemory (u64 at 8), then for 24 and 32: gpuInstanceId, computeInstanceId (u32 at 16,
  * 20), then for 32: usedGpuCcProtectedMemory (u64 at 24). Whole records are written,
@@ -80,10 +76,13 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d
     return running_processes(device, infoCount, infos, stride_now());
 }
 
-/* One sample per process that kept the GPU busy since lastSeenTimeStamp (at most the last
- * PROC_UTIL_HISTORY_NS): smUtil is its share of that window, from the timeline's interval
- * records; the sample is stamped now. No such process → NOT_FOUND. utilization NULL (or too
- * small) → INSUFFICIENT_SIZE with the count needed, as NVML does. */
+/* "One utilization sample structure is returned per process running, that had some non-zero
+ * utilization during the last sample period. It includes the CPU timestamp at which the samples
+ * were recorded." and "Return only samples with timestamp greater than lastSeenTimeStamp"
+ * (NVML API reference, nvmlDeviceGetProcessUtilization): one sample per process busy in the
+ * last completed sample period, smUtil its busy share of that period, stamped with the period's
+ * end. None (or none newer than lastSeenTimeStamp) → NOT_FOUND. utilization NULL (or too small)
+ * → INSUFFICIENT_SIZE with the count needed, as NVML does. */
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
     nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
     unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
@@ -95,19 +94,15 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
     if (!processSamplesCount)
         return NVML_ERROR_INVALID_ARGUMENT;
 
-    uint64_t now = emu_state_now_ns(), now_us = nvml_emu_realtime_us();
-    uint64_t t0 = now > PROC_UTIL_HISTORY_NS ? now - PROC_UTIL_HISTORY_NS : 0;
-    if (lastSeenTimeStamp >= now_us)
+    uint64_t t0, t1;
+    nvml_emu_last_period(emu_state_now_ns(), &t0, &t1);
+    uint64_t stamp_us = nvml_emu_mono_to_realtime_us(t1), span = t1 - t0;
+    if (lastSeenTimeStamp >= stamp_us || !span)
         return NVML_ERROR_NOT_FOUND;
-    /* the caller's wall-clock µs → our monotonic ns */
-    uint64_t back_ns = (now_us - lastSeenTimeStamp) * 1000ull;
-    if (lastSeenTimeStamp && back_ns < now - t0)
-        t0 = now - back_ns;
-    uint64_t span = now - t0;
 
     struct emu_proc_util u[EMU_MAX_PROCS];
     size_t n = 0;
-    if (emu_state_util_by_proc(nvml_emu_state(), gi, t0, now, u, EMU_MAX_PROCS, &n) < 0)
+    if (emu_state_util_by_proc(nvml_emu_state(), gi, t0, t1, u, EMU_MAX_PROCS, &n) < 0)
         return NVML_ERROR_UNKNOWN;
     if (n > EMU_MAX_PROCS)
         n = EMU_MAX_PROCS;
@@ -122,10 +117,10 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     for (size_t i = 0; i < k; i++) {
-        uint64_t pct = span ? (u[i].busy_ns * 100 + span / 2) / span : 0;
+        uint64_t pct = (u[i].busy_ns * 100 + span / 2) / span;
         utilization[i] = (nvmlProcessUtilizationSample_t){
             .pid = (unsigned)u[i].pid,
-            .timeStamp = now_us,
+            .timeStamp = stamp_us,
             .smUtil = (unsigned)(pct > 100 ? 100 : pct),
         };
     }

@@ -24,9 +24,10 @@
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned init_count;     /* guarded by init_lock */
 static bool init_quiet;         /* guarded by init_lock: no stderr line when init fails */
-static char init_error[256];    /* guarded by init_lock: why the last init failed, "" if not */
+static char init_error[640];    /* guarded by init_lock: why the last init failed, "" if not */
 static struct emu_state *state; /* set under init_lock; read with acquire */
 static uint64_t util_window_ns = 1000000000ull;
+static int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC, at init */
 
 static struct nvmlDevice_st devices[EMU_MAX_GPUS] = {
     {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15},
@@ -46,6 +47,19 @@ uint64_t nvml_emu_util_window_ns(void)
 nvmlDevice_t nvml_emu_handle(unsigned i)
 {
     return &devices[i];
+}
+
+void nvml_emu_last_period(uint64_t now, uint64_t *ret_t0, uint64_t *ret_t1)
+{
+    uint64_t p = util_window_ns;
+    uint64_t t1 = now / p * p;
+    *ret_t1 = t1;
+    *ret_t0 = t1 >= p ? t1 - p : 0;
+}
+
+uint64_t nvml_emu_mono_to_realtime_us(uint64_t mono_ns)
+{
+    return (uint64_t)((int64_t)mono_ns + realtime_offset_ns) / 1000ull;
 }
 
 uint64_t nvml_emu_realtime_us(void)
@@ -135,23 +149,28 @@ static nvmlReturn_t init_locked(void)
         return NVML_SUCCESS;
     }
     struct emu_state *st = NULL;
-    int r = emu_state_open_env(&st);
+    char err[512];
+    int r = emu_state_open_env_err(&st, err, sizeof(err));
     if (r < 0) {
-        const char *p = getenv("ACCEL_EMU_STATE");
-        if (!p || !*p)
+        if (r == -ENXIO)
             snprintf(init_error, sizeof(init_error),
                      "no emulated machine: set ACCEL_EMU_STATE to a file made by `accel-emu init`");
         else
             snprintf(init_error, sizeof(init_error),
-                     "no emulated machine: ACCEL_EMU_STATE=%s: %s; set ACCEL_EMU_STATE to a file "
+                     "no emulated machine: ACCEL_EMU_STATE=%s; set ACCEL_EMU_STATE to a file "
                      "made by `accel-emu init`",
-                     p, r == -EPROTO ? "not a state file of this version" : strerror(-r));
+                     err);
         if (!init_quiet)
             fprintf(stderr, "accel-emu: %s\n", init_error);
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
     init_error[0] = '\0';
     util_window_ns = env_ms("ACCEL_EMU_UTIL_WINDOW_MS", 1000) * 1000000ull;
+    struct timespec rt, mono;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    realtime_offset_ns = ((int64_t)rt.tv_sec - (int64_t)mono.tv_sec) * 1000000000ll +
+                         ((int64_t)rt.tv_nsec - (int64_t)mono.tv_nsec);
     __atomic_store_n(&state, st, __ATOMIC_RELEASE);
     init_count = 1;
     return NVML_SUCCESS;

@@ -29,9 +29,17 @@ struct nvmlDevice_st {
 /* The mapped machine while NVML is initialized, else NULL. */
 struct emu_state *nvml_emu_state(void);
 
-/* Length in ns of the window nvmlDeviceGetUtilizationRates averages over
- * ($ACCEL_EMU_UTIL_WINDOW_MS, default 1000), read at init. */
+/* Length in ns of the utilization sample period ($ACCEL_EMU_UTIL_WINDOW_MS, default 1000), read
+ * at init. NVML samples in periods of 1/6 s to 1 s depending on the product; the emulator's
+ * periods are aligned on multiples of it on CLOCK_MONOTONIC, so every process agrees on them. */
 uint64_t nvml_emu_util_window_ns(void);
+
+/* The last sample period completed at monotonic time now: [*ret_t0, *ret_t1). */
+void nvml_emu_last_period(uint64_t now, uint64_t *ret_t0, uint64_t *ret_t1);
+
+/* A monotonic ns time as NVML's CPU timestamp (wall-clock µs), with an offset fixed at init, so
+ * the same instant always gives the same timestamp. */
+uint64_t nvml_emu_mono_to_realtime_us(uint64_t mono_ns);
 
 /* The handle of GPU i (no checks). */
 nvmlDevice_t nvml_emu_handle(unsigned i);

@@ -206,3 +206,260 @@ int ptx_parse(const char *text, size_t len, struct ptx_kernel *out, size_t max, 
         *ret_n = n;
     return 0;
 }
+
+/* ---- module-scope variables ---- */
+
+#include <stdlib.h>
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (char)tolower((unsigned char)c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* An integer or a 0f/0d float bit pattern; false for anything else. */
+static bool literal(struct token t, uint64_t *ret)
+{
+    if (!t.n || !isdigit((unsigned char)t.s[0]))
+        return false;
+    uint64_t v = 0;
+    size_t i = 0;
+    size_t n = t.n;
+    if (n && (t.s[n - 1] == 'U' || t.s[n - 1] == 'u'))
+        n--;
+    if (n > 2 && t.s[0] == '0' && strchr("xXfFdD", t.s[1])) {
+        for (i = 2; i < n; i++) {
+            int h = hexval(t.s[i]);
+            if (h < 0 || i > 17)
+                return false;
+            v = v << 4 | (uint64_t)h;
+        }
+    } else {
+        for (; i < n; i++) {
+            if (!isdigit((unsigned char)t.s[i]))
+                return false;
+            v = v * 10 + (uint64_t)(t.s[i] - '0');
+        }
+    }
+    *ret = v;
+    return true;
+}
+
+struct initz {
+    uint8_t *buf;
+    size_t len, cap; /* bytes written / allocated */
+    uint32_t elem;
+    uint64_t limit; /* declared size (0: open array) */
+    size_t count;   /* elements written */
+};
+
+static int init_put(struct initz *z, uint64_t v)
+{
+    uint64_t end = (uint64_t)(z->count + 1) * z->elem;
+    if ((z->limit && end > z->limit) || end > PTX_INIT_MAX)
+        return -EINVAL;
+    if (end > z->cap) {
+        size_t cap = z->cap ? z->cap * 2 : 64;
+        while (cap < end)
+            cap *= 2;
+        uint8_t *b = realloc(z->buf, cap);
+        if (!b)
+            return -ENOMEM;
+        z->buf = b;
+        z->cap = cap;
+    }
+    for (uint32_t i = 0; i < z->elem; i++)
+        z->buf[z->count * z->elem + i] = (uint8_t)(i < 8 ? v >> (8 * i) : 0);
+    z->count++;
+    z->len = (size_t)end;
+    return 0;
+}
+
+/* One initializer: a value, or a brace list of them; t is its first token. */
+static int init_value(struct lexer *lx, struct token t, struct initz *z, int depth)
+{
+    if (depth > 8)
+        return -EINVAL;
+    if (is(t, "{")) {
+        t = next(lx);
+        if (is(t, "}"))
+            return 0;
+        for (;;) {
+            int r = init_value(lx, t, z, depth + 1);
+            if (r < 0)
+                return r;
+            t = next(lx);
+            if (is(t, "}"))
+                return 0;
+            if (!is(t, ","))
+                return -EINVAL;
+            t = next(lx);
+        }
+    }
+    bool neg = false;
+    if (is(t, "-")) {
+        neg = true;
+        t = next(lx);
+    }
+    uint64_t v;
+    if (literal(t, &v))
+        return init_put(z, neg ? (uint64_t)0 - v : v);
+    if (neg || !t.n || !(isalpha((unsigned char)t.s[0]) || t.s[0] == '_' || t.s[0] == '$'))
+        return -EINVAL;
+    /* an address: `name`, `generic(name)`, `name+4` — 0 here; skip to the value's end */
+    struct lexer save = *lx;
+    struct token u = next(lx);
+    int paren = 0;
+    while (u.n && (paren || !(is(u, ",") || is(u, "}") || is(u, ";")))) {
+        if (is(u, "("))
+            paren++;
+        else if (is(u, ")"))
+            paren--;
+        save = *lx;
+        u = next(lx);
+    }
+    *lx = save;
+    return init_put(z, 0);
+}
+
+/* A declaration after `.global`/`.const`; keep: false for `.extern` ones (parsed, dropped). */
+static int global_decl(struct lexer *lx, bool constant, struct ptx_global *g)
+{
+    uint32_t elem = 0, vec = 1;
+    struct token t;
+    for (t = next(lx); t.n && t.s[0] == '.'; t = next(lx)) {
+        uint32_t s = type_size(t), a;
+        if (s)
+            elem = s;
+        else if (is(t, ".align")) {
+            if (!number(next(lx), &a))
+                return -EINVAL;
+        } else if (is(t, ".v2"))
+            vec = 2;
+        else if (is(t, ".v4"))
+            vec = 4;
+        else if (is(t, ".v8"))
+            vec = 8;
+        else
+            return 1; /* .texref and the like: no storage the emulator models */
+    }
+    if (!elem || !t.n || !(isalpha((unsigned char)t.s[0]) || t.s[0] == '_' || t.s[0] == '$'))
+        return -EINVAL;
+    if (t.n >= PTX_NAME_MAX)
+        return -ENAMETOOLONG;
+    memset(g, 0, sizeof(*g));
+    memcpy(g->name, t.s, t.n);
+    g->constant = constant;
+    uint64_t count = 1;
+    bool open = false;
+    for (t = next(lx); is(t, "["); t = next(lx)) {
+        struct token n = next(lx);
+        uint32_t d;
+        if (is(n, "]")) {
+            open = true;
+            continue;
+        }
+        if (!number(n, &d) || !d || !is(next(lx), "]"))
+            return -EINVAL;
+        count *= d;
+        if (count > PTX_GLOBAL_SIZE_MAX)
+            return -EINVAL;
+    }
+    elem *= vec;
+    g->size = open ? 0 : count * elem;
+    if (g->size > PTX_GLOBAL_SIZE_MAX)
+        return -EINVAL;
+    if (is(t, "=")) {
+        struct initz z = {NULL, 0, 0, elem, g->size, 0};
+        int r = init_value(lx, next(lx), &z, 0);
+        if (r < 0) {
+            free(z.buf);
+            return r;
+        }
+        g->init = z.buf;
+        g->init_len = z.len;
+        if (open)
+            g->size = z.len;
+        t = next(lx);
+    }
+    if (!is(t, ";") || !g->size) {
+        free(g->init);
+        g->init = NULL;
+        return -EINVAL;
+    }
+    return 0;
+}
+
+void ptx_globals_free(struct ptx_global *g, size_t n)
+{
+    for (size_t i = 0; g && i < n; i++)
+        free(g[i].init);
+    free(g);
+}
+
+int ptx_globals(const char *text, size_t len, struct ptx_global **ret, size_t *ret_n)
+{
+    if (!text)
+        return -EINVAL;
+    struct lexer lx = {text, text + len, false};
+    struct ptx_global *gs = NULL;
+    size_t n = 0, cap = 0;
+    int depth = 0, r = 0;
+    bool ext = false;
+    for (struct token t = next(&lx); t.n; t = next(&lx)) {
+        if (is(t, "{") || is(t, "("))
+            depth++;
+        else if (is(t, "}") || is(t, ")"))
+            depth--;
+        if (depth < 0) {
+            r = -EINVAL;
+            break;
+        }
+        if (depth || !(is(t, ".global") || is(t, ".const"))) {
+            if (!depth)
+                ext = is(t, ".extern") || (ext && (is(t, ".visible") || is(t, ".weak")));
+            continue;
+        }
+        struct ptx_global g;
+        int d = global_decl(&lx, is(t, ".const"), &g);
+        if (d < 0) {
+            r = d;
+            break;
+        }
+        bool keep = d == 0 && !ext;
+        ext = false;
+        if (!keep) {
+            if (d == 0)
+                free(g.init);
+            continue;
+        }
+        if (n == PTX_GLOBALS_MAX) {
+            free(g.init);
+            r = -EINVAL;
+            break;
+        }
+        if (n == cap) {
+            size_t c = cap ? cap * 2 : 8;
+            struct ptx_global *ng = realloc(gs, c * sizeof(*ng));
+            if (!ng) {
+                free(g.init);
+                r = -ENOMEM;
+                break;
+            }
+            gs = ng;
+            cap = c;
+        }
+        gs[n++] = g;
+    }
+    if (!r && lx.bad)
+        r = -EINVAL;
+    if (r < 0) {
+        ptx_globals_free(gs, n);
+        return r;
+    }
+    *ret = gs;
+    *ret_n = n;
+    return 0;
+}

@@ -5,10 +5,12 @@
 #include "state.h"
 
 #include "proc.h"
+#include "util.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -25,16 +27,26 @@
 struct emu_state {
     struct emu_shared *sh;
     size_t len;
+    /* validated at open; a later write to the file's count cannot move an index out of
+     * the mapping */
+    unsigned gpu_count;
 };
 
 #define MiB (1024ull * 1024ull)
 
-/* Figures as the real boards report them (memory as nvidia-smi shows it). */
+/* Figures as the real boards report them (memory as nvidia-smi shows it). The last two columns
+ * are the memory the driver keeps back (nvidia-smi's total less the total CUDA reports on that
+ * board, rounded to MiB) and what one context costs (a process's used memory in nvidia-smi
+ * after creating a context and nothing else, rounded to 2 MiB pages). NVIDIA publishes no table
+ * of either: they are representative observed sizes, not documented ones
+ * (docs/emulator-cuda.md). */
 static const struct emu_model models[] = {
-    {"NVIDIA H100 80GB HBM3", "H100", 81559 * MiB, 132, 1980, 2619, 9, 0, 700000, 18, 5120},
-    {"NVIDIA A100-SXM4-80GB", "A100", 81920 * MiB, 108, 1410, 1593, 8, 0, 400000, 12, 5120},
-    {"NVIDIA L4", "L4", 23034 * MiB, 58, 2040, 6251, 8, 9, 72000, 0, 192},
-    {"Tesla T4", "T4", 15360 * MiB, 40, 1590, 5001, 7, 5, 70000, 0, 256},
+    {"NVIDIA H100 80GB HBM3", "H100", 81559 * MiB, 132, 1980, 2619, 9, 0, 700000, 18, 5120,
+     459 * MiB, 480 * MiB},
+    {"NVIDIA A100-SXM4-80GB", "A100", 81920 * MiB, 108, 1410, 1593, 8, 0, 400000, 12, 5120,
+     768 * MiB, 410 * MiB},
+    {"NVIDIA L4", "L4", 23034 * MiB, 58, 2040, 6251, 8, 9, 72000, 0, 192, 475 * MiB, 290 * MiB},
+    {"Tesla T4", "T4", 15360 * MiB, 40, 1590, 5001, 7, 5, 70000, 0, 256, 256 * MiB, 160 * MiB},
 };
 
 const struct emu_model *emu_model_table(size_t *ret_n)
@@ -95,6 +107,9 @@ static void fill_gpu(struct emu_gpu *g, unsigned i, const struct emu_config *cfg
     g->mem_clock_mhz = m->mem_clock_mhz;
     g->mem_bus_bits = m->mem_bus_bits;
     g->memory_total = cfg->memory_bytes ? cfg->memory_bytes : m->memory_bytes;
+    /* a custom size is a custom board: all of it is the processes' */
+    g->memory_reserved = cfg->memory_bytes ? 0 : m->reserved_bytes;
+    g->ctx_cost = m->ctx_bytes;
 
     uint64_t s = cfg->seed * 0x100000001b3ull + i + 1;
     uint64_t a = mix64(&s), b = mix64(&s);
@@ -185,7 +200,10 @@ int emu_state_create(const char *path, const struct emu_config *cfg)
     const struct emu_model *m = cfg->model ? emu_model_find(cfg->model) : &models[0];
     if (!m)
         return -EINVAL;
-    if (cfg->memory_bytes && cfg->memory_bytes < 64 * MiB)
+    if (cfg->memory_bytes &&
+        (cfg->memory_bytes < EMU_MEMORY_MIN || cfg->memory_bytes > EMU_MEMORY_MAX))
+        return -EINVAL;
+    if (cfg->mode > 0777 || (cfg->mode && (cfg->mode & 0600) != 0600))
         return -EINVAL;
 
     size_t plen = strlen(path);
@@ -202,7 +220,8 @@ int emu_state_create(const char *path, const struct emu_config *cfg)
     size_t len = sizeof(struct emu_shared);
     int r = 0;
     struct emu_shared *sh = MAP_FAILED;
-    if (fchmod(fd, 0666) < 0 || ftruncate(fd, (off_t)len) < 0) {
+    /* explicit, so the umask has no say (mkstemp made it 0600 already) */
+    if (fchmod(fd, cfg->mode ? cfg->mode : 0600) < 0 || ftruncate(fd, (off_t)len) < 0) {
         r = -errno;
         goto out;
     }
@@ -240,52 +259,248 @@ out:
     return r;
 }
 
-int emu_state_open(const char *path, struct emu_state **ret)
+/* ---- validation ---- */
+
+#define BAD(...) (errbuf_printf(err, errlen, __VA_ARGS__), -EPROTO)
+
+static bool has_nul(const char *s, size_t n)
+{
+    return memchr(s, 0, n) != NULL;
+}
+
+static bool topo_level_ok(uint8_t v)
+{
+    return v == EMU_TOPO_INTERNAL || v == EMU_TOPO_SINGLE || v == EMU_TOPO_MULTIPLE ||
+           v == EMU_TOPO_HOSTBRIDGE || v == EMU_TOPO_NODE || v == EMU_TOPO_SYSTEM;
+}
+
+static int validate_gpu(const struct emu_gpu *g, unsigned i, unsigned n, char *err, size_t errlen)
+{
+    if (g->index != i || g->minor > 255)
+        return BAD("GPU %u: index %u, minor %u (want %u, 0-255)", i, g->index, g->minor, i);
+    if (!has_nul(g->uuid, sizeof(g->uuid)) || !has_nul(g->name, sizeof(g->name)) ||
+        !has_nul(g->pci_bus_id, sizeof(g->pci_bus_id)) || !has_nul(g->serial, sizeof(g->serial)))
+        return BAD("GPU %u: an identity string (UUID, name, bus id, serial) is not terminated", i);
+    if (g->memory_total < EMU_MEMORY_MIN || g->memory_total > EMU_MEMORY_MAX)
+        return BAD("GPU %u: memory total %" PRIu64 " bytes (want 64 MiB to 1 PiB)", i,
+                   g->memory_total);
+    /* processes get memory_total - memory_reserved: the difference must not wrap */
+    if (g->memory_reserved >= g->memory_total || g->ctx_cost > EMU_MEMORY_MAX)
+        return BAD("GPU %u: reserved memory %" PRIu64 " bytes of %" PRIu64 ", context cost %" PRIu64
+                   " bytes (want less than the total, a cost up to 1 PiB)",
+                   i, g->memory_reserved, g->memory_total, g->ctx_cost);
+    if (g->numa_node < -1 || g->numa_node > 1023)
+        return BAD("GPU %u: NUMA node %d (want -1 to 1023)", i, g->numa_node);
+    if (g->sm_count < 1 || g->sm_count > 4096 || g->cc_major < 1 || g->cc_major > 99 ||
+        g->cc_minor > 9)
+        return BAD("GPU %u: %u SMs, compute capability %u.%u (want 1-4096 SMs, 1.0-99.9)", i,
+                   g->sm_count, g->cc_major, g->cc_minor);
+    if (g->sm_clock_max_mhz < 1 || g->sm_clock_max_mhz > 10000 || g->sm_clock_mhz < 1 ||
+        g->sm_clock_mhz > g->sm_clock_max_mhz || g->mem_clock_mhz < 1 || g->mem_clock_mhz > 10000)
+        return BAD("GPU %u: clocks SM %u of %u MHz, memory %u MHz (want 1-10000, SM up to its "
+                   "maximum)",
+                   i, g->sm_clock_mhz, g->sm_clock_max_mhz, g->mem_clock_mhz);
+    if (g->temperature_c > 200 || g->power_mw > 2000000 || g->power_limit_mw > 2000000 ||
+        g->fan_percent > 100 || g->pstate > 15)
+        return BAD("GPU %u: a sensor is out of range (temperature %u C, power %u/%u mW, fan %u "
+                   "%%, P-state %u)",
+                   i, g->temperature_c, g->power_mw, g->power_limit_mw, g->fan_percent, g->pstate);
+    if (g->lost > 1 || g->mig_mode > 1 || g->mig_mode_pending > 1 ||
+        (g->compute_mode != 0 && g->compute_mode != 2 && g->compute_mode != 3))
+        return BAD("GPU %u: lost %u, MIG %u/%u, compute mode %u (want 0/1 flags, modes 0, 2, 3)", i,
+                   g->lost, g->mig_mode, g->mig_mode_pending, g->compute_mode);
+    for (unsigned j = 0; j < n; j++)
+        if (!topo_level_ok(g->topo[j]))
+            return BAD("GPU %u: topology level %u towards GPU %u", i, g->topo[j], j);
+    /* events: each filled entry sits where its sequence number puts it, none from the future */
+    for (unsigned k = 0; k < EMU_EVENT_RING; k++) {
+        uint64_t seq = g->events[k].seq;
+        if (seq && (seq > g->event_seq || (seq - 1) % EMU_EVENT_RING != k))
+            return BAD("GPU %u: event ring entry %u holds sequence %" PRIu64 " (last %" PRIu64 ")",
+                       i, k, seq, g->event_seq);
+    }
+    /* intervals: in order, never reversed, owners' slots within the table */
+    uint64_t cnt = g->interval_count, kept = cnt < EMU_TIMELINE_RING ? cnt : EMU_TIMELINE_RING;
+    uint64_t prev_end = 0;
+    for (uint64_t k = cnt - kept; k < cnt; k++) {
+        const struct emu_interval *iv = &g->intervals[k % EMU_TIMELINE_RING];
+        if (iv->end_ns < iv->start_ns || iv->start_ns < prev_end || iv->slot > EMU_MAX_PROCS)
+            return BAD("GPU %u: timeline interval %" PRIu64 " is malformed", i, k);
+        prev_end = iv->end_ns;
+    }
+    if (cnt && g->busy_until_ns < prev_end)
+        return BAD("GPU %u: busy until %" PRIu64 " ns, before its last interval ends", i,
+                   g->busy_until_ns);
+    return 0;
+}
+
+int emu_state_validate(const struct emu_shared *sh, size_t len, char *err, size_t errlen)
+{
+    if (!sh || len != sizeof(struct emu_shared))
+        return BAD("%zu bytes, want %zu: not a state file of this accel-emu version", len,
+                   sizeof(struct emu_shared));
+    if (sh->magic != EMU_STATE_MAGIC)
+        return BAD("not an accel-emu state file (bad magic)");
+    if (sh->version != EMU_STATE_VERSION || sh->size != len)
+        return BAD("state file version %u, size %" PRIu64 " (want version %u, %zu bytes)",
+                   sh->version, sh->size, EMU_STATE_VERSION, len);
+    unsigned n = sh->gpu_count;
+    if (n < 1 || n > EMU_MAX_GPUS)
+        return BAD("GPU count %u (want 1-%d)", n, EMU_MAX_GPUS);
+    if (!has_nul(sh->model, sizeof(sh->model)))
+        return BAD("model name not terminated");
+    if (sh->nvlink_mode > EMU_NVLINK_PAIRS)
+        return BAD("NVLink mode %u (want 0-2)", sh->nvlink_mode);
+    if (sh->proc_info_stride != 0 && sh->proc_info_stride != 16 && sh->proc_info_stride != 24 &&
+        sh->proc_info_stride != 32)
+        return BAD("process-info stride %u (want 16, 24 or 32)", sh->proc_info_stride);
+    for (unsigned i = 0; i < n; i++) {
+        int r = validate_gpu(&sh->gpus[i], i, n, err, errlen);
+        if (r < 0)
+            return r;
+    }
+    uint64_t used[EMU_MAX_GPUS] = {0};
+    for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
+        const struct emu_proc *p = &sh->procs[i];
+        if (p->pid < 0)
+            return BAD("process slot %u: pid %d", i, p->pid);
+        if (!p->pid)
+            continue;
+        for (unsigned gi = 0; gi < EMU_MAX_GPUS; gi++) {
+            if (gi >= n && p->mem[gi])
+                return BAD("process slot %u: memory on GPU %u, which does not exist", i, gi);
+            if (gi < n &&
+                p->mem[gi] > sh->gpus[gi].memory_total - sh->gpus[gi].memory_reserved - used[gi])
+                return BAD("process slot %u: charges on GPU %u exceed its memory", i, gi);
+            used[gi] += p->mem[gi];
+        }
+    }
+    for (unsigned i = 0; i < EMU_MPS_MAX_DAEMONS; i++) {
+        const struct emu_mps_daemon *d = &sh->mps[i];
+        if (d->pid < 0 || d->server_count > EMU_MPS_MAX_SERVERS ||
+            !has_nul(d->pipe_dir, sizeof(d->pipe_dir)) || d->default_thread_pct_x10 > 1000)
+            return BAD("MPS slot %u: pid %d, %u servers, thread percentage %u/10 (want at most "
+                       "%d servers, 100 %%, a terminated pipe directory)",
+                       i, d->pid, d->server_count, d->default_thread_pct_x10, EMU_MPS_MAX_SERVERS);
+        for (unsigned k = 0; k < d->server_count; k++)
+            if (d->servers[k].thread_pct_x10 > 1000 || d->servers[k].pid < 0)
+                return BAD("MPS slot %u: server %u: pid %d, thread percentage %u/10", i, k,
+                           d->servers[k].pid, d->servers[k].thread_pct_x10);
+    }
+    return 0;
+}
+
+#undef BAD
+
+/* Validates a mapping other processes may be changing: the fields that are fixed at create
+ * first, then the whole file under its lock (writers keep every field valid between lock and
+ * unlock, not at each store). The lock is taken with a bound: in a corrupt file it may look
+ * held forever. */
+static int validate_live(struct emu_shared *sh, size_t len, char *err, size_t errlen)
+{
+    if (__atomic_load_n(&sh->magic, __ATOMIC_ACQUIRE) != EMU_STATE_MAGIC ||
+        sh->version != EMU_STATE_VERSION || sh->size != len)
+        return emu_state_validate(sh, len, err, errlen);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    int r = pthread_mutex_timedlock(&sh->mutex, &until);
+    if (r == EOWNERDEAD)
+        pthread_mutex_consistent(&sh->mutex);
+    else if (r) {
+        errbuf_printf(err, errlen, "its lock cannot be taken (%s)",
+                      r == ETIMEDOUT ? "held for over 5 s" : strerror(r));
+        return -EPROTO;
+    }
+    r = emu_state_validate(sh, len, err, errlen);
+    pthread_mutex_unlock(&sh->mutex);
+    return r;
+}
+
+int emu_state_open_err(const char *path, struct emu_state **ret, char *err, size_t errlen)
 {
     if (!path || !*path || !ret)
         return -EINVAL;
     int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
+    if (fd < 0) {
+        int r = -errno;
+        struct stat sb;
+        char who[96] = "a directory above it is closed to this user too";
+        if (r == -EACCES && stat(path, &sb) == 0)
+            snprintf(who, sizeof(who), "mode %04o, owner uid %u, gid %u",
+                     (unsigned)(sb.st_mode & 07777), (unsigned)sb.st_uid, (unsigned)sb.st_gid);
+        if (r == -EACCES)
+            errbuf_printf(err, errlen,
+                          "%s: permission denied (%s; this process runs as uid %u, gid %u): run "
+                          "as the user who made it, or recreate it with `accel-emu init --mode "
+                          "0660` (group) or `--mode 0666` (anyone) in a directory this user can "
+                          "reach",
+                          path, who, (unsigned)geteuid(), (unsigned)getegid());
+        else
+            errbuf_printf(err, errlen, "%s: %s", path, strerror(-r));
+        return r;
+    }
     struct stat stbuf;
     if (fstat(fd, &stbuf) < 0) {
         int r = -errno;
         close(fd);
+        errbuf_printf(err, errlen, "%s: %s", path, strerror(-r));
         return r;
     }
     size_t len = sizeof(struct emu_shared);
     if ((uint64_t)stbuf.st_size != len) {
         close(fd);
+        errbuf_printf(err, errlen,
+                      "%s: %" PRIu64 " bytes, want %zu: not a state file of this accel-emu "
+                      "version (recreate it with `accel-emu init`)",
+                      path, (uint64_t)stbuf.st_size, len);
         return -EPROTO;
     }
     struct emu_shared *sh = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int err = errno;
+    int e = errno;
     close(fd);
-    if (sh == MAP_FAILED)
-        return -err;
-    if (__atomic_load_n(&sh->magic, __ATOMIC_ACQUIRE) != EMU_STATE_MAGIC ||
-        sh->version != EMU_STATE_VERSION || sh->size != len || sh->gpu_count < 1 ||
-        sh->gpu_count > EMU_MAX_GPUS) {
+    if (sh == MAP_FAILED) {
+        errbuf_printf(err, errlen, "%s: %s", path, strerror(e));
+        return -e;
+    }
+    char why[256];
+    int r = validate_live(sh, len, why, sizeof(why));
+    if (r < 0) {
         munmap(sh, len);
-        return -EPROTO;
+        errbuf_printf(err, errlen, "%s: %s (recreate it with `accel-emu init`)", path, why);
+        return r;
     }
     struct emu_state *st = calloc(1, sizeof(*st));
     if (!st) {
         munmap(sh, len);
+        errbuf_printf(err, errlen, "out of memory");
         return -ENOMEM;
     }
     st->sh = sh;
     st->len = len;
+    st->gpu_count = sh->gpu_count;
     *ret = st;
     return 0;
 }
 
-int emu_state_open_env(struct emu_state **ret)
+int emu_state_open(const char *path, struct emu_state **ret)
+{
+    return emu_state_open_err(path, ret, NULL, 0);
+}
+
+int emu_state_open_env_err(struct emu_state **ret, char *err, size_t errlen)
 {
     const char *p = getenv("ACCEL_EMU_STATE");
-    if (!p || !*p)
+    if (!p || !*p) {
+        errbuf_printf(err, errlen, "ACCEL_EMU_STATE is not set");
         return -ENXIO;
-    return emu_state_open(p, ret);
+    }
+    return emu_state_open_err(p, ret, err, errlen);
+}
+
+int emu_state_open_env(struct emu_state **ret)
+{
+    return emu_state_open_env_err(ret, NULL, 0);
 }
 
 struct emu_state *emu_state_close(struct emu_state *st)
@@ -304,12 +519,12 @@ struct emu_shared *emu_state_shared(struct emu_state *st)
 
 unsigned emu_state_gpu_count(const struct emu_state *st)
 {
-    return st->sh->gpu_count;
+    return st->gpu_count;
 }
 
 struct emu_gpu *emu_state_gpu(struct emu_state *st, unsigned i)
 {
-    if (!st || i >= st->sh->gpu_count)
+    if (!st || i >= st->gpu_count)
         return NULL;
     return &st->sh->gpus[i];
 }
@@ -318,7 +533,7 @@ int emu_state_find_gpu(struct emu_state *st, const char *key)
 {
     if (!key)
         return -EINVAL;
-    for (unsigned i = 0; i < st->sh->gpu_count; i++) {
+    for (unsigned i = 0; i < st->gpu_count; i++) {
         const struct emu_gpu *g = &st->sh->gpus[i];
         if (strcasecmp(key, g->uuid) == 0 || strcasecmp(key, g->pci_bus_id) == 0)
             return (int)i;
@@ -418,19 +633,62 @@ static uint64_t self_start_time(void)
     return __atomic_load_n(&self_start, __ATOMIC_RELAXED);
 }
 
+/* Removes the work of process slot i from every GPU's timeline that had not started by now
+ * and cuts the one running at now, as the driver does with a dying context's work. Only the
+ * intervals ending after now are looked at: they are the newest ones (the ring is in start
+ * order and intervals never overlap), so the cost is the pending work, not the history. */
+static void drop_pending_locked(struct emu_shared *sh, unsigned i, uint64_t now)
+{
+    uint32_t tag = i + 1;
+    for (unsigned gi = 0; gi < sh->gpu_count && gi < EMU_MAX_GPUS; gi++) {
+        struct emu_gpu *g = &sh->gpus[gi];
+        g->pending_slots[i / 64] &= ~(1ull << (i % 64));
+        if (g->busy_until_ns <= now)
+            continue;
+        uint64_t n = g->interval_count, first = n;
+        while (first > 0 && n - first < EMU_TIMELINE_RING &&
+               g->intervals[(first - 1) % EMU_TIMELINE_RING].end_ns > now)
+            first--;
+        uint64_t w = first, dropped = 0;
+        for (uint64_t j = first; j < n; j++) {
+            struct emu_interval iv = g->intervals[j % EMU_TIMELINE_RING];
+            if (iv.slot == tag) {
+                uint64_t from = iv.start_ns > now ? iv.start_ns : now;
+                dropped += iv.end_ns - from;
+                if (iv.start_ns >= now)
+                    continue;    /* not started: gone */
+                iv.end_ns = now; /* running: stops now */
+            }
+            g->intervals[w++ % EMU_TIMELINE_RING] = iv;
+        }
+        g->interval_count = w;
+        g->busy_until_ns = w ? g->intervals[(w - 1) % EMU_TIMELINE_RING].end_ns : 0;
+        g->busy_total_ns -= dropped < g->busy_total_ns ? dropped : g->busy_total_ns;
+    }
+}
+
+/* Frees slot i (its owner is gone or leaving): charges, pending work, then the pid. */
+static void reap_slot_locked(struct emu_shared *sh, unsigned i, uint64_t now)
+{
+    struct emu_proc *p = &sh->procs[i];
+    drop_pending_locked(sh, i, now);
+    /* pid last: a half-cleared slot is still a valid (empty) slot of that pid */
+    memset(p->mem, 0, sizeof(p->mem));
+    p->start_time = 0;
+    p->pidns = 0;
+    p->pid = 0;
+}
+
 static int reclaim_locked(struct emu_shared *sh)
 {
     int n = 0;
     pid_t self = my_pid();
-    sh->last_reclaim_ns = emu_state_now_ns();
+    uint64_t now = emu_state_now_ns();
+    sh->last_reclaim_ns = now;
     for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
         struct emu_proc *p = &sh->procs[i];
         if (p->pid && !(p->pid == self && p->pidns == self_pidns()) && !proc_alive(p)) {
-            /* pid last: a half-cleared slot is still a valid (empty) slot of that pid */
-            memset(p->mem, 0, sizeof(p->mem));
-            p->start_time = 0;
-            p->pidns = 0;
-            p->pid = 0;
+            reap_slot_locked(sh, i, now);
             n++;
         }
     }
@@ -464,7 +722,8 @@ static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
         if (p->pid == pid && p->pidns == ns) {
             if (p->start_time == start)
                 return p;
-            /* a dead process with our pid: its charges are not ours */
+            /* a dead process with our pid: its charges and its work are not ours */
+            drop_pending_locked(sh, i, emu_state_now_ns());
             memset(p->mem, 0, sizeof(p->mem));
             p->start_time = start;
             return p;
@@ -493,11 +752,11 @@ static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
 int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes)
 {
     struct emu_shared *sh = st->sh;
-    if (gpu >= sh->gpu_count)
+    if (gpu >= st->gpu_count)
         return -EINVAL;
     emu_state_lock(st);
     int r = 0;
-    uint64_t total = sh->gpus[gpu].memory_total;
+    uint64_t total = sh->gpus[gpu].memory_total - sh->gpus[gpu].memory_reserved;
     uint64_t used = used_locked(sh, gpu);
     if (bytes > total || used > total - bytes) {
         reclaim_locked(sh);
@@ -521,7 +780,7 @@ out:
 void emu_state_mem_uncharge(struct emu_state *st, unsigned gpu, uint64_t bytes)
 {
     struct emu_shared *sh = st->sh;
-    if (gpu >= sh->gpu_count)
+    if (gpu >= st->gpu_count)
         return;
     emu_state_lock(st);
     struct emu_proc *p = self_slot_locked(sh, false);
@@ -535,19 +794,15 @@ void emu_state_proc_release(struct emu_state *st)
     struct emu_shared *sh = st->sh;
     emu_state_lock(st);
     struct emu_proc *p = self_slot_locked(sh, false);
-    if (p) {
-        memset(p->mem, 0, sizeof(p->mem));
-        p->start_time = 0;
-        p->pidns = 0;
-        p->pid = 0;
-    }
+    if (p)
+        reap_slot_locked(sh, (unsigned)(p - sh->procs), emu_state_now_ns());
     emu_state_unlock(st);
 }
 
 int emu_state_mem_info(struct emu_state *st, unsigned gpu, uint64_t *ret_used, uint64_t *ret_total)
 {
     struct emu_shared *sh = st->sh;
-    if (gpu >= sh->gpu_count)
+    if (gpu >= st->gpu_count)
         return -EINVAL;
     emu_state_lock(st);
     reclaim_lazily_locked(sh);
@@ -573,7 +828,7 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
                     size_t *ret_n)
 {
     struct emu_shared *sh = st->sh;
-    if (gpu >= sh->gpu_count || (max && !out))
+    if (gpu >= st->gpu_count || (max && !out))
         return -EINVAL;
     size_t n = 0;
     emu_state_lock(st);
@@ -594,35 +849,91 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
 
 /* ---- timeline ---- */
 
+/* g has work pending: reaps the slots of the processes that queued it and are gone, so that
+ * new work does not queue behind a dead process's. kill(pid, 0) alone (no /proc read) keeps
+ * this cheap enough for every launch; slots of other pid namespaces are not ours to judge. */
+static void reap_dead_owners_locked(struct emu_shared *sh, struct emu_gpu *g, uint32_t self_tag,
+                                    uint64_t now)
+{
+    uint64_t ns = self_pidns();
+    for (unsigned w = 0; w < EMU_MAX_PROCS / 64; w++) {
+        uint64_t bits = g->pending_slots[w];
+        while (bits) {
+            unsigned i = w * 64 + (unsigned)__builtin_ctzll(bits);
+            bits &= bits - 1;
+            struct emu_proc *p = &sh->procs[i];
+            if (i + 1 == self_tag)
+                continue;
+            if (!p->pid) {
+                g->pending_slots[w] &= ~(1ull << (i % 64));
+                continue;
+            }
+            if (p->pidns && ns && p->pidns != ns)
+                continue;
+            if (kill(p->pid, 0) < 0 && errno == ESRCH)
+                reap_slot_locked(sh, i, now);
+        }
+    }
+}
+
 int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                      uint64_t duration_ns, uint64_t *ret_start_ns, uint64_t *ret_end_ns)
 {
+    return emu_state_submit_overlap(st, gpu, not_before_ns, UINT64_MAX, duration_ns, ret_start_ns,
+                                    ret_end_ns);
+}
+
+int emu_state_submit_overlap(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
+                             uint64_t overlap_from_ns, uint64_t duration_ns, uint64_t *ret_start_ns,
+                             uint64_t *ret_end_ns)
+{
     struct emu_shared *sh = st->sh;
-    if (gpu >= sh->gpu_count)
+    if (gpu >= st->gpu_count)
         return -EINVAL;
     int32_t pid = (int32_t)my_pid();
     uint64_t now = emu_state_now_ns();
     emu_state_lock(st);
+    struct emu_proc *me = self_slot_locked(sh, true);
+    uint32_t tag = me ? (uint32_t)(me - sh->procs) + 1 : 0; /* 0: no slot free, never dropped */
     struct emu_gpu *g = &sh->gpus[gpu];
+    if (g->busy_until_ns > now)
+        reap_dead_owners_locked(sh, g, tag, now);
+    else
+        memset(g->pending_slots, 0, sizeof(g->pending_slots)); /* idle: nothing pending */
+    struct emu_interval *last =
+        g->interval_count ? &g->intervals[(g->interval_count - 1) % EMU_TIMELINE_RING] : NULL;
+    bool mine = last && last->pid == pid && last->slot == tag;
     uint64_t start = now;
-    if (g->busy_until_ns > start)
-        start = g->busy_until_ns;
     if (not_before_ns > start)
         start = not_before_ns;
+    if (overlap_from_ns != UINT64_MAX && mine && last->end_ns == g->busy_until_ns &&
+        g->busy_until_ns > now) {
+        /* the GPU's queue ends with our own work: this may run beside it, from where the
+         * caller's SMs allow, never before that run of ours began (the work queued before it
+         * by others comes first) */
+        uint64_t floor = overlap_from_ns > last->start_ns ? overlap_from_ns : last->start_ns;
+        if (floor > start)
+            start = floor;
+    } else if (g->busy_until_ns > start) {
+        start = g->busy_until_ns;
+    }
     uint64_t end = start + duration_ns;
     if (duration_ns) {
-        struct emu_interval *last =
-            g->interval_count ? &g->intervals[(g->interval_count - 1) % EMU_TIMELINE_RING] : NULL;
-        if (last && last->pid == pid && last->end_ns == start) {
-            last->end_ns = end;
+        if (mine && last->end_ns >= start && last->start_ns <= start) {
+            if (end > last->end_ns) /* union: overlapping work of ours is one busy interval */
+                last->end_ns = end;
         } else {
             struct emu_interval *iv = &g->intervals[g->interval_count % EMU_TIMELINE_RING];
             iv->start_ns = start;
             iv->end_ns = end;
             iv->pid = pid;
+            iv->slot = tag;
             g->interval_count++;
         }
-        g->busy_until_ns = end;
+        if (tag)
+            g->pending_slots[(tag - 1) / 64] |= 1ull << ((tag - 1) % 64);
+        if (end > g->busy_until_ns)
+            g->busy_until_ns = end;
         g->busy_total_ns += duration_ns;
     }
     emu_state_unlock(st);
@@ -643,7 +954,7 @@ int emu_state_busy_ns(struct emu_state *st, unsigned gpu, uint64_t t0, uint64_t 
                       uint64_t *ret_busy_ns, bool *ret_complete)
 {
     struct emu_shared *sh = st->sh;
-    if (gpu >= sh->gpu_count || t1 < t0 || !ret_busy_ns)
+    if (gpu >= st->gpu_count || t1 < t0 || !ret_busy_ns)
         return -EINVAL;
     uint64_t busy = 0;
     bool complete = true;
@@ -671,7 +982,7 @@ int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint
                            struct emu_proc_util *out, size_t max, size_t *ret_n)
 {
     struct emu_shared *sh = st->sh;
-    if (gpu >= sh->gpu_count || t1 < t0 || (max && !out))
+    if (gpu >= st->gpu_count || t1 < t0 || (max && !out))
         return -EINVAL;
     /* distinct pids are few; collect into a small local table first */
     struct emu_proc_util acc[EMU_MAX_PROCS];
@@ -721,7 +1032,7 @@ int emu_state_event_post(struct emu_state *st, unsigned gpu, uint64_t type, uint
                          uint64_t *ret_seq)
 {
     struct emu_shared *sh = st->sh;
-    if (gpu >= sh->gpu_count)
+    if (gpu >= st->gpu_count)
         return -EINVAL;
     uint64_t now = emu_state_now_ns();
     emu_state_lock(st);
@@ -746,7 +1057,7 @@ int emu_state_event_post(struct emu_state *st, unsigned gpu, uint64_t type, uint
 
 uint64_t emu_state_event_last(struct emu_state *st, unsigned gpu)
 {
-    if (gpu >= st->sh->gpu_count)
+    if (gpu >= st->gpu_count)
         return 0;
     return __atomic_load_n(&st->sh->gpus[gpu].event_seq, __ATOMIC_ACQUIRE);
 }
@@ -754,7 +1065,7 @@ uint64_t emu_state_event_last(struct emu_state *st, unsigned gpu)
 int emu_state_event_get(struct emu_state *st, unsigned gpu, uint64_t seq, struct emu_event *ret)
 {
     struct emu_shared *sh = st->sh;
-    if (gpu >= sh->gpu_count || seq == 0 || !ret)
+    if (gpu >= st->gpu_count || seq == 0 || !ret)
         return -EINVAL;
     int r = 0;
     emu_state_lock(st);

@@ -37,6 +37,8 @@
 #define EMU_EVENT_RING 256      /* per GPU, power of two */
 #define EMU_TIMELINE_RING 16384 /* busy intervals kept per GPU, power of two */
 
+#define EMU_MEMORY_MIN (64ull << 20) /* a GPU's memory: 64 MiB .. 1 PiB */
+#define EMU_MEMORY_MAX (1ull << 50)
 #define EMU_UUID_LEN 41 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL */
 #define EMU_NAME_LEN 96
 #define EMU_BUSID_LEN 32 /* "00000000:18:00.0" */
@@ -77,6 +79,10 @@ struct emu_model {
     uint32_t power_limit_mw;
     uint32_t nvlinks;      /* NVLink links per GPU (0: the model has none) */
     uint32_t mem_bus_bits; /* memory bus width */
+    /* memory the driver keeps back (NVML v2 `reserved`): CUDA sees memory_bytes minus this */
+    uint64_t reserved_bytes;
+    /* device memory a context costs while it exists (a multiple of 2 MiB) */
+    uint64_t ctx_bytes;
 };
 
 /* Looks a model up by name or alias, case-insensitively. NULL when unknown. */
@@ -94,6 +100,7 @@ struct emu_config {
     unsigned numa_count;    /* entries given; 0 = all 0 */
     enum emu_nvlink_mode nvlink;
     uint64_t seed; /* UUIDs derive from it: the same seed, the same UUIDs */
+    unsigned mode; /* the state file's permission bits, whatever the umask; 0 = 0600 */
 };
 void emu_config_init(struct emu_config *cfg);
 
@@ -106,11 +113,12 @@ struct emu_event {
 };
 
 /* One busy interval on a GPU's timeline: work of pid from start to end. Back-to-back work of
- * one process is merged into one interval. */
+ * one process is merged into one interval. slot is the owner's process slot + 1 (0: it had
+ * none), so that a dead process's pending work can be found when its slot is reaped. */
 struct emu_interval {
     uint64_t start_ns, end_ns;
     int32_t pid;
-    uint32_t pad;
+    uint32_t slot;
 };
 
 /* A GPU as it lives in the shared file. Identity fields are written once by create; sensor
@@ -171,6 +179,15 @@ struct emu_gpu {
      * Part B (emulated NVML) owns these two; they take two of the reserved words. */
     uint64_t ecc_single_bit;
     uint64_t ecc_double_bit;
+    /* memory the driver keeps for itself (the model's; 0 with --memory): NVML v2 `reserved`,
+     * counted in NVML's `used`, never available to CUDA (see docs/emulator-cuda.md) */
+    uint64_t memory_reserved;
+    /* device memory one context costs on this GPU (the model's; ACCEL_EMU_CTX_OVERHEAD
+     * overrides it per process) */
+    uint64_t ctx_cost;
+    /* process slots (bit i: procs[i]) that queued work since the GPU was last idle: the only
+     * owners whose death emu_state_submit must check for before queueing behind them */
+    uint64_t pending_slots[EMU_MAX_PROCS / 64];
     /* Volatile ECC counts (since the last driver load: `accel-emu set GPU ecc_volatile=clear`
      * zeroes them, the aggregate ones above never go back). `accel-emu ecc` counts both. */
     uint64_t ecc_vol_single_bit;
@@ -181,7 +198,7 @@ struct emu_gpu {
      * stamp 0: not started (the first read starts it). */
     uint64_t energy_mj;
     uint64_t energy_stamp_ns;
-    uint64_t reserved_u64[9];
+    uint64_t reserved_u64[7 - EMU_MAX_PROCS / 64];
 };
 
 /* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the
@@ -254,14 +271,30 @@ struct emu_shared {
 struct emu_state;
 
 /* Creates the state file at path for cfg, atomically (a reader sees no file or a whole one);
- * replaces an existing file. Returns 0 or -errno (-EINVAL: bad cfg, unknown model). */
+ * replaces an existing file. Its mode is cfg->mode (0600 by default) whatever the umask: every
+ * process that maps it can change the machine, so only the users meant to share the emulated
+ * GPUs may open it. Returns 0 or -errno (-EINVAL: bad cfg, unknown model, a mode outside 0777
+ * or without owner read and write). */
 int emu_state_create(const char *path, const struct emu_config *cfg);
 
-/* Maps an existing state file. -ENOENT: no file; -EPROTO: not a state file or another
- * version/size. */
+/* Checks a mapped state file before anything reads it: size, magic, version, the GPU count,
+ * and every field that is used as an index, a count, a size or a string (per GPU: index,
+ * identity strings NUL-terminated, memory total, clocks, sensors and modes in the ranges
+ * `accel-emu set` allows, reserved memory below the total, topology levels, event ring entries
+ * in their places, intervals;
+ * per process slot: pid, charges within the GPUs' totals; MPS slots: server count, pipe
+ * directory string, percentages). len is the mapped length. Returns 0, or -EPROTO with one
+ * line naming the first bad field in err (err may be NULL). Pure: a fuzz target's entry. */
+int emu_state_validate(const struct emu_shared *sh, size_t len, char *err, size_t errlen);
+
+/* Maps an existing state file and validates it (emu_state_validate). -ENOENT: no file;
+ * -EPROTO: not a state file, another version/size, or a bad field; -EACCES: the file's mode
+ * or owner keeps the caller out. The _err forms put a one-line reason in err. */
 int emu_state_open(const char *path, struct emu_state **ret);
+int emu_state_open_err(const char *path, struct emu_state **ret, char *err, size_t errlen);
 /* Maps the file named by $ACCEL_EMU_STATE. -ENXIO when it is unset or empty. */
 int emu_state_open_env(struct emu_state **ret);
+int emu_state_open_env_err(struct emu_state **ret, char *err, size_t errlen);
 struct emu_state *emu_state_close(struct emu_state *st);
 
 /* The mapping itself (for fields not covered by the functions below). */
@@ -281,14 +314,16 @@ uint64_t emu_state_now_ns(void);
 /* ---- memory accounting (charges belong to the calling process) ---- */
 
 /* Charges bytes on gpu to the calling process. -ENOMEM when the GPU's used memory (sum over
- * live processes, dead ones reclaimed first) plus bytes would exceed its total; -ENOSPC when
+ * live processes, dead ones reclaimed first) plus bytes would exceed its total less the memory
+ * the driver reserves (memory_reserved); -ENOSPC when
  * no process slot is free; -EINVAL for a bad gpu. Nothing changes on failure. */
 int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes);
 /* Gives back bytes (clamped at what the process holds). */
 void emu_state_mem_uncharge(struct emu_state *st, unsigned gpu, uint64_t bytes);
 /* Releases every charge of the calling process (clean exit). */
 void emu_state_proc_release(struct emu_state *st);
-/* Used (sum over live processes) and total bytes on gpu. Dead processes' slots are reclaimed
+/* Used (sum over live processes) and physical total bytes on gpu (memory_reserved of it is
+ * never available to processes). Dead processes' slots are reclaimed
  * first, at most every EMU_RECLAIM_INTERVAL_NS (looking costs a /proc read per process): a
  * process killed with -9 stops counting within that interval. */
 #define EMU_RECLAIM_INTERVAL_NS 50000000ull
@@ -311,9 +346,26 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
  * max(now, the GPU's busy_until, not_before_ns) and ends duration_ns later; the GPU is busy
  * until then. duration 0 occupies nothing and records no interval (it only reports where
  * such work would start). not_before_ns is the stream's last completion (stream order).
- * Returns 0 or -EINVAL. */
+ * Returns 0 or -EINVAL.
+ *
+ * A dead process's work does not stay on the timeline, as the driver drops a dying context's
+ * work: when a process slot is reaped (emu_state_proc_release at exit, reclaim of a killed
+ * process), its work on every GPU that had not started is removed and the one running is cut
+ * at that moment; busy_until and busy_total shrink to match. Before queueing behind other
+ * processes' pending work, submit checks that those owners are alive (kill(pid, 0): a pid
+ * reused since is caught by the next full reclaim instead). Other processes' work already
+ * queued keeps its times (its owners hold them); work queued afterwards starts behind it. */
 int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                      uint64_t duration_ns, uint64_t *ret_start_ns, uint64_t *ret_end_ns);
+/* As emu_state_submit, for work that may run concurrently with the caller's own queued work
+ * (kernels of one context on different streams): when the GPU's queue ends with a run of the
+ * caller's work, this starts at max(now, not_before_ns, overlap_from_ns, that run's start)
+ * instead of after it, and its busy interval is merged with the run (utilization is the union
+ * of busy intervals). overlap_from_ns is when the SMs it needs are free, as the caller tracks
+ * them; UINT64_MAX: never overlap (plain emu_state_submit). */
+int emu_state_submit_overlap(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
+                             uint64_t overlap_from_ns, uint64_t duration_ns, uint64_t *ret_start_ns,
+                             uint64_t *ret_end_ns);
 
 /* Busy time of gpu within [t0, t1): the overlap of the recorded intervals with the window
  * (pid 0: all processes, else only that pid). Queued future work counts only for the part of

@@ -82,6 +82,10 @@ void grpc_limits_resolve(const struct grpc_limits *limits, struct grpc_limits *l
         lim->max_concurrent_streams = GRPC_DEFAULT_MAX_STREAMS;
     if (lim->max_connections == 0)
         lim->max_connections = GRPC_DEFAULT_MAX_CONNECTIONS;
+    if (lim->handshake_timeout_ns == 0)
+        lim->handshake_timeout_ns = GRPC_DEFAULT_HANDSHAKE_TIMEOUT_NS;
+    if (lim->idle_timeout_ns == 0)
+        lim->idle_timeout_ns = GRPC_DEFAULT_IDLE_TIMEOUT_NS;
 }
 
 /* ------------------------------------------------------------- buffer */

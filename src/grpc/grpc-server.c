@@ -100,6 +100,12 @@ struct grpc_server_conn {
     size_t req_bytes; /* request bytes buffered by all streams, capped */
     int busy;
     bool dead;
+    bool closing;       /* inside conn_close */
+    bool peer_settings; /* the peer's first SETTINGS arrived (handshake done) */
+    /* While no stream is open: since when, and when the connection is closed
+     * for it (handshake or idle timeout). 0 while a stream is open. Memory
+     * connections (fd < 0) never time out and are never evicted. */
+    uint64_t idle_since, idle_deadline;
     uint64_t close_timer;
     struct grpc_server_conn *prev, *next;
 };
@@ -115,6 +121,8 @@ struct grpc_server {
     unsigned n_conns;
     struct grpc_call *pend_head, *pend_tail;
     bool processing;
+    /* One timer for every idle deadline: armed for the earliest one. */
+    uint64_t sweep_timer, sweep_at;
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
     /* Requests are unpacked into this arena (reset after each handler), so a
@@ -243,6 +251,7 @@ static struct srv_stream *stream_new(struct grpc_server_conn *conn, int32_t id)
         conn->streams->prev = st;
     conn->streams = st;
     conn->n_streams++;
+    conn->idle_since = conn->idle_deadline = 0;
     return st;
 }
 
@@ -254,6 +263,8 @@ static void stream_account(struct srv_stream *st)
     st->conn->req_bytes = st->conn->req_bytes - st->accounted + now;
     st->accounted = now;
 }
+
+static void conn_idle(struct grpc_server_conn *conn);
 
 static size_t conn_max_req_bytes(const struct grpc_server_conn *conn)
 {
@@ -283,6 +294,8 @@ static void stream_free(struct srv_stream *st)
     if (st->next)
         st->next->prev = st->prev;
     conn->n_streams--;
+    if (conn->n_streams == 0 && !conn->closing)
+        conn_idle(conn);
     grpc_msgparser_done(&st->parser);
     grpc_buf_clear(&st->outq);
     free(st->path);
@@ -382,6 +395,7 @@ static void conn_flush_soon(struct grpc_server_conn *conn)
 static void conn_close(struct grpc_server_conn *conn)
 {
     struct grpc_server *s = conn->server;
+    conn->closing = true;
     if (conn->close_timer)
         ev_loop_cancel_timer(s->loop, conn->close_timer);
     if (conn->io.fd >= 0) {
@@ -401,6 +415,93 @@ static void conn_close(struct grpc_server_conn *conn)
     s->n_conns--;
     free(conn);
     process_pending(s);
+}
+
+/* Says goodbye (GOAWAY, best effort: the socket may not take it) and closes. */
+static void conn_goaway_close(struct grpc_server_conn *conn)
+{
+    if (!conn->dead) {
+        nghttp2_session_terminate_session(conn->io.session, NGHTTP2_NO_ERROR);
+        (void)grpc_h2io_flush(&conn->io);
+    }
+    conn_close(conn);
+}
+
+static void sweep_arm(struct grpc_server *s, uint64_t deadline);
+
+/* Closes the connections whose idle deadline has passed; re-arms for the next. */
+static void sweep_cb(struct ev_loop *loop, void *user_data)
+{
+    struct grpc_server *s = user_data;
+    s->sweep_timer = 0;
+    uint64_t now = mono_ns(), next = 0;
+    for (struct grpc_server_conn *c = s->conns, *n; c; c = n) {
+        n = c->next;
+        if (c->io.fd < 0 || !c->idle_deadline || c->busy)
+            continue;
+        if (c->idle_deadline <= now)
+            conn_goaway_close(c);
+        else if (!next || c->idle_deadline < next)
+            next = c->idle_deadline;
+    }
+    if (next)
+        sweep_arm(s, next);
+}
+
+static void sweep_arm(struct grpc_server *s, uint64_t deadline)
+{
+    if (s->sweep_timer && s->sweep_at <= deadline)
+        return;
+    if (s->sweep_timer)
+        ev_loop_cancel_timer(s->loop, s->sweep_timer);
+    uint64_t now = mono_ns();
+    s->sweep_at = deadline;
+    if (ev_loop_add_timer(s->loop, deadline > now ? deadline - now : 0, sweep_cb, s,
+                          &s->sweep_timer) < 0)
+        s->sweep_timer = 0; /* no memory: the next idle connection tries again */
+}
+
+/* No stream open now: the idle (or, before the peer's SETTINGS, the
+ * handshake) clock starts. */
+static void conn_idle(struct grpc_server_conn *conn)
+{
+    if (conn->io.fd < 0)
+        return;
+    struct grpc_server *s = conn->server;
+    conn->idle_since = mono_ns();
+    conn->idle_deadline = conn->idle_since + (conn->peer_settings ? s->lim.idle_timeout_ns
+                                                                  : s->lim.handshake_timeout_ns);
+    sweep_arm(s, conn->idle_deadline);
+}
+
+/* The handshake is done: an idle connection now gets the idle timeout. */
+static void conn_peer_settings(struct grpc_server_conn *conn)
+{
+    if (conn->peer_settings)
+        return;
+    conn->peer_settings = true;
+    if (conn->io.fd >= 0 && conn->idle_since) {
+        conn->idle_deadline = conn->idle_since + conn->server->lim.idle_timeout_ns;
+        sweep_arm(conn->server, conn->idle_deadline);
+    }
+}
+
+/* The cap is reached: closes the connection idle the longest (one already
+ * failing first) to make room. False when every connection has a stream open. */
+static bool conn_evict_one(struct grpc_server *s)
+{
+    struct grpc_server_conn *victim = NULL;
+    for (struct grpc_server_conn *c = s->conns; c; c = c->next) {
+        if (c->io.fd < 0 || c->busy || (!c->dead && !c->idle_since))
+            continue;
+        uint64_t since = c->dead ? 0 : c->idle_since;
+        if (!victim || since < (victim->dead ? 0 : victim->idle_since))
+            victim = c;
+    }
+    if (!victim)
+        return false;
+    conn_goaway_close(victim);
+    return true;
 }
 
 /* After nghttp2 consumed input: run handlers, send, close if finished. */
@@ -557,6 +658,8 @@ static void request_done(struct srv_stream *st)
 
 static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *frame, void *user_data)
 {
+    if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK))
+        conn_peer_settings(user_data);
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;
     struct srv_stream *st = stream_of(sess, frame->hd.stream_id);
@@ -659,7 +762,7 @@ static int conn_new(struct grpc_server *s, int fd,
                     void (*sink)(const uint8_t *data, size_t len, void *user_data), void *sink_data,
                     struct grpc_server_conn **ret)
 {
-    if (s->n_conns >= s->lim.max_connections)
+    if (s->n_conns >= s->lim.max_connections && (fd < 0 || !conn_evict_one(s)))
         return -EMFILE;
     struct grpc_server_conn *conn = calloc(1, sizeof(*conn));
     if (!conn)
@@ -696,6 +799,7 @@ static int conn_new(struct grpc_server *s, int fd,
         s->conns->prev = conn;
     s->conns = conn;
     s->n_conns++;
+    conn_idle(conn);
     if (grpc_h2io_flush(&conn->io) < 0)
         conn_kill(conn);
     *ret = conn;
@@ -795,7 +899,11 @@ int grpc_server_listen_unix(struct grpc_server *server, const char *path)
         close(fd);
         return r;
     }
-    if (listen(fd, 128) < 0 || (renamed && rename(tmp.sun_path, path) < 0)) {
+    /* bind() creates the file with 0777 & ~umask: under umask 000 anyone could
+     * connect (and Allocate). Only the owner may, whatever the umask; the
+     * mode is set before the file takes its real name. */
+    if (chmod(bind_sa->sun_path, 0600) < 0 || listen(fd, 128) < 0 ||
+        (renamed && rename(tmp.sun_path, path) < 0)) {
         int r = -errno;
         close(fd);
         unlink(bind_sa->sun_path);
@@ -844,6 +952,14 @@ unsigned grpc_server_connection_count(const struct grpc_server *server)
     return server->n_conns;
 }
 
+void grpc_server_set_timeouts(struct grpc_server *server, uint64_t handshake_timeout_ns,
+                              uint64_t idle_timeout_ns)
+{
+    server->lim.handshake_timeout_ns =
+        handshake_timeout_ns ? handshake_timeout_ns : GRPC_DEFAULT_HANDSHAKE_TIMEOUT_NS;
+    server->lim.idle_timeout_ns = idle_timeout_ns ? idle_timeout_ns : GRPC_DEFAULT_IDLE_TIMEOUT_NS;
+}
+
 /* ----------------------------------------------------------------- server */
 
 int grpc_server_new(struct ev_loop *loop, const struct grpc_limits *limits,
@@ -876,6 +992,8 @@ struct grpc_server *grpc_server_free(struct grpc_server *server)
     if (!server)
         return NULL;
     grpc_server_close_listeners(server, true);
+    if (server->sweep_timer)
+        ev_loop_cancel_timer(server->loop, server->sweep_timer);
     while (server->conns)
         conn_close(server->conns);
     process_pending(server);

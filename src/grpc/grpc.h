@@ -51,6 +51,11 @@ const char *grpc_status_name(int status);
 #define GRPC_DEFAULT_MAX_MESSAGE (4u * 1024 * 1024)
 #define GRPC_DEFAULT_MAX_STREAMS 1024u
 #define GRPC_DEFAULT_MAX_CONNECTIONS 64u
+/* grpc-go's server waits 120 s for a new connection's handshake
+ * (ServerOptions.ConnectionTimeout); an idle connection costs us a slot, so
+ * ours go sooner. */
+#define GRPC_DEFAULT_HANDSHAKE_TIMEOUT_NS (10ull * 1000000000ull)
+#define GRPC_DEFAULT_IDLE_TIMEOUT_NS (120ull * 1000000000ull)
 
 /* Resource caps. A zero field means its default. Pass NULL for all defaults. */
 struct grpc_limits {
@@ -60,8 +65,18 @@ struct grpc_limits {
     /* Concurrent streams per connection (advertised in SETTINGS; the server
      * refuses streams beyond it). */
     uint32_t max_concurrent_streams;
-    /* Server only: connections beyond it are accepted and closed at once. */
+    /* Server only. When a new connection would go beyond it, the connection
+     * that has been idle (no open stream) the longest is closed to make room
+     * (GOAWAY, then close); when none is idle, the new one is closed at once.
+     * So idle sockets cannot lock a client out; busy ones (streams open, e.g.
+     * ListAndWatch) are never evicted. */
     uint32_t max_connections;
+    /* Server only: a connection whose peer has not sent its SETTINGS (the
+     * end of the HTTP/2 preface) this long after it connected is closed. */
+    uint64_t handshake_timeout_ns;
+    /* Server only: a connection with no open stream for this long is closed
+     * (with a GOAWAY; a gRPC client reconnects when it needs to). */
+    uint64_t idle_timeout_ns;
 };
 
 /* ------------------------------------------------------------------ server */
@@ -119,7 +134,8 @@ int grpc_server_add_method(struct grpc_server *server, const char *path, enum gr
                            const ProtobufCMessageDescriptor *request_desc, grpc_handler_fn fn,
                            void *user_data);
 
-/* Binds a unix socket at path and serves on it. An existing socket file
+/* Binds a unix socket at path, mode 0600 whatever the umask (only its owner
+ * may connect), and serves on it. An existing socket file
  * there is replaced when nothing listens on it (left by a crash); when some
  * process still accepts connections on it, nothing changes and the result is
  * -EADDRINUSE. Several listeners per server are fine. Returns 0 or -errno
@@ -137,6 +153,11 @@ void grpc_server_close_listeners(struct grpc_server *server, bool unlink_paths);
 int grpc_server_add_connection(struct grpc_server *server, int fd);
 /* Open connections, for tests and diagnostics. */
 unsigned grpc_server_connection_count(const struct grpc_server *server);
+/* Changes the two timeouts (0: the default) for connections idle from now on
+ * (SIGHUP reload); connections already waiting keep their deadline until they
+ * next become idle. */
+void grpc_server_set_timeouts(struct grpc_server *server, uint64_t handshake_timeout_ns,
+                              uint64_t idle_timeout_ns);
 
 /* The method path of the call ("/pkg.Service/Method"). Borrowed, valid while
  * the server lives. After grpc_server_free() the only valid use of a call is

@@ -21,7 +21,13 @@
 #include "pgpu.h"
 #include "plugin.h"
 #include "policy.h"
+#include "grpc.h"
+#include "podresources.pb-c.h"
 #include "util.h"
+#include "vgpu.h"
+#ifdef ACCELD_HAVE_KUBE
+#include "vgpu-kube.h"
+#endif
 
 #define EXIT_CONFIG 2
 #define MAX_OVERRIDES 64
@@ -44,11 +50,27 @@ struct agent {
     int sig_fd;
     struct gpu_nvml *nvml;
     struct gpu_inventory *inv;
-    struct pgpu *pgpu;
-    struct acceld_plugin *plugin;
+    struct pgpu *pgpu;          /* the GPUs in pgpu mode (may be none) */
+    struct vgpu *vgpu;          /* the GPUs in vgpu mode (may be none) */
+    struct grpc_client *podres; /* the start-up pod-resources List (vGPU restart safety) */
+    /* one per resource served: provider and its endpoint */
+    struct served {
+        enum { SERVED_PGPU, SERVED_VGPU_CORES, SERVED_VGPU_MEMORY } kind;
+        struct acceld_provider prov;
+        char resource[ACCELD_NAME_MAX];
+        struct acceld_plugin *plugin;
+    } served[4];
+    size_t n_served;
     struct health_monitor *health;
-    struct health_gpu *hstate; /* per device (pgpu index) */
-    int *map;                  /* device index -> inventory index */
+    /* every advertised GPU, whatever its mode (the health monitor's index) */
+    size_t n_gpus;
+    const char **uuids;        /* borrowed from inv */
+    struct health_gpu *hstate; /* per GPU */
+    int *map;                  /* GPU index -> inventory index */
+    struct vgpu_pods pods;     /* the pods of this node (vGPU matching); ops NULL: none */
+#ifdef ACCELD_HAVE_KUBE
+    struct vgpu_kube *kube; /* the API server's watch cache behind pods */
+#endif
     uint64_t recovery_timer;
     int exit_code;
 };
@@ -68,7 +90,11 @@ static int build_config(const struct agent *a, struct acceld_config *ret_cfg, ch
         char msg[400];
         int r = acceld_config_set(&c, a->overrides[i].key, a->overrides[i].value, msg, sizeof(msg));
         if (r < 0) {
-            snprintf(err, errlen, "flag --%s: %s", a->overrides[i].key, msg);
+            const char *flag = a->overrides[i].key;
+            for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++)
+                if (strcmp(k->key, flag) == 0)
+                    flag = k->flag;
+            snprintf(err, errlen, "flag --%s: %s", flag, msg);
             return r;
         }
     }
@@ -172,14 +198,24 @@ static int parse_args(struct agent *a, int argc, char **argv, int *ret_what)
 
 static void recovery_arm(struct agent *a);
 
+/* Tells every provider (each ignores GPUs not its own) and sends the new
+ * list on the endpoints whose list changed. */
 static void set_health(struct agent *a, size_t i, const char *why)
 {
-    if (!pgpu_set_healthy(a->pgpu, i, a->hstate[i].healthy))
+    bool any = false;
+    for (size_t k = 0; k < a->n_served; k++) {
+        struct served *s = &a->served[k];
+        if (s->prov.ops->set_gpu_health(s->prov.self, a->uuids[i], a->hstate[i].healthy)) {
+            acceld_plugin_devices_changed(s->plugin);
+            any = true;
+        }
+    }
+    if (!any)
         return;
     if (a->hstate[i].healthy)
-        log_info("GPU %s is Healthy again (%s)", pgpu_id(a->pgpu, i), why);
+        log_info("GPU %s is Healthy again (%s)", a->uuids[i], why);
     else
-        log_warn("GPU %s is Unhealthy: %s", pgpu_id(a->pgpu, i), a->hstate[i].reason);
+        log_warn("GPU %s is Unhealthy: %s", a->uuids[i], a->hstate[i].reason);
 }
 
 static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *user_data)
@@ -191,17 +227,17 @@ static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *user_
     while ((r = health_monitor_read(a->health, &ev)) == 1) {
         uint64_t now = mono_ns();
         size_t first = ev.gpu < 0 ? 0 : (size_t)ev.gpu;
-        size_t last = ev.gpu < 0 ? pgpu_count(a->pgpu) : first + 1;
-        for (size_t i = first; i < last && i < pgpu_count(a->pgpu); i++) {
+        size_t last = ev.gpu < 0 ? a->n_gpus : first + 1;
+        for (size_t i = first; i < last && i < a->n_gpus; i++) {
             bool ignored = false, was_lost = a->hstate[i].lost;
             if (health_apply(&a->hstate[i], &ev, &a->cfg, now, &ignored)) {
                 set_health(a, i, "");
                 changed = true;
             } else if (ignored) {
-                log_info("GPU %s: XID %llu ignored (health.ignoredXids)", pgpu_id(a->pgpu, i),
+                log_info("GPU %s: XID %llu ignored (health.ignoredXids)", a->uuids[i],
                          (unsigned long long)ev.data);
             } else if (ev.kind == HEALTH_EV_BACK && was_lost) {
-                log_info("GPU %s answers NVML again", pgpu_id(a->pgpu, i));
+                log_info("GPU %s answers NVML again", a->uuids[i]);
             }
         }
     }
@@ -210,10 +246,8 @@ static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *user_
                   strerror(-r));
         ev_loop_del_io(loop, fd);
     }
-    if (changed) {
-        acceld_plugin_devices_changed(a->plugin);
+    if (changed)
         recovery_arm(a);
-    }
 }
 
 static void on_recovery_tick(struct ev_loop *loop, void *user_data)
@@ -221,19 +255,15 @@ static void on_recovery_tick(struct ev_loop *loop, void *user_data)
     struct agent *a = user_data;
     a->recovery_timer = 0;
     uint64_t now = mono_ns();
-    bool changed = false;
     char why[64];
-    for (size_t i = 0; i < pgpu_count(a->pgpu); i++) {
+    for (size_t i = 0; i < a->n_gpus; i++) {
         if (health_recovered(&a->hstate[i], a->cfg.recover_after_ns, now)) {
             acceld_config_format(&a->cfg, "health.recoverAfter", why, sizeof(why));
             char msg[96];
             snprintf(msg, sizeof(msg), "no fatal event for %s", why);
             set_health(a, i, msg);
-            changed = true;
         }
     }
-    if (changed)
-        acceld_plugin_devices_changed(a->plugin);
     recovery_arm(a);
 }
 
@@ -275,8 +305,13 @@ static void reload(struct agent *a)
         char ov[1024], nv[1024];
         acceld_config_format(&a->cfg, k->key, ov, sizeof(ov));
         acceld_config_format(&n, k->key, nv, sizeof(nv));
-        bool restart = strcmp(k->key, "nvmlLibrary") == 0 || strcmp(k->key, "sysfsRoot") == 0 ||
-                       strcmp(k->key, "stateDir") == 0;
+        static const char *const at_start[] = {
+            "nvmlLibrary", "sysfsRoot",   "stateDir",           "mode",
+            "gpuModes",    "nodeName",    "kubeconfig",         "vcudaLibrary",
+            "procRoot",    "vgpu.policy", "podResourcesSocket", "vgpu.memoryUnit"};
+        bool restart = false;
+        for (size_t i = 0; i < ARRAY_SIZE(at_start); i++)
+            restart |= strcmp(k->key, at_start[i]) == 0;
         log_info("config reload: %s: \"%s\" -> \"%s\"%s", k->key, ov, nv,
                  restart ? " (takes effect at the next start)" : "");
         changes++;
@@ -286,18 +321,26 @@ static void reload(struct agent *a)
         return;
     }
     struct pgpu_options po = pgpu_opts(&n);
-    if (pgpu_set_options(a->pgpu, &po) < 0) {
+    if (a->pgpu && pgpu_set_options(a->pgpu, &po) < 0) {
         log_error("config reload refused: cannot apply device options");
         return;
     }
-    if (n.strategy == ACCELD_STRATEGY_CDI) {
+    if (a->pgpu && n.strategy == ACCELD_STRATEGY_CDI) {
         int r = pgpu_write_cdi(a->pgpu, n.cdi_dir);
         if (r < 0)
             log_error("cannot write the CDI spec under %s: %s", n.cdi_dir, strerror(-r));
     }
-    if (acceld_plugin_reconfigure(a->plugin, &n) < 0)
-        log_error("config reload: cannot serve at the new place, still serving %s",
-                  acceld_plugin_socket_path(a->plugin));
+    for (size_t k = 0; k < a->n_served; k++) {
+        struct served *s = &a->served[k];
+        /* the pGPU resource follows resourceName; a mode's own names follow its keys */
+        const char *name = s->kind == SERVED_PGPU         ? n.resource_name
+                           : s->kind == SERVED_VGPU_CORES ? n.vgpu_core_resource
+                                                          : n.vgpu_memory_resource;
+        snprintf(s->resource, sizeof(s->resource), "%s", name);
+        if (acceld_plugin_reconfigure(s->plugin, &n, s->resource) < 0)
+            log_error("config reload: cannot serve at the new place, still serving %s",
+                      acceld_plugin_socket_path(s->plugin));
+    }
     log_set_level(n.log_level);
     a->cfg = n;
     a->recovery_timer = (ev_loop_cancel_timer(a->loop, a->recovery_timer), 0);
@@ -350,20 +393,24 @@ static bool usable(const struct gpu_inventory *inv, int i)
     return true;
 }
 
-/* Builds the device table from the GPUs that can be advertised; a->map[k]
- * is the inventory index of device k (the health monitor uses device
- * indices). */
-static int make_pgpu(struct agent *a)
+/* Builds the GPU table from the GPUs that can be advertised (a->map[k] is
+ * the inventory index of GPU k; the health monitor uses GPU indices), then
+ * each mode's provider from the GPUs in that mode. */
+static int make_providers(struct agent *a)
 {
     const struct gpu_inventory *inv = a->inv;
-    size_t total = (size_t)inv->count, n = 0;
+    size_t total = (size_t)inv->count, n = 0, np = 0;
     struct pgpu_gpu_desc *g = calloc(total ? total : 1, sizeof(*g));
+    struct vgpu_gpu_desc *vg = calloc(total ? total : 1, sizeof(*vg));
+    size_t nv = 0;
+    int *pmap = calloc(total ? total : 1, sizeof(int)); /* pgpu index -> GPU index */
     a->map = calloc(total ? total : 1, sizeof(int));
+    a->uuids = calloc(total ? total : 1, sizeof(char *));
     a->hstate = calloc(total ? total : 1, sizeof(*a->hstate));
     uint8_t *pcie = NULL;
     int *nvl = NULL;
     int r = -ENOMEM;
-    if (!g || !a->map || !a->hstate)
+    if (!g || !vg || !pmap || !a->map || !a->uuids || !a->hstate)
         goto out;
     for (int i = 0; i < inv->count; i++) {
         const struct gpu_device *d = &inv->devices[i];
@@ -374,8 +421,7 @@ static int make_pgpu(struct agent *a)
             continue;
         }
         a->map[n] = i;
-        int minor = d->minor >= 0 ? d->minor : d->index;
-        g[n] = (struct pgpu_gpu_desc){d->uuid, minor, d->numa_node, d->healthy};
+        a->uuids[n] = d->uuid;
         a->hstate[n].healthy = d->healthy;
         if (!d->healthy) {
             /* unhealthy at start: treated like lost until NVML answers */
@@ -384,29 +430,158 @@ static int make_pgpu(struct agent *a)
             snprintf(a->hstate[n].reason, sizeof(a->hstate[n].reason), "%s", d->error);
             log_warn("GPU %s is Unhealthy at start: %s", d->uuid, d->error);
         }
+        enum acceld_mode mode = acceld_config_gpu_mode(&a->cfg, i, d->uuid);
+        int minor = d->minor >= 0 ? d->minor : d->index;
+        if (mode == ACCELD_MODE_VGPU) {
+            vg[nv++] = (struct vgpu_gpu_desc){d->uuid, minor, d->numa_node, d->memory_total_bytes,
+                                              d->healthy};
+            n++;
+            continue;
+        }
+        pmap[np] = (int)n;
+        g[np++] = (struct pgpu_gpu_desc){d->uuid, minor, d->numa_node, d->healthy};
         n++;
     }
+    a->n_gpus = n;
     if (inv->links) {
-        pcie = calloc(n ? n * n : 1, 1);
-        nvl = calloc(n ? n * n : 1, sizeof(int));
+        pcie = calloc(np ? np * np : 1, 1);
+        nvl = calloc(np ? np * np : 1, sizeof(int));
         if (!pcie || !nvl)
             goto out;
-        for (size_t k = 0; k < n; k++) {
-            for (size_t m = 0; m < n; m++) {
+        for (size_t k = 0; k < np; k++) {
+            for (size_t m = 0; m < np; m++) {
                 const struct gpu_link *l =
-                    &inv->links[(size_t)a->map[k] * total + (size_t)a->map[m]];
-                pcie[k * n + m] = (uint8_t)pcie_of(l->pcie);
-                nvl[k * n + m] = l->nvlinks;
+                    &inv->links[(size_t)a->map[pmap[k]] * total + (size_t)a->map[pmap[m]]];
+                pcie[k * np + m] = (uint8_t)pcie_of(l->pcie);
+                nvl[k * np + m] = l->nvlinks;
             }
         }
     }
-    struct pgpu_options po = pgpu_opts(&a->cfg);
-    r = pgpu_new(g, n, pcie, nvl, &po, &a->pgpu);
+    r = 0;
+    /* A node with every GPU in another mode serves no pGPU resource. */
+    if (np || n == 0) {
+        struct pgpu_options po = pgpu_opts(&a->cfg);
+        r = pgpu_new(g, np, pcie, nvl, &po, &a->pgpu);
+        if (r == 0) {
+            struct served *s = &a->served[a->n_served++];
+            s->prov = pgpu_provider(a->pgpu);
+            s->kind = SERVED_PGPU;
+            snprintf(s->resource, sizeof(s->resource), "%s", a->cfg.resource_name);
+        }
+    }
+    if (r == 0 && nv) {
+        struct vgpu_options vo = {a->cfg.state_dir, a->cfg.vcuda_library, a->cfg.dev_root,
+                                  a->cfg.vgpu_memory_unit,
+                                  a->cfg.vgpu_policy ? VGPU_SPREAD : VGPU_BINPACK};
+        char err[1024];
+        /* The pod source (the API server's watch cache) is wired in by kube_start. */
+        r = vgpu_new(vg, nv, &vo, a->pods.ops ? &a->pods : NULL, &a->vgpu, err, sizeof(err));
+        if (r < 0) {
+            log_error("cannot start vGPU mode: %s", err);
+            goto out;
+        }
+        for (int k = 0; k < 2; k++) {
+            struct served *s = &a->served[a->n_served++];
+            s->kind = k == 0 ? SERVED_VGPU_CORES : SERVED_VGPU_MEMORY;
+            s->prov = vgpu_provider(a->vgpu, k == 0 ? VGPU_CORES : VGPU_MEMORY);
+            snprintf(s->resource, sizeof(s->resource), "%s",
+                     k == 0 ? a->cfg.vgpu_core_resource : a->cfg.vgpu_memory_resource);
+        }
+        log_info("vGPU mode on %zu GPU(s): %s and %s", nv, a->cfg.vgpu_core_resource,
+                 a->cfg.vgpu_memory_resource);
+    }
 out:
     free(g);
+    free(vg);
+    free(pmap);
     free(pcie);
     free(nvl);
     return r;
+}
+
+/* ------------------------------------------------------------ vGPU restart safety */
+
+#define PODRES_TIMEOUT_NS (10ull * 1000000000ull)
+
+static void on_podres(int status, const char *message, const uint8_t *resp, size_t len,
+                      void *user_data)
+{
+    struct agent *a = user_data;
+    if (status != GRPC_STATUS_OK) {
+        log_warn("vGPU: the kubelet's pod-resources List at %s failed (%s%s%s): keeping every "
+                 "checkpointed assignment (shares of containers that are gone stay taken until "
+                 "the next start)",
+                 a->cfg.pod_resources_socket, grpc_status_name(status), message ? ": " : "",
+                 message ? message : "");
+        return;
+    }
+    V1__ListPodResourcesResponse *m = v1__list_pod_resources_response__unpack(NULL, len, resp);
+    if (!m) {
+        log_warn("vGPU: the kubelet's pod-resources answer cannot be parsed: keeping every "
+                 "checkpointed assignment");
+        return;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_pod_resources; i++)
+        n += m->pod_resources[i]->n_containers;
+    char **live = calloc(n ? n : 1, sizeof(char *));
+    size_t k = 0;
+    for (size_t i = 0; live && i < m->n_pod_resources; i++) {
+        const V1__PodResources *p = m->pod_resources[i];
+        for (size_t c = 0; c < p->n_containers; c++) {
+            size_t l = strlen(p->namespace_) + strlen(p->name) + strlen(p->containers[c]->name) + 3;
+            if ((live[k] = malloc(l)))
+                snprintf(live[k++], l, "%s/%s/%s", p->namespace_, p->name, p->containers[c]->name);
+        }
+    }
+    int r = live ? vgpu_reconcile(a->vgpu, (const char *const *)live, k) : -ENOMEM;
+    if (r < 0)
+        log_error("vGPU: reconciling with the kubelet failed: %s", strerror(-r));
+    else
+        log_info("vGPU: %d assignment(s) of containers that no longer exist dropped (%zu live)", r,
+                 k);
+    for (size_t i = 0; i < k; i++)
+        free(live[i]);
+    free(live);
+    v1__list_pod_resources_response__free_unpacked(m, NULL);
+}
+
+/* Connects the vGPU provider to the API server's watch cache of this node's
+ * pods. Without it (no credentials, or built without src/kube) every vGPU
+ * Allocate is refused, saying so: acceld never guesses the pod. */
+static void pods_start(struct agent *a)
+{
+#ifdef ACCELD_HAVE_KUBE
+    char err[1024];
+    struct vgpu_kube_options o = {a->cfg.node_name, a->cfg.kubeconfig, a->cfg.vgpu_core_resource,
+                                  a->cfg.vgpu_memory_resource};
+    int r = vgpu_kube_new(a->loop, &o, &a->kube, err, sizeof(err));
+    if (r < 0) {
+        log_error("vGPU: no API server connection (%s): every vGPU Allocate is refused until "
+                  "acceld is restarted with one",
+                  err);
+        return;
+    }
+    a->pods = vgpu_kube_pods(a->kube);
+    vgpu_set_pods(a->vgpu, &a->pods);
+#else
+    log_error("vGPU: this acceld is built without the Kubernetes client (libcurl missing at "
+              "build time): every vGPU Allocate is refused");
+#endif
+}
+
+/* Asks the kubelet which containers exist (pod-resources v1 List). */
+static void podres_list(struct agent *a)
+{
+    int r = grpc_client_new(a->loop, a->cfg.pod_resources_socket, NULL, &a->podres);
+    V1__ListPodResourcesRequest req = V1__LIST_POD_RESOURCES_REQUEST__INIT;
+    if (r == 0)
+        r = grpc_client_unary_msg(a->podres, "/v1.PodResourcesLister/List", &req.base,
+                                  PODRES_TIMEOUT_NS, on_podres, a, NULL);
+    if (r < 0)
+        log_warn("vGPU: cannot reach the kubelet's pod-resources socket %s (%s): keeping every "
+                 "checkpointed assignment",
+                 a->cfg.pod_resources_socket, strerror(-r));
 }
 
 static int start(struct agent *a)
@@ -425,7 +600,7 @@ static int start(struct agent *a)
         return r;
     }
     log_info("driver %s, %d GPU(s)", a->inv->driver_version, a->inv->count);
-    if ((r = make_pgpu(a)) < 0) {
+    if ((r = make_providers(a)) < 0) {
         log_error("cannot build the device table: %s", strerror(-r));
         return r;
     }
@@ -433,15 +608,8 @@ static int start(struct agent *a)
         return r;
     if ((r = ev_loop_add_io(a->loop, a->sig_fd, EPOLLIN, on_signal, a)) < 0)
         return r;
-    size_t n = pgpu_count(a->pgpu);
-    const char **uuids = calloc(n + 1, sizeof(char *));
-    if (!uuids)
-        return -ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        uuids[i] = pgpu_id(a->pgpu, i);
     size_t warnings = 0;
-    r = health_monitor_start(a->nvml, uuids, n, &a->health, &warnings);
-    free(uuids);
+    r = health_monitor_start(a->nvml, a->uuids, a->n_gpus, &a->health, &warnings);
     if (r < 0) {
         log_error("cannot start the health monitor: %s", strerror(-r));
         return r;
@@ -451,16 +619,23 @@ static int start(struct agent *a)
                  warnings);
     if ((r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
         return r;
-    if ((r = acceld_plugin_new(a->loop, &a->cfg, a->pgpu, &a->plugin)) < 0) {
-        log_error("cannot start the device plugin: %s", strerror(-r));
-        return r;
+    for (size_t k = 0; k < a->n_served; k++) {
+        struct served *s = &a->served[k];
+        if ((r = acceld_plugin_new(a->loop, &a->cfg, s->resource, &s->prov, &s->plugin)) < 0) {
+            log_error("cannot start the device plugin for %s: %s", s->resource, strerror(-r));
+            return r;
+        }
     }
     /* After the socket is ours (a second acceld stops above and writes
      * nothing), before the loop runs (no Allocate can come yet). */
-    if (a->cfg.strategy == ACCELD_STRATEGY_CDI &&
+    if (a->pgpu && a->cfg.strategy == ACCELD_STRATEGY_CDI &&
         (r = pgpu_write_cdi(a->pgpu, a->cfg.cdi_dir)) < 0) {
         log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
         return r;
+    }
+    if (a->vgpu) {
+        podres_list(a);
+        pods_start(a);
     }
     recovery_arm(a);
     return 0;
@@ -468,16 +643,24 @@ static int start(struct agent *a)
 
 static void stop(struct agent *a)
 {
-    a->plugin = acceld_plugin_free(a->plugin);
+    for (size_t k = 0; k < a->n_served; k++)
+        a->served[k].plugin = acceld_plugin_free(a->served[k].plugin);
     if (a->health && a->loop)
         ev_loop_del_io(a->loop, health_monitor_fd(a->health));
     a->health = health_monitor_stop(a->health);
     if (a->loop && a->recovery_timer)
         ev_loop_cancel_timer(a->loop, a->recovery_timer);
+    /* everything that registered with the loop goes before it */
+    a->podres = grpc_client_free(a->podres);
+#ifdef ACCELD_HAVE_KUBE
+    a->kube = vgpu_kube_free(a->kube);
+#endif
     a->loop = ev_loop_free(a->loop);
     a->pgpu = pgpu_free(a->pgpu);
+    a->vgpu = vgpu_free(a->vgpu);
     free(a->hstate);
     free(a->map);
+    free(a->uuids);
     a->inv = gpu_inventory_free(a->inv);
     a->nvml = gpu_nvml_free(a->nvml);
     if (a->sig_fd >= 0)

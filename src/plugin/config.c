@@ -29,8 +29,27 @@ const struct acceld_config_key acceld_config_keys[] = {
     {"health.ignoredXids", "ignored-xids", "comma-separated XIDs that never mark a GPU unhealthy"},
     {"health.recoverAfter", "recover-after",
      "quiet period before an unhealthy GPU recovers (0 = never)"},
+    {"server.handshakeTimeout", "handshake-timeout",
+     "a connection that has not finished its HTTP/2 preface by then is closed"},
+    {"server.idleTimeout", "idle-timeout", "a connection with no call open this long is closed"},
+    {"mode", "mode", "pgpu|vgpu: how this node's GPUs are served (default pgpu)"},
+    {"gpuModes", "gpu-modes",
+     "per-GPU modes overriding mode: SEL=MODE,... with SEL a GPU index or UUID"},
+    {"nodeName", "node-name", "this node's name for the API server (default $NODE_NAME)"},
+    {"kubeconfig", "kubeconfig", "kubeconfig file for the API server (default: in-cluster)"},
+    {"vcudaLibrary", "vcuda-library", "host path of the libvcuda.so that vGPU containers get"},
+    {"procRoot", "proc-root", "where /proc is (the host's, for the vGPU host-side check)"},
+    {"podResourcesSocket", "pod-resources-socket",
+     "the kubelet's pod-resources socket (vGPU restart safety)"},
+    {"vgpu.coreResource", "vgpu-core-resource", "vGPU compute resource (100 = one GPU)"},
+    {"vgpu.memoryResource", "vgpu-memory-resource", "vGPU memory resource"},
+    {"vgpu.memoryUnit", "vgpu-memory-unit", "bytes per vGPU memory unit (e.g. 256Mi)"},
+    {"vgpu.policy", "vgpu-policy", "binpack|spread: how containers are placed on GPUs"},
     {NULL, NULL, NULL},
 };
+
+static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 static const int default_ignored_xids[] = {13, 31, 43, 45, 68, 109};
 
@@ -48,16 +67,56 @@ void acceld_config_defaults(struct acceld_config *cfg)
     copy_str(cfg->dev_root, sizeof(cfg->dev_root), "/dev");
     copy_str(cfg->state_dir, sizeof(cfg->state_dir), "/var/lib/accel");
     cfg->log_level = LOG_LEVEL_INFO;
+    copy_str(cfg->vcuda_library, sizeof(cfg->vcuda_library), "/usr/lib/accel/libvcuda.so");
+    copy_str(cfg->proc_root, sizeof(cfg->proc_root), "/proc");
+    copy_str(cfg->pod_resources_socket, sizeof(cfg->pod_resources_socket),
+             "/var/lib/kubelet/pod-resources/kubelet.sock");
+    copy_str(cfg->vgpu_core_resource, sizeof(cfg->vgpu_core_resource), "tencent.com/vcuda-core");
+    copy_str(cfg->vgpu_memory_resource, sizeof(cfg->vgpu_memory_resource),
+             "tencent.com/vcuda-memory");
+    cfg->vgpu_memory_unit = 256ull << 20;
     cfg->strategy = ACCELD_STRATEGY_ENVVAR;
     copy_str(cfg->cdi_dir, sizeof(cfg->cdi_dir), "/var/run/cdi");
     copy_str(cfg->cdi_vendor, sizeof(cfg->cdi_vendor), "nvidia.com");
     copy_str(cfg->cdi_class, sizeof(cfg->cdi_class), "gpu");
     memcpy(cfg->ignored_xids, default_ignored_xids, sizeof(default_ignored_xids));
     cfg->n_ignored_xids = ARRAY_SIZE(default_ignored_xids);
+    cfg->handshake_timeout_ns = ACCELD_HANDSHAKE_TIMEOUT_DEFAULT_NS;
+    cfg->idle_timeout_ns = ACCELD_IDLE_TIMEOUT_DEFAULT_NS;
 }
 
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* A duration key. "0.0000001ms" parses to 0 ns, which would silently mean
+ * "never" (or be refused as zero): a value that rounds to 0 is refused unless
+ * it is written as zero. */
+static int set_duration(uint64_t *dst, const char *key, const char *v, bool zero_ok, char *err,
+                        size_t errlen)
+{
+    uint64_t ns;
+    if (parse_duration_ns(v, &ns) < 0)
+        return fail(err, errlen, -EINVAL, "%s: \"%s\" is not a duration (e.g. %s30s, 5m, 1h)", key,
+                    v, zero_ok ? "0, " : "");
+    if (ns == 0 && strpbrk(v, "123456789"))
+        return fail(err, errlen, -EINVAL,
+                    "%s: \"%s\" is below 1ns and would round to 0%s; write at least 1ns%s", key, v,
+                    zero_ok ? " (= never)" : "", zero_ok ? ", or 0 for never" : "");
+    if (ns == 0 && !zero_ok)
+        return fail(err, errlen, -EINVAL, "%s: must be more than 0 (e.g. 10s)", key);
+    *dst = ns;
+    return 0;
+}
+
+/* The largest unit that loses nothing, so the text parses back exactly. */
+static void format_duration(uint64_t ns, char *buf, size_t len)
+{
+    static const struct {
+        uint64_t ns;
+        const char *unit;
+    } units[] = {{1000000000ull, "s"}, {1000000ull, "ms"}, {1000ull, "us"}, {1ull, "ns"}};
+    size_t u = 0;
+    while (u + 1 < ARRAY_SIZE(units) && ns % units[u].ns != 0)
+        u++;
+    snprintf(buf, len, "%llu%s", (unsigned long long)(ns / units[u].ns), units[u].unit);
+}
 
 static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
 {
@@ -166,6 +225,85 @@ static int parse_xid_list(const char *v, int *xids, size_t *ret_n, char *err, si
     return 0;
 }
 
+static const char *const mode_names[] = {"pgpu", "vgpu"};
+
+const char *acceld_mode_name(enum acceld_mode m)
+{
+    return (size_t)m < ARRAY_SIZE(mode_names) ? mode_names[m] : "?";
+}
+
+static int mode_parse(const char *v, size_t len, enum acceld_mode *ret)
+{
+    for (size_t i = 0; i < ARRAY_SIZE(mode_names); i++) {
+        if (strlen(mode_names[i]) == len && strncmp(v, mode_names[i], len) == 0) {
+            *ret = (enum acceld_mode)i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+/* Walks "SEL=MODE,..."; calls fn for each entry (fn returns non-zero to
+ * stop). Returns -EINVAL (message in err) on the first malformed entry. */
+static int gpu_modes_walk(const char *v, char *err, size_t errlen,
+                          int (*fn)(const char *sel, size_t sel_len, enum acceld_mode m, void *u),
+                          void *u)
+{
+    const char *p = v;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        enum acceld_mode m;
+        if (!eq || eq == p || mode_parse(eq + 1, len - (size_t)(eq + 1 - p), &m) < 0)
+            return fail(err, errlen, -EINVAL,
+                        "gpuModes: \"%.*s\" is not SEL=MODE (SEL a GPU index or UUID, MODE "
+                        "pgpu|vgpu)",
+                        (int)len, p);
+        int r = fn(p, (size_t)(eq - p), m, u);
+        if (r)
+            return r;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
+static int gpu_modes_ok(const char *sel, size_t sel_len, enum acceld_mode m, void *u)
+{
+    return 0;
+}
+
+struct gpu_mode_find {
+    char index[16];
+    const char *uuid;
+    enum acceld_mode mode;
+    bool found;
+};
+
+static int gpu_modes_match(const char *sel, size_t sel_len, enum acceld_mode m, void *u)
+{
+    struct gpu_mode_find *f = u;
+    if ((strlen(f->index) == sel_len && strncmp(sel, f->index, sel_len) == 0) ||
+        (f->uuid && strlen(f->uuid) == sel_len && strncmp(sel, f->uuid, sel_len) == 0)) {
+        f->mode = m;
+        f->found = true;
+        return 1;
+    }
+    return 0;
+}
+
+enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int index,
+                                        const char *uuid)
+{
+    struct gpu_mode_find f = {.uuid = uuid};
+    snprintf(f.index, sizeof(f.index), "%d", index);
+    char err[8];
+    gpu_modes_walk(cfg->gpu_modes, err, sizeof(err), gpu_modes_match, &f);
+    return f.found ? f.mode : cfg->mode;
+}
+
 int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v, char *err,
                       size_t errlen)
 {
@@ -174,8 +312,11 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
 
     if (!v)
         v = "";
-    /* "" is meaningful for these two: no ignored XIDs, the default library */
-    if (strcmp(key, "health.ignoredXids") != 0 && strcmp(key, "nvmlLibrary") != 0 && v[0] == '\0')
+    /* "" is meaningful for these: no ignored XIDs, the default library, no
+     * per-GPU modes */
+    if (strcmp(key, "health.ignoredXids") != 0 && strcmp(key, "nvmlLibrary") != 0 &&
+        strcmp(key, "gpuModes") != 0 && strcmp(key, "nodeName") != 0 &&
+        strcmp(key, "kubeconfig") != 0 && v[0] == '\0')
         return fail(err, errlen, -EINVAL, "%s: empty value", key);
 
     if (strcmp(key, "devicePluginDir") == 0)
@@ -222,9 +363,54 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
     } else if (strcmp(key, "health.ignoredXids") == 0) {
         r = parse_xid_list(v, c.ignored_xids, &c.n_ignored_xids, err, errlen);
     } else if (strcmp(key, "health.recoverAfter") == 0) {
-        if (parse_duration_ns(v, &c.recover_after_ns) < 0)
-            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not a duration (e.g. 0, 30s, 5m, 1h)",
-                        key, v);
+        r = set_duration(&c.recover_after_ns, key, v, true, err, errlen);
+    } else if (strcmp(key, "server.handshakeTimeout") == 0) {
+        r = set_duration(&c.handshake_timeout_ns, key, v, false, err, errlen);
+    } else if (strcmp(key, "server.idleTimeout") == 0) {
+        r = set_duration(&c.idle_timeout_ns, key, v, false, err, errlen);
+    } else if (strcmp(key, "nodeName") == 0) {
+        if (strlen(v) > 253 || strpbrk(v, "/ \t\n"))
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not a node name", key, v);
+        copy_str(c.node_name, sizeof(c.node_name), v);
+    } else if (strcmp(key, "kubeconfig") == 0) {
+        if (v[0])
+            r = set_abs_path(c.kubeconfig, sizeof(c.kubeconfig), key, v, err, errlen);
+        else
+            c.kubeconfig[0] = '\0';
+    } else if (strcmp(key, "vcudaLibrary") == 0) {
+        r = set_abs_path(c.vcuda_library, sizeof(c.vcuda_library), key, v, err, errlen);
+    } else if (strcmp(key, "procRoot") == 0) {
+        r = set_abs_path(c.proc_root, sizeof(c.proc_root), key, v, err, errlen);
+    } else if (strcmp(key, "podResourcesSocket") == 0) {
+        r = set_abs_path(c.pod_resources_socket, sizeof(c.pod_resources_socket), key, v, err,
+                         errlen);
+    } else if (strcmp(key, "vgpu.coreResource") == 0 || strcmp(key, "vgpu.memoryResource") == 0) {
+        if (!valid_resource_name(v))
+            return fail(err, errlen, -EINVAL,
+                        "%s: \"%s\" is not a resource name like vendor.com/name (≤ 63 chars)", key,
+                        v);
+        copy_str(key[5] == 'c' ? c.vgpu_core_resource : c.vgpu_memory_resource, ACCELD_NAME_MAX, v);
+    } else if (strcmp(key, "vgpu.memoryUnit") == 0) {
+        uint64_t b;
+        if (parse_size(v, &b) < 0 || b < (1u << 20) || b > (1ull << 40))
+            return fail(err, errlen, -EINVAL,
+                        "%s: \"%s\" is not a size from 1Mi to 1Ti (e.g. 256Mi)", key, v);
+        c.vgpu_memory_unit = b;
+    } else if (strcmp(key, "vgpu.policy") == 0) {
+        if (strcmp(v, "binpack") == 0)
+            c.vgpu_policy = 0;
+        else if (strcmp(v, "spread") == 0)
+            c.vgpu_policy = 1;
+        else
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of binpack|spread", key, v);
+    } else if (strcmp(key, "mode") == 0) {
+        if (mode_parse(v, strlen(v), &c.mode) < 0)
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of pgpu|vgpu", key, v);
+    } else if (strcmp(key, "gpuModes") == 0) {
+        if (strlen(v) >= sizeof(c.gpu_modes))
+            return fail(err, errlen, -EINVAL, "%s: list too long", key);
+        r = gpu_modes_walk(v, err, errlen, gpu_modes_ok, NULL);
+        copy_str(c.gpu_modes, sizeof(c.gpu_modes), v);
     } else {
         return fail(err, errlen, -ENOENT, "unknown key \"%s\"", key);
     }
@@ -282,7 +468,7 @@ static const char *ev_kind(yaml_event_type_t t)
 
 static bool is_known_section(const char *k)
 {
-    return strcmp(k, "cdi") == 0 || strcmp(k, "health") == 0;
+    return strcmp(k, "cdi") == 0 || strcmp(k, "health") == 0 || strcmp(k, "server") == 0;
 }
 
 static bool is_known_key(const char *full)
@@ -344,7 +530,7 @@ static int walk_value(struct walker *w, const char *full, unsigned long key_line
 }
 
 /* Walks a mapping whose MAPPING_START is the current event. prefix is "" at
- * the root or "cdi." / "health." in a section. */
+ * the root or "cdi." / "health." / "server." in a section. */
 static int walk_mapping(struct walker *w, const char *prefix)
 {
     char seen[32][96];
@@ -494,16 +680,33 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
             n += (size_t)m;
         }
     } else if (strcmp(key, "health.recoverAfter") == 0) {
-        /* the largest unit that loses nothing, so the text parses back exactly */
-        static const struct {
-            uint64_t ns;
-            const char *unit;
-        } units[] = {{1000000000ull, "s"}, {1000000ull, "ms"}, {1000ull, "us"}, {1ull, "ns"}};
-        uint64_t ns = cfg->recover_after_ns;
-        size_t u = 0;
-        while (u + 1 < ARRAY_SIZE(units) && ns % units[u].ns != 0)
-            u++;
-        snprintf(buf, len, "%llu%s", (unsigned long long)(ns / units[u].ns), units[u].unit);
+        format_duration(cfg->recover_after_ns, buf, len);
+    } else if (strcmp(key, "server.handshakeTimeout") == 0) {
+        format_duration(cfg->handshake_timeout_ns, buf, len);
+    } else if (strcmp(key, "server.idleTimeout") == 0) {
+        format_duration(cfg->idle_timeout_ns, buf, len);
+    } else if (strcmp(key, "mode") == 0) {
+        snprintf(buf, len, "%s", acceld_mode_name(cfg->mode));
+    } else if (strcmp(key, "gpuModes") == 0) {
+        snprintf(buf, len, "%s", cfg->gpu_modes);
+    } else if (strcmp(key, "nodeName") == 0) {
+        snprintf(buf, len, "%s", cfg->node_name);
+    } else if (strcmp(key, "kubeconfig") == 0) {
+        snprintf(buf, len, "%s", cfg->kubeconfig);
+    } else if (strcmp(key, "vcudaLibrary") == 0) {
+        snprintf(buf, len, "%s", cfg->vcuda_library);
+    } else if (strcmp(key, "procRoot") == 0) {
+        snprintf(buf, len, "%s", cfg->proc_root);
+    } else if (strcmp(key, "podResourcesSocket") == 0) {
+        snprintf(buf, len, "%s", cfg->pod_resources_socket);
+    } else if (strcmp(key, "vgpu.coreResource") == 0) {
+        snprintf(buf, len, "%s", cfg->vgpu_core_resource);
+    } else if (strcmp(key, "vgpu.memoryResource") == 0) {
+        snprintf(buf, len, "%s", cfg->vgpu_memory_resource);
+    } else if (strcmp(key, "vgpu.memoryUnit") == 0) {
+        snprintf(buf, len, "%llu", (unsigned long long)cfg->vgpu_memory_unit);
+    } else if (strcmp(key, "vgpu.policy") == 0) {
+        snprintf(buf, len, "%s", cfg->vgpu_policy ? "spread" : "binpack");
     } else
         return -ENOENT;
     return 0;

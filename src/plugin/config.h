@@ -22,10 +22,19 @@
 #define ACCELD_MAX_XIDS 64
 /* A config file larger than this is refused (it is a handful of lines). */
 #define ACCELD_CONFIG_MAX_BYTES (1u << 20)
+/* The socket's connection timeouts (docs/acceld.md, "Connections"). */
+#define ACCELD_HANDSHAKE_TIMEOUT_DEFAULT_NS (10ull * 1000000000ull)
+#define ACCELD_IDLE_TIMEOUT_DEFAULT_NS (120ull * 1000000000ull)
 
 enum acceld_strategy {
     ACCELD_STRATEGY_ENVVAR = 0,
     ACCELD_STRATEGY_CDI = 1,
+};
+
+/* Which provider serves a GPU (docs/architecture.md, "Provider seam"). */
+enum acceld_mode {
+    ACCELD_MODE_PGPU = 0,
+    ACCELD_MODE_VGPU = 1,
 };
 
 struct acceld_config {
@@ -43,7 +52,20 @@ struct acceld_config {
     char cdi_class[ACCELD_NAME_MAX];     /* cdi.class */
     int ignored_xids[ACCELD_MAX_XIDS];   /* health.ignoredXids */
     size_t n_ignored_xids;
-    uint64_t recover_after_ns; /* health.recoverAfter; 0 = never */
+    uint64_t recover_after_ns;                  /* health.recoverAfter; 0 = never */
+    uint64_t handshake_timeout_ns;              /* server.handshakeTimeout */
+    uint64_t idle_timeout_ns;                   /* server.idleTimeout */
+    enum acceld_mode mode;                      /* mode: the node's default */
+    char node_name[256];                        /* nodeName; "" = $NODE_NAME */
+    char kubeconfig[ACCELD_PATH_MAX];           /* kubeconfig; "" = in-cluster */
+    char vcuda_library[ACCELD_PATH_MAX];        /* vcudaLibrary: host path given to containers */
+    char proc_root[ACCELD_PATH_MAX];            /* procRoot */
+    char pod_resources_socket[ACCELD_PATH_MAX]; /* podResourcesSocket */
+    char vgpu_core_resource[ACCELD_NAME_MAX];   /* vgpu.coreResource */
+    char vgpu_memory_resource[ACCELD_NAME_MAX]; /* vgpu.memoryResource */
+    uint64_t vgpu_memory_unit;                  /* vgpu.memoryUnit, bytes */
+    int vgpu_policy;                            /* vgpu.policy: 0 binpack, 1 spread */
+    char gpu_modes[ACCELD_PATH_MAX];            /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
 };
 
 /* One key the config knows: its YAML path and its flag (without "--"). */
@@ -84,6 +106,12 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
 
 /* True when xid is in the ignore list. */
 bool acceld_config_xid_ignored(const struct acceld_config *cfg, int xid);
+
+/* The mode of the GPU with this inventory index and UUID: the first
+ * gpuModes entry naming its index or UUID, else the node's mode. */
+enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int index,
+                                        const char *uuid);
+const char *acceld_mode_name(enum acceld_mode m);
 
 /* The socket file name this config serves in the plugin dir, e.g.
  * "accel-nvidia.com-gpu.sock" (bare name, as sent in Register). */

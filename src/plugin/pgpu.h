@@ -1,4 +1,5 @@
-/* pgpu.h — the pGPU provider: whole GPUs as kubelet devices (ID = UUID).
+/* pgpu.h — the pGPU provider: whole GPUs as kubelet devices (ID = UUID),
+ * served through the provider seam (provider.h; pgpu_provider).
  *
  * Owns the device table with each GPU's health, the topology in policy form,
  * and everything Allocate needs, computed once at start (DeviceSpecs for the
@@ -15,9 +16,9 @@
 #include <stdint.h>
 
 #include "config.h"
-#include "deviceplugin.pb-c.h"
+#include "provider.h"
 
-#define PGPU_ID_MAX 64 /* kubelet device IDs are at most 63 characters */
+#define PGPU_ID_MAX ACCELD_ID_MAX
 
 /* One GPU as the inventory describes it. Strings borrowed during pgpu_new. */
 struct pgpu_gpu_desc {
@@ -59,25 +60,13 @@ bool pgpu_set_healthy(struct pgpu *p, size_t idx, bool healthy);
 /* Bumped on every change of the device list. */
 uint64_t pgpu_generation(const struct pgpu *p);
 
-/* The packed ListAndWatchResponse for the current generation (packed once per
- * generation). Borrowed until the next change. Returns 0 or -ENOMEM. */
-int pgpu_list_bytes(struct pgpu *p, const uint8_t **ret_data, size_t *ret_len);
-
-/* Allocate: every ID must be known and healthy, else -EINVAL with a message
- * naming the offending IDs (and nothing changes). *ret_resp is borrowed from
- * p: it lives in a buffer p reuses (Allocate is a hot path: no allocation
- * once that buffer is big enough) and is valid until the next pgpu_allocate,
- * pgpu_set_options or pgpu_free. Pack it before any of those. */
-int pgpu_allocate(struct pgpu *p, const V1beta1__AllocateRequest *req,
-                  V1beta1__AllocateResponse **ret_resp, char *err, size_t errlen);
-
-/* GetPreferredAllocation (see policy.h). IDs unknown to us (or lost) still
- * take part, without topology. *ret_resp borrows strings from p and req:
- * free it (pgpu_prefer_response_free) before either goes away. Returns 0 or
- * -EINVAL with a message (size 0, too few devices...), -ENOMEM. */
-int pgpu_prefer(const struct pgpu *p, const V1beta1__PreferredAllocationRequest *req,
-                V1beta1__PreferredAllocationResponse **ret_resp, char *err, size_t errlen);
-void pgpu_prefer_response_free(V1beta1__PreferredAllocationResponse *resp);
+/* The provider (provider.h) over p: Allocate answers the GPUs' device
+ * nodes, the control nodes found under the dev root, and
+ * NVIDIA_VISIBLE_DEVICES=<uuids> (envvar strategy) or the CDI names (cdi);
+ * the answer lives in a block p reuses (no allocation once warm).
+ * GetPreferredAllocation follows the topology policy (policy.h); IDs unknown
+ * to p still take part, without topology. */
+struct acceld_provider pgpu_provider(struct pgpu *p);
 
 /* Writes the CDI spec for every GPU under dir (cdi strategy). 0 or -errno. */
 int pgpu_write_cdi(const struct pgpu *p, const char *dir);

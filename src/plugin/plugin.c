@@ -1,5 +1,7 @@
-/* plugin.c — the DevicePlugin service for one resource, its watchers, and
- * the registration state machine with inotify on the plugin dir; see plugin.h. */
+/* plugin.c — the DevicePlugin service for one resource (any number of
+ * these run side by side, one per provider), its watchers, and the
+ * registration state machine with inotify on the plugin dir; see plugin.h.
+ * Messages go to and from the provider through wire.c. */
 #include "plugin.h"
 
 #include <errno.h>
@@ -12,9 +14,11 @@
 #include <unistd.h>
 
 #include "deviceplugin.pb-c.h"
+#include "fs.h"
 #include "grpc.h"
 #include "log.h"
 #include "util.h"
+#include "wire.h"
 
 #define KUBELET_SOCKET "kubelet.sock"
 #define DIR_POLL_NS (100ull * 1000000ull)
@@ -38,7 +42,8 @@ enum reg_report {
 struct acceld_plugin {
     struct ev_loop *loop;
     struct acceld_config cfg;
-    struct pgpu *pgpu;
+    struct acceld_wire *wire;
+    bool has_prefer; /* the provider answers GetPreferredAllocation */
     struct grpc_server *server;
     char sock_name[ACCELD_NAME_MAX + 16];
     char sock_path[ACCELD_PATH_MAX + ACCELD_NAME_MAX + 32];
@@ -94,7 +99,7 @@ static bool watcher_send(struct acceld_plugin *p, struct grpc_call *call)
 {
     const uint8_t *data;
     size_t len;
-    int r = pgpu_list_bytes(p->pgpu, &data, &len);
+    int r = acceld_wire_list_bytes(p->wire, &data, &len);
     if (r == 0)
         r = grpc_call_send(call, data, len);
     if (r == 0)
@@ -123,9 +128,10 @@ void acceld_plugin_devices_changed(struct acceld_plugin *p)
 
 static void on_options(struct grpc_call *call, const struct grpc_request *req, void *user_data)
 {
+    struct acceld_plugin *p = user_data;
     V1beta1__DevicePluginOptions o = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
     o.pre_start_required = 0;
-    o.get_preferred_allocation_available = 1;
+    o.get_preferred_allocation_available = p->has_prefer;
     grpc_call_reply_msg(call, &o.base);
 }
 
@@ -155,7 +161,7 @@ static void on_prefer(struct grpc_call *call, const struct grpc_request *req, vo
     const V1beta1__PreferredAllocationRequest *m = (const void *)req->msg;
     V1beta1__PreferredAllocationResponse *resp = NULL;
     char err[512];
-    int r = pgpu_prefer(p->pgpu, m, &resp, err, sizeof(err));
+    int r = acceld_wire_prefer(p->wire, m, &resp, err, sizeof(err));
     if (r < 0) {
         log_warn("GetPreferredAllocation refused: %s", r == -ENOMEM ? "out of memory" : err);
         grpc_call_finish(
@@ -164,7 +170,7 @@ static void on_prefer(struct grpc_call *call, const struct grpc_request *req, vo
         return;
     }
     grpc_call_reply_msg(call, &resp->base);
-    pgpu_prefer_response_free(resp);
+    acceld_wire_prefer_free(resp);
 }
 
 static void on_allocate(struct grpc_call *call, const struct grpc_request *req, void *user_data)
@@ -173,7 +179,7 @@ static void on_allocate(struct grpc_call *call, const struct grpc_request *req, 
     const V1beta1__AllocateRequest *m = (const void *)req->msg;
     V1beta1__AllocateResponse *resp = NULL;
     char err[1024];
-    int r = pgpu_allocate(p->pgpu, m, &resp, err, sizeof(err));
+    int r = acceld_wire_allocate(p->wire, m, &resp, err, sizeof(err));
     if (r < 0) {
         log_warn("Allocate refused: %s", r == -ENOMEM ? "out of memory" : err);
         grpc_call_finish(
@@ -224,7 +230,10 @@ static int server_setup(struct acceld_plugin *p)
         {"/v1beta1.DevicePlugin/PreStartContainer", GRPC_METHOD_UNARY,
          &v1beta1__pre_start_container_request__descriptor, on_prestart},
     };
-    int r = grpc_server_new(p->loop, NULL, &p->server);
+    struct grpc_limits lim = {.max_message_size = ACCELD_MAX_MESSAGE,
+                              .handshake_timeout_ns = p->cfg.handshake_timeout_ns,
+                              .idle_timeout_ns = p->cfg.idle_timeout_ns};
+    int r = grpc_server_new(p->loop, &lim, &p->server);
     if (r < 0)
         return r;
     for (size_t i = 0; i < ARRAY_SIZE(methods); i++) {
@@ -369,7 +378,7 @@ static void reg_attempt(struct acceld_plugin *p)
         return;
     }
     V1beta1__DevicePluginOptions opts = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
-    opts.get_preferred_allocation_available = 1;
+    opts.get_preferred_allocation_available = p->has_prefer;
     V1beta1__RegisterRequest req = V1BETA1__REGISTER_REQUEST__INIT;
     req.version = "v1beta1";
     req.endpoint = p->sock_name;
@@ -525,23 +534,39 @@ static int inotify_setup(struct acceld_plugin *p)
 
 /* ------------------------------------------------------------ lifecycle */
 
-int acceld_plugin_new(struct ev_loop *loop, const struct acceld_config *cfg, struct pgpu *pgpu,
-                      struct acceld_plugin **ret)
+int acceld_plugin_new(struct ev_loop *loop, const struct acceld_config *cfg, const char *resource,
+                      const struct acceld_provider *prov, struct acceld_plugin **ret)
 {
+    if (strlen(resource) >= sizeof(cfg->resource_name))
+        return -ENAMETOOLONG;
     struct acceld_plugin *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
     p->loop = loop;
     p->cfg = *cfg;
-    p->pgpu = pgpu;
+    snprintf(p->cfg.resource_name, sizeof(p->cfg.resource_name), "%s", resource);
+    p->has_prefer = prov->ops->prefer != NULL;
     p->ino_fd = -1;
     p->ino_wd = -1;
     set_paths(p);
-    int r = server_setup(p);
+    int r = acceld_wire_new(prov, &p->wire);
+    if (r == 0)
+        r = server_setup(p);
     if (r < 0)
         goto fail;
-    /* A plugin dir that is not there yet (acceld started before the kubelet
-     * made it) is waited for, like one removed later: inotify_setup polls. */
+    /* Without a kubelet nobody else makes the plugin dir: make it (0750, the
+     * owner serves, its group may look). With one, the dir is the kubelet's:
+     * one not there yet (acceld started before the kubelet made it) is
+     * waited for, like one removed later: inotify_setup polls. */
+    if (cfg->no_register && !path_exists(p->cfg.plugin_dir)) {
+        if ((r = fs_mkdir_p(p->cfg.plugin_dir, ACCELD_PLUGIN_DIR_MODE)) < 0) {
+            log_error("cannot create the plugin dir %s: %s; create it, or give "
+                      "--device-plugin-dir a directory this user can write",
+                      p->cfg.plugin_dir, strerror(-r));
+            goto fail;
+        }
+        log_info("created the plugin dir %s (noRegister: no kubelet makes it)", p->cfg.plugin_dir);
+    }
     if (!path_exists(p->cfg.plugin_dir))
         log_warn("plugin dir %s does not exist (yet): serving once it is made; is the kubelet "
                  "running, and is the dir mounted into this container?",
@@ -581,17 +606,25 @@ struct acceld_plugin *acceld_plugin_free(struct acceld_plugin *p)
     }
     /* grpc_server_free unlinks the socket it bound */
     grpc_server_free(p->server);
+    acceld_wire_free(p->wire);
     free(p);
     return NULL;
 }
 
-int acceld_plugin_reconfigure(struct acceld_plugin *p, const struct acceld_config *cfg)
+int acceld_plugin_reconfigure(struct acceld_plugin *p, const struct acceld_config *in,
+                              const char *resource)
 {
+    if (strlen(resource) >= sizeof(in->resource_name))
+        return -ENAMETOOLONG;
+    struct acceld_config c = *in;
+    const struct acceld_config *cfg = &c;
+    snprintf(c.resource_name, sizeof(c.resource_name), "%s", resource);
     bool moved = strcmp(cfg->plugin_dir, p->cfg.plugin_dir) != 0 ||
                  strcmp(cfg->resource_name, p->cfg.resource_name) != 0;
     bool was_registering = !p->cfg.no_register;
     struct acceld_config old = p->cfg;
     p->cfg = *cfg;
+    grpc_server_set_timeouts(p->server, cfg->handshake_timeout_ns, cfg->idle_timeout_ns);
     if (moved) {
         grpc_server_close_listeners(p->server, true);
         p->serving = false;

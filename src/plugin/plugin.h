@@ -1,6 +1,7 @@
 /* plugin.h — one kubelet device-plugin endpoint: the DevicePlugin gRPC
- * service on `<plugin dir>/<socket>` for one resource, its ListAndWatch
- * watchers, and its registration with the kubelet.
+ * service on `<plugin dir>/<socket>` for one resource served by one provider
+ * (provider.h), its ListAndWatch watchers, and its registration with the
+ * kubelet. acceld runs one per resource (pGPU: one; vGPU: cores and memory).
  *
  * Lifecycle: serve first, then Register (v1beta1, bare socket name, resource
  * name, options). Kubelet absent or refusing: retry with capped backoff,
@@ -15,21 +16,31 @@
 
 #include "config.h"
 #include "evloop.h"
-#include "pgpu.h"
+#include "provider.h"
 
 /* Backoff between registration attempts: doubles from MIN to MAX. */
 #define ACCELD_REGISTER_BACKOFF_MIN_NS (100ull * 1000000ull)
 #define ACCELD_REGISTER_BACKOFF_MAX_NS (5ull * 1000000000ull)
 /* The kubelet answers Register after calling GetDevicePluginOptions back. */
 #define ACCELD_REGISTER_TIMEOUT_NS (10ull * 1000000000ull)
+/* Largest request (and reply) on the plugin socket. The kubelet's requests
+ * are a few hundred bytes and its own limit is 4 MiB; unpacking a 4 MiB
+ * request of ~100,000 IDs held the loop for ~20 ms (ASan: ~100 ms), 1 MiB
+ * (~25,000 IDs) a quarter of that; anything larger is refused on its length
+ * prefix, before it is buffered. Replies stay far below it (a device list
+ * is ~100 bytes a device). */
+#define ACCELD_MAX_MESSAGE (1u << 20)
+/* Mode of a plugin dir acceld makes itself (noRegister and the dir missing). */
+#define ACCELD_PLUGIN_DIR_MODE 0750
 
 struct acceld_plugin;
 
-/* Serves pgpu (borrowed; must outlive the plugin) for cfg's resource on loop
- * and starts registering (unless cfg->no_register). Returns 0 or -errno (the
+/* Serves prov (its self borrowed; must outlive the plugin) for resource (the
+ * socket is named after it) on loop with cfg's plugin dir and timeouts, and
+ * starts registering (unless cfg->no_register). Returns 0 or -errno (the
  * socket could not be bound: nothing is left behind). */
-int acceld_plugin_new(struct ev_loop *loop, const struct acceld_config *cfg, struct pgpu *pgpu,
-                      struct acceld_plugin **ret);
+int acceld_plugin_new(struct ev_loop *loop, const struct acceld_config *cfg, const char *resource,
+                      const struct acceld_provider *prov, struct acceld_plugin **ret);
 /* Ends every stream, closes the server and removes the socket. NULL ok. */
 struct acceld_plugin *acceld_plugin_free(struct acceld_plugin *p);
 
@@ -39,7 +50,8 @@ void acceld_plugin_devices_changed(struct acceld_plugin *p);
 /* Takes the settings that can change at run time (SIGHUP). Changing the plugin
  * dir or the resource name re-serves and re-registers. Returns 0 or -errno
  * (then the old socket keeps serving). */
-int acceld_plugin_reconfigure(struct acceld_plugin *p, const struct acceld_config *cfg);
+int acceld_plugin_reconfigure(struct acceld_plugin *p, const struct acceld_config *cfg,
+                              const char *resource);
 
 bool acceld_plugin_registered(const struct acceld_plugin *p);
 unsigned acceld_plugin_watcher_count(const struct acceld_plugin *p);

@@ -214,31 +214,21 @@ int vc_config_from_env(char *(*getenv_fn)(const char *), struct vc_config *cfg, 
     return 0;
 }
 
-int vc_config_load(const char *path, struct vc_config *ret, char *err, size_t errlen)
+/* Reads and parses the file at path into *cfg. -ENOENT when there is no file
+ * (nothing written to err); any other failure is an error naming the file. */
+static int load_file(const char *path, struct vc_config *cfg, char *err, size_t errlen)
 {
-    if (!path) {
-        path = getenv("VCUDA_CONFIG");
-        if (!path || !*path)
-            path = VC_CONFIG_DEFAULT_PATH;
-    }
-    struct vc_config cfg;
-    vc_config_init(&cfg);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        if (errno != ENOENT) {
-            int r = -errno;
+        int r = -errno;
+        if (r != -ENOENT)
             errbuf_printf(err, errlen, "%s: %s", path, strerror(-r));
-            return r;
-        }
-        int r = vc_config_from_env(getenv, &cfg, err, errlen);
-        if (r < 0)
-            return r;
-        *ret = cfg;
-        return 0;
+        return r;
     }
     char *buf = malloc(VC_CONFIG_MAX_SIZE + 1);
     if (!buf) {
         close(fd);
+        errbuf_printf(err, errlen, "%s: out of memory", path);
         return -ENOMEM;
     }
     size_t len = 0;
@@ -251,7 +241,8 @@ int vc_config_load(const char *path, struct vc_config *ret, char *err, size_t er
             free(buf);
             close(fd);
             errbuf_printf(err, errlen, "%s: %s", path, strerror(-r));
-            return r;
+            /* ENOENT cannot come from read(2); keep "no file" distinct anyway */
+            return r == -ENOENT ? -EIO : r;
         }
         if (n == 0 || len + (size_t)n > VC_CONFIG_MAX_SIZE) {
             len += (size_t)n;
@@ -261,12 +252,104 @@ int vc_config_load(const char *path, struct vc_config *ret, char *err, size_t er
     }
     close(fd);
     char why[256];
-    int r = vc_config_parse(buf, len, &cfg, why, sizeof(why));
+    int r = vc_config_parse(buf, len, cfg, why, sizeof(why));
     free(buf);
-    if (r < 0) {
-        errbuf_printf(err, errlen, "%s: %s", path, why);
-        return r;
+    if (r < 0)
+        return errbuf_printf(err, errlen, "%s: %s", path, why);
+    return 0;
+}
+
+static void note_ignored(char *note, size_t notelen, const char *env, const char *agent_path)
+{
+    if (!note || !notelen)
+        return;
+    size_t used = strnlen(note, notelen);
+    if (used + 1 < notelen)
+        snprintf(note + used, notelen - used,
+                 "%s ignored: %s is in force and the environment may only lower its limits; ", env,
+                 agent_path);
+}
+
+/* The agent's file is in force: a VCUDA_* variable may only make it stricter
+ * (a lower memory or core limit, a larger context charge, hard instead of
+ * burst). Anything else is ignored and named in note. */
+static void tighten_from_env(char *(*getenv_fn)(const char *), const char *agent_path,
+                             struct vc_config *cfg, char *note, size_t notelen)
+{
+    static const struct {
+        const char *env, *key;
+    } map[] = {
+        {"VCUDA_MEMORY_LIMIT", "memory_limit"},
+        {"VCUDA_CONTEXT_MEMORY", "context_memory"},
+        {"VCUDA_CORE_LIMIT", "core_limit"},
+        {"VCUDA_CORE_POLICY", "core_policy"},
+        {"VCUDA_REGION", "region"},
+        {"VCUDA_DEVICES", "devices"},
+        {"VCUDA_CONFIG", NULL},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(map); i++) {
+        const char *v = getenv_fn(map[i].env);
+        if (!v || !*v)
+            continue;
+        struct vc_config t = *cfg;
+        char val[1024], why[160];
+        bool tighter = false;
+        if (map[i].key && strlen(v) < sizeof(val)) {
+            strcpy(val, v);
+            if (apply(&t, map[i].key, trim(val), why, sizeof(why)) == 0) {
+                int cur_core = cfg->core_limit ? cfg->core_limit : 100;
+                if (strcmp(map[i].key, "memory_limit") == 0)
+                    tighter = t.memory_limit != 0 &&
+                              (cfg->memory_limit == 0 || t.memory_limit < cfg->memory_limit);
+                else if (strcmp(map[i].key, "context_memory") == 0)
+                    tighter = t.context_memory > cfg->context_memory;
+                else if (strcmp(map[i].key, "core_limit") == 0)
+                    tighter = t.core_limit < cur_core;
+                else if (strcmp(map[i].key, "core_policy") == 0)
+                    tighter = t.core_policy == VC_CORE_POLICY_HARD &&
+                              cfg->core_policy != VC_CORE_POLICY_HARD;
+            }
+        }
+        if (tighter) {
+            *cfg = t;
+            continue;
+        }
+        note_ignored(note, notelen, map[i].env, agent_path);
     }
+}
+
+int vc_config_load(const char *agent_path, char *(*getenv_fn)(const char *), struct vc_config *ret,
+                   char *err, size_t errlen, char *note, size_t notelen)
+{
+    if (note && notelen)
+        note[0] = '\0';
+    struct vc_config cfg;
+    vc_config_init(&cfg);
+    /* The agent's file, where it exists, is the authority: a file that cannot
+     * be read or parsed is an error (the caller fails closed), never a reason
+     * to look elsewhere. */
+    int r = load_file(agent_path, &cfg, err, errlen);
+    if (r == 0) {
+        tighten_from_env(getenv_fn, agent_path, &cfg, note, notelen);
+        *ret = cfg;
+        return 0;
+    }
+    if (r != -ENOENT)
+        return r;
+    /* No agent: standalone use. $VCUDA_CONFIG when it exists, else the environment. */
+    const char *path = getenv_fn("VCUDA_CONFIG");
+    if (path && *path) {
+        r = load_file(path, &cfg, err, errlen);
+        if (r == 0) {
+            *ret = cfg;
+            return 0;
+        }
+        if (r != -ENOENT)
+            return r;
+    }
+    r = vc_config_from_env(getenv_fn, &cfg, err, errlen);
+    if (r < 0)
+        return r;
     *ret = cfg;
     return 0;
 }

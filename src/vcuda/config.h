@@ -1,7 +1,7 @@
-/* config.h — libvcuda's configuration: the file at $VCUDA_CONFIG (default
- * /etc/vcuda/config, written by the agent, mounted read-only) or, when no file
- * exists, the VCUDA_* environment. A present file wins over the environment so
- * a container user cannot raise their own limit. Format: docs/vcuda.md.
+/* config.h — libvcuda's configuration: the agent's file (/etc/vcuda/config,
+ * fixed at build time, mounted read-only), which the environment may only
+ * tighten; without it (standalone use) $VCUDA_CONFIG or the VCUDA_*
+ * environment. Format and rules: docs/vcuda.md.
  *
  * Pure parsing here (no globals); vcuda.c loads it once and caches it. */
 #pragma once
@@ -47,7 +47,23 @@ int vc_config_parse(const char *text, size_t len, struct vc_config *cfg, char *e
 int vc_config_from_env(char *(*getenv_fn)(const char *), struct vc_config *cfg, char *err,
                        size_t errlen);
 
-/* The whole policy: the file at path (NULL = $VCUDA_CONFIG or the default)
- * when it exists, else the environment. An existing file that cannot be read
- * or parsed is an error (the caller fails closed). Returns 0 or -errno. */
-int vc_config_load(const char *path, struct vc_config *ret, char *err, size_t errlen);
+/* The agent's config path libvcuda.so reads (config-path.c): fixed when the
+ * library is built (meson option vcuda_config_path, default
+ * VC_CONFIG_DEFAULT_PATH). Nothing at run time changes it: a tenant controls
+ * its process's environment, so no variable may point the library elsewhere.
+ * Tests build a second library (libvcuda-agenttest.so) whose path lies in the
+ * build tree. */
+extern const char vc_config_agent_path[];
+
+/* The whole policy (docs/vcuda.md, "Configuration"):
+ *  - the agent's file at agent_path exists: it is the configuration; a
+ *    VCUDA_* variable may only tighten it (lower memory or core limit, larger
+ *    context charge, hard policy); any other variable set, VCUDA_CONFIG
+ *    included, is ignored and named in note. A file that cannot be read or
+ *    parsed is an error (the caller fails closed).
+ *  - no agent file (standalone use): the file named by VCUDA_CONFIG when it
+ *    exists (a broken one is an error), else the environment.
+ * getenv_fn is getenv in the library (injectable for tests). note (may be
+ * NULL) gets "" or what was ignored. Returns 0 or -errno with err filled. */
+int vc_config_load(const char *agent_path, char *(*getenv_fn)(const char *), struct vc_config *ret,
+                   char *err, size_t errlen, char *note, size_t notelen);

@@ -4,7 +4,9 @@
  * cuGetProcAddress: the real driver answers first (so the CUDA version and the
  * per-thread-stream flags pick exactly the variant the driver would hand out);
  * if its pointer is the real address of a hooked export, the caller gets our
- * wrapper of that same variant, otherwise the driver's own pointer. */
+ * wrapper of that same variant; if the pointer is none we know (a driver that
+ * hands out private entry points), our wrapper of the variant a table of
+ * (name, CUDA version, flags) picks; otherwise the driver's own pointer. */
 #include "vcuda.h"
 
 #include "log.h"
@@ -163,7 +165,99 @@ static bool hooked_base(const char *symbol)
     return false;
 }
 
-static void *hooked_variant(const char *symbol, void *fn)
+/* The second way (issue 8): which exported variant the driver hands out for
+ * (name, cudaVersion, flags), for the names we hook, so a driver whose
+ * cuGetProcAddress returns private entry points (none of its exports) still
+ * gets our wrapper of the right variant. The versions are when each variant
+ * became what cuGetProcAddress returns (NVIDIA's cuda.h maps each API to its
+ * versioned export and the CUDA version that introduced it; the emulator's
+ * table, src/emu/cuda_proc.c, follows the same facts). ptsz: the variant for
+ * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM. */
+struct proc_variant {
+    const char *base;
+    int version;
+    bool ptsz;
+    const char *symbol;
+};
+
+static const struct proc_variant proc_variants[] = {
+    {"cuGetProcAddress", 11030, false, "cuGetProcAddress"},
+    {"cuGetProcAddress", 12000, false, "cuGetProcAddress_v2"},
+    {"cuDevicePrimaryCtxRetain", 7000, false, "cuDevicePrimaryCtxRetain"},
+    {"cuDevicePrimaryCtxRelease", 7000, false, "cuDevicePrimaryCtxRelease"},
+    {"cuDevicePrimaryCtxRelease", 11000, false, "cuDevicePrimaryCtxRelease_v2"},
+    {"cuDevicePrimaryCtxReset", 7000, false, "cuDevicePrimaryCtxReset"},
+    {"cuDevicePrimaryCtxReset", 11000, false, "cuDevicePrimaryCtxReset_v2"},
+    {"cuCtxCreate", 2000, false, "cuCtxCreate"},
+    {"cuCtxCreate", 3020, false, "cuCtxCreate_v2"},
+    {"cuCtxCreate", 11040, false, "cuCtxCreate_v3"},
+    {"cuCtxCreate", 12050, false, "cuCtxCreate_v4"},
+    {"cuCtxDestroy", 2000, false, "cuCtxDestroy"},
+    {"cuCtxDestroy", 4000, false, "cuCtxDestroy_v2"},
+    {"cuMemAlloc", 2000, false, "cuMemAlloc"},
+    {"cuMemAlloc", 3020, false, "cuMemAlloc_v2"},
+    {"cuMemAllocPitch", 2000, false, "cuMemAllocPitch"},
+    {"cuMemAllocPitch", 3020, false, "cuMemAllocPitch_v2"},
+    {"cuMemAllocManaged", 6000, false, "cuMemAllocManaged"},
+    {"cuMemFree", 2000, false, "cuMemFree"},
+    {"cuMemFree", 3020, false, "cuMemFree_v2"},
+    {"cuMemAllocAsync", 11020, false, "cuMemAllocAsync"},
+    {"cuMemAllocAsync", 11020, true, "cuMemAllocAsync_ptsz"},
+    {"cuMemAllocFromPoolAsync", 11020, false, "cuMemAllocFromPoolAsync"},
+    {"cuMemAllocFromPoolAsync", 11020, true, "cuMemAllocFromPoolAsync_ptsz"},
+    {"cuMemFreeAsync", 11020, false, "cuMemFreeAsync"},
+    {"cuMemFreeAsync", 11020, true, "cuMemFreeAsync_ptsz"},
+    {"cuMemPoolCreate", 11020, false, "cuMemPoolCreate"},
+    {"cuMemPoolDestroy", 11020, false, "cuMemPoolDestroy"},
+    {"cuMemPoolTrimTo", 11020, false, "cuMemPoolTrimTo"},
+    {"cuMemCreate", 10020, false, "cuMemCreate"},
+    {"cuMemRelease", 10020, false, "cuMemRelease"},
+    {"cuMemMap", 10020, false, "cuMemMap"},
+    {"cuMemUnmap", 10020, false, "cuMemUnmap"},
+    {"cuMemRetainAllocationHandle", 11000, false, "cuMemRetainAllocationHandle"},
+    {"cuArrayCreate", 2000, false, "cuArrayCreate"},
+    {"cuArrayCreate", 3020, false, "cuArrayCreate_v2"},
+    {"cuArray3DCreate", 2000, false, "cuArray3DCreate"},
+    {"cuArray3DCreate", 3020, false, "cuArray3DCreate_v2"},
+    {"cuArrayDestroy", 2000, false, "cuArrayDestroy"},
+    {"cuMipmappedArrayCreate", 5000, false, "cuMipmappedArrayCreate"},
+    {"cuMipmappedArrayDestroy", 5000, false, "cuMipmappedArrayDestroy"},
+    {"cuMemGetInfo", 2000, false, "cuMemGetInfo"},
+    {"cuMemGetInfo", 3020, false, "cuMemGetInfo_v2"},
+    {"cuDeviceTotalMem", 2000, false, "cuDeviceTotalMem"},
+    {"cuDeviceTotalMem", 3020, false, "cuDeviceTotalMem_v2"},
+    {"cuLaunchKernel", 4000, false, "cuLaunchKernel"},
+    {"cuLaunchKernel", 7000, true, "cuLaunchKernel_ptsz"},
+    {"cuLaunchKernelEx", 11060, false, "cuLaunchKernelEx"},
+    {"cuLaunchKernelEx", 11060, true, "cuLaunchKernelEx_ptsz"},
+    {"cuLaunchCooperativeKernel", 9000, false, "cuLaunchCooperativeKernel"},
+    {"cuLaunchCooperativeKernel", 9000, true, "cuLaunchCooperativeKernel_ptsz"},
+    {"cuLaunchCooperativeKernelMultiDevice", 9000, false, "cuLaunchCooperativeKernelMultiDevice"},
+    {"cuGraphLaunch", 10000, false, "cuGraphLaunch"},
+    {"cuGraphLaunch", 10000, true, "cuGraphLaunch_ptsz"},
+};
+
+/* Our wrapper of the variant the driver would hand out, or NULL (not a name
+ * we hook, a version before the API, or a variant the driver lacks). */
+static void *wrapper_by_table(const char *symbol, int cuda_version, cuuint64_t flags)
+{
+    bool per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    const struct proc_variant *best = NULL, *best_ptsz = NULL;
+    for (size_t i = 0; i < sizeof(proc_variants) / sizeof(proc_variants[0]); i++) {
+        const struct proc_variant *v = &proc_variants[i];
+        if (strcmp(v->base, symbol) != 0 || v->version > cuda_version)
+            continue;
+        const struct proc_variant **slot = v->ptsz ? &best_ptsz : &best;
+        if (!*slot || v->version >= (*slot)->version)
+            *slot = v;
+    }
+    if (per_thread && best_ptsz)
+        best = best_ptsz;
+    const struct vc_hook *h = best ? vc_hook_by_name(best->symbol) : NULL;
+    return h && *h->real ? h->wrapper : NULL;
+}
+
+static void *hooked_variant(const char *symbol, void *fn, int cuda_version, cuuint64_t flags)
 {
     void *w = vc_hook_by_real(fn);
     if (w)
@@ -177,6 +271,11 @@ static void *hooked_variant(const char *symbol, void *fn)
     for (unsigned i = 0; i < vc_hook_count; i++)
         if (vc_hooks[i].wrapper == fn)
             return fn;
+    /* The pointer is none we know: the driver hands out private entry points.
+     * Our wrapper of the variant it would pick by name calls that export. */
+    void *t = symbol ? wrapper_by_table(symbol, cuda_version, flags) : NULL;
+    if (t)
+        return t;
     if (symbol && hooked_base(symbol)) {
         static atomic_int warned;
         if (atomic_exchange_explicit(&warned, 1, memory_order_relaxed) == 0)
@@ -194,7 +293,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = vc_real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
     if (r == CUDA_SUCCESS && pfn && *pfn)
-        *pfn = hooked_variant(symbol, *pfn);
+        *pfn = hooked_variant(symbol, *pfn, cudaVersion, flags);
     return r;
 }
 
@@ -204,6 +303,6 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersio
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = vc_real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
     if (r == CUDA_SUCCESS && pfn && *pfn)
-        *pfn = hooked_variant(symbol, *pfn);
+        *pfn = hooked_variant(symbol, *pfn, cudaVersion, flags);
     return r;
 }

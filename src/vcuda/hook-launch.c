@@ -6,6 +6,7 @@
  * events on its own stream, and its measured GPU time settles the charge later. Launches into a
  * stream that is being captured are not executed, so they pass through: the graph is paced when
  * it is launched. See docs/vcuda-compute.md. */
+#include "log.h"
 #include "pace-flight.h"
 #include "pace.h"
 #include "util.h"
@@ -106,8 +107,10 @@ static struct pacer *pacer_get(void)
             pace_flight_fini(&pacer.flight);
         memset(&pacer, 0, sizeof(pacer));
         pthread_mutex_init(&pacer.sample_lock, NULL);
-        if (pace_flight_init(&pacer.flight, region_pace(), slot_pace()) == 0)
+        if (pace_flight_init(&pacer.flight, region_pace(), slot_pace()) == 0) {
+            pacer.flight.limit_pct = (uint32_t)vc.cfg.core_limit; /* never the region's */
             atomic_store_explicit(&pacer_ready, 1, memory_order_release);
+        }
     }
     pthread_mutex_unlock(&pacer_lock);
     return atomic_load_explicit(&pacer_ready, memory_order_acquire) == 1 ? &pacer : NULL;
@@ -221,7 +224,7 @@ static void burst_sample(struct pacer *p, struct pace_shared *s)
         /* nvmlInit is reference counted: ours does not disturb the program's own use. */
         if (vc_nvml_ensure() == 0 && vc_real.nvmlInit_v2 && vc_real.nvmlInit_v2() == NVML_SUCCESS &&
             vc_real.nvmlDeviceGetUtilizationRates) {
-            const char *uuid = vc.region.hdr->device_uuid[0];
+            const char *uuid = vc.cfg.device_uuid[0]; /* the config's, not the region's */
             if (uuid[0] && vc_real.nvmlDeviceGetHandleByUUID)
                 vc_real.nvmlDeviceGetHandleByUUID(uuid, &p->nvml_dev);
             else if (vc_real.nvmlDeviceGetHandleByIndex_v2)
@@ -249,11 +252,30 @@ struct launch {
     const void *args;
 };
 
+/* The limit and policy come from the read-only config only. The region's copy
+ * is for readers (agent, exporter) and is writable by the tenant: whatever it
+ * says now is put back to the config's before each paced launch. */
+static void limits_from_config(struct pace_shared *s)
+{
+    uint32_t want = (uint32_t)vc.cfg.core_limit, pol = (uint32_t)vc.cfg.core_policy;
+    if (VC_LIKELY(atomic_load_explicit(&s->limit_pct, memory_order_relaxed) == want &&
+                  atomic_load_explicit(&s->policy, memory_order_relaxed) == pol))
+        return;
+    atomic_store_explicit(&s->policy, pol, memory_order_relaxed);
+    atomic_store_explicit(&s->limit_pct, want, memory_order_release);
+    static atomic_int warned;
+    if (atomic_exchange_explicit(&warned, 1, memory_order_relaxed) == 0)
+        log_warn("the usage region's core_limit/core_policy were changed behind libvcuda's back; "
+                 "restored from the config (%u%%)",
+                 want);
+}
+
 static CUresult launch_paced(const struct launch *l)
 {
     struct pacer *p = pacer_get();
     if (!p || capturing(l->stream, l->ptsz))
         return l->fn(l);
+    limits_from_config(p->flight.shared);
     unsigned idx = pace_flight_admit(&p->flight, l->key, measure_cb, clock_cb, sleep_cb, p);
     bool timed =
         events_ready(p, idx) && record(p->ev[idx].start, l->stream, l->ptsz) == CUDA_SUCCESS;

@@ -34,6 +34,20 @@ static void format_uuid(const CUuuid *u, char *buf, size_t len)
              b[14], b[15]);
 }
 
+int vc_device_uuid(CUdevice dev, char *buf, size_t len)
+{
+    CUuuid u;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (vc_real.cuDeviceGetUuid_v2)
+        r = vc_real.cuDeviceGetUuid_v2(&u, dev);
+    else if (vc_real.cuDeviceGetUuid)
+        r = vc_real.cuDeviceGetUuid(&u, dev);
+    if (r != CUDA_SUCCESS)
+        return -ENODEV;
+    format_uuid(&u, buf, len);
+    return 0;
+}
+
 int vc_device_index(CUdevice dev, unsigned *ret_index)
 {
     if (dev < 0)
@@ -50,16 +64,9 @@ int vc_device_index(CUdevice dev, unsigned *ret_index)
         return 0;
     }
     /* Look the ordinal's UUID up in the configured list (once per ordinal). */
-    CUuuid u;
-    CUresult r = CUDA_ERROR_NOT_FOUND;
-    if (vc_real.cuDeviceGetUuid_v2)
-        r = vc_real.cuDeviceGetUuid_v2(&u, dev);
-    else if (vc_real.cuDeviceGetUuid)
-        r = vc_real.cuDeviceGetUuid(&u, dev);
     int index = -1;
-    if (r == CUDA_SUCCESS) {
-        char s[64];
-        format_uuid(&u, s, sizeof(s));
+    char s[64];
+    if (vc_device_uuid(dev, s, sizeof(s)) == 0) {
         for (int i = 0; i < vc.cfg.device_count; i++)
             if (strcasecmp(vc.cfg.device_uuid[i], s) == 0)
                 index = i;
@@ -177,6 +184,7 @@ struct pool_rec {
     uint64_t live;   /* bytes of allocations from it not yet freed (incl. in flight) */
 };
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER; /* VMM reference counts */
 static struct pool_rec pools[MAX_POOLS];
 
 static struct pool_rec *pool_find_locked(CUmemoryPool pool, unsigned index, bool create)
@@ -286,6 +294,7 @@ static void pool_forget(CUmemoryPool pool)
 void vc_mem_atfork_child(void)
 {
     pthread_mutex_init(&pool_lock, NULL);
+    pthread_mutex_init(&vmm_lock, NULL);
     memset(pools, 0, sizeof(pools));
     memset(ordinal_index, 0, sizeof(ordinal_index));
 }
@@ -656,15 +665,96 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         vc_mem_release(index, size);
         return r;
     }
-    track(VC_TRACK_VMM, *handle, size, index, NULL, NULL);
+    struct vc_track_entry e = {
+        .key = *handle, .size = size, .kind = VC_TRACK_VMM, .dev = index, .link = 1};
+    if (vc_track_put(&e) < 0)
+        log_warn("cannot track a VMM handle; its %zu bytes stay charged", size);
     return r;
+}
+
+/* VMM memory lives until its last reference is gone. NVIDIA's driver API
+ * reference (Virtual Memory Management, cuMemRelease and cuMemUnmap,
+ * https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html) says the
+ * allocation is freed only once every mapping of it is unmapped and every
+ * reference to the handle, shared ones included, is released; a handle may be
+ * released while mappings made with it remain. So the charge follows the same
+ * count: +1 at create, map and retain, -1 at release and unmap, given back at
+ * 0. Handles we never charged (imported, host) have no record and are left
+ * alone. */
+/* Adds delta to handle's references; at 0 the bytes go back. Call after the
+ * driver succeeded. */
+static void vmm_ref(uint64_t handle, int delta)
+{
+    struct vc_track_entry e;
+    pthread_mutex_lock(&vmm_lock);
+    if (vc_track_take(VC_TRACK_VMM, handle, &e) == 0) {
+        e.link = delta < 0 && e.link < (uint64_t)-delta ? 0 : e.link + (uint64_t)(int64_t)delta;
+        if (e.link == 0)
+            vc_mem_release(e.dev, e.size);
+        else
+            vc_track_put(&e);
+    }
+    pthread_mutex_unlock(&vmm_lock);
 }
 
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     VC_PREAMBLE(cuMemRelease);
-    struct pending_free pf = free_begin(VC_TRACK_VMM, handle);
-    return free_end(&pf, vc_real.cuMemRelease(handle));
+    CUresult r = vc_real.cuMemRelease(handle);
+    if (r == CUDA_SUCCESS)
+        vmm_ref(handle, -1);
+    return r;
+}
+
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    VC_PREAMBLE(cuMemRetainAllocationHandle);
+    CUresult r = vc_real.cuMemRetainAllocationHandle(handle, addr);
+    if (r == CUDA_SUCCESS && handle)
+        vmm_ref(*handle, +1);
+    return r;
+}
+
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    VC_PREAMBLE(cuMemMap);
+    CUresult r = vc_real.cuMemMap(ptr, size, offset, handle, flags);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct vc_track_entry m = {.key = ptr, .size = size, .kind = VC_TRACK_VMM_MAP, .link = handle};
+    pthread_mutex_lock(&vmm_lock);
+    struct vc_track_entry h;
+    bool charged = vc_track_take(VC_TRACK_VMM, handle, &h) == 0;
+    if (charged) {
+        h.link++;
+        vc_track_put(&h);
+        if (vc_track_put(&m) < 0)
+            log_warn("cannot track a VMM mapping; its memory stays charged");
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return r;
+}
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    VC_PREAMBLE(cuMemUnmap);
+    CUresult r = vc_real.cuMemUnmap(ptr, size);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* One call may unmap several adjacent mappings: walk them by their sizes. */
+    CUdeviceptr p = ptr;
+    while (p < ptr + size) {
+        struct vc_track_entry m;
+        pthread_mutex_lock(&vmm_lock);
+        int t = vc_track_take(VC_TRACK_VMM_MAP, p, &m);
+        pthread_mutex_unlock(&vmm_lock);
+        if (t < 0 || m.size == 0)
+            break; /* a mapping of memory we never charged */
+        vmm_ref(m.link, -1);
+        p += m.size;
+    }
+    return r;
 }
 
 /* ---- arrays ------------------------------------------------------------- */

@@ -58,7 +58,9 @@ int pace_flight_begin(struct pace_flight *f, uintptr_t key, uint64_t now_ns, uns
         }
     int r = -EBUSY;
     if (idx < PACE_FLIGHT_SLOTS)
-        r = pace_acquire(f->shared, f->slot, now_ns, est, ret_wait_ns);
+        r = f->limit_pct
+                ? pace_acquire_at(f->shared, f->slot, f->limit_pct, now_ns, est, ret_wait_ns)
+                : pace_acquire(f->shared, f->slot, now_ns, est, ret_wait_ns);
     if (r < 0) {
         if (idx < PACE_FLIGHT_SLOTS)
             atomic_store_explicit(&f->e[idx].state, ENTRY_FREE, REL);

@@ -32,6 +32,7 @@ struct pace_flight {
     struct pace_shared *shared; /* borrowed: the container's state in the region */
     struct pace_slot *slot;     /* borrowed: this process's slot */
     struct pace_est_table *est; /* owned */
+    uint32_t limit_pct;         /* the process's own limit (config); 0 = the shared copy's */
     _Atomic uint32_t probes;    /* unmeasured launches in flight */
     _Atomic uint32_t inflight;  /* entries claimed */
     _Atomic uint64_t seq;       /* launches begun */

@@ -64,7 +64,13 @@ int64_t pace_budget_ns(const struct pace_shared *s, uint64_t now_ns)
 int pace_acquire(struct pace_shared *s, struct pace_slot *slot, uint64_t now_ns, uint64_t est_ns,
                  uint64_t *ret_wait_ns)
 {
-    uint32_t limit = atomic_load_explicit(&s->limit_pct, ACQ);
+    return pace_acquire_at(s, slot, atomic_load_explicit(&s->limit_pct, ACQ), now_ns, est_ns,
+                           ret_wait_ns);
+}
+
+int pace_acquire_at(struct pace_shared *s, struct pace_slot *slot, uint32_t limit, uint64_t now_ns,
+                    uint64_t est_ns, uint64_t *ret_wait_ns)
+{
     if (limit == 0 || limit >= 100)
         return 0;
 

@@ -98,6 +98,11 @@ static inline bool pace_unlimited(const struct pace_shared *s)
 int pace_acquire(struct pace_shared *s, struct pace_slot *slot, uint64_t now_ns, uint64_t est_ns,
                  uint64_t *ret_wait_ns);
 
+/* pace_acquire at the caller's own limit_pct instead of the shared copy (which the tenant can
+ * write): libvcuda passes the config's. */
+int pace_acquire_at(struct pace_shared *s, struct pace_slot *slot, uint32_t limit_pct,
+                    uint64_t now_ns, uint64_t est_ns, uint64_t *ret_wait_ns);
+
 /* A charged launch's GPU time is known: replace its estimate by the measurement. */
 void pace_settle(struct pace_shared *s, struct pace_slot *slot, uint64_t est_ns,
                  uint64_t measured_ns);

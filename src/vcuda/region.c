@@ -92,6 +92,7 @@ int vc_region_attach(const char *path, struct vc_region *ret)
     ret->slots = (struct vc_region_slot *)((char *)map + VC_REGION_HEADER_SIZE);
     ret->map_size = VC_REGION_SIZE;
     ret->anonymous = anonymous;
+    ret->mine_slot = -1;
     return 0;
 }
 
@@ -143,11 +144,12 @@ static int claim_free_slot(struct vc_region *r, uint32_t pid, uint64_t start_tim
 
 int vc_region_claim_slot(struct vc_region *r, uint32_t pid, uint64_t start_time)
 {
+    for (unsigned d = 0; d < VC_REGION_DEVICES; d++)
+        __atomic_store_n(&r->mine[d], 0, __ATOMIC_RELAXED);
     int s = claim_free_slot(r, pid, start_time);
-    if (s >= 0)
-        return s;
-    if (vc_region_reap(r) > 0)
+    if (s < 0 && vc_region_reap(r) > 0)
         s = claim_free_slot(r, pid, start_time);
+    r->mine_slot = s;
     return s;
 }
 
@@ -289,23 +291,47 @@ uint64_t vc_region_used(const struct vc_region *r, unsigned dev)
     return sum;
 }
 
+/* Ordering that makes a lowered slot recognizable: our own slot is raised
+ * before mine[] and lowered after it, so slot < mine[] never happens unless
+ * someone else wrote the slot. */
+static void sub_sat(uint64_t *p, uint64_t bytes, int order)
+{
+    uint64_t cur = LOAD_RELAXED(p);
+    uint64_t next;
+    do {
+        next = cur > bytes ? cur - bytes : 0;
+    } while (!__atomic_compare_exchange_n(p, &cur, next, true, order, __ATOMIC_RELAXED));
+}
+
+/* Puts back what was taken from our slot behind our back. */
+static void heal(struct vc_region *r, int slot, unsigned dev)
+{
+    if (slot != r->mine_slot)
+        return;
+    uint64_t want = __atomic_load_n(&r->mine[dev], __ATOMIC_RELAXED);
+    uint64_t have = LOAD(&r->slots[slot].used[dev]);
+    if (have < want) {
+        __atomic_fetch_add(&r->slots[slot].used[dev], want - have, __ATOMIC_SEQ_CST);
+        __atomic_fetch_add(&r->tampered, 1, __ATOMIC_RELAXED);
+    }
+}
+
 void vc_region_charge(struct vc_region *r, int slot, unsigned dev, uint64_t bytes)
 {
     if (slot < 0 || dev >= VC_REGION_DEVICES || bytes == 0)
         return;
     __atomic_fetch_add(&r->slots[slot].used[dev], bytes, __ATOMIC_SEQ_CST);
+    if (slot == r->mine_slot)
+        __atomic_fetch_add(&r->mine[dev], bytes, __ATOMIC_RELAXED);
 }
 
 void vc_region_release(struct vc_region *r, int slot, unsigned dev, uint64_t bytes)
 {
     if (slot < 0 || dev >= VC_REGION_DEVICES || bytes == 0)
         return;
-    uint64_t *p = &r->slots[slot].used[dev];
-    uint64_t cur = LOAD_RELAXED(p);
-    uint64_t next;
-    do {
-        next = cur > bytes ? cur - bytes : 0;
-    } while (!__atomic_compare_exchange_n(p, &cur, next, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+    if (slot == r->mine_slot)
+        sub_sat(&r->mine[dev], bytes, __ATOMIC_RELAXED);
+    sub_sat(&r->slots[slot].used[dev], bytes, __ATOMIC_RELEASE);
 }
 
 int vc_region_reserve(struct vc_region *r, int slot, unsigned dev, uint64_t bytes, uint64_t limit)
@@ -319,6 +345,12 @@ int vc_region_reserve(struct vc_region *r, int slot, unsigned dev, uint64_t byte
     if (bytes > limit)
         return -ENOSPC;
     uint64_t *mine = &r->slots[slot].used[dev];
+    heal(r, slot, dev);
+    /* This process alone never goes over the limit, whatever the shared
+     * counters say (they can be lowered by anyone who can write the file). */
+    bool own = slot == r->mine_slot;
+    if (own && sat_add(__atomic_load_n(&r->mine[dev], __ATOMIC_RELAXED), bytes) > limit)
+        return -ENOSPC;
     /* A racer can make us fail while both of us would not fit, and never
      * succeed while we would not. When the others alone leave room, we lost a
      * race with a reservation that was itself backing off: try again a few
@@ -328,9 +360,12 @@ int vc_region_reserve(struct vc_region *r, int slot, unsigned dev, uint64_t byte
          * before our claim is visible to every other scanner. */
         __atomic_fetch_add(mine, bytes, __ATOMIC_SEQ_CST);
         uint64_t sum = vc_region_used(r, dev);
-        if (sum <= limit)
+        if (sum <= limit) {
+            if (own)
+                __atomic_fetch_add(&r->mine[dev], bytes, __ATOMIC_RELAXED);
             return 0;
-        vc_region_release(r, slot, dev, bytes);
+        }
+        sub_sat(mine, bytes, __ATOMIC_RELEASE);
         uint64_t others = vc_region_used(r, dev);
         if (sat_add(others, bytes) > limit)
             return -ENOSPC;
@@ -339,4 +374,36 @@ int vc_region_reserve(struct vc_region *r, int slot, unsigned dev, uint64_t byte
             cpu_relax();
     }
     return -ENOSPC;
+}
+
+int vc_region_audit(const struct vc_region *r, unsigned dev, const struct vc_audit_proc *procs,
+                    size_t nprocs, uint64_t slack, struct vc_audit_finding *ret, size_t max)
+{
+    if (!r || !r->hdr || dev >= VC_REGION_DEVICES)
+        return -EINVAL;
+    const struct vc_region_header *h = r->hdr;
+    if (LOAD(&h->magic) != VC_REGION_MAGIC || h->abi_version != VC_REGION_ABI ||
+        h->slot_count != VC_REGION_SLOTS || h->slot_size != VC_REGION_SLOT_SIZE)
+        return -EPROTO;
+    int n = 0;
+    for (size_t i = 0; i < nprocs; i++) {
+        int slot = -1;
+        uint64_t held = 0;
+        /* Every slot, not only below slot_hwm: the hwm is writable too. */
+        for (uint32_t k = 0; k < VC_REGION_SLOTS; k++) {
+            uint64_t owner = LOAD(&r->slots[k].owner);
+            if (owner && !(owner & VC_OWNER_RECLAIM) &&
+                (uint32_t)(owner & VC_OWNER_PID_MASK) == procs[i].pid) {
+                slot = (int)k;
+                held = LOAD(&r->slots[k].used[dev]);
+                break;
+            }
+        }
+        if (procs[i].used_bytes <= held || procs[i].used_bytes - held <= slack)
+            continue;
+        if ((size_t)n < max)
+            ret[n] = (struct vc_audit_finding){procs[i].pid, slot, held, procs[i].used_bytes};
+        n++;
+    }
+    return n;
 }

@@ -98,6 +98,13 @@ struct vc_region {
     struct vc_region_slot *slots;
     size_t map_size;
     bool anonymous; /* private to this process (no region configured) */
+    /* What this process itself holds per device: its own copy of its slot's
+     * used[], never in shared memory. The slot can be zeroed by anyone who can
+     * write the region; this cannot, so a process never takes more than the
+     * limit on its own, and restores its slot when it finds it lowered. */
+    uint64_t mine[VC_REGION_DEVICES];
+    int mine_slot;     /* the slot mine[] mirrors: the last one claimed (-1: none) */
+    uint32_t tampered; /* times this process found its slot below mine[] */
 };
 
 /* Maps the region at path (created, sized and initialized when missing or
@@ -124,6 +131,32 @@ void vc_region_charge(struct vc_region *r, int slot, unsigned dev, uint64_t byte
 void vc_region_release(struct vc_region *r, int slot, unsigned dev, uint64_t bytes);
 /* Sum over all slots for dev (saturating). */
 uint64_t vc_region_used(const struct vc_region *r, unsigned dev);
+
+/* One process of the region as NVML sees it: pid (in the region's pid
+ * namespace, i.e. the container's) and its device memory. */
+struct vc_audit_proc {
+    uint32_t pid;
+    uint64_t used_bytes;
+};
+
+/* One finding of vc_region_audit. */
+struct vc_audit_finding {
+    uint32_t pid;
+    int slot;              /* -1: the process has no slot at all */
+    uint64_t region_bytes; /* what its slot says it holds on dev */
+    uint64_t nvml_bytes;   /* what NVML says */
+};
+
+/* Tamper check for the agent (the region is writable by the tenant, so its
+ * counters can be lowered): compares each process's slot on device dev with
+ * NVML's per-process figure (nvmlDeviceGetComputeRunningProcesses) and reports
+ * every process whose slot under-reports by more than slack bytes (the
+ * driver's rounding, a context charged by a configured figure), including a
+ * process NVML sees that has no slot. Reads only; writes up to max findings.
+ * Returns the number of findings (possibly > max), or -EPROTO for a region
+ * whose header is not one. */
+int vc_region_audit(const struct vc_region *r, unsigned dev, const struct vc_audit_proc *procs,
+                    size_t nprocs, uint64_t slack, struct vc_audit_finding *ret, size_t max);
 
 /* Zeroes the slots of processes that no longer exist (or whose pid was
  * reused: start time differs). Returns how many slots were reclaimed. */

@@ -11,11 +11,12 @@
 #include <stdint.h>
 
 enum vc_track_kind {
-    VC_TRACK_DPTR = 1,   /* device pointer: cuMemAlloc*, managed, async, from pool */
-    VC_TRACK_VMM = 2,    /* CUmemGenericAllocationHandle from cuMemCreate */
-    VC_TRACK_ARRAY = 3,  /* CUarray */
-    VC_TRACK_MIPMAP = 4, /* CUmipmappedArray */
-    VC_TRACK_CTX = 5,    /* a context's own memory, keyed by CUcontext */
+    VC_TRACK_DPTR = 1,    /* device pointer: cuMemAlloc*, managed, async, from pool */
+    VC_TRACK_VMM = 2,     /* CUmemGenericAllocationHandle from cuMemCreate */
+    VC_TRACK_ARRAY = 3,   /* CUarray */
+    VC_TRACK_MIPMAP = 4,  /* CUmipmappedArray */
+    VC_TRACK_CTX = 5,     /* a context's own memory, keyed by CUcontext */
+    VC_TRACK_VMM_MAP = 6, /* a cuMemMap'ed range, keyed by its address; link = the handle */
 };
 
 struct vc_track_entry {
@@ -23,6 +24,8 @@ struct vc_track_entry {
     uint64_t size;
     uint64_t ctx;  /* owning context (its destruction frees the object), 0 = none */
     uint64_t pool; /* memory pool of a stream-ordered allocation, 0 = none */
+    uint64_t link; /* VMM: references holding the memory (handle + mappings);
+                    * VMM_MAP: the handle mapped */
     uint32_t kind; /* enum vc_track_kind; 0 = empty slot */
     uint32_t dev;  /* region device index */
 };

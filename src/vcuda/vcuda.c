@@ -13,8 +13,10 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct vc_state vc = {.slot = -1};
@@ -91,6 +93,36 @@ static void publish_config(void)
     __atomic_store_n(&h->core_policy, (uint32_t)vc.cfg.core_policy, __ATOMIC_RELAXED);
 }
 
+/* Why this process may not open the region read-write, and what would work:
+ * the file's (or, when missing, its directory's) owner and mode against our
+ * own user and group. */
+static void region_access_why(const char *path, char *buf, size_t len)
+{
+    struct stat st;
+    char dir[512];
+    const char *what = "file";
+    if (stat(path, &st) < 0) {
+        snprintf(dir, sizeof(dir), "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *(slash == dir ? slash + 1 : slash) = '\0';
+        what = "directory";
+        if (stat(dir, &st) < 0) {
+            snprintf(buf, len, "its directory cannot be read either");
+            return;
+        }
+        path = dir;
+    }
+    unsigned uid = (unsigned)geteuid(), gid = (unsigned)getegid();
+    snprintf(buf, len,
+             "the %s %s belongs to uid %u gid %u with mode %04o, and this process runs as uid %u "
+             "gid %u; the %s must be %s by it: owner uid %u with mode %s, or group gid %u with "
+             "mode %s",
+             what, path, (unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)(st.st_mode & 07777),
+             uid, gid, what, what[0] == 'd' ? "writable and searchable" : "readable and writable",
+             uid, what[0] == 'd' ? "0700" : "0600", gid, what[0] == 'd' ? "0770" : "0660");
+}
+
 int vc_init_slow(void)
 {
     if (in_init)
@@ -104,17 +136,27 @@ int vc_init_slow(void)
     uint64_t t0 = mono_ns();
     if (vc.region.hdr == NULL) {
         /* First time in this process (not a forked child): config and region. */
-        char err[512];
-        int r = vc_config_load(NULL, &vc.cfg, err, sizeof(err));
+        char err[512], note[1024];
+        int r = vc_config_load(vc_config_agent_path, getenv, &vc.cfg, err, sizeof(err), note,
+                               sizeof(note));
+        if (r == 0 && note[0])
+            log_warn("%s", note);
         if (r < 0) {
             log_error("%s; denying all device memory until the config is fixed", err);
             vc_config_init(&vc.cfg);
             vc.fail_closed = true;
         }
         r = vc_region_attach(vc.cfg.region, &vc.region);
-        if (r < 0) {
+        if (r == -EACCES || r == -EPERM || r == -EROFS) {
+            char why[1536];
+            region_access_why(vc.cfg.region, why, sizeof(why));
+            log_error("cannot use the usage region %s: %s: %s; denying all device memory",
+                      vc.cfg.region, strerror(-r), why);
+        } else if (r < 0) {
             log_error("cannot use the usage region %s: %s; denying all device memory",
                       vc.cfg.region, strerror(-r));
+        }
+        if (r < 0) {
             vc.fail_closed = true;
             /* A private region keeps the code paths uniform. */
             if (vc_region_attach(NULL, &vc.region) < 0)

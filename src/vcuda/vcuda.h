@@ -65,7 +65,7 @@ const struct vc_hook *vc_hook_by_name(const char *name);
 /* Our wrapper for a real driver/NVML address, or NULL when not hooked. */
 void *vc_hook_by_real(const void *real_fn);
 
-/* Real dlsym (glibc's), found with dlvsym(RTLD_NEXT, ...). dlsym.c. */
+/* Real dlsym (glibc's), read from libc's symbol table. dlsym.c. */
 void *vc_real_dlsym(void *handle, const char *name);
 
 /* Loads libcuda.so.1 and fills vc_real's CUDA members. 0 or -errno
@@ -95,6 +95,9 @@ static inline int vc_ensure(void)
 /* Hot-path helpers (hook-mem.c / hook-ctx.c). */
 /* Region device index of CUDA ordinal dev (config UUID order, else ordinal). */
 int vc_device_index(CUdevice dev, unsigned *ret_index);
+/* CUDA ordinal dev's UUID spelt as NVML and the config spell it ("GPU-xxxxxxxx-...").
+ * 0 or -ENODEV. */
+int vc_device_uuid(CUdevice dev, char *buf, size_t len);
 /* Current context and its region device index. CUDA error if none. */
 CUresult vc_current(CUcontext *ret_ctx, unsigned *ret_index);
 /* Reserves bytes on index against the quota (reaping dead processes and

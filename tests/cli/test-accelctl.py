@@ -158,7 +158,7 @@ def plugin_unreachable_says_what_to_check():
     tmp = tempfile.mkdtemp()
     try:
         missing = os.path.join(tmp, 'none.sock')
-        rc, _, err = run('plugin', 'info', '--socket', missing)
+        rc, _, err = run('plugin', 'info', '--socket', missing, '--wait', '100ms')
         expect(rc == 1 and 'no socket there' in err and missing in err,
                f'missing socket: rc={rc} err={err!r}')
         import socket
@@ -166,8 +166,50 @@ def plugin_unreachable_says_what_to_check():
         s = socket.socket(socket.AF_UNIX)
         s.bind(dead)
         s.close()  # the file stays; nobody listens
-        rc, _, err = run('plugin', 'devices', '--socket', dead)
+        rc, _, err = run('plugin', 'devices', '--socket', dead, '--wait', '0')
         expect(rc == 1 and 'nothing listens on it' in err, f'dead socket: rc={rc} err={err!r}')
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@case
+def plugin_wait_for_the_socket():
+    """--wait: a socket that appears after accelctl started is waited for (as
+    right after `acceld &`). The listener here is no gRPC server: it accepts
+    and never answers, so accelctl gets past connecting and its call runs
+    into --timeout, which is not the 'no socket there' of a missing socket."""
+    import socket
+    import threading
+    tmp = tempfile.mkdtemp()
+    try:
+        path = os.path.join(tmp, 'late.sock')
+        env = {k: v for k, v in os.environ.items() if k != 'ACCEL_NVML_LIBRARY'}
+        p = subprocess.Popen([ACCELCTL, 'plugin', 'info', '--socket', path, '--wait', '60s',
+                              '--timeout', '1s'], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(path)
+        s.listen(8)
+        s.settimeout(60)
+
+        held = []
+
+        def serve():
+            try:
+                while True:
+                    held.append(s.accept()[0])
+            except OSError:
+                pass
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        _, err = p.communicate(timeout=60)
+        s.close()
+        for c in held:
+            c.close()
+        expect(p.returncode == 1 and 'GetDevicePluginOptions: DEADLINE_EXCEEDED' in err,
+               f'rc={p.returncode} err={err!r}')
+        rc, _, err = run('plugin', 'info', '--socket', path, '--wait', 'soon')
+        expect(rc == 2 and '--wait' in err, f'bad --wait: rc={rc} err={err!r}')
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -178,6 +178,40 @@ def _():
         check(f.read() == "junk\n", "junk file changed")
 
 
+@case("init makes the state file 0600 whatever the umask; --mode widens it; bad modes refused")
+def _():
+    state = os.path.join(TMP, "moded")
+    old = os.umask(0)
+    try:
+        rc, out, err = run("init", "--gpus", "1", state=state)
+        check(rc == 0, f"init rc {rc}: {err}")
+        check(os.stat(state).st_mode & 0o7777 == 0o600, f"mode {os.stat(state).st_mode:o}")
+        rc, out, err = run("init", "--gpus", "1", "--mode", "0660", state=state)
+        check(rc == 0 and os.stat(state).st_mode & 0o7777 == 0o660, f"--mode 0660: {err}")
+        before = snapshot(state)
+        for bad in ["0400", "999", "1", "06660", "rw"]:
+            rc, out, err = run("init", "--gpus", "2", "--mode", bad, state=state)
+            check(rc == 2 and "bad mode" in err, f"--mode {bad}: rc {rc} {err}")
+        check(snapshot(state) == before, "a refused init changed the machine")
+    finally:
+        os.umask(old)
+
+
+@case("a damaged state file is refused with the field named, not shown")
+def _():
+    state = os.path.join(TMP, "damaged")
+    rc, out, err = run("init", "--gpus", "2", state=state)
+    check(rc == 0, f"init rc {rc}: {err}")
+    with open(state, "r+b") as f:  # random bytes after the magic, version and GPU count
+        f.seek(16)
+        f.write(os.urandom(65536))
+    for args in (["status"], ["status", "--json"], ["xid", "0", "43"]):
+        rc, out, err = run(*args, state=state)
+        check(rc == 2 and "not an emulated machine" in err and "accel-emu init" in err
+              and out == "", f"{args}: rc {rc} out {out!r} err {err}")
+        check("PiB" not in out + err, f"{args}: shown anyway: {out}")
+
+
 @case("re-init with fewer GPUs removes the old fixtures; stride is kept")
 def _():
     rc, out, err = run("init", "--gpus", "2", "--proc-info-stride", "32", state=STATE)
@@ -196,7 +230,8 @@ def _():
     rc, out, _ = run("models")
     check(rc == 0 and "H100" in out and "A100" in out and "T4" in out, "models")
     rc, out, _ = run("--help")
-    check(rc == 0 and "lose GPU" in out and "--proc-info-stride" in out, "help")
+    check(rc == 0 and "lose GPU" in out and "--proc-info-stride" in out and "--mode" in out,
+          "help")
     rc, _, err = run()
     check(rc == 2, "no command")
 

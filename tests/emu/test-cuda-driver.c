@@ -380,6 +380,23 @@ static int child_main(int argc, char **argv)
                 return 14;
         return p_cuCtxSynchronize() == CUDA_SUCCESS ? 0 : 15;
     }
+    if (!strcmp(mode, "queue") && argc == 5) {
+        /* queue N spin kernels, say ready, then leave at once ("exit") or wait to be killed */
+        uint64_t cycles = strtoull(argv[3], NULL, 10);
+        int n = atoi(argv[4]);
+        CUfunction f = spin_fn();
+        if (!f)
+            return 12;
+        void *args[] = {&cycles};
+        for (int i = 0; i < n; i++)
+            if (p_cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL) != CUDA_SUCCESS)
+                return 14;
+        printf("ready\n");
+        fflush(stdout);
+        while (read(0, line, sizeof(line)) > 0)
+            ;
+        return 0; /* exit without synchronizing: the exit handler releases the process */
+    }
     if (!strcmp(mode, "async") && argc == 3) {
         /* a kernel of an hour: launch must return at once and the work stay pending */
         uint64_t cycles = 3600ull * 1000000000ull; /* at >= 1 GHz: at least an hour */
@@ -655,10 +672,11 @@ TEST(runtime_style_lookups)
     CHECK(fn == dlsym(lib, "cuMemFree_v2"));
     CHECK_EQ_INT(v1("cuNoSuchEntryPoint", &fn, 12000, 0), CUDA_ERROR_NOT_FOUND);
 
-    /* the runtime's private tables are not there */
+    /* an export table the emulator does not know (tests/emu/test-export.c has the known ones) */
     const void *table = (void *)1;
     CUuuid id = {{0}};
-    CHECK_EQ_INT(p_cuGetExportTable(&table, &id), CUDA_ERROR_NOT_SUPPORTED);
+    CHECK_EQ_INT(p_cuGetExportTable(&table, &id), CUDA_ERROR_NOT_FOUND);
+    CHECK(table == NULL);
     const char *ename;
     CHECK_EQ_INT(p_cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &ename), CUDA_SUCCESS);
     CHECK_EQ_STR(ename, "CUDA_ERROR_OUT_OF_MEMORY");
@@ -722,7 +740,7 @@ TEST(allocations_are_charged)
 
     CUdeviceptr p;
     CHECK_EQ_INT(p_cuMemAlloc_v2(&p, 3 * MiB), CUDA_SUCCESS);
-    CHECK_EQ_U64(state_used(0) - base, 3 * MiB);
+    CHECK_EQ_U64(state_used(0) - base, 4 * MiB); /* whole 2 MiB pages (emulator-cuda.md) */
     CUdeviceptr rb;
     size_t rs;
     CHECK_EQ_INT(p_cuMemGetAddressRange_v2(&rb, &rs, p + 100), CUDA_SUCCESS);
@@ -739,16 +757,18 @@ TEST(allocations_are_charged)
     CHECK_EQ_INT(p_cuMemAlloc_v2(&p, 9ull << 30), CUDA_ERROR_OUT_OF_MEMORY);
     CHECK_EQ_U64(state_used(0), base);
 
-    /* pitch: rows padded to 512 bytes */
+    /* pitch: rows padded to 512 bytes; a block under 2 MiB charges the page it starts using */
     size_t pitch = 0;
     CHECK_EQ_INT(p_cuMemAllocPitch_v2(&p, &pitch, 1000, 100, 4), CUDA_SUCCESS);
     CHECK_EQ_U64(pitch, 1024);
-    CHECK_EQ_U64(state_used(0) - base, 1024 * 100);
+    CHECK_EQ_U64(state_used(0) - base, 2 * MiB);
     p_cuMemFree_v2(p);
 
-    /* managed: charged; host: not */
+    /* managed: charged once on the GPU (a memset touches its page); host: not */
     CHECK_EQ_INT(p_cuMemAllocManaged(&p, MiB, 1), CUDA_SUCCESS);
-    CHECK_EQ_U64(state_used(0) - base, MiB);
+    CHECK_EQ_U64(state_used(0), base);
+    CHECK_EQ_INT(p_cuMemsetD8_v2(p, 0, MiB), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(0) - base, 2 * MiB);
     p_cuMemFree_v2(p);
     void *h;
     CHECK_EQ_INT(p_cuMemAllocHost_v2(&h, 64 * MiB), CUDA_SUCCESS);
@@ -765,7 +785,7 @@ TEST(allocations_are_charged)
         .Width = 100, .Height = 100, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 4};
     CUarray arr;
     CHECK_EQ_INT(p_cuArrayCreate_v2(&arr, &ad), CUDA_SUCCESS);
-    CHECK_EQ_U64(state_used(0) - base, 256 * 1024); /* 2048 * 100 in 64 KiB pages */
+    CHECK_EQ_U64(state_used(0) - base, 2 * MiB); /* 2048 * 100 in 64 KiB pages, in a page */
     CHECK_EQ_INT(p_cuArrayDestroy(arr), CUDA_SUCCESS);
     CUDA_ARRAY3D_DESCRIPTOR a3 = {.Width = 256,
                                   .Height = 256,
@@ -779,8 +799,8 @@ TEST(allocations_are_charged)
     CUDA_ARRAY3D_DESCRIPTOR m2 = {
         .Width = 1024, .Height = 1024, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
     CHECK_EQ_INT(p_cuMipmappedArrayCreate(&mm, &m2, 3), CUDA_SUCCESS);
-    /* 4 MiB + 1 MiB + 256 KiB */
-    CHECK_EQ_U64(state_used(0) - base, 4 * MiB + MiB + 256 * 1024);
+    /* 4 MiB + 1 MiB + 256 KiB, in whole 2 MiB pages */
+    CHECK_EQ_U64(state_used(0) - base, 6 * MiB);
     CHECK_EQ_INT(p_cuMipmappedArrayDestroy(mm), CUDA_SUCCESS);
     a3.Format = (CUarray_format)0x7777;
     CHECK_EQ_INT(p_cuArray3DCreate_v2(&arr, &a3), CUDA_ERROR_INVALID_VALUE);
@@ -826,7 +846,9 @@ TEST(context_destroy_frees_its_allocations)
     unsigned char bytes[4096];
     memset(bytes, 0x33, sizeof(bytes));
     CHECK_EQ_INT(p_cuMemcpyHtoD_v2(p, bytes, sizeof(bytes)), CUDA_SUCCESS);
-    uint64_t in_ctx = 3 * MiB + 1024 * 100 + MiB + 256 * 1024 + (4 * MiB + MiB + 256 * 1024);
+    /* in 2 MiB pages: 3 MiB takes 2; the pitched block and the array share one; the mipmapped
+     * array's 5.25 MiB takes 3; the managed MiB is not on the GPU until touched */
+    uint64_t in_ctx = 4 * MiB + 2 * MiB + 6 * MiB;
     uint64_t device_owned = 2 * MiB + 2 * MiB; /* pool block + VMM handle */
     CHECK_EQ_U64(state_used(1) - base, CTX_OVERHEAD + in_ctx + device_owned);
     CHECK_EQ_U64(used_bytes(), state_used(1));
@@ -874,7 +896,7 @@ TEST(primary_reset_and_last_release_free_allocations)
     REQUIRE_EQ_INT(p_cuDevicePrimaryCtxRetain(&prim, 1), CUDA_SUCCESS);
     REQUIRE_EQ_INT(p_cuCtxSetCurrent(prim), CUDA_SUCCESS);
     CHECK_EQ_INT(p_cuMemAlloc_v2(&p, 5 * MiB), CUDA_SUCCESS);
-    CHECK_EQ_U64(state_used(1) - base, CTX_OVERHEAD + 5 * MiB);
+    CHECK_EQ_U64(state_used(1) - base, CTX_OVERHEAD + 6 * MiB); /* in 2 MiB pages */
     CHECK_EQ_INT(p_cuDevicePrimaryCtxReset_v2(1), CUDA_SUCCESS);
     CHECK_EQ_U64(state_used(1), base);
 
@@ -1490,6 +1512,53 @@ TEST(launch_is_asynchronous)
     setenv("ACCEL_EMU_STATE", saved, 1);
     REQUIRE(ok);
     CHECK_EQ_INT(child_wait(&c), 0);
+}
+
+/* A process that queued 10 s of kernels and exits (or is killed) without waiting leaves no
+ * work behind: the next kernel on the GPU starts when it is queued (timeline figures). */
+TEST(dead_process_work_leaves_the_timeline)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/dead.state", tap_tmpdir());
+    make_state(path, 1);
+    struct emu_state *st = NULL;
+    REQUIRE_EQ_INT(emu_state_open(path, &st), 0);
+    char saved[4096];
+    snprintf(saved, sizeof(saved), "%s", getenv("ACCEL_EMU_STATE"));
+    const uint64_t d = 5000000;
+    uint64_t prev_end = 0;
+    char cyc[32];
+    snprintf(cyc, sizeof(cyc), "%llu", 5 * 1410000ull); /* 5 ms at the A100's 1410 MHz */
+    for (int killed = 0; killed < 2; killed++) {
+        setenv("ACCEL_EMU_STATE", path, 1);
+        struct child c;
+        const char *args[] = {"queue", cyc, "2000", NULL};
+        bool ok = spawn(&c, args);
+        setenv("ACCEL_EMU_STATE", saved, 1);
+        REQUIRE(ok);
+        REQUIRE(child_ready(&c));
+        uint64_t now = emu_state_now_ns();
+        CHECK(emu_state_gpu(st, 0)->busy_until_ns > now + 5000000000ull); /* 10 s queued */
+        if (killed)
+            kill(c.pid, SIGKILL);
+        CHECK_EQ_INT(child_wait(&c), killed ? 128 + SIGKILL : 0);
+        uint64_t s = 0, e = 0;
+        REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, d, &s, &e), 0);
+        uint64_t after = emu_state_now_ns();
+        /* at once, or behind our own kernel of the round before, never behind the child's */
+        CHECK(s <= after || s == prev_end);
+        tap_diag("%s child: next kernel starts %.3f ms after it was queued",
+                 killed ? "killed" : "exited", s > after ? (s - after) / 1e6 : 0.0);
+        prev_end = e;
+        uint64_t busy = 1;
+        REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, s, s + 20000000000ull, 0, &busy, NULL), 0);
+        CHECK_EQ_U64(busy, d);
+        /* `accel-emu status`'s view: no process holds memory any more */
+        size_t n = 1;
+        emu_state_procs(st, 0, NULL, 0, &n);
+        CHECK_EQ_INT(n, 0);
+    }
+    emu_state_close(st);
 }
 
 TEST(memory_accounting_across_processes)

@@ -119,12 +119,14 @@ static nvmlDevice_t dev(unsigned i)
     return d;
 }
 
+/* What the processes hold: NVML's used less the driver's reserve, which it includes (v2 names
+ * it; see docs/emulator-cuda.md, "Reserved memory"). */
 static uint64_t used_on(unsigned gpu)
 {
-    nvmlMemory_t m = {0};
-    if (nvmlDeviceGetMemoryInfo(dev(gpu), &m) != NVML_SUCCESS)
+    nvmlMemory_v2_t m = {.version = nvmlMemory_v2};
+    if (nvmlDeviceGetMemoryInfo_v2(dev(gpu), &m) != NVML_SUCCESS)
         return UINT64_MAX;
-    return m.used;
+    return m.used - m.reserved;
 }
 
 static unsigned nprocs_on(unsigned gpu)

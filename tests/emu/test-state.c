@@ -3,10 +3,13 @@
 #include "state.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,6 +68,231 @@ TEST(create_and_identity)
     CHECK_EQ_STR(emu_state_gpu(st2, 0)->uuid, u0);
     emu_state_close(st2);
     emu_state_close(st);
+}
+
+/* The state file is 0600 whatever the umask, or the mode asked for; a mode the creator could
+ * not use itself, or beyond 0777, is refused. */
+TEST(state_file_mode)
+{
+    mode_t old = umask(0);
+    struct emu_config cfg;
+    emu_config_init(&cfg);
+    const char *p = state_path("mode");
+    struct stat sb;
+    REQUIRE_EQ_INT(emu_state_create(p, &cfg), 0);
+    REQUIRE(stat(p, &sb) == 0);
+    CHECK_EQ_INT(sb.st_mode & 07777, 0600);
+    cfg.mode = 0660;
+    REQUIRE_EQ_INT(emu_state_create(p, &cfg), 0);
+    REQUIRE(stat(p, &sb) == 0);
+    CHECK_EQ_INT(sb.st_mode & 07777, 0660);
+    umask(0077);
+    cfg.mode = 0666;
+    REQUIRE_EQ_INT(emu_state_create(p, &cfg), 0);
+    REQUIRE(stat(p, &sb) == 0);
+    CHECK_EQ_INT(sb.st_mode & 07777, 0666);
+    cfg.mode = 0400;
+    CHECK_EQ_INT(emu_state_create(p, &cfg), -EINVAL);
+    cfg.mode = 04600;
+    CHECK_EQ_INT(emu_state_create(p, &cfg), -EINVAL);
+    REQUIRE(stat(p, &sb) == 0);
+    CHECK_EQ_INT(sb.st_mode & 07777, 0666); /* refused: the file stays as it was */
+    umask(old);
+}
+
+/* A user the mode keeps out is told which user and mode would work. */
+TEST(permission_denied_says_what_would_work)
+{
+    struct emu_config cfg;
+    emu_config_init(&cfg);
+    /* a directory anyone may enter (the test's own is 0700), so the file's mode decides */
+    char dir[] = "/tmp/emu-perm-XXXXXX", p[64];
+    REQUIRE(mkdtemp(dir) && chmod(dir, 0755) == 0);
+    snprintf(p, sizeof(p), "%s/state", dir);
+    REQUIRE_EQ_INT(emu_state_create(p, &cfg), 0);
+    int pfd[2];
+    REQUIRE(pipe(pfd) == 0);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        /* root ignores modes: drop to nobody; anyone else: take our own rights away */
+        if (geteuid() == 0 ? setgid(65534) < 0 || setuid(65534) < 0 : chmod(p, 0) < 0)
+            _exit(3);
+        char err[512] = "";
+        struct emu_state *st = NULL;
+        int r = emu_state_open_err(p, &st, err, sizeof(err));
+        if (write(pfd[1], err, strlen(err) + 1) < 0)
+            _exit(4);
+        _exit(r == -EACCES ? 0 : 1);
+    }
+    close(pfd[1]);
+    char msg[512] = "";
+    ssize_t n = read(pfd[0], msg, sizeof(msg) - 1);
+    msg[n > 0 ? n : 0] = 0;
+    close(pfd[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    tap_diag("%s", msg);
+    CHECK(strstr(msg, "permission denied") && strstr(msg, "mode 0") && strstr(msg, "owner uid") &&
+          strstr(msg, "accel-emu init --mode"));
+    unlink(p);
+    rmdir(dir);
+}
+
+/* Every field a reader trusts is checked when the file is mapped: a damaged file is refused
+ * with the field named, never shown as "13152.00 PiB". */
+static struct emu_shared *image_of(const char *path)
+{
+    struct emu_shared *img = malloc(sizeof(*img));
+    FILE *f = fopen(path, "rb");
+    if (!img || !f || fread(img, sizeof(*img), 1, f) != 1) {
+        free(img);
+        img = NULL;
+    }
+    if (f)
+        fclose(f);
+    return img;
+}
+
+TEST(damaged_state_is_refused_with_the_field_named)
+{
+    struct emu_state *st = make("v", 2, "T4");
+    REQUIRE(st);
+    emu_state_close(st);
+    const char *p = state_path("v");
+    struct emu_shared *good = image_of(p), *img = malloc(sizeof(*img));
+    REQUIRE(good && img);
+    char err[256];
+    CHECK_EQ_INT(emu_state_validate(good, sizeof(*good), err, sizeof(err)), 0);
+    struct {
+        const char *want; /* in the message */
+        int field;
+    } cases[] = {
+        {"bad magic", 0},
+        {"version", 1},
+        {"GPU count 17", 2},
+        {"memory total", 3},
+        {"identity string", 4},
+        {"clocks", 5},
+        {"sensor", 6},
+        {"compute mode", 7},
+        {"topology level", 8},
+        {"event ring entry 3", 9},
+        {"interval", 10},
+        {"process slot 5: pid", 11},
+        {"exceed its memory", 12},
+        {"GPU 3, which", 13},
+        {"MPS slot 1", 14},
+        {"process-info stride", 15},
+        {"NVLink mode", 16},
+        {"model name", 17},
+        {"busy until", 18},
+        {"reserved memory", 19},
+        {"reserved memory", 20},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        memcpy(img, good, sizeof(*img));
+        struct emu_gpu *g = &img->gpus[1];
+        switch (cases[i].field) {
+        case 0:
+            img->magic ^= 1;
+            break;
+        case 1:
+            img->version = 2;
+            break;
+        case 2:
+            img->gpu_count = 17;
+            break;
+        case 3:
+            g->memory_total = 0xb6f0d2c1e4a39587ull;
+            break; /* random bytes */
+        case 4:
+            memset(g->uuid, 'A', sizeof(g->uuid));
+            break;
+        case 5:
+            g->sm_clock_mhz = g->sm_clock_max_mhz + 1;
+            break;
+        case 6:
+            g->temperature_c = 1000;
+            break;
+        case 7:
+            g->compute_mode = 1;
+            break;
+        case 8:
+            g->topo[0] = 33;
+            break;
+        case 9:
+            g->event_seq = 2;
+            g->events[3].seq = 2;
+            break;
+        case 10:
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){2000, 1000, 1, 1};
+            g->busy_until_ns = 2000;
+            break;
+        case 11:
+            img->procs[5].pid = -7;
+            break;
+        case 12:
+            img->procs[5].pid = 1234;
+            img->procs[5].mem[1] = g->memory_total;
+            img->procs[6].pid = 1235;
+            img->procs[6].mem[1] = 1;
+            break;
+        case 13:
+            img->procs[5].pid = 1234;
+            img->procs[5].mem[3] = 1;
+            break;
+        case 14:
+            img->mps[1].pid = 99;
+            img->mps[1].server_count = EMU_MPS_MAX_SERVERS + 1;
+            break;
+        case 15:
+            img->proc_info_stride = 20;
+            break;
+        case 16:
+            img->nvlink_mode = 9;
+            break;
+        case 17:
+            memset(img->model, 'x', sizeof(img->model));
+            break;
+        case 18:
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1};
+            g->busy_until_ns = 1500;
+            break;
+        case 19:
+            g->memory_reserved = g->memory_total;
+            break; /* processes' share would wrap */
+        case 20:
+            g->ctx_cost = ~0ull;
+            break;
+        }
+        err[0] = 0;
+        CHECK_EQ_INT(emu_state_validate(img, sizeof(*img), err, sizeof(err)), -EPROTO);
+        if (!strstr(err, cases[i].want))
+            tap_fail(__FILE__, __LINE__, "case %zu: '%s' not in '%s'", i, cases[i].want, err);
+    }
+    /* through open, as every process maps it: refused, the path and the field in the reason */
+    memcpy(img, good, sizeof(*img));
+    img->gpus[0].memory_total = 0xb6f0d2c1e4a39587ull;
+    FILE *f = fopen(p, "wb");
+    REQUIRE(f && fwrite(img, sizeof(*img), 1, f) == 1);
+    fclose(f);
+    struct emu_state *bad = NULL;
+    CHECK_EQ_INT(emu_state_open_err(p, &bad, err, sizeof(err)), -EPROTO);
+    CHECK(bad == NULL);
+    CHECK(strstr(err, p) && strstr(err, "GPU 0: memory total") && strstr(err, "accel-emu init"));
+    /* random bytes after a good header: refused too */
+    memcpy(img, good, sizeof(*img));
+    unsigned seed = 1;
+    for (size_t k = offsetof(struct emu_shared, seed); k < sizeof(*img); k++)
+        ((unsigned char *)img)[k] = (unsigned char)(rand_r(&seed) >> 7);
+    CHECK_EQ_INT(emu_state_validate(img, sizeof(*img), err, sizeof(err)), -EPROTO);
+    CHECK_EQ_INT(emu_state_validate(good, sizeof(*good) - 1, err, sizeof(err)), -EPROTO);
+    free(img);
+    free(good);
 }
 
 TEST(bad_config_rejected)
@@ -234,6 +462,134 @@ TEST(timeline_serializes_and_measures)
     CHECK_EQ_U64(pu[0].last_ns, base + 1500);
     /* back-to-back work of one process is merged into one interval */
     CHECK_EQ_U64(emu_state_gpu(st, 0)->interval_count, 1);
+    emu_state_close(st);
+}
+
+/* A process queues 2000 kernels of 5 ms (10 s of work) and dies (kill -9) or leaves (the
+ * release libcuda's exit handler does) without waiting: its work that had not started leaves
+ * the timeline, as the driver drops a dying context's work. The next kernel of another process
+ * starts at once, and no busy time remains after it. Timeline figures only, no wall clock. */
+static void dead_work_case(const char *name, bool killed)
+{
+    struct emu_state *st = make(name, 1, NULL);
+    REQUIRE(st);
+    enum { N = 2000 };
+    const uint64_t d = 5000000; /* 5 ms */
+    int pfd[2];
+    REQUIRE(pipe(pfd) == 0);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        char c = 'y';
+        for (int i = 0; i < N; i++)
+            if (emu_state_submit(st, 0, 0, d, NULL, NULL) < 0)
+                c = 'n';
+        if (write(pfd[1], &c, 1) != 1)
+            _exit(1);
+        if (!killed) {
+            emu_state_proc_release(st); /* as cuda_fini() at exit */
+            _exit(0);
+        }
+        pause();
+        _exit(0);
+    }
+    char c = 0;
+    REQUIRE(read(pfd[0], &c, 1) == 1);
+    CHECK(c == 'y');
+    struct emu_gpu *g = emu_state_gpu(st, 0);
+    uint64_t first_start = g->intervals[0].start_ns;
+    if (killed) {
+        /* the work is queued: the GPU is busy for the whole 10 s from the child's first start */
+        CHECK_EQ_U64(g->busy_until_ns, first_start + N * d);
+        kill(child, SIGKILL);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    uint64_t gone = emu_state_now_ns(); /* the child is gone by now */
+    uint64_t s = 0, e = 0;
+    REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, d, &s, &e), 0);
+    uint64_t after = emu_state_now_ns();
+    /* it started when it was queued: not behind the dead process's 10 s */
+    CHECK(s <= after);
+    CHECK_EQ_U64(e - s, d);
+    tap_diag("%s: next kernel queued %.3f ms after the child's first start, waited %.3f ms", name,
+             (after - first_start) / 1e6, s > gone ? (s - gone) / 1e6 : 0.0);
+    /* no phantom work: nothing but our kernel from its start on (the dead process's running
+     * kernel was cut when its death was noticed, at the latest when ours was queued) */
+    uint64_t busy = 1;
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, s, s + 2 * N * d, 0, &busy, NULL), 0);
+    CHECK_EQ_U64(busy, d);
+    struct emu_proc_util pu[4];
+    size_t n = 0;
+    REQUIRE_EQ_INT(emu_state_util_by_proc(st, 0, e, e + 2 * N * d, pu, 4, &n), 0);
+    CHECK_EQ_INT(n, 0);
+    /* the GPU's totals shrank with it: the child's share is what ran before it was gone */
+    CHECK(g->busy_total_ns <= (s - first_start) + d);
+    CHECK_EQ_U64(g->busy_until_ns, e);
+    close(pfd[0]);
+    close(pfd[1]);
+    emu_state_close(st);
+}
+
+TEST(killed_process_work_leaves_the_timeline)
+{
+    dead_work_case("dk", true);
+}
+
+TEST(exited_process_work_leaves_the_timeline)
+{
+    dead_work_case("dx", false);
+}
+
+/* Another live process's work queued behind the dead one's keeps its times (its owner holds
+ * them); the dead one's running kernel is cut where it stood. */
+TEST(live_work_behind_dead_work_keeps_its_place)
+{
+    struct emu_state *st = make("dl", 1, NULL);
+    REQUIRE(st);
+    struct emu_shared *sh = emu_state_shared(st);
+    uint64_t ns = my_pidns();
+    if (!ns) {
+        tap_skip_case("no /proc/self/ns/pid");
+        emu_state_close(st);
+        return;
+    }
+    uint64_t now = emu_state_now_ns(), base = now - 1000000; /* started 1 ms ago */
+    /* slot 3: a dead process of our namespace; slot 4: ourselves */
+    emu_state_lock(st);
+    sh->procs[3] = (struct emu_proc){.pid = 999999, .start_time = 1, .pidns = ns};
+    struct emu_gpu *g = &sh->gpus[0];
+    g->intervals[0] = (struct emu_interval){base, base + 10000000, 999999, 4};
+    g->intervals[1] = (struct emu_interval){base + 10000000, base + 20000000, 999999, 4};
+    g->interval_count = 2;
+    g->busy_until_ns = base + 20000000;
+    g->busy_total_ns = 20000000;
+    g->pending_slots[0] = 1ull << 3;
+    emu_state_unlock(st);
+    /* our kernel queues behind it while the owner's death is not known (another namespace's
+     * pid cannot be judged: make it look like one for this submit) */
+    emu_state_lock(st);
+    sh->procs[3].pidns = ns + 1;
+    emu_state_unlock(st);
+    uint64_t s = 0, e = 0;
+    REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, 3000000, &s, &e), 0);
+    CHECK_EQ_U64(s, base + 20000000);
+    emu_state_lock(st);
+    sh->procs[3].pidns = ns;
+    emu_state_unlock(st);
+    /* the reaper finds it dead: its second kernel goes, its first is cut at the reclaim */
+    uint64_t t0 = emu_state_now_ns();
+    CHECK_EQ_INT(emu_state_reclaim(st), 1);
+    uint64_t t1 = emu_state_now_ns();
+    REQUIRE_EQ_U64(g->interval_count, 2);
+    CHECK_EQ_U64(g->intervals[0].start_ns, base);
+    CHECK(g->intervals[0].end_ns >= t0 && g->intervals[0].end_ns <= t1);
+    CHECK_EQ_INT(g->intervals[1].pid, getpid());
+    CHECK_EQ_U64(g->intervals[1].start_ns, s);
+    CHECK_EQ_U64(g->intervals[1].end_ns, e);
+    CHECK_EQ_U64(g->busy_until_ns, e);
+    CHECK_EQ_U64(g->busy_total_ns, (g->intervals[0].end_ns - base) + 3000000);
+    CHECK_EQ_U64(g->pending_slots[0] & (1ull << 3), 0);
     emu_state_close(st);
 }
 

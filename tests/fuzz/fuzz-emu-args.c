@@ -1,5 +1,6 @@
 /* fuzz-emu-args.c — libFuzzer target for accel-emu's value parsers (src/emu/emu-args.c):
- * GPU references, NUMA lists, NVLink modes and `set` assignments, all typed by users. The
+ * GPU references, NUMA lists, NVLink modes, `set` assignments and `init --mode`, all typed by
+ * users. The
  * first byte picks the parser; the rest is the text. Checks: no read past the text (ASan),
  * outputs untouched on failure, values within the documented ranges on success, and
  * applying a parsed `set` never moves a GPU outside its limits. */
@@ -15,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    unsigned pick = data[0] % 4;
+    unsigned pick = data[0] % 5;
     char *s = malloc(size);
     if (!s)
         return 0;
@@ -75,6 +76,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (r == 0 && idx >= count)
             abort();
         if (r != 0 && idx != 12345)
+            abort();
+        break;
+    }
+    case 4: {
+        unsigned mode = 12345;
+        int r = emu_args_mode(s, &mode, err, sizeof(err));
+        if (r == 0 && (mode > 0777 || (mode & 0600) != 0600))
+            abort();
+        if (r != 0 && mode != 12345)
             abort();
         break;
     }

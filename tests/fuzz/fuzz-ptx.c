@@ -30,5 +30,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (ptx_parse((const char *)data, size, NULL, 0, &n2) != 0 || n2 != n)
             abort();
     }
+    /* module variables: sizes within the cap, initializers within their variable */
+    struct ptx_global *g;
+    size_t ng;
+    if (ptx_globals((const char *)data, size, &g, &ng) == 0) {
+        for (size_t i = 0; i < ng; i++)
+            if (!g[i].size || g[i].size > PTX_GLOBAL_SIZE_MAX || g[i].init_len > g[i].size ||
+                !memchr(g[i].name, 0, PTX_NAME_MAX))
+                abort();
+        ptx_globals_free(g, ng);
+    }
     return 0;
 }

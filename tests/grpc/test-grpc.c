@@ -781,20 +781,145 @@ TEST(stream_and_connection_caps)
         grpc_call_finish(s.held[--s.n_held], GRPC_STATUS_OK, NULL);
     REQUIRE(RUN_UNTIL(s.loop, s.n_held == 4 && s.handled == 6, 10000));
 
-    /* Connections: two allowed, the third is closed at once. */
-    struct grpc_client *c2, *c3;
+    /* Connections: two allowed. c has streams open, c2 none: a third client
+     * makes room by evicting c2 (GOAWAY) and is served. */
+    struct grpc_client *c2, *c3, *c4;
     REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c2), 0);
     REQUIRE(RUN_UNTIL(s.loop, grpc_server_connection_count(s.server) == 2, 10000));
     REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c3), 0);
     struct result r3 = {0};
     CHECK_EQ_INT(grpc_client_unary(c3, "/t.S/Echo", NULL, 0, 0, done_cb, &r3, NULL), 0);
     REQUIRE(RUN_UNTIL(s.loop, r3.done, 10000));
-    CHECK_EQ_INT(r3.status, GRPC_STATUS_UNAVAILABLE);
+    CHECK_EQ_INT(r3.status, GRPC_STATUS_OK);
+    CHECK(RUN_UNTIL(s.loop, !grpc_client_is_connected(c2), 10000));
     CHECK_EQ_INT(grpc_server_connection_count(s.server), 2);
+    CHECK(grpc_client_is_connected(c));
+    /* Both connections busy (a stream open on each): a fourth is closed at once. */
+    struct result h3 = {0};
+    CHECK_EQ_INT(grpc_client_stream(c3, "/t.S/Hold", NULL, 0, 0, msg_cb, done_cb, &h3, NULL), 0);
+    REQUIRE(RUN_UNTIL(s.loop, s.n_held == 5, 10000));
+    REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c4), 0);
+    struct result r4 = {0};
+    CHECK_EQ_INT(grpc_client_unary(c4, "/t.S/Echo", NULL, 0, 0, done_cb, &r4, NULL), 0);
+    REQUIRE(RUN_UNTIL(s.loop, r4.done, 10000));
+    CHECK_EQ_INT(r4.status, GRPC_STATUS_UNAVAILABLE);
+    CHECK_EQ_INT(grpc_server_connection_count(s.server), 2);
+    CHECK(grpc_client_is_connected(c) && grpc_client_is_connected(c3));
+    grpc_client_free(c4);
     grpc_client_free(c3);
     grpc_client_free(c2);
     grpc_client_free(c);
     REQUIRE(RUN_UNTIL(s.loop, s.n_held == 0, 10000));
+    srv_stop(&s);
+}
+
+/* The socket file is 0600 whatever the umask (umask 000 made it 0777:
+ * anyone on the node could Allocate). */
+TEST(socket_mode_ignores_umask)
+{
+    struct srv s;
+    const char *path = sock_path("mode.sock");
+    mode_t old = umask(0);
+    srv_start(&s, NULL, path);
+    umask(old);
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0);
+    CHECK(S_ISSOCK(sb.st_mode));
+    CHECK_EQ_INT(sb.st_mode & 07777, 0600);
+    srv_stop(&s);
+}
+
+/* Connects a raw socket to path and sends bytes; returns the fd. */
+static int raw_connect(const char *path, const char *bytes, size_t len)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        write(fd, bytes, len) != (ssize_t)len) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* True once the server has closed fd: EOF after whatever it sent, or
+ * ECONNRESET (a unix socket closed with our bytes still unread in it). */
+static bool peer_closed(int fd)
+{
+    char buf[256];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+        ;
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+/* A bare HTTP/2 preface (no SETTINGS) is closed after the handshake timeout,
+ * an idle connection after the idle timeout; one with a stream open stays.
+ * Timeouts are short here so the test waits on conditions, with a bound. */
+TEST(handshake_and_idle_timeouts)
+{
+    struct srv s;
+    struct grpc_limits lim = {.handshake_timeout_ns = 100 * 1000000ull,
+                              .idle_timeout_ns = 300 * 1000000ull};
+    const char *path = sock_path("idle.sock");
+    srv_start(&s, &lim, path);
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    int fd = raw_connect(path, preface, sizeof(preface) - 1);
+    REQUIRE(fd >= 0);
+    REQUIRE(RUN_UNTIL(s.loop, grpc_server_connection_count(s.server) == 1, 10000));
+    CHECK(RUN_UNTIL(s.loop, grpc_server_connection_count(s.server) == 0, 10000));
+    CHECK(peer_closed(fd));
+    close(fd);
+
+    /* h holds a stream from before i connects: if open streams did not
+     * count, h would go first. */
+    struct grpc_client *h, *i;
+    REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &h), 0);
+    struct result rh = {0}, ri = {0};
+    CHECK_EQ_INT(grpc_client_stream(h, "/t.S/Hold", NULL, 0, 0, msg_cb, done_cb, &rh, NULL), 0);
+    REQUIRE(RUN_UNTIL(s.loop, s.n_held == 1, 10000));
+    REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &i), 0);
+    CHECK_EQ_INT(grpc_client_unary(i, "/t.S/Echo", NULL, 0, 0, done_cb, &ri, NULL), 0);
+    REQUIRE(RUN_UNTIL(s.loop, ri.done, 10000));
+    CHECK_EQ_INT(ri.status, GRPC_STATUS_OK);
+    CHECK(RUN_UNTIL(s.loop, !grpc_client_is_connected(i), 10000));
+    CHECK_EQ_INT(grpc_server_connection_count(s.server), 1);
+    CHECK(grpc_client_is_connected(h) && !rh.done);
+    grpc_client_free(i);
+    grpc_client_free(h);
+    REQUIRE(RUN_UNTIL(s.loop, s.n_held == 0, 10000));
+    srv_stop(&s);
+}
+
+/* A full cap of idle raw sockets (a preface each, as a port scanner or a
+ * stuck client leaves them) does not lock out a new client. */
+TEST(idle_sockets_do_not_lock_out)
+{
+    struct srv s;
+    struct grpc_limits lim = {.max_connections = 8};
+    const char *path = sock_path("full.sock");
+    srv_start(&s, &lim, path);
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    int fds[8];
+    for (int k = 0; k < 8; k++)
+        fds[k] = raw_connect(path, preface, sizeof(preface) - 1);
+    REQUIRE(RUN_UNTIL(s.loop, grpc_server_connection_count(s.server) == 8, 10000));
+    struct grpc_client *c;
+    REQUIRE_EQ_INT(grpc_client_new(s.loop, path, NULL, &c), 0);
+    struct result r = {0};
+    CHECK_EQ_INT(grpc_client_unary(c, "/t.S/Echo", (const uint8_t *)"hi", 2, 0, done_cb, &r, NULL),
+                 0);
+    REQUIRE(RUN_UNTIL(s.loop, r.done, 10000));
+    CHECK_EQ_INT(r.status, GRPC_STATUS_OK);
+    CHECK_EQ_INT(grpc_server_connection_count(s.server), 8);
+    /* the oldest idle socket made room */
+    CHECK(peer_closed(fds[0]));
+    grpc_client_free(c);
+    for (int k = 0; k < 8; k++)
+        if (fds[k] >= 0)
+            close(fds[k]);
     srv_stop(&s);
 }
 

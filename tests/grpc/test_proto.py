@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Checks proto/ against the kubelet APIs' wire contract: every message, field
 name, number, type and repetition, and every service method with its request
-and response types and streaming, for device plugin v1beta1 and pod-resources
-v1. A renumbered or retyped field breaks the kubelet silently; this fails
+and response types and streaming, for device plugin v1beta1, pod-resources
+v1, plugin registration v1 and DRA v1 / v1beta1. A renumbered or retyped field breaks the kubelet silently; this fails
 loudly instead. Prints TAP; exits 77 without protoc / python3-protobuf."""
 import os
 import shutil
@@ -110,6 +110,47 @@ PODRESOURCES_SERVICES = {
         ("Get", "GetPodResourcesRequest", "GetPodResourcesResponse", False)],
 }
 
+# pluginregistration v1 (package `pluginregistration`, as upstream) and DRA
+# v1 / v1beta1 (kubernetes staging/src/k8s.io/kubelet/pkg/apis/{pluginregistration,dra}/).
+PLUGINREG = {
+    "PluginInfo": [("type", 1, S, O, None), ("name", 2, S, O, None), ("endpoint", 3, S, O, None),
+                   ("supported_versions", 4, S, R, None)],
+    "RegistrationStatus": [("plugin_registered", 1, B, O, None), ("error", 2, S, O, None)],
+    "RegistrationStatusResponse": [],
+    "InfoRequest": [],
+}
+PLUGINREG_SERVICES = {
+    "Registration": [("GetInfo", "InfoRequest", "PluginInfo", False),
+                     ("NotifyRegistrationStatus", "RegistrationStatus",
+                      "RegistrationStatusResponse", False)],
+}
+
+
+def dra(v):
+    p = ".k8s.io.kubelet.pkg.apis.dra.%s." % v
+    msgs = {
+        "NodePrepareResourcesRequest": [("claims", 1, M, R, p + "Claim")],
+        "NodePrepareResourcesResponse": [
+            ("claims", 1, M, R, p + "NodePrepareResourcesResponse.ClaimsEntry")],
+        "NodePrepareResourceResponse": [("devices", 1, M, R, p + "Device"),
+                                        ("error", 2, S, O, None)],
+        "Device": [("request_names", 1, S, R, None), ("pool_name", 2, S, O, None),
+                   ("device_name", 3, S, O, None), ("cdi_device_ids", 4, S, R, None)],
+        "NodeUnprepareResourcesRequest": [("claims", 1, M, R, p + "Claim")],
+        "NodeUnprepareResourcesResponse": [
+            ("claims", 1, M, R, p + "NodeUnprepareResourcesResponse.ClaimsEntry")],
+        "NodeUnprepareResourceResponse": [("error", 1, S, O, None)],
+        "Claim": [("namespace", 1, S, O, None), ("uid", 2, S, O, None), ("name", 3, S, O, None)],
+    }
+    services = {"DRAPlugin": [
+        ("NodePrepareResources", "NodePrepareResourcesRequest", "NodePrepareResourcesResponse",
+         False),
+        ("NodeUnprepareResources", "NodeUnprepareResourcesRequest",
+         "NodeUnprepareResourcesResponse", False)]}
+    maps = {"NodePrepareResourcesResponse.ClaimsEntry": p + "NodePrepareResourceResponse",
+            "NodeUnprepareResourcesResponse.ClaimsEntry": p + "NodeUnprepareResourceResponse"}
+    return msgs, services, maps
+
 
 def load(rel):
     tmp = tempfile.mkdtemp()
@@ -126,7 +167,7 @@ def load(rel):
         shutil.rmtree(tmp)
 
 
-def check_file(fd, package, messages, services):
+def check_file(fd, package, messages, services, maps=None):
     errors = []
     if fd.package != package:
         errors.append("package %s, want %s" % (fd.package, package))
@@ -143,11 +184,16 @@ def check_file(fd, package, messages, services):
                  f.type_name if f.type == M else None) for f in m.field]
         if sorted(have, key=lambda x: x[1]) != sorted(fields, key=lambda x: x[1]):
             errors.append("%s: %s, want %s" % (name, have, fields))
-        for nested in m.nested_type:  # map entries: key = 1, value = 2, both strings
+        for nested in m.nested_type:  # map entries: key = 1 string, value = 2
             if nested.options.map_entry:
-                kv = [(f.name, f.number, f.type) for f in nested.field]
-                if kv != [("key", 1, S), ("value", 2, S)]:
-                    errors.append("%s.%s: %s" % (name, nested.name, kv))
+                # value: a string unless maps names its message type
+                want_v = (maps or {}).get(name + "." + nested.name)
+                kv = [(f.name, f.number, f.type, f.type_name if f.type == M else None)
+                      for f in nested.field]
+                want = [("key", 1, S, None),
+                        ("value", 2, M, want_v) if want_v else ("value", 2, S, None)]
+                if kv != want:
+                    errors.append("%s.%s: %s, want %s" % (name, nested.name, kv, want))
     svcs = {s.name: s for s in fd.service}
     if set(svcs) != set(services):
         errors.append("services %s, want %s" % (sorted(svcs), sorted(services)))
@@ -170,7 +216,16 @@ def main():
         ("podresources_v1_matches_kubelet",
          lambda: check_file(load("proto/podresources/v1/api.proto"), "v1", PODRESOURCES,
                             PODRESOURCES_SERVICES)),
+        ("pluginregistration_v1_matches_kubelet",
+         lambda: check_file(load("proto/pluginregistration/v1/api.proto"), "pluginregistration",
+                            PLUGINREG, PLUGINREG_SERVICES)),
     ]
+    for v in ("v1", "v1beta1"):
+        msgs, svcs, maps = dra(v)
+        cases.append(("dra_%s_matches_kubelet" % v,
+                      lambda v=v, msgs=msgs, svcs=svcs, maps=maps: check_file(
+                          load("proto/dra/%s/api.proto" % v), "k8s.io.kubelet.pkg.apis.dra." + v,
+                          msgs, svcs, maps)))
     print("1..%d" % len(cases))
     failed = 0
     for i, (name, fn) in enumerate(cases, 1):

@@ -47,11 +47,15 @@ TEST(write_replaces_whole_file)
     char dir[512], path[1024];
     snprintf(dir, sizeof(dir), "%s/cdi/sub", tap_tmpdir());
     struct cdi_device devs[] = {{"GPU-1", n0, 1}, {"GPU-2", n1, 1}};
-    REQUIRE_EQ_INT(cdi_spec_write(dir, "example.com", "gpu", devs, 2, common, 2), 0);
+    /* the spec's mode is explicit, not the umask's */
+    mode_t old = umask(0);
+    int r = cdi_spec_write(dir, "example.com", "gpu", devs, 2, common, 2);
+    umask(old);
+    REQUIRE_EQ_INT(r, 0);
     REQUIRE_EQ_INT(cdi_spec_path(dir, "example.com", "gpu", path, sizeof(path)), 0);
     struct stat st;
     REQUIRE(stat(path, &st) == 0);
-    CHECK_EQ_INT(st.st_mode & 0777, 0644);
+    CHECK_EQ_INT(st.st_mode & 07777, 0644);
     REQUIRE_EQ_INT(cdi_spec_write(dir, "example.com", "gpu", devs, 1, common, 0), 0);
     char *data = NULL;
     size_t len = 0;

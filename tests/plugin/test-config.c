@@ -130,6 +130,11 @@ TEST(errors_name_line_and_key)
         {"devRoot: &x /tmp\nstateDir: *x\n", "anchors and aliases"},
         {"cdi:\n  vendor: \"bad vendor\"\n", "cdi.vendor: \"bad vendor\" is not a valid CDI"},
         {"devRoot:\n", "devRoot: empty value"},
+        /* rounds to 0 ns = never recover: refused, not taken as 0 */
+        {"health:\n  recoverAfter: 0.0000001ms\n",
+         "test.yaml:2: health.recoverAfter: \"0.0000001ms\" is below 1ns and would round to 0"},
+        {"server:\n  idleTimeout: 0\n", "test.yaml:2: server.idleTimeout: must be more than 0"},
+        {"server:\n  handshakeTimeout: 0.1ns\n", "server.handshakeTimeout: \"0.1ns\" is below"},
     };
     for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
         struct acceld_config c, d;
@@ -164,6 +169,14 @@ TEST(set_is_the_flag_path)
     CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "0", err, sizeof(err)), 0);
     CHECK_EQ_INT(acceld_config_format(&c, "health.recoverAfter", txt, sizeof(txt)), 0);
     CHECK_EQ_STR(txt, "0s");
+    /* the flag path refuses a value that rounds to 0 too, and changes nothing */
+    CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "0.0000001ms", err, sizeof(err)),
+                 -EINVAL);
+    CHECK(strstr(err, "or 0 for never") != NULL);
+    CHECK_EQ_U64(c.recover_after_ns, 0);
+    CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "0.0ms", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_set(&c, "server.idleTimeout", "1500ms", err, sizeof(err)), 0);
+    CHECK_EQ_U64(c.idle_timeout_ns, 1500000000ull);
     CHECK_EQ_INT(acceld_config_set(&c, "health.recoverAfter", "250ms", err, sizeof(err)), 0);
     d = c;
     CHECK_EQ_INT(acceld_config_set(&c, "nope", "1", err, sizeof(err)), -ENOENT);
@@ -201,6 +214,38 @@ TEST(load_file)
     snprintf(path, sizeof(path), "%s/missing.yaml", tap_tmpdir());
     CHECK_EQ_INT(acceld_config_load_file(&c, path, err, sizeof(err)), -ENOENT);
     CHECK(strstr(err, "missing.yaml") != NULL);
+}
+
+/* mode for the node, gpuModes per GPU (index or UUID; first entry wins). */
+TEST(modes)
+{
+    struct acceld_config c;
+    char err[512] = "";
+    acceld_config_defaults(&c);
+    CHECK_EQ_INT(c.mode, ACCELD_MODE_PGPU);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 0, "GPU-a"), ACCELD_MODE_PGPU);
+    REQUIRE_EQ_INT(
+        parse(&c, "mode: vgpu\ngpuModes: 1=pgpu,GPU-c=pgpu,GPU-d=vgpu\n", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 0, "GPU-a"), ACCELD_MODE_VGPU);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 1, "GPU-b"), ACCELD_MODE_PGPU);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 2, "GPU-c"), ACCELD_MODE_PGPU);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 3, "GPU-d"), ACCELD_MODE_VGPU);
+    /* "1" names index 1 only, not index 11 nor a UUID starting with 1 */
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 11, "1x"), ACCELD_MODE_VGPU);
+    char buf[128];
+    REQUIRE_EQ_INT(acceld_config_format(&c, "mode", buf, sizeof(buf)), 0);
+    CHECK_EQ_STR(buf, "vgpu");
+    /* bad values: refused with the key named, config unchanged */
+    struct acceld_config before = c;
+    CHECK_EQ_INT(acceld_config_set(&c, "mode", "mps", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "mode") && strstr(err, "pgpu|vgpu"));
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "0=vgpu,1", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "gpuModes") && strstr(err, "\"1\""));
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "=vgpu", err, sizeof(err)), -EINVAL);
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "0=vgpux", err, sizeof(err)), -EINVAL);
+    CHECK(memcmp(&before, &c, sizeof(c)) == 0);
+    REQUIRE_EQ_INT(acceld_config_set(&c, "gpuModes", "", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 1, "GPU-b"), ACCELD_MODE_VGPU);
 }
 
 int main(int argc, char **argv)

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int parse(const char *text, struct vc_config *cfg, char *err, size_t errlen)
 {
@@ -143,41 +145,148 @@ TEST(config_from_environment)
     CHECK_EQ_INT(c.core_limit, 0);
 }
 
-TEST(config_file_wins_over_environment)
+/* The environment the tests hand vc_config_load, as a tenant would set it. */
+static const char *tenant_env[][2] = {
+    {"VCUDA_MEMORY_LIMIT", NULL},   {"VCUDA_CORE_LIMIT", NULL}, {"VCUDA_CORE_POLICY", NULL},
+    {"VCUDA_CONTEXT_MEMORY", NULL}, {"VCUDA_REGION", NULL},     {"VCUDA_DEVICES", NULL},
+    {"VCUDA_CONFIG", NULL},
+};
+
+static char *tenant_getenv(const char *name)
 {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/config", tap_tmpdir());
+    for (size_t i = 0; i < sizeof(tenant_env) / sizeof(tenant_env[0]); i++)
+        if (strcmp(name, tenant_env[i][0]) == 0)
+            return (char *)tenant_env[i][1];
+    return NULL;
+}
+
+static void tenant_set(const char *name, const char *value)
+{
+    for (size_t i = 0; i < sizeof(tenant_env) / sizeof(tenant_env[0]); i++)
+        if (strcmp(name, tenant_env[i][0]) == 0)
+            tenant_env[i][1] = value;
+}
+
+static void tenant_clear(void)
+{
+    for (size_t i = 0; i < sizeof(tenant_env) / sizeof(tenant_env[0]); i++)
+        tenant_env[i][1] = NULL;
+}
+
+static void write_file(const char *path, const char *text)
+{
     FILE *f = fopen(path, "w");
     REQUIRE(f);
-    fputs("memory_limit = 1Gi\n", f);
+    fputs(text, f);
     fclose(f);
-    setenv("VCUDA_MEMORY_LIMIT", "64Gi", 1);
-    setenv("VCUDA_CORE_LIMIT", "100", 1);
+}
+
+TEST(agent_file_wins_over_environment)
+{
+    char agent[512], mine[600], missing[600];
+    snprintf(agent, sizeof(agent), "%s/agent-config", tap_tmpdir());
+    snprintf(mine, sizeof(mine), "%s/tenant-config", tap_tmpdir());
+    snprintf(missing, sizeof(missing), "%s/none", tap_tmpdir());
+    write_file(agent, "memory_limit = 1Gi\ncore_limit = 30\ncore_policy = burst\n");
+    write_file(mine, "memory_limit = 0\n");
     struct vc_config c;
-    char err[256];
-    REQUIRE_EQ_INT(vc_config_load(path, &c, err, sizeof(err)), 0);
+    char err[256], note[1024];
+
+    /* Every loosening route of the issue: ignored, and said so. */
+    tenant_clear();
+    tenant_set("VCUDA_CONFIG", missing);
+    tenant_set("VCUDA_MEMORY_LIMIT", "64Gi");
+    tenant_set("VCUDA_CORE_LIMIT", "100");
+    tenant_set("VCUDA_REGION", "/tmp/my-own-region");
+    REQUIRE_EQ_INT(vc_config_load(agent, tenant_getenv, &c, err, sizeof(err), note, sizeof(note)),
+                   0);
     CHECK_EQ_INT(c.source, VC_CONFIG_SOURCE_FILE);
     CHECK_EQ_U64(c.memory_limit, 1ull << 30);
-    CHECK_EQ_INT(c.core_limit, 0); /* not taken from the environment */
+    CHECK_EQ_INT(c.core_limit, 30);
+    CHECK_EQ_STR(c.region, "");
+    CHECK(strstr(note, "VCUDA_CONFIG ignored") != NULL);
+    CHECK(strstr(note, "VCUDA_MEMORY_LIMIT ignored") != NULL);
+    CHECK(strstr(note, "VCUDA_CORE_LIMIT ignored") != NULL);
+    CHECK(strstr(note, "VCUDA_REGION ignored") != NULL);
 
-    /* No file: the environment applies. */
-    char missing[600];
-    snprintf(missing, sizeof(missing), "%s/none", tap_tmpdir());
-    REQUIRE_EQ_INT(vc_config_load(missing, &c, err, sizeof(err)), 0);
+    /* VCUDA_CONFIG pointing at a file of the tenant's own with no limit. */
+    tenant_clear();
+    tenant_set("VCUDA_CONFIG", mine);
+    REQUIRE_EQ_INT(vc_config_load(agent, tenant_getenv, &c, err, sizeof(err), note, sizeof(note)),
+                   0);
+    CHECK_EQ_U64(c.memory_limit, 1ull << 30);
+
+    /* 0 means unlimited: never tighter. */
+    tenant_clear();
+    tenant_set("VCUDA_MEMORY_LIMIT", "0");
+    REQUIRE_EQ_INT(vc_config_load(agent, tenant_getenv, &c, err, sizeof(err), note, sizeof(note)),
+                   0);
+    CHECK_EQ_U64(c.memory_limit, 1ull << 30);
+
+    /* A variable may tighten: lower limits, a larger context charge, hard policy. */
+    tenant_clear();
+    tenant_set("VCUDA_MEMORY_LIMIT", "512Mi");
+    tenant_set("VCUDA_CORE_LIMIT", "10");
+    tenant_set("VCUDA_CORE_POLICY", "hard");
+    tenant_set("VCUDA_CONTEXT_MEMORY", "1Gi");
+    REQUIRE_EQ_INT(vc_config_load(agent, tenant_getenv, &c, err, sizeof(err), note, sizeof(note)),
+                   0);
+    CHECK_EQ_U64(c.memory_limit, 512ull << 20);
+    CHECK_EQ_INT(c.core_limit, 10);
+    CHECK_EQ_INT(c.core_policy, VC_CORE_POLICY_HARD);
+    CHECK_EQ_U64(c.context_memory, 1ull << 30);
+    CHECK_EQ_STR(note, "");
+
+    /* No agent file (standalone): VCUDA_CONFIG, else the environment. */
+    tenant_clear();
+    tenant_set("VCUDA_CONFIG", mine);
+    tenant_set("VCUDA_MEMORY_LIMIT", "64Gi");
+    REQUIRE_EQ_INT(vc_config_load(missing, tenant_getenv, &c, err, sizeof(err), note, sizeof(note)),
+                   0);
+    CHECK_EQ_INT(c.source, VC_CONFIG_SOURCE_FILE);
+    CHECK_EQ_U64(c.memory_limit, 0);
+    tenant_set("VCUDA_CONFIG", missing);
+    REQUIRE_EQ_INT(vc_config_load(missing, tenant_getenv, &c, err, sizeof(err), note, sizeof(note)),
+                   0);
     CHECK_EQ_INT(c.source, VC_CONFIG_SOURCE_ENV);
     CHECK_EQ_U64(c.memory_limit, 64ull << 30);
+    tenant_clear();
+}
 
-    /* A broken file is an error (the library then fails closed), not a
-     * fallback to the environment. */
-    f = fopen(path, "w");
-    REQUIRE(f);
-    fputs("memory_limit = 1Gi\nbogus\n", f);
-    fclose(f);
-    CHECK_EQ_INT(vc_config_load(path, &c, err, sizeof(err)), -EINVAL);
-    CHECK(strstr(err, path) != NULL);
+/* An agent's file that cannot be read or parsed is an error (the library then
+ * fails closed), never a fallback to VCUDA_CONFIG or the environment. */
+TEST(broken_or_unreadable_agent_file_is_an_error)
+{
+    char agent[512], mine[600];
+    snprintf(agent, sizeof(agent), "%s/agent-broken", tap_tmpdir());
+    snprintf(mine, sizeof(mine), "%s/tenant-ok", tap_tmpdir());
+    write_file(mine, "memory_limit = 0\n");
+    write_file(agent, "memory_limit = 1Gi\nbogus\n");
+    tenant_clear();
+    tenant_set("VCUDA_CONFIG", mine);
+    tenant_set("VCUDA_MEMORY_LIMIT", "64Gi");
+    struct vc_config c;
+    vc_config_init(&c);
+    c.memory_limit = 12345;
+    char err[256];
+    CHECK_EQ_INT(vc_config_load(agent, tenant_getenv, &c, err, sizeof(err), NULL, 0), -EINVAL);
+    CHECK(strstr(err, agent) != NULL);
     CHECK(strstr(err, "line 2") != NULL);
-    unsetenv("VCUDA_MEMORY_LIMIT");
-    unsetenv("VCUDA_CORE_LIMIT");
+    CHECK_EQ_U64(c.memory_limit, 12345); /* untouched */
+    /* A directory where the file should be: read fails (EISDIR). */
+    char dir[600];
+    snprintf(dir, sizeof(dir), "%s/agent-dir", tap_tmpdir());
+    REQUIRE_EQ_INT(mkdir(dir, 0700), 0);
+    CHECK(vc_config_load(dir, tenant_getenv, &c, err, sizeof(err), NULL, 0) < 0);
+    CHECK(strstr(err, dir) != NULL);
+    /* Unreadable (skipped as root, who reads anything). */
+    if (geteuid() != 0) {
+        write_file(agent, "memory_limit = 1Gi\n");
+        REQUIRE_EQ_INT(chmod(agent, 0), 0);
+        CHECK_EQ_INT(vc_config_load(agent, tenant_getenv, &c, err, sizeof(err), NULL, 0), -EACCES);
+        CHECK(strstr(err, "Permission denied") != NULL);
+    }
+    tenant_clear();
 }
 
 int main(int argc, char **argv)

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -121,6 +122,14 @@ struct books {
     uint64_t launches, measured, pending, tat;
     uint32_t limit;
 };
+
+/* The region exists at its full size: a reader mapping a file that its creator has not grown
+ * yet would fault (SIGBUS) on the first read. */
+static bool region_ready(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && (uint64_t)sb.st_size >= VC_REGION_HEADER_SIZE;
+}
 
 static struct books region_books(const char *path)
 {
@@ -247,6 +256,38 @@ TEST(processes_of_a_container_share_one_budget)
      * first launches charged before their time was known (10 ms each) = 190 ms. Two separate
      * budgets would allow about 90 ms. */
     CHECK_GE_U64(last - first, 150 * MS);
+}
+
+/* Issue 8: the limit comes from the config, never from the writable region. A tenant that sets
+ * core_limit = 100 in the region's header once the process runs gets every later launch paced
+ * anyway (an unpaced launch is not counted, so the count shows it), and the header is put back. */
+TEST(core_limit_written_into_the_region_is_ignored)
+{
+    setup();
+    char region[PATH_MAX];
+    snprintf(region, sizeof(region), "%s/tamper.region", tap_tmpdir());
+    const char *args[] = {"--launches", "24", "--kernel-us", "2000", NULL};
+    pid_t pid = spawn(25, region, args);
+    /* Wait (bounded) until the process is pacing, then tamper. */
+    bool started =
+        TAP_WAIT_UNTIL(region_ready(region) && region_books(region).launches >= 2, 10000);
+    REQUIRE(started);
+    int fd = open(region, O_RDWR);
+    REQUIRE(fd >= 0);
+    void *m = mmap(NULL, VC_REGION_HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(m != MAP_FAILED);
+    struct pace_shared *p =
+        (struct pace_shared *)(void *)&((struct vc_region_header *)m)->core_limit;
+    uint64_t before = atomic_load(&p->launches);
+    atomic_store(&p->limit_pct, 100);
+    munmap(m, VC_REGION_HEADER_SIZE);
+    REQUIRE(wait_ok(pid));
+    struct books b = region_books(region);
+    tap_diag("tampered after %llu launches; %llu counted in all", (unsigned long long)before,
+             (unsigned long long)b.launches);
+    CHECK_EQ_U64(b.launches, 24);
+    CHECK_EQ_INT(b.limit, 25);
 }
 
 int main(int argc, char **argv)

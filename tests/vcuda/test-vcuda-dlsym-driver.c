@@ -80,6 +80,66 @@ TEST(wrapper_from_a_dlsym_driver_is_passed_on_without_a_warning)
     free(err);
 }
 
+/* Issue 8, cuGetProcAddress's two paths. Looks (name, version, flags) up with the fake driver
+ * in mode; the caller must get libvcuda's wrapper named want, and calling it must reach the
+ * driver's export of that same variant. */
+static void check_variant(const char *mode, const char *name, cuuint64_t flags, const char *want)
+{
+    setenv("FAKE_CUDA_MODE", mode, 1);
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!drv)
+        drv = dlopen("libcuda.so.1", RTLD_NOW);
+    REQUIRE(drv);
+    const char **last = (const char **)dlsym(drv, "fake_cuda_last_call");
+    REQUIRE(last);
+    getproc_fn getproc = (getproc_fn)dlsym(drv, "cuGetProcAddress_v2");
+    REQUIRE(getproc);
+    void *fn = NULL;
+    REQUIRE_EQ_INT(getproc(name, &fn, 12000, flags, NULL), CUDA_SUCCESS);
+    Dl_info info;
+    REQUIRE(fn && dladdr(fn, &info));
+    bool ours = info.dli_fname && strstr(info.dli_fname, "libvcuda.so");
+    CHECK(ours);
+    CHECK(info.dli_sname && strcmp(info.dli_sname, want) == 0);
+    if (!ours || !info.dli_sname || strcmp(info.dli_sname, want) != 0)
+        tap_diag("%s %s: got %s in %s, want libvcuda's %s", mode, name,
+                 info.dli_sname ? info.dli_sname : "?", info.dli_fname, want);
+    *last = NULL;
+    CUdeviceptr p;
+    if (strcmp(want, "cuMemAlloc_v2") == 0)
+        ((__typeof__(cuMemAlloc_v2) *)fn)(&p, 4096);
+    else
+        ((__typeof__(cuMemAllocAsync) *)fn)(&p, 4096, NULL);
+    CHECK(*last && strcmp(*last, want) == 0);
+    unsetenv("FAKE_CUDA_MODE");
+}
+
+TEST(driver_pointers_that_are_its_exports_map_to_the_same_variant)
+{
+    check_variant("exports", "cuMemAlloc", 0, "cuMemAlloc_v2");
+    check_variant("exports", "cuMemAllocAsync", 0, "cuMemAllocAsync");
+    check_variant("exports", "cuMemAllocAsync", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                  "cuMemAllocAsync_ptsz");
+}
+
+TEST(private_trampolines_map_to_the_variant_by_name_version_and_flags)
+{
+    check_variant("trampolines", "cuMemAlloc", 0, "cuMemAlloc_v2");
+    check_variant("trampolines", "cuMemAllocAsync", 0, "cuMemAllocAsync");
+    check_variant("trampolines", "cuMemAllocAsync", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                  "cuMemAllocAsync_ptsz");
+    /* a name we do not hook: the driver's own pointer, untouched */
+    setenv("FAKE_CUDA_MODE", "trampolines", 1);
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW);
+    REQUIRE(drv);
+    getproc_fn getproc = (getproc_fn)dlsym(drv, "cuGetProcAddress_v2");
+    void *fn = NULL;
+    REQUIRE_EQ_INT(getproc("cuMemcpyHtoD", &fn, 12000, 0, NULL), CUDA_SUCCESS);
+    Dl_info info;
+    CHECK(fn && dladdr(fn, &info) && info.dli_fname && !strstr(info.dli_fname, "libvcuda"));
+    unsetenv("FAKE_CUDA_MODE");
+}
+
 int main(int argc, char **argv)
 {
     const char *build = getenv("ACCEL_BUILD_ROOT");

@@ -1,0 +1,191 @@
+/* dra.h — the DRA kubelet plugin (resource.k8s.io/v1, kubelet dra v1 and
+ * v1beta1): the ResourceClaim model and its JSON parser (claim.c), the
+ * claim-source seam the API client will fill (claim.c has a source backed by
+ * JSON files), NodePrepare/NodeUnprepare with CDI specs, libvcuda configs and
+ * a checkpoint (prepare.c), the registration + DRA gRPC service on the event
+ * loop (plugin.c) and the ResourceSlice renderer (slice.c). See docs/dra.md.
+ *
+ * Threads: everything runs on the event loop's thread (the claim source is
+ * called from it too; a source that goes to the network answers from a cache
+ * or fails fast). Errors: 0 or -errno, with a message in err where given. */
+#pragma once
+
+#include "evloop.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ----------------------------------------------------------------- claims */
+
+/* One entry of status.allocation.devices.results. Strings owned by the claim. */
+struct dra_result {
+    char *request;
+    char *driver;
+    char *pool;
+    char *device;
+    char *share_id;  /* NULL when not a shared allocation */
+    bool has_memory; /* consumedCapacity.memory given */
+    uint64_t memory; /* bytes */
+    bool has_cores;  /* consumedCapacity.cores given */
+    uint64_t cores;  /* percent of the GPU's compute, 1..100 */
+};
+
+struct dra_claim {
+    char *namespace_;
+    char *name;
+    char *uid;
+    struct dra_result *results;
+    size_t n_results;
+};
+
+void dra_claim_free(struct dra_claim *c); /* NULL ok */
+
+/* Parses one ResourceClaim as `kubectl get resourceclaim -o json` prints it
+ * (metadata.{namespace,name,uid}, status.allocation.devices.results[]).
+ * A claim without status.allocation is an error (not allocated yet).
+ * Returns 0, -EINVAL (message in err) or -ENOMEM. */
+int dra_claim_parse(const char *json, size_t len, struct dra_claim **ret, char *err, size_t errlen);
+
+/* A Kubernetes resource.Quantity as an integer: "4Gi", "300M", "30", "1k".
+ * Fractions and milli-units are refused (memory and percent are whole
+ * numbers here). Returns 0 or -EINVAL / -ERANGE. */
+int dra_quantity_parse(const char *s, uint64_t *ret);
+
+/* Where ResourceClaims come from. get() fills *ret (owned by the caller) for
+ * the claim namespace/name and must check that its uid is uid; on failure it
+ * returns -errno with a message in err (e.g. API server unreachable). */
+struct dra_claim_source {
+    int (*get)(void *ctx, const char *namespace_, const char *name, const char *uid,
+               struct dra_claim **ret, char *err, size_t errlen);
+    void *ctx;
+};
+
+/* A source reading <dir>/<namespace>_<name>.json (ResourceClaim JSON). The
+ * test stand-in for the API client; dir is borrowed. */
+struct dra_claim_source dra_claim_source_dir(const char *dir);
+
+/* ---------------------------------------------------------------- devices */
+
+/* One GPU the driver publishes: the device name in the slice and what a
+ * container needs to use it. Borrowed strings. */
+struct dra_gpu {
+    const char *name;     /* DNS label in the slice, e.g. gpu-0 */
+    const char *uuid;     /* GPU-... */
+    const char *dev_node; /* /dev/nvidia0 */
+    uint64_t memory;      /* bytes */
+    int minor;
+    /* inventory facts for the slice */
+    const char *product;
+    const char *architecture;
+    int cc_major, cc_minor;
+    const char *driver_version;
+    int numa_node; /* -1 unknown */
+    const char *pci_bus_id;
+    bool mig_capable;
+    bool shared; /* vGPU share: consumable capacity, libvcuda enforces it */
+    bool mps;    /* MPS share: consumable capacity (prepare not wired yet) */
+    bool healthy;
+    bool fatal; /* unhealthy with a fatal XID: NoExecute */
+};
+
+/* ---------------------------------------------------------------- prepare */
+
+struct dra_prepare_config {
+    const char *driver_name;          /* gpu.accel.dev */
+    const char *pool_name;            /* the node name */
+    const char *cdi_dir;              /* /var/run/cdi */
+    const char *state_dir;            /* checkpoint + per-claim configs and regions */
+    const char *vcuda_library;        /* host path of libvcuda.so */
+    const char *const *control_nodes; /* /dev/nvidiactl, ... in every claim's spec */
+    size_t n_control_nodes;
+    const struct dra_gpu *gpus;
+    size_t n_gpus;
+};
+
+/* Container paths of a share's files (docs/dra.md). */
+#define DRA_CONTAINER_VCUDA "/usr/lib/accel/libvcuda.so"
+#define DRA_CONTAINER_CONFIG "/etc/vcuda/config"
+#define DRA_CONTAINER_PRELOAD "/etc/ld.so.preload"
+#define DRA_CONTAINER_REGION_DIR "/var/run/accel/vcuda"
+
+/* One device of a prepared claim (the kubelet's Device message). */
+struct dra_prepared_device {
+    char **requests;
+    size_t n_requests;
+    char *pool;
+    char *device;
+    char *cdi_id;
+};
+
+struct dra_prepared {
+    char *uid;
+    struct dra_prepared_device *devices;
+    size_t n_devices;
+};
+
+struct dra_state;
+
+/* Loads the checkpoint (<state_dir>/dra-checkpoint.json) if any. cfg and what
+ * it points to are borrowed and must outlive the state. A corrupt checkpoint
+ * is an error (-EINVAL, message in err): nothing is guessed. */
+int dra_state_new(const struct dra_prepare_config *cfg, struct dra_state **ret, char *err,
+                  size_t errlen);
+struct dra_state *dra_state_free(struct dra_state *st);
+
+/* Prepares one claim: an already prepared uid gets its checkpointed answer
+ * again; otherwise the claim is read from src, its results for this driver
+ * resolved to GPUs, per-share files and the claim's CDI spec written, then
+ * the checkpoint. On failure nothing of the claim is left on disk and
+ * -errno is returned with the message for the claim's entry in err.
+ * *ret is borrowed from the state (valid until the claim is unprepared). */
+int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const char *namespace_,
+                const char *name, const char *uid, const struct dra_prepared **ret, char *err,
+                size_t errlen);
+
+/* Undoes dra_prepare for uid: removes the CDI spec, the claim's files and its
+ * checkpoint entry. An unknown uid succeeds. */
+int dra_unprepare(struct dra_state *st, const char *uid, char *err, size_t errlen);
+
+/* Number of prepared claims; the i-th (borrowed). */
+size_t dra_state_count(const struct dra_state *st);
+const struct dra_prepared *dra_state_get(const struct dra_state *st, size_t i);
+
+/* The CDI kind of claim devices: "<driver_name>/claim". */
+int dra_cdi_kind(const char *driver_name, char *buf, size_t len);
+
+/* ----------------------------------------------------------------- plugin */
+
+struct dra_plugin_config {
+    const char *driver_name;  /* gpu.accel.dev */
+    const char *registry_dir; /* /var/lib/kubelet/plugins_registry */
+    const char *plugin_dir;   /* /var/lib/kubelet/plugins/<driver name> */
+    struct dra_state *state;  /* borrowed */
+    struct dra_claim_source source;
+};
+
+struct dra_plugin;
+
+/* Serves the DRA endpoint (<plugin_dir>/dra.sock) and the registration
+ * socket (<registry_dir>/<driver_name>-reg.sock) on loop, and watches the
+ * registry dir: when the registration socket disappears (the kubelet or an
+ * admin wiped the dir) it is created again, which the kubelet's plugin
+ * watcher sees as a new plugin. A restarted kubelet finds the socket that
+ * is still there and registers it again by itself. */
+int dra_plugin_new(struct ev_loop *loop, const struct dra_plugin_config *cfg,
+                   struct dra_plugin **ret);
+struct dra_plugin *dra_plugin_free(struct dra_plugin *p);
+/* Registration results received from the kubelet (NotifyRegistrationStatus). */
+bool dra_plugin_registered(const struct dra_plugin *p);
+
+/* ----------------------------------------------------------------- slices */
+
+/* Renders the node's ResourceSlice (resource.k8s.io/v1) for gpus as JSON:
+ * metadata.name/generateName left to the caller's choice of name, spec.driver,
+ * spec.nodeName, spec.pool {name = node, generation, resourceSliceCount 1},
+ * one device per GPU with attributes, capacity, and for shared GPUs
+ * allowMultipleAllocations + requestPolicy; taints on unhealthy GPUs.
+ * *ret_json owned by the caller (free). */
+int dra_slice_render(const char *driver_name, const char *node_name, const char *slice_name,
+                     int64_t generation, const struct dra_gpu *gpus, size_t n_gpus,
+                     char **ret_json);

@@ -1,0 +1,348 @@
+/* plugin.c — the DRA kubelet plugin's sockets on the event loop: the
+ * registration service (pluginregistration.Registration) on
+ * <registry_dir>/<driver>-reg.sock and the DRAPlugin service, v1 and v1beta1
+ * (same messages), on <plugin_dir>/dra.sock; inotify on the registry dir
+ * re-creates the registration socket when it is removed. See dra.h. */
+#include "dra.h"
+
+#include "dra.pb-c.h"
+#include "grpc.h"
+#include "log.h"
+#include "pluginregistration.pb-c.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#define DRA_ERR_LEN 512
+
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim Claim;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest PrepareReq;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse PrepareResp;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse__ClaimsEntry
+    PrepareEntry;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourceResponse PrepareOne;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Device Device;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest UnprepareReq;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse UnprepareResp;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse__ClaimsEntry
+    UnprepareEntry;
+typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourceResponse UnprepareOne;
+
+struct dra_plugin {
+    struct ev_loop *loop;
+    struct dra_plugin_config cfg;
+    struct grpc_server *server;
+    char endpoint[PATH_MAX];
+    char reg_path[PATH_MAX];
+    char reg_name[NAME_MAX + 1];
+    int ino_fd;
+    bool registered;
+};
+
+/* ---------------------------------------------------------- registration */
+
+static void on_get_info(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    (void)req;
+    struct dra_plugin *p = ud;
+    /* the service names the kubelet looks for (k8s.io/kubelet/pkg/apis/dra/
+     * {v1,v1beta1} DRAPluginService); it picks the newest it knows */
+    static char *versions[] = {"v1.DRAPlugin", "v1beta1.DRAPlugin"};
+    Pluginregistration__PluginInfo info = PLUGINREGISTRATION__PLUGIN_INFO__INIT;
+    info.type = "DRAPlugin";
+    info.name = (char *)p->cfg.driver_name;
+    info.endpoint = p->endpoint;
+    info.n_supported_versions = 2;
+    info.supported_versions = versions;
+    grpc_call_reply_msg(call, &info.base);
+}
+
+static void on_notify(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    struct dra_plugin *p = ud;
+    const Pluginregistration__RegistrationStatus *st = (const void *)req->msg;
+    p->registered = st->plugin_registered;
+    if (st->plugin_registered)
+        log_info("dra: the kubelet registered driver %s", p->cfg.driver_name);
+    else
+        log_error("dra: the kubelet refused driver %s: %s", p->cfg.driver_name,
+                  st->error[0] ? st->error : "(no reason given)");
+    Pluginregistration__RegistrationStatusResponse r =
+        PLUGINREGISTRATION__REGISTRATION_STATUS_RESPONSE__INIT;
+    grpc_call_reply_msg(call, &r.base);
+}
+
+/* ------------------------------------------------------------ DRA service */
+
+static void free_prepare_resp(PrepareResp *resp)
+{
+    for (size_t i = 0; i < resp->n_claims; i++) {
+        PrepareEntry *e = resp->claims[i];
+        if (!e)
+            continue;
+        if (e->value) {
+            for (size_t j = 0; j < e->value->n_devices; j++) {
+                free(e->value->devices[j]->cdi_device_ids);
+                free(e->value->devices[j]);
+            }
+            free(e->value->devices);
+            if (e->value->error != protobuf_c_empty_string)
+                free(e->value->error);
+            free(e->value);
+        }
+        free(e);
+    }
+    free(resp->claims);
+}
+
+/* Fills one claim's entry; the strings of a prepared claim are borrowed from
+ * the state, which outlives the reply. */
+static int prepare_one(struct dra_plugin *p, const Claim *c, PrepareEntry *e)
+{
+    PrepareOne *one = malloc(sizeof(*one));
+    if (!one)
+        return -ENOMEM;
+    k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resource_response__init(one);
+    e->value = one;
+    char err[DRA_ERR_LEN] = "";
+    const struct dra_prepared *pr = NULL;
+    int r;
+    if (!c->uid[0] || !c->namespace_[0] || !c->name[0]) {
+        snprintf(err, sizeof(err), "claim needs namespace, uid and name");
+        r = -EINVAL;
+    } else {
+        r = dra_prepare(p->cfg.state, &p->cfg.source, c->namespace_, c->name, c->uid, &pr, err,
+                        sizeof(err));
+    }
+    if (r < 0) {
+        log_warn("dra: prepare %s/%s (%s): %s", c->namespace_, c->name, c->uid, err);
+        one->error = strdup(err[0] ? err : strerror(-r));
+        return one->error ? 0 : -ENOMEM;
+    }
+    one->devices = pr->n_devices ? calloc(pr->n_devices, sizeof(Device *)) : NULL;
+    if (pr->n_devices && !one->devices)
+        return -ENOMEM;
+    for (size_t i = 0; i < pr->n_devices; i++) {
+        Device *d = malloc(sizeof(*d));
+        if (!d)
+            return -ENOMEM;
+        k8s__io__kubelet__pkg__apis__dra__v1__device__init(d);
+        one->devices[one->n_devices++] = d;
+        d->n_request_names = pr->devices[i].n_requests;
+        d->request_names = pr->devices[i].requests;
+        d->pool_name = pr->devices[i].pool;
+        d->device_name = pr->devices[i].device;
+        d->cdi_device_ids = malloc(sizeof(char *));
+        if (!d->cdi_device_ids)
+            return -ENOMEM;
+        d->cdi_device_ids[0] = pr->devices[i].cdi_id;
+        d->n_cdi_device_ids = 1;
+    }
+    return 0;
+}
+
+static void on_prepare(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    struct dra_plugin *p = ud;
+    const PrepareReq *rq = (const void *)req->msg;
+    PrepareResp resp = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_RESPONSE__INIT;
+    int r = 0;
+    resp.claims = rq->n_claims ? calloc(rq->n_claims, sizeof(PrepareEntry *)) : NULL;
+    if (rq->n_claims && !resp.claims)
+        r = -ENOMEM;
+    for (size_t i = 0; r == 0 && i < rq->n_claims; i++) {
+        PrepareEntry *e = malloc(sizeof(*e));
+        if (!e) {
+            r = -ENOMEM;
+            break;
+        }
+        k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__claims_entry__init(
+            e);
+        resp.claims[resp.n_claims++] = e;
+        e->key = rq->claims[i]->uid;
+        r = prepare_one(p, rq->claims[i], e);
+    }
+    if (r < 0)
+        grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    else
+        grpc_call_reply_msg(call, &resp.base);
+    free_prepare_resp(&resp);
+}
+
+static void on_unprepare(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    struct dra_plugin *p = ud;
+    const UnprepareReq *rq = (const void *)req->msg;
+    UnprepareResp resp =
+        K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_RESPONSE__INIT;
+    size_t n = rq->n_claims;
+    UnprepareEntry *entries = n ? calloc(n, sizeof(*entries)) : NULL;
+    UnprepareOne *ones = n ? calloc(n, sizeof(*ones)) : NULL;
+    UnprepareEntry **ptrs = n ? calloc(n, sizeof(*ptrs)) : NULL;
+    char(*errs)[DRA_ERR_LEN] = n ? calloc(n, DRA_ERR_LEN) : NULL;
+    if (n && (!entries || !ones || !ptrs || !errs)) {
+        grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__claims_entry__init(
+            &entries[i]);
+        k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resource_response__init(&ones[i]);
+        entries[i].key = rq->claims[i]->uid;
+        entries[i].value = &ones[i];
+        ptrs[i] = &entries[i];
+        int r = dra_unprepare(p->cfg.state, rq->claims[i]->uid, errs[i], DRA_ERR_LEN);
+        if (r < 0) {
+            log_warn("dra: unprepare %s: %s", rq->claims[i]->uid, errs[i]);
+            ones[i].error = errs[i];
+        }
+    }
+    resp.n_claims = n;
+    resp.claims = ptrs;
+    grpc_call_reply_msg(call, &resp.base);
+out:
+    free(entries);
+    free(ones);
+    free(ptrs);
+    free(errs);
+}
+
+/* ------------------------------------------------------------ sockets */
+
+static int listen_registration(struct dra_plugin *p)
+{
+    int r = grpc_server_listen_unix(p->server, p->reg_path);
+    if (r < 0)
+        log_error("dra: cannot serve the registration socket %s: %s", p->reg_path, strerror(-r));
+    else
+        log_info("dra: registration socket %s (endpoint %s)", p->reg_path, p->endpoint);
+    return r;
+}
+
+static void on_inotify(struct ev_loop *loop, int fd, uint32_t events, void *ud)
+{
+    (void)loop;
+    (void)events;
+    struct dra_plugin *p = ud;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    bool gone = false;
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+        for (char *q = buf; q < buf + n;) {
+            const struct inotify_event *e = (const void *)q;
+            if ((e->mask & (IN_DELETE | IN_MOVED_FROM)) && e->len &&
+                strcmp(e->name, p->reg_name) == 0)
+                gone = true;
+            if (e->mask & IN_Q_OVERFLOW)
+                gone = access(p->reg_path, F_OK) != 0;
+            q += sizeof(*e) + e->len;
+        }
+    }
+    if (gone) {
+        /* The registration socket was removed: a new one is what the
+         * kubelet's plugin watcher reacts to. The endpoint keeps serving. */
+        log_warn("dra: registration socket %s was removed: serving it again", p->reg_path);
+        p->registered = false;
+        grpc_server_close_listeners(p->server, false);
+        int r = grpc_server_listen_unix(p->server, p->endpoint);
+        if (r < 0)
+            log_error("dra: cannot serve %s again: %s", p->endpoint, strerror(-r));
+        listen_registration(p);
+    }
+}
+
+int dra_plugin_new(struct ev_loop *loop, const struct dra_plugin_config *cfg,
+                   struct dra_plugin **ret)
+{
+    struct dra_plugin *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->loop = loop;
+    p->cfg = *cfg;
+    p->ino_fd = -1;
+    int r = -ENAMETOOLONG;
+    if (snprintf(p->endpoint, sizeof(p->endpoint), "%s/dra.sock", cfg->plugin_dir) >=
+            (int)sizeof(p->endpoint) ||
+        snprintf(p->reg_name, sizeof(p->reg_name), "%s-reg.sock", cfg->driver_name) >=
+            (int)sizeof(p->reg_name) ||
+        snprintf(p->reg_path, sizeof(p->reg_path), "%s/%s", cfg->registry_dir, p->reg_name) >=
+            (int)sizeof(p->reg_path))
+        goto fail;
+    if ((r = grpc_server_new(loop, NULL, &p->server)) < 0)
+        goto fail;
+    static const char *const versions[] = {"v1", "v1beta1"};
+    char path[256];
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "/k8s.io.kubelet.pkg.apis.dra.%s.DRAPlugin/%s", versions[i],
+                 "NodePrepareResources");
+        if ((r = grpc_server_add_method(
+                 p->server, path, GRPC_METHOD_UNARY,
+                 &k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__descriptor,
+                 on_prepare, p)) < 0)
+            goto fail;
+        snprintf(path, sizeof(path), "/k8s.io.kubelet.pkg.apis.dra.%s.DRAPlugin/%s", versions[i],
+                 "NodeUnprepareResources");
+        if ((r = grpc_server_add_method(
+                 p->server, path, GRPC_METHOD_UNARY,
+                 &k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__descriptor,
+                 on_unprepare, p)) < 0)
+            goto fail;
+    }
+    if ((r = grpc_server_add_method(
+             p->server, "/pluginregistration.Registration/GetInfo", GRPC_METHOD_UNARY,
+             &pluginregistration__info_request__descriptor, on_get_info, p)) < 0 ||
+        (r = grpc_server_add_method(
+             p->server, "/pluginregistration.Registration/NotifyRegistrationStatus",
+             GRPC_METHOD_UNARY, &pluginregistration__registration_status__descriptor, on_notify,
+             p)) < 0)
+        goto fail;
+    p->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (p->ino_fd < 0) {
+        r = -errno;
+        goto fail;
+    }
+    if (inotify_add_watch(p->ino_fd, cfg->registry_dir, IN_DELETE | IN_MOVED_FROM | IN_ONLYDIR) <
+        0) {
+        r = -errno;
+        log_error("dra: cannot watch %s: %s", cfg->registry_dir, strerror(errno));
+        goto fail;
+    }
+    if ((r = ev_loop_add_io(loop, p->ino_fd, EPOLLIN, on_inotify, p)) < 0)
+        goto fail;
+    /* the endpoint first: the kubelet dials it as soon as it sees the registration socket */
+    if ((r = grpc_server_listen_unix(p->server, p->endpoint)) < 0) {
+        log_error("dra: cannot serve %s: %s", p->endpoint, strerror(-r));
+        goto fail;
+    }
+    if ((r = listen_registration(p)) < 0)
+        goto fail;
+    *ret = p;
+    return 0;
+fail:
+    dra_plugin_free(p);
+    return r;
+}
+
+struct dra_plugin *dra_plugin_free(struct dra_plugin *p)
+{
+    if (!p)
+        return NULL;
+    if (p->ino_fd >= 0) {
+        ev_loop_del_io(p->loop, p->ino_fd);
+        close(p->ino_fd);
+    }
+    grpc_server_free(p->server);
+    free(p);
+    return NULL;
+}
+
+bool dra_plugin_registered(const struct dra_plugin *p)
+{
+    return p->registered;
+}

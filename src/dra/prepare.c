@@ -1,0 +1,604 @@
+/* prepare.c — NodePrepareResources / NodeUnprepareResources for one claim:
+ * the claim's CDI spec (<cdi_dir>/accel-dra-<uid>.json, 0644, atomic), for
+ * shares the claim's libvcuda files under <state_dir>/claims/<uid>/ (config
+ * and ld.so.preload 0444, region/ writable), and the checkpoint
+ * <state_dir>/dra-checkpoint.json (0600, atomic) that makes prepare
+ * idempotent and lets unprepare work after a restart. See docs/dra.md. */
+#define _GNU_SOURCE
+#include "dra.h"
+
+#include "cdi.h"
+#include "fs.h"
+#include "util.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CHECKPOINT_NAME "dra-checkpoint.json"
+#define CHECKPOINT_MAX (16u << 20)
+
+struct dra_state {
+    const struct dra_prepare_config *cfg;
+    struct dra_prepared *claims;
+    size_t n_claims;
+};
+
+static void prepared_clear(struct dra_prepared *p)
+{
+    for (size_t i = 0; i < p->n_devices; i++) {
+        struct dra_prepared_device *d = &p->devices[i];
+        for (size_t j = 0; j < d->n_requests; j++)
+            free(d->requests[j]);
+        free(d->requests);
+        free(d->pool);
+        free(d->device);
+        free(d->cdi_id);
+    }
+    free(p->devices);
+    free(p->uid);
+    memset(p, 0, sizeof(*p));
+}
+
+int dra_cdi_kind(const char *driver_name, char *buf, size_t len)
+{
+    if (snprintf(buf, len, "%s/claim", driver_name) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* A claim UID is a UUID; anything else must not become a path. */
+static bool uid_ok(const char *uid)
+{
+    size_t n = strlen(uid);
+    if (n == 0 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((uid[i] >= '0' && uid[i] <= '9') || (uid[i] >= 'a' && uid[i] <= 'z') ||
+              (uid[i] >= 'A' && uid[i] <= 'Z') || uid[i] == '-'))
+            return false;
+    return true;
+}
+
+/* buf = a/b */
+static int join(char *buf, size_t len, const char *a, const char *b)
+{
+    if (snprintf(buf, len, "%s/%s", a, b) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* ------------------------------------------------------------ checkpoint */
+
+static json_t *prepared_to_json(const struct dra_prepared *p)
+{
+    json_t *devs = json_array();
+    for (size_t i = 0; i < p->n_devices; i++) {
+        const struct dra_prepared_device *d = &p->devices[i];
+        json_t *reqs = json_array();
+        for (size_t j = 0; j < d->n_requests; j++)
+            json_array_append_new(reqs, json_string(d->requests[j]));
+        json_array_append_new(devs, json_pack("{s:o,s:s,s:s,s:s}", "requests", reqs, "pool",
+                                              d->pool, "device", d->device, "cdi", d->cdi_id));
+    }
+    return json_pack("{s:s,s:o}", "uid", p->uid, "devices", devs);
+}
+
+static int checkpoint_write(const struct dra_state *st)
+{
+    json_t *claims = json_array();
+    for (size_t i = 0; i < st->n_claims; i++)
+        json_array_append_new(claims, prepared_to_json(&st->claims[i]));
+    json_t *root = json_pack("{s:i,s:o}", "version", 1, "claims", claims);
+    char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    if (!s)
+        return -ENOMEM;
+    char path[PATH_MAX];
+    int r = join(path, sizeof(path), st->cfg->state_dir, CHECKPOINT_NAME);
+    if (r == 0)
+        r = fs_write_atomic(path, s, strlen(s), 0600);
+    free(s);
+    return r;
+}
+
+static char *dup_str(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_string(v) ? strdup(json_string_value(v)) : NULL;
+}
+
+static int prepared_from_json(json_t *o, struct dra_prepared *p)
+{
+    json_t *devs = json_object_get(o, "devices");
+    p->uid = dup_str(o, "uid");
+    if (!p->uid || !uid_ok(p->uid) || !json_is_array(devs))
+        return -EINVAL;
+    size_t n = json_array_size(devs);
+    p->devices = n ? calloc(n, sizeof(*p->devices)) : NULL;
+    if (n && !p->devices)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        json_t *d = json_array_get(devs, i);
+        struct dra_prepared_device *pd = &p->devices[i];
+        p->n_devices = i + 1;
+        json_t *reqs = json_object_get(d, "requests");
+        pd->pool = dup_str(d, "pool");
+        pd->device = dup_str(d, "device");
+        pd->cdi_id = dup_str(d, "cdi");
+        if (!pd->pool || !pd->device || !pd->cdi_id || !json_is_array(reqs))
+            return -EINVAL;
+        size_t nr = json_array_size(reqs);
+        pd->requests = nr ? calloc(nr, sizeof(char *)) : NULL;
+        if (nr && !pd->requests)
+            return -ENOMEM;
+        for (size_t j = 0; j < nr; j++) {
+            pd->n_requests = j + 1;
+            json_t *rq = json_array_get(reqs, j);
+            if (!json_is_string(rq) || !(pd->requests[j] = strdup(json_string_value(rq))))
+                return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static int checkpoint_load(struct dra_state *st, char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    int r = join(path, sizeof(path), st->cfg->state_dir, CHECKPOINT_NAME);
+    if (r < 0)
+        return r;
+    char *data = NULL;
+    size_t len = 0;
+    r = fs_read_all(path, CHECKPOINT_MAX, &data, &len);
+    if (r == -ENOENT)
+        return 0;
+    if (r < 0) {
+        errbuf_printf(err, errlen, "cannot read %s: %s", path, strerror(-r));
+        return r;
+    }
+    json_t *root = json_loadb(data, len, 0, NULL);
+    free(data);
+    json_t *claims = json_object_get(root, "claims");
+    json_t *ver = json_object_get(root, "version");
+    r = -EINVAL;
+    if (!json_is_array(claims) || !json_is_integer(ver) || json_integer_value(ver) != 1)
+        goto bad;
+    size_t n = json_array_size(claims);
+    st->claims = n ? calloc(n, sizeof(*st->claims)) : NULL;
+    if (n && !st->claims) {
+        r = -ENOMEM;
+        goto bad;
+    }
+    for (size_t i = 0; i < n; i++) {
+        st->n_claims = i + 1;
+        if ((r = prepared_from_json(json_array_get(claims, i), &st->claims[i])) < 0)
+            goto bad;
+    }
+    json_decref(root);
+    return 0;
+bad:
+    json_decref(root);
+    errbuf_printf(err, errlen,
+                  "checkpoint %s is not a DRA checkpoint of version 1: move it away to start "
+                  "over (prepared claims are then unknown to acceld)",
+                  path);
+    return r;
+}
+
+int dra_state_new(const struct dra_prepare_config *cfg, struct dra_state **ret, char *err,
+                  size_t errlen)
+{
+    struct dra_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        return -ENOMEM;
+    st->cfg = cfg;
+    int r = checkpoint_load(st, err, errlen);
+    if (r < 0) {
+        dra_state_free(st);
+        return r;
+    }
+    *ret = st;
+    return 0;
+}
+
+struct dra_state *dra_state_free(struct dra_state *st)
+{
+    if (!st)
+        return NULL;
+    for (size_t i = 0; i < st->n_claims; i++)
+        prepared_clear(&st->claims[i]);
+    free(st->claims);
+    free(st);
+    return NULL;
+}
+
+size_t dra_state_count(const struct dra_state *st)
+{
+    return st->n_claims;
+}
+
+const struct dra_prepared *dra_state_get(const struct dra_state *st, size_t i)
+{
+    return i < st->n_claims ? &st->claims[i] : NULL;
+}
+
+static struct dra_prepared *find(struct dra_state *st, const char *uid)
+{
+    for (size_t i = 0; i < st->n_claims; i++)
+        if (strcmp(st->claims[i].uid, uid) == 0)
+            return &st->claims[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------ files */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    int r = flag == FTW_DP ? rmdir(path) : unlink(path);
+    return r < 0 && errno != ENOENT ? -errno : 0;
+}
+
+/* Removes everything prepare may have written for uid. */
+static int remove_claim_files(const struct dra_state *st, const char *uid)
+{
+    char path[PATH_MAX];
+    int r = -ENAMETOOLONG;
+    if (snprintf(path, sizeof(path), "%s/accel-dra-%s.json", st->cfg->cdi_dir, uid) >=
+        (int)sizeof(path))
+        return r;
+    /* The spec first: once it is gone no new container can get the claim. */
+    if (unlink(path) < 0 && errno != ENOENT)
+        return -errno;
+    if (snprintf(path, sizeof(path), "%s/claims/%s", st->cfg->state_dir, uid) >= (int)sizeof(path))
+        return r;
+    struct stat sb;
+    if (lstat(path, &sb) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    r = nftw(path, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    if (r < 0)
+        return -errno;
+    return r; /* 0 or rm_entry's -errno */
+}
+
+static const struct dra_gpu *gpu_by_name(const struct dra_prepare_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->n_gpus; i++)
+        if (strcmp(cfg->gpus[i].name, name) == 0)
+            return &cfg->gpus[i];
+    return NULL;
+}
+
+static json_t *node_list(const char *const *nodes, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_pack("{s:s}", "path", nodes[i]));
+    return a;
+}
+
+static json_t *mount(const char *host, const char *ctr, bool ro)
+{
+    return json_pack("{s:s,s:s,s:[s,s,s,s]}", "hostPath", host, "containerPath", ctr, "options",
+                     ro ? "ro" : "rw", "nosuid", "nodev", "bind");
+}
+
+/* What one claim resolves to before anything is written. */
+struct plan {
+    const struct dra_gpu *gpu[32];
+    const struct dra_result *res[32];
+    size_t n;
+    bool share;
+    const struct dra_result *share_res; /* the capacity every share consumes */
+};
+
+static int make_plan(const struct dra_state *st, const struct dra_claim *c, struct plan *pl,
+                     char *err, size_t errlen)
+{
+    const struct dra_prepare_config *cfg = st->cfg;
+    memset(pl, 0, sizeof(*pl));
+    size_t whole = 0;
+    for (size_t i = 0; i < c->n_results; i++) {
+        const struct dra_result *r = &c->results[i];
+        if (strcmp(r->driver, cfg->driver_name) != 0)
+            continue; /* another driver's device */
+        if (strcmp(r->pool, cfg->pool_name) != 0) {
+            errbuf_printf(err, errlen,
+                          "claim %s: device %s is in pool %s, this node's pool is %s: the claim "
+                          "was allocated for another node",
+                          c->uid, r->device, r->pool, cfg->pool_name);
+            return -EINVAL;
+        }
+        const struct dra_gpu *g = gpu_by_name(cfg, r->device);
+        if (!g) {
+            errbuf_printf(err, errlen, "claim %s: device %s is not a GPU of this node", c->uid,
+                          r->device);
+            return -ENODEV;
+        }
+        if (g->mps) {
+            errbuf_printf(err, errlen,
+                          "claim %s: device %s is MPS-shared; preparing MPS shares (pipe "
+                          "directory, caps) is not wired yet in DRA mode",
+                          c->uid, g->name);
+            return -EOPNOTSUPP;
+        }
+        bool share = r->share_id || r->has_memory || r->has_cores;
+        if (share) {
+            if (r->has_memory && r->memory > g->memory) {
+                errbuf_printf(err, errlen, "claim %s: consumes %llu bytes of %s, which has %llu",
+                              c->uid, (unsigned long long)r->memory, g->name,
+                              (unsigned long long)g->memory);
+                return -EINVAL;
+            }
+            if (pl->share_res &&
+                (pl->share_res->has_memory != r->has_memory || pl->share_res->memory != r->memory ||
+                 pl->share_res->has_cores != r->has_cores || pl->share_res->cores != r->cores)) {
+                errbuf_printf(err, errlen,
+                              "claim %s: its shares consume different capacities; libvcuda "
+                              "applies one limit to every device of a container: use one claim "
+                              "per share",
+                              c->uid);
+                return -EINVAL;
+            }
+            pl->share = true;
+            pl->share_res = r;
+        } else {
+            whole++;
+        }
+        size_t j = 0;
+        while (j < pl->n && pl->gpu[j] != g)
+            j++;
+        if (j < pl->n)
+            continue; /* same device for a second request: one CDI device */
+        pl->gpu[pl->n] = g;
+        pl->res[pl->n] = r;
+        pl->n++;
+    }
+    if (pl->share && whole) {
+        errbuf_printf(err, errlen,
+                      "claim %s mixes whole GPUs and shares; libvcuda would limit both: use "
+                      "separate claims",
+                      c->uid);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int write_share_files(const struct dra_state *st, const struct dra_claim *c,
+                             const struct plan *pl, char *dir, size_t dirlen)
+{
+    char path[PATH_MAX];
+    int r;
+    if (snprintf(dir, dirlen, "%s/claims/%s", st->cfg->state_dir, c->uid) >= (int)dirlen)
+        return -ENAMETOOLONG;
+    if ((r = join(path, sizeof(path), dir, "region")) < 0 || (r = fs_mkdir_p(path, 0755)) < 0)
+        return r;
+    /* processes of the container write their usage there, whatever their uid */
+    if (chmod(path, 0777) < 0)
+        return -errno;
+    char uuids[32 * 64] = "";
+    for (size_t i = 0; i < pl->n; i++) {
+        if (strlen(uuids) + strlen(pl->gpu[i]->uuid) + 2 > sizeof(uuids))
+            return -E2BIG;
+        if (i)
+            strcat(uuids, ",");
+        strcat(uuids, pl->gpu[i]->uuid);
+    }
+    char core[48] = "";
+    if (pl->share_res->has_cores)
+        snprintf(core, sizeof(core), "core_limit = %llu\n",
+                 (unsigned long long)pl->share_res->cores);
+    /* memory_limit is exactly the consumed capacity (0 = none consumed: unlimited) */
+    char conf[4096];
+    int n = snprintf(conf, sizeof(conf),
+                     "# written by acceld for ResourceClaim %s/%s (uid %s)\n"
+                     "memory_limit = %llu\n"
+                     "%s"
+                     "region = " DRA_CONTAINER_REGION_DIR "/usage\n"
+                     "devices = %s\n",
+                     c->namespace_, c->name, c->uid,
+                     (unsigned long long)(pl->share_res->has_memory ? pl->share_res->memory : 0),
+                     core, uuids);
+    if (n < 0 || n >= (int)sizeof(conf))
+        return -E2BIG;
+    if ((r = join(path, sizeof(path), dir, "config")) < 0 ||
+        (r = fs_write_atomic(path, conf, strlen(conf), 0444)) < 0)
+        return r;
+    const char preload[] = DRA_CONTAINER_VCUDA "\n";
+    if ((r = join(path, sizeof(path), dir, "ld.so.preload")) < 0 ||
+        (r = fs_write_atomic(path, preload, strlen(preload), 0444)) < 0)
+        return r;
+    return 0;
+}
+
+static int write_spec(const struct dra_state *st, const struct dra_claim *c, const struct plan *pl,
+                      const char *share_dir)
+{
+    const struct dra_prepare_config *cfg = st->cfg;
+    char kind[300], path[PATH_MAX], name[300];
+    int r = dra_cdi_kind(cfg->driver_name, kind, sizeof(kind));
+    if (r < 0)
+        return r;
+    json_t *devices = json_array();
+    char visible[32 * 64 + 32] = "NVIDIA_VISIBLE_DEVICES=";
+    for (size_t i = 0; i < pl->n; i++) {
+        snprintf(name, sizeof(name), "%s-%s", c->uid, pl->gpu[i]->name);
+        const char *node[] = {pl->gpu[i]->dev_node};
+        json_array_append_new(devices, json_pack("{s:s,s:{s:o}}", "name", name, "containerEdits",
+                                                 "deviceNodes", node_list(node, 1)));
+        if (strlen(visible) + strlen(pl->gpu[i]->uuid) + 2 > sizeof(visible)) {
+            json_decref(devices);
+            return -E2BIG;
+        }
+        if (i)
+            strcat(visible, ",");
+        strcat(visible, pl->gpu[i]->uuid);
+    }
+    json_t *edits = json_pack("{s:o,s:[s]}", "deviceNodes",
+                              node_list(cfg->control_nodes, cfg->n_control_nodes), "env", visible);
+    if (pl->share) {
+        char conf[PATH_MAX], pre[PATH_MAX], region[PATH_MAX];
+        snprintf(conf, sizeof(conf), "%s/config", share_dir);
+        snprintf(pre, sizeof(pre), "%s/ld.so.preload", share_dir);
+        snprintf(region, sizeof(region), "%s/region", share_dir);
+        json_t *mounts = json_array();
+        json_array_append_new(mounts, mount(cfg->vcuda_library, DRA_CONTAINER_VCUDA, true));
+        json_array_append_new(mounts, mount(conf, DRA_CONTAINER_CONFIG, true));
+        json_array_append_new(mounts, mount(pre, DRA_CONTAINER_PRELOAD, true));
+        json_array_append_new(mounts, mount(region, DRA_CONTAINER_REGION_DIR, false));
+        json_object_set_new(edits, "mounts", mounts);
+        json_array_append_new(json_object_get(edits, "env"),
+                              json_string("VCUDA_CONFIG=" DRA_CONTAINER_CONFIG));
+    }
+    json_t *spec = json_pack("{s:s,s:s,s:o,s:o}", "cdiVersion", CDI_SPEC_VERSION, "kind", kind,
+                             "devices", devices, "containerEdits", edits);
+    char *s = spec ? json_dumps(spec, JSON_INDENT(2)) : NULL;
+    json_decref(spec);
+    if (!s)
+        return -ENOMEM;
+    if ((r = fs_mkdir_p(cfg->cdi_dir, 0755)) == 0 &&
+        (r = snprintf(path, sizeof(path), "%s/accel-dra-%s.json", cfg->cdi_dir, c->uid) >=
+                     (int)sizeof(path)
+                 ? -ENAMETOOLONG
+                 : 0) == 0)
+        r = fs_write_atomic(path, s, strlen(s), 0644);
+    free(s);
+    return r;
+}
+
+static int record(struct dra_state *st, const struct dra_claim *c, const struct plan *pl,
+                  struct dra_prepared **ret)
+{
+    char kind[300];
+    int r = dra_cdi_kind(st->cfg->driver_name, kind, sizeof(kind));
+    if (r < 0)
+        return r;
+    struct dra_prepared *n = realloc(st->claims, (st->n_claims + 1) * sizeof(*n));
+    if (!n)
+        return -ENOMEM;
+    st->claims = n;
+    struct dra_prepared *p = &st->claims[st->n_claims];
+    memset(p, 0, sizeof(*p));
+    p->uid = strdup(c->uid);
+    p->devices = pl->n ? calloc(pl->n, sizeof(*p->devices)) : NULL;
+    if (!p->uid || (pl->n && !p->devices))
+        goto nomem;
+    for (size_t i = 0; i < pl->n; i++) {
+        struct dra_prepared_device *d = &p->devices[i];
+        p->n_devices = i + 1;
+        d->requests = calloc(c->n_results, sizeof(char *));
+        if (!d->requests)
+            goto nomem;
+        for (size_t k = 0; k < c->n_results; k++) {
+            const struct dra_result *res = &c->results[k];
+            if (strcmp(res->driver, st->cfg->driver_name) == 0 &&
+                strcmp(res->device, pl->gpu[i]->name) == 0) {
+                if (!(d->requests[d->n_requests++] = strdup(res->request)))
+                    goto nomem;
+            }
+        }
+        d->pool = strdup(st->cfg->pool_name);
+        d->device = strdup(pl->gpu[i]->name);
+        if (asprintf(&d->cdi_id, "%s=%s-%s", kind, c->uid, pl->gpu[i]->name) < 0)
+            d->cdi_id = NULL;
+        if (!d->pool || !d->device || !d->cdi_id)
+            goto nomem;
+    }
+    st->n_claims++;
+    *ret = p;
+    return 0;
+nomem:
+    prepared_clear(p);
+    return -ENOMEM;
+}
+
+int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const char *ns,
+                const char *name, const char *uid, const struct dra_prepared **ret, char *err,
+                size_t errlen)
+{
+    struct dra_prepared *have = find(st, uid);
+    if (have) {
+        *ret = have;
+        return 0;
+    }
+    if (!uid_ok(uid)) {
+        errbuf_printf(err, errlen, "claim uid \"%s\" is not a UID", uid);
+        return -EINVAL;
+    }
+    struct dra_claim *c = NULL;
+    int r = src->get(src->ctx, ns, name, uid, &c, err, errlen);
+    if (r < 0)
+        return r;
+    struct plan pl;
+    char share_dir[PATH_MAX] = "";
+    if ((r = make_plan(st, c, &pl, err, errlen)) < 0)
+        goto out;
+    /* nothing of ours in the claim (only other drivers' devices): no files, an
+     * empty answer, still checkpointed so that the answer stays the same */
+    if (pl.n == 0)
+        goto record;
+    if (pl.share && (r = write_share_files(st, c, &pl, share_dir, sizeof(share_dir))) < 0) {
+        errbuf_printf(err, errlen, "claim %s: cannot write its libvcuda files under %s: %s", uid,
+                      st->cfg->state_dir, strerror(-r));
+        goto undo;
+    }
+    if ((r = write_spec(st, c, &pl, share_dir)) < 0) {
+        errbuf_printf(err, errlen, "claim %s: cannot write its CDI spec in %s: %s", uid,
+                      st->cfg->cdi_dir, strerror(-r));
+        goto undo;
+    }
+    struct dra_prepared *p;
+record:
+    p = NULL;
+    if ((r = record(st, c, &pl, &p)) < 0) {
+        errbuf_printf(err, errlen, "claim %s: out of memory", uid);
+        goto undo;
+    }
+    if ((r = checkpoint_write(st)) < 0) {
+        errbuf_printf(err, errlen, "claim %s: cannot write the checkpoint in %s: %s", uid,
+                      st->cfg->state_dir, strerror(-r));
+        prepared_clear(p);
+        st->n_claims--;
+        goto undo;
+    }
+    *ret = p;
+    goto out;
+undo:
+    remove_claim_files(st, uid);
+out:
+    dra_claim_free(c);
+    return r;
+}
+
+int dra_unprepare(struct dra_state *st, const char *uid, char *err, size_t errlen)
+{
+    struct dra_prepared *p = find(st, uid);
+    if (!p)
+        return 0; /* never prepared here, or already undone */
+    int r = remove_claim_files(st, uid);
+    if (r < 0) {
+        errbuf_printf(err, errlen, "claim %s: cannot remove its files: %s", uid, strerror(-r));
+        return r;
+    }
+    size_t i = (size_t)(p - st->claims);
+    struct dra_prepared gone = *p;
+    memmove(&st->claims[i], &st->claims[i + 1], (st->n_claims - i - 1) * sizeof(*p));
+    st->n_claims--;
+    if ((r = checkpoint_write(st)) < 0) {
+        /* keep it: the kubelet retries and the files are already gone */
+        st->claims[st->n_claims++] = gone;
+        errbuf_printf(err, errlen, "claim %s: cannot write the checkpoint in %s: %s", uid,
+                      st->cfg->state_dir, strerror(-r));
+        return r;
+    }
+    prepared_clear(&gone);
+    return 0;
+}

@@ -1,0 +1,212 @@
+/* vgpu-kube.c — the vGPU pod source over the Kubernetes client's watch cache
+ * (src/kube): pending containers asking for vGPU resources, oldest pod first,
+ * read from the cache without an API call, and the assignment annotation as
+ * a merge PATCH; see vgpu-kube.h. */
+#include "vgpu-kube.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "config.h"
+#include "log.h"
+#include "objects.h"
+#include "pod.h"
+#include "podwatch.h"
+
+struct vgpu_kube {
+    struct kube_client *client;
+    struct kube_podwatch *watch;
+    char core_resource[128];
+    char memory_resource[128];
+    struct vgpu_pending *list;
+    size_t cap;
+    /* annotation keys of the list (one per entry) */
+    char (*keys)[VGPU_NAME_MAX + 32];
+};
+
+/* A container's amount of resource: its request, else its limit (extended
+ * resources must have a limit; the request defaults to it). Whole units only.
+ * Returns 0 (absent: 0) or -EINVAL. */
+static int amount(const struct kube_container *c, const char *resource, uint64_t *ret)
+{
+    const char *q = kube_container_request(c, resource);
+    if (!q)
+        q = kube_container_limit(c, resource);
+    *ret = 0;
+    if (!q)
+        return 0;
+    int64_t milli;
+    if (kube_quantity_parse_milli(q, &milli) < 0 || milli < 0 || milli % 1000)
+        return -EINVAL;
+    *ret = (uint64_t)(milli / 1000);
+    return 0;
+}
+
+static int cmp_pending(const void *a, const void *b)
+{
+    const struct vgpu_pending *x = a, *y = b;
+    if (x->created != y->created)
+        return x->created < y->created ? -1 : 1;
+    int r = strcmp(x->namespace, y->namespace);
+    if (r == 0)
+        r = strcmp(x->pod_name, y->pod_name);
+    return r;
+}
+
+static bool pending_phase(const struct kube_pod *p)
+{
+    return !p->deleting && (p->phase[0] == '\0' || strcmp(p->phase, "Pending") == 0);
+}
+
+static int op_pending(void *self, const struct vgpu_pending **ret, size_t *ret_n, char *err,
+                      size_t errlen)
+{
+    struct vgpu_kube *k = self;
+    const char *why = kube_podwatch_error(k->watch);
+    if (!kube_podwatch_synced(k->watch) || why) {
+        snprintf(err, errlen, "%s",
+                 why ? why
+                     : "the first LIST of this node's pods has not "
+                       "succeeded yet");
+        return -EHOSTUNREACH;
+    }
+    size_t n_pods, n = 0;
+    const struct kube_pod *const *pods = kube_podwatch_pods(k->watch, &n_pods);
+    size_t total = 0;
+    for (size_t i = 0; i < n_pods; i++)
+        if (pending_phase(pods[i]))
+            total += pods[i]->n_containers;
+    if (total > k->cap) {
+        struct vgpu_pending *l = realloc(k->list, total * sizeof(*l));
+        if (l)
+            k->list = l;
+        char(*keys)[VGPU_NAME_MAX + 32] = realloc(k->keys, total * sizeof(*keys));
+        if (keys)
+            k->keys = keys;
+        if (!l || !keys) {
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
+        k->cap = total;
+    }
+    for (size_t i = 0; i < n_pods; i++) {
+        const struct kube_pod *p = pods[i];
+        if (!pending_phase(p))
+            continue;
+        for (size_t c = 0; c < p->n_containers; c++) {
+            const struct kube_container *ct = &p->containers[c];
+            uint64_t cores, mem;
+            if (amount(ct, k->core_resource, &cores) < 0 ||
+                amount(ct, k->memory_resource, &mem) < 0) {
+                log_warn("vGPU: pod %s/%s container %s asks for a fraction of a vGPU unit: "
+                         "ignored",
+                         p->namespace, p->name, ct->name);
+                continue;
+            }
+            if (!cores && !mem)
+                continue;
+            snprintf(k->keys[n], sizeof(k->keys[n]), "%s%s", VGPU_ANNOTATION_PREFIX, ct->name);
+            k->list[n] = (struct vgpu_pending){
+                p->uid,           p->namespace, p->name, ct->name,
+                p->creation_time, cores,        mem,     kube_pod_annotation(p, k->keys[n])};
+            n++;
+        }
+    }
+    qsort(k->list, n, sizeof(*k->list), cmp_pending);
+    *ret = k->list;
+    *ret_n = n;
+    return 0;
+}
+
+static void on_patched(struct kube_client *c, const struct kube_response *resp, void *user_data)
+{
+    if (resp->error)
+        log_warn("vGPU: cannot annotate the pod with its GPU (the checkpoint has it): %s",
+                 resp->error);
+}
+
+static void op_annotate(void *self, const char *ns, const char *pod, const char *key,
+                        const char *value)
+{
+    struct vgpu_kube *k = self;
+    char *body = NULL;
+    char path[700];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, pod);
+    int r = kube_annotation_patch(&key, &value, 1, &body);
+    if (r == 0)
+        r = kube_client_request(k->client, "PATCH", path, "application/merge-patch+json", body,
+                                on_patched, k, NULL);
+    if (r < 0)
+        log_warn("vGPU: cannot annotate %s/%s with its GPU: %s", ns, pod, strerror(-r));
+    free(body);
+}
+
+static const struct vgpu_pods_ops kube_pods_ops = {op_pending, op_annotate};
+
+static void on_state(struct kube_podwatch *w, const char *error, void *user_data)
+{
+    if (error)
+        log_warn("vGPU: the pod watch is not in step (%s): vGPU Allocates are refused until it "
+                 "is",
+                 error);
+    else
+        log_info("vGPU: the pod watch is in step");
+}
+
+int vgpu_kube_new(struct ev_loop *loop, const struct vgpu_kube_options *opts,
+                  struct vgpu_kube **ret, char *err, size_t errlen)
+{
+    const char *node =
+        opts->node_name && opts->node_name[0] ? opts->node_name : getenv("NODE_NAME");
+    if (!node || !node[0]) {
+        snprintf(err, errlen, "no node name: set nodeName (--node-name) or $NODE_NAME");
+        return -EINVAL;
+    }
+    struct kube_config *kc = NULL;
+    int r = opts->kubeconfig && opts->kubeconfig[0]
+                ? kube_config_load_kubeconfig(opts->kubeconfig, &kc, err, errlen)
+                : kube_config_in_cluster(NULL, &kc, err, errlen);
+    if (r < 0)
+        return r;
+    struct vgpu_kube *k = calloc(1, sizeof(*k));
+    if (!k) {
+        kube_config_free(kc);
+        return -ENOMEM;
+    }
+    snprintf(k->core_resource, sizeof(k->core_resource), "%s", opts->core_resource);
+    snprintf(k->memory_resource, sizeof(k->memory_resource), "%s", opts->memory_resource);
+    static const struct kube_podwatch_ops wops = {NULL, on_state};
+    r = kube_client_new(loop, kc, &k->client);
+    kube_config_free(kc);
+    if (r == 0)
+        r = kube_podwatch_new(loop, k->client, node, &wops, k, &k->watch);
+    if (r == 0)
+        r = kube_podwatch_start(k->watch);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot start watching the pods of node %s: %s", node, strerror(-r));
+        vgpu_kube_free(k);
+        return r;
+    }
+    *ret = k;
+    return 0;
+}
+
+struct vgpu_kube *vgpu_kube_free(struct vgpu_kube *k)
+{
+    if (!k)
+        return NULL;
+    kube_podwatch_free(k->watch);
+    kube_client_free(k->client);
+    free(k->list);
+    free(k->keys);
+    free(k);
+    return NULL;
+}
+
+struct vgpu_pods vgpu_kube_pods(struct vgpu_kube *k)
+{
+    return (struct vgpu_pods){&kube_pods_ops, k};
+}

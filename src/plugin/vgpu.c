@@ -1,0 +1,900 @@
+/* vgpu.c — the vGPU provider: unit devices per GPU, matching an Allocate to
+ * a pending container, the GPU choice, the per-container files libvcuda
+ * reads, and the checkpoint; see vgpu.h. */
+#include "vgpu.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs.h"
+#include "log.h"
+#include "util.h"
+
+#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_MAX (16u << 20)
+#define VGPU_PATH_MAX 1024
+/* A unit ID is "<uuid>-<k>": the UUID leaves room for the unit number. */
+#define VGPU_UUID_MAX (ACCELD_ID_MAX - 8)
+#define VGPU_MAX_UNITS 999999 /* six digits after the dash */
+
+static const char *const control_nodes[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
+#define N_CONTROL ARRAY_SIZE(control_nodes)
+
+static const char *const resource_label[] = {"vcuda-core", "vcuda-memory"};
+
+struct gpu {
+    char uuid[VGPU_UUID_MAX];
+    int minor;
+    int numa;
+    uint64_t mem_units;
+    bool healthy;
+    char node[32];
+    size_t base[2]; /* index of its first unit in each resource's list */
+    uint64_t used_cores, used_mem;
+};
+
+/* One container's share. */
+struct assign {
+    char pod_uid[VGPU_NAME_MAX];
+    char ns[VGPU_NAME_MAX];
+    char pod[VGPU_NAME_MAX];
+    char container[VGPU_NAME_MAX];
+    uint64_t amount[2]; /* cores, memory units requested */
+    bool done[2];       /* this resource's Allocate answered */
+    bool whole;         /* 100·k cores: k whole GPUs, no libvcuda */
+    size_t gpus[VGPU_MAX_GPUS];
+    size_t n_gpus;
+    /* answer strings */
+    char dir[VGPU_PATH_MAX];
+    char config[VGPU_PATH_MAX + 16];
+    char preload[VGPU_PATH_MAX + 16];
+    char region[VGPU_PATH_MAX + 16];
+    char visible[VGPU_MAX_GPUS * VGPU_UUID_MAX];
+};
+
+/* One resource's view: its own health flags and generation, so each of the
+ * two endpoints learns of a health change. */
+struct view {
+    struct vgpu *v;
+    enum vgpu_resource r;
+    size_t count;
+    bool healthy[VGPU_MAX_GPUS];
+    uint64_t generation;
+};
+
+struct vgpu {
+    struct gpu gpus[VGPU_MAX_GPUS];
+    size_t n;
+    struct view views[2];
+    char (*ids[2])[ACCELD_ID_MAX];
+    uint16_t *id_gpu[2]; /* unit index -> GPU index */
+
+    char state_dir[VGPU_PATH_MAX];
+    char checkpoint[VGPU_PATH_MAX + 32];
+    char library[VGPU_PATH_MAX];
+    uint64_t unit_bytes;
+    enum vgpu_policy policy;
+    char common_paths[N_CONTROL][32];
+    size_t n_common;
+    struct vgpu_pods pods;
+
+    struct assign **as; /* in creation order */
+    size_t n_as, cap_as;
+
+    /* Allocate's answer (borrowed by the transport until the next call) */
+    struct acceld_kv env;
+    struct acceld_mount mounts[4];
+    struct acceld_devnode nodes[VGPU_MAX_GPUS + N_CONTROL];
+};
+
+/* ------------------------------------------------------------ helpers */
+
+/* A pod UID or container name used as a path component: no '/', no leading
+ * '.', only the characters Kubernetes allows in either. */
+static bool safe_component(const char *s)
+{
+    size_t len = strlen(s);
+    if (len == 0 || len >= VGPU_NAME_MAX || s[0] == '.')
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '.' || *p == '_'))
+            return false;
+    return true;
+}
+
+static int find_gpu(const struct vgpu *v, const char *uuid, size_t len)
+{
+    for (size_t i = 0; i < v->n; i++)
+        if (strlen(v->gpus[i].uuid) == len && strncmp(v->gpus[i].uuid, uuid, len) == 0)
+            return (int)i;
+    return -1;
+}
+
+static uint64_t gpu_units(const struct gpu *g, enum vgpu_resource r)
+{
+    return r == VGPU_CORES ? VGPU_CORES_PER_GPU : g->mem_units;
+}
+
+static void recount(struct vgpu *v)
+{
+    for (size_t i = 0; i < v->n; i++)
+        v->gpus[i].used_cores = v->gpus[i].used_mem = 0;
+    for (size_t a = 0; a < v->n_as; a++) {
+        const struct assign *as = v->as[a];
+        for (size_t k = 0; k < as->n_gpus; k++) {
+            struct gpu *g = &v->gpus[as->gpus[k]];
+            g->used_cores += as->whole ? VGPU_CORES_PER_GPU : as->amount[VGPU_CORES];
+            g->used_mem += as->whole ? g->mem_units : as->amount[VGPU_MEMORY];
+        }
+    }
+}
+
+static void free_units(const struct vgpu *v, size_t i, uint64_t *cores, uint64_t *mem)
+{
+    const struct gpu *g = &v->gpus[i];
+    *cores = g->used_cores >= VGPU_CORES_PER_GPU ? 0 : VGPU_CORES_PER_GPU - g->used_cores;
+    *mem = g->used_mem >= g->mem_units ? 0 : g->mem_units - g->used_mem;
+}
+
+void vgpu_gpu_free_units(const struct vgpu *v, size_t idx, uint64_t *cores, uint64_t *memory)
+{
+    free_units(v, idx, cores, memory);
+}
+
+size_t vgpu_assignment_count(const struct vgpu *v)
+{
+    return v->n_as;
+}
+
+/* Room for one more assignment. 0 or -ENOMEM. */
+static int reserve_slot(struct vgpu *v)
+{
+    if (v->n_as < v->cap_as)
+        return 0;
+    size_t cap = v->cap_as ? v->cap_as * 2 : 16;
+    struct assign **na = realloc(v->as, cap * sizeof(*na));
+    if (!na)
+        return -ENOMEM;
+    v->as = na;
+    v->cap_as = cap;
+    return 0;
+}
+
+/* ------------------------------------------------------------ checkpoint */
+
+static int checkpoint_write(struct vgpu *v)
+{
+    json_t *root = json_object(), *arr = json_array();
+    if (!root || !arr) {
+        json_decref(root);
+        json_decref(arr);
+        return -ENOMEM;
+    }
+    json_object_set_new(root, "version", json_integer(CHECKPOINT_VERSION));
+    json_object_set_new(root, "assignments", arr);
+    for (size_t a = 0; a < v->n_as; a++) {
+        const struct assign *as = v->as[a];
+        json_t *gpus = json_array();
+        for (size_t k = 0; k < as->n_gpus; k++)
+            json_array_append_new(gpus, json_string(v->gpus[as->gpus[k]].uuid));
+        json_array_append_new(
+            arr, json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:b,s:b,s:b,s:o}", "podUID", as->pod_uid,
+                           "namespace", as->ns, "pod", as->pod, "container", as->container, "cores",
+                           (json_int_t)as->amount[VGPU_CORES], "memory",
+                           (json_int_t)as->amount[VGPU_MEMORY], "coresDone", as->done[VGPU_CORES],
+                           "memoryDone", as->done[VGPU_MEMORY], "whole", as->whole, "gpus", gpus));
+    }
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!text)
+        return -ENOMEM;
+    int r = fs_write_atomic(v->checkpoint, text, strlen(text), 0600);
+    free(text);
+    if (r < 0)
+        log_error("cannot write the vGPU checkpoint %s: %s", v->checkpoint, strerror(-r));
+    return r;
+}
+
+static int assign_paths(const struct vgpu *v, struct assign *as)
+{
+    int n =
+        snprintf(as->dir, sizeof(as->dir), "%s/%s/%s", v->state_dir, as->pod_uid, as->container);
+    if (n < 0 || (size_t)n >= sizeof(as->dir))
+        return -ENAMETOOLONG;
+    snprintf(as->config, sizeof(as->config), "%s/config", as->dir);
+    snprintf(as->preload, sizeof(as->preload), "%s/ld.so.preload", as->dir);
+    snprintf(as->region, sizeof(as->region), "%s/region", as->dir);
+    size_t at = 0;
+    as->visible[0] = '\0';
+    for (size_t k = 0; k < as->n_gpus; k++)
+        at += (size_t)snprintf(as->visible + at, sizeof(as->visible) - at, "%s%s", k ? "," : "",
+                               v->gpus[as->gpus[k]].uuid);
+    return 0;
+}
+
+static const char *jstr(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+/* Loads the checkpoint; entries that do not fit this node are dropped with a
+ * line. A file that cannot be parsed is an error: acceld must not forget
+ * shares it handed out (move it away to start empty). */
+static int checkpoint_load(struct vgpu *v, char *err, size_t errlen)
+{
+    char *text;
+    size_t len;
+    int r = fs_read_all(v->checkpoint, CHECKPOINT_MAX, &text, &len);
+    if (r == -ENOENT)
+        return 0;
+    if (r < 0) {
+        snprintf(err, errlen, "cannot read the vGPU checkpoint %s: %s", v->checkpoint,
+                 strerror(-r));
+        return r;
+    }
+    json_error_t je;
+    json_t *root = json_loadb(text, len, 0, &je);
+    free(text);
+    json_t *arr = json_object_get(root, "assignments");
+    if (!root || !json_is_array(arr) ||
+        json_integer_value(json_object_get(root, "version")) != CHECKPOINT_VERSION) {
+        snprintf(err, errlen,
+                 "the vGPU checkpoint %s is not a version %d checkpoint (%s); move it away to "
+                 "start with no assignments (running containers then lose their record)",
+                 v->checkpoint, CHECKPOINT_VERSION, root ? "wrong shape" : je.text);
+        json_decref(root);
+        return -EINVAL;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e)
+    {
+        struct assign *as = calloc(1, sizeof(*as));
+        if (!as) {
+            json_decref(root);
+            return -ENOMEM;
+        }
+        snprintf(as->pod_uid, sizeof(as->pod_uid), "%s", jstr(e, "podUID"));
+        snprintf(as->ns, sizeof(as->ns), "%s", jstr(e, "namespace"));
+        snprintf(as->pod, sizeof(as->pod), "%s", jstr(e, "pod"));
+        snprintf(as->container, sizeof(as->container), "%s", jstr(e, "container"));
+        json_int_t c = json_integer_value(json_object_get(e, "cores"));
+        json_int_t m = json_integer_value(json_object_get(e, "memory"));
+        as->amount[VGPU_CORES] = c > 0 ? (uint64_t)c : 0;
+        as->amount[VGPU_MEMORY] = m > 0 ? (uint64_t)m : 0;
+        as->done[VGPU_CORES] = json_is_true(json_object_get(e, "coresDone"));
+        as->done[VGPU_MEMORY] = json_is_true(json_object_get(e, "memoryDone"));
+        as->whole = json_is_true(json_object_get(e, "whole"));
+        json_t *gpus = json_object_get(e, "gpus"), *g;
+        size_t k;
+        bool ok = safe_component(as->pod_uid) && safe_component(as->container) &&
+                  json_is_array(gpus) && json_array_size(gpus) > 0 &&
+                  json_array_size(gpus) <= VGPU_MAX_GPUS;
+        json_array_foreach(gpus, k, g)
+        {
+            const char *u = json_string_value(g);
+            int gi = u ? find_gpu(v, u, strlen(u)) : -1;
+            if (gi < 0 || !ok) {
+                ok = false;
+                break;
+            }
+            as->gpus[as->n_gpus++] = (size_t)gi;
+        }
+        if (!ok || assign_paths(v, as) < 0) {
+            log_warn("vGPU checkpoint: dropping the assignment of %s/%s container %s: its GPU "
+                     "is not on this node in vgpu mode, or the entry is malformed",
+                     as->ns, as->pod, as->container);
+            free(as);
+            continue;
+        }
+        if (reserve_slot(v) < 0) {
+            free(as);
+            json_decref(root);
+            return -ENOMEM;
+        }
+        v->as[v->n_as++] = as;
+    }
+    json_decref(root);
+    recount(v);
+    log_info("vGPU checkpoint: %zu assignment(s) restored", v->n_as);
+    return 0;
+}
+
+/* ------------------------------------------------------------ files */
+
+static int write_files(const struct vgpu *v, const struct assign *as)
+{
+    int r = fs_mkdir_p(as->region, 0755);
+    if (r < 0)
+        return r;
+    /* the container's user (any uid) writes its usage region here */
+    if (chmod(as->region, 0777) < 0)
+        return -errno;
+    char conf[2048];
+    const struct gpu *g = &v->gpus[as->gpus[0]];
+    int n = snprintf(conf, sizeof(conf),
+                     "# written by acceld for %s/%s container %s\n"
+                     "memory_limit = %llu\n"
+                     "region = %s/usage\n"
+                     "devices = %s\n",
+                     as->ns, as->pod, as->container,
+                     (unsigned long long)(as->amount[VGPU_MEMORY] * v->unit_bytes),
+                     VGPU_CONTAINER_REGION_DIR, g->uuid);
+    if (as->amount[VGPU_CORES] > 0 && as->amount[VGPU_CORES] < VGPU_CORES_PER_GPU)
+        n += snprintf(conf + n, sizeof(conf) - (size_t)n, "core_limit = %llu\n",
+                      (unsigned long long)as->amount[VGPU_CORES]);
+    if ((r = fs_write_atomic(as->config, conf, (size_t)n, 0644)) < 0)
+        return r;
+    char pre[VGPU_PATH_MAX];
+    n = snprintf(pre, sizeof(pre), "%s\n", VGPU_CONTAINER_LIBRARY);
+    return fs_write_atomic(as->preload, pre, (size_t)n, 0644);
+}
+
+static void remove_files(const struct assign *as)
+{
+    DIR *d = opendir(as->region);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            char p[VGPU_PATH_MAX + 300];
+            snprintf(p, sizeof(p), "%s/%s", as->region, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(as->region);
+    unlink(as->config);
+    unlink(as->preload);
+    rmdir(as->dir);
+    char pod_dir[VGPU_PATH_MAX];
+    snprintf(pod_dir, sizeof(pod_dir), "%s", as->dir);
+    char *slash = strrchr(pod_dir, '/');
+    if (slash) {
+        *slash = '\0';
+        rmdir(pod_dir); /* only when empty: other containers of the pod keep it */
+    }
+}
+
+/* ------------------------------------------------------------ matching */
+
+static bool assigned(const struct vgpu *v, const char *pod_uid, const char *container)
+{
+    for (size_t a = 0; a < v->n_as; a++)
+        if (strcmp(v->as[a]->pod_uid, pod_uid) == 0 && strcmp(v->as[a]->container, container) == 0)
+            return true;
+    return false;
+}
+
+static bool fits(const struct vgpu *v, size_t i, uint64_t cores, uint64_t mem)
+{
+    uint64_t fc, fm;
+    free_units(v, i, &fc, &fm);
+    return v->gpus[i].healthy && fc >= cores && fm >= mem;
+}
+
+/* Picks the GPU(s) for p. Returns 0 or -ENOSPC with a message naming the
+ * largest fit. */
+static int choose(const struct vgpu *v, const struct vgpu_pending *p, struct assign *as, char *err,
+                  size_t errlen)
+{
+    uint64_t c = p->cores, m = p->memory;
+    if (c >= VGPU_CORES_PER_GPU && c % VGPU_CORES_PER_GPU == 0) {
+        size_t k = c / VGPU_CORES_PER_GPU, got = 0;
+        as->whole = true;
+        for (size_t i = 0; i < v->n && got < k; i++)
+            if (v->gpus[i].healthy && v->gpus[i].used_cores == 0 && v->gpus[i].used_mem == 0)
+                as->gpus[got++] = i;
+        if (got == k) {
+            as->n_gpus = k;
+            return 0;
+        }
+        snprintf(err, errlen,
+                 "%s/%s container %s asks for %llu cores (%zu whole GPUs) but only %zu healthy "
+                 "GPU(s) in vgpu mode are wholly free on this node",
+                 p->namespace, p->pod_name, p->container, (unsigned long long)c, k, got);
+        return -ENOSPC;
+    }
+    if (c > VGPU_CORES_PER_GPU) {
+        snprintf(err, errlen,
+                 "%s/%s container %s asks for %llu cores: more than one GPU (100) must be a "
+                 "multiple of 100 (whole GPUs); ask for at most 100 or a multiple of 100",
+                 p->namespace, p->pod_name, p->container, (unsigned long long)c);
+        return -EINVAL;
+    }
+    if (p->chosen_gpu) {
+        int i = find_gpu(v, p->chosen_gpu, strlen(p->chosen_gpu));
+        if (i < 0 || !fits(v, (size_t)i, c, m)) {
+            snprintf(err, errlen,
+                     "%s/%s container %s: the scheduler extender chose GPU %s, which %s",
+                     p->namespace, p->pod_name, p->container, p->chosen_gpu,
+                     i < 0 ? "is not a vgpu-mode GPU of this node"
+                           : "is unhealthy or has too little free");
+            return -ENOSPC;
+        }
+        as->gpus[0] = (size_t)i;
+        as->n_gpus = 1;
+        return 0;
+    }
+    int best = -1;
+    uint64_t best_c = 0, best_m = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        if (!fits(v, i, c, m))
+            continue;
+        uint64_t fc, fm;
+        free_units(v, i, &fc, &fm);
+        bool better = best < 0 ||
+                      (v->policy == VGPU_BINPACK ? (fc < best_c || (fc == best_c && fm < best_m))
+                                                 : (fc > best_c || (fc == best_c && fm > best_m)));
+        if (better) {
+            best = (int)i;
+            best_c = fc;
+            best_m = fm;
+        }
+    }
+    if (best >= 0) {
+        as->gpus[0] = (size_t)best;
+        as->n_gpus = 1;
+        return 0;
+    }
+    /* the largest fit: the healthy GPU with the most free memory (then cores) */
+    int big = -1;
+    uint64_t bc = 0, bm = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        uint64_t fc, fm;
+        free_units(v, i, &fc, &fm);
+        if (v->gpus[i].healthy && (big < 0 || fm > bm || (fm == bm && fc > bc))) {
+            big = (int)i;
+            bc = fc;
+            bm = fm;
+        }
+    }
+    if (big < 0)
+        snprintf(err, errlen,
+                 "%s/%s container %s asks for %llu cores and %llu memory units but no GPU in "
+                 "vgpu mode on this node is healthy",
+                 p->namespace, p->pod_name, p->container, (unsigned long long)c,
+                 (unsigned long long)m);
+    else
+        snprintf(err, errlen,
+                 "%s/%s container %s asks for %llu cores and %llu memory units (%llu MiB) on one "
+                 "GPU, but no healthy GPU has that free; the largest fit is %llu cores and %llu "
+                 "units (%llu MiB) on GPU %s",
+                 p->namespace, p->pod_name, p->container, (unsigned long long)c,
+                 (unsigned long long)m, (unsigned long long)(m * v->unit_bytes >> 20),
+                 (unsigned long long)bc, (unsigned long long)bm,
+                 (unsigned long long)(bm * v->unit_bytes >> 20), v->gpus[big].uuid);
+    return -ENOSPC;
+}
+
+static bool complete(const struct assign *as)
+{
+    return (as->done[VGPU_CORES] || !as->amount[VGPU_CORES]) &&
+           (as->done[VGPU_MEMORY] || !as->amount[VGPU_MEMORY]);
+}
+
+/* The kubelet allocates every resource of a container before it moves to the
+ * next container; so when a new container's first Allocate comes, an
+ * assignment still waiting for its second resource will never get it (that
+ * admission failed). Dropping it frees its share and keeps it from catching
+ * another container's call. */
+static void drop_abandoned(struct vgpu *v)
+{
+    for (size_t a = 0; a < v->n_as;) {
+        struct assign *as = v->as[a];
+        if (complete(as)) {
+            a++;
+            continue;
+        }
+        log_warn("vGPU: %s/%s container %s never got its second Allocate (its admission "
+                 "failed): its share on %s is free again",
+                 as->ns, as->pod, as->container, as->visible);
+        remove_files(as);
+        free(as);
+        memmove(&v->as[a], &v->as[a + 1], (v->n_as - a - 1) * sizeof(*v->as));
+        v->n_as--;
+    }
+}
+
+/* False when the pod source answers and no longer lists as's container as
+ * pending (its admission failed, or it was deleted): then a call must not be
+ * taken as as's second one. Without an answer, the checkpoint is trusted. */
+static bool still_pending(struct vgpu *v, const struct assign *as)
+{
+    const struct vgpu_pending *list;
+    size_t n;
+    char why[64];
+    if (!v->pods.ops || v->pods.ops->pending(v->pods.self, &list, &n, why, sizeof(why)) < 0)
+        return true;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(list[i].pod_uid, as->pod_uid) == 0 &&
+            strcmp(list[i].container, as->container) == 0)
+            return true;
+    return false;
+}
+
+/* The first call for a container: the oldest pending container asking for
+ * exactly `amount` of r, not yet assigned. */
+static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, struct assign **ret,
+                     char *err, size_t errlen)
+{
+    const char *res = resource_label[r];
+    if (!v->pods.ops) {
+        snprintf(err, errlen,
+                 "cannot tell which pod this Allocate of %llu %s is for: acceld has no API "
+                 "server connection (give --kubeconfig, or run in-cluster with NODE_NAME set)",
+                 (unsigned long long)amount, res);
+        return -EHOSTUNREACH;
+    }
+    drop_abandoned(v);
+    const struct vgpu_pending *list;
+    size_t n;
+    char why[512];
+    int r2 = v->pods.ops->pending(v->pods.self, &list, &n, why, sizeof(why));
+    if (r2 < 0) {
+        snprintf(err, errlen,
+                 "cannot tell which pod this Allocate of %llu %s is for: the API server's pod "
+                 "list is not available (%s); acceld does not guess",
+                 (unsigned long long)amount, res, why);
+        return r2;
+    }
+    const struct vgpu_pending *p = NULL;
+    for (size_t i = 0; i < n && !p; i++) {
+        uint64_t want = r == VGPU_CORES ? list[i].cores : list[i].memory;
+        if (want == amount && !assigned(v, list[i].pod_uid, list[i].container))
+            p = &list[i];
+    }
+    if (!p) {
+        snprintf(err, errlen,
+                 "no pending pod on this node has a container asking for exactly %llu %s that is "
+                 "not assigned yet (is the pod bound to this node, and is the watch of the API "
+                 "server current?)",
+                 (unsigned long long)amount, res);
+        return -ENOENT;
+    }
+    if (!safe_component(p->pod_uid) || !safe_component(p->container) ||
+        strlen(p->namespace) >= VGPU_NAME_MAX || strlen(p->pod_name) >= VGPU_NAME_MAX) {
+        snprintf(err, errlen, "pod %s/%s: its UID or container name cannot name a directory",
+                 p->namespace, p->pod_name);
+        return -EINVAL;
+    }
+    struct assign *as = calloc(1, sizeof(*as));
+    if (!as)
+        return -ENOMEM;
+    snprintf(as->pod_uid, sizeof(as->pod_uid), "%s", p->pod_uid);
+    snprintf(as->ns, sizeof(as->ns), "%s", p->namespace);
+    snprintf(as->pod, sizeof(as->pod), "%s", p->pod_name);
+    snprintf(as->container, sizeof(as->container), "%s", p->container);
+    as->amount[VGPU_CORES] = p->cores;
+    as->amount[VGPU_MEMORY] = p->memory;
+    int rc = choose(v, p, as, err, errlen);
+    if (rc == 0)
+        rc = assign_paths(v, as);
+    if (rc == 0 && !as->whole) {
+        rc = write_files(v, as);
+        if (rc < 0) {
+            snprintf(err, errlen, "cannot write the vGPU files of %s/%s container %s under %s: %s",
+                     p->namespace, p->pod_name, p->container, as->dir, strerror(-rc));
+            remove_files(as);
+        }
+    }
+    if (rc == 0)
+        rc = reserve_slot(v);
+    if (rc < 0) {
+        free(as);
+        return rc;
+    }
+    v->as[v->n_as++] = as;
+    recount(v);
+    char key[VGPU_NAME_MAX + 32];
+    snprintf(key, sizeof(key), "%s%s", VGPU_ANNOTATION_PREFIX, as->container);
+    v->pods.ops->annotate(v->pods.self, as->ns, as->pod, key, as->visible);
+    *ret = as;
+    return 0;
+}
+
+static int vgpu_allocate(void *self, const struct acceld_alloc_req *reqs, size_t n,
+                         struct acceld_alloc *out, char *err, size_t errlen)
+{
+    struct view *w = self;
+    struct vgpu *v = w->v;
+    enum vgpu_resource r = w->r, o = r == VGPU_CORES ? VGPU_MEMORY : VGPU_CORES;
+    if (n != 1) {
+        snprintf(err, errlen,
+                 "an Allocate of %s names %zu containers; the kubelet sends one per call and "
+                 "acceld matches each to its pod one at a time",
+                 resource_label[r], n);
+        return -EINVAL;
+    }
+    uint64_t amount = reqs[0].n_devs;
+    /* The second call for a container: the assignment waiting for r. */
+    struct assign *as = NULL;
+    for (size_t a = 0; a < v->n_as && !as; a++) {
+        struct assign *x = v->as[a];
+        if (!x->done[r] && x->done[o] && x->amount[r] == amount && still_pending(v, x))
+            as = x;
+    }
+    bool fresh = !as;
+    if (!as) {
+        int rc = match_new(v, r, amount, &as, err, errlen);
+        if (rc < 0) {
+            log_warn("vGPU Allocate refused: %s", err);
+            return rc;
+        }
+    }
+    as->done[r] = true;
+    if (checkpoint_write(v) < 0) {
+        as->done[r] = false;
+        if (fresh) {
+            remove_files(as);
+            free(as);
+            v->n_as--;
+            recount(v);
+        }
+        snprintf(err, errlen, "cannot record the vGPU assignment in %s; check the state dir",
+                 v->checkpoint);
+        return -EIO;
+    }
+    log_info("vGPU: %s/%s container %s: %llu %s on %s%s", as->ns, as->pod, as->container,
+             (unsigned long long)amount, resource_label[r], as->visible,
+             as->whole ? " (whole GPUs, no limits)" : "");
+
+    /* Both responses set the same env; the mounts and device nodes come
+     * with one of them (cores when asked for, else memory), so the runtime
+     * never sees a path twice. */
+    out[0] = (struct acceld_alloc){0};
+    v->env = (struct acceld_kv){"NVIDIA_VISIBLE_DEVICES", as->visible};
+    out[0].envs = &v->env;
+    out[0].n_envs = 1;
+    enum vgpu_resource primary = as->amount[VGPU_CORES] ? VGPU_CORES : VGPU_MEMORY;
+    if (r != primary)
+        return 0;
+    size_t nn = 0;
+    for (size_t k = 0; k < as->n_gpus; k++) {
+        const char *node = v->gpus[as->gpus[k]].node;
+        v->nodes[nn++] = (struct acceld_devnode){node, node, "rw"};
+    }
+    for (size_t i = 0; i < v->n_common; i++)
+        v->nodes[nn++] = (struct acceld_devnode){v->common_paths[i], v->common_paths[i], "rw"};
+    out[0].devices = v->nodes;
+    out[0].n_devices = nn;
+    if (!as->whole) {
+        v->mounts[0] = (struct acceld_mount){VGPU_CONTAINER_LIBRARY, v->library, true};
+        v->mounts[1] = (struct acceld_mount){VGPU_CONTAINER_CONFIG, as->config, true};
+        v->mounts[2] = (struct acceld_mount){VGPU_CONTAINER_PRELOAD, as->preload, true};
+        v->mounts[3] = (struct acceld_mount){VGPU_CONTAINER_REGION_DIR, as->region, false};
+        out[0].mounts = v->mounts;
+        out[0].n_mounts = 4;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ reconcile */
+
+int vgpu_reconcile(struct vgpu *v, const char *const *live, size_t n)
+{
+    int dropped = 0;
+    for (size_t a = 0; a < v->n_as;) {
+        struct assign *as = v->as[a];
+        bool alive = !complete(as);
+        char key[3 * VGPU_NAME_MAX + 4];
+        snprintf(key, sizeof(key), "%s/%s/%s", as->ns, as->pod, as->container);
+        for (size_t i = 0; i < n && !alive; i++)
+            alive = strcmp(live[i], key) == 0;
+        if (alive) {
+            a++;
+            continue;
+        }
+        log_info("vGPU: %s no longer exists: its share on %s is free again", key, as->visible);
+        remove_files(as);
+        free(as);
+        memmove(&v->as[a], &v->as[a + 1], (v->n_as - a - 1) * sizeof(*v->as));
+        v->n_as--;
+        dropped++;
+    }
+    if (!dropped)
+        return 0;
+    recount(v);
+    int r = checkpoint_write(v);
+    return r < 0 ? r : dropped;
+}
+
+/* ------------------------------------------------------------ provider ops */
+
+static size_t op_count(void *self)
+{
+    return ((struct view *)self)->count;
+}
+
+static void op_device(void *self, size_t idx, struct acceld_device *out)
+{
+    struct view *w = self;
+    size_t g = w->v->id_gpu[w->r][idx];
+    *out = (struct acceld_device){w->v->ids[w->r][idx], w->healthy[g], w->v->gpus[g].numa};
+}
+
+/* "<uuid>-<k>": the UUID is looked up among the node's GPUs (at most
+ * VGPU_MAX_GPUS), k parsed; no scan of anything the request controls. */
+static int op_find(void *self, const char *id)
+{
+    struct view *w = self;
+    const char *dash = strrchr(id, '-');
+    if (!dash || !dash[1] || strlen(dash + 1) > 6)
+        return -1;
+    uint64_t k = 0;
+    for (const char *p = dash + 1; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        k = k * 10 + (uint64_t)(*p - '0');
+    }
+    if (dash[1] == '0' && dash[2])
+        return -1; /* one spelling per ID */
+    int g = find_gpu(w->v, id, (size_t)(dash - id));
+    if (g < 0 || k >= gpu_units(&w->v->gpus[g], w->r))
+        return -1;
+    return (int)(w->v->gpus[g].base[w->r] + k);
+}
+
+static uint64_t op_generation(void *self)
+{
+    return ((struct view *)self)->generation;
+}
+
+static bool op_set_gpu_health(void *self, const char *uuid, bool healthy)
+{
+    struct view *w = self;
+    int g = find_gpu(w->v, uuid, strlen(uuid));
+    if (g < 0)
+        return false;
+    w->v->gpus[g].healthy = healthy; /* both views agree; each reports its own change */
+    if (w->healthy[g] == healthy)
+        return false;
+    w->healthy[g] = healthy;
+    w->generation++;
+    return true;
+}
+
+static const struct acceld_provider_ops vgpu_ops = {
+    .count = op_count,
+    .device = op_device,
+    .find = op_find,
+    .generation = op_generation,
+    .prefer = NULL, /* the GPU is chosen at Allocate, when the pod is known */
+    .allocate = vgpu_allocate,
+    .set_gpu_health = op_set_gpu_health,
+};
+
+void vgpu_set_pods(struct vgpu *v, const struct vgpu_pods *pods)
+{
+    v->pods = pods ? *pods : (struct vgpu_pods){0};
+}
+
+struct acceld_provider vgpu_provider(struct vgpu *v, enum vgpu_resource r)
+{
+    return (struct acceld_provider){&vgpu_ops, &v->views[r]};
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_options *opts,
+             const struct vgpu_pods *pods, struct vgpu **ret, char *err, size_t errlen)
+{
+    if (n > VGPU_MAX_GPUS) {
+        snprintf(err, errlen, "%zu GPUs in vgpu mode; at most %d", n, VGPU_MAX_GPUS);
+        return -EINVAL;
+    }
+    if (opts->memory_unit_bytes < (1u << 20)) {
+        snprintf(err, errlen, "the vGPU memory unit must be at least 1 MiB");
+        return -EINVAL;
+    }
+    if (strlen(opts->state_dir) + 8 >= VGPU_PATH_MAX || strlen(opts->library) >= VGPU_PATH_MAX ||
+        opts->library[0] != '/') {
+        snprintf(err, errlen, "the state dir or the libvcuda path is too long or not absolute");
+        return -EINVAL;
+    }
+    struct vgpu *v = calloc(1, sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    v->n = n;
+    v->unit_bytes = opts->memory_unit_bytes;
+    v->policy = opts->policy;
+    snprintf(v->state_dir, sizeof(v->state_dir), "%s/vgpu", opts->state_dir);
+    snprintf(v->checkpoint, sizeof(v->checkpoint), "%s/checkpoint.json", v->state_dir);
+    snprintf(v->library, sizeof(v->library), "%s", opts->library);
+    if (pods)
+        v->pods = *pods;
+    size_t total[2] = {0, 0};
+    int r = -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        struct gpu *g = &v->gpus[i];
+        if (!gpus[i].uuid || !gpus[i].uuid[0] || strlen(gpus[i].uuid) >= sizeof(g->uuid) ||
+            find_gpu(v, gpus[i].uuid, strlen(gpus[i].uuid)) >= 0) {
+            snprintf(err, errlen, "GPU %zu: UUID empty, repeated or longer than %d characters", i,
+                     VGPU_UUID_MAX - 1);
+            goto fail;
+        }
+        snprintf(g->uuid, sizeof(g->uuid), "%s", gpus[i].uuid);
+        g->minor = gpus[i].minor;
+        g->numa = gpus[i].numa_node;
+        g->healthy = gpus[i].healthy;
+        g->mem_units = gpus[i].memory_bytes / v->unit_bytes;
+        if (g->mem_units > VGPU_MAX_UNITS) {
+            snprintf(err, errlen,
+                     "GPU %s: %llu memory units of %llu bytes is over the %d a GPU may have; "
+                     "raise vgpu.memoryUnit",
+                     g->uuid, (unsigned long long)g->mem_units, (unsigned long long)v->unit_bytes,
+                     VGPU_MAX_UNITS);
+            goto fail;
+        }
+        snprintf(g->node, sizeof(g->node), "/dev/nvidia%d", g->minor);
+        for (int k = 0; k < 2; k++) {
+            g->base[k] = total[k];
+            total[k] += gpu_units(g, (enum vgpu_resource)k);
+        }
+    }
+    r = -ENOMEM;
+    for (int k = 0; k < 2; k++) {
+        v->views[k] =
+            (struct view){.v = v, .r = (enum vgpu_resource)k, .count = total[k], .generation = 1};
+        for (size_t i = 0; i < n; i++)
+            v->views[k].healthy[i] = v->gpus[i].healthy;
+        v->ids[k] = calloc(total[k] ? total[k] : 1, sizeof(*v->ids[k]));
+        v->id_gpu[k] = calloc(total[k] ? total[k] : 1, sizeof(*v->id_gpu[k]));
+        if (!v->ids[k] || !v->id_gpu[k])
+            goto fail;
+        for (size_t i = 0; i < n; i++)
+            for (uint64_t u = 0; u < gpu_units(&v->gpus[i], (enum vgpu_resource)k); u++) {
+                size_t at = v->gpus[i].base[k] + u;
+                char num[24];
+                int ln = snprintf(num, sizeof(num), "-%llu", (unsigned long long)u);
+                size_t lu = strlen(v->gpus[i].uuid);
+                memcpy(v->ids[k][at], v->gpus[i].uuid, lu); /* ≤ 55 + 7 < 64: checked above */
+                memcpy(v->ids[k][at] + lu, num, (size_t)ln + 1);
+                v->id_gpu[k][at] = (uint16_t)i;
+            }
+    }
+    for (size_t i = 0; i < N_CONTROL; i++) {
+        char host[VGPU_PATH_MAX + 32];
+        snprintf(host, sizeof(host), "%s/%s", opts->dev_root, control_nodes[i]);
+        if (access(host, F_OK) == 0)
+            snprintf(v->common_paths[v->n_common++], sizeof(v->common_paths[0]), "/dev/%s",
+                     control_nodes[i]);
+    }
+    if ((r = fs_mkdir_p(v->state_dir, 0755)) < 0) {
+        snprintf(err, errlen, "cannot create %s: %s", v->state_dir, strerror(-r));
+        goto fail;
+    }
+    if ((r = checkpoint_load(v, err, errlen)) < 0)
+        goto fail;
+    *ret = v;
+    return 0;
+fail:
+    vgpu_free(v);
+    return r;
+}
+
+struct vgpu *vgpu_free(struct vgpu *v)
+{
+    if (!v)
+        return NULL;
+    for (size_t a = 0; a < v->n_as; a++)
+        free(v->as[a]);
+    free(v->as);
+    for (int k = 0; k < 2; k++) {
+        free(v->ids[k]);
+        free(v->id_gpu[k]);
+    }
+    free(v);
+    return NULL;
+}

@@ -1,0 +1,119 @@
+/* vgpu.h — the vGPU provider: each GPU in vgpu mode shared between
+ * containers through libvcuda, served as two resources (provider.h):
+ * cores (`tencent.com/vcuda-core`, 100 units a GPU) and memory
+ * (`tencent.com/vcuda-memory`, units of 256 MiB by default), GPU-Manager's
+ * names and units.
+ *
+ * The kubelet calls Allocate per container and per resource, in either
+ * order, without naming the pod. vgpu matches each call to a pending
+ * container through a pod source (struct vgpu_pods: the API server's watch
+ * cache in acceld, a table in tests): the first call for a container picks
+ * the oldest pending pod+container that asks for exactly this amount and is
+ * not assigned yet; the call for the other resource finds the same
+ * assignment. The GPU is vgpu's choice (binpack or spread; a scheduler
+ * extender's annotation wins), not the IDs the kubelet sent. Each assignment
+ * gets a directory <state>/vgpu/<pod-uid>/<container>/ holding libvcuda's
+ * config (read-only in the container at /etc/vcuda/config), the
+ * /etc/ld.so.preload file and a writable region/ dir, and is kept in a
+ * checkpoint (<state>/vgpu/checkpoint.json, atomic, 0600) so a restarted
+ * acceld hands out nothing twice. docs/vgpu.md has the whole flow.
+ *
+ * Threads: the event loop thread only. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "provider.h"
+
+#define VGPU_CORES_PER_GPU 100
+#define VGPU_MAX_GPUS 64
+#define VGPU_NAME_MAX 254 /* pod names are DNS subdomains (253) */
+/* The annotation vgpu writes on the pod, per container:
+ * <prefix><container> = <gpu uuid>; a scheduler extender writing the same
+ * key before the pod starts chooses the GPU. */
+#define VGPU_ANNOTATION_PREFIX "accel.dev/vgpu-"
+/* Where a container sees its files. */
+#define VGPU_CONTAINER_CONFIG "/etc/vcuda/config"
+#define VGPU_CONTAINER_PRELOAD "/etc/ld.so.preload"
+#define VGPU_CONTAINER_LIBRARY "/usr/local/vcuda/libvcuda.so"
+#define VGPU_CONTAINER_REGION_DIR "/var/run/vcuda"
+
+enum vgpu_resource { VGPU_CORES = 0, VGPU_MEMORY = 1 };
+enum vgpu_policy { VGPU_BINPACK = 0, VGPU_SPREAD = 1 };
+
+/* One container of a pending pod on this node that asks for vGPU resources.
+ * Strings borrowed from the pod source until its next call. */
+struct vgpu_pending {
+    const char *pod_uid;
+    const char *namespace;
+    const char *pod_name;
+    const char *container;
+    int64_t created;        /* pod creation time: oldest first */
+    uint64_t cores;         /* vcuda-core request, 0 = none */
+    uint64_t memory;        /* vcuda-memory request in units, 0 = none */
+    const char *chosen_gpu; /* a scheduler extender's GPU UUID for it, or NULL */
+};
+
+/* The pods bound to this node, as the API server's watch cache sees them. */
+struct vgpu_pods_ops {
+    /* The pending containers asking for vGPU resources, oldest pod first.
+     * 0, or -EAGAIN / -EHOSTUNREACH (the cache is not synced: the API server
+     * is unreachable or refuses us) with why in err. */
+    int (*pending)(void *self, const struct vgpu_pending **ret, size_t *n, char *err,
+                   size_t errlen);
+    /* Writes key=value on the pod (a PATCH, asynchronous; failures are
+     * logged by the source: the checkpoint holds the assignment anyway). */
+    void (*annotate)(void *self, const char *namespace, const char *pod_name, const char *key,
+                     const char *value);
+};
+
+struct vgpu_pods {
+    const struct vgpu_pods_ops *ops;
+    void *self;
+};
+
+struct vgpu_gpu_desc {
+    const char *uuid;
+    int minor;
+    int numa_node;
+    uint64_t memory_bytes;
+    bool healthy;
+};
+
+struct vgpu_options {
+    const char *state_dir;      /* <state>/vgpu/ holds the checkpoint and the dirs */
+    const char *library;        /* host path of libvcuda.so (--vcuda-library) */
+    const char *dev_root;       /* where the control nodes are looked for ("/dev") */
+    uint64_t memory_unit_bytes; /* 256 MiB */
+    enum vgpu_policy policy;
+};
+
+struct vgpu;
+
+/* Loads the checkpoint if there is one (assignments of GPUs no longer here
+ * are dropped with a log line). pods is borrowed. Returns 0, -EINVAL (bad
+ * GPU description or options: message in err), -errno. */
+int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_options *opts,
+             const struct vgpu_pods *pods, struct vgpu **ret, char *err, size_t errlen);
+struct vgpu *vgpu_free(struct vgpu *v);
+
+/* Sets the pod source (borrowed; ops NULL: none, every Allocate is refused
+ * saying acceld has no API server connection). */
+void vgpu_set_pods(struct vgpu *v, const struct vgpu_pods *pods);
+
+/* The provider of one resource over v (two providers share v). */
+struct acceld_provider vgpu_provider(struct vgpu *v, enum vgpu_resource r);
+
+/* Restart safety: live lists the containers the kubelet has now (from the
+ * pod-resources API List) as "namespace/pod/container". Complete
+ * assignments of containers not listed are dropped and their directories
+ * removed; live ones and those still waiting for their second resource are
+ * kept. Returns the number dropped, or -errno (checkpoint not written). */
+int vgpu_reconcile(struct vgpu *v, const char *const *live, size_t n);
+
+/* Inspection (tests, logs). */
+size_t vgpu_assignment_count(const struct vgpu *v);
+/* Free cores and memory units on GPU idx. */
+void vgpu_gpu_free_units(const struct vgpu *v, size_t idx, uint64_t *cores, uint64_t *memory);

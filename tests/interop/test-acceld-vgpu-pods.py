@@ -1,0 +1,356 @@
+#!/usr/bin/python3
+"""test-acceld-vgpu-pods.py — vGPU mode end to end on an emulated 2-GPU node:
+the fake API server (tests/kube/fake-apiserver.py: HTTPS, bearer token, pods
+as `kubectl get pod -o json` prints them, watch streams), acceld with
+`--mode vgpu --kubeconfig`, and the python3-grpcio kubelet admitting pods the
+way the kubelet does (per container, per resource, random resource order, IDs
+of its own choosing from its own free pool; the vGPU endpoints offer no
+GetPreferredAllocation, so it is skipped).
+
+- Two pods share one GPU (binpack): 30 cores + 16 units (4 GiB) and 70 cores
+  + 32 units (8 GiB); each container's config carries its own quota; both
+  resources' responses agree on NVIDIA_VISIBLE_DEVICES; the assignment is
+  PATCHed on the pod as an annotation naming the GPU.
+- A pod that fits nowhere gets an Allocate error naming the largest fit.
+- 50 pods with the same request admitted back to back: each matched oldest
+  first, each with its own directory.
+- acceld killed with SIGKILL between a container's two Allocates: the
+  restarted acceld answers the second one for the same container and GPU.
+- The API server gone: a new pod's Allocate fails saying so.
+- The container run for real (when `unshare -m` works here): every mount of
+  the Allocate response bind-mounted onto its container path in a private
+  mount namespace, the env applied, and cuda-demo on the emulator sees exactly
+  the pod's 4 GiB and is refused past it.
+
+Every wait is bounded; nothing asserts timing."""
+import json
+import os
+import random
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kubelet as K  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import mountns  # noqa: E402
+
+import grpc  # noqa: E402
+
+T = 20
+TOKEN = "vgpu-test-token"
+CORE = "tencent.com/vcuda-core"
+MEM = "tencent.com/vcuda-memory"
+
+
+class ApiServer:
+    def __init__(self, src, tmp):
+        self.dir = os.path.join(tmp, "api")
+        os.makedirs(self.dir)
+        script = os.path.join(src, "tests/kube/fake-apiserver.py")
+        self.log = open(os.path.join(tmp, "api.log"), "ab")
+        self.proc = subprocess.Popen(["/usr/bin/python3", script, "--dir", self.dir,
+                                      "--token", TOKEN, "--node", "node-a"],
+                                     stdout=self.log, stderr=self.log)
+        port = os.path.join(self.dir, "port")
+        if not K.wait_until(lambda: os.path.exists(port), T):
+            raise RuntimeError("the fake API server did not start")
+        with open(port) as f:
+            self.port = int(f.read())
+        self.ctx = ssl.create_default_context(cafile=os.path.join(self.dir, "ca.crt"))
+
+    def call(self, method, path, body=None):
+        req = urllib.request.Request(f"https://127.0.0.1:{self.port}{path}", method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": "Bearer " + TOKEN,
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, context=self.ctx, timeout=10) as r:
+            return json.loads(r.read() or b"null")
+
+    def add_pod(self, name, cores, mem, created):
+        c = {"name": "main", "limits": {}}
+        if cores:
+            c["limits"][CORE] = str(cores)
+        if mem:
+            c["limits"][MEM] = str(mem)
+        return self.call("POST", "/_fake/pod", {"op": "add", "name": name, "uid": "uid-" + name,
+                                                "containers": [c],
+                                                "creationTimestamp": created})
+
+    def kubeconfig(self, path):
+        with open(path, "w") as f:
+            f.write(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: fake
+  cluster:
+    server: https://127.0.0.1:{self.port}
+    certificate-authority: {self.dir}/ca.crt
+users:
+- name: acceld
+  user:
+    token: {TOKEN}
+contexts:
+- name: fake
+  context: {{cluster: fake, user: acceld}}
+current-context: fake
+""")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+class Kubelet:
+    """The kubelet's side of admission: its own free pool per resource, one
+    Allocate per container per resource in random order."""
+
+    def __init__(self, pb, core_sock, mem_sock, lists):
+        self.plugins = {CORE: K.Plugin(pb, core_sock), MEM: K.Plugin(pb, mem_sock)}
+        self.free = {r: sorted(ids) for r, ids in lists.items()}
+        self.rng = random.Random(10)
+
+    def allocate(self, res, n):
+        ids = self.rng.sample(self.free[res], n)
+        resp = self.plugins[res].allocate(ids, timeout=10)
+        for i in ids:
+            self.free[res].remove(i)
+        return resp.container_responses[0]
+
+    def admit(self, cores, mem, order=None):
+        """Returns {resource: response} or raises grpc.RpcError."""
+        wants = [(CORE, cores), (MEM, mem)]
+        if order is None:
+            self.rng.shuffle(wants)
+        elif order == "mem-first":
+            wants.reverse()
+        return {r: self.allocate(r, n) for r, n in wants if n}
+
+    def when_seen(self, fn, *args):
+        """fn(*args), retried while acceld's watch has not delivered the pod
+        yet (a refused first Allocate changes nothing); bounded by T."""
+        last = [None]
+
+        def attempt():
+            try:
+                last[0] = fn(*args)
+                return True
+            except grpc.RpcError as e:
+                if "no pending pod" not in e.details():
+                    raise
+                return False
+        if not K.wait_until(attempt, T, step_s=0.02):
+            raise RuntimeError("acceld never saw the pod")
+        return last[0]
+
+    def close(self):
+        for p in self.plugins.values():
+            p.close()
+
+
+def start_acceld(build, node, tmp, pdir, kubeconfig, sub):
+    d = os.path.join(tmp, sub)
+    os.makedirs(d, exist_ok=True)
+    return K.Acceld(build, node, pdir, d,
+                    extra=("--mode", "vgpu", "--no-register", "--kubeconfig", kubeconfig,
+                           "--node-name", "node-a", "--state-dir", os.path.join(tmp, "state"),
+                           "--vcuda-library", os.path.join(build, "src/vcuda/libvcuda.so"),
+                           "--pod-resources-socket", os.path.join(tmp, "none.sock")))
+
+
+def lists_of(pb, socks):
+    out = {}
+    for r, s in socks.items():
+        w = K.Plugin(pb, s).watch()
+        u = w.wait_for(lambda x: len(x) > 0, T)
+        w.cancel()
+        out[r] = list(u or {})
+    return out
+
+
+def main():
+    build, src = K.build_paths()
+    K.require_tools(build)
+    if not K.Node.available(build):
+        K.skip_all("the emulator is not built")
+    if not os.path.exists(os.path.join(src, "tests/kube/fake-apiserver.py")):
+        K.skip_all("no fake API server (src/kube not merged)")
+    if not os.path.isdir(os.path.join(build, "src/plugin/kubesrc")):
+        K.skip_all("acceld is built without the Kubernetes client (libcurl missing)")
+    if shutil.which("openssl") is None:
+        K.skip_all("openssl CLI missing (the fake API server makes its certificates with it)")
+    tap = K.Tap()
+    tmp = K.tmpdir()
+    pb = K.gen_pb2(src, os.path.join(tmp, "pb"))
+    node = K.Node(build, tmp, gpus=2, numa="0,0")
+    api = ApiServer(src, tmp)
+    kc = os.path.join(tmp, "kubeconfig")
+    api.kubeconfig(kc)
+    pdir = os.path.join(tmp, "dp")
+    os.makedirs(pdir)
+    agents = []
+    try:
+        run(tap, build, pb, node, api, kc, tmp, pdir, agents)
+    finally:
+        for a in agents:
+            if a.alive():
+                a.stop(signal.SIGKILL)
+        api.stop()
+        if tap.failed:
+            for a in agents:
+                tap.diag("acceld log:\n" + a.log_text()[-4000:])
+        shutil.rmtree(tmp, ignore_errors=True)
+    tap.done()
+
+
+def config_of(resp):
+    for m in resp.mounts:
+        if m.container_path == "/etc/vcuda/config":
+            with open(m.host_path) as f:
+                return f.read()
+    return None
+
+
+def primary(r):
+    return r[CORE] if CORE in r else r[MEM]
+
+
+def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
+    api.add_pod("a", 30, 16, "2026-01-01T00:00:01Z")
+    api.add_pod("b", 70, 32, "2026-01-01T00:00:02Z")
+    api.add_pod("huge", 10, 100000, "2026-01-01T00:00:03Z")
+    agent = start_acceld(build, node, tmp, pdir, kc, "one")
+    agents.append(agent)
+    socks = {CORE: os.path.join(pdir, "accel-tencent.com-vcuda-core.sock"),
+             MEM: os.path.join(pdir, "accel-tencent.com-vcuda-memory.sock")}
+    if not tap.ok(K.wait_until(lambda: all(os.path.exists(s) for s in socks.values()), T),
+                  "acceld serves both vGPU resources"):
+        return
+    synced = K.wait_until(lambda: "pod watch is in step" in agent.log_text(), T)
+    tap.ok(synced, "acceld's pod watch is in step with the API server")
+    lists = lists_of(pb, socks)
+    kubelet = Kubelet(pb, socks[CORE], socks[MEM], lists)
+
+    # ---- two pods share one GPU, each with its own quota
+    ra = kubelet.admit(30, 16)
+    rb = kubelet.admit(70, 32, order="mem-first")
+    vis = {n: {r.envs.get("NVIDIA_VISIBLE_DEVICES") for r in x.values()}
+           for n, x in (("a", ra), ("b", rb))}
+    tap.ok(all(len(v) == 1 and None not in v for v in vis.values()),
+           "both resources' responses agree on NVIDIA_VISIBLE_DEVICES", vis)
+    tap.ok(vis["a"] == vis["b"], "binpack: both pods on the same GPU", vis)
+    ca, cb = config_of(primary(ra)), config_of(primary(rb))
+    tap.ok(ca and "memory_limit = 4294967296\n" in ca and "core_limit = 30\n" in ca,
+           "pod a's config: 4 GiB, 30 %", ca)
+    tap.ok(cb and "memory_limit = 8589934592\n" in cb and "core_limit = 70\n" in cb,
+           "pod b's config: 8 GiB, 70 %", cb)
+    gpu = next(iter(vis["a"]))
+
+    def annotated():
+        try:
+            p = api.call("GET", "/api/v1/namespaces/default/pods/a")
+        except Exception:  # noqa: BLE001
+            return False
+        return p["metadata"].get("annotations", {}).get("accel.dev/vgpu-main") == gpu
+    tap.ok(K.wait_until(annotated, T), "the assignment is PATCHed on the pod, naming the GPU")
+
+    # ---- fits nowhere
+    try:
+        kubelet.admit(10, 100000)
+        tap.ok(False, "a pod that fits nowhere is refused")
+    except grpc.RpcError as e:
+        tap.ok("largest fit" in e.details() and "default/huge" in e.details(),
+               "a pod that fits nowhere: the error names the pod and the largest fit",
+               e.details())
+
+    # ---- 50 pods with the same request, admitted back to back: each Allocate
+    # pair goes to the oldest unassigned one, each gets its own directory
+    for i in range(50):
+        api.add_pod(f"p{i:02d}", 1, 2, f"2026-01-01T00:01:{i:02d}Z")
+    got = []
+    for i in range(50):
+        try:
+            r = kubelet.when_seen(kubelet.admit, 1, 2)
+            host = next((m.host_path for m in primary(r).mounts
+                         if m.container_path == "/etc/vcuda/config"), "")
+            got.append(host.split("/")[-3] if host else "")
+        except (grpc.RpcError, RuntimeError) as e:
+            got.append(f"error: {e}")
+    tap.ok(got == [f"uid-p{i:02d}" for i in range(50)],
+           "50 identical pods back to back: matched oldest first, one directory each", got[:5])
+
+    # ---- SIGKILL between a container's two Allocates
+    api.add_pod("d", 20, 8, "2026-01-01T00:00:04Z")
+    first = kubelet.when_seen(kubelet.allocate, CORE, 20)
+    agent.stop(signal.SIGKILL)
+    agent2 = start_acceld(build, node, tmp, pdir, kc, "two")
+    agents.append(agent2)
+    ok = K.wait_until(lambda: "pod watch is in step" in agent2.log_text(), T)
+    for p in kubelet.plugins.values():
+        p.close()
+    kubelet.plugins = {CORE: K.Plugin(pb, socks[CORE]), MEM: K.Plugin(pb, socks[MEM])}
+    try:
+        second = kubelet.allocate(MEM, 8)
+        same = (second.envs.get("NVIDIA_VISIBLE_DEVICES")
+                == first.envs.get("NVIDIA_VISIBLE_DEVICES"))
+        cfg = config_of(first)
+        tap.ok(ok and same and cfg and "memory_limit = 2147483648\n" in cfg,
+               "kill -9 between the two Allocates: the restarted acceld answers the second "
+               "for the same container and GPU", (same, cfg))
+    except grpc.RpcError as e:
+        tap.ok(False, "kill -9 between the two Allocates: second Allocate answered", e.details())
+
+    # ---- the container, for real
+    container_run(tap, build, node, ra)
+
+    # ---- the API server gone: refused, saying so
+    api.add_pod("e", 5, 4, "2026-01-01T00:00:05Z")
+    api.stop()
+    K.wait_until(lambda: "not in step" in agent2.log_text(), T)
+    try:
+        kubelet.admit(5, 4)
+        tap.ok(False, "API server down: Allocate refused")
+    except grpc.RpcError as e:
+        tap.ok("API server" in e.details() and "does not guess" in e.details(),
+               "API server down: Allocate refused, saying so", e.details())
+    kubelet.close()
+    tap.ok(agent2.stop() == 0, "acceld exits 0 on SIGTERM")
+
+
+def container_run(tap, build, node, resp):
+    """Runs cuda-demo as pod a's container would: its mounts in a private
+    mount namespace, its env."""
+    demo = os.path.join(build, "demo/cuda-demo")
+    if os.geteuid() != 0 or shutil.which("unshare") is None or not os.path.exists(demo):
+        tap.skip("container run", "needs root, unshare and build/demo/cuda-demo")
+        return
+    if subprocess.run(["unshare", "-m", "true"]).returncode != 0:
+        tap.skip("container run", "unshare -m is not permitted here")
+        return
+    p = primary(resp)
+    mounts = [(m.host_path, m.container_path, m.read_only) for m in p.mounts]
+    env = dict(node.env)
+    env.update(dict(p.envs))
+    env["LD_LIBRARY_PATH"] = os.path.join(build, "src/emu")
+    asan = os.environ.get("VGPU_ASAN_RT")
+    if asan:  # the instrumented libvcuda needs the ASan runtime first
+        env["LD_PRELOAD"] = asan
+        env["ASAN_OPTIONS"] = "detect_leaks=0"
+    for k in list(env):
+        if k.startswith("VCUDA_"):
+            del env[k]
+    r = mountns.run(mounts, [demo, "--alloc", "8192", "--seconds", "1"], env)
+    out = r.stdout + r.stderr
+    tap.ok(r.returncode == 0 and "cuMemGetInfo: free" in out and "of 4096 MiB" in out,
+           "in the container, cuda-demo sees exactly the pod's 4 GiB", out[-2000:])
+    tap.ok("allocated 3" in out and "CUDA_ERROR_OUT_OF_MEMORY" in out,
+           "and is refused past it", out[-2000:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,430 @@
+#!/usr/bin/python3
+"""fake-apiserver.py — a Kubernetes API server for tests: pods and events of core/v1 over
+HTTPS with a bearer token (or a client certificate), in the JSON shapes the real server and
+`kubectl get pod -o json` use.
+
+  /usr/bin/python3 fake-apiserver.py --dir DIR --token TOKEN
+
+Generates a CA, a server certificate (localhost, 127.0.0.1) and a client certificate with the
+openssl CLI into DIR (ca.crt, client.crt, client.key), listens on 127.0.0.1:<free port> and
+writes the port to DIR/port when ready.
+
+Served (Kubernetes API reference, core/v1):
+  GET   /api/v1/pods?fieldSelector=spec.nodeName=N          PodList with metadata.resourceVersion
+  GET   /api/v1/pods?...&watch=1&resourceVersion=RV         chunked watch: one JSON event a line
+        (ADDED/MODIFIED/DELETED, BOOKMARK when allowWatchBookmarks=true, ERROR 410 when RV
+        is older than the retained history)
+  GET   /api/v1/namespaces/NS/pods/NAME                     Pod
+  PATCH /api/v1/namespaces/NS/pods/NAME                     merge / strategic merge patch
+        (other content types: 415)
+  POST  /api/v1/namespaces/NS/events                        Event (201)
+Errors are Status objects: 401 for a missing or wrong token, 404, 410, 415, 422.
+
+Test controls (same token): POST /_fake/pod {"op":"add"|"modify"|"delete", ...},
+/_fake/compact {"http410":bool}, /_fake/break, /_fake/bookmark, /_fake/reject {"on":bool};
+GET /_fake/log (every request: method, path, content type, body), /_fake/events, /_fake/state.
+"""
+import argparse
+import json
+import os
+import select
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit, parse_qs
+
+LOCK = threading.Condition()
+STATE = {
+    "rv": 100,           # last resourceVersion handed out
+    "oldest": 0,         # watches from an rv below this get 410
+    "history": [],       # (rv, type, pod) kept for watches
+    "pods": {},          # uid -> pod
+    "events": [],
+    "log": [],
+    "reject": False,
+    "http410": False,
+    "gen": 0,            # bumps on break / bookmark / compact to wake watchers
+    "command": None,
+    "watchers": 0,
+}
+ARGS = None
+
+
+def now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def next_rv():
+    STATE["rv"] += 1
+    return str(STATE["rv"])
+
+
+def make_pod(d):
+    """A pod as `kubectl get pod -o json` prints one."""
+    containers = []
+    for c in d.get("containers", [{"name": "main"}]):
+        res = {}
+        if c.get("requests"):
+            res["requests"] = c["requests"]
+        if c.get("limits"):
+            res["limits"] = c["limits"]
+        containers.append({
+            "name": c["name"], "image": "registry.k8s.io/pause:3.9",
+            "imagePullPolicy": "IfNotPresent", "resources": res,
+            "terminationMessagePath": "/dev/termination-log",
+            "terminationMessagePolicy": "File",
+        })
+    meta = {
+        "name": d["name"], "namespace": d.get("namespace", "default"),
+        "uid": d.get("uid", str(uuid.uuid4())), "resourceVersion": "",
+        "creationTimestamp": d.get("creationTimestamp", now()),
+        "labels": {"app": d["name"]},
+    }
+    if d.get("annotations"):
+        meta["annotations"] = d["annotations"]
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": meta,
+        "spec": {
+            "containers": containers, "nodeName": d.get("node", ARGS.node),
+            "restartPolicy": "Always", "schedulerName": "default-scheduler",
+            "serviceAccountName": "default", "dnsPolicy": "ClusterFirst",
+            "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
+            "priority": 0, "terminationGracePeriodSeconds": 30,
+        },
+        "status": {"phase": d.get("phase", "Pending"), "qosClass": "BestEffort"},
+    }
+
+
+def record(kind, pod):
+    rv = next_rv()
+    pod["metadata"]["resourceVersion"] = rv
+    STATE["history"].append((int(rv), kind, json.loads(json.dumps(pod))))
+    LOCK.notify_all()
+
+
+def find_pod(ns, name):
+    for p in STATE["pods"].values():
+        if p["metadata"]["namespace"] == ns and p["metadata"]["name"] == name:
+            return p
+    return None
+
+
+def status(code, reason, message):
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+def merge(dst, patch):
+    for k, v in patch.items():
+        if v is None:
+            dst.pop(k, None)
+        elif isinstance(v, dict):
+            if not isinstance(dst.get(k), dict):
+                dst[k] = {}
+            merge(dst[k], v)
+        else:
+            dst[k] = v
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def send_json(self, code, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def authed(self):
+        if self.request.getpeercert():
+            return True  # verified against our CA by the TLS layer
+        return self.headers.get("Authorization") == "Bearer " + ARGS.token
+
+    def handle_any(self, method):
+        url = urlsplit(self.path)
+        q = {k: v[0] for k, v in parse_qs(url.query).items()}
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n).decode() if n else ""
+        with LOCK:
+            if not url.path.startswith("/_fake/"):
+                STATE["log"].append({"method": method, "path": url.path, "query": q,
+                                     "content_type": self.headers.get("Content-Type", ""),
+                                     "body": body})
+            reject = STATE["reject"]
+        if not self.authed() or (reject and not url.path.startswith("/_fake/")):
+            return self.send_json(401, status(401, "Unauthorized", "Unauthorized"))
+        if url.path.startswith("/_fake/"):
+            return self.control(method, url.path[7:], body)
+        parts = url.path.strip("/").split("/")
+        if method == "GET" and url.path == "/api/v1/pods":
+            if q.get("watch") in ("1", "true"):
+                return self.watch(q)
+            return self.list(q)
+        if len(parts) == 6 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
+            return self.pod(method, parts[3], parts[5], body)
+        if len(parts) == 5 and parts[:3] == ["api", "v1", "namespaces"] and \
+                parts[4] == "events" and method == "POST":
+            return self.event(parts[3], body)
+        return self.send_json(404, status(404, "NotFound", "the server could not find the "
+                                          "requested resource"))
+
+    def do_GET(self):
+        self.handle_any("GET")
+
+    def do_POST(self):
+        self.handle_any("POST")
+
+    def do_PATCH(self):
+        self.handle_any("PATCH")
+
+    def node_of(self, q):
+        fs = q.get("fieldSelector", "")
+        return fs[len("spec.nodeName="):] if fs.startswith("spec.nodeName=") else None
+
+    def list(self, q):
+        node = self.node_of(q)
+        with LOCK:
+            items = [p for p in STATE["pods"].values()
+                     if node is None or p["spec"]["nodeName"] == node]
+            rv = str(STATE["rv"])
+            self.send_json(200, {"kind": "PodList", "apiVersion": "v1",
+                                 "metadata": {"resourceVersion": rv}, "items": items})
+
+    def chunk(self, obj):
+        data = (json.dumps(obj) + "\n").encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def peer_gone(self):
+        """A watcher's client sends nothing: readable means it closed the connection."""
+        r, _, _ = select.select([self.connection], [], [], 0)
+        if not r:
+            return False
+        try:
+            return self.connection.recv(1) == b""
+        except (ssl.SSLError, OSError):
+            return True
+
+    def watch(self, q):
+        node = self.node_of(q)
+        bookmarks = q.get("allowWatchBookmarks") == "true"
+        try:
+            since = int(q.get("resourceVersion") or "0")
+        except ValueError:
+            return self.send_json(400, status(400, "BadRequest", "bad resourceVersion"))
+        with LOCK:
+            if since < STATE["oldest"] and STATE["http410"]:
+                return self.send_json(410, status(410, "Expired", "too old resource version"))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        with LOCK:
+            STATE["watchers"] += 1
+            gen = STATE["gen"]
+        try:
+            while True:
+                with LOCK:
+                    if since < STATE["oldest"]:
+                        self.chunk({"type": "ERROR", "object": status(
+                            410, "Expired", "too old resource version: %d (%d)" %
+                            (since, STATE["oldest"]))})
+                        break
+                    evs = [(rv, t, p) for rv, t, p in STATE["history"] if rv > since]
+                    cmd = STATE["command"] if STATE["gen"] != gen else None
+                    gen = STATE["gen"]
+                    if not evs and cmd is None:
+                        LOCK.wait(0.1)
+                        if self.peer_gone():
+                            break
+                        continue
+                for rv, t, p in evs:
+                    since = rv
+                    if node is None or p["spec"]["nodeName"] == node:
+                        self.chunk({"type": t, "object": p})
+                if cmd == "break":
+                    # half a chunk, then the connection dies: a stream broken mid-event
+                    self.wfile.write(b"40\r\n{\"type\":\"MODIF")
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if cmd == "bookmark" and bookmarks:
+                    with LOCK:
+                        rv = str(STATE["rv"])
+                    self.chunk({"type": "BOOKMARK", "object": {
+                        "kind": "Pod", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": rv}}})
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            pass
+        finally:
+            with LOCK:
+                STATE["watchers"] -= 1
+
+    def pod(self, method, ns, name, body):
+        with LOCK:
+            p = find_pod(ns, name)
+            if p is None:
+                return self.send_json(404, status(404, "NotFound",
+                                                  'pods "%s" not found' % name))
+            if method == "GET":
+                return self.send_json(200, p)
+            if method != "PATCH":
+                return self.send_json(405, status(405, "MethodNotAllowed", method))
+            ct = self.headers.get("Content-Type", "")
+            if ct not in ("application/merge-patch+json",
+                          "application/strategic-merge-patch+json"):
+                return self.send_json(415, status(415, "UnsupportedMediaType",
+                                                  "the body of the request was in an unknown "
+                                                  "format - accepted media types include: "
+                                                  "application/merge-patch+json"))
+            try:
+                patch = json.loads(body)
+                if not isinstance(patch, dict):
+                    raise ValueError
+            except ValueError:
+                return self.send_json(422, status(422, "Invalid", "bad patch"))
+            merge(p, patch)
+            record("MODIFIED", p)
+            return self.send_json(200, p)
+
+    def event(self, ns, body):
+        try:
+            ev = json.loads(body)
+        except ValueError:
+            return self.send_json(400, status(400, "BadRequest", "not JSON"))
+        meta = ev.get("metadata", {})
+        if ev.get("kind") != "Event" or meta.get("namespace") != ns or \
+                not (meta.get("name") or meta.get("generateName")):
+            return self.send_json(422, status(422, "Invalid", "not an Event for " + ns))
+        with LOCK:
+            meta["name"] = meta.get("name") or meta["generateName"] + uuid.uuid4().hex[:5]
+            meta["uid"] = str(uuid.uuid4())
+            meta["resourceVersion"] = next_rv()
+            STATE["events"].append(ev)
+        return self.send_json(201, ev)
+
+    def control(self, method, what, body):
+        d = json.loads(body) if body else {}
+        with LOCK:
+            if what == "pod":
+                op = d["op"]
+                if op == "add":
+                    p = make_pod(d)
+                    STATE["pods"][p["metadata"]["uid"]] = p
+                    record("ADDED", p)
+                else:
+                    p = find_pod(d.get("namespace", "default"), d["name"])
+                    if p is None:
+                        return self.send_json(404, {})
+                    if op == "delete":
+                        del STATE["pods"][p["metadata"]["uid"]]
+                        record("DELETED", p)
+                    else:
+                        if "phase" in d:
+                            p["status"]["phase"] = d["phase"]
+                        record("MODIFIED", p)
+                return self.send_json(200, p)
+            if what == "compact":
+                STATE["http410"] = bool(d.get("http410"))
+                # every version so far is gone; a relist returns a new, watchable one
+                STATE["oldest"] = int(next_rv())
+                STATE["history"] = []
+                LOCK.notify_all()
+            elif what in ("break", "bookmark"):
+                STATE["command"] = what
+                STATE["gen"] += 1
+                LOCK.notify_all()
+            elif what == "reject":
+                STATE["reject"] = bool(d.get("on"))
+            elif what == "log":
+                return self.send_json(200, STATE["log"])
+            elif what == "events":
+                return self.send_json(200, STATE["events"])
+            elif what == "state":
+                return self.send_json(200, {"watchers": STATE["watchers"],
+                                            "rv": STATE["rv"]})
+            else:
+                return self.send_json(404, {})
+        return self.send_json(200, {})
+
+
+class Server(ThreadingHTTPServer):
+    """TLS per connection in the connection's own thread: a client that never finishes its
+    handshake must not stall accept() for everyone."""
+    daemon_threads = True
+    ctx = None
+
+    def handle_error(self, request, client_address):
+        pass  # clients that hang up mid-answer are part of the tests
+
+    def finish_request(self, request, client_address):
+        request.settimeout(10)
+        try:
+            conn = self.ctx.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        conn.settimeout(None)
+        try:
+            self.RequestHandlerClass(conn, client_address, self)
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+
+def openssl(*a):
+    subprocess.run(["openssl", *a], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
+def make_certs(d):
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", d + "/ca.key", "-out", d + "/ca.crt",
+            "-days", "2", "-subj", "/CN=fake-apiserver-ca")
+    with open(d + "/san.ext", "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for name, cn in (("server", "localhost"), ("client", "system:node:fake")):
+        openssl("req", *ec, "-keyout", "%s/%s.key" % (d, name), "-out",
+                "%s/%s.csr" % (d, name), "-subj", "/CN=" + cn)
+        extra = ["-extfile", d + "/san.ext"] if name == "server" else []
+        openssl("x509", "-req", "-in", "%s/%s.csr" % (d, name), "-CA", d + "/ca.crt",
+                "-CAkey", d + "/ca.key", "-CAcreateserial", "-days", "2",
+                "-out", "%s/%s.crt" % (d, name), *extra)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--token", required=True)
+    ap.add_argument("--node", default="node-a")
+    ARGS = ap.parse_args()
+    make_certs(ARGS.dir)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(ARGS.dir + "/server.crt", ARGS.dir + "/server.key")
+    ctx.load_verify_locations(ARGS.dir + "/ca.crt")
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    Server.ctx = ctx
+    srv = Server(("127.0.0.1", 0), Handler)
+    tmp = ARGS.dir + "/port.tmp"
+    with open(tmp, "w") as f:
+        f.write(str(srv.server_address[1]))
+    os.rename(tmp, ARGS.dir + "/port")
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
