@@ -206,7 +206,8 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
         char *end = NULL;
         errno = 0;
         unsigned long long m = hex ? strtoull(v + 2, &end, 16) : 0;
-        if (hex ? (v[2] == '\0' || *end || errno) : !uint_in(v, strlen(v), UINT64_MAX, &n))
+        if (hex ? (!isxdigit((unsigned char)v[2]) || *end || errno)
+                : !uint_in(v, strlen(v), UINT64_MAX, &n))
             return errbuf_printf(err, errlen,
                                  "bad clocks_event_reasons '%s': want a bit mask, e.g. 0x40", v);
         r.clocks_event_reasons = hex ? (uint64_t)m : n;

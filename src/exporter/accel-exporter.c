@@ -32,6 +32,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "cgroup.h"
 #include "log.h"
 #include "nvml.h"
 #include "util.h"
@@ -67,6 +68,7 @@ struct exporter {
     char driver[64];
     int cuda_version;
     uint64_t interval_ns;
+    const char *proc_root; /* where /proc is (tests: a fake tree) */
 
     pthread_mutex_t lock;    /* guards front buffers, xid counters and the flags below */
     struct exp_buf front[2]; /* [0] Prometheus text, [1] OpenMetrics */
@@ -147,6 +149,7 @@ struct gpu_sample {
     unsigned long long energy_mj, reasons, ecc[2];
     size_t nprocs;
     struct gpu_process procs[64];
+    struct kube_cgroup_ref pods[64]; /* pod_uid "" = not in a pod (or its cgroup unreadable) */
 };
 
 /* Clock-event reason bits (NVML's nvmlClocksEventReason* constants, nvml.h of the driver). */
@@ -202,6 +205,9 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
     if (gpu_nvml_running_processes(n, g->dev, s->procs, sizeof s->procs / sizeof s->procs[0],
                                    &np) == 0)
         s->nprocs = np;
+    for (size_t k = 0; k < s->nprocs; k++)
+        if (kube_cgroup_read(e->proc_root, (pid_t)s->procs[k].pid, &s->pods[k]) < 0)
+            memset(&s->pods[k], 0, sizeof s->pods[k]);
 }
 
 /* Renders one format from the samples. om: OpenMetrics. */
@@ -293,12 +299,41 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
         }
 
     family(b, om, "accel_gpu_process_memory_used_bytes", "gauge",
-           "Device memory used by one process (NVML's compute process list).");
+           "Device memory used by one process (NVML's compute process list), with its pod and "
+           "container when /proc/PID/cgroup names them.");
     for (unsigned i = 0; i < e->ngpus; i++)
-        for (size_t k = 0; k < ss[i].nprocs && k < 64; k++)
+        for (size_t k = 0; k < ss[i].nprocs; k++)
             if (ss[i].procs[k].used_memory_bytes != UINT64_MAX)
-                buf_printf(b, "accel_gpu_process_memory_used_bytes{%s,pid=\"%u\"} %" PRIu64 "\n",
-                           l[i], ss[i].procs[k].pid, ss[i].procs[k].used_memory_bytes);
+                buf_printf(b,
+                           "accel_gpu_process_memory_used_bytes{%s,pid=\"%u\",pod_uid=\"%s\","
+                           "container_id=\"%s\"} %" PRIu64 "\n",
+                           l[i], ss[i].procs[k].pid, ss[i].pods[k].pod_uid,
+                           ss[i].pods[k].container_id, ss[i].procs[k].used_memory_bytes);
+
+    /* Per container: the sum over its processes on this GPU (first process of each pair
+     * (pod, container) prints the sum; at most 64 processes, so quadratic is cheap). */
+    family(b, om, "accel_container_gpu_memory_used_bytes", "gauge",
+           "Device memory used on this GPU by all processes of one pod's container.");
+    for (unsigned i = 0; i < e->ngpus; i++)
+        for (size_t k = 0; k < ss[i].nprocs; k++) {
+            const struct kube_cgroup_ref *pk = &ss[i].pods[k];
+            bool first = pk->pod_uid[0] != '\0';
+            uint64_t sum = 0;
+            for (size_t j = 0; j < ss[i].nprocs && first; j++) {
+                const struct kube_cgroup_ref *pj = &ss[i].pods[j];
+                if (strcmp(pj->pod_uid, pk->pod_uid) || strcmp(pj->container_id, pk->container_id))
+                    continue;
+                if (j < k)
+                    first = false;
+                else if (ss[i].procs[j].used_memory_bytes != UINT64_MAX)
+                    sum += ss[i].procs[j].used_memory_bytes;
+            }
+            if (first)
+                buf_printf(b,
+                           "accel_container_gpu_memory_used_bytes{%s,pod_uid=\"%s\","
+                           "container_id=\"%s\"} %" PRIu64 "\n",
+                           l[i], pk->pod_uid, pk->container_id, sum);
+        }
 
     family(b, om, "accel_exporter_samples_total", "counter", "Sampling rounds completed.");
     buf_printf(b, "accel_exporter_samples_total %" PRIu64 "\n", e->samples + 1);
@@ -479,16 +514,17 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: accel-exporter [--listen ADDR:PORT] [--nvml-library PATH] [--interval DURATION]\n"
-        "                      [--log-level LEVEL]\n"
+        "                      [--proc-root DIR] [--log-level LEVEL]\n"
         "  --listen        address to serve /metrics and /healthz on (default %s)\n"
         "  --nvml-library  NVML to load (default $%s, else %s)\n"
-        "  --interval      sampling period, e.g. 1s or 250ms (default 1s)\n",
+        "  --interval      sampling period, e.g. 1s or 250ms (default 1s)\n"
+        "  --proc-root     where /proc is, for the PID -> pod mapping (default /proc)\n",
         EXP_DEFAULT_LISTEN, GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY);
 }
 
 int main(int argc, char **argv)
 {
-    const char *listen_s = EXP_DEFAULT_LISTEN, *lib = NULL;
+    const char *listen_s = EXP_DEFAULT_LISTEN, *lib = NULL, *proc_root = "/proc";
     uint64_t interval_ns = 1000000000ULL;
     log_set_ident("accel-exporter");
     for (int i = 1; i < argc; i++) {
@@ -505,6 +541,8 @@ int main(int argc, char **argv)
         const char *v = argv[++i];
         if (strcmp(a, "--listen") == 0) {
             listen_s = v;
+        } else if (strcmp(a, "--proc-root") == 0) {
+            proc_root = v;
         } else if (strcmp(a, "--nvml-library") == 0) {
             lib = v;
         } else if (strcmp(a, "--interval") == 0) {
@@ -538,6 +576,7 @@ int main(int argc, char **argv)
 
     static struct exporter e;
     e.interval_ns = interval_ns;
+    e.proc_root = proc_root;
     pthread_mutex_init(&e.lock, NULL);
     char err[512];
     int r = gpu_nvml_open(lib, &e.nvml, err, sizeof err);

@@ -14,6 +14,12 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from taptest import case, check, run  # noqa: E402
 
+# Sanitized build: the ASan runtime must be loaded before the sanitized library ctypes opens.
+if os.environ.get("NVML_HEALTH_ASAN_RT") and not os.environ.get("LD_PRELOAD"):
+    os.execve(sys.executable, [sys.executable] + sys.argv,
+              dict(os.environ, LD_PRELOAD=os.environ["NVML_HEALTH_ASAN_RT"],
+                   ASAN_OPTIONS="detect_leaks=0"))
+
 BUILD = os.environ.get("ACCEL_BUILD_ROOT", "build")
 EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
 TMP = tempfile.mkdtemp(prefix="test-nvml-health-")
@@ -133,7 +139,8 @@ def _():
 @case("bad values exit 2, name the key and change nothing")
 def _():
     before = open(STATE, "rb").read()
-    for kv in ("clocks_event_reasons=0x", "clocks_event_reasons=zz", "energy=-1", "ecc_mode=maybe",
+    for kv in ("clocks_event_reasons=0x", "clocks_event_reasons=0x-5",
+               "clocks_event_reasons=0x 5", "clocks_event_reasons=zz", "energy=-1", "ecc_mode=maybe",
                "remapped_corr=70000", "remap_pending=2", "pcie_replays=4294967296",
                "ecc_volatile=0"):
         p = emu("set", "0", "remapped_corr=9", kv, rc=2)

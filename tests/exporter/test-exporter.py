@@ -23,6 +23,7 @@ BUILD = os.environ.get("ACCEL_BUILD_ROOT", "build")
 EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
 EXPORTER = os.path.join(BUILD, "src", "exporter", "accel-exporter")
 NVML = os.path.join(BUILD, "src", "emu", "libnvidia-ml.so.1")
+HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
 
 if not os.path.exists(EXPORTER):
     print("1..0 # SKIP accel-exporter not built (libmicrohttpd missing)")
@@ -91,7 +92,11 @@ def sample(text, name, **labels):
 emu("init", "--gpus", "4")
 PORT = free_port()
 BASE = f"http://127.0.0.1:{PORT}"
-exp = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{PORT}", "--interval", "100ms"],
+# A fake /proc: the exporter reads <pid>/cgroup from here, so test processes can stand in for
+# containers of two pods (cgroup v2, systemd driver, containerd ids).
+PROC = os.path.join(TMP, "proc")
+exp = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{PORT}", "--interval", "100ms",
+                        "--proc-root", PROC],
                        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 procs.append(exp)
 
@@ -161,6 +166,61 @@ def _():
     check(sample(m, "accel_gpu_power_limit_watts", gpu=3) is not None, "power limit")
 
 
+POD_A, POD_B = "0b6c4a3e-1111-4c2a-9d5e-000000000001", "0b6c4a3e-2222-4c2a-9d5e-000000000002"
+CID_A, CID_B = "a" * 64, "b" * 64
+
+
+@case("two pods sharing GPU 0 each show their own memory (per process and per container)")
+def _():
+    if not os.path.exists(HOLD):
+        return "SKIP emu-hold not built"
+    env = dict(ENV, LD_LIBRARY_PATH=os.path.join(BUILD, "src", "emu"))
+    holds = {}
+    for pod, cid, mib in ((POD_A, CID_A, 64), (POD_B, CID_B, 192)):
+        h = subprocess.Popen([HOLD, "0", str(mib)], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        procs.append(h)
+        line = h.stdout.readline()
+        check(line == f"ready {h.pid}\n", f"emu-hold: {line!r}")
+        d = os.path.join(PROC, str(h.pid))
+        os.makedirs(d, exist_ok=True)
+        u = pod.replace("-", "_")
+        with open(os.path.join(d, "cgroup"), "w") as f:
+            f.write(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/"
+                    f"cri-containerd-{cid}.scope\n")
+        holds[pod] = (h.pid, cid)
+    nv = {p["pid"]: p for g in json.loads(emu("status", "--json"))["gpus"] if g["index"] == 0
+          for p in g["processes"]}
+
+    def both():
+        m = metrics()
+        return m and all(sample(m, "accel_container_gpu_memory_used_bytes", gpu=0, pod_uid=pod)
+                         is not None for pod in holds) and m
+    m = wait_for(both, "per-container series for both pods")
+    got = {}
+    for pod, (pid, cid) in holds.items():
+        per_proc = sample(m, "accel_gpu_process_memory_used_bytes", gpu=0, pid=pid, pod_uid=pod,
+                          container_id=cid)
+        per_ctr = sample(m, "accel_container_gpu_memory_used_bytes", gpu=0, pod_uid=pod,
+                         container_id=cid)
+        check(per_proc is not None and per_proc == per_ctr, f"pod {pod}: {per_proc} vs {per_ctr}")
+        check(pid in nv, f"emulator does not list pid {pid}: {nv}")
+        check(per_proc == nv[pid]["memory_bytes"],
+              f"pod {pod}: exporter {per_proc}, emulator {nv[pid]['memory_bytes']}")
+        got[pod] = per_proc
+    check(got[POD_B] - got[POD_A] == 128 << 20,
+          f"pods should differ by their allocations (128 MiB): {got}")
+    promtool = shutil.which("promtool")
+    if promtool:
+        p = subprocess.run([promtool, "check", "metrics"], input=m, capture_output=True,
+                           text=True, timeout=60)
+        check(p.returncode == 0 and not (p.stdout + p.stderr).strip(),
+              f"promtool with pod series: {p.stdout}{p.stderr}")
+    for h in procs[-2:]:
+        h.stdin.close()
+        h.wait(timeout=30)
+
+
 @case("an injected XID is counted on its GPU and XID only")
 def _():
     emu("xid", "1", "79")
@@ -208,6 +268,7 @@ def _():
                          stdout=subprocess.DEVNULL, stderr=open(os.path.join(TMP, "prom.log"), "w"))
     procs.append(p)
     def query(q):
+        check(exp.poll() is None, f"the exporter exited ({exp.returncode})")
         st, _, body = get(f"http://127.0.0.1:{pport}/api/v1/query?" + urllib.parse.urlencode({"query": q}))
         if st != 200:
             return None
