@@ -14,6 +14,8 @@ pkgs=(
     libclang-rt-14-dev
     # independent gRPC peer for interop tests
     python3 python3-grpcio python3-protobuf protobuf-compiler
+    # accel-exporter tests: promtool and a real Prometheus scraping it
+    prometheus
     # the emulated libcuda dlopens these to read nvcc's compressed fatbins
     libzstd1 liblz4-1
 )

@@ -7,11 +7,14 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *const emu_args_set_keys =
     "temperature=C power=W power_limit=W sm_clock=MHz mem_clock=MHz fan=% pstate=N "
-    "compute_mode=default|exclusive_process|prohibited mig=on|off";
+    "compute_mode=default|exclusive_process|prohibited mig=on|off clocks_event_reasons=MASK "
+    "energy=J ecc_mode=on|off remapped_corr=N remapped_unc=N remap_pending=0|1 "
+    "remap_failure=0|1 pcie_replays=N ecc_volatile=clear";
 
 /* Whole-string decimal in [0, max]. */
 static bool uint_in(const char *s, size_t len, uint64_t max, uint64_t *ret)
@@ -198,6 +201,59 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
         else
             return errbuf_printf(err, errlen, "bad mig '%s': want on or off", v);
         r.mask |= EMU_SET_MIG;
+    } else if (KEY("clocks_event_reasons")) {
+        bool hex = strncmp(v, "0x", 2) == 0 || strncmp(v, "0X", 2) == 0;
+        char *end = NULL;
+        errno = 0;
+        unsigned long long m = hex ? strtoull(v + 2, &end, 16) : 0;
+        if (hex ? (!isxdigit((unsigned char)v[2]) || *end || errno)
+                : !uint_in(v, strlen(v), UINT64_MAX, &n))
+            return errbuf_printf(err, errlen,
+                                 "bad clocks_event_reasons '%s': want a bit mask, e.g. 0x40", v);
+        r.clocks_event_reasons = hex ? (uint64_t)m : n;
+        r.mask |= EMU_SET_CLOCKS_EVENT_REASONS;
+    } else if (KEY("energy")) {
+        if (!uint_in(v, strlen(v), UINT64_MAX / 1000, &n))
+            return errbuf_printf(err, errlen, "bad energy '%s': want whole joules", v);
+        r.energy_mj = n * 1000;
+        r.mask |= EMU_SET_ENERGY;
+    } else if (KEY("ecc_mode")) {
+        if (strcmp(v, "on") == 0)
+            r.ecc_disabled = 0;
+        else if (strcmp(v, "off") == 0)
+            r.ecc_disabled = 1;
+        else
+            return errbuf_printf(err, errlen, "bad ecc_mode '%s': want on or off", v);
+        r.mask |= EMU_SET_ECC_MODE;
+    } else if (KEY("remapped_corr") || KEY("remapped_unc")) {
+        if (!uint_in(v, strlen(v), 65535, &n))
+            return errbuf_printf(err, errlen, "bad %.*s '%s': want rows, 0-65535", (int)kl, kv, v);
+        if (KEY("remapped_corr")) {
+            r.remapped_corr = (uint32_t)n;
+            r.mask |= EMU_SET_REMAPPED_CORR;
+        } else {
+            r.remapped_unc = (uint32_t)n;
+            r.mask |= EMU_SET_REMAPPED_UNC;
+        }
+    } else if (KEY("remap_pending") || KEY("remap_failure")) {
+        if (!uint_in(v, strlen(v), 1, &n))
+            return errbuf_printf(err, errlen, "bad %.*s '%s': want 0 or 1", (int)kl, kv, v);
+        if (KEY("remap_pending")) {
+            r.remap_pending = (uint32_t)n;
+            r.mask |= EMU_SET_REMAP_PENDING;
+        } else {
+            r.remap_failure = (uint32_t)n;
+            r.mask |= EMU_SET_REMAP_FAILURE;
+        }
+    } else if (KEY("pcie_replays")) {
+        if (!uint_in(v, strlen(v), UINT32_MAX, &n))
+            return errbuf_printf(err, errlen, "bad pcie_replays '%s': want 0-4294967295", v);
+        r.pcie_replays = (uint32_t)n;
+        r.mask |= EMU_SET_PCIE_REPLAYS;
+    } else if (KEY("ecc_volatile")) {
+        if (strcmp(v, "clear") != 0)
+            return errbuf_printf(err, errlen, "bad ecc_volatile '%s': the only value is clear", v);
+        r.mask |= EMU_SET_ECC_VOLATILE_CLEAR;
     } else {
         return errbuf_printf(err, errlen, "unknown setting '%.*s' (keys: %s)",
                              (int)(kl > 40 ? 40 : kl), kv, emu_args_set_keys);
@@ -220,8 +276,33 @@ int emu_args_set_apply(struct emu_gpu *g, const struct emu_set_req *req, char *e
     }
     if (req->mask & EMU_SET_TEMPERATURE)
         g->temperature_c = req->temperature_c;
+    if (req->mask & (EMU_SET_POWER | EMU_SET_ENERGY)) {
+        /* bank the energy drawn at the old power before the power or the counter changes */
+        uint64_t now = emu_state_now_ns();
+        if (g->energy_stamp_ns && now > g->energy_stamp_ns)
+            g->energy_mj += (uint64_t)g->power_mw * (now - g->energy_stamp_ns) / 1000000000ULL;
+        g->energy_stamp_ns = now;
+        if (req->mask & EMU_SET_ENERGY)
+            g->energy_mj = req->energy_mj;
+    }
     if (req->mask & EMU_SET_POWER)
         g->power_mw = req->power_mw;
+    if (req->mask & EMU_SET_CLOCKS_EVENT_REASONS)
+        g->clocks_event_reasons = req->clocks_event_reasons;
+    if (req->mask & EMU_SET_ECC_MODE)
+        g->ecc_disabled = req->ecc_disabled;
+    if (req->mask & EMU_SET_REMAPPED_CORR)
+        g->remapped_corr = req->remapped_corr;
+    if (req->mask & EMU_SET_REMAPPED_UNC)
+        g->remapped_unc = req->remapped_unc;
+    if (req->mask & EMU_SET_REMAP_PENDING)
+        g->remap_pending = req->remap_pending;
+    if (req->mask & EMU_SET_REMAP_FAILURE)
+        g->remap_failure = req->remap_failure;
+    if (req->mask & EMU_SET_PCIE_REPLAYS)
+        g->pcie_replays = req->pcie_replays;
+    if (req->mask & EMU_SET_ECC_VOLATILE_CLEAR)
+        g->ecc_vol_single_bit = g->ecc_vol_double_bit = 0;
     if (req->mask & EMU_SET_POWER_LIMIT)
         g->power_limit_mw = req->power_limit_mw;
     if (req->mask & EMU_SET_SM_CLOCK)

@@ -33,16 +33,31 @@ enum {
     EMU_SET_PSTATE = 1u << 6,
     EMU_SET_COMPUTE_MODE = 1u << 7,
     EMU_SET_MIG = 1u << 8,
+    EMU_SET_CLOCKS_EVENT_REASONS = 1u << 9,
+    EMU_SET_ENERGY = 1u << 10,
+    EMU_SET_ECC_MODE = 1u << 11,
+    EMU_SET_REMAPPED_CORR = 1u << 12,
+    EMU_SET_REMAPPED_UNC = 1u << 13,
+    EMU_SET_REMAP_PENDING = 1u << 14,
+    EMU_SET_REMAP_FAILURE = 1u << 15,
+    EMU_SET_PCIE_REPLAYS = 1u << 16,
+    EMU_SET_ECC_VOLATILE_CLEAR = 1u << 17,
 };
 struct emu_set_req {
     uint32_t mask;
     uint32_t temperature_c, power_mw, power_limit_mw, sm_clock_mhz, mem_clock_mhz;
     uint32_t fan_percent, pstate, compute_mode, mig_mode;
+    uint64_t clocks_event_reasons, energy_mj;
+    uint32_t ecc_disabled, remapped_corr, remapped_unc, remap_pending, remap_failure;
+    uint32_t pcie_replays;
 };
 
 /* Adds one "key=value" to req: temperature=C (0-200), power=W and power_limit=W (0-2000,
  * decimals allowed), sm_clock=MHz and mem_clock=MHz (1-10000), fan=% (0-100), pstate=0-15,
- * compute_mode=default|exclusive_process|prohibited (or 0|2|3), mig=on|off. */
+ * compute_mode=default|exclusive_process|prohibited (or 0|2|3), mig=on|off,
+ * clocks_event_reasons=N (NVML's bit mask, decimal or 0x hex), energy=J (the energy counter
+ * restarts from J joules), ecc_mode=on|off, remapped_corr=N, remapped_unc=N (0-65535),
+ * remap_pending=0|1, remap_failure=0|1, pcie_replays=N (0-4294967295), ecc_volatile=clear. */
 int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errlen);
 /* The keys above, for help text. */
 extern const char *const emu_args_set_keys;

@@ -314,6 +314,84 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device,
     return NVML_SUCCESS;
 }
 
+/* The limit the driver enforces: the emulator has one limit, so the management limit. */
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    return nvmlDeviceGetPowerManagementLimit(device, limit);
+}
+
+/* Millijoules since the counter started: the banked value plus the current power draw
+ * integrated since it was banked (state.h, energy_mj). The first read starts the clock. */
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                              unsigned long long *energy)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!energy)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct emu_state *st = nvml_emu_state();
+    uint64_t now = emu_state_now_ns();
+    emu_state_lock(st);
+    if (!g->energy_stamp_ns)
+        g->energy_stamp_ns = now;
+    uint64_t dt = now > g->energy_stamp_ns ? now - g->energy_stamp_ns : 0;
+    *energy = g->energy_mj + (uint64_t)g->power_mw * dt / 1000000000ULL;
+    emu_state_unlock(st);
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                                 unsigned long long *reasons)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!reasons)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *reasons = __atomic_load_n(&g->clocks_event_reasons, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
+}
+
+/* The emulator applies ECC mode changes at once: pending always equals current. */
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current,
+                                               nvmlEnableState_t *pending)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!current || !pending)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    bool off = __atomic_load_n(&g->ecc_disabled, __ATOMIC_RELAXED) != 0;
+    *current = *pending = off ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED;
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                                    unsigned int *uncRows, unsigned int *isPending,
+                                                    unsigned int *failureOccurred)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!corrRows || !uncRows || !isPending || !failureOccurred)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct emu_state *st = nvml_emu_state();
+    emu_state_lock(st);
+    *corrRows = g->remapped_corr;
+    *uncRows = g->remapped_unc;
+    *isPending = g->remap_pending;
+    *failureOccurred = g->remap_failure;
+    emu_state_unlock(st);
+    return NVML_SUCCESS;
+}
+
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!value)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *value = __atomic_load_n(&g->pcie_replays, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
+}
+
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed);
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
 {
@@ -405,7 +483,9 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
         return NVML_ERROR_INVALID_ARGUMENT;
     struct emu_state *st = nvml_emu_state();
     emu_state_lock(st);
-    uint64_t sbe = g->ecc_single_bit, dbe = g->ecc_double_bit;
+    bool vol = counterType == NVML_VOLATILE_ECC;
+    uint64_t sbe = vol ? g->ecc_vol_single_bit : g->ecc_single_bit;
+    uint64_t dbe = vol ? g->ecc_vol_double_bit : g->ecc_double_bit;
     emu_state_unlock(st);
     if (errorType == NVML_MEMORY_ERROR_TYPE_CORRECTED)
         *eccCounts = sbe;

@@ -30,10 +30,13 @@ int emu_state_inject_ecc(struct emu_state *st, unsigned gpu, bool double_bit)
     if (!g)
         return -EINVAL;
     emu_state_lock(st);
-    if (double_bit)
+    if (double_bit) {
         g->ecc_double_bit++;
-    else
+        g->ecc_vol_double_bit++;
+    } else {
         g->ecc_single_bit++;
+        g->ecc_vol_single_bit++;
+    }
     emu_state_unlock(st);
     return emu_state_event_post(
         st, gpu, double_bit ? EMU_EVENT_DOUBLE_BIT_ECC : EMU_EVENT_SINGLE_BIT_ECC, 0, NULL);

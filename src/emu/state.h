@@ -152,7 +152,14 @@ struct emu_gpu {
     uint32_t mig_mode; /* current: 0 disabled, 1 enabled */
     uint32_t mig_mode_pending;
     uint32_t compute_mode; /* NVML compute mode: 0 default, 3 exclusive process */
-    uint32_t reserved_u32[15];
+    /* health counters NVML reports (`accel-emu set`; taken from the reserved words) */
+    uint32_t ecc_disabled;  /* nvmlDeviceGetEccMode: 0 = enabled (the default), 1 = disabled */
+    uint32_t remapped_corr; /* nvmlDeviceGetRemappedRows: rows remapped for corrected errors */
+    uint32_t remapped_unc;  /* ... for uncorrectable errors */
+    uint32_t remap_pending; /* 1: a remap waits for the next GPU reset */
+    uint32_t remap_failure; /* 1: a remap failed */
+    uint32_t pcie_replays;  /* nvmlDeviceGetPcieReplayCounter */
+    uint32_t reserved_u32[9];
 
     /* links: nvlinks[j] = NVLink links to GPU j; topo[j] = enum emu_topo_level */
     uint8_t nvlinks[EMU_MAX_GPUS];
@@ -181,7 +188,17 @@ struct emu_gpu {
     /* process slots (bit i: procs[i]) that queued work since the GPU was last idle: the only
      * owners whose death emu_state_submit must check for before queueing behind them */
     uint64_t pending_slots[EMU_MAX_PROCS / 64];
-    uint64_t reserved_u64[12 - EMU_MAX_PROCS / 64];
+    /* Volatile ECC counts (since the last driver load: `accel-emu set GPU ecc_volatile=clear`
+     * zeroes them, the aggregate ones above never go back). `accel-emu ecc` counts both. */
+    uint64_t ecc_vol_single_bit;
+    uint64_t ecc_vol_double_bit;
+    uint64_t clocks_event_reasons; /* nvmlClocksEventReason* bits (`set clocks_event_reasons=`) */
+    /* Energy: energy_mj banked at energy_stamp_ns; since then power_mw has been drawn, so
+     * nvmlDeviceGetTotalEnergyConsumption = energy_mj + power_mw * (now - stamp) / 1e9.
+     * stamp 0: not started (the first read starts it). */
+    uint64_t energy_mj;
+    uint64_t energy_stamp_ns;
+    uint64_t reserved_u64[7 - EMU_MAX_PROCS / 64];
 };
 
 /* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the

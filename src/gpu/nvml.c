@@ -77,6 +77,8 @@ static const struct sym syms[] = {
     SYM(nvmlDeviceGetPerformanceState, false),
     SYM(nvmlDeviceGetCurrentClocksEventReasons, false),
     SYM(nvmlDeviceGetEccMode, false),
+    SYM(nvmlDeviceGetRemappedRows, false),
+    SYM(nvmlDeviceGetPcieReplayCounter, false),
 };
 
 int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t errlen)

@@ -1,0 +1,653 @@
+/*
+ * accel-exporter.c — the GPU metrics exporter: serves /metrics (Prometheus text 0.0.4, or
+ * OpenMetrics 1.0.0 when the Accept header asks for application/openmetrics-text) and
+ * /healthz over libmicrohttpd.
+ *
+ * NVML is never called on the scrape path: a sampler thread reads every GPU each interval
+ * and renders both exposition formats into a back buffer, then swaps it with the front
+ * buffer under a mutex; a scrape copies the front buffer out. An event thread counts XID
+ * events per GPU and XID as they arrive (nvmlEventSetWait_v2), so short-lived XIDs between
+ * two samples are never lost. NVML is found like acceld's: --nvml-library, then
+ * $ACCEL_NVML_LIBRARY, then libnvidia-ml.so.1 (src/gpu/nvml.c).
+ *
+ * Metric names follow the Prometheus naming guide (base units, _total counters):
+ * https://prometheus.io/docs/practices/naming/ ; the formats are described at
+ * https://prometheus.io/docs/instrumenting/exposition_formats/ and in the OpenMetrics spec
+ * (https://github.com/OpenObservability/OpenMetrics/blob/main/specification/OpenMetrics.md).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "cgroup.h"
+#include "log.h"
+#include "nvml.h"
+#include "util.h"
+
+#define EXP_MAX_GPUS 64
+#define EXP_MAX_XIDS 32 /* distinct XIDs counted per GPU; more are folded into xid="other" */
+#define EXP_DEFAULT_LISTEN "0.0.0.0:9835"
+
+struct exp_xid {
+    unsigned xid; /* 0 = unused slot; UINT32_MAX = the "other" bucket */
+    uint64_t count;
+};
+
+struct exp_gpu {
+    nvmlDevice_t dev;
+    char uuid[96];
+    char name[96];
+    char vbios[64];
+    struct exp_xid xids[EXP_MAX_XIDS + 1];
+};
+
+/* A growable text buffer; reused across samples so steady state allocates nothing. */
+struct exp_buf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+};
+
+struct exporter {
+    struct gpu_nvml *nvml;
+    unsigned ngpus;
+    struct exp_gpu gpus[EXP_MAX_GPUS];
+    char driver[64];
+    int cuda_version;
+    uint64_t interval_ns;
+    const char *proc_root; /* where /proc is (tests: a fake tree) */
+
+    pthread_mutex_t lock;    /* guards front buffers, xid counters and the flags below */
+    struct exp_buf front[2]; /* [0] Prometheus text, [1] OpenMetrics */
+    struct exp_buf back[2];
+    uint64_t samples;  /* completed sampling rounds */
+    volatile int stop; /* set by main at exit; polled by the threads */
+};
+
+static void buf_printf(struct exp_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void buf_printf(struct exp_buf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->p && (size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 16384;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+/* Label values come from the driver (UUID, name, versions): escape \ " and newline as the
+ * exposition formats require. */
+static const char *esc(const char *s, char *out, size_t outlen)
+{
+    size_t o = 0;
+    for (; *s && o + 3 < outlen; s++) {
+        if (*s == '\\' || *s == '"') {
+            out[o++] = '\\';
+            out[o++] = *s;
+        } else if (*s == '\n') {
+            out[o++] = '\\';
+            out[o++] = 'n';
+        } else {
+            out[o++] = *s;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* HELP and TYPE for one family. Counters: OpenMetrics names the family without _total. */
+static void family(struct exp_buf *b, bool om, const char *name, const char *type, const char *help)
+{
+    char fam[128];
+    snprintf(fam, sizeof fam, "%s", name);
+    size_t l = strlen(fam);
+    if (om && strcmp(type, "counter") == 0 && l > 6 && strcmp(fam + l - 6, "_total") == 0)
+        fam[l - 6] = '\0';
+    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fam, help, fam, type);
+}
+
+struct gpu_sample {
+    bool util_ok, mem_ok, temp_ok, power_ok, energy_ok, limit_ok, sm_ok, memclk_ok, reasons_ok;
+    bool ecc_ok, remap_ok, replay_ok;
+    unsigned remap[4], replays; /* corrected rows, uncorrectable rows, pending, failure */
+    nvmlUtilization_t util;
+    nvmlMemory_t mem;
+    unsigned temp, power_mw, limit_mw, sm_mhz, mem_mhz;
+    unsigned long long energy_mj, reasons, ecc[2];
+    size_t nprocs;
+    struct gpu_process procs[64];
+    struct kube_cgroup_ref pods[64]; /* pod_uid "" = not in a pod (or its cgroup unreadable) */
+};
+
+/* Clock-event reason bits (NVML's nvmlClocksEventReason* constants, nvml.h of the driver). */
+static const struct {
+    unsigned long long bit;
+    const char *name;
+} reason_bits[] = {
+    {0x1ULL, "gpu_idle"},
+    {0x2ULL, "applications_clocks_setting"},
+    {0x4ULL, "sw_power_cap"},
+    {0x8ULL, "hw_slowdown"},
+    {0x10ULL, "sync_boost"},
+    {0x20ULL, "sw_thermal_slowdown"},
+    {0x40ULL, "hw_thermal_slowdown"},
+    {0x80ULL, "hw_power_brake_slowdown"},
+    {0x100ULL, "display_clock_setting"},
+};
+
+#define NVML_OK(call) ((call) == NVML_SUCCESS)
+
+static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample *s)
+{
+    struct gpu_nvml *n = e->nvml;
+    memset(s, 0, offsetof(struct gpu_sample, procs));
+    s->util_ok = n->nvmlDeviceGetUtilizationRates &&
+                 NVML_OK(n->nvmlDeviceGetUtilizationRates(g->dev, &s->util));
+    s->mem_ok = n->nvmlDeviceGetMemoryInfo && NVML_OK(n->nvmlDeviceGetMemoryInfo(g->dev, &s->mem));
+    s->temp_ok = n->nvmlDeviceGetTemperature &&
+                 NVML_OK(n->nvmlDeviceGetTemperature(g->dev, NVML_TEMPERATURE_GPU, &s->temp));
+    s->power_ok =
+        n->nvmlDeviceGetPowerUsage && NVML_OK(n->nvmlDeviceGetPowerUsage(g->dev, &s->power_mw));
+    s->limit_ok = n->nvmlDeviceGetEnforcedPowerLimit &&
+                  NVML_OK(n->nvmlDeviceGetEnforcedPowerLimit(g->dev, &s->limit_mw));
+    s->energy_ok = n->nvmlDeviceGetTotalEnergyConsumption &&
+                   NVML_OK(n->nvmlDeviceGetTotalEnergyConsumption(g->dev, &s->energy_mj));
+    s->sm_ok = n->nvmlDeviceGetClockInfo &&
+               NVML_OK(n->nvmlDeviceGetClockInfo(g->dev, NVML_CLOCK_SM, &s->sm_mhz));
+    s->memclk_ok = n->nvmlDeviceGetClockInfo &&
+                   NVML_OK(n->nvmlDeviceGetClockInfo(g->dev, NVML_CLOCK_MEM, &s->mem_mhz));
+    s->reasons_ok = n->nvmlDeviceGetCurrentClocksEventReasons &&
+                    NVML_OK(n->nvmlDeviceGetCurrentClocksEventReasons(g->dev, &s->reasons));
+    s->ecc_ok = n->nvmlDeviceGetTotalEccErrors &&
+                NVML_OK(n->nvmlDeviceGetTotalEccErrors(g->dev, NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                                                       NVML_AGGREGATE_ECC, &s->ecc[0])) &&
+                NVML_OK(n->nvmlDeviceGetTotalEccErrors(g->dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                                       NVML_AGGREGATE_ECC, &s->ecc[1]));
+    s->remap_ok = n->nvmlDeviceGetRemappedRows &&
+                  NVML_OK(n->nvmlDeviceGetRemappedRows(g->dev, &s->remap[0], &s->remap[1],
+                                                       &s->remap[2], &s->remap[3]));
+    s->replay_ok = n->nvmlDeviceGetPcieReplayCounter &&
+                   NVML_OK(n->nvmlDeviceGetPcieReplayCounter(g->dev, &s->replays));
+    size_t np = 0;
+    if (gpu_nvml_running_processes(n, g->dev, s->procs, sizeof s->procs / sizeof s->procs[0],
+                                   &np) == 0)
+        s->nprocs = np;
+    for (size_t k = 0; k < s->nprocs; k++)
+        if (kube_cgroup_read(e->proc_root, (pid_t)s->procs[k].pid, &s->pods[k]) < 0)
+            memset(&s->pods[k], 0, sizeof s->pods[k]);
+}
+
+/* Renders one format from the samples. om: OpenMetrics. */
+static void render(struct exporter *e, struct exp_buf *b, bool om, const struct gpu_sample *ss,
+                   const struct exp_gpu *xid_copy)
+{
+    char l[EXP_MAX_GPUS][160];
+    for (unsigned i = 0; i < e->ngpus; i++) {
+        char u[200];
+        snprintf(l[i], sizeof l[i], "gpu=\"%u\",uuid=\"%s\"", i, esc(e->gpus[i].uuid, u, sizeof u));
+    }
+    char d[140], v[140], nm[200];
+    family(b, om, "accel_gpu_info", "gauge",
+           "GPU identity and firmware: driver, CUDA driver API and VBIOS versions (value 1).");
+    for (unsigned i = 0; i < e->ngpus; i++)
+        buf_printf(b,
+                   "accel_gpu_info{%s,name=\"%s\",driver_version=\"%s\",cuda_version=\"%d.%d\","
+                   "vbios_version=\"%s\"} 1\n",
+                   l[i], esc(e->gpus[i].name, nm, sizeof nm), esc(e->driver, d, sizeof d),
+                   e->cuda_version / 1000, e->cuda_version % 1000 / 10,
+                   esc(e->gpus[i].vbios, v, sizeof v));
+
+/* One family with a series per GPU whose sample ss[i].okf succeeded. */
+#define PER_GPU(type, metric, help, okf, expr)                                                     \
+    do {                                                                                           \
+        family(b, om, metric, type, help);                                                         \
+        for (unsigned i = 0; i < e->ngpus; i++)                                                    \
+            if (ss[i].okf)                                                                         \
+                buf_printf(b, metric "{%s} %.17g\n", l[i], (double)(expr));                        \
+    } while (0)
+#define GAUGE(...) PER_GPU("gauge", __VA_ARGS__)
+#define COUNTER(...) PER_GPU("counter", __VA_ARGS__)
+
+    GAUGE("accel_gpu_utilization_ratio", "Fraction of the last sample period the GPU was busy.",
+          util_ok, ss[i].util.gpu / 100.0);
+    GAUGE("accel_gpu_memory_used_bytes", "Device memory in use.", mem_ok, ss[i].mem.used);
+    GAUGE("accel_gpu_memory_free_bytes", "Device memory free.", mem_ok, ss[i].mem.free);
+    GAUGE("accel_gpu_memory_total_bytes", "Device memory installed.", mem_ok, ss[i].mem.total);
+    GAUGE("accel_gpu_temperature_celsius", "GPU core temperature.", temp_ok, ss[i].temp);
+    GAUGE("accel_gpu_power_watts", "Power draw.", power_ok, ss[i].power_mw / 1000.0);
+    GAUGE("accel_gpu_power_limit_watts", "Enforced power limit.", limit_ok,
+          ss[i].limit_mw / 1000.0);
+    COUNTER("accel_gpu_energy_joules_total", "Energy consumed since the driver loaded.", energy_ok,
+            ss[i].energy_mj / 1000.0);
+    GAUGE("accel_gpu_sm_clock_hertz", "SM clock.", sm_ok, ss[i].sm_mhz * 1e6);
+    GAUGE("accel_gpu_memory_clock_hertz", "Memory clock.", memclk_ok, ss[i].mem_mhz * 1e6);
+
+    family(b, om, "accel_gpu_clock_event_reason", "gauge",
+           "1 while the clocks are held down for this reason (throttling), else 0.");
+    for (unsigned i = 0; i < e->ngpus; i++)
+        if (ss[i].reasons_ok)
+            for (size_t k = 0; k < sizeof reason_bits / sizeof reason_bits[0]; k++)
+                buf_printf(b, "accel_gpu_clock_event_reason{%s,reason=\"%s\"} %d\n", l[i],
+                           reason_bits[k].name, (ss[i].reasons & reason_bits[k].bit) ? 1 : 0);
+
+    family(b, om, "accel_gpu_ecc_errors_total", "counter",
+           "ECC errors over the GPU's life (aggregate counters), by type.");
+    for (unsigned i = 0; i < e->ngpus; i++)
+        if (ss[i].ecc_ok)
+            buf_printf(b,
+                       "accel_gpu_ecc_errors_total{%s,type=\"corrected\"} %llu\n"
+                       "accel_gpu_ecc_errors_total{%s,type=\"uncorrected\"} %llu\n",
+                       l[i], ss[i].ecc[0], l[i], ss[i].ecc[1]);
+
+    GAUGE("accel_gpu_remapped_rows_correctable", "Rows remapped after correctable errors.",
+          remap_ok, ss[i].remap[0]);
+    GAUGE("accel_gpu_remapped_rows_uncorrectable", "Rows remapped after uncorrectable errors.",
+          remap_ok, ss[i].remap[1]);
+    GAUGE("accel_gpu_row_remap_pending", "1 while a row remap waits for a GPU reset.", remap_ok,
+          ss[i].remap[2] != 0);
+    GAUGE("accel_gpu_row_remap_failed", "1 once a row remap has failed.", remap_ok,
+          ss[i].remap[3] != 0);
+    COUNTER("accel_gpu_pcie_replays_total", "PCIe replays (link-level retransmissions).", replay_ok,
+            ss[i].replays);
+
+    family(b, om, "accel_gpu_xid_events_total", "counter",
+           "XID events seen since the exporter started, by XID.");
+    for (unsigned i = 0; i < e->ngpus; i++)
+        for (unsigned k = 0; k <= EXP_MAX_XIDS; k++) {
+            const struct exp_xid *x = &xid_copy[i].xids[k];
+            if (!x->xid)
+                continue;
+            if (x->xid == UINT32_MAX)
+                buf_printf(b, "accel_gpu_xid_events_total{%s,xid=\"other\"} %" PRIu64 "\n", l[i],
+                           x->count);
+            else
+                buf_printf(b, "accel_gpu_xid_events_total{%s,xid=\"%u\"} %" PRIu64 "\n", l[i],
+                           x->xid, x->count);
+        }
+
+    family(b, om, "accel_gpu_process_memory_used_bytes", "gauge",
+           "Device memory used by one process (NVML's compute process list), with its pod and "
+           "container when /proc/PID/cgroup names them.");
+    for (unsigned i = 0; i < e->ngpus; i++)
+        for (size_t k = 0; k < ss[i].nprocs; k++)
+            if (ss[i].procs[k].used_memory_bytes != UINT64_MAX)
+                buf_printf(b,
+                           "accel_gpu_process_memory_used_bytes{%s,pid=\"%u\",pod_uid=\"%s\","
+                           "container_id=\"%s\"} %" PRIu64 "\n",
+                           l[i], ss[i].procs[k].pid, ss[i].pods[k].pod_uid,
+                           ss[i].pods[k].container_id, ss[i].procs[k].used_memory_bytes);
+
+    /* Per container: the sum over its processes on this GPU (first process of each pair
+     * (pod, container) prints the sum; at most 64 processes, so quadratic is cheap). */
+    family(b, om, "accel_container_gpu_memory_used_bytes", "gauge",
+           "Device memory used on this GPU by all processes of one pod's container.");
+    for (unsigned i = 0; i < e->ngpus; i++)
+        for (size_t k = 0; k < ss[i].nprocs; k++) {
+            const struct kube_cgroup_ref *pk = &ss[i].pods[k];
+            bool first = pk->pod_uid[0] != '\0';
+            uint64_t sum = 0;
+            for (size_t j = 0; j < ss[i].nprocs && first; j++) {
+                const struct kube_cgroup_ref *pj = &ss[i].pods[j];
+                if (strcmp(pj->pod_uid, pk->pod_uid) || strcmp(pj->container_id, pk->container_id))
+                    continue;
+                if (j < k)
+                    first = false;
+                else if (ss[i].procs[j].used_memory_bytes != UINT64_MAX)
+                    sum += ss[i].procs[j].used_memory_bytes;
+            }
+            if (first)
+                buf_printf(b,
+                           "accel_container_gpu_memory_used_bytes{%s,pod_uid=\"%s\","
+                           "container_id=\"%s\"} %" PRIu64 "\n",
+                           l[i], pk->pod_uid, pk->container_id, sum);
+        }
+
+    family(b, om, "accel_exporter_samples_total", "counter", "Sampling rounds completed.");
+    buf_printf(b, "accel_exporter_samples_total %" PRIu64 "\n", e->samples + 1);
+    if (om)
+        buf_printf(b, "# EOF\n");
+#undef PER_GPU
+#undef GAUGE
+#undef COUNTER
+}
+
+static void *sampler_main(void *arg)
+{
+    struct exporter *e = arg;
+    static struct gpu_sample ss[EXP_MAX_GPUS];
+    static struct exp_gpu xid_copy[EXP_MAX_GPUS];
+    while (!e->stop) {
+        uint64_t t0 = mono_ns();
+        for (unsigned i = 0; i < e->ngpus; i++)
+            sample_gpu(e, &e->gpus[i], &ss[i]);
+        pthread_mutex_lock(&e->lock);
+        for (unsigned i = 0; i < e->ngpus; i++)
+            memcpy(xid_copy[i].xids, e->gpus[i].xids, sizeof xid_copy[i].xids);
+        pthread_mutex_unlock(&e->lock);
+        for (int f = 0; f < 2; f++) {
+            e->back[f].len = 0;
+            e->back[f].oom = false;
+            render(e, &e->back[f], f == 1, ss, xid_copy);
+        }
+        pthread_mutex_lock(&e->lock);
+        for (int f = 0; f < 2; f++) {
+            if (e->back[f].oom)
+                continue; /* keep serving the last good snapshot */
+            struct exp_buf t = e->front[f];
+            e->front[f] = e->back[f];
+            e->back[f] = t;
+        }
+        e->samples++;
+        pthread_mutex_unlock(&e->lock);
+        uint64_t spent = mono_ns() - t0;
+        uint64_t wait = spent < e->interval_ns ? e->interval_ns - spent : 0;
+        /* sleep in short steps so a signal stops the exporter promptly */
+        while (wait > 0 && !e->stop) {
+            uint64_t step = wait > 100000000ULL ? 100000000ULL : wait;
+            struct timespec ts = {(time_t)(step / 1000000000ULL), (long)(step % 1000000000ULL)};
+            nanosleep(&ts, NULL);
+            wait -= step;
+        }
+    }
+    return NULL;
+}
+
+static void count_xid(struct exporter *e, nvmlDevice_t dev, unsigned xid)
+{
+    pthread_mutex_lock(&e->lock);
+    for (unsigned i = 0; i < e->ngpus; i++) {
+        if (e->gpus[i].dev != dev)
+            continue;
+        struct exp_xid *slot = NULL;
+        for (unsigned k = 0; k < EXP_MAX_XIDS; k++) {
+            struct exp_xid *x = &e->gpus[i].xids[k];
+            if (x->xid == xid || !x->xid) {
+                slot = x;
+                break;
+            }
+        }
+        if (!slot || xid == 0 || xid == UINT32_MAX) {
+            slot = &e->gpus[i].xids[EXP_MAX_XIDS];
+            xid = UINT32_MAX;
+        }
+        slot->xid = xid;
+        slot->count++;
+        break;
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+static void *events_main(void *arg)
+{
+    struct exporter *e = arg;
+    struct gpu_nvml *n = e->nvml;
+    nvmlEventSet_t set = NULL;
+    if (!NVML_OK(n->nvmlEventSetCreate(&set))) {
+        log_warn("NVML event set could not be created: XID counters stay empty");
+        return NULL;
+    }
+    unsigned registered = 0;
+    for (unsigned i = 0; i < e->ngpus; i++)
+        if (NVML_OK(
+                n->nvmlDeviceRegisterEvents(e->gpus[i].dev, nvmlEventTypeXidCriticalError, set)))
+            registered++;
+    if (!registered)
+        log_warn("no GPU accepted XID event registration: XID counters stay empty");
+    while (registered && !e->stop) {
+        nvmlEventData_t data;
+        memset(&data, 0, sizeof data);
+        nvmlReturn_t r = n->nvmlEventSetWait_v2(set, &data, 200);
+        if (r == NVML_SUCCESS && (data.eventType & nvmlEventTypeXidCriticalError))
+            count_xid(e, data.device, (unsigned)data.eventData);
+        else if (r != NVML_SUCCESS && r != NVML_ERROR_TIMEOUT) {
+            struct timespec ts = {0, 200000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    n->nvmlEventSetFree(set);
+    return NULL;
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *ctype,
+                                 const char *body, size_t len)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_len, void **req_cls)
+{
+    struct exporter *e = cls;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "use GET\n", 8);
+    if (strcmp(url, "/healthz") == 0) {
+        pthread_mutex_lock(&e->lock);
+        bool ok = e->samples > 0;
+        pthread_mutex_unlock(&e->lock);
+        return ok ? send_text(c, MHD_HTTP_OK, "text/plain", "ok\n", 3)
+                  : send_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", "no sample yet\n", 14);
+    }
+    if (strcmp(url, "/metrics") == 0) {
+        const char *acc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+        int f = acc && strstr(acc, "application/openmetrics-text") ? 1 : 0;
+        const char *ctype = f ? "application/openmetrics-text; version=1.0.0; charset=utf-8"
+                              : "text/plain; version=0.0.4; charset=utf-8";
+        pthread_mutex_lock(&e->lock);
+        if (!e->samples) {
+            pthread_mutex_unlock(&e->lock);
+            return send_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain",
+                             "no sample yet; retry in a second\n", 33);
+        }
+        enum MHD_Result r = send_text(c, MHD_HTTP_OK, ctype, e->front[f].p, e->front[f].len);
+        pthread_mutex_unlock(&e->lock);
+        return r;
+    }
+    static const char nf[] = "not found: try /metrics or /healthz\n";
+    return send_text(c, MHD_HTTP_NOT_FOUND, "text/plain", nf, sizeof nf - 1);
+}
+
+static int parse_listen(const char *s, struct sockaddr_in *sa)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s)
+        return -EINVAL;
+    char host[64];
+    size_t hl = (size_t)(colon - s);
+    if (hl >= sizeof host)
+        return -EINVAL;
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+    uint64_t port;
+    if (parse_u64(colon + 1, &port) < 0 || port > 65535)
+        return -EINVAL;
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+        return -EINVAL;
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: accel-exporter [--listen ADDR:PORT] [--nvml-library PATH] [--interval DURATION]\n"
+        "                      [--proc-root DIR] [--log-level LEVEL]\n"
+        "  --listen        address to serve /metrics and /healthz on (default %s)\n"
+        "  --nvml-library  NVML to load (default $%s, else %s)\n"
+        "  --interval      sampling period, e.g. 1s or 250ms (default 1s)\n"
+        "  --proc-root     where /proc is, for the PID -> pod mapping (default /proc)\n",
+        EXP_DEFAULT_LISTEN, GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY);
+}
+
+int main(int argc, char **argv)
+{
+    const char *listen_s = EXP_DEFAULT_LISTEN, *lib = NULL, *proc_root = "/proc";
+    uint64_t interval_ns = 1000000000ULL;
+    log_set_ident("accel-exporter");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "accel-exporter: unknown option or missing value: %s (see --help)\n",
+                    a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (strcmp(a, "--listen") == 0) {
+            listen_s = v;
+        } else if (strcmp(a, "--proc-root") == 0) {
+            proc_root = v;
+        } else if (strcmp(a, "--nvml-library") == 0) {
+            lib = v;
+        } else if (strcmp(a, "--interval") == 0) {
+            if (parse_duration_ns(v, &interval_ns) < 0 || interval_ns < 10000000ULL) {
+                fprintf(stderr,
+                        "accel-exporter: bad --interval %s: give a duration of at least 10ms, e.g. "
+                        "1s\n",
+                        v);
+                return 2;
+            }
+        } else if (strcmp(a, "--log-level") == 0) {
+            enum log_level lv;
+            if (log_level_parse(v, &lv) < 0) {
+                fprintf(stderr,
+                        "accel-exporter: bad --log-level %s: use error, warn, info or debug\n", v);
+                return 2;
+            }
+            log_set_level(lv);
+        } else {
+            fprintf(stderr, "accel-exporter: unknown option %s (see --help)\n", a);
+            return 2;
+        }
+    }
+    struct sockaddr_in sa;
+    if (parse_listen(listen_s, &sa) < 0) {
+        fprintf(stderr,
+                "accel-exporter: bad --listen %s: give IPv4ADDR:PORT, e.g. 127.0.0.1:9835\n",
+                listen_s);
+        return 2;
+    }
+
+    static struct exporter e;
+    e.interval_ns = interval_ns;
+    e.proc_root = proc_root;
+    pthread_mutex_init(&e.lock, NULL);
+    char err[512];
+    int r = gpu_nvml_open(lib, &e.nvml, err, sizeof err);
+    if (r < 0) {
+        log_error("%s", err);
+        return 1;
+    }
+    unsigned n = 0;
+    if (!NVML_OK(e.nvml->nvmlDeviceGetCount_v2(&n))) {
+        log_error("nvmlDeviceGetCount failed; check that the NVIDIA driver is loaded");
+        return 1;
+    }
+    if (n > EXP_MAX_GPUS)
+        n = EXP_MAX_GPUS;
+    if (e.nvml->nvmlSystemGetDriverVersion)
+        e.nvml->nvmlSystemGetDriverVersion(e.driver, sizeof e.driver);
+    if (e.nvml->nvmlSystemGetCudaDriverVersion_v2)
+        e.nvml->nvmlSystemGetCudaDriverVersion_v2(&e.cuda_version);
+    for (unsigned i = 0; i < n; i++) {
+        struct exp_gpu *g = &e.gpus[e.ngpus];
+        if (!NVML_OK(e.nvml->nvmlDeviceGetHandleByIndex_v2(i, &g->dev))) {
+            log_warn("GPU %u: no NVML handle; it is left out", i);
+            continue;
+        }
+        if (e.nvml->nvmlDeviceGetUUID)
+            e.nvml->nvmlDeviceGetUUID(g->dev, g->uuid, sizeof g->uuid);
+        if (e.nvml->nvmlDeviceGetName)
+            e.nvml->nvmlDeviceGetName(g->dev, g->name, sizeof g->name);
+        if (e.nvml->nvmlDeviceGetVbiosVersion)
+            e.nvml->nvmlDeviceGetVbiosVersion(g->dev, g->vbios, sizeof g->vbios);
+        e.ngpus++;
+    }
+
+    /* Block the stop signals in every thread; main waits for them with sigwait. */
+    sigset_t stopset;
+    sigemptyset(&stopset);
+    sigaddset(&stopset, SIGTERM);
+    sigaddset(&stopset, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stopset, NULL);
+
+    pthread_t sampler, events;
+    bool have_events = e.nvml->nvmlEventSetCreate && e.nvml->nvmlDeviceRegisterEvents &&
+                       e.nvml->nvmlEventSetWait_v2 && e.nvml->nvmlEventSetFree;
+    if (pthread_create(&sampler, NULL, sampler_main, &e) != 0) {
+        log_error("cannot start the sampler thread");
+        return 1;
+    }
+    if (have_events && pthread_create(&events, NULL, events_main, &e) != 0)
+        have_events = false;
+
+    struct MHD_Daemon *d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+                         on_request, &e, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT,
+                         64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+    if (!d) {
+        log_error("cannot listen on %s: is the port in use or the address not local?", listen_s);
+        e.stop = 1;
+    } else {
+        log_info("serving %u GPU(s) on http://%s/metrics", e.ngpus, listen_s);
+        int sig;
+        sigwait(&stopset, &sig);
+        MHD_stop_daemon(d);
+    }
+    e.stop = 1;
+    pthread_join(sampler, NULL);
+    if (have_events)
+        pthread_join(events, NULL);
+    for (int f = 0; f < 2; f++) {
+        free(e.front[f].p);
+        free(e.back[f].p);
+    }
+    gpu_nvml_free(e.nvml);
+    return d ? 0 : 1;
+}

@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""test-exporter — accel-exporter on a 4-GPU emulated node: /healthz, /metrics in both
+exposition formats, values that follow `accel-emu set`, an injected XID counted on the right
+GPU, `promtool check metrics` clean, a real Prometheus (Debian's) scraping it, and bad flags
+refused with exit 2. Prints TAP; exits 77 when the exporter was not built."""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from taptest import case, check, run  # noqa: E402
+
+BUILD = os.environ.get("ACCEL_BUILD_ROOT", "build")
+EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
+EXPORTER = os.path.join(BUILD, "src", "exporter", "accel-exporter")
+NVML = os.path.join(BUILD, "src", "emu", "libnvidia-ml.so.1")
+HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
+
+if not os.path.exists(EXPORTER):
+    print("1..0 # SKIP accel-exporter not built (libmicrohttpd missing)")
+    sys.exit(77)
+
+TMP = tempfile.mkdtemp(prefix="test-exporter-")
+STATE = os.path.join(TMP, "machine")
+ENV = dict(os.environ, ACCEL_EMU_STATE=STATE, ACCEL_NVML_LIBRARY=NVML)
+procs = []
+
+
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def get(url, headers=None):
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+    except (urllib.error.URLError, ConnectionError):
+        return None, "", ""
+
+
+def wait_for(fn, what, timeout=30.0):
+    """Polls fn until it returns a true value; fails after timeout seconds."""
+    end = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.05)
+
+
+def emu(*args):
+    p = subprocess.run([EMU, "--state", STATE] + list(args), capture_output=True, text=True,
+                       env=ENV, timeout=60)
+    check(p.returncode == 0, f"accel-emu {args}: {p.stderr}")
+    return p.stdout
+
+
+def sample(text, name, **labels):
+    """The value of the one series name{labels...} in Prometheus text, or None."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        m = re.match(r"([a-z_]+)\{(.*)\} (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'([a-z_]+)="((?:[^"\\]|\\.)*)"', m.group(2)))
+        if all(got.get(k) == str(v) for k, v in labels.items()):
+            return float(m.group(3))
+    return None
+
+
+emu("init", "--gpus", "4")
+PORT = free_port()
+BASE = f"http://127.0.0.1:{PORT}"
+# A fake /proc: the exporter reads <pid>/cgroup from here, so test processes can stand in for
+# containers of two pods (cgroup v2, systemd driver, containerd ids).
+PROC = os.path.join(TMP, "proc")
+exp = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{PORT}", "--interval", "100ms",
+                        "--proc-root", PROC],
+                       env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+procs.append(exp)
+
+
+def metrics():
+    st, _, body = get(BASE + "/metrics")
+    return body if st == 200 else None
+
+
+@case("/healthz answers 200 once the first sample is taken")
+def _():
+    wait_for(lambda: get(BASE + "/healthz")[0] == 200, "/healthz 200")
+    st, _, body = get(BASE + "/nope")
+    check(st == 404 and "/metrics" in body, f"unknown path: {st} {body!r}")
+
+
+@case("/metrics: text 0.0.4 with a series per GPU for every family, labelled by index and UUID")
+def _():
+    st, ctype, body = get(BASE + "/metrics")
+    check(st == 200, f"status {st}")
+    check("text/plain; version=0.0.4" in ctype, f"content type {ctype}")
+    gpus = json.loads(emu("status", "--json"))["gpus"]
+    check(len(gpus) == 4, f"emu status: {len(gpus)} GPUs")
+    for g in gpus:
+        idx, uuid = g["index"], g["uuid"]
+        for fam in ("accel_gpu_info", "accel_gpu_temperature_celsius", "accel_gpu_power_watts",
+                    "accel_gpu_sm_clock_hertz", "accel_gpu_utilization_ratio",
+                    "accel_gpu_memory_used_bytes", "accel_gpu_memory_free_bytes"):
+            check(sample(body, fam, gpu=idx, uuid=uuid) is not None, f"no {fam} for GPU {idx}")
+        check(sample(body, "accel_gpu_memory_total_bytes", gpu=idx, uuid=uuid)
+              == g["memory_total_bytes"], f"GPU {idx} memory total")
+        check(sample(body, "accel_gpu_memory_clock_hertz", gpu=idx) == g["mem_clock_mhz"] * 1e6,
+              f"GPU {idx} memory clock")
+
+
+@case("values follow accel-emu set (temperature, power, SM clock) on the GPU set only")
+def _():
+    emu("set", "2", "temperature=83", "power=412", "sm_clock=1410")
+    wait_for(lambda: (m := metrics()) and sample(m, "accel_gpu_temperature_celsius", gpu=2) == 83,
+             "temperature 83 on GPU 2")
+    m = metrics()
+    check(sample(m, "accel_gpu_power_watts", gpu=2) == 412, "power 412 W")
+    check(sample(m, "accel_gpu_sm_clock_hertz", gpu=2) == 1410e6, "SM clock 1410 MHz in hertz")
+    check(sample(m, "accel_gpu_temperature_celsius", gpu=1) != 83, "GPU 1 changed too")
+
+
+@case("health values follow accel-emu set: throttle reasons, energy, remapped rows, PCIe replays")
+def _():
+    emu("set", "3", "clocks_event_reasons=0x40", "energy=5000", "remapped_unc=2",
+        "remap_pending=1", "pcie_replays=17")
+    emu("ecc", "3", "double")
+
+    def ok():
+        m = metrics()
+        return m and sample(m, "accel_gpu_pcie_replays_total", gpu=3) == 17 and m
+    m = wait_for(ok, "PCIe replays 17 on GPU 3")
+    check(sample(m, "accel_gpu_clock_event_reason", gpu=3, reason="hw_thermal_slowdown") == 1,
+          "hw_thermal_slowdown not 1")
+    check(sample(m, "accel_gpu_clock_event_reason", gpu=3, reason="sw_power_cap") == 0,
+          "sw_power_cap not 0")
+    check(sample(m, "accel_gpu_clock_event_reason", gpu=0, reason="hw_thermal_slowdown") == 0,
+          "GPU 0 throttled")
+    check(sample(m, "accel_gpu_energy_joules_total", gpu=3) >= 5000, "energy below 5000 J")
+    check(sample(m, "accel_gpu_remapped_rows_uncorrectable", gpu=3) == 2, "remapped rows")
+    check(sample(m, "accel_gpu_row_remap_pending", gpu=3) == 1, "remap pending")
+    check(sample(m, "accel_gpu_ecc_errors_total", gpu=3, type="uncorrected") == 1, "ECC")
+    check(sample(m, "accel_gpu_power_limit_watts", gpu=3) is not None, "power limit")
+
+
+POD_A, POD_B = "0b6c4a3e-1111-4c2a-9d5e-000000000001", "0b6c4a3e-2222-4c2a-9d5e-000000000002"
+CID_A, CID_B = "a" * 64, "b" * 64
+
+
+@case("two pods sharing GPU 0 each show their own memory (per process and per container)")
+def _():
+    if not os.path.exists(HOLD):
+        return "SKIP emu-hold not built"
+    env = dict(ENV, LD_LIBRARY_PATH=os.path.join(BUILD, "src", "emu"))
+    holds = {}
+    for pod, cid, mib in ((POD_A, CID_A, 64), (POD_B, CID_B, 192)):
+        h = subprocess.Popen([HOLD, "0", str(mib)], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        procs.append(h)
+        line = h.stdout.readline()
+        check(line == f"ready {h.pid}\n", f"emu-hold: {line!r}")
+        d = os.path.join(PROC, str(h.pid))
+        os.makedirs(d, exist_ok=True)
+        u = pod.replace("-", "_")
+        with open(os.path.join(d, "cgroup"), "w") as f:
+            f.write(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/"
+                    f"cri-containerd-{cid}.scope\n")
+        holds[pod] = (h.pid, cid)
+    nv = {p["pid"]: p for g in json.loads(emu("status", "--json"))["gpus"] if g["index"] == 0
+          for p in g["processes"]}
+
+    def both():
+        m = metrics()
+        return m and all(sample(m, "accel_container_gpu_memory_used_bytes", gpu=0, pod_uid=pod)
+                         is not None for pod in holds) and m
+    m = wait_for(both, "per-container series for both pods")
+    got = {}
+    for pod, (pid, cid) in holds.items():
+        per_proc = sample(m, "accel_gpu_process_memory_used_bytes", gpu=0, pid=pid, pod_uid=pod,
+                          container_id=cid)
+        per_ctr = sample(m, "accel_container_gpu_memory_used_bytes", gpu=0, pod_uid=pod,
+                         container_id=cid)
+        check(per_proc is not None and per_proc == per_ctr, f"pod {pod}: {per_proc} vs {per_ctr}")
+        check(pid in nv, f"emulator does not list pid {pid}: {nv}")
+        check(per_proc == nv[pid]["memory_bytes"],
+              f"pod {pod}: exporter {per_proc}, emulator {nv[pid]['memory_bytes']}")
+        got[pod] = per_proc
+    check(got[POD_B] - got[POD_A] == 128 << 20,
+          f"pods should differ by their allocations (128 MiB): {got}")
+    promtool = shutil.which("promtool")
+    if promtool:
+        p = subprocess.run([promtool, "check", "metrics"], input=m, capture_output=True,
+                           text=True, timeout=60)
+        check(p.returncode == 0 and not (p.stdout + p.stderr).strip(),
+              f"promtool with pod series: {p.stdout}{p.stderr}")
+    for h in procs[-2:]:
+        h.stdin.close()
+        h.wait(timeout=30)
+
+
+@case("an injected XID is counted on its GPU and XID only")
+def _():
+    emu("xid", "1", "79")
+    emu("xid", "1", "79")
+    emu("xid", "3", "48")
+    wait_for(lambda: (m := metrics()) and sample(m, "accel_gpu_xid_events_total", gpu=1, xid=79) == 2
+             and sample(m, "accel_gpu_xid_events_total", gpu=3, xid=48) == 1, "XID counters")
+    m = metrics()
+    check(sample(m, "accel_gpu_xid_events_total", gpu=0) is None, "GPU 0 has an XID series")
+
+
+@case("OpenMetrics when Accept asks for it: counter families without _total, # EOF last")
+def _():
+    st, ctype, body = get(BASE + "/metrics",
+                          {"Accept": "application/openmetrics-text; version=1.0.0,text/plain;q=0.5"})
+    check(st == 200 and ctype.startswith("application/openmetrics-text"), f"{st} {ctype}")
+    check(body.endswith("# EOF\n"), "no # EOF at the end")
+    check("# TYPE accel_gpu_xid_events counter" in body, "counter family name")
+
+
+@case("promtool check metrics reports nothing")
+def _():
+    promtool = shutil.which("promtool")
+    if not promtool:
+        return "SKIP promtool not installed (scripts/deps.sh installs prometheus)"
+    p = subprocess.run([promtool, "check", "metrics"], input=metrics(), capture_output=True,
+                       text=True, timeout=60)
+    check(p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(),
+          f"promtool: rc {p.returncode}\n{p.stdout}{p.stderr}")
+
+
+@case("a real Prometheus scrapes it: XID counter and temperature queryable over the HTTP API")
+def _():
+    prom = shutil.which("prometheus")
+    if not prom:
+        return "SKIP prometheus not installed (scripts/deps.sh installs it)"
+    pport = free_port()
+    cfg = os.path.join(TMP, "prometheus.yml")
+    with open(cfg, "w") as f:
+        f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                "scrape_configs:\n  - job_name: accel-exporter\n"
+                f"    static_configs:\n      - targets: ['127.0.0.1:{PORT}']\n")
+    p = subprocess.Popen([prom, f"--config.file={cfg}", f"--storage.tsdb.path={TMP}/tsdb",
+                          f"--web.listen-address=127.0.0.1:{pport}"],
+                         stdout=subprocess.DEVNULL, stderr=open(os.path.join(TMP, "prom.log"), "w"))
+    procs.append(p)
+    def query(q):
+        check(exp.poll() is None, f"the exporter exited ({exp.returncode})")
+        st, _, body = get(f"http://127.0.0.1:{pport}/api/v1/query?" + urllib.parse.urlencode({"query": q}))
+        if st != 200:
+            return None
+        d = json.loads(body)
+        return d["data"]["result"] if d.get("status") == "success" else None
+
+    r = wait_for(lambda: query('accel_gpu_xid_events_total{gpu="1",xid="79"}'),
+                 "Prometheus to have scraped the XID counter", timeout=90)
+    check(float(r[0]["value"][1]) == 2, f"XID counter in Prometheus: {r}")
+    r = wait_for(lambda: query('accel_gpu_temperature_celsius{gpu="2"}'), "temperature", 30)
+    check(float(r[0]["value"][1]) == 83, f"temperature in Prometheus: {r}")
+    up = wait_for(lambda: query('up{job="accel-exporter"}'), "up", 30)
+    check(up[0]["value"][1] == "1", f"up: {up}")
+
+
+@case("bad flags exit 2, say what to give, and start nothing")
+def _():
+    for args in (["--listen", "nowhere"], ["--listen", "127.0.0.1:99999"], ["--interval", "1ms"],
+                 ["--bogus", "x"], ["--listen"]):
+        p = subprocess.run([EXPORTER] + args, capture_output=True, text=True, env=ENV, timeout=30)
+        check(p.returncode == 2, f"{args}: rc {p.returncode}")
+        check(p.stderr.startswith("accel-exporter:") and len(p.stderr) > 30, f"{args}: {p.stderr!r}")
+
+
+@case("SIGTERM stops it cleanly (exit 0)")
+def _():
+    exp.terminate()
+    rc = exp.wait(timeout=30)
+    check(rc == 0, f"exit {rc}: {exp.stdout.read()}")
+
+
+
+
+def cleanup():
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+run(cleanup)
