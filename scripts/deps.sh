@@ -16,8 +16,6 @@ pkgs=(
     python3 python3-grpcio python3-protobuf protobuf-compiler
     # the emulated libcuda dlopens these to read nvcc's compressed fatbins
     libzstd1 liblz4-1
-    # tests/dra/test_k8s_schema.py reads deploy/dra/*.yaml
-    python3-yaml
 )
 
 missing=()
@@ -50,7 +48,8 @@ fi
 # kubernetes-models, pinned in tests/kube/k8s-validate/package.json, into that folder's
 # node_modules (not committed). Without the npm registry the validation test skips (77).
 k8s_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/kube/k8s-validate"
-if [ ! -d "$k8s_dir/node_modules/kubernetes-models" ] && command -v npm >/dev/null; then
+# (resource.k8s.io/v1, which tests/dra validates against, came with kubernetes-models 5)
+if [ ! -d "$k8s_dir/node_modules/kubernetes-models/resource.k8s.io/v1" ] && command -v npm >/dev/null; then
     if ! timeout 300 npm install --prefix "$k8s_dir" --no-audit --no-fund --no-package-lock \
             --loglevel=error >&2; then
         echo "deps.sh: npm install of kubernetes-models failed (registry unreachable?):" \

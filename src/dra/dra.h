@@ -103,11 +103,12 @@ struct dra_prepare_config {
     size_t n_gpus;
 };
 
-/* Container paths of a share's files (docs/dra.md). */
-#define DRA_CONTAINER_VCUDA "/usr/lib/accel/libvcuda.so"
+/* Container paths of a share's files: the vGPU mode's (src/plugin/vgpu.h),
+ * so a container looks the same whichever mode served it. */
+#define DRA_CONTAINER_VCUDA "/usr/local/vcuda/libvcuda.so"
 #define DRA_CONTAINER_CONFIG "/etc/vcuda/config"
 #define DRA_CONTAINER_PRELOAD "/etc/ld.so.preload"
-#define DRA_CONTAINER_REGION_DIR "/var/run/accel/vcuda"
+#define DRA_CONTAINER_REGION_DIR "/var/run/vcuda"
 
 /* One device of a prepared claim (the kubelet's Device message). */
 struct dra_prepared_device {

@@ -78,7 +78,7 @@ def main():
                 first = [ln for ln in p.stdout.splitlines() if ln.startswith("cuMemGetInfo")][0]
                 assert first.endswith("of %d MiB" % (want_bytes >> 20)), p.stdout
                 region = [m["hostPath"] for m in spec["containerEdits"]["mounts"]
-                          if m["containerPath"] == "/var/run/accel/vcuda"][0]
+                          if m["containerPath"] == "/var/run/vcuda"][0]
                 with open(os.path.join(region, "usage"), "rb") as f:
                     hdr = f.read(4096)
                 limit0 = struct.unpack_from("<Q", hdr, 64)[0]

@@ -168,19 +168,19 @@ def share_prepared_with_exact_quota(n):
     edits = spec["containerEdits"]
     assert "NVIDIA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000000" in edits["env"]
     mounts = {m["containerPath"]: m for m in edits["mounts"]}
-    assert set(mounts) == {"/usr/lib/accel/libvcuda.so", "/etc/vcuda/config",
-                           "/etc/ld.so.preload", "/var/run/accel/vcuda"}, mounts
-    assert mounts["/usr/lib/accel/libvcuda.so"]["hostPath"] == n.lib
+    assert set(mounts) == {"/usr/local/vcuda/libvcuda.so", "/etc/vcuda/config",
+                           "/etc/ld.so.preload", "/var/run/vcuda"}, mounts
+    assert mounts["/usr/local/vcuda/libvcuda.so"]["hostPath"] == n.lib
     assert "ro" in mounts["/etc/vcuda/config"]["options"]
-    assert "rw" in mounts["/var/run/accel/vcuda"]["options"]
+    assert "rw" in mounts["/var/run/vcuda"]["options"]
     conf = open(mounts["/etc/vcuda/config"]["hostPath"]).read()
     kv = dict(line.split(" = ") for line in conf.splitlines() if not line.startswith("#"))
     assert kv == {"memory_limit": str(4 * GiB), "core_limit": "30",
-                  "region": "/var/run/accel/vcuda/usage",
+                  "region": "/var/run/vcuda/usage",
                   "devices": "GPU-00000000-0000-0000-0000-000000000000"}, kv
     assert stat.S_IMODE(os.stat(mounts["/etc/vcuda/config"]["hostPath"]).st_mode) == 0o444
     assert open(mounts["/etc/ld.so.preload"]["hostPath"]).read() == \
-        "/usr/lib/accel/libvcuda.so\n"
+        "/usr/local/vcuda/libvcuda.so\n"
     ck = os.path.join(n.dirs["state"], "dra-checkpoint.json")
     assert stat.S_IMODE(os.stat(ck).st_mode) == 0o600
 

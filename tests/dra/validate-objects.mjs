@@ -1,4 +1,4 @@
-// validate.mjs — validates Kubernetes objects against the kubernetes-models
+// validate-objects.mjs — validates Kubernetes objects against the kubernetes-models
 // npm package's schemas (generated from the published OpenAPI). Reads a JSON
 // array of objects on stdin; prints one line per object, "ok <i>" or
 // "invalid <i> <kind>/<name>: <reason>"; exits 0 when it could check them
