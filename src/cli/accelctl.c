@@ -20,6 +20,7 @@ static const struct accelctl_command commands[] = {
      accelctl_cmd_gpus},
     {"plugin", "ask a kubelet device plugin what it serves (info|devices|prefer|allocate)",
      accelctl_cmd_plugin},
+    {"mps", "show MPS control daemons: state, defaults, servers, clients", accelctl_cmd_mps},
 };
 
 static void usage(FILE *f)
