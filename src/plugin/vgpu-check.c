@@ -1,0 +1,209 @@
+/* vgpu-check.c — vGPU mode's host-side memory check: NVML's per-process
+ * memory grouped by pod and GPU against the assignments' quotas, and the
+ * region audit; see vgpu-check.h. */
+#include "vgpu-check.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "region.h"
+
+struct proc_info {
+    unsigned pid;
+    uint64_t used;
+    uint32_t ns_pid;     /* the pid in its own namespace (the region's) */
+    int target;          /* its group's first target, -1: none on this GPU */
+    uint64_t unreported; /* bytes above what its slot says (0: none) */
+};
+
+/* The pid as the container sees it: the last NSpid of <root>/<pid>/status,
+ * or the host pid when the file says nothing (a fake /proc in tests). */
+static uint32_t ns_pid(const char *root, unsigned pid)
+{
+    char path[4096], buf[4096];
+    snprintf(path, sizeof(path), "%s/%u/status", root ? root : "/proc", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return pid;
+    ssize_t len = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (len <= 0)
+        return pid;
+    buf[len] = '\0';
+    const char *p = strstr(buf, "\nNSpid:");
+    if (!p)
+        return pid;
+    p += 7;
+    unsigned long last = pid, v;
+    int used;
+    while (sscanf(p, " %lu%n", &v, &used) == 1) {
+        last = v;
+        p += used;
+        if (*p == '\n' || *p == '\0')
+            break;
+    }
+    return (uint32_t)last;
+}
+
+static bool same_group(const struct vgpu_check_target *a, const struct vgpu_check_target *b)
+{
+    return strcmp(a->pod_uid, b->pod_uid) == 0 && strcmp(a->gpu_uuid, b->gpu_uuid) == 0;
+}
+
+static int first_of_group(const struct vgpu_check_target *t, size_t n, const char *pod_uid,
+                          const char *uuid)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(t[i].pod_uid, pod_uid) == 0 && strcmp(t[i].gpu_uuid, uuid) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void add(struct vgpu_check_finding *ret, size_t max, size_t *n, struct vgpu_check_finding f)
+{
+    if (*n < max)
+        ret[*n] = f;
+    (*n)++;
+}
+
+/* Audits the region of target t against the processes of its group. */
+static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info *p, size_t np,
+                  struct vgpu_check_finding *ret, size_t max, size_t *nf)
+{
+    struct stat st;
+    if (!t[ti].region || stat(t[ti].region, &st) < 0 || !S_ISREG(st.st_mode) ||
+        (size_t)st.st_size < VC_REGION_SIZE)
+        return; /* no region yet: attach would create one */
+    struct vc_region r;
+    if (vc_region_attach(t[ti].region, &r) < 0)
+        return;
+    struct vc_audit_proc ap[GPU_NVML_MAX_PROCS];
+    size_t map[GPU_NVML_MAX_PROCS], k = 0;
+    for (size_t i = 0; i < np; i++)
+        if (p[i].target == (int)ti) {
+            ap[k] = (struct vc_audit_proc){p[i].ns_pid, p[i].used};
+            map[k++] = i;
+        }
+    struct vc_audit_finding af[GPU_NVML_MAX_PROCS];
+    int m = vc_region_audit(&r, t[ti].region_dev, ap, k, VGPU_CHECK_SLACK, af, k);
+    for (int j = 0; j < m && (size_t)j < k; j++) {
+        for (size_t i = 0; i < k; i++) {
+            if (ap[i].pid != af[j].pid)
+                continue;
+            struct proc_info *pi = &p[map[i]];
+            pi->unreported = af[j].nvml_bytes - af[j].region_bytes;
+            add(ret, max, nf,
+                (struct vgpu_check_finding){VGPU_CHECK_UNDER_REPORT, ti, pi->pid, af[j].nvml_bytes,
+                                            af[j].region_bytes, af[j].slot, false, 0});
+            break;
+        }
+    }
+    vc_region_detach(&r);
+}
+
+static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_check_target *t,
+                     size_t n, const struct vgpu_check_options *o, struct vgpu_check_finding *ret,
+                     size_t max, size_t *nf)
+{
+    if (!nvml->nvmlDeviceGetHandleByUUID)
+        return -EOPNOTSUPP;
+    nvmlDevice_t dev;
+    nvmlReturn_t nr = nvml->nvmlDeviceGetHandleByUUID(uuid, &dev);
+    if (nr != NVML_SUCCESS)
+        return gpu_nvml_errno(nr);
+    struct gpu_process gp[GPU_NVML_MAX_PROCS];
+    size_t np = 0;
+    int r = gpu_nvml_running_processes(nvml, dev, gp, GPU_NVML_MAX_PROCS, &np);
+    if (r < 0)
+        return r;
+    struct proc_info p[GPU_NVML_MAX_PROCS];
+    for (size_t i = 0; i < np; i++) {
+        p[i] = (struct proc_info){gp[i].pid, gp[i].used_memory_bytes, 0, -1, 0};
+        struct kube_cgroup_ref ref;
+        if (gp[i].used_memory_bytes == UINT64_MAX ||
+            kube_cgroup_read(o->proc_root, (pid_t)gp[i].pid, &ref) < 0)
+            continue; /* a host process, gone, or unreadable: not a tenant's */
+        p[i].target = first_of_group(t, n, ref.pod_uid, uuid);
+        p[i].ns_pid = ns_pid(o->proc_root, gp[i].pid);
+    }
+    for (size_t ti = 0; ti < n; ti++)
+        if (strcmp(t[ti].gpu_uuid, uuid) == 0)
+            audit(t, ti, p, np, ret, max, nf);
+    /* One finding per over-quota group (pod and GPU). */
+    for (size_t ti = 0; ti < n; ti++) {
+        if (strcmp(t[ti].gpu_uuid, uuid) != 0 ||
+            first_of_group(t, n, t[ti].pod_uid, uuid) != (int)ti)
+            continue;
+        uint64_t limit = 0, used = 0;
+        for (size_t j = ti; j < n; j++)
+            if (same_group(&t[ti], &t[j]))
+                limit += t[j].memory_limit;
+        int worst = -1;
+        for (size_t i = 0; i < np; i++) {
+            if (p[i].target != (int)ti)
+                continue;
+            used += p[i].used;
+            limit += VGPU_CHECK_SLACK;
+            if (worst < 0 || p[i].unreported > p[worst].unreported ||
+                (p[i].unreported == p[worst].unreported && p[i].used > p[worst].used))
+                worst = (int)i;
+        }
+        if (worst < 0 || used <= limit)
+            continue;
+        struct vgpu_check_finding f = {
+            VGPU_CHECK_OVER_QUOTA, ti, p[worst].pid, used, limit, -1, false, 0};
+        if (o->action == VGPU_OVER_QUOTA_KILL) {
+            if (kill((pid_t)p[worst].pid, SIGKILL) == 0)
+                f.killed = true;
+            else
+                f.kill_errno = errno;
+        }
+        add(ret, max, nf, f);
+    }
+    return 0;
+}
+
+int vgpu_check_run(struct gpu_nvml *nvml, const struct vgpu_check_target *targets, size_t n,
+                   const struct vgpu_check_options *opts, struct vgpu_check_finding *ret,
+                   size_t max, size_t *ret_n)
+{
+    if (!nvml || (n && !targets) || !opts || !ret_n)
+        return -EINVAL;
+    size_t nf = 0;
+    int first_err = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(targets[j].gpu_uuid, targets[i].gpu_uuid) == 0;
+        if (seen)
+            continue;
+        int r = check_gpu(nvml, targets[i].gpu_uuid, targets, n, opts, ret, max, &nf);
+        if (r < 0 && !first_err)
+            first_err = r;
+    }
+    *ret_n = nf;
+    return first_err;
+}
+
+static const char *const action_names[] = {"none", "kill"};
+
+int vgpu_over_quota_action_parse(const char *s, enum vgpu_over_quota_action *ret)
+{
+    for (size_t i = 0; i < sizeof(action_names) / sizeof(action_names[0]); i++)
+        if (s && strcmp(s, action_names[i]) == 0) {
+            *ret = (enum vgpu_over_quota_action)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+const char *vgpu_over_quota_action_name(enum vgpu_over_quota_action a)
+{
+    return (unsigned)a < 2 ? action_names[a] : "?";
+}

@@ -1,0 +1,78 @@
+/* vgpu-check.h — the memory half of vGPU mode's host-side check: what NVML
+ * says each container's processes really hold on its GPU, against the
+ * container's quota, whatever libvcuda's region says.
+ *
+ * libvcuda enforces quotas inside the container, where a tenant can bypass
+ * it (a static binary, dlvsym to the driver) or lower its region's counters.
+ * This check reads the driver's own figures through NVML, so no tenant can
+ * hide from it: each process on a vGPU GPU is mapped to its pod through
+ * <procRoot>/<pid>/cgroup (kube_cgroup_read), grouped with the assignments of
+ * that pod on that GPU, and the group's total is compared with the sum of
+ * their memory limits plus VGPU_CHECK_SLACK per process (the driver rounds
+ * allocations up; libvcuda's quota already includes each context's charge).
+ * Each assignment's usage region is audited too (vc_region_audit): a process
+ * NVML sees holding more than its slot says is reported as under-reporting.
+ *
+ * Over quota: the caller logs the finding; with VGPU_OVER_QUOTA_KILL the
+ * offending process gets SIGKILL — the group's process whose slot
+ * under-reports the most (one that bypasses libvcuda has no slot at all),
+ * else its largest.
+ *
+ * Threads: any single thread (no shared state; NVML is thread-safe). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nvml.h"
+
+/* Per process: the driver's rounding of allocations and of the context. */
+#define VGPU_CHECK_SLACK (2ull << 20)
+
+enum vgpu_over_quota_action { VGPU_OVER_QUOTA_NONE = 0, VGPU_OVER_QUOTA_KILL = 1 };
+
+/* One container's share on one GPU (strings borrowed for the call). */
+struct vgpu_check_target {
+    const char *pod_uid;
+    const char *ns;
+    const char *pod;
+    const char *container;
+    const char *gpu_uuid;
+    uint64_t memory_limit; /* bytes */
+    const char *region;    /* host path of its usage region file, or NULL */
+    unsigned region_dev;   /* the GPU's device index in the region */
+};
+
+struct vgpu_check_options {
+    const char *proc_root; /* NULL: "/proc" */
+    enum vgpu_over_quota_action action;
+};
+
+enum vgpu_check_kind {
+    VGPU_CHECK_OVER_QUOTA = 0, /* the group's NVML total exceeds its quota */
+    VGPU_CHECK_UNDER_REPORT,   /* a process holds more than its region slot says */
+};
+
+struct vgpu_check_finding {
+    enum vgpu_check_kind kind;
+    size_t target;  /* index of the (first) assignment of the group */
+    unsigned pid;   /* the offending process (host pid) */
+    uint64_t used;  /* OVER_QUOTA: the group's total; UNDER_REPORT: NVML's figure */
+    uint64_t limit; /* OVER_QUOTA: the group's quota; UNDER_REPORT: the slot's figure */
+    int slot;       /* UNDER_REPORT: its slot, -1 for none */
+    bool killed;    /* SIGKILL was sent */
+    int kill_errno; /* kill() failed with this (0: not tried or succeeded) */
+};
+
+/* One pass over every GPU named by targets. Writes up to max findings to ret
+ * and the number found (possibly more than max) to *ret_n. Returns 0 or
+ * -errno of the first GPU that could not be read (the others are still
+ * checked; findings are valid). */
+int vgpu_check_run(struct gpu_nvml *nvml, const struct vgpu_check_target *targets, size_t n,
+                   const struct vgpu_check_options *opts, struct vgpu_check_finding *ret,
+                   size_t max, size_t *ret_n);
+
+/* "none" / "kill" → action; -EINVAL otherwise. */
+int vgpu_over_quota_action_parse(const char *s, enum vgpu_over_quota_action *ret);
+const char *vgpu_over_quota_action_name(enum vgpu_over_quota_action a);

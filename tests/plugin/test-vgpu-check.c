@@ -1,0 +1,275 @@
+/* test-vgpu-check.c — vGPU mode's host-side memory check (src/plugin/vgpu-check.c) on the
+ * emulator: emu-hold processes stand in for containers (a fake /proc root gives each a
+ * /proc/<pid>/cgroup naming its pod, cgroup v2 with containerd's path), hold memory through the
+ * emulated driver without libvcuda, and the check reads what the emulated NVML says. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "region.h"
+#include "state.h"
+#include "tap.h"
+#include "vgpu-check.h"
+
+#define MiB (1ull << 20)
+#define POD_A "0b6c4a3e-1111-4c2a-9d5e-000000000001"
+#define POD_B "0b6c4a3e-2222-4c2a-9d5e-000000000002"
+
+static char dir[256], proc_root[300], uuid[96];
+static struct gpu_nvml *nvml;
+
+struct hold {
+    pid_t pid;
+    FILE *in, *out;
+};
+
+static void setup(void)
+{
+    if (nvml)
+        return;
+    const char *build = getenv("ACCEL_BUILD_ROOT");
+    if (!build)
+        tap_skip_all("ACCEL_BUILD_ROOT is not set (run through meson test)");
+    snprintf(dir, sizeof(dir), "%s", tap_tmpdir());
+    char state[400], lib[4096], path[4200];
+    snprintf(state, sizeof(state), "%s/emu-state", dir);
+    struct emu_config cfg;
+    emu_config_init(&cfg);
+    cfg.gpus = 1;
+    cfg.memory_bytes = 1ull << 30;
+    REQUIRE_EQ_INT(emu_state_create(state, &cfg), 0);
+    setenv("ACCEL_EMU_STATE", state, 1);
+    setenv("ACCEL_EMU_CTX_OVERHEAD", "4Mi", 1);
+    snprintf(lib, sizeof(lib), "%s/src/emu", build);
+    setenv("LD_LIBRARY_PATH", lib, 1);
+    snprintf(path, sizeof(path), "%s/libnvidia-ml.so.1", lib);
+    char err[512];
+    int r = gpu_nvml_open(path, &nvml, err, sizeof(err));
+    if (r < 0) {
+        tap_diag("emulated NVML: %s", err);
+        tap_skip_all("the emulated NVML cannot be opened");
+    }
+    nvmlDevice_t d;
+    REQUIRE(nvml->nvmlDeviceGetHandleByIndex_v2(0, &d) == NVML_SUCCESS);
+    REQUIRE(nvml->nvmlDeviceGetUUID(d, uuid, sizeof(uuid)) == NVML_SUCCESS);
+    snprintf(proc_root, sizeof(proc_root), "%s/proc", dir);
+    mkdir(proc_root, 0755);
+}
+
+/* Starts emu-hold holding mib MiB on GPU 0; pod != NULL puts it in that pod's cgroup. */
+static struct hold start(const char *pod, unsigned mib)
+{
+    char exe[4096], arg[16];
+    snprintf(exe, sizeof(exe), "%s/tests/emu/emu-hold", getenv("ACCEL_BUILD_ROOT"));
+    snprintf(arg, sizeof(arg), "%u", mib);
+    int in[2], out[2];
+    /* close-on-exec: a later hold must not keep this one's stdin open */
+    REQUIRE(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[1]);
+        close(out[0]);
+        execl(exe, exe, "0", arg, (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    struct hold h = {pid, fdopen(in[1], "w"), fdopen(out[0], "r")};
+    char line[64] = "";
+    REQUIRE(fgets(line, sizeof(line), h.out) != NULL);
+    char want[64];
+    snprintf(want, sizeof(want), "ready %d\n", (int)pid);
+    CHECK_EQ_STR(line, want);
+    if (pod) {
+        char d[400], f[420], u[64];
+        snprintf(d, sizeof(d), "%s/%d", proc_root, (int)pid);
+        mkdir(d, 0755);
+        snprintf(u, sizeof(u), "%s", pod);
+        for (char *p = u; *p; p++)
+            if (*p == '-')
+                *p = '_';
+        snprintf(f, sizeof(f), "%s/cgroup", d);
+        FILE *c = fopen(f, "w");
+        REQUIRE(c != NULL);
+        fprintf(c,
+                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/"
+                "cri-containerd-%064d.scope\n",
+                u, 1);
+        fclose(c);
+    }
+    return h;
+}
+
+/* Ends h (closing its stdin) unless it is gone already; returns its wait status. */
+static int stop(struct hold *h)
+{
+    char f[420];
+    snprintf(f, sizeof(f), "%s/%d/cgroup", proc_root, (int)h->pid);
+    remove(f);
+    snprintf(f, sizeof(f), "%s/%d", proc_root, (int)h->pid);
+    remove(f);
+    fclose(h->in);
+    fclose(h->out);
+    int st = 0;
+    REQUIRE(waitpid(h->pid, &st, 0) == h->pid);
+    return st;
+}
+
+static struct vgpu_check_target target(const char *pod, const char *ctr, uint64_t limit,
+                                       const char *region)
+{
+    return (struct vgpu_check_target){
+        pod, "default", strcmp(pod, POD_A) == 0 ? "a" : "b", ctr, uuid, limit, region, 0};
+}
+
+static bool alive(pid_t pid)
+{
+    return kill(pid, 0) == 0;
+}
+
+TEST(over_quota_process_is_killed_one_within_quota_is_left_alone)
+{
+    setup();
+    struct hold a = start(POD_A, 96), b = start(POD_B, 16), host = start(NULL, 200);
+    struct vgpu_check_target t[] = {target(POD_A, "main", 32 * MiB, NULL),
+                                    target(POD_B, "main", 64 * MiB, NULL)};
+    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_KILL};
+    struct vgpu_check_finding f[8];
+    size_t n = 99;
+    REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 2, &o, f, 8, &n), 0);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(f[0].kind, VGPU_CHECK_OVER_QUOTA);
+    CHECK_EQ_INT(f[0].target, 0);
+    CHECK_EQ_INT(f[0].pid, a.pid);
+    CHECK_GE_U64(f[0].used, 96 * MiB);
+    CHECK_EQ_U64(f[0].limit, 32 * MiB + VGPU_CHECK_SLACK);
+    CHECK(f[0].killed);
+    int st = stop(&a);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    /* within quota, and a host process (no pod cgroup) holding more: both untouched */
+    CHECK(alive(b.pid));
+    CHECK(alive(host.pid));
+    st = stop(&b);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    stop(&host);
+}
+
+TEST(action_none_reports_and_kills_nothing)
+{
+    setup();
+    struct hold a = start(POD_A, 48);
+    struct vgpu_check_target t[] = {target(POD_A, "main", 32 * MiB, NULL)};
+    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_NONE};
+    struct vgpu_check_finding f[4];
+    size_t n = 0;
+    REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &n), 0);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(f[0].pid, a.pid);
+    CHECK(!f[0].killed);
+    CHECK(alive(a.pid));
+    /* the same usage against a larger quota is no finding */
+    t[0].memory_limit = 64 * MiB;
+    REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &n), 0);
+    CHECK_EQ_INT(n, 0);
+    stop(&a);
+}
+
+TEST(two_containers_of_one_pod_share_their_quotas)
+{
+    setup();
+    struct hold a1 = start(POD_A, 40), a2 = start(POD_A, 10);
+    struct vgpu_check_target t[] = {target(POD_A, "one", 32 * MiB, NULL),
+                                    target(POD_A, "two", 32 * MiB, NULL)};
+    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_KILL};
+    struct vgpu_check_finding f[4];
+    size_t n = 0;
+    /* 40 + 10 MiB (+ contexts) within 64 MiB: nobody is killed */
+    REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 2, &o, f, 4, &n), 0);
+    CHECK_EQ_INT(n, 0);
+    CHECK(alive(a1.pid) && alive(a2.pid));
+    t[1].memory_limit = 8 * MiB; /* 40 MiB quota now: the larger process goes */
+    REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 2, &o, f, 4, &n), 0);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(f[0].pid, a1.pid);
+    int st = stop(&a1);
+    CHECK(WIFSIGNALED(st));
+    CHECK(alive(a2.pid));
+    stop(&a2);
+}
+
+TEST(region_that_under_reports_is_flagged)
+{
+    setup();
+    char region[400];
+    snprintf(region, sizeof(region), "%s/region-b", dir);
+    struct vc_region r;
+    REQUIRE_EQ_INT(vc_region_attach(region, &r), 0);
+    struct hold honest = start(POD_B, 8), bypass = start(POD_B, 16);
+    /* honest's slot says what NVML says (its allocation and the emulator's context) */
+    struct gpu_process gp[8];
+    size_t np = 0;
+    nvmlDevice_t d;
+    REQUIRE(nvml->nvmlDeviceGetHandleByIndex_v2(0, &d) == NVML_SUCCESS);
+    REQUIRE_EQ_INT(gpu_nvml_running_processes(nvml, d, gp, 8, &np), 0);
+    uint64_t honest_used = 0;
+    for (size_t i = 0; i < np; i++)
+        if ((pid_t)gp[i].pid == honest.pid)
+            honest_used = gp[i].used_memory_bytes;
+    REQUIRE(honest_used >= 8 * MiB);
+    int slot = vc_region_claim_slot(&r, (uint32_t)honest.pid, 0);
+    REQUIRE(slot >= 0);
+    vc_region_charge(&r, slot, 0, honest_used);
+    struct vgpu_check_target t[] = {target(POD_B, "main", 256 * MiB, region)};
+    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_KILL};
+    struct vgpu_check_finding f[4];
+    size_t n = 0;
+    REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &n), 0);
+    REQUIRE_EQ_INT(n, 1); /* within quota: only the region finding, nothing killed */
+    CHECK_EQ_INT(f[0].kind, VGPU_CHECK_UNDER_REPORT);
+    CHECK_EQ_INT(f[0].pid, bypass.pid);
+    CHECK_EQ_INT(f[0].slot, -1);
+    CHECK_EQ_U64(f[0].limit, 0);
+    CHECK_GE_U64(f[0].used, 16 * MiB);
+    CHECK(!f[0].killed);
+    CHECK(alive(bypass.pid) && alive(honest.pid));
+    /* over quota: the process the region does not account for is the one killed */
+    t[0].memory_limit = 20 * MiB;
+    REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &n), 0);
+    REQUIRE_EQ_INT(n, 2);
+    CHECK_EQ_INT(f[1].kind, VGPU_CHECK_OVER_QUOTA);
+    CHECK_EQ_INT(f[1].pid, bypass.pid);
+    CHECK(f[1].killed);
+    int st = stop(&bypass);
+    CHECK(WIFSIGNALED(st));
+    CHECK(alive(honest.pid));
+    stop(&honest);
+    vc_region_detach(&r);
+}
+
+TEST(action_names)
+{
+    enum vgpu_over_quota_action a = VGPU_OVER_QUOTA_NONE;
+    CHECK_EQ_INT(vgpu_over_quota_action_parse("kill", &a), 0);
+    CHECK_EQ_INT(a, VGPU_OVER_QUOTA_KILL);
+    CHECK_EQ_INT(vgpu_over_quota_action_parse("freeze", &a), -EINVAL);
+    CHECK_EQ_INT(a, VGPU_OVER_QUOTA_KILL);
+    CHECK_EQ_STR(vgpu_over_quota_action_name(VGPU_OVER_QUOTA_NONE), "none");
+}
+
+int main(int argc, char **argv)
+{
+    int rc = tap_main(argc, argv);
+    nvml = gpu_nvml_free(nvml);
+    return rc;
+}
