@@ -24,6 +24,7 @@
 #include "grpc.h"
 #include "podresources.pb-c.h"
 #include "util.h"
+#include "vgpu-check.h"
 #include "vgpu.h"
 #ifdef ACCELD_HAVE_KUBE
 #include "vgpu-kube.h"
@@ -72,6 +73,7 @@ struct agent {
     struct vgpu_kube *kube; /* the API server's watch cache behind pods */
 #endif
     uint64_t recovery_timer;
+    uint64_t vgpu_check_timer; /* the host-side check (vgpu.checkInterval) */
     int exit_code;
 };
 
@@ -283,6 +285,87 @@ static void recovery_arm(struct agent *a)
     ev_loop_add_timer(a->loop, tick, on_recovery_tick, a, &a->recovery_timer);
 }
 
+/* ------------------------------------------------------------ vGPU host-side check */
+
+static void vgpu_check_arm(struct agent *a);
+
+static void vgpu_check_report(struct agent *a, const struct vgpu_check_target *t,
+                              const struct vgpu_check_finding *f)
+{
+    const struct vgpu_check_target *g = &t[f->target];
+    if (f->kind == VGPU_CHECK_UNDER_REPORT) {
+        log_warn("vGPU check: %s/%s container %s on GPU %s: process %u holds %llu bytes but its "
+                 "usage region says %llu%s (it bypasses or tampers with libvcuda)",
+                 g->ns, g->pod, g->container, g->gpu_uuid, f->pid, (unsigned long long)f->used,
+                 (unsigned long long)f->limit, f->slot < 0 ? " (it has no slot)" : "");
+        return;
+    }
+    char act[96];
+    if (f->killed)
+        snprintf(act, sizeof(act), "process %u killed (vgpu.overQuotaAction kill)", f->pid);
+    else if (f->kill_errno)
+        snprintf(act, sizeof(act), "killing process %u failed: %s", f->pid,
+                 strerror(f->kill_errno));
+    else
+        snprintf(act, sizeof(act),
+                 "largest offender process %u left running "
+                 "(vgpu.overQuotaAction none)",
+                 f->pid);
+    /* No Kubernetes Event yet: src/kube has no Event writer (docs/vgpu.md). */
+    log_error("vGPU check: %s/%s container %s on GPU %s uses %llu bytes of device memory, over "
+              "its quota of %llu; %s; no Kubernetes Event posted (not built yet)",
+              g->ns, g->pod, g->container, g->gpu_uuid, (unsigned long long)f->used,
+              (unsigned long long)f->limit, act);
+}
+
+static void vgpu_check_once(struct agent *a)
+{
+    size_t n = vgpu_assignment_count(a->vgpu);
+    if (n == 0)
+        return;
+    struct vgpu_check_target *t = calloc(n, sizeof(*t));
+    char(*regions)[ACCELD_PATH_MAX + 8] = calloc(n, sizeof(*regions));
+    struct vgpu_check_finding f[32];
+    size_t k = 0, nf = 0;
+    for (size_t i = 0; t && regions && i < n; i++) {
+        struct vgpu_assignment_info as;
+        if (vgpu_assignment_get(a->vgpu, i, &as) < 0 || as.whole || !as.complete || !as.gpu_uuid[0])
+            continue;
+        snprintf(regions[k], sizeof(regions[k]), "%s/usage", as.region);
+        t[k] = (struct vgpu_check_target){as.pod_uid,  as.ns,           as.pod,     as.container,
+                                          as.gpu_uuid, as.memory_bytes, regions[k], 0};
+        k++;
+    }
+    struct vgpu_check_options o = {a->cfg.proc_root, a->cfg.vgpu_over_quota_kill
+                                                         ? VGPU_OVER_QUOTA_KILL
+                                                         : VGPU_OVER_QUOTA_NONE};
+    int r = (t && regions) ? vgpu_check_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf) : -ENOMEM;
+    if (r < 0)
+        log_warn("vGPU check: cannot read every vGPU GPU's processes: %s", strerror(-r));
+    for (size_t i = 0; i < nf && i < ARRAY_SIZE(f); i++)
+        vgpu_check_report(a, t, &f[i]);
+    free(t);
+    free(regions);
+}
+
+static void on_vgpu_check(struct ev_loop *loop, void *user_data)
+{
+    struct agent *a = user_data;
+    (void)loop;
+    a->vgpu_check_timer = 0;
+    vgpu_check_once(a);
+    vgpu_check_arm(a);
+}
+
+/* Runs the check every vgpu.checkInterval while vGPU mode serves some GPU. */
+static void vgpu_check_arm(struct agent *a)
+{
+    if (a->vgpu_check_timer || !a->vgpu || a->cfg.vgpu_check_interval_ns == 0)
+        return;
+    ev_loop_add_timer(a->loop, a->cfg.vgpu_check_interval_ns, on_vgpu_check, a,
+                      &a->vgpu_check_timer);
+}
+
 /* ------------------------------------------------------------ SIGHUP */
 
 static struct pgpu_options pgpu_opts(const struct acceld_config *c)
@@ -345,6 +428,8 @@ static void reload(struct agent *a)
     a->cfg = n;
     a->recovery_timer = (ev_loop_cancel_timer(a->loop, a->recovery_timer), 0);
     recovery_arm(a);
+    a->vgpu_check_timer = (ev_loop_cancel_timer(a->loop, a->vgpu_check_timer), 0);
+    vgpu_check_arm(a);
 }
 
 static void on_signal(struct ev_loop *loop, int fd, uint32_t events, void *user_data)
@@ -638,6 +723,7 @@ static int start(struct agent *a)
         pods_start(a);
     }
     recovery_arm(a);
+    vgpu_check_arm(a);
     return 0;
 }
 
@@ -650,6 +736,8 @@ static void stop(struct agent *a)
     a->health = health_monitor_stop(a->health);
     if (a->loop && a->recovery_timer)
         ev_loop_cancel_timer(a->loop, a->recovery_timer);
+    if (a->loop && a->vgpu_check_timer)
+        ev_loop_cancel_timer(a->loop, a->vgpu_check_timer);
     /* everything that registered with the loop goes before it */
     a->podres = grpc_client_free(a->podres);
 #ifdef ACCELD_HAVE_KUBE

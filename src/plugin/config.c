@@ -45,6 +45,10 @@ const struct acceld_config_key acceld_config_keys[] = {
     {"vgpu.memoryResource", "vgpu-memory-resource", "vGPU memory resource"},
     {"vgpu.memoryUnit", "vgpu-memory-unit", "bytes per vGPU memory unit (e.g. 256Mi)"},
     {"vgpu.policy", "vgpu-policy", "binpack|spread: how containers are placed on GPUs"},
+    {"vgpu.overQuotaAction", "vgpu-over-quota-action",
+     "none|kill: what the host-side check does to a process over its container's memory quota"},
+    {"vgpu.checkInterval", "vgpu-check-interval",
+     "how often the host-side check reads NVML's per-process memory (0 = never)"},
     {NULL, NULL, NULL},
 };
 
@@ -75,6 +79,7 @@ void acceld_config_defaults(struct acceld_config *cfg)
     copy_str(cfg->vgpu_memory_resource, sizeof(cfg->vgpu_memory_resource),
              "tencent.com/vcuda-memory");
     cfg->vgpu_memory_unit = 256ull << 20;
+    cfg->vgpu_check_interval_ns = 10ull * 1000000000ull;
     cfg->strategy = ACCELD_STRATEGY_ENVVAR;
     copy_str(cfg->cdi_dir, sizeof(cfg->cdi_dir), "/var/run/cdi");
     copy_str(cfg->cdi_vendor, sizeof(cfg->cdi_vendor), "nvidia.com");
@@ -403,6 +408,15 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
             c.vgpu_policy = 1;
         else
             return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of binpack|spread", key, v);
+    } else if (strcmp(key, "vgpu.overQuotaAction") == 0) {
+        if (strcmp(v, "none") == 0)
+            c.vgpu_over_quota_kill = false;
+        else if (strcmp(v, "kill") == 0)
+            c.vgpu_over_quota_kill = true;
+        else
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of none|kill", key, v);
+    } else if (strcmp(key, "vgpu.checkInterval") == 0) {
+        r = set_duration(&c.vgpu_check_interval_ns, key, v, true, err, errlen);
     } else if (strcmp(key, "mode") == 0) {
         if (mode_parse(v, strlen(v), &c.mode) < 0)
             return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of pgpu|vgpu", key, v);
@@ -707,6 +721,10 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         snprintf(buf, len, "%llu", (unsigned long long)cfg->vgpu_memory_unit);
     } else if (strcmp(key, "vgpu.policy") == 0) {
         snprintf(buf, len, "%s", cfg->vgpu_policy ? "spread" : "binpack");
+    } else if (strcmp(key, "vgpu.overQuotaAction") == 0) {
+        snprintf(buf, len, "%s", cfg->vgpu_over_quota_kill ? "kill" : "none");
+    } else if (strcmp(key, "vgpu.checkInterval") == 0) {
+        format_duration(cfg->vgpu_check_interval_ns, buf, len);
     } else
         return -ENOENT;
     return 0;

@@ -65,6 +65,8 @@ struct acceld_config {
     char vgpu_memory_resource[ACCELD_NAME_MAX]; /* vgpu.memoryResource */
     uint64_t vgpu_memory_unit;                  /* vgpu.memoryUnit, bytes */
     int vgpu_policy;                            /* vgpu.policy: 0 binpack, 1 spread */
+    bool vgpu_over_quota_kill;                  /* vgpu.overQuotaAction: kill (else none) */
+    uint64_t vgpu_check_interval_ns;            /* vgpu.checkInterval; 0 = never */
     char gpu_modes[ACCELD_PATH_MAX];            /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
 };
 

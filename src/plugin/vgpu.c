@@ -898,3 +898,21 @@ struct vgpu *vgpu_free(struct vgpu *v)
     free(v);
     return NULL;
 }
+
+int vgpu_assignment_get(const struct vgpu *v, size_t i, struct vgpu_assignment_info *ret)
+{
+    if (!v || i >= v->n_as)
+        return -ENOENT;
+    const struct assign *as = v->as[i];
+    *ret = (struct vgpu_assignment_info){as->pod_uid,
+                                         as->ns,
+                                         as->pod,
+                                         as->container,
+                                         as->n_gpus ? v->gpus[as->gpus[0]].uuid : "",
+                                         as->amount[VGPU_CORES],
+                                         as->amount[VGPU_MEMORY] * v->unit_bytes,
+                                         as->region,
+                                         as->whole,
+                                         complete(as)};
+    return 0;
+}

@@ -117,3 +117,17 @@ int vgpu_reconcile(struct vgpu *v, const char *const *live, size_t n);
 size_t vgpu_assignment_count(const struct vgpu *v);
 /* Free cores and memory units on GPU idx. */
 void vgpu_gpu_free_units(const struct vgpu *v, size_t idx, uint64_t *cores, uint64_t *memory);
+
+/* One assignment as the host-side check and accelctl see it; strings borrowed
+ * from v until its next change. */
+struct vgpu_assignment_info {
+    const char *pod_uid, *ns, *pod, *container;
+    const char *gpu_uuid;  /* its (first) GPU */
+    uint64_t cores;        /* core limit, % of the GPU */
+    uint64_t memory_bytes; /* memory limit */
+    const char *region;    /* host dir of its usage region (the file is "usage" in it) */
+    bool whole;            /* whole GPUs, no libvcuda limits */
+    bool complete;         /* both resources' Allocates answered */
+};
+/* Assignment i (creation order); -ENOENT past the last. */
+int vgpu_assignment_get(const struct vgpu *v, size_t i, struct vgpu_assignment_info *ret);

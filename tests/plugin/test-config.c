@@ -248,6 +248,28 @@ TEST(modes)
     CHECK_EQ_INT(acceld_config_gpu_mode(&c, 1, "GPU-b"), ACCELD_MODE_VGPU);
 }
 
+TEST(vgpu_host_check_keys)
+{
+    struct acceld_config c;
+    char err[256], txt[64];
+    acceld_config_defaults(&c);
+    CHECK(!c.vgpu_over_quota_kill);
+    CHECK_EQ_U64(c.vgpu_check_interval_ns, 10000000000ull);
+    CHECK_EQ_INT(acceld_config_set(&c, "vgpu.overQuotaAction", "kill", err, sizeof(err)), 0);
+    CHECK(c.vgpu_over_quota_kill);
+    CHECK_EQ_INT(acceld_config_format(&c, "vgpu.overQuotaAction", txt, sizeof(txt)), 0);
+    CHECK_EQ_STR(txt, "kill");
+    /* bad input: a clear error, nothing changed */
+    CHECK_EQ_INT(acceld_config_set(&c, "vgpu.overQuotaAction", "freeze", err, sizeof(err)),
+                 -EINVAL);
+    CHECK(strstr(err, "none|kill") != NULL);
+    CHECK(c.vgpu_over_quota_kill);
+    CHECK_EQ_INT(acceld_config_set(&c, "vgpu.checkInterval", "0", err, sizeof(err)), 0);
+    CHECK_EQ_U64(c.vgpu_check_interval_ns, 0);
+    CHECK_EQ_INT(acceld_config_set(&c, "vgpu.checkInterval", "soon", err, sizeof(err)), -EINVAL);
+    CHECK_EQ_U64(c.vgpu_check_interval_ns, 0);
+}
+
 int main(int argc, char **argv)
 {
     return tap_main(argc, argv);
