@@ -17,6 +17,10 @@ GetPreferredAllocation, so it is skipped).
 - acceld killed with SIGKILL between a container's two Allocates: the
   restarted acceld answers the second one for the same container and GPU.
 - The API server gone: a new pod's Allocate fails saying so.
+- The host-side check (vgpu.overQuotaAction kill): a process of an admitted
+  pod (emu-hold, no libvcuda, its /proc/<pid>/cgroup faked under --proc-root)
+  holding more than the pod's quota is killed and the log names pod, GPU,
+  usage and quota; one within its quota is left running.
 - The container run for real (when `unshare -m` works here): every mount of
   the Allocate response bind-mounted onto its container path in a private
   mount namespace, the env applied, and cuda-demo on the emulator sees exactly
@@ -70,13 +74,14 @@ class ApiServer:
         with urllib.request.urlopen(req, context=self.ctx, timeout=10) as r:
             return json.loads(r.read() or b"null")
 
-    def add_pod(self, name, cores, mem, created):
+    def add_pod(self, name, cores, mem, created, uid=None):
         c = {"name": "main", "limits": {}}
         if cores:
             c["limits"][CORE] = str(cores)
         if mem:
             c["limits"][MEM] = str(mem)
-        return self.call("POST", "/_fake/pod", {"op": "add", "name": name, "uid": "uid-" + name,
+        return self.call("POST", "/_fake/pod", {"op": "add", "name": name,
+                                                "uid": uid or "uid-" + name,
                                                 "containers": [c],
                                                 "creationTimestamp": created})
 
@@ -160,7 +165,10 @@ def start_acceld(build, node, tmp, pdir, kubeconfig, sub):
                     extra=("--mode", "vgpu", "--no-register", "--kubeconfig", kubeconfig,
                            "--node-name", "node-a", "--state-dir", os.path.join(tmp, "state"),
                            "--vcuda-library", os.path.join(build, "src/vcuda/libvcuda.so"),
-                           "--pod-resources-socket", os.path.join(tmp, "none.sock")))
+                           "--pod-resources-socket", os.path.join(tmp, "none.sock"),
+                           "--proc-root", os.path.join(tmp, "proc"),
+                           "--vgpu-check-interval", "100ms",
+                           "--vgpu-over-quota-action", "kill"))
 
 
 def lists_of(pb, socks):
@@ -308,6 +316,9 @@ def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
     # ---- the container, for real
     container_run(tap, build, node, ra)
 
+    # ---- the host-side check catches a process that bypasses libvcuda
+    host_check(tap, build, node, api, kubelet, agent2, tmp)
+
     # ---- the API server gone: refused, saying so
     api.add_pod("e", 5, 4, "2026-01-01T00:00:05Z")
     api.stop()
@@ -320,6 +331,50 @@ def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
                "API server down: Allocate refused, saying so", e.details())
     kubelet.close()
     tap.ok(agent2.stop() == 0, "acceld exits 0 on SIGTERM")
+
+
+def host_check(tap, build, node, api, kubelet, agent, tmp):
+    hold = os.path.join(build, "tests/emu/emu-hold")
+    if not os.path.exists(hold):
+        tap.skip("host-side check", "tests/emu/emu-hold is not built")
+        return
+    out = subprocess.run([node.emu, "status", "--json"], env=node.env, check=True,
+                         capture_output=True, text=True).stdout
+    index = {g["uuid"]: g["index"] for g in json.loads(out)["gpus"]}
+    env = dict(node.env, LD_LIBRARY_PATH=os.path.join(build, "src/emu"))
+    holds = {}
+    # x: 1 unit (256 MiB) holding 512 MiB; y: 8 units (2 GiB) holding 64 MiB
+    for name, cores, units, mib, n in (("x", 11, 1, 512, 6), ("y", 12, 8, 64, 7)):
+        uid = f"0b6c4a3e-{n}{n}{n}{n}-4c2a-9d5e-00000000000{n}"
+        api.add_pod(name, cores, units, f"2026-01-01T00:00:0{n}Z", uid=uid)
+        r = kubelet.when_seen(kubelet.admit, cores, units)
+        gpu = primary(r).envs.get("NVIDIA_VISIBLE_DEVICES")
+        h = subprocess.Popen([hold, str(index[gpu]), str(mib)], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        line = h.stdout.readline()
+        d = os.path.join(tmp, "proc", str(h.pid))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "cgroup"), "w") as f:
+            f.write("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+                    f"{uid.replace('-', '_')}.slice/cri-containerd-{'c' * 64}.scope\n")
+        holds[name] = (h, line, gpu)
+    hx, lx, gx = holds["x"]
+    hy, ly, _ = holds["y"]
+    tap.ok(lx.startswith("ready") and ly.startswith("ready"), "emu-hold processes started",
+           (lx, ly))
+    killed = K.wait_until(lambda: hx.poll() is not None, T)
+    tap.ok(killed and hx.returncode == -signal.SIGKILL,
+           "host-side check: the process over its pod's quota is killed (SIGKILL)", hx.returncode)
+    logged = K.wait_until(lambda: "default/x container main on GPU " + gx in agent.log_text()
+                          and "over its quota of 270532608" in agent.log_text(), T)
+    tap.ok(logged, "the log line names pod, container, GPU, usage and quota",
+           [ln for ln in agent.log_text().splitlines() if "vGPU check" in ln][-3:])
+    tap.ok(hy.poll() is None, "a process within its quota is left running")
+    for h, _, _ in holds.values():
+        if h.poll() is None:
+            h.stdin.close()
+            h.wait(timeout=T)
+        h.stdout.close()
 
 
 def container_run(tap, build, node, resp):
