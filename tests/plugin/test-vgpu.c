@@ -287,6 +287,18 @@ TEST(two_pods_share_one_gpu)
     CHECK_EQ_U64(fm, 64 - 48);
     vgpu_gpu_free_units(v, 1, &fc, &fm);
     CHECK_EQ_U64(fc, 100);
+    /* what the host-side check reads: each assignment with its GPU, limits and region */
+    struct vgpu_assignment_info ai;
+    REQUIRE_EQ_INT(vgpu_assignment_get(v, 1, &ai), 0);
+    CHECK_EQ_STR(ai.pod_uid, "uid-b");
+    CHECK_EQ_STR(ai.pod, "b");
+    CHECK_EQ_STR(ai.container, "main");
+    CHECK_EQ_STR(ai.gpu_uuid, a_gpu);
+    CHECK_EQ_U64(ai.cores, 70);
+    CHECK_EQ_U64(ai.memory_bytes, 8 * GiB);
+    CHECK_EQ_STR(ai.region, want_dir);
+    CHECK(ai.complete && !ai.whole);
+    CHECK_EQ_INT(vgpu_assignment_get(v, 2, &ai), -ENOENT);
     free(acfg);
     free(bcfg);
     free(pre);
