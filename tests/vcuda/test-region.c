@@ -174,8 +174,11 @@ TEST(region_threads_never_exceed)
                              .seed = (unsigned)i * 7919u + 1};
         a[i].slot = vc_region_claim_slot(&r, (uint32_t)getpid(), 0);
         REQUIRE(a[i].slot >= 0);
-        pthread_create(&t[i], NULL, race_thread, &a[i]);
     }
+    /* every slot claimed before any thread runs: a claim resets the process's own copy of
+     * what it holds (a process claims once, before its first allocation) */
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, race_thread, &a[i]);
     int succ = 0;
     for (int i = 0; i < 4; i++) {
         pthread_join(t[i], NULL);
