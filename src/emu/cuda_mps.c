@@ -1,0 +1,105 @@
+/* cuda_mps.c — the emulated libcuda as an MPS client: the pinned device memory limit.
+ *
+ * Facts (NVIDIA's Multi-Process Service guide, "Appendix: Environment Variables" and "Appendix:
+ * Tools and Interface Reference"): a process whose CUDA_MPS_PIPE_DIRECTORY names a running
+ * control daemon is that daemon's client and runs under its server's limits; the server's
+ * pinned device memory limit starts as the daemon's default (set_default_device_pinned_mem_limit)
+ * and may be changed per server (set_device_pinned_mem_limit); a client's own
+ * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=1G,1=512MB") only further constrains it. Allocations past
+ * the limit fail with CUDA_ERROR_OUT_OF_MEMORY while cuMemGetInfo still reports the whole device.
+ *
+ * In the emulator the daemon publishes its settings in the machine's MPS section
+ * (state-mps.c); there is no real connection, so the limits are read once, at the first device
+ * allocation. Device indexes are the emulated machine's (the emulated daemon numbers them the
+ * same way). Device memory only: managed memory is not limited here. cuda_lock held. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cuda_emu.h"
+#include "state-mps.h"
+
+static bool mps_loaded;
+static uint64_t mps_limit[EMU_MAX_GPUS]; /* 0: none */
+static uint64_t mps_used[EMU_MAX_GPUS];  /* this process's device allocations, by span */
+
+/* "N" with an optional K/KB/M/MB/G/GB/T/TB suffix (binary multiples); 0 on a bad value. */
+static uint64_t parse_limit(const char *s, const char *end)
+{
+    char *e;
+    errno = 0;
+    unsigned long long v = strtoull(s, &e, 10);
+    if (e == s || errno || e > end)
+        return 0;
+    size_t n = (size_t)(end - e);
+    unsigned shift = 0;
+    if (n >= 1) {
+        static const char units[] = "KMGT";
+        int c = e[0] & ~0x20;
+        const char *p = c ? memchr(units, c, 4) : NULL;
+        if (!p || n > 2 || (n == 2 && (e[1] & ~0x20) != 'B'))
+            return 0;
+        shift = 10u * (unsigned)(p - units + 1);
+    }
+    if (shift && v > (UINT64_MAX >> shift))
+        return 0;
+    return (uint64_t)v << shift;
+}
+
+/* The client's own limits tighten: each "dev=value" entry of a comma-separated list. A bad
+ * entry is ignored (it cannot loosen anything either way). */
+static void tighten_from_env(void)
+{
+    const char *v = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+    while (v && *v) {
+        const char *comma = strchr(v, ',');
+        const char *end = comma ? comma : v + strlen(v);
+        char *eq;
+        unsigned long dev = strtoul(v, &eq, 10);
+        if (eq != v && eq < end && *eq == '=' && dev < EMU_MAX_GPUS) {
+            uint64_t lim = parse_limit(eq + 1, end);
+            if (lim && (!mps_limit[dev] || lim < mps_limit[dev]))
+                mps_limit[dev] = lim;
+        }
+        v = comma ? comma + 1 : NULL;
+    }
+}
+
+static void mps_load_locked(void)
+{
+    mps_loaded = true;
+    const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    struct emu_mps_daemon *d = calloc(1, sizeof(*d));
+    if (!pipe || !*pipe || !d || !cuda_state || emu_state_mps_find(cuda_state, pipe, d) < 0) {
+        free(d);
+        return; /* not an MPS client: no limit */
+    }
+    const uint64_t *lim = d->default_pinned_limit;
+    uint32_t uid = (uint32_t)getuid();
+    for (uint32_t i = 0; i < d->server_count && i < EMU_MPS_MAX_SERVERS; i++)
+        if (d->servers[i].uid == uid)
+            lim = d->servers[i].pinned_limit; /* our user's running server */
+    memcpy(mps_limit, lim, sizeof(mps_limit));
+    free(d);
+    tighten_from_env();
+}
+
+bool cuda_mps_charge_locked(int dev, uint64_t bytes)
+{
+    if (!mps_loaded)
+        mps_load_locked();
+    if (dev < 0 || dev >= EMU_MAX_GPUS)
+        return true;
+    if (mps_limit[dev] && (bytes > mps_limit[dev] || mps_used[dev] > mps_limit[dev] - bytes))
+        return false;
+    mps_used[dev] += bytes;
+    return true;
+}
+
+void cuda_mps_uncharge_locked(int dev, uint64_t bytes)
+{
+    if (dev >= 0 && dev < EMU_MAX_GPUS)
+        mps_used[dev] -= bytes < mps_used[dev] ? bytes : mps_used[dev];
+}
