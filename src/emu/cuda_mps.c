@@ -12,60 +12,17 @@
  * (state-mps.c); there is no real connection, so the limits are read once, at the first device
  * allocation. Device indexes are the emulated machine's (the emulated daemon numbers them the
  * same way). Device memory only: managed memory is not limited here. cuda_lock held. */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "cuda_emu.h"
+#include "mps-cmd.h"
 #include "state-mps.h"
 
 static bool mps_loaded;
 static uint64_t mps_limit[EMU_MAX_GPUS]; /* 0: none */
 static uint64_t mps_used[EMU_MAX_GPUS];  /* this process's device allocations, by span */
-
-/* "N" with an optional K/KB/M/MB/G/GB/T/TB suffix (binary multiples); 0 on a bad value. */
-static uint64_t parse_limit(const char *s, const char *end)
-{
-    char *e;
-    errno = 0;
-    unsigned long long v = strtoull(s, &e, 10);
-    if (e == s || errno || e > end)
-        return 0;
-    size_t n = (size_t)(end - e);
-    unsigned shift = 0;
-    if (n >= 1) {
-        static const char units[] = "KMGT";
-        int c = e[0] & ~0x20;
-        const char *p = c ? memchr(units, c, 4) : NULL;
-        if (!p || n > 2 || (n == 2 && (e[1] & ~0x20) != 'B'))
-            return 0;
-        shift = 10u * (unsigned)(p - units + 1);
-    }
-    if (shift && v > (UINT64_MAX >> shift))
-        return 0;
-    return (uint64_t)v << shift;
-}
-
-/* The client's own limits tighten: each "dev=value" entry of a comma-separated list. A bad
- * entry is ignored (it cannot loosen anything either way). */
-static void tighten_from_env(void)
-{
-    const char *v = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
-    while (v && *v) {
-        const char *comma = strchr(v, ',');
-        const char *end = comma ? comma : v + strlen(v);
-        char *eq;
-        unsigned long dev = strtoul(v, &eq, 10);
-        if (eq != v && eq < end && *eq == '=' && dev < EMU_MAX_GPUS) {
-            uint64_t lim = parse_limit(eq + 1, end);
-            if (lim && (!mps_limit[dev] || lim < mps_limit[dev]))
-                mps_limit[dev] = lim;
-        }
-        v = comma ? comma + 1 : NULL;
-    }
-}
 
 static void mps_load_locked(void)
 {
@@ -83,7 +40,7 @@ static void mps_load_locked(void)
             lim = d->servers[i].pinned_limit; /* our user's running server */
     memcpy(mps_limit, lim, sizeof(mps_limit));
     free(d);
-    tighten_from_env();
+    mps_cmd_tighten_limits(getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), mps_limit, EMU_MAX_GPUS);
 }
 
 bool cuda_mps_charge_locked(int dev, uint64_t bytes)
