@@ -160,6 +160,10 @@ bool cuda_dev_lost(int dev);
 CUresult cuda_dev_alloc(int dev, uint64_t bytes, int kind, struct CUmemPoolHandle_st *pool,
                         CUdeviceptr *ret);
 CUresult cuda_dev_free(CUdeviceptr p);
+/* cuda_mps.c, cuda_lock held: counts bytes of device memory against this process's MPS pinned
+ * memory limit on dev; false (nothing counted) when they would pass it. */
+bool cuda_mps_charge_locked(int dev, uint64_t bytes);
+void cuda_mps_uncharge_locked(int dev, uint64_t bytes);
 /* Device or host pointer lookup: returns true when [p, p+len) is memory the emulator knows
  * (device allocation, host allocation, VMM mapping, IPC mapping). */
 bool cuda_ptr_valid(CUdeviceptr p, size_t len);

@@ -383,17 +383,24 @@ static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
     uint64_t user_len = len;
     if (len >= GRANULE || kind == K_POOL)
         len = ROUND_UP(len, GRANULE); /* pools grow by whole pages, as big blocks do */
-    struct alloc *a = calloc(1, sizeof(*a));
-    if (!a)
+    /* an MPS client's pinned memory limit (cuda_mps.c) */
+    if (!cuda_mps_charge_locked(dev, len))
         return CUDA_ERROR_OUT_OF_MEMORY;
+    struct alloc *a = calloc(1, sizeof(*a));
+    if (!a) {
+        cuda_mps_uncharge_locked(dev, len);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     uint64_t off;
     if (arena_take(ar, len, &off) < 0) {
+        cuda_mps_uncharge_locked(dev, len);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t charge = pages_new_bytes(ar, off, len);
     if (charge && emu_state_mem_charge(cuda_state, (unsigned)dev, charge) < 0) {
         arena_insert(ar, off, len); /* never written: nothing to punch */
+        cuda_mps_uncharge_locked(dev, len);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -411,6 +418,7 @@ static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
         arena_give(ar, off, len);
         if (back)
             emu_state_mem_uncharge(cuda_state, (unsigned)dev, back);
+        cuda_mps_uncharge_locked(dev, len);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -435,6 +443,7 @@ static void dev_free_locked(struct alloc *a)
     arena_give(ar, off, a->span);
     if (back)
         emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, back);
+    cuda_mps_uncharge_locked(a->dev, a->span);
     free(a);
 }
 

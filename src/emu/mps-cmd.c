@@ -193,6 +193,33 @@ char *mps_cmd_format_pct(uint32_t pct_x10, char *buf, size_t len)
     return buf;
 }
 
+int mps_cmd_tighten_limits(const char *s, uint64_t *lim, size_t n)
+{
+    int bad = 0;
+    while (s && *s) {
+        const char *comma = strchr(s, ',');
+        size_t len = comma ? (size_t)(comma - s) : strlen(s);
+        char entry[64];
+        const char *eq = memchr(s, '=', len);
+        uint64_t dev = 0, bytes = 0;
+        if (len >= sizeof(entry) || !eq || eq == s) {
+            bad++;
+        } else {
+            memcpy(entry, s, len);
+            entry[len] = '\0';
+            entry[eq - s] = '\0';
+            bool digits = strspn(entry, "0123456789") == strlen(entry);
+            if (!digits || parse_u64(entry, &dev) < 0 || dev >= n ||
+                mps_cmd_parse_bytes(entry + (eq - s) + 1, &bytes) < 0 || bytes == 0)
+                bad++;
+            else if (!lim[dev] || bytes < lim[dev])
+                lim[dev] = bytes;
+        }
+        s = comma ? comma + 1 : NULL;
+    }
+    return bad;
+}
+
 static int parse_limit(const char *s, uint64_t *ret, char *err, size_t errlen)
 {
     int r = mps_cmd_parse_bytes(s, ret);

@@ -53,6 +53,13 @@ int mps_cmd_parse(const char *line, struct mps_cmd *ret_cmd, char *err, size_t e
  * of 1024, as NVIDIA's tools read them. "0" = no limit. 0 or -EINVAL/-ERANGE. */
 int mps_cmd_parse_bytes(const char *s, uint64_t *ret_bytes);
 
+/* A client's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=1G,1=512MB", MPS guide, "Appendix:
+ * Environment Variables"): each well-formed "DEV=VALUE" entry with DEV < n and VALUE > 0 lowers
+ * lim[DEV] (0 = no limit) to VALUE when it is below; nothing is ever raised. The value comes
+ * from a tenant's environment (tests/fuzz/fuzz-mps-cmd.c). Returns the number of entries
+ * ignored as malformed or out of range. */
+int mps_cmd_tighten_limits(const char *s, uint64_t *lim, size_t n);
+
 /* Formats a limit the way get_* prints it: the largest unit that divides it
  * exactly ("2G", "1536M", "4097"), "0" for none. Returns buf. */
 char *mps_cmd_format_bytes(uint64_t bytes, char *buf, size_t len);

@@ -113,6 +113,26 @@ TEST(emu_args_values)
     CHECK_EQ_INT(idx, 3);
 }
 
+/* A client's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (MPS guide, "Appendix: Environment Variables")
+ * only lowers the limits it is given. */
+TEST(client_limits_only_tighten)
+{
+    uint64_t lim[4] = {100ull << 20, 0, 1ull << 30, 5ull << 20};
+    CHECK_EQ_INT(mps_cmd_tighten_limits("0=1G,1=512MB,2=256M,3=1M", lim, 4), 0);
+    CHECK_EQ_U64(lim[0], 100ull << 20); /* 1G cannot raise 100M */
+    CHECK_EQ_U64(lim[1], 512ull << 20); /* none before: the client's own applies */
+    CHECK_EQ_U64(lim[2], 256ull << 20);
+    CHECK_EQ_U64(lim[3], 1ull << 20);
+    uint64_t keep[2] = {1ull << 20, 2ull << 20};
+    /* malformed, out-of-range and zero entries are skipped and counted */
+    CHECK_EQ_INT(mps_cmd_tighten_limits("0=,x=1K,9=1K,=3,1=0,0=12Q,,-1=1K", keep, 2), 8);
+    CHECK_EQ_U64(keep[0], 1ull << 20);
+    CHECK_EQ_U64(keep[1], 2ull << 20);
+    CHECK_EQ_INT(mps_cmd_tighten_limits(NULL, keep, 2), 0);
+    CHECK_EQ_INT(mps_cmd_tighten_limits("1=1K", keep, 2), 0);
+    CHECK_EQ_U64(keep[1], 1024);
+}
+
 int main(int argc, char **argv)
 {
     return tap_main(argc, argv);

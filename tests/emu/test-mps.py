@@ -245,6 +245,53 @@ def _():
     check(d.start()[0] == 0, "restart after SIGTERM")
     d.send("quit")
 
+CLIENT = os.path.join(BUILD, "tests", "emu", "emu-mps-client")
+
+
+def run_client(env, *mibs):
+    p = subprocess.run([CLIENT, "0"] + [str(m) for m in mibs], env=env, capture_output=True,
+                       text=True, timeout=30)
+    check(p.returncode == 0, f"emu-mps-client: {p.returncode} {p.stderr}")
+    lines = p.stdout.split("\n")
+    return lines[:len(mibs)], int(lines[len(mibs)].split()[1])
+
+
+@case("a client's pinned memory limit holds; cuMemGetInfo shows the whole device; "
+      "the client's env only tightens it")
+def _():
+    # MPS guide, "Appendix: Environment Variables" (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) and
+    # "Tools and Interface Reference" (set_default_device_pinned_mem_limit)
+    d = Daemon("limits", STATE)
+    # what a process outside MPS sees as the device's total
+    _, total = run_client(dict(d.env, CUDA_MPS_PIPE_DIRECTORY=os.path.join(TMP, "nobody")), 1)
+    check(d.start()[0] == 0, "start")
+    oom = "error 2"  # CUDA_ERROR_OUT_OF_MEMORY
+    try:
+        rc, out, _ = d.send("set_default_device_pinned_mem_limit 0 100M")
+        check(rc == 0, f"set limit: {out!r}")
+        res, seen = run_client(d.env, 60, 60, 30)
+        check(res == ["ok", oom, "ok"], f"client of a 100M daemon: {res}")
+        check(seen == total, f"cuMemGetInfo total {seen}, outside MPS {total}")
+        env = dict(d.env, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=1G")  # cannot loosen
+        res, _ = run_client(env, 60, 60)
+        check(res == ["ok", oom], f"client raising its own limit: {res}")
+        env = dict(d.env, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=50MB")  # tightens
+        res, _ = run_client(env, 60, 40)
+        check(res == [oom, "ok"], f"client lowering its limit: {res}")
+        # not a client: no daemon on its pipe directory, no limit
+        env = dict(d.env, CUDA_MPS_PIPE_DIRECTORY=os.path.join(TMP, "nobody"))
+        res, _ = run_client(env, 60, 60)
+        check(res == ["ok", "ok"], f"process without a daemon: {res}")
+        # a running server's own limit, set above the default, is what its clients get
+        rc, out, err = d.send(f"start_server -uid {os.getuid()}")
+        check(rc == 0, f"start_server: {err}")
+        spid = int(d.send("get_server_list")[1].split()[0])
+        d.send(f"set_device_pinned_mem_limit {spid} 0 200M")
+        res, _ = run_client(d.env, 60, 60, 60, 60)
+        check(res == ["ok", "ok", "ok", oom], f"client of a 200M server: {res}")
+    finally:
+        d.send("quit")
+
 
 def main():
     if not os.access(MPS, os.X_OK) or not os.access(EMU, os.X_OK):

@@ -1,7 +1,8 @@
 /* fuzz-mps-cmd.c — libFuzzer target for the MPS control command parser (src/emu/mps-cmd.c),
  * which reads whatever any local user writes to the control socket. Checks its promises on
  * every input: no read past the line (ASan), a result within the documented ranges or an
- * error message that is one printable line, and that limits print back to themselves. */
+ * error message that is one printable line, that limits print back to themselves, and that
+ * the same text read as a client's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT never raises a limit. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
@@ -52,6 +53,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             again != bytes)
             abort();
     }
+    /* the same text as a tenant's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: it may only lower limits */
+    uint64_t lim[4] = {0, 1u << 20, UINT64_MAX, 7}, before[4];
+    memcpy(before, lim, sizeof(lim));
+    int bad = mps_cmd_tighten_limits(line, lim, 4);
+    if (bad < 0)
+        abort();
+    for (size_t i = 0; i < 4; i++)
+        if (before[i] && (lim[i] == 0 || lim[i] > before[i]))
+            abort();
     free(line);
     return 0;
 }
