@@ -29,11 +29,17 @@ def adapt(script, tmp):
     for line in script.splitlines():
         if line.startswith("make "):
             continue
+        # /tmp first: the build root itself may lie under /tmp (a fresh clone there)
+        line = line.replace("/tmp/", tmp + "/")
         line = line.replace("$PWD/build/", BUILD + "/")
         line = re.sub(r"(?<![\w/.$-])build/", BUILD + "/", line)
-        line = line.replace("/tmp/", tmp + "/")
+        if line.startswith("/usr/local/cuda/bin/nvcc ") and not os.access(line.split()[0], os.X_OK):
+            line = "# (no CUDA toolkit here) " + line
         if ASAN_RT:
             line = line.replace("LD_PRELOAD=", "LD_PRELOAD=" + ASAN_RT + ":")
+            if line.startswith(tmp + "/rt-prog"):
+                # nvcc's program is not instrumented; the emulated libcuda it loads is
+                line = f"LD_PRELOAD={ASAN_RT} ASAN_OPTIONS=detect_leaks=0 " + line
         out.append(line)
     return "\n".join(out) + "\n"
 
