@@ -344,6 +344,31 @@ def _():
     check(up[0]["value"][1] == "1", f"up: {up}")
 
 
+@case("deploy/accel-exporter.yaml: unprivileged, host paths read-only, flags the exporter knows")
+def _():
+    try:
+        import yaml
+    except ImportError:
+        return "SKIP python3-yaml not installed (scripts/deps.sh installs it)"
+    src = os.environ.get("ACCEL_SOURCE_ROOT",
+                         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    with open(os.path.join(src, "deploy", "accel-exporter.yaml")) as f:
+        ds = yaml.safe_load(f)
+    spec = ds["spec"]["template"]["spec"]
+    helptext = subprocess.run([EXPORTER, "--help"], capture_output=True, text=True,
+                              timeout=30).stdout
+    for c in spec["containers"]:
+        sc = c.get("securityContext", {})
+        check(sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False,
+              f"{c['name']}: not unprivileged: {sc}")
+        check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{c['name']}: capabilities")
+        for m in c.get("volumeMounts", []):
+            check(m.get("readOnly") is True, f"{c['name']}: mount {m['name']} not read-only")
+        for a in c["command"][1:]:
+            if a.startswith("--"):
+                check(a in helptext, f"{a} is not an accel-exporter flag")
+
+
 @case("bad flags exit 2, say what to give, and start nothing")
 def _():
     for args in (["--listen", "nowhere"], ["--listen", "127.0.0.1:99999"], ["--interval", "1ms"],
