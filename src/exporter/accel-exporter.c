@@ -223,7 +223,7 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
 
 /* Names the processes' containers from the last pod-resources List, only where unambiguous
  * (pod-resources names no pod UID or container ID, see podres.h):
- *  1. a GPU held by one container: its processes in a pod are that container's;
+ *  1. a GPU held by one container, with one container ID running on it: that container;
  *  2. a container ID so named on one GPU keeps its names on every GPU;
  *  3. a GPU whose holders are all named but one, with one unnamed container ID left on it:
  *     that container is the remaining holder.
@@ -235,10 +235,21 @@ static void name_containers(const struct exporter *e, struct gpu_sample *ss)
         return;
     for (unsigned i = 0; i < e->ngpus; i++) {
         const struct exporter_podres_entry *first;
-        if (exporter_podres_holders(pr, e->gpus[i].uuid, &first) == 1)
-            for (size_t k = 0; k < ss[i].nprocs; k++)
-                if (ss[i].pods[k].pod_uid[0])
-                    ss[i].names[k] = first;
+        const char *cid = NULL;
+        bool one_cid = true;
+        if (exporter_podres_holders(pr, e->gpus[i].uuid, &first) != 1)
+            continue;
+        /* a second container on a GPU listed for one (a pod that reached the GPU without
+         * asking for it) makes the GPU ambiguous */
+        for (size_t k = 0; k < ss[i].nprocs; k++)
+            if (ss[i].pods[k].pod_uid[0]) {
+                if (cid && strcmp(cid, ss[i].pods[k].container_id))
+                    one_cid = false;
+                cid = ss[i].pods[k].container_id;
+            }
+        for (size_t k = 0; k < ss[i].nprocs && one_cid; k++)
+            if (ss[i].pods[k].pod_uid[0])
+                ss[i].names[k] = first;
     }
     for (unsigned i = 0; i < e->ngpus; i++)
         for (size_t k = 0; k < ss[i].nprocs; k++)

@@ -98,11 +98,13 @@ UUIDS = [g["uuid"] for g in sorted(json.loads(emu("status", "--json"))["gpus"],
 # The kubelet's pod-resources (tests/exporter/fake-podresources.c on src/grpc): GPU 0
 # time-sliced (acceld's replica IDs UUID::N) between ns-a/train-a/main and ns-b/train-b/worker,
 # GPU 1 held by ns-a/train-a/main alone, GPU 2 time-sliced between two containers of which only
-# one runs a process there (its names are ambiguous and must stay empty).
+# one runs a process there (its names are ambiguous and must stay empty), GPU 3 listed for one
+# container but running two (which one is which is unknown: names stay empty).
 PODRES_SOCK = os.path.join(TMP, "kubelet.sock")
 podres = subprocess.Popen([FAKE_PODRES, PODRES_SOCK, f"ns-a/train-a/main={UUIDS[0]}::0",
                            f"ns-b/train-b/worker={UUIDS[0]}::1", f"ns-a/train-a/main={UUIDS[1]}",
-                           f"ns-c/p3/x={UUIDS[2]}::0", f"ns-d/p4/y={UUIDS[2]}::1"],
+                           f"ns-c/p3/x={UUIDS[2]}::0", f"ns-d/p4/y={UUIDS[2]}::1",
+                           f"ns-e/p5/z={UUIDS[3]}"],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 procs.append(podres)
 if podres.stdout.readline() != "ready\n":
@@ -190,6 +192,8 @@ CID_A, CID_B = "a" * 64, "b" * 64
 
 NAMES = {POD_A: ("ns-a", "train-a", "main"), POD_B: ("ns-b", "train-b", "worker")}
 POD_C, CID_C = "0b6c4a3e-3333-4c2a-9d5e-000000000003", "c" * 64
+POD_D, CID_D = "0b6c4a3e-4444-4c2a-9d5e-000000000004", "d" * 64
+POD_E, CID_E = "0b6c4a3e-5555-4c2a-9d5e-000000000005", "e" * 64
 
 
 @case("two pods sharing GPU 0 each show their own memory, named through pod-resources")
@@ -202,7 +206,8 @@ def _():
     # then the one holder of GPU 0 left; pod C is alone on GPU 2 but pod-resources lists two
     # containers there.
     for gpu, pod, cid, mib in ((0, POD_A, CID_A, 64), (0, POD_B, CID_B, 192),
-                               (1, POD_A, CID_A, 32), (2, POD_C, CID_C, 16)):
+                               (1, POD_A, CID_A, 32), (2, POD_C, CID_C, 16),
+                               (3, POD_D, CID_D, 16), (3, POD_E, CID_E, 16)):
         h = subprocess.Popen([HOLD, str(gpu), str(mib)], env=env, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
         procs.append(h)
@@ -227,6 +232,8 @@ def _():
             sample(m, "accel_container_gpu_memory_used_bytes", gpu=2, pod_uid=POD_C) is not None \
             and sample(m, "accel_container_gpu_memory_used_bytes", gpu=1, pod_uid=POD_A) \
             is not None \
+            and all(sample(m, "accel_container_gpu_memory_used_bytes", gpu=3, pod_uid=pod)
+                    is not None for pod in (POD_D, POD_E)) \
             and sample(m, "accel_exporter_pod_resources_up") == 1 and m
     m = wait_for(all_there, "per-container series for the three pods")
     got = {}
@@ -250,13 +257,17 @@ def _():
     check(sample(m, "accel_container_gpu_memory_used_bytes", gpu=2, pod_uid=POD_C, namespace="",
                  pod="", container="") == sum(nvs[2].values()),
           "GPU 2: two holders, one container running: names must stay empty")
+    for pod in (POD_D, POD_E):
+        check(sample(m, "accel_container_gpu_memory_used_bytes", gpu=3, pod_uid=pod,
+                     namespace="", pod="", container="") is not None,
+              f"GPU 3: one holder, two containers running: {pod} must stay unnamed")
     promtool = shutil.which("promtool")
     if promtool:
         p = subprocess.run([promtool, "check", "metrics"], input=m, capture_output=True,
                            text=True, timeout=60)
         check(p.returncode == 0 and not (p.stdout + p.stderr).strip(),
               f"promtool with pod series: {p.stdout}{p.stderr}")
-    for h in procs[-4:]:
+    for h in procs[-6:]:
         h.stdin.close()
         h.wait(timeout=30)
 
