@@ -1,11 +1,14 @@
 /* nvml-procs.c — the emulated NVML's process queries: running compute processes (the
  * processes holding memory on the GPU, with the record size `accel-emu init
- * --proc-info-stride` chose) and per-process utilization samples (from the GPU timeline's
- * busy intervals). */
+ * --proc-info-stride` chose), MPS clients among them, graphics processes (none), and
+ * per-process utilization samples (from the GPU timeline's busy intervals) in both the old
+ * (nvmlDeviceGetProcessUtilization) and the versioned (nvmlDeviceGetProcessesUtilizationInfo)
+ * form. */
 #define _GNU_SOURCE
 #include <string.h>
 
 #include "nvml_emu.h"
+#include "state-mps.h"
 #include "state-nvml.h"
 
 /* Writes the process list of the device in records of `stride` bytes: pid (u32 at 0),
@@ -13,7 +16,7 @@
  * 20), then for 32: usedGpuCcProtectedMemory (u64 at 24). Whole records are written,
  * padding included, as a driver copying its structs does. */
 static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *infoCount, void *infos,
-                                      unsigned stride)
+                                      unsigned stride, bool mps_clients)
 {
     unsigned gi;
     nvmlReturn_t r = nvml_emu_device(device, NULL, &gi);
@@ -27,6 +30,13 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *infoCou
         return NVML_ERROR_UNKNOWN;
     if (n > EMU_MAX_PROCS)
         n = EMU_MAX_PROCS;
+    if (mps_clients) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (emu_state_mps_is_client(nvml_emu_state(), procs[i].pid))
+                procs[k++] = procs[i];
+        n = k;
+    }
     if (n > *infoCount) {
         *infoCount = (unsigned)n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -53,7 +63,7 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t devi
                                                                unsigned int *infoCount,
                                                                nvmlProcessInfo_v1_t *infos)
 {
-    return running_processes(device, infoCount, infos, 16);
+    return running_processes(device, infoCount, infos, 16, false);
 }
 
 static unsigned stride_now(void)
@@ -66,14 +76,76 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d
                                                                   unsigned int *infoCount,
                                                                   nvmlProcessInfo_v2_t *infos)
 {
-    return running_processes(device, infoCount, infos, stride_now());
+    return running_processes(device, infoCount, infos, stride_now(), false);
 }
 
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
                                                                   unsigned int *infoCount,
                                                                   nvmlProcessInfo_t *infos)
 {
-    return running_processes(device, infoCount, infos, stride_now());
+    return running_processes(device, infoCount, infos, stride_now(), false);
+}
+
+/* "Returns information about running processes on a device which are clients of the MPS
+ * server" (NVML API reference): the processes holding memory on the GPU that count as MPS
+ * clients (state-mps.h: a live server runs for their user); same records as the compute
+ * list. */
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                     unsigned int *infoCount,
+                                                                     nvmlProcessInfo_t *infos)
+{
+    return running_processes(device, infoCount, infos, stride_now(), true);
+}
+
+/* The emulator runs no graphics work: after the usual checks, an empty list (count 0,
+ * SUCCESS), which is what the driver answers for a GPU with no graphics contexts. */
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
+                                                                   unsigned int *infoCount,
+                                                                   nvmlProcessInfo_t *infos)
+{
+    nvmlReturn_t r = nvml_emu_device(device, NULL, NULL);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!infoCount || (*infoCount > 0 && !infos))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *infoCount = 0;
+    return NVML_SUCCESS;
+}
+
+/* The processes busy on gpu in the last completed sample period, if it ends after
+ * last_seen_us: their busy time in u[0..*ret_n), the period's length in *ret_span and its end
+ * as a CPU timestamp in *ret_stamp_us. None → NOT_FOUND. */
+static nvmlReturn_t busy_processes(unsigned gi, unsigned long long last_seen_us,
+                                   struct emu_proc_util u[EMU_MAX_PROCS], size_t *ret_n,
+                                   uint64_t *ret_span, uint64_t *ret_stamp_us)
+{
+    uint64_t t0, t1;
+    nvml_emu_last_period(emu_state_now_ns(), &t0, &t1);
+    uint64_t stamp_us = nvml_emu_mono_to_realtime_us(t1), span = t1 - t0;
+    if (last_seen_us >= stamp_us || !span)
+        return NVML_ERROR_NOT_FOUND;
+    size_t n = 0;
+    if (emu_state_util_by_proc(nvml_emu_state(), gi, t0, t1, u, EMU_MAX_PROCS, &n) < 0)
+        return NVML_ERROR_UNKNOWN;
+    if (n > EMU_MAX_PROCS)
+        n = EMU_MAX_PROCS;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (u[i].busy_ns)
+            u[k++] = u[i];
+    if (k == 0)
+        return NVML_ERROR_NOT_FOUND;
+    *ret_n = k;
+    *ret_span = span;
+    *ret_stamp_us = stamp_us;
+    return NVML_SUCCESS;
+}
+
+/* A process's SM utilization: its busy share of the period, in percent. */
+static unsigned sm_percent(const struct emu_proc_util *u, uint64_t span)
+{
+    uint64_t pct = (u->busy_ns * 100 + span / 2) / span;
+    return (unsigned)(pct > 100 ? 100 : pct);
 }
 
 /* "One utilization sample structure is returned per process running, that had some non-zero
@@ -93,37 +165,59 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
         return r;
     if (!processSamplesCount)
         return NVML_ERROR_INVALID_ARGUMENT;
-
-    uint64_t t0, t1;
-    nvml_emu_last_period(emu_state_now_ns(), &t0, &t1);
-    uint64_t stamp_us = nvml_emu_mono_to_realtime_us(t1), span = t1 - t0;
-    if (lastSeenTimeStamp >= stamp_us || !span)
-        return NVML_ERROR_NOT_FOUND;
-
     struct emu_proc_util u[EMU_MAX_PROCS];
-    size_t n = 0;
-    if (emu_state_util_by_proc(nvml_emu_state(), gi, t0, t1, u, EMU_MAX_PROCS, &n) < 0)
-        return NVML_ERROR_UNKNOWN;
-    if (n > EMU_MAX_PROCS)
-        n = EMU_MAX_PROCS;
     size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (u[i].busy_ns)
-            u[k++] = u[i];
-    if (k == 0)
-        return NVML_ERROR_NOT_FOUND;
+    uint64_t span = 0, stamp_us = 0;
+    r = busy_processes(gi, lastSeenTimeStamp, u, &k, &span, &stamp_us);
+    if (r != NVML_SUCCESS)
+        return r;
     if (!utilization || *processSamplesCount < k) {
         *processSamplesCount = (unsigned)k;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    for (size_t i = 0; i < k; i++) {
-        uint64_t pct = (u[i].busy_ns * 100 + span / 2) / span;
+    for (size_t i = 0; i < k; i++)
         utilization[i] = (nvmlProcessUtilizationSample_t){
             .pid = (unsigned)u[i].pid,
             .timeStamp = stamp_us,
-            .smUtil = (unsigned)(pct > 100 ? 100 : pct),
+            .smUtil = sm_percent(&u[i], span),
         };
-    }
     *processSamplesCount = (unsigned)k;
+    return NVML_SUCCESS;
+}
+
+/* The versioned form (NVML API reference, nvmlDeviceGetProcessesUtilizationInfo): the same
+ * samples as nvmlDeviceGetProcessUtilization, in nvmlProcessUtilizationInfo_v1_t records.
+ * "version" must be nvmlProcessesUtilizationInfo_v1 (else ARGUMENT_VERSION_MISMATCH);
+ * procUtilArray NULL or processSamplesCount too small → INSUFFICIENT_SIZE with the count
+ * needed in processSamplesCount; samples not newer than lastSeenTimeStamp → NOT_FOUND. Memory,
+ * encoder, decoder, JPEG and OFA activity are not modelled (0). */
+NVML_EMU_API nvmlReturn_t
+nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProcessesUtilizationInfo_t *info)
+{
+    unsigned gi;
+    nvmlReturn_t r = nvml_emu_device(device, NULL, &gi);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!info)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != nvmlProcessesUtilizationInfo_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    struct emu_proc_util u[EMU_MAX_PROCS];
+    size_t k = 0;
+    uint64_t span = 0, stamp_us = 0;
+    r = busy_processes(gi, info->lastSeenTimeStamp, u, &k, &span, &stamp_us);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!info->procUtilArray || info->processSamplesCount < k) {
+        info->processSamplesCount = (unsigned)k;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (size_t i = 0; i < k; i++)
+        info->procUtilArray[i] = (nvmlProcessUtilizationInfo_v1_t){
+            .timeStamp = stamp_us,
+            .pid = (unsigned)u[i].pid,
+            .smUtil = sm_percent(&u[i], span),
+        };
+    info->processSamplesCount = (unsigned)k;
     return NVML_SUCCESS;
 }

@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static bool daemon_alive(const struct emu_mps_daemon *m)
 {
@@ -68,4 +70,27 @@ int emu_state_mps_find(struct emu_state *st, const char *pipe_dir, struct emu_mp
     }
     emu_state_unlock(st);
     return r;
+}
+
+bool emu_state_mps_is_client(struct emu_state *st, int32_t pid)
+{
+    char path[64];
+    struct stat sb;
+    snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+    if (!st || pid <= 0 || stat(path, &sb) < 0)
+        return false;
+    struct emu_shared *sh = emu_state_shared(st);
+    bool served = false;
+    emu_state_lock(st);
+    for (int i = 0; i < EMU_MPS_MAX_DAEMONS && !served; i++) {
+        const struct emu_mps_daemon *d = &sh->mps[i];
+        if (!daemon_alive(d))
+            continue;
+        for (uint32_t k = 0; k < d->server_count && k < EMU_MPS_MAX_SERVERS && !served; k++) {
+            const struct emu_mps_server *s = &d->servers[k];
+            served = s->uid == sb.st_uid && s->pid > 0 && !(kill(s->pid, 0) < 0 && errno == ESRCH);
+        }
+    }
+    emu_state_unlock(st);
+    return served;
 }

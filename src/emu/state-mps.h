@@ -15,3 +15,7 @@ void emu_state_mps_publish(struct emu_state *st, int slot, const struct emu_mps_
 void emu_state_mps_release(struct emu_state *st, int slot);
 /* Copies the settings of the live daemon on pipe_dir. -ENOENT when there is none. */
 int emu_state_mps_find(struct emu_state *st, const char *pipe_dir, struct emu_mps_daemon *ret);
+/* Whether process pid (as seen from the caller's pid namespace) counts as an MPS client: the
+ * emulator has no MPS connection, so, as `get_client_list` in mps-control.c, a process is a
+ * client while a live server of a live daemon runs for its user. */
+bool emu_state_mps_is_client(struct emu_state *st, int32_t pid);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "nvml_api.h"
+#include "state-mps.h"
 #include "state-nvml.h"
 #include "state.h"
 #include "tap.h"
@@ -435,14 +436,31 @@ TEST(topology_and_nvlink)
     nvmlShutdown();
 }
 
+/* A fresh two-GPU machine with NVML initialized on it, sampling utilization in periods of
+ * window_ms (NULL: the default); NULL when it cannot be made. */
+static struct emu_state *nvml_machine(const char *name, const char *window_ms)
+{
+    const char *path = machine(name, "--gpus", "2", NULL);
+    struct emu_state *st = path ? open_machine(path) : NULL;
+    if (window_ms)
+        setenv("ACCEL_EMU_UTIL_WINDOW_MS", window_ms, 1);
+    if (st && nvmlInit_v2() != NVML_SUCCESS)
+        st = emu_state_close(st);
+    return st;
+}
+
+/* Undoes nvml_machine. */
+static void nvml_machine_done(struct emu_state *st)
+{
+    nvmlShutdown();
+    unsetenv("ACCEL_EMU_UTIL_WINDOW_MS");
+    emu_state_close(st);
+}
+
 TEST(utilization_from_the_timeline)
 {
-    const char *path = machine("util", "--gpus", "2", NULL);
-    REQUIRE(path != NULL);
-    struct emu_state *st = open_machine(path);
+    struct emu_state *st = nvml_machine("util", "100");
     REQUIRE(st != NULL);
-    setenv("ACCEL_EMU_UTIL_WINDOW_MS", "100", 1);
-    REQUIRE_EQ_INT(nvmlInit_v2(), NVML_SUCCESS);
     nvmlUtilization_t u = {99, 99};
     CHECK_EQ_INT(nvmlDeviceGetUtilizationRates(dev(1), &u), NVML_SUCCESS);
     CHECK_EQ_INT(u.gpu, 0);
@@ -483,8 +501,199 @@ TEST(utilization_from_the_timeline)
     CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), s, NULL, 0), NVML_ERROR_INVALID_ARGUMENT);
     CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), s, &n, ~0ull), NVML_ERROR_NOT_FOUND);
     CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(0), s, &n, 0), NVML_ERROR_NOT_FOUND);
+    nvml_machine_done(st);
+}
+
+/* MPS clients: a process holding memory counts as a client while a live server of a live
+ * daemon runs for its user (state-mps.h); graphics processes: none, ever. */
+TEST(mps_clients_and_graphics_processes)
+{
+    struct emu_state *st = nvml_machine("mpsprocs", NULL);
+    REQUIRE(st != NULL);
+    nvmlProcessInfo_t p[4];
+    unsigned n = 4;
+    REQUIRE_EQ_INT(emu_state_mem_charge(st, 1, 5 * MiB), 0);
+    /* no daemon: memory holders are plain compute processes, not MPS clients */
+    CHECK_EQ_INT(nvmlDeviceGetMPSComputeRunningProcesses_v3(dev(1), &n, p), NVML_SUCCESS);
+    CHECK_EQ_INT(n, 0);
+
+    struct emu_mps_daemon cfg = {.pid = getpid(), .server_count = 1};
+    snprintf(cfg.pipe_dir, sizeof(cfg.pipe_dir), "%s/mps-pipe", tap_tmpdir());
+    cfg.servers[0] = (struct emu_mps_server){.pid = getpid(), .uid = getuid() + 1};
+    int slot = -1;
+    REQUIRE_EQ_INT(emu_state_mps_claim(st, &cfg, &slot), 0);
+    n = 4; /* a server for another user: still not a client */
+    CHECK_EQ_INT(nvmlDeviceGetMPSComputeRunningProcesses_v3(dev(1), &n, p), NVML_SUCCESS);
+    CHECK_EQ_INT(n, 0);
+
+    cfg.servers[0].uid = getuid();
+    emu_state_mps_publish(st, slot, &cfg);
+    n = 0;
+    CHECK_EQ_INT(nvmlDeviceGetMPSComputeRunningProcesses_v3(dev(1), &n, NULL),
+                 NVML_ERROR_INSUFFICIENT_SIZE);
+    CHECK_EQ_INT(n, 1);
+    n = 4;
+    REQUIRE_EQ_INT(nvmlDeviceGetMPSComputeRunningProcesses_v3(dev(1), &n, p), NVML_SUCCESS);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(p[0].pid, getpid());
+    CHECK_EQ_U64(p[0].usedGpuMemory, 5 * MiB);
+    CHECK_EQ_INT(p[0].gpuInstanceId, 0xFFFFFFFFu);
+    n = 4; /* nothing held on GPU 0 */
+    CHECK_EQ_INT(nvmlDeviceGetMPSComputeRunningProcesses_v3(dev(0), &n, p), NVML_SUCCESS);
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(nvmlDeviceGetMPSComputeRunningProcesses_v3(dev(1), NULL, p),
+                 NVML_ERROR_INVALID_ARGUMENT);
+    emu_state_mps_release(st, slot);
+    n = 4;
+    CHECK_EQ_INT(nvmlDeviceGetMPSComputeRunningProcesses_v3(dev(1), &n, p), NVML_SUCCESS);
+    CHECK_EQ_INT(n, 0);
+
+    n = 4;
+    CHECK_EQ_INT(nvmlDeviceGetGraphicsRunningProcesses_v3(dev(1), &n, p), NVML_SUCCESS);
+    CHECK_EQ_INT(n, 0);
+    n = 0;
+    CHECK_EQ_INT(nvmlDeviceGetGraphicsRunningProcesses_v3(dev(1), &n, NULL), NVML_SUCCESS);
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(nvmlDeviceGetGraphicsRunningProcesses_v3(dev(1), NULL, p),
+                 NVML_ERROR_INVALID_ARGUMENT);
+    emu_state_proc_release(st);
+    nvmlDevice_t d1 = dev(1); /* handles outlive nvmlShutdown; the calls then fail */
     nvmlShutdown();
-    unsetenv("ACCEL_EMU_UTIL_WINDOW_MS");
+    CHECK_EQ_INT(nvmlDeviceGetGraphicsRunningProcesses_v3(d1, &n, p), NVML_ERROR_UNINITIALIZED);
+    emu_state_close(st);
+}
+
+/* The versioned per-process utilization: version check, size query, samples from the same
+ * timeline nvmlDeviceGetProcessUtilization reads. */
+TEST(processes_utilization_info_v1)
+{
+    struct emu_state *st = nvml_machine("procutil", "100");
+    REQUIRE(st != NULL);
+    nvmlProcessUtilizationInfo_v1_t s[4];
+    nvmlProcessesUtilizationInfo_t info = {.version = nvmlProcessesUtilizationInfo_v1};
+    CHECK_EQ_INT(sizeof(nvmlProcessUtilizationInfo_v1_t), 40);
+    CHECK_EQ_INT(sizeof(nvmlProcessesUtilizationInfo_t), 24);
+    CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info), NVML_ERROR_NOT_FOUND);
+
+    uint64_t start, end;
+    REQUIRE_EQ_INT(emu_state_submit(st, 1, 0, 30ull * 1000000000ull, &start, &end), 0);
+    /* size query: NULL array → the count needed, once a period with the work has ended */
+    CHECK(TAP_WAIT_UNTIL(
+        (info.processSamplesCount = 0, info.procUtilArray = NULL,
+         nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info) == NVML_ERROR_INSUFFICIENT_SIZE),
+        10000));
+    CHECK_EQ_INT(info.processSamplesCount, 1);
+    info.procUtilArray = s;
+    info.processSamplesCount = 0; /* too small an array */
+    CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info),
+                 NVML_ERROR_INSUFFICIENT_SIZE);
+    CHECK_EQ_INT(info.processSamplesCount, 1);
+    info.processSamplesCount = 4;
+    memset(s, 0xff, sizeof(s));
+    REQUIRE_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info), NVML_SUCCESS);
+    REQUIRE_EQ_INT(info.processSamplesCount, 1);
+    CHECK_EQ_INT(s[0].pid, getpid());
+    CHECK(s[0].smUtil > 0 && s[0].smUtil <= 100);
+    CHECK_EQ_INT(s[0].memUtil, 0);
+    CHECK_EQ_INT(s[0].encUtil + s[0].decUtil + s[0].jpgUtil + s[0].ofaUtil, 0);
+    CHECK(s[0].timeStamp > 0);
+    /* newer samples than the last seen: the GPU has stayed busy, so 100 % */
+    info.lastSeenTimeStamp = s[0].timeStamp;
+    unsigned long long seen = s[0].timeStamp;
+    CHECK(TAP_WAIT_UNTIL((info.processSamplesCount = 4,
+                          nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info) == NVML_SUCCESS) &&
+                             s[0].timeStamp > seen,
+                         5000));
+    CHECK_EQ_INT(s[0].smUtil, 100);
+    info.lastSeenTimeStamp = ~0ull;
+    CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info), NVML_ERROR_NOT_FOUND);
+    info.lastSeenTimeStamp = 0;
+    CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(0), &info), NVML_ERROR_NOT_FOUND);
+    info.version = nvmlProcessesUtilizationInfo_v1 + 1;
+    CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info),
+                 NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), NULL), NVML_ERROR_INVALID_ARGUMENT);
+    nvml_machine_done(st);
+}
+
+/* Field values agree with the dedicated entry points; unknown fields are NOT_SUPPORTED per
+ * entry while the others still answer. */
+TEST(field_values)
+{
+    struct emu_state *st = nvml_machine("fields", NULL);
+    REQUIRE(st != NULL);
+    CHECK_EQ_INT(sizeof(nvmlFieldValue_t), 40);
+    struct emu_gpu *g = emu_state_gpu(st, 1);
+    emu_state_lock(st);
+    g->ecc_vol_single_bit = 3;
+    g->ecc_vol_double_bit = 1;
+    g->ecc_single_bit = 7;
+    g->ecc_double_bit = 2;
+    g->pcie_replays = 5;
+    g->remapped_corr = 4;
+    g->remapped_unc = 6;
+    g->remap_pending = 1;
+    g->remap_failure = 0;
+    emu_state_unlock(st);
+
+    static const unsigned ids[] = {
+        NVML_FI_DEV_ECC_CURRENT,
+        NVML_FI_DEV_ECC_PENDING,
+        NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+        NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+        NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
+        NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+        NVML_FI_DEV_PCIE_REPLAY_COUNTER,
+        NVML_FI_DEV_REMAPPED_COR,
+        NVML_FI_DEV_REMAPPED_UNC,
+        NVML_FI_DEV_REMAPPED_PENDING,
+        NVML_FI_DEV_REMAPPED_FAILURE,
+        NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+        92 /* RETIRED_PENDING_SBE: no page retirement here */,
+        100000 /* no such field */,
+    };
+    static const unsigned long long want[] = {1, 1, 3, 1, 7, 2, 5, 4, 6, 1, 0};
+    enum { N = sizeof(ids) / sizeof(ids[0]) };
+    nvmlFieldValue_t v[N];
+    memset(v, 0, sizeof(v));
+    for (unsigned i = 0; i < N; i++)
+        v[i].fieldId = ids[i];
+    unsigned long long e0 = 0, e1 = 0;
+    REQUIRE_EQ_INT(nvmlDeviceGetTotalEnergyConsumption(dev(1), &e0), NVML_SUCCESS);
+    REQUIRE_EQ_INT(nvmlDeviceGetFieldValues(dev(1), N, v), NVML_SUCCESS);
+    REQUIRE_EQ_INT(nvmlDeviceGetTotalEnergyConsumption(dev(1), &e1), NVML_SUCCESS);
+    for (unsigned i = 0; i < 11; i++) {
+        CHECK_EQ_INT(v[i].nvmlReturn, NVML_SUCCESS);
+        unsigned long long got =
+            v[i].valueType == NVML_VALUE_TYPE_UNSIGNED_INT ? v[i].value.uiVal : v[i].value.ullVal;
+        if (got != want[i])
+            tap_diag("field %u: %llu, want %llu", ids[i], got, want[i]);
+        CHECK(got == want[i]);
+        CHECK(v[i].timestamp > 0);
+    }
+    CHECK_EQ_INT(v[2].valueType, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG);
+    CHECK_EQ_INT(v[6].valueType, NVML_VALUE_TYPE_UNSIGNED_INT);
+    CHECK_EQ_INT(v[11].nvmlReturn, NVML_SUCCESS);
+    CHECK_EQ_INT(v[11].valueType, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG);
+    CHECK(v[11].value.ullVal >= e0 && v[11].value.ullVal <= e1);
+    CHECK_EQ_INT(v[12].nvmlReturn, NVML_ERROR_NOT_SUPPORTED);
+    CHECK_EQ_INT(v[13].nvmlReturn, NVML_ERROR_NOT_SUPPORTED);
+
+    /* ECC turned off shows in the mode fields; GPU 0's counters are its own (zero) */
+    __atomic_store_n(&g->ecc_disabled, 1, __ATOMIC_RELAXED);
+    nvmlFieldValue_t m[2] = {{.fieldId = NVML_FI_DEV_ECC_CURRENT},
+                             {.fieldId = NVML_FI_DEV_ECC_SBE_VOL_TOTAL}};
+    REQUIRE_EQ_INT(nvmlDeviceGetFieldValues(dev(1), 1, m), NVML_SUCCESS);
+    CHECK_EQ_INT(m[0].value.uiVal, 0);
+    REQUIRE_EQ_INT(nvmlDeviceGetFieldValues(dev(0), 2, m), NVML_SUCCESS);
+    CHECK_EQ_INT(m[0].value.uiVal, 1);
+    CHECK_EQ_U64(m[1].value.ullVal, 0);
+    CHECK_EQ_INT(nvmlDeviceGetFieldValues(dev(1), -1, m), NVML_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ_INT(nvmlDeviceGetFieldValues(dev(1), 1, NULL), NVML_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ_INT(nvmlDeviceGetFieldValues(dev(1), 0, NULL), NVML_SUCCESS);
+    nvmlDevice_t d1 = dev(1);
+    nvmlShutdown();
+    CHECK_EQ_INT(nvmlDeviceGetFieldValues(d1, 1, m), NVML_ERROR_UNINITIALIZED);
     emu_state_close(st);
 }
 
