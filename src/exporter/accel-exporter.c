@@ -35,11 +35,16 @@
 #include "cgroup.h"
 #include "log.h"
 #include "nvml.h"
+#include "podres.h"
 #include "util.h"
 
 #define EXP_MAX_GPUS 64
 #define EXP_MAX_XIDS 32 /* distinct XIDs counted per GPU; more are folded into xid="other" */
 #define EXP_DEFAULT_LISTEN "0.0.0.0:9835"
+/* the kubelet's pod-resources socket (its --pod-resources-directory default) */
+#define EXP_DEFAULT_PODRES "/var/lib/kubelet/pod-resources/kubelet.sock"
+#define EXP_PODRES_REFRESH_NS 5000000000ULL /* at most one List per 5 s */
+#define EXP_PODRES_TIMEOUT_MS 1000u
 
 struct exp_xid {
     unsigned xid; /* 0 = unused slot; UINT32_MAX = the "other" bucket */
@@ -68,7 +73,11 @@ struct exporter {
     char driver[64];
     int cuda_version;
     uint64_t interval_ns;
-    const char *proc_root; /* where /proc is (tests: a fake tree) */
+    const char *proc_root;          /* where /proc is (tests: a fake tree) */
+    const char *podres_socket;      /* NULL: pod-resources off */
+    struct exporter_podres *podres; /* the last good List (sampler thread only) */
+    bool podres_ok;                 /* the last List succeeded */
+    uint64_t podres_next_ns;        /* when to ask again */
 
     pthread_mutex_t lock;    /* guards front buffers, xid counters and the flags below */
     struct exp_buf front[2]; /* [0] Prometheus text, [1] OpenMetrics */
@@ -150,6 +159,7 @@ struct gpu_sample {
     size_t nprocs;
     struct gpu_process procs[64];
     struct kube_cgroup_ref pods[64]; /* pod_uid "" = not in a pod (or its cgroup unreadable) */
+    const struct exporter_podres_entry *names[64]; /* NULL = pod-resources cannot say */
 };
 
 /* Clock-event reason bits (NVML's nvmlClocksEventReason* constants, nvml.h of the driver). */
@@ -174,6 +184,7 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
 {
     struct gpu_nvml *n = e->nvml;
     memset(s, 0, offsetof(struct gpu_sample, procs));
+    memset(s->names, 0, sizeof s->names);
     s->util_ok = n->nvmlDeviceGetUtilizationRates &&
                  NVML_OK(n->nvmlDeviceGetUtilizationRates(g->dev, &s->util));
     s->mem_ok = n->nvmlDeviceGetMemoryInfo && NVML_OK(n->nvmlDeviceGetMemoryInfo(g->dev, &s->mem));
@@ -208,6 +219,86 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
     for (size_t k = 0; k < s->nprocs; k++)
         if (kube_cgroup_read(e->proc_root, (pid_t)s->procs[k].pid, &s->pods[k]) < 0)
             memset(&s->pods[k], 0, sizeof s->pods[k]);
+}
+
+/* Names the processes' containers from the last pod-resources List, only where unambiguous
+ * (pod-resources names no pod UID or container ID, see podres.h):
+ *  1. a GPU held by one container, with one container ID running on it: that container;
+ *  2. a container ID so named on one GPU keeps its names on every GPU;
+ *  3. a GPU whose holders are all named but one, with one unnamed container ID left on it:
+ *     that container is the remaining holder.
+ * A GPU listed for several containers otherwise leaves the names empty. */
+static void name_containers(const struct exporter *e, struct gpu_sample *ss)
+{
+    const struct exporter_podres *pr = e->podres;
+    if (!e->podres_ok)
+        return;
+    for (unsigned i = 0; i < e->ngpus; i++) {
+        const struct exporter_podres_entry *first;
+        const char *cid = NULL;
+        bool one_cid = true;
+        if (exporter_podres_holders(pr, e->gpus[i].uuid, &first) != 1)
+            continue;
+        /* a second container on a GPU listed for one (a pod that reached the GPU without
+         * asking for it) makes the GPU ambiguous */
+        for (size_t k = 0; k < ss[i].nprocs; k++)
+            if (ss[i].pods[k].pod_uid[0]) {
+                if (cid && strcmp(cid, ss[i].pods[k].container_id))
+                    one_cid = false;
+                cid = ss[i].pods[k].container_id;
+            }
+        for (size_t k = 0; k < ss[i].nprocs && one_cid; k++)
+            if (ss[i].pods[k].pod_uid[0])
+                ss[i].names[k] = first;
+    }
+    for (unsigned i = 0; i < e->ngpus; i++)
+        for (size_t k = 0; k < ss[i].nprocs; k++)
+            for (unsigned j = 0; j < e->ngpus && ss[i].pods[k].pod_uid[0] && !ss[i].names[k]; j++)
+                for (size_t m = 0; m < ss[j].nprocs; m++)
+                    if (ss[j].names[m] &&
+                        !strcmp(ss[j].pods[m].container_id, ss[i].pods[k].container_id)) {
+                        ss[i].names[k] = ss[j].names[m];
+                        break;
+                    }
+    for (unsigned i = 0; i < e->ngpus; i++) {
+        const struct exporter_podres_entry *left = NULL;
+        const char *cid = NULL;
+        size_t nleft = 0;
+        bool one_cid = true;
+        for (size_t h = 0; h < pr->n; h++) {
+            bool named = false;
+            if (strcmp(pr->e[h].gpu_uuid, e->gpus[i].uuid))
+                continue;
+            for (size_t k = 0; k < ss[i].nprocs && !named; k++)
+                named = ss[i].names[k] && exporter_podres_same_container(ss[i].names[k], &pr->e[h]);
+            if (!named) {
+                left = &pr->e[h];
+                nleft++;
+            }
+        }
+        for (size_t k = 0; k < ss[i].nprocs; k++)
+            if (ss[i].pods[k].pod_uid[0] && !ss[i].names[k]) {
+                if (cid && strcmp(cid, ss[i].pods[k].container_id))
+                    one_cid = false;
+                cid = ss[i].pods[k].container_id;
+            }
+        if (nleft != 1 || !cid || !one_cid)
+            continue;
+        for (size_t k = 0; k < ss[i].nprocs; k++)
+            if (ss[i].pods[k].pod_uid[0] && !ss[i].names[k])
+                ss[i].names[k] = left;
+    }
+}
+
+/* The namespace, pod and container labels of process k (empty where unknown), escaped. */
+static const char *name_labels(const struct gpu_sample *s, size_t k, char *out, size_t len)
+{
+    const struct exporter_podres_entry *x = s->names[k];
+    char ns[140], pod[520], ct[140];
+    snprintf(out, len, "namespace=\"%s\",pod=\"%s\",container=\"%s\"",
+             esc(x ? x->namespace_ : "", ns, sizeof ns), esc(x ? x->pod : "", pod, sizeof pod),
+             esc(x ? x->container : "", ct, sizeof ct));
+    return out;
 }
 
 /* Renders one format from the samples. om: OpenMetrics. */
@@ -300,15 +391,17 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
 
     family(b, om, "accel_gpu_process_memory_used_bytes", "gauge",
            "Device memory used by one process (NVML's compute process list), with its pod and "
-           "container when /proc/PID/cgroup names them.");
+           "container when /proc/PID/cgroup names them and their names when pod-resources does.");
+    char nl[900];
     for (unsigned i = 0; i < e->ngpus; i++)
         for (size_t k = 0; k < ss[i].nprocs; k++)
             if (ss[i].procs[k].used_memory_bytes != UINT64_MAX)
                 buf_printf(b,
-                           "accel_gpu_process_memory_used_bytes{%s,pid=\"%u\",pod_uid=\"%s\","
+                           "accel_gpu_process_memory_used_bytes{%s,pid=\"%u\",%s,pod_uid=\"%s\","
                            "container_id=\"%s\"} %" PRIu64 "\n",
-                           l[i], ss[i].procs[k].pid, ss[i].pods[k].pod_uid,
-                           ss[i].pods[k].container_id, ss[i].procs[k].used_memory_bytes);
+                           l[i], ss[i].procs[k].pid, name_labels(&ss[i], k, nl, sizeof nl),
+                           ss[i].pods[k].pod_uid, ss[i].pods[k].container_id,
+                           ss[i].procs[k].used_memory_bytes);
 
     /* Per container: the sum over its processes on this GPU (first process of each pair
      * (pod, container) prints the sum; at most 64 processes, so quadratic is cheap). */
@@ -330,11 +423,17 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
             }
             if (first)
                 buf_printf(b,
-                           "accel_container_gpu_memory_used_bytes{%s,pod_uid=\"%s\","
+                           "accel_container_gpu_memory_used_bytes{%s,%s,pod_uid=\"%s\","
                            "container_id=\"%s\"} %" PRIu64 "\n",
-                           l[i], pk->pod_uid, pk->container_id, sum);
+                           l[i], name_labels(&ss[i], k, nl, sizeof nl), pk->pod_uid,
+                           pk->container_id, sum);
         }
 
+    if (e->podres) {
+        family(b, om, "accel_exporter_pod_resources_up", "gauge",
+               "1 when the last List from the kubelet's pod-resources API succeeded, else 0.");
+        buf_printf(b, "accel_exporter_pod_resources_up %d\n", e->podres_ok ? 1 : 0);
+    }
     family(b, om, "accel_exporter_samples_total", "counter", "Sampling rounds completed.");
     buf_printf(b, "accel_exporter_samples_total %" PRIu64 "\n", e->samples + 1);
     if (om)
@@ -353,6 +452,16 @@ static void *sampler_main(void *arg)
         uint64_t t0 = mono_ns();
         for (unsigned i = 0; i < e->ngpus; i++)
             sample_gpu(e, &e->gpus[i], &ss[i]);
+        if (e->podres && t0 >= e->podres_next_ns) {
+            int r = exporter_podres_list(e->podres_socket, EXP_PODRES_TIMEOUT_MS, e->podres);
+            if (r < 0 && e->podres_ok)
+                log_warn("pod-resources List on %s failed (%s): pod and container names are left "
+                         "empty until it answers again",
+                         e->podres_socket, strerror(-r));
+            e->podres_ok = r == 0;
+            e->podres_next_ns = mono_ns() + EXP_PODRES_REFRESH_NS;
+        }
+        name_containers(e, ss);
         pthread_mutex_lock(&e->lock);
         for (unsigned i = 0; i < e->ngpus; i++)
             memcpy(xid_copy[i].xids, e->gpus[i].xids, sizeof xid_copy[i].xids);
@@ -514,17 +623,21 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: accel-exporter [--listen ADDR:PORT] [--nvml-library PATH] [--interval DURATION]\n"
-        "                      [--proc-root DIR] [--log-level LEVEL]\n"
+        "                      [--proc-root DIR] [--pod-resources-socket PATH]\n"
+        "                      [--log-level LEVEL]\n"
         "  --listen        address to serve /metrics and /healthz on (default %s)\n"
         "  --nvml-library  NVML to load (default $%s, else %s)\n"
         "  --interval      sampling period, e.g. 1s or 250ms (default 1s)\n"
-        "  --proc-root     where /proc is, for the PID -> pod mapping (default /proc)\n",
-        EXP_DEFAULT_LISTEN, GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY);
+        "  --proc-root     where /proc is, for the PID -> pod mapping (default /proc)\n"
+        "  --pod-resources-socket  the kubelet's pod-resources API, for namespace, pod and\n"
+        "                  container names (default %s; \"\" turns it off)\n",
+        EXP_DEFAULT_LISTEN, GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY, EXP_DEFAULT_PODRES);
 }
 
 int main(int argc, char **argv)
 {
     const char *listen_s = EXP_DEFAULT_LISTEN, *lib = NULL, *proc_root = "/proc";
+    const char *podres_socket = EXP_DEFAULT_PODRES;
     uint64_t interval_ns = 1000000000ULL;
     log_set_ident("accel-exporter");
     for (int i = 1; i < argc; i++) {
@@ -543,6 +656,8 @@ int main(int argc, char **argv)
             listen_s = v;
         } else if (strcmp(a, "--proc-root") == 0) {
             proc_root = v;
+        } else if (strcmp(a, "--pod-resources-socket") == 0) {
+            podres_socket = v;
         } else if (strcmp(a, "--nvml-library") == 0) {
             lib = v;
         } else if (strcmp(a, "--interval") == 0) {
@@ -577,6 +692,14 @@ int main(int argc, char **argv)
     static struct exporter e;
     e.interval_ns = interval_ns;
     e.proc_root = proc_root;
+    if (*podres_socket) {
+        e.podres_socket = podres_socket;
+        e.podres = calloc(1, sizeof *e.podres);
+        if (!e.podres) {
+            log_error("out of memory");
+            return 1;
+        }
+    }
     pthread_mutex_init(&e.lock, NULL);
     char err[512];
     int r = gpu_nvml_open(lib, &e.nvml, err, sizeof err);
@@ -649,5 +772,6 @@ int main(int argc, char **argv)
         free(e.back[f].p);
     }
     gpu_nvml_free(e.nvml);
+    free(e.podres);
     return d ? 0 : 1;
 }

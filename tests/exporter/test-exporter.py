@@ -24,6 +24,7 @@ EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
 EXPORTER = os.path.join(BUILD, "src", "exporter", "accel-exporter")
 NVML = os.path.join(BUILD, "src", "emu", "libnvidia-ml.so.1")
 HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
+FAKE_PODRES = os.path.join(BUILD, "tests", "exporter", "fake-podresources")
 
 if not os.path.exists(EXPORTER):
     print("1..0 # SKIP accel-exporter not built (libmicrohttpd missing)")
@@ -78,6 +79,8 @@ def emu(*args):
 def sample(text, name, **labels):
     """The value of the one series name{labels...} in Prometheus text, or None."""
     for line in text.splitlines():
+        if not labels and line.startswith(name + " "):
+            return float(line.split()[1])
         if not line.startswith(name + "{"):
             continue
         m = re.match(r"([a-z_]+)\{(.*)\} (\S+)$", line)
@@ -90,13 +93,30 @@ def sample(text, name, **labels):
 
 
 emu("init", "--gpus", "4")
+UUIDS = [g["uuid"] for g in sorted(json.loads(emu("status", "--json"))["gpus"],
+                                   key=lambda g: g["index"])]
+# The kubelet's pod-resources (tests/exporter/fake-podresources.c on src/grpc): GPU 0
+# time-sliced (acceld's replica IDs UUID::N) between ns-a/train-a/main and ns-b/train-b/worker,
+# GPU 1 held by ns-a/train-a/main alone, GPU 2 time-sliced between two containers of which only
+# one runs a process there (its names are ambiguous and must stay empty), GPU 3 listed for one
+# container but running two (which one is which is unknown: names stay empty).
+PODRES_SOCK = os.path.join(TMP, "kubelet.sock")
+podres = subprocess.Popen([FAKE_PODRES, PODRES_SOCK, f"ns-a/train-a/main={UUIDS[0]}::0",
+                           f"ns-b/train-b/worker={UUIDS[0]}::1", f"ns-a/train-a/main={UUIDS[1]}",
+                           f"ns-c/p3/x={UUIDS[2]}::0", f"ns-d/p4/y={UUIDS[2]}::1",
+                           f"ns-e/p5/z={UUIDS[3]}"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+procs.append(podres)
+if podres.stdout.readline() != "ready\n":
+    print("Bail out! fake-podresources did not start")
+    sys.exit(1)
 PORT = free_port()
 BASE = f"http://127.0.0.1:{PORT}"
 # A fake /proc: the exporter reads <pid>/cgroup from here, so test processes can stand in for
 # containers of two pods (cgroup v2, systemd driver, containerd ids).
 PROC = os.path.join(TMP, "proc")
 exp = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{PORT}", "--interval", "100ms",
-                        "--proc-root", PROC],
+                        "--proc-root", PROC, "--pod-resources-socket", PODRES_SOCK],
                        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 procs.append(exp)
 
@@ -170,14 +190,25 @@ POD_A, POD_B = "0b6c4a3e-1111-4c2a-9d5e-000000000001", "0b6c4a3e-2222-4c2a-9d5e-
 CID_A, CID_B = "a" * 64, "b" * 64
 
 
-@case("two pods sharing GPU 0 each show their own memory (per process and per container)")
+NAMES = {POD_A: ("ns-a", "train-a", "main"), POD_B: ("ns-b", "train-b", "worker")}
+POD_C, CID_C = "0b6c4a3e-3333-4c2a-9d5e-000000000003", "c" * 64
+POD_D, CID_D = "0b6c4a3e-4444-4c2a-9d5e-000000000004", "d" * 64
+POD_E, CID_E = "0b6c4a3e-5555-4c2a-9d5e-000000000005", "e" * 64
+
+
+@case("two pods sharing GPU 0 each show their own memory, named through pod-resources")
 def _():
     if not os.path.exists(HOLD):
         return "SKIP emu-hold not built"
     env = dict(ENV, LD_LIBRARY_PATH=os.path.join(BUILD, "src", "emu"))
     holds = {}
-    for pod, cid, mib in ((POD_A, CID_A, 64), (POD_B, CID_B, 192)):
-        h = subprocess.Popen([HOLD, "0", str(mib)], env=env, stdin=subprocess.PIPE,
+    # pod A also runs on GPU 1 (which it holds alone): that names its container, and pod B is
+    # then the one holder of GPU 0 left; pod C is alone on GPU 2 but pod-resources lists two
+    # containers there.
+    for gpu, pod, cid, mib in ((0, POD_A, CID_A, 64), (0, POD_B, CID_B, 192),
+                               (1, POD_A, CID_A, 32), (2, POD_C, CID_C, 16),
+                               (3, POD_D, CID_D, 16), (3, POD_E, CID_E, 16)):
+        h = subprocess.Popen([HOLD, str(gpu), str(mib)], env=env, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
         procs.append(h)
         line = h.stdout.readline()
@@ -188,37 +219,77 @@ def _():
         with open(os.path.join(d, "cgroup"), "w") as f:
             f.write(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/"
                     f"cri-containerd-{cid}.scope\n")
-        holds[pod] = (h.pid, cid)
-    nv = {p["pid"]: p for g in json.loads(emu("status", "--json"))["gpus"] if g["index"] == 0
-          for p in g["processes"]}
+        if gpu == 0:
+            holds[pod] = (h.pid, cid)
+    nvs = {g["index"]: {p["pid"]: p["memory_bytes"] for p in g["processes"]}
+           for g in json.loads(emu("status", "--json"))["gpus"]}
+    nv = {pid: {"memory_bytes": b} for pid, b in nvs[0].items()}
 
-    def both():
+    def all_there():
         m = metrics()
         return m and all(sample(m, "accel_container_gpu_memory_used_bytes", gpu=0, pod_uid=pod)
-                         is not None for pod in holds) and m
-    m = wait_for(both, "per-container series for both pods")
+                         is not None for pod in holds) and \
+            sample(m, "accel_container_gpu_memory_used_bytes", gpu=2, pod_uid=POD_C) is not None \
+            and sample(m, "accel_container_gpu_memory_used_bytes", gpu=1, pod_uid=POD_A) \
+            is not None \
+            and all(sample(m, "accel_container_gpu_memory_used_bytes", gpu=3, pod_uid=pod)
+                    is not None for pod in (POD_D, POD_E)) \
+            and sample(m, "accel_exporter_pod_resources_up") == 1 and m
+    m = wait_for(all_there, "per-container series for the three pods")
     got = {}
     for pod, (pid, cid) in holds.items():
+        ns, name, ctr = NAMES[pod]
         per_proc = sample(m, "accel_gpu_process_memory_used_bytes", gpu=0, pid=pid, pod_uid=pod,
-                          container_id=cid)
+                          container_id=cid, namespace=ns, pod=name, container=ctr)
         per_ctr = sample(m, "accel_container_gpu_memory_used_bytes", gpu=0, pod_uid=pod,
-                         container_id=cid)
-        check(per_proc is not None and per_proc == per_ctr, f"pod {pod}: {per_proc} vs {per_ctr}")
+                         container_id=cid, namespace=ns, pod=name, container=ctr)
+        check(per_proc is not None and per_proc == per_ctr,
+              f"pod {pod} ({ns}/{name}/{ctr}): {per_proc} vs {per_ctr}\n{m}")
         check(pid in nv, f"emulator does not list pid {pid}: {nv}")
         check(per_proc == nv[pid]["memory_bytes"],
               f"pod {pod}: exporter {per_proc}, emulator {nv[pid]['memory_bytes']}")
         got[pod] = per_proc
     check(got[POD_B] - got[POD_A] == 128 << 20,
           f"pods should differ by their allocations (128 MiB): {got}")
+    check(sample(m, "accel_container_gpu_memory_used_bytes", gpu=1, pod_uid=POD_A,
+                 namespace="ns-a", pod="train-a", container="main") == sum(nvs[1].values()),
+          "pod A on GPU 1 (its sole holder) named")
+    check(sample(m, "accel_container_gpu_memory_used_bytes", gpu=2, pod_uid=POD_C, namespace="",
+                 pod="", container="") == sum(nvs[2].values()),
+          "GPU 2: two holders, one container running: names must stay empty")
+    for pod in (POD_D, POD_E):
+        check(sample(m, "accel_container_gpu_memory_used_bytes", gpu=3, pod_uid=pod,
+                     namespace="", pod="", container="") is not None,
+              f"GPU 3: one holder, two containers running: {pod} must stay unnamed")
     promtool = shutil.which("promtool")
     if promtool:
         p = subprocess.run([promtool, "check", "metrics"], input=m, capture_output=True,
                            text=True, timeout=60)
         check(p.returncode == 0 and not (p.stdout + p.stderr).strip(),
               f"promtool with pod series: {p.stdout}{p.stderr}")
-    for h in procs[-2:]:
+    for h in procs[-6:]:
         h.stdin.close()
         h.wait(timeout=30)
+
+
+@case("pod-resources unreachable: accel_exporter_pod_resources_up 0, GPU series still served")
+def _():
+    port = free_port()
+    p = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{port}", "--interval", "100ms",
+                          "--proc-root", PROC, "--pod-resources-socket",
+                          os.path.join(TMP, "no-kubelet.sock")],
+                         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs.append(p)
+
+    def scraped():
+        st, _, body = get(f"http://127.0.0.1:{port}/metrics")
+        return st == 200 and body
+    m = wait_for(scraped, "the second exporter's first sample")
+    check(sample(m, "accel_exporter_pod_resources_up") == 0, "pod_resources_up should be 0")
+    check(sample(m, "accel_gpu_memory_total_bytes", gpu=0, uuid=UUIDS[0]) is not None,
+          "GPU series served without the kubelet")
+    p.terminate()
+    check(p.wait(timeout=30) == 0, "second exporter exit")
 
 
 @case("an injected XID is counted on its GPU and XID only")
@@ -282,6 +353,31 @@ def _():
     check(float(r[0]["value"][1]) == 83, f"temperature in Prometheus: {r}")
     up = wait_for(lambda: query('up{job="accel-exporter"}'), "up", 30)
     check(up[0]["value"][1] == "1", f"up: {up}")
+
+
+@case("deploy/accel-exporter.yaml: unprivileged, host paths read-only, flags the exporter knows")
+def _():
+    try:
+        import yaml
+    except ImportError:
+        return "SKIP python3-yaml not installed (scripts/deps.sh installs it)"
+    src = os.environ.get("ACCEL_SOURCE_ROOT",
+                         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    with open(os.path.join(src, "deploy", "accel-exporter.yaml")) as f:
+        ds = yaml.safe_load(f)
+    spec = ds["spec"]["template"]["spec"]
+    helptext = subprocess.run([EXPORTER, "--help"], capture_output=True, text=True,
+                              timeout=30).stdout
+    for c in spec["containers"]:
+        sc = c.get("securityContext", {})
+        check(sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False,
+              f"{c['name']}: not unprivileged: {sc}")
+        check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{c['name']}: capabilities")
+        for m in c.get("volumeMounts", []):
+            check(m.get("readOnly") is True, f"{c['name']}: mount {m['name']} not read-only")
+        for a in c["command"][1:]:
+            if a.startswith("--"):
+                check(a in helptext, f"{a} is not an accel-exporter flag")
 
 
 @case("bad flags exit 2, say what to give, and start nothing")
