@@ -166,26 +166,6 @@ TEST(nvml_calls_between_its_entry_points_stay_inside)
 
 /* ---- launcher ---- */
 
-/* The ASan runtime this binary was linked with: it must come first in LD_PRELOAD. */
-static bool find_asan(char *buf, size_t len)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return false;
-    char line[4096];
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), f)) {
-        char *p = strchr(line, '/');
-        if (p && strstr(p, "/libasan.so")) {
-            p[strcspn(p, "\n")] = '\0';
-            snprintf(buf, len, "%s", p);
-            found = true;
-        }
-    }
-    fclose(f);
-    return found;
-}
-
 static int launcher(char **argv)
 {
     const char *preload = getenv("SELFBIND_PRELOAD");
@@ -210,7 +190,7 @@ static int launcher(char **argv)
         rmdir(dir);
         return 1;
     }
-    if (find_asan(asan, sizeof(asan)))
+    if (tap_find_asan_runtime(asan, sizeof(asan)))
         snprintf(list, sizeof(list), "%s:%s", asan, preload);
     else
         snprintf(list, sizeof(list), "%s", preload);

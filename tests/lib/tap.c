@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,4 +162,23 @@ int tap_main(int argc, char **argv)
         fflush(stdout);
     }
     return failed ? 1 : 0;
+}
+
+bool tap_find_asan_runtime(char *buf, size_t len)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f)) {
+        char *p = strchr(line, '/');
+        if (p && strstr(p, "/libasan.so")) {
+            p[strcspn(p, "\n")] = '\0';
+            snprintf(buf, len, "%s", p);
+            found = true;
+        }
+    }
+    fclose(f);
+    return found;
 }

@@ -38,6 +38,9 @@ const char *tap_srcdir(void);
 const char *tap_builddir(void);
 /* A fresh temporary directory for this process, removed at exit. Borrowed. */
 const char *tap_tmpdir(void);
+/* The ASan runtime this program was linked with, from its own mappings (a launcher puts it first
+ * in a child's LD_PRELOAD, ahead of libvcuda or the emulator). false when not sanitized. */
+bool tap_find_asan_runtime(char *buf, size_t len);
 
 #define TEST(name)                                                                                 \
     static void name(void);                                                                        \

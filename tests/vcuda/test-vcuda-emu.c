@@ -1282,27 +1282,6 @@ TEST(over_quota_logs_one_line_naming_quota_and_request)
 
 /* ---- launcher ------------------------------------------------------------ */
 
-/* The ASan runtime this binary was linked with, from our own mappings: it
- * must come first in LD_PRELOAD, before libvcuda.so. */
-static bool find_asan(char *buf, size_t len)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return false;
-    char line[4096];
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), f)) {
-        char *p = strchr(line, '/');
-        if (p && strstr(p, "/libasan.so")) {
-            p[strcspn(p, "\n")] = '\0';
-            snprintf(buf, len, "%s", p);
-            found = true;
-        }
-    }
-    fclose(f);
-    return found;
-}
-
 static int launcher(int argc, char **argv)
 {
     const char *build = getenv("ACCEL_BUILD_ROOT");
@@ -1332,7 +1311,7 @@ static int launcher(int argc, char **argv)
         snprintf(libpath, sizeof(libpath), "%s/src/emu", build);
         setenv("LD_LIBRARY_PATH", libpath, 1);
     }
-    if (find_asan(asan, sizeof(asan)))
+    if (tap_find_asan_runtime(asan, sizeof(asan)))
         snprintf(preload, sizeof(preload), "%s:%s/src/vcuda/libvcuda.so", asan, build);
     else
         snprintf(preload, sizeof(preload), "%s/src/vcuda/libvcuda.so", build);

@@ -503,25 +503,6 @@ TEST(an_under_reporting_region_is_flagged_against_nvml)
 
 /* ---- launcher -------------------------------------------------------------- */
 
-static bool find_asan(char *buf, size_t len)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return false;
-    char line[4096];
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), f)) {
-        char *p = strchr(line, '/');
-        if (p && strstr(p, "/libasan.so")) {
-            p[strcspn(p, "\n")] = '\0';
-            snprintf(buf, len, "%s", p);
-            found = true;
-        }
-    }
-    fclose(f);
-    return found;
-}
-
 static int launcher(char **argv)
 {
     const char *build = getenv("ACCEL_BUILD_ROOT");
@@ -557,7 +538,7 @@ static int launcher(char **argv)
         return 1;
     }
     snprintf(libpath, sizeof(libpath), "%s/src/emu", build);
-    if (find_asan(asan, sizeof(asan)))
+    if (tap_find_asan_runtime(asan, sizeof(asan)))
         snprintf(preload, sizeof(preload), "%s:%s/src/vcuda/libvcuda-agenttest.so", asan, build);
     else
         snprintf(preload, sizeof(preload), "%s/src/vcuda/libvcuda-agenttest.so", build);
