@@ -197,10 +197,15 @@ class Watch:
 
 
 class Plugin:
-    def __init__(self, pb, sock):
+    def __init__(self, pb, sock, own_connection=False):
+        """own_connection: a connection of its own. Without it, channels to the
+        same target in this process share gRPC's global subchannel pool, so a
+        "new" client may send on an older channel's connection, one acceld has
+        just closed (the RPC then fails with UNAVAILABLE / Broken pipe)."""
         self.pb = pb
         self.sock = sock
-        self.channel = grpc.insecure_channel(unix_target(sock))
+        opts = [("grpc.use_local_subchannel_pool", 1)] if own_connection else None
+        self.channel = grpc.insecure_channel(unix_target(sock), options=opts)
 
     def close(self):
         self.channel.close()

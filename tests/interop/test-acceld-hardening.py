@@ -140,7 +140,9 @@ def run(tap, build, pb, node, pdir, agent):
         s.connect(agent.sock)
         s.sendall(PREFACE + EMPTY_SETTINGS)
         idle.append(s)
-    fresh = K.Plugin(pb, agent.sock)
+    # A connection of its own: the shared one may be the idle connection
+    # acceld just evicted to make room (closed, the client not yet told).
+    fresh = K.Plugin(pb, agent.sock, own_connection=True)
     try:
         o = fresh.options()
         tap.ok(o.get_preferred_allocation_available,
