@@ -17,10 +17,13 @@
 #include "health.h"
 #include "inventory.h"
 #include "log.h"
+#include "mps-supervisor.h"
 #include "nvml.h"
 #include "pgpu.h"
 #include "plugin.h"
 #include "policy.h"
+#include "shared.h"
+#include "sharing.h"
 #include "grpc.h"
 #include "podresources.pb-c.h"
 #include "util.h"
@@ -56,12 +59,23 @@ struct agent {
     struct grpc_client *podres; /* the start-up pod-resources List (vGPU restart safety) */
     /* one per resource served: provider and its endpoint */
     struct served {
-        enum { SERVED_PGPU, SERVED_VGPU_CORES, SERVED_VGPU_MEMORY } kind;
+        enum { SERVED_PGPU, SERVED_VGPU_CORES, SERVED_VGPU_MEMORY, SERVED_SHARED } kind;
         struct acceld_provider prov;
         char resource[ACCELD_NAME_MAX];
         struct acceld_plugin *plugin;
-    } served[4];
+    } served[3 + SHARING_MAX_RESOURCES];
     size_t n_served;
+    /* NVIDIA's sharing sections of the config file (docs/mps.md) */
+    struct sharing_config sharing;
+    struct shared *shared[SHARING_MAX_RESOURCES]; /* time-slicing / MPS, one per resource */
+    size_t n_shared;
+    struct mps_sup *mps;
+    struct mps_ref {
+        size_t served; /* the endpoint of the set's replicas */
+        size_t sh, gpu;
+        unsigned k;
+    } * mps_refs; /* per supervisor set */
+    size_t n_mps;
     struct health_monitor *health;
     /* every advertised GPU, whatever its mode (the health monitor's index) */
     size_t n_gpus;
@@ -275,7 +289,7 @@ static void recovery_arm(struct agent *a)
     if (a->recovery_timer || a->cfg.recover_after_ns == 0)
         return;
     bool any = false;
-    for (size_t i = 0; i < pgpu_count(a->pgpu); i++)
+    for (size_t i = 0; i < a->n_gpus; i++)
         any |= !a->hstate[i].healthy;
     if (!any)
         return;
@@ -416,10 +430,13 @@ static void reload(struct agent *a)
     for (size_t k = 0; k < a->n_served; k++) {
         struct served *s = &a->served[k];
         /* the pGPU resource follows resourceName; a mode's own names follow its keys */
-        const char *name = s->kind == SERVED_PGPU         ? n.resource_name
+        /* a shared resource keeps its name (the sharing config is read at start) */
+        const char *name = s->kind == SERVED_SHARED       ? s->resource
+                           : s->kind == SERVED_PGPU       ? n.resource_name
                            : s->kind == SERVED_VGPU_CORES ? n.vgpu_core_resource
                                                           : n.vgpu_memory_resource;
-        snprintf(s->resource, sizeof(s->resource), "%s", name);
+        if (name != s->resource)
+            snprintf(s->resource, sizeof(s->resource), "%s", name);
         if (acceld_plugin_reconfigure(s->plugin, &n, s->resource) < 0)
             log_error("config reload: cannot serve at the new place, still serving %s",
                       acceld_plugin_socket_path(s->plugin));
@@ -495,8 +512,16 @@ static int make_providers(struct agent *a)
     uint8_t *pcie = NULL;
     int *nvl = NULL;
     int r = -ENOMEM;
-    if (!g || !vg || !pmap || !a->map || !a->uuids || !a->hstate)
+    struct sharing_gpu *sg = calloc(total ? total : 1, sizeof(*sg));
+    struct shared_gpu_desc *sd = calloc(total ? total : 1, sizeof(*sd));
+    size_t *sgroup = calloc(total ? total : 1, sizeof(size_t)), ns = 0;
+    char names[SHARING_MAX_RESOURCES][ACCELD_NAME_MAX];
+    size_t n_names = 0;
+    if (!g || !vg || !pmap || !a->map || !a->uuids || !a->hstate || !sg || !sd || !sgroup)
         goto out;
+    for (int i = 0; i < inv->count; i++)
+        sg[i] = (struct sharing_gpu){(unsigned)inv->devices[i].index, inv->devices[i].uuid,
+                                     inv->devices[i].cc_major, inv->devices[i].cc_minor};
     for (int i = 0; i < inv->count; i++) {
         const struct gpu_device *d = &inv->devices[i];
         if (!usable(inv, i)) {
@@ -517,6 +542,31 @@ static int make_providers(struct agent *a)
         }
         enum acceld_mode mode = acceld_config_gpu_mode(&a->cfg, i, d->uuid);
         int minor = d->minor >= 0 ? d->minor : d->index;
+        if (a->sharing.mode != SHARING_NONE) {
+            const struct sharing_resource *res;
+            unsigned replicas;
+            char err[512], name[ACCELD_NAME_MAX];
+            int q = sharing_config_resolve(&a->sharing, sg, total, (size_t)i, &res, &replicas, err,
+                                           sizeof(err));
+            if (q == -EINVAL) {
+                log_error("%s", err);
+                r = q;
+                goto out;
+            }
+            if (q == 0) {
+                sharing_resource_advertised(&a->sharing, res, name, sizeof(name));
+                size_t grp = 0;
+                while (grp < n_names && strcmp(names[grp], name) != 0)
+                    grp++;
+                if (grp == n_names)
+                    snprintf(names[n_names++], sizeof(names[0]), "%s", name);
+                sgroup[ns] = grp;
+                sd[ns++] = (struct shared_gpu_desc){d->uuid,    minor,    d->numa_node,
+                                                    d->healthy, replicas, d->memory_total_bytes};
+                n++;
+                continue;
+            }
+        }
         if (mode == ACCELD_MODE_VGPU) {
             vg[nv++] = (struct vgpu_gpu_desc){d->uuid, minor, d->numa_node, d->memory_total_bytes,
                                               d->healthy};
@@ -575,12 +625,139 @@ static int make_providers(struct agent *a)
         log_info("vGPU mode on %zu GPU(s): %s and %s", nv, a->cfg.vgpu_core_resource,
                  a->cfg.vgpu_memory_resource);
     }
+    for (size_t grp = 0; r == 0 && grp < n_names; grp++) {
+        struct shared_gpu_desc *mine = calloc(ns ? ns : 1, sizeof(*mine));
+        size_t nm = 0;
+        if (!mine) {
+            r = -ENOMEM;
+            break;
+        }
+        for (size_t k = 0; k < ns; k++)
+            if (sgroup[k] == grp)
+                mine[nm++] = sd[k];
+        /* one CDI spec per resource, apart from the pGPU one (docs/mps.md, "CDI") */
+        char cls[ACCELD_NAME_MAX];
+        snprintf(cls, sizeof(cls), grp ? "%.100s-shared%zu" : "%.100s-shared", a->cfg.cdi_class,
+                 grp);
+        struct shared_options so = {a->sharing.mode == SHARING_MPS,
+                                    a->sharing.fail_requests_greater_than_one,
+                                    names[grp],
+                                    a->cfg.dev_root,
+                                    a->cfg.strategy,
+                                    a->cfg.cdi_vendor,
+                                    cls};
+        r = shared_new(mine, nm, &so, &a->shared[a->n_shared]);
+        free(mine);
+        if (r < 0) {
+            log_error("cannot build the shared resource %s: %s", names[grp], strerror(-r));
+            break;
+        }
+        struct served *s = &a->served[a->n_served++];
+        s->kind = SERVED_SHARED;
+        s->prov = shared_provider(a->shared[a->n_shared++]);
+        snprintf(s->resource, sizeof(s->resource), "%s", names[grp]);
+        log_info("%s mode on %zu GPU(s): %s",
+                 a->sharing.mode == SHARING_MPS ? "MPS" : "time-slicing", nm, names[grp]);
+    }
 out:
+    free(sg);
+    free(sd);
+    free(sgroup);
     free(g);
     free(vg);
     free(pmap);
     free(pcie);
     free(nvl);
+    return r;
+}
+
+/* ------------------------------------------------------------ MPS */
+
+static void on_mps_health(struct mps_sup *sup, size_t set, bool healthy, const char *why,
+                          void *user_data)
+{
+    struct agent *a = user_data;
+    (void)sup;
+    const struct mps_ref *m = &a->mps_refs[set];
+    struct shared *sh = a->shared[m->sh];
+    if (!shared_set_daemon_health(sh, m->gpu, m->k, healthy))
+        return;
+    acceld_plugin_devices_changed(a->served[m->served].plugin);
+    if (healthy)
+        log_info("MPS: every replica of GPU %s is Healthy again", shared_gpu_uuid(sh, m->gpu));
+    else
+        log_warn("MPS: every replica of GPU %s is Unhealthy: its daemon for %u-replica requests "
+                 "is down (%s)",
+                 shared_gpu_uuid(sh, m->gpu), m->k, why);
+}
+
+/* One daemon per (MPS GPU, request size k) with defaults k/n (docs/mps.md). */
+static int mps_start(struct agent *a)
+{
+    if (a->sharing.mode != SHARING_MPS)
+        return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < a->n_shared; i++)
+        for (size_t g = 0; g < shared_gpu_count(a->shared[i]); g++)
+            n += shared_max_request(a->shared[i], g);
+    if (n == 0)
+        return 0;
+    struct mps_sup_set_cfg *sets = calloc(n, sizeof(*sets));
+    char(*names)[48] = calloc(n, sizeof(*names));
+    a->mps_refs = calloc(n, sizeof(*a->mps_refs));
+    int r = -ENOMEM;
+    if (!sets || !names || !a->mps_refs)
+        goto out;
+    size_t k = 0, served = 0;
+    for (size_t i = 0; i < a->n_shared; i++) {
+        struct shared *sh = a->shared[i];
+        while (a->served[served].prov.self != sh)
+            served++;
+        for (size_t g = 0; g < shared_gpu_count(sh); g++) {
+            const char *uuid = shared_gpu_uuid(sh, g);
+            int inv = -1;
+            for (int d = 0; d < a->inv->count && inv < 0; d++)
+                if (strcmp(a->inv->devices[d].uuid, uuid) == 0)
+                    inv = d;
+            unsigned replicas = shared_gpu_replicas(sh, g);
+            for (unsigned req = 1; req <= shared_max_request(sh, g); req++, k++) {
+                unsigned pct;
+                uint64_t mem;
+                sharing_mps_caps(req, replicas, a->inv->devices[inv].memory_total_bytes, &pct,
+                                 &mem);
+                snprintf(names[k], sizeof(names[k]), "gpu%d-k%u", a->inv->devices[inv].index, req);
+                sets[k] = (struct mps_sup_set_cfg){names[k], uuid, 1, pct, mem};
+                a->mps_refs[k] = (struct mps_ref){served, i, g, req};
+            }
+        }
+    }
+    char run_dir[ACCELD_PATH_MAX + 8];
+    snprintf(run_dir, sizeof(run_dir), "%s/mps", a->cfg.state_dir);
+    struct mps_sup_opts o = {.control_path = a->cfg.mps_control[0] ? a->cfg.mps_control : NULL,
+                             .run_dir = run_dir,
+                             .health_cb = on_mps_health,
+                             .user_data = a};
+    r = mps_sup_new(a->loop, &o, sets, n, &a->mps);
+    if (r < 0) {
+        log_error("MPS: cannot set up the daemons under %s: %s", run_dir, strerror(-r));
+        goto out;
+    }
+    a->n_mps = n;
+    for (size_t s = 0; s < n; s++) {
+        const struct mps_ref *m = &a->mps_refs[s];
+        shared_set_mps_dirs(a->shared[m->sh], m->gpu, m->k, mps_sup_pipe_dir(a->mps, s),
+                            mps_sup_log_dir(a->mps, s));
+    }
+    r = mps_sup_start(a->mps);
+    if (r < 0)
+        log_error("MPS: cannot start the daemons: %s", strerror(-r));
+    else
+        log_info("MPS: %zu control daemon(s) starting (%s); replicas are Unhealthy until their "
+                 "daemon answers with its defaults",
+                 n, a->cfg.mps_control[0] ? a->cfg.mps_control : "nvidia-cuda-mps-control on PATH");
+out:
+    free(sets);
+    free(names);
     return r;
 }
 
@@ -718,6 +895,14 @@ static int start(struct agent *a)
         log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
         return r;
     }
+    for (size_t i = 0; a->cfg.strategy == ACCELD_STRATEGY_CDI && i < a->n_shared; i++) {
+        if ((r = shared_write_cdi(a->shared[i], a->cfg.cdi_dir)) < 0) {
+            log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
+            return r;
+        }
+    }
+    if ((r = mps_start(a)) < 0)
+        return r;
     if (a->vgpu) {
         podres_list(a);
         pods_start(a);
@@ -729,6 +914,9 @@ static int start(struct agent *a)
 
 static void stop(struct agent *a)
 {
+    /* the daemons first: nothing of ours is left running */
+    a->mps = mps_sup_free(a->mps);
+    free(a->mps_refs);
     for (size_t k = 0; k < a->n_served; k++)
         a->served[k].plugin = acceld_plugin_free(a->served[k].plugin);
     if (a->health && a->loop)
@@ -746,6 +934,8 @@ static void stop(struct agent *a)
     a->loop = ev_loop_free(a->loop);
     a->pgpu = pgpu_free(a->pgpu);
     a->vgpu = vgpu_free(a->vgpu);
+    for (size_t i = 0; i < a->n_shared; i++)
+        a->shared[i] = shared_free(a->shared[i]);
     free(a->hstate);
     free(a->map);
     free(a->uuids);
@@ -774,6 +964,12 @@ int main(int argc, char **argv)
         return 0;
     }
     if (build_config(&a, &a.cfg, err, sizeof(err)) < 0) {
+        log_error("%s", err);
+        return EXIT_CONFIG;
+    }
+    if (a.cfg.nvidia_sharing &&
+        sharing_config_load_file_ex(&a.sharing, a.config_path, SHARING_PARSE_OTHER_KEYS, err,
+                                    sizeof(err)) < 0) {
         log_error("%s", err);
         return EXIT_CONFIG;
     }

@@ -49,6 +49,8 @@ const struct acceld_config_key acceld_config_keys[] = {
      "none|kill: what the host-side check does to a process over its container's memory quota"},
     {"vgpu.checkInterval", "vgpu-check-interval",
      "how often the host-side check reads NVML's per-process memory (0 = never)"},
+    {"mpsControl", "mps-control",
+     "the nvidia-cuda-mps-control binary for MPS sharing (default: found on PATH)"},
     {NULL, NULL, NULL},
 };
 
@@ -321,7 +323,7 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
      * per-GPU modes */
     if (strcmp(key, "health.ignoredXids") != 0 && strcmp(key, "nvmlLibrary") != 0 &&
         strcmp(key, "gpuModes") != 0 && strcmp(key, "nodeName") != 0 &&
-        strcmp(key, "kubeconfig") != 0 && v[0] == '\0')
+        strcmp(key, "kubeconfig") != 0 && strcmp(key, "mpsControl") != 0 && v[0] == '\0')
         return fail(err, errlen, -EINVAL, "%s: empty value", key);
 
     if (strcmp(key, "devicePluginDir") == 0)
@@ -420,6 +422,10 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
     } else if (strcmp(key, "mode") == 0) {
         if (mode_parse(v, strlen(v), &c.mode) < 0)
             return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of pgpu|vgpu", key, v);
+    } else if (strcmp(key, "mpsControl") == 0) {
+        if (strlen(v) >= sizeof(c.mps_control))
+            return fail(err, errlen, -EINVAL, "%s: path too long", key);
+        copy_str(c.mps_control, sizeof(c.mps_control), v);
     } else if (strcmp(key, "gpuModes") == 0) {
         if (strlen(v) >= sizeof(c.gpu_modes))
             return fail(err, errlen, -EINVAL, "%s: list too long", key);
@@ -483,6 +489,34 @@ static const char *ev_kind(yaml_event_type_t t)
 static bool is_known_section(const char *k)
 {
     return strcmp(k, "cdi") == 0 || strcmp(k, "health") == 0 || strcmp(k, "server") == 0;
+}
+
+/* NVIDIA's device-plugin config format (version: v1, sharing:, flags:,
+ * resources:) in the same file: parsed by sharing.c (docs/mps.md). */
+static bool is_nvidia_section(const char *k)
+{
+    return strcmp(k, "version") == 0 || strcmp(k, "sharing") == 0 || strcmp(k, "flags") == 0 ||
+           strcmp(k, "resources") == 0;
+}
+
+/* Skips the node whose first event is the current one. */
+static int skip_node(struct walker *w)
+{
+    int depth = 0, r;
+    for (;;) {
+        yaml_event_type_t t = w->ev.type;
+        if (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT)
+            depth++;
+        else if (t == YAML_MAPPING_END_EVENT || t == YAML_SEQUENCE_END_EVENT)
+            depth--;
+        else if (t != YAML_SCALAR_EVENT && t != YAML_ALIAS_EVENT)
+            return fail(w->err, w->errlen, -EINVAL, "%s:%lu: unexpected %s", w->name, ev_line(w),
+                        ev_kind(t));
+        if (depth == 0)
+            return 0;
+        if ((r = next_event(w)) < 0)
+            return r;
+    }
 }
 
 static bool is_known_key(const char *full)
@@ -567,7 +601,8 @@ static int walk_mapping(struct walker *w, const char *prefix)
         copy_str(key, sizeof(key), k); /* the event is freed by the next next_event() */
         snprintf(full, sizeof(full), "%s%s", prefix, key);
         bool section = prefix[0] == '\0' && is_known_section(key);
-        if (!section && !is_known_key(full))
+        bool nvidia = prefix[0] == '\0' && is_nvidia_section(key);
+        if (!section && !nvidia && !is_known_key(full))
             return fail(w->err, w->errlen, -EINVAL, "%s:%lu: unknown key \"%s\"", w->name, key_line,
                         full);
         for (size_t i = 0; i < n_seen; i++)
@@ -578,7 +613,12 @@ static int walk_mapping(struct walker *w, const char *prefix)
             copy_str(seen[n_seen++], sizeof(seen[0]), full);
         if ((r = next_event(w)) < 0)
             return r;
-        if (section) {
+        if (nvidia) {
+            /* NVIDIA's device-plugin sections: sharing.c parses them */
+            w->cfg->nvidia_sharing = true;
+            if ((r = skip_node(w)) < 0)
+                return r;
+        } else if (section) {
             if (w->ev.type == YAML_SCALAR_EVENT && w->ev.data.scalar.value[0] == '\0' &&
                 w->ev.data.scalar.plain_implicit)
                 continue; /* "health:" with nothing under it */
@@ -703,6 +743,8 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         snprintf(buf, len, "%s", acceld_mode_name(cfg->mode));
     } else if (strcmp(key, "gpuModes") == 0) {
         snprintf(buf, len, "%s", cfg->gpu_modes);
+    } else if (strcmp(key, "mpsControl") == 0) {
+        snprintf(buf, len, "%s", cfg->mps_control);
     } else if (strcmp(key, "nodeName") == 0) {
         snprintf(buf, len, "%s", cfg->node_name);
     } else if (strcmp(key, "kubeconfig") == 0) {

@@ -68,6 +68,10 @@ struct acceld_config {
     bool vgpu_over_quota_kill;                  /* vgpu.overQuotaAction: kill (else none) */
     uint64_t vgpu_check_interval_ns;            /* vgpu.checkInterval; 0 = never */
     char gpu_modes[ACCELD_PATH_MAX];            /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
+    char mps_control[ACCELD_PATH_MAX];          /* mpsControl; "" = found on PATH */
+    /* The file holds NVIDIA's device-plugin sections (version, sharing, flags,
+     * resources): acceld.c parses them with sharing.c. Not a key. */
+    bool nvidia_sharing;
 };
 
 /* One key the config knows: its YAML path and its flag (without "--"). */

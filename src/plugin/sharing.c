@@ -19,6 +19,7 @@ struct ctx {
     const char *name;
     char *err;
     size_t errlen;
+    bool other_keys; /* other top-level keys are acceld's own (config.c checks them) */
 };
 
 static int fail(struct ctx *c, const yaml_node_t *n, const char *fmt, ...)
@@ -363,7 +364,7 @@ static int parse_root(struct ctx *c, const yaml_node_t *root, struct sharing_con
                     return fail(c, k2, "unknown key \"%s\" in sharing (known: timeSlicing, mps)",
                                 key2 ? key2 : "?");
             }
-        } else {
+        } else if (!c->other_keys) {
             return fail(c, k, "unknown key \"%s\" (known: version, flags, resources, sharing)",
                         key);
         }
@@ -386,7 +387,16 @@ static int parse_root(struct ctx *c, const yaml_node_t *root, struct sharing_con
 int sharing_config_parse(struct sharing_config *out, const char *data, size_t len, const char *name,
                          char *err, size_t errlen)
 {
-    struct ctx c = {.name = name ? name : "config", .err = err, .errlen = errlen};
+    return sharing_config_parse_ex(out, data, len, name, 0, err, errlen);
+}
+
+int sharing_config_parse_ex(struct sharing_config *out, const char *data, size_t len,
+                            const char *name, unsigned flags, char *err, size_t errlen)
+{
+    struct ctx c = {.name = name ? name : "config",
+                    .err = err,
+                    .errlen = errlen,
+                    .other_keys = flags & SHARING_PARSE_OTHER_KEYS};
     if (err && errlen)
         err[0] = '\0';
     if (len > SHARING_CONFIG_MAX_BYTES)
@@ -433,6 +443,12 @@ int sharing_config_parse(struct sharing_config *out, const char *data, size_t le
 
 int sharing_config_load_file(struct sharing_config *out, const char *path, char *err, size_t errlen)
 {
+    return sharing_config_load_file_ex(out, path, 0, err, errlen);
+}
+
+int sharing_config_load_file_ex(struct sharing_config *out, const char *path, unsigned flags,
+                                char *err, size_t errlen)
+{
     char *data = NULL;
     size_t len = 0;
     int r = fs_read_all(path, SHARING_CONFIG_MAX_BYTES, &data, &len);
@@ -440,7 +456,7 @@ int sharing_config_load_file(struct sharing_config *out, const char *path, char 
         snprintf(err, errlen, "%s: cannot read: %s", path, strerror(-r));
         return r;
     }
-    r = sharing_config_parse(out, data, len, path, err, errlen);
+    r = sharing_config_parse_ex(out, data, len, path, flags, err, errlen);
     free(data);
     return r;
 }

@@ -77,6 +77,14 @@ int sharing_config_parse(struct sharing_config *out, const char *data, size_t le
                          char *err, size_t errlen);
 int sharing_config_load_file(struct sharing_config *out, const char *path, char *err,
                              size_t errlen);
+/* The same for acceld's config file, which may hold acceld's own keys next to
+ * NVIDIA's sections: with SHARING_PARSE_OTHER_KEYS unknown top-level keys are
+ * left to acceld's parser (config.c) instead of refused. */
+#define SHARING_PARSE_OTHER_KEYS 1u
+int sharing_config_parse_ex(struct sharing_config *out, const char *data, size_t len,
+                            const char *name, unsigned flags, char *err, size_t errlen);
+int sharing_config_load_file_ex(struct sharing_config *out, const char *path, unsigned flags,
+                                char *err, size_t errlen);
 
 /* The most replicas a GPU of this compute capability may have. */
 unsigned sharing_replicas_max(int cc_major, int cc_minor);
