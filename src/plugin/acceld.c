@@ -593,8 +593,19 @@ static int make_providers(struct agent *a)
         }
     }
     r = 0;
+    for (size_t grp = 0; grp < n_names; grp++) {
+        /* one name, one socket: unshared GPUs cannot join a shared resource */
+        if (np && strcmp(names[grp], a->cfg.resource_name) == 0) {
+            log_error("the sharing config advertises %s, and %zu GPU(s) it does not select would "
+                      "be advertised whole under the same name: select every GPU (devices: all), "
+                      "rename the shared resource, or set resourceName to another name",
+                      names[grp], np);
+            r = -EINVAL;
+            goto out;
+        }
+    }
     /* A node with every GPU in another mode serves no pGPU resource. */
-    if (np || n == 0) {
+    if ((np || n == 0) && (np || n_names == 0)) {
         struct pgpu_options po = pgpu_opts(&a->cfg);
         r = pgpu_new(g, np, pcie, nvl, &po, &a->pgpu);
         if (r == 0) {

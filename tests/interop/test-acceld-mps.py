@@ -1,0 +1,434 @@
+#!/usr/bin/python3
+"""test-acceld-mps.py — acceld's time-slicing and MPS modes (issue 11) on an
+emulated 4-GPU node against the python3-grpcio kubelet, each mode selected by
+NVIDIA's device-plugin config format alone (`--config FILE`):
+
+- MPS, `replicas: 2` with acceld's `perGpuReplicas` (GPU 1: `replicas: 1`,
+  GPU 2: 3): IDs `<uuid>::<n>`, every replica Unhealthy until its GPU's
+  daemons answer, then Healthy; Allocate of 1 and of 2 replicas (pipe and log
+  directories of the daemon for that request size, /dev/shm, the GPU's nodes,
+  NVIDIA_VISIBLE_DEVICES, caps k/n that equal the daemon's defaults); a
+  request spanning two GPUs is refused; GetPreferredAllocation keeps a
+  request on one GPU; kill -9 and SIGSTOP of a daemon and XID 79 each turn
+  every replica of that GPU Unhealthy in one ListAndWatch update (and back
+  after the restart); SIGTERM leaves no daemon running.
+- MPS under `failRequestsGreaterThanOne: true` and `renameByDefault: true`
+  (`nvidia-cuda-mps-control` found on PATH): `nvidia.com/gpu.shared`, a
+  2-replica request refused with NVIDIA's meaning, one daemon per GPU.
+- Time-slicing: replicas without daemons or caps; a 2-replica request is
+  served; an XID marks all replicas of that GPU in one update.
+- A config naming unknown keys is refused at start (exit 2).
+
+Every wait is bounded; nothing asserts timing."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kubelet as K  # noqa: E402
+
+import grpc  # noqa: E402
+
+T = 20
+# a hung daemon is seen after a probe interval plus a reply deadline (5 s each)
+T_HUNG = 40
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def gpus_of(node):
+    r = subprocess.run([node.emu, "status", "--json"], env=node.env, check=True,
+                       stdout=subprocess.PIPE)
+    return json.loads(r.stdout)["gpus"]
+
+
+def envs(resp, i=0):
+    return dict(resp.container_responses[i].envs)
+
+
+def mounts(resp, i=0):
+    return {m.container_path: m.host_path for m in resp.container_responses[i].mounts}
+
+
+def nodes(resp, i=0):
+    return sorted(d.container_path for d in resp.container_responses[i].devices)
+
+
+def unhealthy_gpus(update):
+    return {i.split("::")[0] for i, (h, _) in update.items() if h == "Unhealthy"}
+
+
+def daemon_pid(state, name):
+    try:
+        with open(os.path.join(state, "mps", "mps-" + name, "pipe",
+                               "nvidia-cuda-mps-control.pid")) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def whole_gpu_updates(watch, start, uuid, n):
+    """True when every update since start shows the GPU's n replicas all
+    Unhealthy or none (never a part of them)."""
+    with watch.cond:
+        ups = watch.updates[start:]
+    for u in ups:
+        bad = sum(1 for i, (h, _) in u.items() if i.startswith(uuid + "::") and h == "Unhealthy")
+        if bad not in (0, n):
+            return False
+    return True
+
+
+def main():
+    build, src = K.build_paths()
+    K.require_tools(build)
+    control = os.path.join(build, "src/emu/nvidia-cuda-mps-control")
+    if not K.Node.available(build) or not os.path.exists(control):
+        K.skip_all("the emulator (and its nvidia-cuda-mps-control) is not built")
+    tap = K.Tap()
+    tmp = K.tmpdir()
+    pb = K.gen_pb2(src, os.path.join(tmp, "pb"))
+    agents = []
+    try:
+        mps_run(tap, build, pb, tmp, control, agents)
+        fail_one_run(tap, build, pb, tmp, agents)
+        time_slicing_run(tap, build, pb, tmp, agents)
+        bad_config(tap, build, tmp)
+    finally:
+        for a in agents:
+            if a.alive():
+                a.stop(signal.SIGKILL)
+            if tap.failed:
+                tap.diag(f"acceld log ({a.log_path}):\n" + a.log_text()[-5000:])
+        shutil.rmtree(tmp, ignore_errors=True)
+    tap.done()
+
+
+def start(build, pb, tmp, sub, config, extra=(), env=None, gpus=4):
+    d = os.path.join(tmp, sub)
+    os.makedirs(d)
+    node = K.Node(build, d, gpus=gpus, numa=",".join("0" * gpus))
+    if env:
+        node.env.update(env)
+    pdir = os.path.join(d, "dp")
+    os.makedirs(pdir)
+    kubelet = K.FakeKubelet(pb, pdir).start()
+    cfg = write(os.path.join(d, "config.yaml"), config)
+    agent = K.Acceld(build, node, pdir, d, extra=extra, config=cfg)
+    return d, node, pdir, kubelet, agent
+
+
+MPS_CONFIG = """\
+version: v1
+flags:
+  migStrategy: none
+logLevel: debug        # acceld's own keys may sit next to NVIDIA's sections
+sharing:
+  mps:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 2
+      perGpuReplicas: {1: 1, 2: 3}
+"""
+
+
+def mps_run(tap, build, pb, tmp, control, agents):
+    d, node, pdir, kubelet, agent = start(build, pb, tmp, "mps", MPS_CONFIG,
+                                          extra=("--mps-control", control))
+    agents.append(agent)
+    state = os.path.join(d, "state")
+    gpus = gpus_of(node)
+    uuid = [g["uuid"] for g in gpus]
+    mem = [g["memory_total_bytes"] for g in gpus]
+    try:
+        ok = K.wait_until(lambda: kubelet.count() >= 1, T)
+        tap.ok(ok and kubelet.last().resource_name == "nvidia.com/gpu",
+               "MPS: nvidia.com/gpu registered from NVIDIA's config format alone",
+               kubelet.last() and kubelet.last().resource_name)
+        if not ok:
+            return
+        pl = K.Plugin(pb, agent.sock)
+        w = pl.watch()
+        counts = [2, 1, 3, 2]
+        want = {f"{uuid[g]}::{n}" for g in range(4) for n in range(counts[g])}
+        first = w.wait_for(lambda u: len(u) > 0, T)
+        tap.ok(first is not None and set(first) == want,
+               "MPS: IDs <uuid>::<n>, per-GPU counts 2/1/3/2 (replicas: 1 on GPU 1)",
+               first and sorted(first))
+        up = w.wait_for(lambda u: set(u) == want and not unhealthy_gpus(u), T)
+        tap.ok(up is not None, "MPS: every replica Healthy once its GPU's daemons answer",
+               w.latest())
+        if up is None:
+            return
+        names = ["gpu0-k1", "gpu0-k2", "gpu1-k1", "gpu2-k1", "gpu2-k2", "gpu2-k3", "gpu3-k1",
+                 "gpu3-k2"]
+        pids = {n: daemon_pid(state, n) for n in names}
+        tap.ok(all(alive(p) for p in pids.values()),
+               "one daemon per (GPU, request size): 8 running", pids)
+
+        # ---- Allocate: one replica of GPU 0 (n = 2)
+        r = pl.allocate([f"{uuid[0]}::1"])
+        e, m = envs(r), mounts(r)
+        pipe = os.path.join(state, "mps", "mps-gpu0-k1", "pipe")
+        tap.ok(e.get("CUDA_MPS_PIPE_DIRECTORY") == "/run/accel-mps/pipe" and
+               e.get("CUDA_MPS_LOG_DIRECTORY") == "/run/accel-mps/log" and
+               m.get("/run/accel-mps/pipe") == pipe and
+               m.get("/run/accel-mps/log") == os.path.join(state, "mps", "mps-gpu0-k1", "log") and
+               m.get("/dev/shm") == "/dev/shm",
+               "Allocate 1 of 2: the daemon's pipe and log dirs (env and mounts) and /dev/shm",
+               (e, m))
+        tap.ok(e.get("NVIDIA_VISIBLE_DEVICES") == uuid[0] and
+               "/dev/nvidia0" in nodes(r) and "/dev/nvidiactl" in nodes(r),
+               "Allocate: NVIDIA_VISIBLE_DEVICES and the GPU's device nodes", (e, nodes(r)))
+        tap.ok(e.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "50" and
+               e.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == f"0={mem[0] // 2 >> 20}M",
+               "Allocate 1 of 2: 50 % of the SMs, half the memory", e)
+        out = ask(control, pipe, node.env, "get_default_active_thread_percentage")
+        tap.ok(out.strip().startswith("50"), "the daemon it points at has the same default",
+               out)
+
+        client_caps(tap, build, node, e, m, mem[0])
+
+        # ---- Allocate: two replicas of GPU 2 (n = 3): k/n, the k = 2 daemon
+        r = pl.allocate([f"{uuid[2]}::0", f"{uuid[2]}::2"])
+        e, m = envs(r), mounts(r)
+        tap.ok(e.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "66" and
+               e.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == f"0={mem[2] * 2 // 3 >> 20}M" and
+               m.get("/run/accel-mps/pipe") == os.path.join(state, "mps", "mps-gpu2-k2", "pipe"),
+               "Allocate 2 of 3 (failRequestsGreaterThanOne unset): 66 %, 2/3 of the memory, "
+               "the k=2 daemon", (e, m))
+        out = ask(control, os.path.join(state, "mps", "mps-gpu2-k2", "pipe"), node.env,
+                  "get_default_active_thread_percentage")
+        tap.ok(out.strip().startswith("66"), "that daemon's default is 66 %", out)
+        try:
+            pl.allocate([f"{uuid[0]}::0", f"{uuid[2]}::1"])
+            tap.ok(False, "a request spanning two GPUs is refused")
+        except grpc.RpcError as ex:
+            tap.ok(ex.code() == grpc.StatusCode.INVALID_ARGUMENT and "one GPU" in ex.details(),
+                   "a request spanning two GPUs is refused, saying why", ex.details())
+        pr = pl.prefer(sorted(want), size=2)
+        got = list(pr.container_responses[0].deviceIDs)
+        tap.ok(len(got) == 2 and len({i.split("::")[0] for i in got}) == 1,
+               "GetPreferredAllocation keeps 2 replicas on one GPU", got)
+
+        # ---- kill -9 of GPU 2's k=1 daemon: all 3 replicas at once, then back
+        mark = len(w.updates)
+        old = pids["gpu2-k1"]
+        os.kill(old, signal.SIGKILL)
+        down = w.wait_for(lambda u: unhealthy_gpus(u) == {uuid[2]}, T)
+        tap.ok(down is not None, "kill -9 of a daemon: GPU 2's replicas Unhealthy", w.latest())
+        back = w.wait_for(lambda u: not unhealthy_gpus(u), T)
+        new = daemon_pid(state, "gpu2-k1")
+        tap.ok(back is not None and new and new != old and alive(new),
+               "restarted: Healthy again with a new daemon", (old, new))
+        tap.ok(down is not None and whole_gpu_updates(w, mark, uuid[2], 3),
+               "every update showed GPU 2's 3 replicas all Unhealthy or none")
+
+        # ---- SIGSTOP (hung) of GPU 0's k=2 daemon
+        mark = len(w.updates)
+        old = daemon_pid(state, "gpu0-k2")
+        os.kill(old, signal.SIGSTOP)
+        down = w.wait_for(lambda u: unhealthy_gpus(u) == {uuid[0]}, T_HUNG)
+        tap.ok(down is not None, "a hung (SIGSTOPped) daemon: GPU 0's replicas Unhealthy",
+               w.latest())
+        back = w.wait_for(lambda u: not unhealthy_gpus(u), T_HUNG)
+        new = daemon_pid(state, "gpu0-k2")
+        tap.ok(back is not None and new != old and alive(new) and not alive(old),
+               "the hung daemon is killed and replaced: Healthy again", (old, new))
+        tap.ok(down is not None and whole_gpu_updates(w, mark, uuid[0], 2),
+               "every update showed GPU 0's 2 replicas all Unhealthy or none")
+
+        # ---- XID 79 on GPU 3: both its replicas in one update
+        mark = len(w.updates)
+        node.cmd("xid", 3, 79)
+        down = w.wait_for(lambda u: unhealthy_gpus(u) == {uuid[3]}, T)
+        tap.ok(down is not None and whole_gpu_updates(w, mark, uuid[3], 2),
+               "XID 79: all replicas of that GPU Unhealthy in one update", w.latest())
+        w.cancel()
+        pl.close()
+
+        # ---- SIGTERM: every daemon stopped
+        running = [daemon_pid(state, n) for n in names]
+        rc = agent.stop(signal.SIGTERM, timeout=T)
+        gone = K.wait_until(lambda: not any(p and alive(p) for p in running), T)
+        tap.ok(rc == 0 and gone and not os.path.exists(agent.sock),
+               "SIGTERM: exit 0, socket removed, no daemon left running",
+               (rc, [p for p in running if p and alive(p)]))
+    finally:
+        kubelet.stop()
+
+
+def client_caps(tap, build, node, env, mnt, mem):
+    """An unmodified CUDA program (tests/emu/emu-mps-client) run with the
+    Allocate env of 1 of 2 replicas gets half the memory, and raising or
+    dropping its own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets it no more (the
+    daemon's default bounds it). The pipe directory is the mount's host side:
+    no container runtime here."""
+    client = os.path.join(build, "tests/emu/emu-mps-client")
+    if not os.path.exists(client):
+        tap.skip("a client under the Allocate env gets its memory cap", "emu-mps-client not built")
+        return
+    base = dict(node.env, **env)
+    base["CUDA_MPS_PIPE_DIRECTORY"] = mnt["/run/accel-mps/pipe"]
+    base["CUDA_MPS_LOG_DIRECTORY"] = mnt["/run/accel-mps/log"]
+    base["LD_LIBRARY_PATH"] = os.path.join(build, "src/emu")
+    half = mem // 2 >> 20
+    sizes = [half - 4096, 8192, 2048]  # fits, crosses the cap, fits again
+    oom = "error 2"  # CUDA_ERROR_OUT_OF_MEMORY
+
+    def run(e):
+        p = subprocess.run([client, "0"] + [str(x) for x in sizes], env=e, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=T)
+        return p.stdout.split("\n")[:len(sizes)]
+    got = run(base)
+    tap.ok(got == ["ok", oom, "ok"], "a client under the Allocate env: capped at half the memory",
+           got)
+    raised = dict(base, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=f"0={mem >> 20}M")
+    got = run(raised)
+    tap.ok(got == ["ok", oom, "ok"], "a client raising its own limit to the whole GPU: no more",
+           got)
+    dropped = {k: v for k, v in base.items() if not k.startswith("CUDA_MPS_PINNED")}
+    got = run(dropped)
+    tap.ok(got == ["ok", oom, "ok"], "a client dropping the limit from its env: no more", got)
+
+
+def ask(control, pipe, env, cmd):
+    e = dict(env, CUDA_MPS_PIPE_DIRECTORY=pipe)
+    r = subprocess.run([control], input=cmd + "\n", env=e, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=T)
+    return r.stdout
+
+
+FAIL_ONE_CONFIG = """\
+version: v1
+sharing:
+  mps:
+    renameByDefault: true
+    failRequestsGreaterThanOne: true
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+"""
+
+
+def fail_one_run(tap, build, pb, tmp, agents):
+    # nvidia-cuda-mps-control found on PATH (no --mps-control)
+    path = os.path.join(build, "src/emu") + ":" + os.environ.get("PATH", "")
+    d, node, pdir, kubelet, agent = start(build, pb, tmp, "one", FAIL_ONE_CONFIG,
+                                          env={"PATH": path}, gpus=2)
+    agents.append(agent)
+    state = os.path.join(d, "state")
+    try:
+        ok = K.wait_until(lambda: kubelet.count() >= 1, T)
+        name = kubelet.last().resource_name if ok else None
+        tap.ok(name == "nvidia.com/gpu.shared", "renameByDefault: nvidia.com/gpu.shared", name)
+        if not ok:
+            return
+        pl = K.Plugin(pb, os.path.join(pdir, "accel-nvidia.com-gpu.shared.sock"))
+        w = pl.watch()
+        up = w.wait_for(lambda u: len(u) == 8 and not unhealthy_gpus(u), T)
+        tap.ok(up is not None, "2 GPUs x 4 replicas, all Healthy", w.latest())
+        if up is None:
+            return
+        ids = sorted(up)
+        dirs = sorted(os.listdir(os.path.join(state, "mps")))
+        tap.ok(dirs == ["mps-gpu0-k1", "mps-gpu1-k1"],
+               "failRequestsGreaterThanOne: one daemon per GPU (found on PATH)", dirs)
+        try:
+            pl.allocate(ids[:2])
+            tap.ok(False, "a 2-replica request is refused under failRequestsGreaterThanOne")
+        except grpc.RpcError as ex:
+            tap.ok(ex.code() == grpc.StatusCode.INVALID_ARGUMENT and
+                   "failRequestsGreaterThanOne" in ex.details(),
+                   "a 2-replica request is refused, naming failRequestsGreaterThanOne",
+                   ex.details())
+        r = pl.allocate(ids[:1])
+        tap.ok(envs(r).get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "25",
+               "a 1-replica request is served: 25 % of the SMs", envs(r))
+        w.cancel()
+        pl.close()
+        rc = agent.stop(signal.SIGTERM, timeout=T)
+        tap.ok(rc == 0, "SIGTERM: exit 0", rc)
+    finally:
+        kubelet.stop()
+
+
+TS_CONFIG = """\
+version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 3
+"""
+
+
+def time_slicing_run(tap, build, pb, tmp, agents):
+    d, node, pdir, kubelet, agent = start(build, pb, tmp, "ts", TS_CONFIG, gpus=2)
+    agents.append(agent)
+    uuid = [g["uuid"] for g in gpus_of(node)]
+    try:
+        ok = K.wait_until(lambda: kubelet.count() >= 1, T)
+        tap.ok(ok and kubelet.last().resource_name == "nvidia.com/gpu",
+               "time-slicing: nvidia.com/gpu registered")
+        if not ok:
+            return
+        pl = K.Plugin(pb, agent.sock)
+        w = pl.watch()
+        want = {f"{u}::{n}" for u in uuid for n in range(3)}
+        up = w.wait_for(lambda u: len(u) > 0, T)
+        tap.ok(up is not None and set(up) == want and not unhealthy_gpus(up),
+               "time-slicing: 3 replicas per GPU, Healthy at once (no daemon)",
+               up and sorted(up))
+        tap.ok(not os.path.exists(os.path.join(d, "state", "mps")), "no MPS daemon started")
+        r = pl.allocate([f"{uuid[0]}::0", f"{uuid[0]}::1"])
+        e = envs(r)
+        tap.ok(e.get("NVIDIA_VISIBLE_DEVICES") == uuid[0] and
+               not any(k.startswith("CUDA_MPS") for k in e) and not mounts(r) and
+               "/dev/nvidia0" in nodes(r),
+               "time-slicing: a 2-replica request gets the GPU, no MPS env or mounts", (e, nodes(r)))
+        mark = len(w.updates)
+        node.cmd("xid", 1, 79)
+        down = w.wait_for(lambda u: unhealthy_gpus(u) == {uuid[1]}, T)
+        tap.ok(down is not None and whole_gpu_updates(w, mark, uuid[1], 3),
+               "time-slicing: XID 79 marks all 3 replicas of that GPU in one update", w.latest())
+        w.cancel()
+        pl.close()
+        rc = agent.stop(signal.SIGTERM, timeout=T)
+        tap.ok(rc == 0, "SIGTERM: exit 0", rc)
+    finally:
+        kubelet.stop()
+
+
+def bad_config(tap, build, tmp):
+    d = os.path.join(tmp, "bad")
+    os.makedirs(d)
+    node = K.Node(build, d, gpus=1, numa="0")
+    cfg = write(os.path.join(d, "c.yaml"), "version: v1\nsharing:\n  mps:\n    bogus: 1\n")
+    r = subprocess.run([os.path.join(build, "src/plugin/acceld"), "--config", cfg,
+                        "--device-plugin-dir", d, "--no-register", "--sysfs-root", node.sysfs,
+                        "--dev-root", node.dev, "--state-dir", os.path.join(d, "state")],
+                       env=node.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=T)
+    tap.ok(r.returncode == 2 and "bogus" in r.stdout and "c.yaml:4" in r.stdout,
+           "an unknown key in the sharing section: exit 2 naming file, line and key",
+           r.stdout[-800:])
+
+
+if __name__ == "__main__":
+    main()
