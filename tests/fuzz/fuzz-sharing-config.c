@@ -1,7 +1,9 @@
 /* fuzz-sharing-config.c — libFuzzer target for the sharing config parser
  * (src/plugin/sharing.c): any bytes in, a config or a clean error out; a
  * refused document leaves the output untouched; an accepted one resolves
- * against a small fake inventory without crashing. */
+ * against a small fake inventory without crashing. Every input is parsed
+ * both alone and as acceld's config file (SHARING_PARSE_OTHER_KEYS), where
+ * other top-level keys are left to config.c. */
 #include <stddef.h>
 #include <stdint.h>
 #include <errno.h>
@@ -18,7 +20,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[512];
     memset(&c, 0x33, sizeof(c));
     d = c;
-    int r = sharing_config_parse(&c, (const char *)data, size, "fuzz", err, sizeof(err));
+    int r = sharing_config_parse_ex(&c, (const char *)data, size, "fuzz", SHARING_PARSE_OTHER_KEYS,
+                                    err, sizeof(err));
+    if (r < 0 && (memcmp(&c, &d, sizeof(c)) != 0 || err[0] == '\0'))
+        abort();
+    memset(&c, 0x33, sizeof(c));
+    int strict = sharing_config_parse(&c, (const char *)data, size, "fuzz", err, sizeof(err));
+    if (strict == 0 && r < 0)
+        abort(); /* what the strict parser takes, acceld's file takes too */
+    r = strict;
     if (r < 0) {
         if (memcmp(&c, &d, sizeof(c)) != 0 || err[0] == '\0')
             abort();

@@ -270,6 +270,43 @@ TEST(vgpu_host_check_keys)
     CHECK_EQ_U64(c.vgpu_check_interval_ns, 0);
 }
 
+/* NVIDIA's device-plugin sections sit next to acceld's keys: config.c skips
+ * them (sharing.c parses them) and says they are there; mpsControl. */
+TEST(nvidia_sections_and_mps_control)
+{
+    struct acceld_config c;
+    char err[512] = "", txt[64];
+    acceld_config_defaults(&c);
+    CHECK(!c.nvidia_sharing);
+    CHECK_EQ_STR(c.mps_control, "");
+    const char *y = "version: v1\n"
+                    "flags: {migStrategy: none, plugin: {list: [a, {b: c}]}}\n"
+                    "logLevel: debug\n"
+                    "mpsControl: /opt/bin/nvidia-cuda-mps-control\n"
+                    "sharing:\n"
+                    "  mps:\n"
+                    "    resources:\n"
+                    "    - name: nvidia.com/gpu\n"
+                    "      replicas: 2\n";
+    CHECK_EQ_INT(parse(&c, y, err, sizeof(err)), 0);
+    CHECK(c.nvidia_sharing);
+    CHECK_EQ_INT(c.log_level, LOG_LEVEL_DEBUG);
+    CHECK_EQ_STR(c.mps_control, "/opt/bin/nvidia-cuda-mps-control");
+    CHECK_EQ_INT(acceld_config_format(&c, "mpsControl", txt, sizeof(txt)), 0);
+    CHECK_EQ_STR(txt, "/opt/bin/nvidia-cuda-mps-control");
+    /* "" is allowed: found on PATH */
+    CHECK_EQ_INT(acceld_config_set(&c, "mpsControl", "", err, sizeof(err)), 0);
+    CHECK_EQ_STR(c.mps_control, "");
+    /* a file of acceld's keys only does not select sharing */
+    acceld_config_defaults(&c);
+    CHECK_EQ_INT(parse(&c, "logLevel: warn\n", err, sizeof(err)), 0);
+    CHECK(!c.nvidia_sharing);
+    /* unknown keys are still refused, after a skipped section too */
+    CHECK_EQ_INT(parse(&c, "sharing: {mps: {}}\nbogus: 1\n", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "test.yaml:2") != NULL && strstr(err, "bogus") != NULL);
+    CHECK(!c.nvidia_sharing); /* refused: nothing changed */
+}
+
 int main(int argc, char **argv)
 {
     return tap_main(argc, argv);
