@@ -395,6 +395,9 @@ static void reload(struct agent *a)
         log_error("config reload refused, keeping the running config: %s", err);
         return;
     }
+    if (n.nvidia_sharing || a->cfg.nvidia_sharing)
+        log_info("config reload: the sharing sections (version, sharing) are read at start only: "
+                 "restart acceld to change the replicas");
     size_t changes = 0;
     for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
         if (!acceld_config_key_differs(&a->cfg, &n, k->key))
@@ -403,9 +406,9 @@ static void reload(struct agent *a)
         acceld_config_format(&a->cfg, k->key, ov, sizeof(ov));
         acceld_config_format(&n, k->key, nv, sizeof(nv));
         static const char *const at_start[] = {
-            "nvmlLibrary", "sysfsRoot",   "stateDir",           "mode",
-            "gpuModes",    "nodeName",    "kubeconfig",         "vcudaLibrary",
-            "procRoot",    "vgpu.policy", "podResourcesSocket", "vgpu.memoryUnit"};
+            "nvmlLibrary",        "sysfsRoot",       "stateDir",     "mode",     "gpuModes",
+            "nodeName",           "kubeconfig",      "vcudaLibrary", "procRoot", "vgpu.policy",
+            "podResourcesSocket", "vgpu.memoryUnit", "mpsControl"};
         bool restart = false;
         for (size_t i = 0; i < ARRAY_SIZE(at_start); i++)
             restart |= strcmp(k->key, at_start[i]) == 0;

@@ -330,7 +330,9 @@ def fail_one_run(tap, build, pb, tmp, agents):
     # nvidia-cuda-mps-control found on PATH (no --mps-control)
     path = os.path.join(build, "src/emu") + ":" + os.environ.get("PATH", "")
     d, node, pdir, kubelet, agent = start(build, pb, tmp, "one", FAIL_ONE_CONFIG,
+                                          extra=("--device-list-strategy", "cdi"),
                                           env={"PATH": path}, gpus=2)
+    uuid = [g["uuid"] for g in gpus_of(node)]
     agents.append(agent)
     state = os.path.join(d, "state")
     try:
@@ -358,8 +360,22 @@ def fail_one_run(tap, build, pb, tmp, agents):
                    "a 2-replica request is refused, naming failRequestsGreaterThanOne",
                    ex.details())
         r = pl.allocate(ids[:1])
-        tap.ok(envs(r).get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "25",
-               "a 1-replica request is served: 25 % of the SMs", envs(r))
+        e, m = envs(r), mounts(r)
+        tap.ok(e.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "25",
+               "a 1-replica request is served: 25 % of the SMs", e)
+        gpu = ids[0].split("::")[0]
+        cdi = list(r.container_responses[0].cdi_devices)
+        tap.ok([c.name for c in cdi] == [f"nvidia.com/gpu-shared={gpu}"] and
+               "NVIDIA_VISIBLE_DEVICES" not in e and "/run/accel-mps/pipe" in m,
+               "cdi strategy: the GPU's CDI name, with the MPS env and mounts", (cdi, e, m))
+        try:
+            with open(os.path.join(d, "cdi", "accel-nvidia.com-gpu-shared.json")) as f:
+                spec = json.load(f)
+        except (OSError, ValueError):
+            spec = {}
+        tap.ok(spec.get("kind") == "nvidia.com/gpu-shared" and
+               sorted(x["name"] for x in spec.get("devices", [])) == sorted(uuid),
+               "cdi strategy: a spec with one device per shared GPU", spec)
         w.cancel()
         pl.close()
         rc = agent.stop(signal.SIGTERM, timeout=T)
