@@ -201,6 +201,16 @@ def mps_run(tap, build, pb, tmp, control, agents):
         out = ask(control, pipe, node.env, "get_default_active_thread_percentage")
         tap.ok(out.strip().startswith("50"), "the daemon it points at has the same default",
                out)
+        accelctl = os.path.join(build, "src/cli/accelctl")
+        if os.path.exists(accelctl):
+            r = subprocess.run([accelctl, "mps", "--mps-control", control, pipe], env=node.env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=T)
+            tap.ok(r.returncode == 0 and "state: up" in r.stdout and
+                   "active thread percentage: 50" in r.stdout,
+                   "accelctl mps on acceld's pipe directory: up, 50 %", r.stdout[-800:])
+        else:
+            tap.skip("accelctl mps on acceld's pipe directory", "accelctl not built")
 
         client_caps(tap, build, node, e, m, mem[0])
 
