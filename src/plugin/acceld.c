@@ -608,7 +608,7 @@ static int make_providers(struct agent *a)
         }
     }
     /* A node with every GPU in another mode serves no pGPU resource. */
-    if ((np || n == 0) && (np || n_names == 0)) {
+    if (np || n == 0) {
         struct pgpu_options po = pgpu_opts(&a->cfg);
         r = pgpu_new(g, np, pcie, nvl, &po, &a->pgpu);
         if (r == 0) {
