@@ -515,6 +515,43 @@ int mps_sup_new(struct ev_loop *loop, const struct mps_sup_opts *opts,
     return 0;
 }
 
+/* A daemon left behind by an earlier agent (killed before it could stop it) still holds the
+ * pipe directory, and `-d` refuses to start a second one there. Its defaults are unknown, so
+ * it is not adopted: it is killed, through a pidfd opened before its name is checked (a pid
+ * reused by another program is never signalled). Start only: blocks for at most
+ * stop_timeout_ns. */
+static void stale_kill(struct set *s)
+{
+    char path[PATH_MAX + 64], buf[64];
+    snprintf(path, sizeof(path), "%s/nvidia-cuda-mps-control.pid", s->pipe_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    long pid = n > 0 ? (buf[n] = '\0', strtol(buf, NULL, 10)) : 0;
+    if (pid <= 1 || pid == (long)getpid())
+        return;
+    int pidfd = pidfd_open_((pid_t)pid);
+    if (pidfd < 0)
+        return; /* gone */
+    snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    /* comm is the first 15 bytes of the program's name */
+    if (n > 0 && strncmp(buf, "nvidia-cuda-mps", 15) == 0) {
+        log_warn("mps: GPU set %s: a control daemon (pid %ld) left by an earlier run holds %s: "
+                 "killing it",
+                 s->name, pid, s->pipe_dir);
+        pidfd_kill(pidfd, SIGKILL);
+        if (!pidfd_wait(pidfd, s->sup->opts.stop_timeout_ns))
+            log_warn("mps: GPU set %s: pid %ld did not exit", s->name, pid);
+    }
+    close(pidfd);
+}
+
 int mps_sup_start(struct mps_sup *sup)
 {
     if (!sup)
@@ -523,6 +560,7 @@ int mps_sup_start(struct mps_sup *sup)
         struct set *s = &sup->sets[i];
         if (s->state != ST_IDLE)
             continue;
+        stale_kill(s);
         s->state = ST_STARTING;
         set_launch(s);
     }

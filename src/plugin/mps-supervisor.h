@@ -52,7 +52,8 @@ struct mps_sup_opts {
  * (name, percentage, no devices), -ENOMEM, or a mkdir error. */
 int mps_sup_new(struct ev_loop *loop, const struct mps_sup_opts *opts,
                 const struct mps_sup_set_cfg *sets, size_t n_sets, struct mps_sup **ret);
-/* Starts every set's daemon (asynchronously: health comes through the callback). */
+/* Starts every set's daemon (asynchronously: health comes through the callback). A daemon
+ * left in a set's pipe directory by an earlier run is killed first. */
 int mps_sup_start(struct mps_sup *sup);
 /* Stops every daemon: `quit` through the front end, then SIGKILL after stop_timeout_ns.
  * Blocks the caller for at most about twice stop_timeout_ns (shutdown only). No callbacks. */

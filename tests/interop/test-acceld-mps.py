@@ -107,6 +107,7 @@ def main():
     try:
         mps_run(tap, build, pb, tmp, control, agents)
         fail_one_run(tap, build, pb, tmp, agents)
+        crash_run(tap, build, pb, tmp, control, agents)
         time_slicing_run(tap, build, pb, tmp, agents)
         bad_config(tap, build, tmp)
     finally:
@@ -390,6 +391,49 @@ def fail_one_run(tap, build, pb, tmp, agents):
         pl.close()
         rc = agent.stop(signal.SIGTERM, timeout=T)
         tap.ok(rc == 0, "SIGTERM: exit 0", rc)
+    finally:
+        kubelet.stop()
+
+
+def crash_run(tap, build, pb, tmp, control, agents):
+    """acceld killed with -9 leaves its daemon running; the next acceld on the
+    same state dir kills it and starts its own (else `-d` would refuse)."""
+    cfg = FAIL_ONE_CONFIG.replace("renameByDefault: true", "renameByDefault: false")
+    d, node, pdir, kubelet, agent = start(build, pb, tmp, "crash", cfg,
+                                          extra=("--mps-control", control), gpus=1)
+    agents.append(agent)
+    state = os.path.join(d, "state")
+    second = None
+    try:
+        pl = K.Plugin(pb, agent.sock)
+        ok = K.wait_until(lambda: kubelet.count() >= 1, T)
+        w = pl.watch() if ok else None
+        up = w and w.wait_for(lambda u: len(u) == 4 and not unhealthy_gpus(u), T)
+        old = daemon_pid(state, "gpu0-k1")
+        if w:
+            w.cancel()
+        pl.close()
+        agent.stop(signal.SIGKILL)
+        tap.ok(up and old and alive(old), "acceld killed with -9: its daemon is left running",
+               old)
+        if not up:
+            return
+        second = K.Acceld(build, node, pdir, d, extra=("--mps-control", control),
+                          config=os.path.join(d, "config.yaml"))
+        agents.append(second)
+        pl = K.Plugin(pb, second.sock, own_connection=True)
+        ok = K.wait_until(lambda: kubelet.count() >= 2, T)
+        w = pl.watch() if ok else None
+        up = w and w.wait_for(lambda u: len(u) == 4 and not unhealthy_gpus(u), T)
+        new = daemon_pid(state, "gpu0-k1")
+        tap.ok(up and new != old and alive(new) and not alive(old),
+               "the next acceld kills the stale daemon and serves with its own", (old, new))
+        if w:
+            w.cancel()
+        pl.close()
+        rc = second.stop(signal.SIGTERM, timeout=T)
+        tap.ok(rc == 0 and K.wait_until(lambda: not alive(new), T),
+               "SIGTERM: exit 0, its daemon stopped", rc)
     finally:
         kubelet.stop()
 
