@@ -14,7 +14,12 @@ NVIDIA's device-plugin config format alone (`--config FILE`):
   after the restart); SIGTERM leaves no daemon running.
 - MPS under `failRequestsGreaterThanOne: true` and `renameByDefault: true`
   (`nvidia-cuda-mps-control` found on PATH): `nvidia.com/gpu.shared`, a
-  2-replica request refused with NVIDIA's meaning, one daemon per GPU.
+  2-replica request refused with NVIDIA's meaning, one daemon per GPU; an
+  unmodified CUDA program (tests/emu/emu-mps-client) run with the Allocate
+  env of 1 of 4 replicas gets a quarter of the memory, and raising or
+  dropping its own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets it no more; the cdi
+  strategy.
+- acceld killed with -9: the next one kills the daemon left behind.
 - Time-slicing: replicas without daemons or caps; a 2-replica request is
   served; an XID marks all replicas of that GPU in one update.
 - A config naming unknown keys is refused at start (exit 2).
@@ -213,8 +218,6 @@ def mps_run(tap, build, pb, tmp, control, agents):
         else:
             tap.skip("accelctl mps on acceld's pipe directory", "accelctl not built")
 
-        client_caps(tap, build, node, e, m, mem[0])
-
         # ---- Allocate: two replicas of GPU 2 (n = 3): k/n, the k = 2 daemon
         r = pl.allocate([f"{uuid[2]}::0", f"{uuid[2]}::2"])
         e, m = envs(r), mounts(r)
@@ -284,12 +287,14 @@ def mps_run(tap, build, pb, tmp, control, agents):
         kubelet.stop()
 
 
-def client_caps(tap, build, node, env, mnt, mem):
-    """An unmodified CUDA program (tests/emu/emu-mps-client) run with the
-    Allocate env of 1 of 2 replicas gets half the memory, and raising or
-    dropping its own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets it no more (the
-    daemon's default bounds it). The pipe directory is the mount's host side:
-    no container runtime here."""
+def client_caps(tap, build, node, env, mnt, mem, cap):
+    """An unmodified CUDA program (tests/emu/emu-mps-client) run on GPU 0 with
+    the Allocate env gets its cap (bytes), and raising or dropping its own
+    CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets it no more (the daemon's default
+    bounds it). The pipe directory is the mount's host side: no container
+    runtime here. Run where the node has at most 4 daemons: the emulator's MPS
+    section holds 4 (EMU_MPS_MAX_DAEMONS), and a daemon past them is not seen
+    by the emulated libcuda."""
     client = os.path.join(build, "tests/emu/emu-mps-client")
     if not os.path.exists(client):
         tap.skip("a client under the Allocate env gets its memory cap", "emu-mps-client not built")
@@ -298,8 +303,8 @@ def client_caps(tap, build, node, env, mnt, mem):
     base["CUDA_MPS_PIPE_DIRECTORY"] = mnt["/run/accel-mps/pipe"]
     base["CUDA_MPS_LOG_DIRECTORY"] = mnt["/run/accel-mps/log"]
     base["LD_LIBRARY_PATH"] = os.path.join(build, "src/emu")
-    half = mem // 2 >> 20
-    sizes = [half - 4096, 8192, 2048]  # fits, crosses the cap, fits again
+    cap_mib = cap >> 20
+    sizes = [cap_mib - 4096, 8192, 2048]  # fits, crosses the cap, fits again
     oom = "error 2"  # CUDA_ERROR_OUT_OF_MEMORY
 
     def run(e):
@@ -307,8 +312,8 @@ def client_caps(tap, build, node, env, mnt, mem):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=T)
         return p.stdout.split("\n")[:len(sizes)]
     got = run(base)
-    tap.ok(got == ["ok", oom, "ok"], "a client under the Allocate env: capped at half the memory",
-           got)
+    tap.ok(got == ["ok", oom, "ok"],
+           f"a client under the Allocate env: capped at {cap_mib} MiB of {mem >> 20}", got)
     raised = dict(base, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=f"0={mem >> 20}M")
     got = run(raised)
     tap.ok(got == ["ok", oom, "ok"], "a client raising its own limit to the whole GPU: no more",
@@ -370,11 +375,14 @@ def fail_one_run(tap, build, pb, tmp, agents):
                    "failRequestsGreaterThanOne" in ex.details(),
                    "a 2-replica request is refused, naming failRequestsGreaterThanOne",
                    ex.details())
-        r = pl.allocate(ids[:1])
+        r = pl.allocate([f"{uuid[0]}::3"])
         e, m = envs(r), mounts(r)
-        tap.ok(e.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "25",
-               "a 1-replica request is served: 25 % of the SMs", e)
-        gpu = ids[0].split("::")[0]
+        mem0 = gpus_of(node)[0]["memory_total_bytes"]
+        tap.ok(e.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "25" and
+               e.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == f"0={mem0 // 4 >> 20}M",
+               "a 1-replica request is served: 25 % of the SMs and of the memory", e)
+        client_caps(tap, build, node, e, m, mem0, mem0 // 4)
+        gpu = uuid[0]
         cdi = list(r.container_responses[0].cdi_devices)
         tap.ok([c.name for c in cdi] == [f"nvidia.com/gpu-shared={gpu}"] and
                "NVIDIA_VISIBLE_DEVICES" not in e and "/run/accel-mps/pipe" in m,
