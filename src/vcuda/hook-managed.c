@@ -51,23 +51,25 @@ atomic_uint vc_managed_live;
 struct run {
     CUdeviceptr p;
     uint64_t len;
+    CUdevice dev; /* the device the advice names */
 };
 struct runs {
     struct run r[MAX_RUNS];
     unsigned n;
-    CUdevice dev;
 };
 
-/* Adds [p, p+len) to rs (merged with the last run when adjacent). False when full. */
-static bool runs_add(struct runs *rs, CUdeviceptr p, uint64_t len)
+/* Adds [p, p+len) of dev's memory to rs (merged with the last run when adjacent). False when
+ * full. */
+static bool runs_add(struct runs *rs, CUdeviceptr p, uint64_t len, CUdevice dev)
 {
-    if (rs->n && rs->r[rs->n - 1].p + rs->r[rs->n - 1].len == p) {
-        rs->r[rs->n - 1].len += len;
+    struct run *last = rs->n ? &rs->r[rs->n - 1] : NULL;
+    if (last && last->dev == dev && last->p + last->len == p) {
+        last->len += len;
         return true;
     }
     if (rs->n == MAX_RUNS)
         return false;
-    rs->r[rs->n++] = (struct run){p, len};
+    rs->r[rs->n++] = (struct run){p, len, dev};
     return true;
 }
 
@@ -153,7 +155,7 @@ static void bring_locked(struct managed *m, uint64_t first, uint64_t last, bool 
             continue;
         CUdeviceptr p = m->base + pg * PAGE;
         if (got) {
-            if (st == PG_KEPT && unkeep && !runs_add(unkeep, p, PAGE)) {
+            if (st == PG_KEPT && unkeep && !runs_add(unkeep, p, PAGE, m->dev)) {
                 continue; /* no room to take its advice back: it stays kept */
             }
             got--;
@@ -161,7 +163,7 @@ static void bring_locked(struct managed *m, uint64_t first, uint64_t last, bool 
             m->charged += PAGE;
             if (st == PG_HOST)
                 m->untouched--;
-        } else if (st == PG_HOST && runs_add(keep, p, PAGE)) {
+        } else if (st == PG_HOST && runs_add(keep, p, PAGE, m->dev)) {
             m->pages[pg] = PG_KEPT;
             m->untouched--;
         }
@@ -182,7 +184,7 @@ static void apply(const struct runs *keep, const struct runs *unkeep)
         CUresult r = advise(keep->r[i].p, keep->r[i].len, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
                             CU_DEVICE_CPU);
         if (r == CUDA_SUCCESS)
-            r = advise(keep->r[i].p, keep->r[i].len, CU_MEM_ADVISE_SET_ACCESSED_BY, keep->dev);
+            r = advise(keep->r[i].p, keep->r[i].len, CU_MEM_ADVISE_SET_ACCESSED_BY, keep->r[i].dev);
         if (r != CUDA_SUCCESS)
             log_warn("managed memory over the quota could not be kept on the host (cuMemAdvise: "
                      "%d); the GPU may hold more than the container is charged",
@@ -199,7 +201,7 @@ static void apply(const struct runs *keep, const struct runs *unkeep)
     for (unsigned i = 0; unkeep && i < unkeep->n; i++) {
         advise(unkeep->r[i].p, unkeep->r[i].len, CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION,
                CU_DEVICE_CPU);
-        advise(unkeep->r[i].p, unkeep->r[i].len, CU_MEM_ADVISE_UNSET_ACCESSED_BY, unkeep->dev);
+        advise(unkeep->r[i].p, unkeep->r[i].len, CU_MEM_ADVISE_UNSET_ACCESSED_BY, unkeep->r[i].dev);
     }
 }
 
@@ -292,9 +294,12 @@ void vc_managed_ctx_gone(CUcontext ctx)
 
 void vc_managed_atfork_child(void)
 {
-    /* The parent's managed memory and its charges are the parent's (the records are dropped,
-     * not freed: another thread may have held the lock at fork). */
+    /* The parent's managed memory and its charges are the parent's: its records go. */
     pthread_mutex_init(&managed_lock, NULL);
+    for (size_t i = 0; i < nranges; i++) {
+        free(ranges[i]->pages);
+        free(ranges[i]);
+    }
     nranges = 0;
     atomic_store_explicit(&vc_managed_live, 0, memory_order_relaxed);
 }
@@ -312,7 +317,6 @@ void vc_managed_touch_slow(CUdeviceptr p, uint64_t len)
         uint64_t end = p - m->base + len;
         if (end > m->size || end < len)
             end = m->size;
-        keep.dev = m->dev;
         bring_locked(m, (p - m->base) / PAGE, (end - 1) / PAGE, false, &keep, NULL);
     }
     pthread_mutex_unlock(&managed_lock);
@@ -410,18 +414,8 @@ static void bring_values(const uint64_t *vals, size_t n, bool everything, unsign
     pthread_mutex_lock(&managed_lock);
     for (size_t i = 0; i < (everything ? nranges : n); i++) {
         struct managed *m = everything ? ranges[i] : find_locked((CUdeviceptr)vals[i]);
-        if (!m || !m->untouched || (everything && m->index != index))
-            continue;
-        if (keep.n && keep.dev != m->dev) {
-            pthread_mutex_unlock(&managed_lock);
-            apply(&keep, NULL);
-            keep.n = 0;
-            pthread_mutex_lock(&managed_lock);
-            i = everything ? (size_t)-1 : i - 1; /* the table may have changed: look again */
-            continue;
-        }
-        keep.dev = m->dev;
-        bring_locked(m, 0, m->npages - 1, false, &keep, NULL);
+        if (m && m->untouched && (!everything || m->index == index))
+            bring_locked(m, 0, m->npages - 1, false, &keep, NULL);
     }
     pthread_mutex_unlock(&managed_lock);
     apply(&keep, NULL);
@@ -502,7 +496,6 @@ static CUresult vc_managed_prefetch(CUdeviceptr p, size_t count, bool to_device,
         if (end > m->size || end < count)
             end = m->size;
         uint64_t first = (p - m->base) / PAGE, last = (end - 1) / PAGE;
-        keep.dev = unkeep.dev = m->dev;
         bring_locked(m, first, last, true, &keep, &unkeep);
         for (uint64_t pg = first; pg <= last; pg++) {
             if (m->pages[pg] != PG_DEVICE) {
@@ -512,7 +505,7 @@ static CUresult vc_managed_prefetch(CUdeviceptr p, size_t count, bool to_device,
             CUdeviceptr a = m->base + pg * PAGE, b = a + PAGE;
             a = a < p ? p : a;
             b = b > p + count ? p + count : b;
-            if (!runs_add(&go, a, b - a))
+            if (!runs_add(&go, a, b - a, m->dev))
                 break; /* a prefetch is a hint: the rest is left where it is */
         }
     }
