@@ -593,6 +593,91 @@ HOOK(cuMemsetD32Async, (CUdeviceptr d, unsigned int v, size_t n, CUstream st), (
 HOOK(cuMemsetD32Async_ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream st), (d, v, n, st),
      TOUCH(d, times(n, 4)))
 
+/* A 2D/3D operand in device or unified memory: the bytes it spans, as the copy reaches them. */
+static void touch_operand(CUmemorytype type, CUdeviceptr dev, size_t x, size_t y, size_t z,
+                          size_t pitch, size_t height, size_t w, size_t h, size_t d)
+{
+    if ((type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED) || !w || !h || !d)
+        return;
+    unsigned __int128 off = ((unsigned __int128)z * height + y) * pitch + x;
+    unsigned __int128 span = ((unsigned __int128)(d - 1) * height + (h - 1)) * pitch + w;
+    if (off + span <= UINT64_MAX)
+        TOUCH(dev + (uint64_t)off, (uint64_t)span);
+}
+
+static void touch_2d(const CUDA_MEMCPY2D *c)
+{
+    if (!c)
+        return;
+    touch_operand(c->srcMemoryType, c->srcDevice, c->srcXInBytes, c->srcY, 0, c->srcPitch, 0,
+                  c->WidthInBytes, c->Height, 1);
+    touch_operand(c->dstMemoryType, c->dstDevice, c->dstXInBytes, c->dstY, 0, c->dstPitch, 0,
+                  c->WidthInBytes, c->Height, 1);
+}
+
+static void touch_3d(const CUDA_MEMCPY3D *c)
+{
+    if (!c)
+        return;
+    touch_operand(c->srcMemoryType, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch,
+                  c->srcHeight, c->WidthInBytes, c->Height, c->Depth);
+    touch_operand(c->dstMemoryType, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch,
+                  c->dstHeight, c->WidthInBytes, c->Height, c->Depth);
+}
+
+#define TOUCH_2D(c)                                                                                \
+    do {                                                                                           \
+        if (VC_UNLIKELY(atomic_load_explicit(&vc_managed_live, memory_order_relaxed)))             \
+            touch_2d(c);                                                                           \
+    } while (0)
+#define TOUCH_3D(c)                                                                                \
+    do {                                                                                           \
+        if (VC_UNLIKELY(atomic_load_explicit(&vc_managed_live, memory_order_relaxed)))             \
+            touch_3d(c);                                                                           \
+    } while (0)
+
+HOOK(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *c), (c), TOUCH_2D(c))
+HOOK(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D *c), (c), TOUCH_2D(c))
+HOOK(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *c), (c), TOUCH_2D(c))
+HOOK(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D *c), (c), TOUCH_2D(c))
+HOOK(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *c, CUstream st), (c, st), TOUCH_2D(c))
+HOOK(cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D *c, CUstream st), (c, st), TOUCH_2D(c))
+HOOK(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *c), (c), TOUCH_3D(c))
+HOOK(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D *c), (c), TOUCH_3D(c))
+HOOK(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *c, CUstream st), (c, st), TOUCH_3D(c))
+HOOK(cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D *c, CUstream st), (c, st), TOUCH_3D(c))
+
+/* 2D memsets: h rows of w elements of k bytes, pitch apart */
+static void touch_rows(CUdeviceptr d, size_t pitch, size_t w, unsigned k, size_t h)
+{
+    if (!w || !h)
+        return;
+    unsigned __int128 span = (unsigned __int128)(h - 1) * pitch + (unsigned __int128)w * k;
+    TOUCH(d, span > UINT64_MAX ? UINT64_MAX : (uint64_t)span);
+}
+#define TOUCH_ROWS(d, pitch, w, k, h) touch_rows(d, pitch, w, k, h)
+
+HOOK(cuMemsetD2D8_v2, (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
+     (d, pitch, v, w, h), TOUCH_ROWS(d, pitch, w, 1, h))
+HOOK(cuMemsetD2D8_v2_ptds, (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h),
+     (d, pitch, v, w, h), TOUCH_ROWS(d, pitch, w, 1, h))
+HOOK(cuMemsetD2D32_v2, (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
+     (d, pitch, v, w, h), TOUCH_ROWS(d, pitch, w, 4, h))
+HOOK(cuMemsetD2D32_v2_ptds, (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h),
+     (d, pitch, v, w, h), TOUCH_ROWS(d, pitch, w, 4, h))
+HOOK(cuMemsetD2D8Async,
+     (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream st),
+     (d, pitch, v, w, h, st), TOUCH_ROWS(d, pitch, w, 1, h))
+HOOK(cuMemsetD2D8Async_ptsz,
+     (CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream st),
+     (d, pitch, v, w, h, st), TOUCH_ROWS(d, pitch, w, 1, h))
+HOOK(cuMemsetD2D32Async,
+     (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream st),
+     (d, pitch, v, w, h, st), TOUCH_ROWS(d, pitch, w, 4, h))
+HOOK(cuMemsetD2D32Async_ptsz,
+     (CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream st),
+     (d, pitch, v, w, h, st), TOUCH_ROWS(d, pitch, w, 4, h))
+
 struct pf_dev {
     CUdevice dev;
     CUstream s;

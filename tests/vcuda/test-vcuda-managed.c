@@ -38,6 +38,9 @@ static struct {
     FN(cuMemFree_v2);
     FN(cuMemsetD8_v2);
     FN(cuMemcpyHtoD_v2);
+    FN(cuMemcpy2D_v2);
+    FN(cuMemcpy3D_v2);
+    FN(cuMemsetD2D32_v2);
     FN(cuMemPrefetchAsync);
     FN(cuMemPrefetchAsync_v2);
     FN(cuModuleLoadData);
@@ -68,6 +71,9 @@ static void setup(void)
     GET(cuMemFree_v2);
     GET(cuMemsetD8_v2);
     GET(cuMemcpyHtoD_v2);
+    GET(cuMemcpy2D_v2);
+    GET(cuMemcpy3D_v2);
+    GET(cuMemsetD2D32_v2);
     GET(cuMemPrefetchAsync);
     GET(cuMemPrefetchAsync_v2);
     GET(cuModuleLoadData);
@@ -218,8 +224,38 @@ TEST(copies_and_prefetches_move_the_charge)
     CUmemLocation gpu0 = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
     CHECK_EQ_INT(cu.cuMemPrefetchAsync_v2(m + 32 * MiB, 16 * MiB, gpu0, 0, NULL), CUDA_SUCCESS);
     CHECK_HELD(b0, g0, 3 * PAGE + 16 * MiB);
-    CHECK_EQ_INT(cu.cuMemPrefetchAsync(m, 40 * MiB, CU_DEVICE_CPU, NULL), CUDA_SUCCESS);
-    CHECK_HELD(b0, g0, 8 * MiB); /* 40..48 MiB are still on the GPU */
+    /* 2D and 3D: the bytes the rows span. A 2D memset of 3 rows of 1 KiB, 1 MiB apart, from
+     * 53.5 MiB: 53.5..55.5 MiB, pages 26 and 27 */
+    CHECK_EQ_INT(cu.cuMemsetD2D32_v2(m + 53 * MiB + MiB / 2, MiB, 9, 256, 3), CUDA_SUCCESS);
+    CHECK_HELD(b0, g0, 5 * PAGE + 16 * MiB);
+    /* a 2D copy from the host into page 29 (58 MiB + 2 rows of 4 KiB at a 64 KiB pitch) */
+    static char rows[2 * 4096];
+    CUDA_MEMCPY2D c2 = {.srcMemoryType = CU_MEMORYTYPE_HOST,
+                        .srcHost = rows,
+                        .srcPitch = 4096,
+                        .dstMemoryType = CU_MEMORYTYPE_UNIFIED,
+                        .dstDevice = m + 58 * MiB,
+                        .dstPitch = 64 << 10,
+                        .WidthInBytes = 4096,
+                        .Height = 2};
+    CHECK_EQ_INT(cu.cuMemcpy2D_v2(&c2), CUDA_SUCCESS);
+    CHECK_HELD(b0, g0, 6 * PAGE + 16 * MiB);
+    /* a 3D copy out of page 31 (62 MiB, 2 slices of 2 rows) */
+    CUDA_MEMCPY3D c3 = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .srcDevice = m + 62 * MiB,
+                        .srcPitch = 4096,
+                        .srcHeight = 2,
+                        .dstMemoryType = CU_MEMORYTYPE_HOST,
+                        .dstHost = rows,
+                        .dstPitch = 1024,
+                        .dstHeight = 2,
+                        .WidthInBytes = 1024,
+                        .Height = 2,
+                        .Depth = 2};
+    CHECK_EQ_INT(cu.cuMemcpy3D_v2(&c3), CUDA_SUCCESS);
+    CHECK_HELD(b0, g0, 7 * PAGE + 16 * MiB);
+    CHECK_EQ_INT(cu.cuMemPrefetchAsync(m, 52 * MiB, CU_DEVICE_CPU, NULL), CUDA_SUCCESS);
+    CHECK_HELD(b0, g0, 4 * PAGE); /* pages 26, 27, 29 and 31 are still on the GPU */
     CHECK_EQ_INT(cu.cuMemPrefetchAsync(m, 64 * MiB, CU_DEVICE_CPU, NULL), CUDA_SUCCESS);
     CHECK_HELD(b0, g0, 0);
     CHECK_EQ_INT(cu.cuMemFree_v2(m), CUDA_SUCCESS);
