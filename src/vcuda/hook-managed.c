@@ -12,9 +12,10 @@
  * the bus instead of migrating them), and an explicit prefetch to the device moves only the
  * pages that fit. docs/vcuda.md, "Managed memory".
  *
- * Hot paths (launches, copies): one relaxed load when the process has no managed memory; else
- * a lookup in a sorted fixed table under a mutex held only around loads and stores, never
- * across a driver call, and no allocation. */
+ * Hot paths (launches, copies): one relaxed load while no managed allocation has pages that a
+ * touch could still bring (none at all, or all on the GPU or kept on the host); else a lookup in
+ * a sorted fixed table under a mutex held only around loads and stores, never across a driver
+ * call, and no allocation. */
 #include "log.h"
 #include "util.h"
 #include "vcuda.h"
@@ -47,6 +48,22 @@ static pthread_mutex_t managed_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct managed *ranges[MAX_MANAGED]; /* sorted by base */
 static size_t nranges;
 atomic_uint vc_managed_live;
+/* Tracked allocations with pages in PG_HOST: only these can change on a touch, so copies and
+ * launches look nothing up while it is 0 (the steady state of a program whose managed memory
+ * is all on the GPU or kept on the host). */
+atomic_uint vc_managed_pending;
+
+/* Changes m's untouched page count by delta, keeping vc_managed_pending in step. Lock held. */
+static void untouched_add(struct managed *m, int64_t delta)
+{
+    bool was = m->untouched != 0;
+    m->untouched = (uint64_t)((int64_t)m->untouched + delta);
+    bool is = m->untouched != 0;
+    if (is && !was)
+        atomic_fetch_add_explicit(&vc_managed_pending, 1, memory_order_relaxed);
+    else if (was && !is)
+        atomic_fetch_sub_explicit(&vc_managed_pending, 1, memory_order_relaxed);
+}
 
 struct run {
     CUdeviceptr p;
@@ -106,11 +123,15 @@ static bool insert_locked(struct managed *m)
     ranges[i] = m;
     nranges++;
     atomic_fetch_add_explicit(&vc_managed_live, 1, memory_order_relaxed);
+    if (m->untouched)
+        atomic_fetch_add_explicit(&vc_managed_pending, 1, memory_order_relaxed);
     return true;
 }
 
 static void remove_at_locked(size_t i)
 {
+    if (ranges[i]->untouched)
+        atomic_fetch_sub_explicit(&vc_managed_pending, 1, memory_order_relaxed);
     memmove(&ranges[i], &ranges[i + 1], (nranges - i - 1) * sizeof(*ranges));
     nranges--;
     atomic_fetch_sub_explicit(&vc_managed_live, 1, memory_order_relaxed);
@@ -162,10 +183,10 @@ static void bring_locked(struct managed *m, uint64_t first, uint64_t last, bool 
             m->pages[pg] = PG_DEVICE;
             m->charged += PAGE;
             if (st == PG_HOST)
-                m->untouched--;
+                untouched_add(m, -1);
         } else if (st == PG_HOST && runs_add(keep, p, PAGE, m->dev)) {
             m->pages[pg] = PG_KEPT;
-            m->untouched--;
+            untouched_add(m, -1);
         }
     }
     if (got) /* reserved for pages that could not be recorded */
@@ -302,6 +323,7 @@ void vc_managed_atfork_child(void)
     }
     nranges = 0;
     atomic_store_explicit(&vc_managed_live, 0, memory_order_relaxed);
+    atomic_store_explicit(&vc_managed_pending, 0, memory_order_relaxed);
 }
 
 /* ---- touches: copies, memsets ---- */
@@ -477,7 +499,7 @@ static CUresult vc_managed_prefetch(CUdeviceptr p, size_t count, bool to_device,
             for (uint64_t pg = (p - m->base) / PAGE; pg <= (end - 1) / PAGE; pg++)
                 if (m->pages[pg] == PG_DEVICE) {
                     m->pages[pg] = PG_HOST;
-                    m->untouched++;
+                    untouched_add(m, 1);
                     back += PAGE;
                 }
             m->charged -= back;
@@ -525,7 +547,7 @@ static CUresult vc_managed_prefetch(CUdeviceptr p, size_t count, bool to_device,
 
 #define TOUCH(p, len)                                                                              \
     do {                                                                                           \
-        if (VC_UNLIKELY(atomic_load_explicit(&vc_managed_live, memory_order_relaxed)))             \
+        if (VC_UNLIKELY(atomic_load_explicit(&vc_managed_pending, memory_order_relaxed)))          \
             vc_managed_touch_slow((p), (len));                                                     \
     } while (0)
 
@@ -627,12 +649,12 @@ static void touch_3d(const CUDA_MEMCPY3D *c)
 
 #define TOUCH_2D(c)                                                                                \
     do {                                                                                           \
-        if (VC_UNLIKELY(atomic_load_explicit(&vc_managed_live, memory_order_relaxed)))             \
+        if (VC_UNLIKELY(atomic_load_explicit(&vc_managed_pending, memory_order_relaxed)))          \
             touch_2d(c);                                                                           \
     } while (0)
 #define TOUCH_3D(c)                                                                                \
     do {                                                                                           \
-        if (VC_UNLIKELY(atomic_load_explicit(&vc_managed_live, memory_order_relaxed)))             \
+        if (VC_UNLIKELY(atomic_load_explicit(&vc_managed_pending, memory_order_relaxed)))          \
             touch_3d(c);                                                                           \
     } while (0)
 
