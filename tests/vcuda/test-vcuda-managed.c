@@ -258,6 +258,9 @@ TEST(copies_and_prefetches_move_the_charge)
     CHECK_HELD(b0, g0, 4 * PAGE); /* pages 26, 27, 29 and 31 are still on the GPU */
     CHECK_EQ_INT(cu.cuMemPrefetchAsync(m, 64 * MiB, CU_DEVICE_CPU, NULL), CUDA_SUCCESS);
     CHECK_HELD(b0, g0, 0);
+    /* back on the host, a launch brings it all again */
+    CHECK_EQ_INT(launch(use, m), CUDA_SUCCESS);
+    CHECK_HELD(b0, g0, 64 * MiB);
     CHECK_EQ_INT(cu.cuMemFree_v2(m), CUDA_SUCCESS);
     CHECK_HELD(b0, g0, 0);
 }
