@@ -13,6 +13,7 @@
 #include "vcuda-launch.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,6 +312,79 @@ TEST(plain_allocations_stop_exactly_at_the_quota_beside_resident_managed_memory)
     CHECK_EQ_U64(charged(), QUOTA);
     CHECK_EQ_INT(cu.cuMemFree_v2(m), CUDA_SUCCESS);
     CHECK_EQ_INT(cu.cuMemFree_v2(p), CUDA_SUCCESS);
+    CHECK_HELD(b0, g0, 0);
+}
+
+/* Threads touching their own managed memory at once (launches, memsets, prefetches both ways),
+ * 4 x 128 MiB against the 256 MiB quota: no call fails, the books never pass the quota, and they
+ * end where the GPU is. (Threads racing on the same pages with no order between their calls
+ * are not checked: which of them wins on the GPU is the race's outcome.) */
+static pthread_barrier_t touched, checked;
+
+static void *toucher(void *arg)
+{
+    long k = (long)(intptr_t)arg;
+    CUdeviceptr m = 0;
+    if (cu.cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
+        cu.cuMemAllocManaged(&m, 128 * MiB, CU_MEM_ATTACH_GLOBAL) != CUDA_SUCCESS) {
+        pthread_barrier_wait(&touched);
+        pthread_barrier_wait(&checked);
+        return (void *)1;
+    }
+    CUmemLocation gpu0 = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+    void *failed = NULL;
+    for (int i = 0; i < 198; i++) { /* the last a partial prefetch to the CPU */
+        CUdeviceptr p = m + (uint64_t)((k * 13 + i * 7) % 56) * PAGE;
+        CUresult r;
+        switch (i % 5) {
+        case 0:
+            r = cu.cuMemsetD8_v2(p, 1, 3 * PAGE / 2);
+            break;
+        case 1:
+            r = launch(use, p);
+            break;
+        case 2:
+            r = cu.cuMemPrefetchAsync(p, 8 * PAGE, CU_DEVICE_CPU, NULL);
+            break;
+        case 3:
+            r = cu.cuMemPrefetchAsync_v2(p, 4 * PAGE, gpu0, 0, NULL);
+            break;
+        default:
+            r = cu.cuMemPrefetchAsync(m, 128 * MiB, CU_DEVICE_CPU, NULL);
+            break;
+        }
+        if (r != CUDA_SUCCESS || charged() > QUOTA) {
+            failed = (void *)3;
+            break;
+        }
+    }
+    pthread_barrier_wait(&touched);
+    pthread_barrier_wait(&checked);
+    return cu.cuMemFree_v2(m) == CUDA_SUCCESS ? failed : (void *)4;
+}
+
+TEST(threads_touching_at_once_keep_the_books_with_the_gpu)
+{
+    setup();
+    uint64_t b0 = charged(), g0 = on_gpu();
+    pthread_t t[4];
+    REQUIRE_EQ_INT(pthread_barrier_init(&touched, NULL, 5), 0);
+    REQUIRE_EQ_INT(pthread_barrier_init(&checked, NULL, 5), 0);
+    for (long k = 0; k < 4; k++)
+        REQUIRE_EQ_INT(pthread_create(&t[k], NULL, toucher, (void *)(intptr_t)k), 0);
+    pthread_barrier_wait(&touched);
+    /* all four are done touching and hold their memory: the books are the GPU's */
+    CHECK(charged() <= QUOTA);
+    CHECK(charged() > b0);
+    CHECK_EQ_U64(charged() - b0, on_gpu() - g0);
+    pthread_barrier_wait(&checked);
+    for (int k = 0; k < 4; k++) {
+        void *r = (void *)1;
+        pthread_join(t[k], &r);
+        CHECK(r == NULL);
+    }
+    pthread_barrier_destroy(&touched);
+    pthread_barrier_destroy(&checked);
     CHECK_HELD(b0, g0, 0);
 }
 
