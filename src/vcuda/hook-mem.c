@@ -421,9 +421,8 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
  * the device migrates pages on demand (CONCURRENT_MANAGED_ACCESS). Where it does not (older
  * GPUs, where the driver places managed memory on the device at allocation), or when the
  * allocation cannot be tracked, it is charged in full at allocation. */
-static bool migrates_on_demand(CUcontext ctx, CUdevice *ret_dev)
+static bool migrates_on_demand(CUdevice *ret_dev)
 {
-    (void)ctx;
     int v = 0;
     return vc_real.cuCtxGetDevice && vc_real.cuCtxGetDevice(ret_dev) == CUDA_SUCCESS &&
            vc_real.cuDeviceGetAttribute &&
@@ -440,7 +439,7 @@ CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned 
     CUdevice dev;
     if (bytesize == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
         return vc_real.cuMemAllocManaged(dptr, bytesize, flags);
-    if (migrates_on_demand(ctx, &dev)) {
+    if (migrates_on_demand(&dev)) {
         CUresult r = vc_real.cuMemAllocManaged(dptr, bytesize, flags);
         if (r != CUDA_SUCCESS || vc_managed_track(*dptr, bytesize, ctx, dev, index))
             return r;
