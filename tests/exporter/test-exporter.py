@@ -25,6 +25,8 @@ EXPORTER = os.path.join(BUILD, "src", "exporter", "accel-exporter")
 NVML = os.path.join(BUILD, "src", "emu", "libnvidia-ml.so.1")
 HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
 FAKE_PODRES = os.path.join(BUILD, "tests", "exporter", "fake-podresources")
+SRC = os.environ.get("ACCEL_SOURCE_ROOT",
+                     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 if not os.path.exists(EXPORTER):
     print("1..0 # SKIP accel-exporter not built (libmicrohttpd missing)")
@@ -186,6 +188,7 @@ def _():
     check(sample(m, "accel_gpu_power_limit_watts", gpu=3) is not None, "power limit")
 
 
+HOLDS = []  # emu-hold processes standing in for the pods' containers
 POD_A, POD_B = "0b6c4a3e-1111-4c2a-9d5e-000000000001", "0b6c4a3e-2222-4c2a-9d5e-000000000002"
 CID_A, CID_B = "a" * 64, "b" * 64
 
@@ -267,9 +270,8 @@ def _():
                            text=True, timeout=60)
         check(p.returncode == 0 and not (p.stdout + p.stderr).strip(),
               f"promtool with pod series: {p.stdout}{p.stderr}")
-    for h in procs[-6:]:
-        h.stdin.close()
-        h.wait(timeout=30)
+    # the holders stay until the end: the dashboard's per-pod panels need them in Prometheus
+    HOLDS.extend(procs[-6:])
 
 
 @case("pod-resources unreachable: accel_exporter_pod_resources_up 0, GPU series still served")
@@ -323,6 +325,24 @@ def _():
           f"promtool: rc {p.returncode}\n{p.stdout}{p.stderr}")
 
 
+PROM = []  # the port of the Prometheus the next case starts
+RULES = os.path.join(SRC, "deploy", "prometheus", "accel-rules.yml")
+
+
+def query(q, errors=None):
+    """The result of an instant query on the test's Prometheus; None on an error (appended to
+    errors when given)."""
+    check(exp.poll() is None, f"the exporter exited ({exp.returncode})")
+    st, _, body = get(f"http://127.0.0.1:{PROM[0]}/api/v1/query?"
+                      + urllib.parse.urlencode({"query": q}))
+    d = json.loads(body) if body.startswith("{") else {}
+    if st != 200 or d.get("status") != "success":
+        if errors is not None:
+            errors.append(f"{q}: {st} {d.get('error', body[:200])}")
+        return None
+    return d["data"]["result"]
+
+
 @case("a real Prometheus scrapes it: XID counter and temperature queryable over the HTTP API")
 def _():
     prom = shutil.which("prometheus")
@@ -332,19 +352,14 @@ def _():
     cfg = os.path.join(TMP, "prometheus.yml")
     with open(cfg, "w") as f:
         f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                f"rule_files: ['{os.path.abspath(RULES)}']\n"
                 "scrape_configs:\n  - job_name: accel-exporter\n"
                 f"    static_configs:\n      - targets: ['127.0.0.1:{PORT}']\n")
     p = subprocess.Popen([prom, f"--config.file={cfg}", f"--storage.tsdb.path={TMP}/tsdb",
                           f"--web.listen-address=127.0.0.1:{pport}"],
                          stdout=subprocess.DEVNULL, stderr=open(os.path.join(TMP, "prom.log"), "w"))
     procs.append(p)
-    def query(q):
-        check(exp.poll() is None, f"the exporter exited ({exp.returncode})")
-        st, _, body = get(f"http://127.0.0.1:{pport}/api/v1/query?" + urllib.parse.urlencode({"query": q}))
-        if st != 200:
-            return None
-        d = json.loads(body)
-        return d["data"]["result"] if d.get("status") == "success" else None
+    PROM.append(pport)
 
     r = wait_for(lambda: query('accel_gpu_xid_events_total{gpu="1",xid="79"}'),
                  "Prometheus to have scraped the XID counter", timeout=90)
@@ -353,6 +368,51 @@ def _():
     check(float(r[0]["value"][1]) == 83, f"temperature in Prometheus: {r}")
     up = wait_for(lambda: query('up{job="accel-exporter"}'), "up", 30)
     check(up[0]["value"][1] == "1", f"up: {up}")
+
+
+@case("every Grafana dashboard query runs on that Prometheus without error and returns data")
+def _():
+    if not PROM:
+        return "SKIP prometheus not installed (scripts/deps.sh installs it)"
+    import dashboard
+    d = dashboard.load()
+    # a fresh fatal XID, so the alert rules loaded into Prometheus fire (ALERTS has data)
+    emu("xid", "1", "79")
+    wait_for(lambda: (r := query('accel_gpu_xid_events_total{gpu="1",xid="79"}'))
+             and float(r[0]["value"][1]) == 3, "the third XID 79 in Prometheus", 30)
+    wait_for(lambda: query('ALERTS{alertname="AccelGpuFatalXid",alertstate="firing"}'),
+             "AccelGpuFatalXid firing in Prometheus", 30)
+    qs = [(t, r, dashboard.expand(e, d)) for t, r, e in dashboard.queries(d)]
+    check(len(qs) >= 20, f"only {len(qs)} queries")
+    errors = []
+    for t, r, q in qs:
+        query(q, errors)
+    check(not errors, "queries Prometheus refused:\n" + "\n".join(errors))
+    # data: wait (bounded) until every query has a result; rates need two samples
+    def empty():
+        return [f"{t}/{r}: {q}" for t, r, q in qs if not query(q)]
+    left = empty()
+    end = time.monotonic() + 30
+    while left and time.monotonic() < end:
+        time.sleep(0.5)
+        left = empty()
+    check(not left, "panel queries with no data:\n" + "\n".join(left))
+    # the per-pod panels show the two pods sharing GPU 0, each with its own value
+    r = query(dashboard.expand([e for t, _, e in dashboard.queries(d)
+                                if t == "Memory per container"][0], d))
+    on0 = {s["metric"].get("pod_uid"): float(s["value"][1]) for s in r
+           if s["metric"]["gpu"] == "0"}
+    check(set(on0) == {POD_A, POD_B} and on0[POD_A] != on0[POD_B], f"GPU 0 pods: {on0}")
+    for v in dashboard.variables(d).values():
+        if v["type"] != "query":
+            continue
+        m = re.match(r"label_values\((.*), (\w+)\)$", dashboard.expand(v["query"]["query"], d))
+        check(m, f"variable {v['name']}: {v['query']['query']}")
+        res = query(f"count by ({m.group(2)}) ({m.group(1)})", errors)
+        check(res, f"variable {v['name']}: no values ({errors})")
+    for h in HOLDS:
+        h.stdin.close()
+        h.wait(timeout=30)
 
 
 @case("deploy/accel-exporter.yaml: unprivileged, host paths read-only, flags the exporter knows")
