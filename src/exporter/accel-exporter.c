@@ -36,6 +36,7 @@
 #include "log.h"
 #include "nvml.h"
 #include "podres.h"
+#include "status.h"
 #include "util.h"
 
 #define EXP_MAX_GPUS 64
@@ -57,6 +58,7 @@ struct exp_gpu {
     char name[96];
     char vbios[64];
     struct exp_xid xids[EXP_MAX_XIDS + 1];
+    struct status_xids recent; /* for the status page */
 };
 
 /* A growable text buffer; reused across samples so steady state allocates nothing. */
@@ -82,8 +84,10 @@ struct exporter {
     pthread_mutex_t lock;    /* guards front buffers, xid counters and the flags below */
     struct exp_buf front[2]; /* [0] Prometheus text, [1] OpenMetrics */
     struct exp_buf back[2];
-    uint64_t samples;  /* completed sampling rounds */
-    volatile int stop; /* set by main at exit; polled by the threads */
+    struct status_gpu *status, *status_back; /* the status page's view, one per GPU */
+    time_t status_time;                      /* when status was sampled */
+    uint64_t samples;                        /* completed sampling rounds */
+    volatile int stop;                       /* set by main at exit; polled by the threads */
 };
 
 static void buf_printf(struct exp_buf *b, const char *fmt, ...)
@@ -443,6 +447,52 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
 #undef COUNTER
 }
 
+/* The status page's view of GPU i (containers summed over their processes, as in
+ * accel_container_gpu_memory_used_bytes). */
+static void fill_status(const struct exporter *e, unsigned i, const struct gpu_sample *s,
+                        struct status_gpu *g)
+{
+    struct status_xids recent = g->xids;
+    memset(g, 0, sizeof *g);
+    g->xids = recent;
+    g->index = i;
+    snprintf(g->uuid, sizeof g->uuid, "%s", e->gpus[i].uuid);
+    snprintf(g->name, sizeof g->name, "%s", e->gpus[i].name);
+    g->util_ok = s->util_ok, g->utilization = s->util.gpu / 100.0;
+    g->mem_ok = s->mem_ok, g->memory_used = s->mem.used, g->memory_total = s->mem.total;
+    g->temp_ok = s->temp_ok, g->temperature = s->temp;
+    g->power_ok = s->power_ok, g->power_watts = s->power_mw / 1000.0;
+    g->ecc_ok = s->ecc_ok, g->ecc_uncorrected = s->ecc[1];
+    g->remap_ok = s->remap_ok, g->remap_pending = s->remap[2], g->remap_failed = s->remap[3];
+    g->reasons_ok = s->reasons_ok, g->clock_event_reasons = s->reasons;
+    for (size_t k = 0; k < s->nprocs; k++) {
+        const struct kube_cgroup_ref *pk = &s->pods[k];
+        struct status_pod *p = NULL;
+        if (!pk->pod_uid[0])
+            continue;
+        for (unsigned j = 0; j < g->npods && !p; j++)
+            if (!strcmp(g->pods[j].pod_uid, pk->pod_uid) &&
+                !strcmp(g->pods[j].container_id, pk->container_id))
+                p = &g->pods[j];
+        if (!p && g->npods == STATUS_MAX_PODS) {
+            g->pods_dropped++;
+            continue;
+        }
+        if (!p) {
+            p = &g->pods[g->npods++];
+            snprintf(p->pod_uid, sizeof p->pod_uid, "%s", pk->pod_uid);
+            snprintf(p->container_id, sizeof p->container_id, "%s", pk->container_id);
+            if (s->names[k]) {
+                snprintf(p->namespace_, sizeof p->namespace_, "%s", s->names[k]->namespace_);
+                snprintf(p->pod, sizeof p->pod, "%s", s->names[k]->pod);
+                snprintf(p->container, sizeof p->container, "%s", s->names[k]->container);
+            }
+        }
+        if (s->procs[k].used_memory_bytes != UINT64_MAX)
+            p->memory_bytes += s->procs[k].used_memory_bytes;
+    }
+}
+
 static void *sampler_main(void *arg)
 {
     struct exporter *e = arg;
@@ -463,9 +513,13 @@ static void *sampler_main(void *arg)
         }
         name_containers(e, ss);
         pthread_mutex_lock(&e->lock);
-        for (unsigned i = 0; i < e->ngpus; i++)
+        for (unsigned i = 0; i < e->ngpus; i++) {
             memcpy(xid_copy[i].xids, e->gpus[i].xids, sizeof xid_copy[i].xids);
+            e->status_back[i].xids = e->gpus[i].recent;
+        }
         pthread_mutex_unlock(&e->lock);
+        for (unsigned i = 0; i < e->ngpus; i++)
+            fill_status(e, i, &ss[i], &e->status_back[i]);
         for (int f = 0; f < 2; f++) {
             e->back[f].len = 0;
             e->back[f].oom = false;
@@ -479,6 +533,10 @@ static void *sampler_main(void *arg)
             e->front[f] = e->back[f];
             e->back[f] = t;
         }
+        struct status_gpu *st = e->status;
+        e->status = e->status_back;
+        e->status_back = st;
+        e->status_time = time(NULL);
         e->samples++;
         pthread_mutex_unlock(&e->lock);
         uint64_t spent = mono_ns() - t0;
@@ -508,6 +566,7 @@ static void count_xid(struct exporter *e, nvmlDevice_t dev, unsigned xid)
                 break;
             }
         }
+        status_note_xid(&e->gpus[i].recent, xid, time(NULL));
         if (!slot || xid == 0 || xid == UINT32_MAX) {
             slot = &e->gpus[i].xids[EXP_MAX_XIDS];
             xid = UINT32_MAX;
@@ -563,6 +622,45 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, cons
     return ret;
 }
 
+/* The status page: the last view copied out under the lock, rendered outside it. */
+static enum MHD_Result send_status(struct exporter *e, struct MHD_Connection *c)
+{
+    size_t sz = (e->ngpus ? e->ngpus : 1) * sizeof(struct status_gpu);
+    struct status_gpu *v = malloc(sz);
+    char *page = NULL, host[256] = "";
+    size_t len = 0;
+    if (!v)
+        return send_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", "out of memory\n", 14);
+    pthread_mutex_lock(&e->lock);
+    bool ok = e->samples > 0;
+    memcpy(v, e->status, e->ngpus * sizeof *v);
+    time_t when = e->status_time;
+    pthread_mutex_unlock(&e->lock);
+    if (!ok) {
+        free(v);
+        return send_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", "no sample yet\n", 14);
+    }
+    gethostname(host, sizeof host - 1);
+    FILE *f = open_memstream(&page, &len);
+    int r = f ? status_render(f, v, e->ngpus, host, e->driver, when) : -1;
+    if (f && fclose(f) != 0)
+        r = -1;
+    free(v);
+    if (r < 0) {
+        free(page);
+        return send_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", "out of memory\n", 14);
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, page, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(page);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_len, void **req_cls)
@@ -592,7 +690,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_unlock(&e->lock);
         return r;
     }
-    static const char nf[] = "not found: try /metrics or /healthz\n";
+    if (strcmp(url, "/") == 0)
+        return send_status(e, c);
+    static const char nf[] = "not found: try /, /metrics or /healthz\n";
     return send_text(c, MHD_HTTP_NOT_FOUND, "text/plain", nf, sizeof nf - 1);
 }
 
@@ -732,6 +832,12 @@ int main(int argc, char **argv)
             e.nvml->nvmlDeviceGetVbiosVersion(g->dev, g->vbios, sizeof g->vbios);
         e.ngpus++;
     }
+    e.status = calloc(e.ngpus ? e.ngpus : 1, sizeof *e.status);
+    e.status_back = calloc(e.ngpus ? e.ngpus : 1, sizeof *e.status_back);
+    if (!e.status || !e.status_back) {
+        log_error("out of memory");
+        return 1;
+    }
 
     /* Block the stop signals in every thread; main waits for them with sigwait. */
     sigset_t stopset;
@@ -773,5 +879,7 @@ int main(int argc, char **argv)
     }
     gpu_nvml_free(e.nvml);
     free(e.podres);
+    free(e.status);
+    free(e.status_back);
     return d ? 0 : 1;
 }

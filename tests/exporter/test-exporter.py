@@ -3,6 +3,7 @@
 exposition formats, values that follow `accel-emu set`, an injected XID counted on the right
 GPU, `promtool check metrics` clean, a real Prometheus (Debian's) scraping it, and bad flags
 refused with exit 2. Prints TAP; exits 77 when the exporter was not built."""
+import html.parser
 import json
 import os
 import re
@@ -303,6 +304,96 @@ def _():
              and sample(m, "accel_gpu_xid_events_total", gpu=3, xid=48) == 1, "XID counters")
     m = metrics()
     check(sample(m, "accel_gpu_xid_events_total", gpu=0) is None, "GPU 0 has an XID series")
+
+
+class StatusPage(html.parser.HTMLParser):
+    """The status page's GPU rows: {index: {"uuid", "health", "xids": [...], "pods": {name:
+    bytes}, "text": the row's text}}, read from the data-* attributes status.c writes."""
+
+    def __init__(self, page):
+        super().__init__()
+        self.rows, self.row = {}, None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr" and "gpu" in (a.get("class") or "").split():
+            self.row = {"uuid": a.get("data-uuid"), "health": a.get("data-health"),
+                        "xids": [], "pods": {}, "text": ""}
+            self.rows[int(a["data-gpu"])] = self.row
+        elif tag == "li" and self.row is not None:
+            if "data-xid" in a:
+                self.row["xids"].append(int(a["data-xid"]))
+            if "data-pod" in a:
+                self.row["pods"][a["data-pod"]] = int(a["data-memory-bytes"])
+
+    def handle_endtag(self, tag):
+        if tag == "tr":
+            self.row = None
+
+    def handle_data(self, data):
+        if self.row is not None:
+            self.row["text"] += data
+
+
+def check_status_page(page, where):
+    """What the page shows against the emulator: every GPU by index and UUID, GPU 2's
+    temperature, GPU 3 degraded (remap pending), the XIDs injected on GPUs 1 and 3 (fatal:
+    degraded), none or the non-fatal 31 on GPU 0, and the two pods sharing GPU 0 with their own memory."""
+    rows = StatusPage(page).rows
+    gpus = sorted(json.loads(emu("status", "--json"))["gpus"], key=lambda g: g["index"])
+    check(sorted(rows) == [g["index"] for g in gpus], f"{where}: rows {sorted(rows)}")
+    for g in gpus:
+        check(rows[g["index"]]["uuid"] == g["uuid"], f"{where}: GPU {g['index']} uuid")
+    check("83 °C" in rows[2]["text"], f"{where}: GPU 2 temperature: {rows[2]['text']!r}")
+    check(rows[1]["xids"][:2] == [79, 79] and rows[1]["health"] == "degraded",
+          f"{where}: GPU 1 {rows[1]}")
+    check(48 in rows[3]["xids"] and rows[3]["health"] == "degraded", f"{where}: GPU 3 {rows[3]}")
+    check(rows[0]["xids"] in ([], [31]) and rows[0]["health"] == "ok",
+          f"{where}: GPU 0 {rows[0]}")
+    if HOLDS:
+        nv = {p["pid"]: p["memory_bytes"] for p in gpus[0]["processes"]}
+        pods = rows[0]["pods"]
+        check(set(pods) == {"ns-a/train-a/main", "ns-b/train-b/worker"},
+              f"{where}: GPU 0 pods {pods}")
+        check(sorted(pods.values()) == sorted(nv.values()) and len(set(pods.values())) == 2,
+              f"{where}: GPU 0 pod memory {pods} vs emulator {nv}")
+    return rows
+
+
+@case("status page at /: plain HTTP, HTML with every GPU, its health, XIDs and pods")
+def _():
+    st, ctype, page = get(BASE + "/")
+    check(st == 200 and ctype.startswith("text/html"), f"{st} {ctype}")
+    check(page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>"), page[:200])
+    check(not re.search(r"""(src|href)=["']?(https?:)?//""", page), "external asset")
+    check_status_page(page, "HTTP")
+
+
+@case("status page in headless Chromium: the rendered DOM shows the GPUs and a new XID")
+def _():
+    chromium = shutil.which("chromium")
+    if not chromium:
+        return "SKIP chromium not installed (scripts/deps.sh installs it)"
+    emu("xid", "0", "31")  # a non-fatal XID (MMU fault): listed, GPU 0 stays healthy
+    wait_for(lambda: 31 in StatusPage(get(BASE + "/")[2]).rows[0]["xids"], "XID 31 on /")
+    prof = os.path.join(TMP, "chromium")
+    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            f"--user-data-dir={prof}"]
+    p = subprocess.run(args + ["--dump-dom", BASE + "/"], capture_output=True, text=True,
+                       timeout=120)
+    check(p.returncode == 0 and "</table>" in p.stdout, f"chromium rc {p.returncode}: "
+          f"{p.stderr[-2000:]}")
+    rows = check_status_page(p.stdout, "Chromium")
+    check(rows[0]["xids"] == [31] and rows[0]["health"] == "ok", f"GPU 0 in Chromium {rows[0]}")
+    shot = os.path.join(TMP, "status.png")
+    p = subprocess.run(args + ["--hide-scrollbars", "--window-size=1400,420",
+                               f"--screenshot={shot}", BASE + "/"],
+                       capture_output=True, text=True, timeout=120)
+    with open(shot, "rb") as f:
+        check(f.read(8) == b"\x89PNG\r\n\x1a\n", "screenshot is no PNG")
+    if os.environ.get("ACCEL_STATUS_SCREENSHOT"):  # docs/exporter.md: how the picture is made
+        shutil.copy(shot, os.environ["ACCEL_STATUS_SCREENSHOT"])
 
 
 @case("OpenMetrics when Accept asks for it: counter families without _total, # EOF last")
