@@ -531,10 +531,61 @@ def _():
                 check(a in helptext, f"{a} is not an accel-exporter flag")
 
 
+@case("--config: YAML settings applied, a flag wins over its key, disabled families left out")
+def _():
+    p1, p2 = free_port(), free_port()
+    cfg = os.path.join(TMP, "exporter.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"listen: 127.0.0.1:{p1}\ninterval: 100ms\npodResourcesSocket: ''\n"
+                "metrics:\n  disable: [accel_gpu_power_watts, accel_gpu_xid_events_total]\n")
+    p = subprocess.Popen([EXPORTER, "--config", cfg, "--listen", f"127.0.0.1:{p2}"], env=ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs.append(p)
+
+    def scraped():
+        st, _, body = get(f"http://127.0.0.1:{p2}/metrics")
+        return st == 200 and body
+    m = wait_for(scraped, "the configured exporter on the flag's port")
+    check(get(f"http://127.0.0.1:{p1}/metrics")[0] is None, "the config's listen won")
+    check("accel_gpu_power_watts" not in m and "accel_gpu_xid_events_total" not in m,
+          "a disabled family is served")
+    check(sample(m, "accel_gpu_temperature_celsius", gpu=2) == 83, "other families missing")
+    check(sample(m, "accel_exporter_pod_resources_up") is None, "podResourcesSocket '' ignored")
+    p.terminate()
+    check(p.wait(timeout=30) == 0, "configured exporter exit")
+
+
+@case("--config with bad YAML or a bad value: exit 2 naming file, line and column")
+def _():
+    for text, want in (("interval: 1s\n\tlisten: x\n", ":2:1: YAML syntax error"),
+                       ("listen: 127.0.0.1:1\ninterval: fast\n", ':2:11: bad interval "fast"'),
+                       ("listen: 127.0.0.1:1\nmetrics:\n  disable: [accel_gpu_nope]\n",
+                        ':3:13: metrics.disable: no metric family "accel_gpu_nope"')):
+        cfg = os.path.join(TMP, "bad.yaml")
+        with open(cfg, "w") as f:
+            f.write(text)
+        p = subprocess.run([EXPORTER, "--config", cfg], capture_output=True, text=True, env=ENV,
+                           timeout=30)
+        check(p.returncode == 2 and p.stderr.startswith(f"accel-exporter: {cfg}{want}"),
+              f"{text!r}: rc {p.returncode} {p.stderr!r}")
+
+
+@case("the families a config may disable are exactly the ones /metrics serves")
+def _():
+    with open(os.path.join(SRC, "src", "exporter", "expconfig.c")) as f:
+        src = f.read()
+    listed = re.findall(r'"(accel_[a-z_]+)",',
+                        src[src.index("exporter_metric_families[]"):src.index("NULL,")])
+    served = re.findall(r"^# HELP (\S+) ", metrics(), re.M)
+    check(sorted(listed) == sorted(served) and len(listed) == len(set(listed)),
+          f"only listed: {set(listed) - set(served)}, only served: {set(served) - set(listed)}")
+
+
 @case("bad flags exit 2, say what to give, and start nothing")
 def _():
     for args in (["--listen", "nowhere"], ["--listen", "127.0.0.1:99999"], ["--interval", "1ms"],
-                 ["--bogus", "x"], ["--listen"]):
+                 ["--bogus", "x"], ["--listen"], ["--config", os.path.join(TMP, "none.yaml")],
+                 ["--disable-metrics", "accel_gpu_nope"]):
         p = subprocess.run([EXPORTER] + args, capture_output=True, text=True, env=ENV, timeout=30)
         check(p.returncode == 2, f"{args}: rc {p.returncode}")
         check(p.stderr.startswith("accel-exporter:") and len(p.stderr) > 30, f"{args}: {p.stderr!r}")
