@@ -159,6 +159,8 @@ static bool family(struct exp_buf *b, bool om, const char *name, const char *typ
 
 struct gpu_sample {
     bool util_ok, mem_ok, temp_ok, power_ok, energy_ok, limit_ok, sm_ok, memclk_ok, reasons_ok;
+    bool slowdown_ok;
+    unsigned slowdown_c; /* the temperature at which the GPU slows itself down */
     bool ecc_ok, remap_ok, replay_ok;
     unsigned remap[4], replays; /* corrected rows, uncorrectable rows, pending, failure */
     nvmlUtilization_t util;
@@ -199,6 +201,9 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
     s->mem_ok = n->nvmlDeviceGetMemoryInfo && NVML_OK(n->nvmlDeviceGetMemoryInfo(g->dev, &s->mem));
     s->temp_ok = n->nvmlDeviceGetTemperature &&
                  NVML_OK(n->nvmlDeviceGetTemperature(g->dev, NVML_TEMPERATURE_GPU, &s->temp));
+    s->slowdown_ok = n->nvmlDeviceGetTemperatureThreshold &&
+                     NVML_OK(n->nvmlDeviceGetTemperatureThreshold(
+                         g->dev, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, &s->slowdown_c));
     s->power_ok =
         n->nvmlDeviceGetPowerUsage && NVML_OK(n->nvmlDeviceGetPowerUsage(g->dev, &s->power_mw));
     s->limit_ok = n->nvmlDeviceGetEnforcedPowerLimit &&
@@ -349,6 +354,9 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
     GAUGE("accel_gpu_memory_free_bytes", "Device memory free.", mem_ok, ss[i].mem.free);
     GAUGE("accel_gpu_memory_total_bytes", "Device memory installed.", mem_ok, ss[i].mem.total);
     GAUGE("accel_gpu_temperature_celsius", "GPU core temperature.", temp_ok, ss[i].temp);
+    GAUGE("accel_gpu_temperature_slowdown_celsius",
+          "Temperature at which the GPU slows its clocks down (NVML's slowdown threshold).",
+          slowdown_ok, ss[i].slowdown_c);
     GAUGE("accel_gpu_power_watts", "Power draw.", power_ok, ss[i].power_mw / 1000.0);
     GAUGE("accel_gpu_power_limit_watts", "Enforced power limit.", limit_ok,
           ss[i].limit_mw / 1000.0);

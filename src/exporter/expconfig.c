@@ -22,6 +22,7 @@ const char *const exporter_metric_families[] = {
     "accel_gpu_memory_free_bytes",
     "accel_gpu_memory_total_bytes",
     "accel_gpu_temperature_celsius",
+    "accel_gpu_temperature_slowdown_celsius",
     "accel_gpu_power_watts",
     "accel_gpu_power_limit_watts",
     "accel_gpu_energy_joules_total",

@@ -164,6 +164,8 @@ def _():
     check(sample(m, "accel_gpu_power_watts", gpu=2) == 412, "power 412 W")
     check(sample(m, "accel_gpu_sm_clock_hertz", gpu=2) == 1410e6, "SM clock 1410 MHz in hertz")
     check(sample(m, "accel_gpu_temperature_celsius", gpu=1) != 83, "GPU 1 changed too")
+    check(sample(m, "accel_gpu_temperature_slowdown_celsius", gpu=2) == 89,
+          "the emulator's slowdown threshold (89 °C)")
 
 
 @case("health values follow accel-emu set: throttle reasons, energy, remapped rows, PCIe replays")
