@@ -503,6 +503,13 @@ def _():
         check(m, f"variable {v['name']}: {v['query']['query']}")
         res = query(f"count by ({m.group(2)}) ({m.group(1)})", errors)
         check(res, f"variable {v['name']}: no values ({errors})")
+    # every rule of deploy/prometheus evaluates on the real series without error
+    st, _, body = get(f"http://127.0.0.1:{PROM[0]}/api/v1/rules")
+    check(st == 200, f"/api/v1/rules: {st}")
+    rules = [r for g in json.loads(body)["data"]["groups"] for r in g["rules"]]
+    bad = [f"{r['name']}: {r.get('health')} {r.get('lastError', '')}" for r in rules
+           if r.get("health") != "ok"]
+    check(len(rules) >= 20 and not bad, f"{len(rules)} rules; unhealthy: {bad}")
     for h in HOLDS:
         h.stdin.close()
         h.wait(timeout=30)
