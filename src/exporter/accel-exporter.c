@@ -718,7 +718,7 @@ static void usage(FILE *f)
         "usage: accel-exporter [--config FILE] [--listen ADDR:PORT] [--nvml-library PATH]\n"
         "                      [--interval DURATION] [--proc-root DIR]\n"
         "                      [--pod-resources-socket PATH] [--disable-metrics NAMES]\n"
-        "                      [--log-level LEVEL]\n"
+        "                      [--log-level LEVEL] [--check-config]\n"
         "  --config        YAML settings (keys as below, camelCase); flags win over it\n"
         "  --listen        address to serve /, /metrics and /healthz on (default 0.0.0.0:9835)\n"
         "  --nvml-library  NVML to load (default $%s, else %s)\n"
@@ -728,7 +728,9 @@ static void usage(FILE *f)
         "                  container names (default %s; \"\" turns it off)\n"
         "  --disable-metrics  metric families not to serve, comma-separated (config:\n"
         "                  metrics.disable)\n"
-        "  --log-level     error, warn, info or debug\n",
+        "  --log-level     error, warn, info or debug\n"
+        "  --check-config  print the settings (file and flags) as YAML and exit: 0 when\n"
+        "                  valid, 2 with the reason otherwise\n",
         GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY, EXPORTER_DEFAULT_PODRES);
 }
 
@@ -750,6 +752,7 @@ int main(int argc, char **argv)
     static struct exporter_config cfg;
     char err[512];
     const char *config_path = NULL;
+    bool check_config = false;
     log_set_ident("accel-exporter");
     exporter_config_defaults(&cfg);
     /* the config file first, whatever the order: flags override it */
@@ -759,7 +762,7 @@ int main(int argc, char **argv)
             return 0;
         }
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-            config_path = argv[i + 1];
+            config_path = argv[++i];
     }
     if (config_path && exporter_config_load(&cfg, config_path, err, sizeof err) < 0) {
         fprintf(stderr, "accel-exporter: %s\n", err);
@@ -770,6 +773,10 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < sizeof exp_flags / sizeof exp_flags[0] && !key; k++)
             if (strcmp(a, exp_flags[k].flag) == 0)
                 key = exp_flags[k].key;
+        if (strcmp(a, "--check-config") == 0) {
+            check_config = true;
+            continue;
+        }
         if (!key && strcmp(a, "--config") != 0) {
             fprintf(stderr, "accel-exporter: unknown option %s (see --help)\n", a);
             return 2;
@@ -800,6 +807,8 @@ int main(int argc, char **argv)
                 listen_s);
         return 2;
     }
+    if (check_config)
+        return exporter_config_write(stdout, &cfg) == 0 && fflush(stdout) == 0 ? 0 : 1;
 
     static struct exporter e;
     e.interval_ns = interval_ns;

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +145,45 @@ int exporter_config_set(struct exporter_config *c, const char *key, const char *
                "unknown key \"%s\" (known: listen, interval, nvmlLibrary, procRoot, "
                "podResourcesSocket, logLevel, metrics)",
                key);
+}
+
+static void quoted(FILE *f, const char *key, const char *v)
+{
+    fprintf(f, "%s: \"", key);
+    for (; *v; v++) {
+        unsigned char ch = (unsigned char)*v;
+        /* YAML 1.1 line breaks beyond ASCII (NEL, LS, PS) would fold: their escapes */
+        if (ch == 0xc2 && (unsigned char)v[1] == 0x85) {
+            fputs("\\N", f);
+            v++;
+        } else if (ch == 0xe2 && (unsigned char)v[1] == 0x80 &&
+                   ((unsigned char)v[2] == 0xa8 || (unsigned char)v[2] == 0xa9)) {
+            fputs((unsigned char)v[2] == 0xa8 ? "\\L" : "\\P", f);
+            v += 2;
+        } else if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20 || ch == 0x7f)
+            fprintf(f, "\\x%02x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputs("\"\n", f);
+}
+
+int exporter_config_write(FILE *f, const struct exporter_config *c)
+{
+    quoted(f, "listen", c->listen);
+    fprintf(f, "interval: %" PRIu64 "ns\n", c->interval_ns);
+    quoted(f, "nvmlLibrary", c->nvml_library);
+    quoted(f, "procRoot", c->proc_root);
+    quoted(f, "podResourcesSocket", c->pod_resources_socket);
+    if (c->log_level[0])
+        quoted(f, "logLevel", c->log_level);
+    fputs("metrics:\n  disable: [", f);
+    for (size_t i = 0; i < c->ndisabled; i++)
+        fprintf(f, "%s%s", i ? ", " : "", c->disabled[i]);
+    fputs("]\n", f);
+    return ferror(f) ? -1 : 0;
 }
 
 bool exporter_config_disabled(const struct exporter_config *c, const char *name)

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define EXPORTER_CONFIG_MAX_DISABLED 64
 #define EXPORTER_DEFAULT_LISTEN "0.0.0.0:9835"
@@ -44,6 +45,10 @@ int exporter_config_parse(struct exporter_config *c, const char *data, size_t le
 
 /* Reads path and parses it; -errno with err set when it cannot be read. */
 int exporter_config_load(struct exporter_config *c, const char *path, char *err, size_t errlen);
+
+/* Writes the settings as a YAML config that parses back to the same settings (strings
+ * double-quoted, the interval in nanoseconds as "NNNns"). Returns 0, or -1 on a write error. */
+int exporter_config_write(FILE *f, const struct exporter_config *c);
 
 /* true when the config turns off the family called name. */
 bool exporter_config_disabled(const struct exporter_config *c, const char *name);

@@ -3,6 +3,7 @@
  * family name, the flag form of each key. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "expconfig.h"
@@ -125,6 +126,31 @@ TEST(missing_file_says_so)
     exporter_config_defaults(&c);
     CHECK_EQ_INT(exporter_config_load(&c, "/nonexistent/accel.yaml", err, sizeof err), -ENOENT);
     CHECK(strstr(err, "/nonexistent/accel.yaml: cannot read the config"));
+}
+
+TEST(written_settings_parse_back_the_same)
+{
+    struct exporter_config c, d;
+    char err[512], *text = NULL;
+    size_t len = 0;
+    exporter_config_defaults(&c);
+    REQUIRE_EQ_INT(parse(&c,
+                         "procRoot: \"/a\\\"b\\\\c\\x01\\u2028\\N\"\n"
+                         "logLevel: warn\ninterval: 1500ms\n"
+                         "metrics: {disable: [accel_gpu_info, accel_gpu_power_watts]}\n",
+                         err, sizeof err),
+                   0);
+    FILE *f = open_memstream(&text, &len);
+    REQUIRE(f);
+    CHECK_EQ_INT(exporter_config_write(f, &c), 0);
+    fclose(f);
+    CHECK(strstr(text, "procRoot: \"/a\\\"b\\\\c\\x01\\L\\N\"\n"));
+    CHECK(strstr(text, "interval: 1500000000ns\n"));
+    CHECK(strstr(text, "disable: [accel_gpu_info, accel_gpu_power_watts]\n"));
+    exporter_config_defaults(&d);
+    CHECK_EQ_INT(parse(&d, text, err, sizeof err), 0);
+    CHECK(memcmp(&c, &d, sizeof c) == 0);
+    free(text);
 }
 
 int main(int argc, char **argv)

@@ -54,5 +54,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (c.disabled[j] == c.disabled[i])
                 abort();
     }
+    /* what --check-config prints parses back to the same settings */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f || exporter_config_write(f, &c) < 0 || fclose(f) != 0)
+        abort();
+    exporter_config_defaults(&d);
+    if (exporter_config_parse(&d, text, len, "written", err, sizeof err) < 0 ||
+        memcmp(&c, &d, sizeof c) != 0)
+        abort();
+    free(text);
     return 0;
 }
