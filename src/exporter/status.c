@@ -36,7 +36,9 @@ const char *status_health(const struct status_gpu *g, const char **reason)
             *reason = "fatal XID";
             return "degraded";
         }
-    if (g->remap_ok && g->remap_failed)
+    if (!g->util_ok && !g->mem_ok && !g->temp_ok && !g->power_ok)
+        *reason = "NVML does not answer for it";
+    else if (g->remap_ok && g->remap_failed)
         *reason = "row remap failed";
     else if (g->remap_ok && g->remap_pending)
         *reason = "row remap pending (reset the GPU)";

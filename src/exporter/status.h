@@ -53,8 +53,9 @@ struct status_gpu {
 void status_note_xid(struct status_xids *r, unsigned xid, time_t when);
 
 /* The GPU's health: "ok", or "degraded" with *reason set (a static string) to the first of:
- * a fatal XID among the recent ones (see docs/runbooks.md), a failed or pending row remap,
- * uncorrectable ECC errors, thermal slowdown. */
+ * a fatal XID among the recent ones (see docs/runbooks.md), no answer from NVML (utilization,
+ * memory, temperature and power all unread), a failed or pending row remap, uncorrectable ECC
+ * errors, thermal slowdown. */
 const char *status_health(const struct status_gpu *g, const char **reason);
 
 /* Writes the page for n GPUs to f. host: the node's name; driver: its driver version; now:

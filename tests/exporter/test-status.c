@@ -52,6 +52,9 @@ TEST(health_names_the_first_reason)
     static struct status_gpu g;
     const char *why;
     gpu(&g, 0);
+    CHECK_EQ_STR(status_health(&g, &why), "degraded");
+    CHECK_EQ_STR(why, "NVML does not answer for it");
+    g.temp_ok = true;
     CHECK_EQ_STR(status_health(&g, &why), "ok");
     CHECK_EQ_STR(why, "");
     g.reasons_ok = true;
