@@ -578,6 +578,21 @@ def _():
     check(p.wait(timeout=30) == 0, "configured exporter exit")
 
 
+@case("the example config in docs/exporter.md is one the exporter takes")
+def _():
+    with open(os.path.join(SRC, "docs", "exporter.md")) as f:
+        doc = f.read()
+    m = re.search(r"## Configuration\n.*?```yaml\n(.*?)```", doc, re.S)
+    check(m, "no yaml block under Configuration")
+    cfg = os.path.join(TMP, "doc.yaml")
+    with open(cfg, "w") as f:
+        f.write(m.group(1))
+    p = subprocess.run([EXPORTER, "--config", cfg, "--check-config"], capture_output=True,
+                       text=True, timeout=30)
+    check(p.returncode == 0 and "disable: [accel_gpu_process_memory_used_bytes]" in p.stdout,
+          f"rc {p.returncode}: {p.stdout}{p.stderr}")
+
+
 @case("--config with bad YAML or a bad value: exit 2 naming file, line and column")
 def _():
     for text, want in (("interval: 1s\n\tlisten: x\n", ":2:1: YAML syntax error"),
