@@ -61,6 +61,20 @@ struct dra_claim_source {
     void *ctx;
 };
 
+/* An asynchronous claim reader (the API server): start() begins reading
+ * namespace/name and calls done exactly once, later, from the loop: with the
+ * claim (ownership passes to done; its uid checked against uid) or with
+ * claim NULL and -errno plus a message. cancel() stops a read that has not
+ * called done yet (done is then never called). Strings are copied. */
+typedef void (*dra_fetch_done_fn)(void *user_data, struct dra_claim *claim, int error,
+                                  const char *message);
+struct dra_claim_fetcher {
+    int (*start)(void *ctx, const char *namespace_, const char *name, const char *uid,
+                 dra_fetch_done_fn done, void *user_data, void **ret_handle);
+    void (*cancel)(void *ctx, void *handle);
+    void *ctx;
+};
+
 /* A source reading <dir>/<namespace>_<name>.json (ResourceClaim JSON). The
  * test stand-in for the API client; dir is borrowed. */
 struct dra_claim_source dra_claim_source_dir(const char *dir);
@@ -150,6 +164,8 @@ int dra_unprepare(struct dra_state *st, const char *uid, char *err, size_t errle
 
 /* Number of prepared claims; the i-th (borrowed). */
 size_t dra_state_count(const struct dra_state *st);
+/* The prepared claim with this uid, or NULL (borrowed). */
+const struct dra_prepared *dra_state_find(const struct dra_state *st, const char *uid);
 const struct dra_prepared *dra_state_get(const struct dra_state *st, size_t i);
 
 /* The CDI kind of claim devices: "<driver_name>/claim". */
@@ -158,11 +174,15 @@ int dra_cdi_kind(const char *driver_name, char *buf, size_t len);
 /* ----------------------------------------------------------------- plugin */
 
 struct dra_plugin_config {
-    const char *driver_name;  /* gpu.accel.dev */
-    const char *registry_dir; /* /var/lib/kubelet/plugins_registry */
-    const char *plugin_dir;   /* /var/lib/kubelet/plugins/<driver name> */
-    struct dra_state *state;  /* borrowed */
-    struct dra_claim_source source;
+    const char *driver_name;          /* gpu.accel.dev */
+    const char *registry_dir;         /* /var/lib/kubelet/plugins_registry */
+    const char *plugin_dir;           /* /var/lib/kubelet/plugins/<driver name> */
+    struct dra_state *state;          /* borrowed */
+    struct dra_claim_source source;   /* used when fetcher.start is NULL */
+    struct dra_claim_fetcher fetcher; /* the API server: claims read asynchronously */
+    /* after every prepare or unprepare that changed the state (optional) */
+    void (*on_change)(void *user_data);
+    void *on_change_data;
 };
 
 struct dra_plugin;

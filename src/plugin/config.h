@@ -35,6 +35,7 @@ enum acceld_strategy {
 enum acceld_mode {
     ACCELD_MODE_PGPU = 0,
     ACCELD_MODE_VGPU = 1,
+    ACCELD_MODE_DRA = 2, /* a node mode: the DRA driver serves every GPU (docs/dra.md) */
 };
 
 struct acceld_config {
@@ -68,6 +69,10 @@ struct acceld_config {
     bool vgpu_over_quota_kill;                  /* vgpu.overQuotaAction: kill (else none) */
     uint64_t vgpu_check_interval_ns;            /* vgpu.checkInterval; 0 = never */
     char gpu_modes[ACCELD_PATH_MAX];            /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
+    char dra_registry_dir[ACCELD_PATH_MAX];     /* dra.registryDir */
+    char dra_plugin_dir[ACCELD_PATH_MAX];       /* dra.pluginDir; "" = <kubelet>/plugins/<driver> */
+    bool dra_shared;                            /* dra.sharing: shared (else exclusive) */
+    uint64_t dra_claim_wait_ns;                 /* dra.claimWait */
 };
 
 /* One key the config knows: its YAML path and its flag (without "--"). */
