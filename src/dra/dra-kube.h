@@ -60,6 +60,8 @@ struct dra_publisher_stats {
 int dra_publisher_new(struct ev_loop *loop, struct kube_client *client, const char *driver_name,
                       const char *node_name, struct dra_publisher **ret);
 struct dra_publisher *dra_publisher_free(struct dra_publisher *p);
+/* fn(user_data) after every reconciliation round ends (in step or failed). */
+void dra_publisher_on_round(struct dra_publisher *p, void (*fn)(void *), void *user_data);
 /* The GPUs to publish (borrowed until the next call or free); starts a
  * reconciliation (or queues one behind the one running). */
 void dra_publisher_set(struct dra_publisher *p, const struct dra_gpu *gpus, size_t n_gpus);

@@ -38,6 +38,8 @@ struct dra_publisher {
     int64_t max_gen; /* the highest pool generation seen in the LIST */
     char error[512];
     struct dra_publisher_stats stats;
+    void (*on_round)(void *);
+    void *on_round_data;
 };
 
 static void reconcile(struct dra_publisher *p);
@@ -75,12 +77,14 @@ static void round_end(struct dra_publisher *p, const char *error)
         if (ev_loop_add_timer(p->loop, p->backoff_ns, on_backoff, p, &p->backoff_timer) < 0)
             log_error("dra: cannot arm the ResourceSlice retry timer");
         p->backoff_ns = p->backoff_ns * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : p->backoff_ns * 2;
-        return;
+    } else {
+        p->error[0] = '\0';
+        p->backoff_ns = BACKOFF_MIN_NS;
+        p->stats.syncs++;
     }
-    p->error[0] = '\0';
-    p->backoff_ns = BACKOFF_MIN_NS;
-    p->stats.syncs++;
-    if (p->dirty)
+    if (p->on_round)
+        p->on_round(p->on_round_data);
+    if (!error && p->dirty)
         reconcile(p);
 }
 
@@ -336,6 +340,12 @@ struct dra_publisher *dra_publisher_free(struct dra_publisher *p)
     clear_round(p);
     free(p);
     return NULL;
+}
+
+void dra_publisher_on_round(struct dra_publisher *p, void (*fn)(void *), void *user_data)
+{
+    p->on_round = fn;
+    p->on_round_data = user_data;
 }
 
 void dra_publisher_set(struct dra_publisher *p, const struct dra_gpu *gpus, size_t n_gpus)

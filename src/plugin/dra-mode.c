@@ -274,6 +274,11 @@ static int make_gpus(struct dra_agent *a)
     return 0;
 }
 
+static void on_state_change(void *ud)
+{
+    write_status(ud);
+}
+
 static int kube_start(struct dra_agent *a)
 {
     char err[1024];
@@ -286,6 +291,8 @@ static int kube_start(struct dra_agent *a)
         r = dra_kube_claims_new(a->loop, a->client, a->cfg->dra_claim_wait_ns, &a->claims);
     if (r == 0)
         r = dra_publisher_new(a->loop, a->client, ACCELD_DRA_DRIVER, a->node, &a->pub);
+    if (r == 0)
+        dra_publisher_on_round(a->pub, on_state_change, a);
     if (r < 0)
         log_error("dra: cannot start the API client: %s", strerror(-r));
     return r;
@@ -304,11 +311,6 @@ static void on_signal(struct ev_loop *loop, int fd, uint32_t events, void *ud)
             ev_loop_quit(loop);
         }
     }
-}
-
-static void on_state_change(void *ud)
-{
-    write_status(ud);
 }
 
 static int start(struct dra_agent *a, int sig_fd)
