@@ -210,3 +210,30 @@ bool dra_plugin_registered(const struct dra_plugin *p);
 int dra_slice_render(const char *driver_name, const char *node_name, const char *slice_name,
                      int64_t generation, const struct dra_gpu *gpus, size_t n_gpus,
                      char **ret_json);
+
+/* What the API server's ResourceSliceList (body) means for the node's slice
+ * `name` of driver on node: items of another driver or node are ignored;
+ * ours (the first item named `name`, kept only when keep_ours) is described
+ * by its pool generation, resourceVersion and canonical spec; every other
+ * item of this node and driver is stale (to delete). */
+struct dra_slice_list {
+    char **stale; /* names */
+    size_t n_stale;
+    bool have_ours;
+    int64_t ours_generation; /* >= 0 */
+    char *ours_rv;
+    char *ours_spec;        /* dra_slice_spec_canonical's form */
+    int64_t max_generation; /* the highest pool generation among them (0 if none) */
+};
+
+/* Returns 0, -EINVAL (not a list: message in err) or -ENOMEM. On success
+ * the caller clears *ret with dra_slice_list_clear. */
+int dra_slice_list_parse(const char *body, size_t len, const char *driver, const char *node,
+                         const char *name, bool keep_ours, struct dra_slice_list *ret, char *err,
+                         size_t errlen);
+void dra_slice_list_clear(struct dra_slice_list *l);
+
+/* The spec of a ResourceSlice (JSON text) as compact, key-sorted JSON
+ * without the fields the server fills in (a taint's timeAdded): two slices
+ * need no update when these are equal. *ret owned (free). -EINVAL: no spec. */
+int dra_slice_spec_canonical(const char *slice_json, size_t len, char **ret);

@@ -32,10 +32,7 @@ struct dra_publisher {
     struct kube_request *req;
     uint64_t backoff_timer;
     uint64_t backoff_ns;
-    char **stale; /* slice names to delete, in this reconciliation */
-    size_t n_stale;
-    json_t *ours;    /* our slice as the server has it (NULL: absent) */
-    int64_t max_gen; /* the highest pool generation seen in the LIST */
+    struct dra_slice_list list; /* this round's LIST: stale slices, ours */
     char error[512];
     struct dra_publisher_stats stats;
     void (*on_round)(void *);
@@ -47,13 +44,7 @@ static void step(struct dra_publisher *p);
 
 static void clear_round(struct dra_publisher *p)
 {
-    for (size_t i = 0; i < p->n_stale; i++)
-        free(p->stale[i]);
-    free(p->stale);
-    p->stale = NULL;
-    p->n_stale = 0;
-    json_decref(p->ours);
-    p->ours = NULL;
+    dra_slice_list_clear(&p->list);
 }
 
 static void on_backoff(struct ev_loop *loop, void *ud)
@@ -110,7 +101,7 @@ static void on_written(struct kube_client *c, const struct kube_response *resp, 
     (void)c;
     struct dra_publisher *p = ud;
     p->req = NULL;
-    bool create = p->ours == NULL;
+    bool create = !p->list.have_ours;
     if (resp->status == 409) {
         conflict(p, create ? "create" : "update");
         return;
@@ -133,7 +124,7 @@ static void on_deleted(struct kube_client *c, const struct kube_response *resp, 
     (void)c;
     struct dra_publisher *p = ud;
     p->req = NULL;
-    const char *name = p->stale[p->n_stale - 1];
+    const char *name = p->list.stale[p->list.n_stale - 1];
     if (resp->status == 409) {
         conflict(p, name);
         return;
@@ -148,65 +139,43 @@ static void on_deleted(struct kube_client *c, const struct kube_response *resp, 
         p->stats.deletes++;
         log_info("dra: stale ResourceSlice %s deleted", name);
     }
-    free(p->stale[--p->n_stale]);
+    free(p->list.stale[--p->list.n_stale]);
     step(p);
-}
-
-/* The spec without what the server adds (a taint's timeAdded). */
-static json_t *spec_of(json_t *slice)
-{
-    json_t *spec = json_deep_copy(json_object_get(slice, "spec"));
-    size_t i, j;
-    json_t *d, *t;
-    json_array_foreach(json_object_get(spec, "devices"), i, d)
-    {
-        json_array_foreach(json_object_get(d, "taints"), j, t)
-        {
-            json_object_del(t, "timeAdded");
-        }
-    }
-    return spec;
 }
 
 /* Writes our slice if needed, once the stale ones are gone. */
 static void write_ours(struct dra_publisher *p)
 {
-    int64_t cur = -1;
-    if (p->ours)
-        cur = json_integer_value(json_object_get(
-            json_object_get(json_object_get(p->ours, "spec"), "pool"), "generation"));
-    char *text = NULL;
-    int r =
-        dra_slice_render(p->driver, p->node, p->name, cur < 0 ? 0 : cur, p->gpus, p->n_gpus, &text);
+    const struct dra_slice_list *l = &p->list;
+    int64_t cur = l->have_ours ? l->ours_generation : 0;
+    char *text = NULL, *spec = NULL;
+    int r = dra_slice_render(p->driver, p->node, p->name, cur, p->gpus, p->n_gpus, &text);
+    if (r == 0 && l->have_ours && dra_slice_spec_canonical(text, strlen(text), &spec) == 0 &&
+        strcmp(spec, l->ours_spec) == 0) {
+        free(text);
+        free(spec);
+        p->stats.generation = cur;
+        round_end(p, NULL);
+        return;
+    }
+    free(spec);
+    free(text);
+    /* a new generation above every slice of the pool seen, so consumers
+     * ignore older ones */
+    int64_t gen = (cur > l->max_generation ? cur : l->max_generation) + 1;
+    r = dra_slice_render(p->driver, p->node, p->name, gen, p->gpus, p->n_gpus, &text);
     json_t *want = r == 0 ? json_loads(text, 0, NULL) : NULL;
     free(text);
     if (!want) {
         round_end(p, "cannot render the slice");
         return;
     }
-    if (p->ours) {
-        json_t *a = spec_of(p->ours), *b = spec_of(want);
-        bool same = json_equal(a, b);
-        json_decref(a);
-        json_decref(b);
-        if (same) {
-            json_decref(want);
-            p->stats.generation = cur;
-            round_end(p, NULL);
-            return;
-        }
-    }
-    /* a new generation above every slice of the pool seen, so consumers
-     * ignore older ones */
-    int64_t gen = (cur > p->max_gen ? cur : p->max_gen) + 1;
-    json_t *pool = json_object_get(json_object_get(want, "spec"), "pool");
-    json_object_set_new(pool, "generation", json_integer(gen));
     char path[600];
     const char *method = "POST";
     snprintf(path, sizeof(path), "%s", SLICES_PATH);
-    if (p->ours) {
-        json_t *rv = json_object_get(json_object_get(p->ours, "metadata"), "resourceVersion");
-        json_object_set(json_object_get(want, "metadata"), "resourceVersion", rv);
+    if (l->have_ours) {
+        json_object_set_new(json_object_get(want, "metadata"), "resourceVersion",
+                            json_string(l->ours_rv));
         snprintf(path, sizeof(path), "%s/%s", SLICES_PATH, p->name);
         method = "PUT";
     }
@@ -226,9 +195,9 @@ static void write_ours(struct dra_publisher *p)
 
 static void step(struct dra_publisher *p)
 {
-    if (p->n_stale) {
+    if (p->list.n_stale) {
         char path[600];
-        snprintf(path, sizeof(path), "%s/%s", SLICES_PATH, p->stale[p->n_stale - 1]);
+        snprintf(path, sizeof(path), "%s/%s", SLICES_PATH, p->list.stale[p->list.n_stale - 1]);
         if (kube_client_request(p->client, "DELETE", path, NULL, NULL, on_deleted, p, &p->req) < 0)
             round_end(p, "cannot start the request");
         return;
@@ -251,44 +220,13 @@ static void on_list(struct kube_client *c, const struct kube_response *resp, voi
         failed(p, "list", resp);
         return;
     }
-    json_t *list = json_loadb(resp->body, resp->body_len, 0, NULL);
-    json_t *items = json_object_get(list, "items");
-    if (!json_is_array(items)) {
-        json_decref(list);
-        round_end(p, "list: the answer has no items");
+    char err[256], msg[300];
+    if (dra_slice_list_parse(resp->body, resp->body_len, p->driver, p->node, p->name, p->n_gpus > 0,
+                             &p->list, err, sizeof(err)) < 0) {
+        snprintf(msg, sizeof(msg), "list: %s", err);
+        round_end(p, msg);
         return;
     }
-    size_t i;
-    json_t *it;
-    p->max_gen = 0;
-    p->stale = calloc(json_array_size(items) + 1, sizeof(char *));
-    if (!p->stale) {
-        json_decref(list);
-        round_end(p, "out of memory");
-        return;
-    }
-    json_array_foreach(items, i, it)
-    {
-        json_t *spec = json_object_get(it, "spec");
-        const char *name =
-            json_string_value(json_object_get(json_object_get(it, "metadata"), "name"));
-        /* the field selector is the server's; check what came back anyway */
-        if (!name || !json_is_object(spec) ||
-            strcmp(json_string_value(json_object_get(spec, "driver")) ?: "", p->driver) != 0 ||
-            strcmp(json_string_value(json_object_get(spec, "nodeName")) ?: "", p->node) != 0)
-            continue;
-        int64_t g =
-            json_integer_value(json_object_get(json_object_get(spec, "pool"), "generation"));
-        if (g > p->max_gen)
-            p->max_gen = g;
-        if (strcmp(name, p->name) == 0 && p->n_gpus) {
-            json_decref(p->ours);
-            p->ours = json_incref(it);
-        } else if ((p->stale[p->n_stale] = strdup(name))) {
-            p->n_stale++;
-        }
-    }
-    json_decref(list);
     step(p);
 }
 
