@@ -183,6 +183,11 @@ struct dra_plugin_config {
     /* after every prepare or unprepare that changed the state (optional) */
     void (*on_change)(void *user_data);
     void *on_change_data;
+    /* the devices whose health the resource-health stream reports (borrowed;
+     * n_gpus 0: the service answers with an empty list) and their pool */
+    const struct dra_gpu *gpus;
+    size_t n_gpus;
+    const char *pool_name;
 };
 
 struct dra_plugin;
@@ -196,6 +201,11 @@ struct dra_plugin;
 int dra_plugin_new(struct ev_loop *loop, const struct dra_plugin_config *cfg,
                    struct dra_plugin **ret);
 struct dra_plugin *dra_plugin_free(struct dra_plugin *p);
+/* The devices' health changed (cfg.gpus[i].healthy): every open
+ * NodeWatchResources stream (dra-health v1alpha1) gets the full list again. */
+void dra_plugin_health_changed(struct dra_plugin *p);
+/* Open NodeWatchResources streams (tests, accelctl). */
+size_t dra_plugin_health_watchers(const struct dra_plugin *p);
 /* Registration results received from the kubelet (NotifyRegistrationStatus). */
 bool dra_plugin_registered(const struct dra_plugin *p);
 

@@ -6,6 +6,7 @@
 #include "dra.h"
 
 #include "dra.pb-c.h"
+#include "drahealth.pb-c.h"
 #include "grpc.h"
 #include "log.h"
 #include "pluginregistration.pb-c.h"
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/inotify.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DRA_ERR_LEN 512
@@ -44,6 +46,12 @@ struct dra_plugin {
     int ino_fd;
     bool registered;
     struct pending *pending; /* prepare calls waiting for the API server */
+    /* resource-health streams (NodeWatchResources), and per device its last
+     * reported health and when it was determined (Unix seconds) */
+    struct grpc_call **watchers;
+    size_t n_watchers, cap_watchers;
+    bool *last_healthy;
+    int64_t *changed_at;
 };
 
 /* ---------------------------------------------------------- registration */
@@ -391,6 +399,106 @@ out:
     free(errs);
 }
 
+/* ------------------------------------------------------ resource health */
+
+/* Sends every device's health on one stream. Returns grpc_call_send's result. */
+static int health_send(struct dra_plugin *p, struct grpc_call *call)
+{
+    size_t n = p->cfg.n_gpus;
+    V1alpha1__NodeWatchResourcesResponse resp = V1ALPHA1__NODE_WATCH_RESOURCES_RESPONSE__INIT;
+    V1alpha1__DeviceHealth *h = calloc(n ? n : 1, sizeof(*h));
+    V1alpha1__DeviceIdentifier *id = calloc(n ? n : 1, sizeof(*id));
+    V1alpha1__DeviceHealth **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+    int r = -ENOMEM;
+    if (h && id && ptrs) {
+        for (size_t i = 0; i < n; i++) {
+            v1alpha1__device_identifier__init(&id[i]);
+            v1alpha1__device_health__init(&h[i]);
+            id[i].pool_name = (char *)(p->cfg.pool_name ? p->cfg.pool_name : "");
+            id[i].device_name = (char *)p->cfg.gpus[i].name;
+            h[i].device = &id[i];
+            h[i].health = p->cfg.gpus[i].healthy ? V1ALPHA1__HEALTH_STATUS__HEALTHY
+                                                 : V1ALPHA1__HEALTH_STATUS__UNHEALTHY;
+            h[i].last_updated_time = p->changed_at[i];
+            ptrs[i] = &h[i];
+        }
+        resp.n_devices = n;
+        resp.devices = ptrs;
+        r = grpc_call_send_msg(call, &resp.base);
+    }
+    free(h);
+    free(id);
+    free(ptrs);
+    return r;
+}
+
+static void watcher_remove(struct dra_plugin *p, size_t i)
+{
+    p->watchers[i] = p->watchers[--p->n_watchers];
+}
+
+static void on_watch_cancelled(struct grpc_call *call, void *ud)
+{
+    struct dra_plugin *p = ud;
+    for (size_t i = 0; i < p->n_watchers; i++) {
+        if (p->watchers[i] == call) {
+            watcher_remove(p, i);
+            break;
+        }
+    }
+    grpc_call_finish(call, GRPC_STATUS_CANCELLED, NULL);
+}
+
+static void on_watch_resources(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    (void)req;
+    struct dra_plugin *p = ud;
+    if (p->n_watchers == p->cap_watchers) {
+        size_t cap = p->cap_watchers ? p->cap_watchers * 2 : 4;
+        struct grpc_call **w = realloc(p->watchers, cap * sizeof(*w));
+        if (!w) {
+            grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
+        p->watchers = w;
+        p->cap_watchers = cap;
+    }
+    if (health_send(p, call) < 0) {
+        grpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, "cannot send the device health");
+        return;
+    }
+    p->watchers[p->n_watchers++] = call;
+    grpc_call_set_cancel_cb(call, on_watch_cancelled, p);
+    log_info("dra: the kubelet watches the health of %zu device(s)", p->cfg.n_gpus);
+}
+
+void dra_plugin_health_changed(struct dra_plugin *p)
+{
+    int64_t now = (int64_t)time(NULL);
+    for (size_t i = 0; i < p->cfg.n_gpus; i++) {
+        if (p->last_healthy[i] != p->cfg.gpus[i].healthy) {
+            p->last_healthy[i] = p->cfg.gpus[i].healthy;
+            p->changed_at[i] = now;
+        }
+    }
+    for (size_t i = 0; i < p->n_watchers;) {
+        if (health_send(p, p->watchers[i]) < 0) {
+            /* gone or not reading: end it; the kubelet opens a new one */
+            struct grpc_call *c = p->watchers[i];
+            grpc_call_set_cancel_cb(c, NULL, NULL);
+            watcher_remove(p, i);
+            grpc_call_finish(c, GRPC_STATUS_UNAVAILABLE, "stream not keeping up");
+            continue;
+        }
+        i++;
+    }
+}
+
+size_t dra_plugin_health_watchers(const struct dra_plugin *p)
+{
+    return p->n_watchers;
+}
+
 /* ------------------------------------------------------------ sockets */
 
 static int listen_registration(struct dra_plugin *p)
@@ -472,6 +580,21 @@ int dra_plugin_new(struct ev_loop *loop, const struct dra_plugin_config *cfg,
                  on_unprepare, p)) < 0)
             goto fail;
     }
+    if ((r = grpc_server_add_method(p->server, "/v1alpha1.DRAResourceHealth/NodeWatchResources",
+                                    GRPC_METHOD_SERVER_STREAMING,
+                                    &v1alpha1__node_watch_resources_request__descriptor,
+                                    on_watch_resources, p)) < 0)
+        goto fail;
+    p->last_healthy = calloc(cfg->n_gpus ? cfg->n_gpus : 1, sizeof(bool));
+    p->changed_at = calloc(cfg->n_gpus ? cfg->n_gpus : 1, sizeof(int64_t));
+    if (!p->last_healthy || !p->changed_at) {
+        r = -ENOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < cfg->n_gpus; i++) {
+        p->last_healthy[i] = cfg->gpus[i].healthy;
+        p->changed_at[i] = (int64_t)time(NULL);
+    }
     if ((r = grpc_server_add_method(
              p->server, "/pluginregistration.Registration/GetInfo", GRPC_METHOD_UNARY,
              &pluginregistration__info_request__descriptor, on_get_info, p)) < 0 ||
@@ -522,6 +645,13 @@ struct dra_plugin *dra_plugin_free(struct dra_plugin *p)
         grpc_call_finish(pd->call, GRPC_STATUS_UNAVAILABLE, "the DRA driver is stopping");
         pending_free(pd);
     }
+    for (size_t i = 0; i < p->n_watchers; i++) {
+        grpc_call_set_cancel_cb(p->watchers[i], NULL, NULL);
+        grpc_call_finish(p->watchers[i], GRPC_STATUS_UNAVAILABLE, "the DRA driver is stopping");
+    }
+    free(p->watchers);
+    free(p->last_healthy);
+    free(p->changed_at);
     grpc_server_free(p->server);
     free(p);
     return NULL;

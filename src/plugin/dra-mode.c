@@ -121,6 +121,8 @@ static void write_status(struct dra_agent *a)
 static void publish(struct dra_agent *a)
 {
     dra_publisher_set(a->pub, a->gpus, a->n);
+    if (a->plugin)
+        dra_plugin_health_changed(a->plugin);
     write_status(a);
 }
 
@@ -391,6 +393,9 @@ static int start(struct dra_agent *a, int sig_fd)
         .fetcher = dra_kube_claims_fetcher(a->claims),
         .on_change = on_state_change,
         .on_change_data = a,
+        .gpus = a->gpus,
+        .n_gpus = a->n,
+        .pool_name = a->node,
     };
     if ((r = dra_plugin_new(a->loop, &pc, &a->plugin)) < 0) {
         log_error("dra: cannot serve the kubelet plugin sockets: %s", strerror(-r));

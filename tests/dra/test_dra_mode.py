@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -39,6 +40,11 @@ import mountns  # noqa: E402
 
 T = 20
 GiB = 1 << 30
+# the kubelet's DRA resource-health API (dra-health v1alpha1)
+shutil.copy(os.path.join(k.SRC, "proto/dra-health/v1alpha1/api.proto"),
+            os.path.join(k.TMP, "drahealth.proto"))
+subprocess.check_call(["protoc", "-I", k.TMP, "--python_out", k.TMP, "drahealth.proto"])
+import drahealth_pb2 as health  # noqa: E402
 NODE = "node-a"
 SLICE = NODE + "-" + k.DRIVER
 KM = os.environ.get("KUBERNETES_MODELS_DIR",
@@ -104,6 +110,40 @@ def device(api, name):
     if len(s) != 1:
         return None
     return next((d for d in s[0]["spec"]["devices"] if d["name"] == name), None)
+
+
+class HealthWatch:
+    """The kubelet's NodeWatchResources stream, read on a thread: every message as
+    {device name: health name}."""
+
+    def __init__(self, endpoint):
+        self.ch = k.grpc.insecure_channel("unix:" + endpoint)
+        call = self.ch.unary_stream("/v1alpha1.DRAResourceHealth/NodeWatchResources",
+                                    request_serializer=health.NodeWatchResourcesRequest
+                                    .SerializeToString,
+                                    response_deserializer=health.NodeWatchResourcesResponse
+                                    .FromString)
+        self.stream = call(health.NodeWatchResourcesRequest())
+        self.msgs = []
+        self.pools = set()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            for m in self.stream:
+                self.pools |= {d.device.pool_name for d in m.devices}
+                self.msgs.append({d.device.device_name: health.HealthStatus.Name(d.health)
+                                  for d in m.devices})
+        except k.grpc.RpcError:
+            pass
+
+    def last(self):
+        return self.msgs[-1] if self.msgs else None
+
+    def close(self):
+        self.stream.cancel()
+        self.ch.close()
 
 
 def run(tap, build, emu, api, drv, knode, uuids):
@@ -173,6 +213,10 @@ def run(tap, build, emu, api, drv, knode, uuids):
            "half-written", err)
 
     # ---- XID 79 -> taint (through a 409 on the write), recovery -> no taint
+    hw = HealthWatch(info.endpoint)
+    ok = K.wait_until(lambda: hw.last() == {"gpu-0": "HEALTHY", "gpu-1": "HEALTHY"}, T)
+    tap.ok(ok and hw.pools == {NODE}, "NodeWatchResources (dra-health v1alpha1): both devices "
+           "HEALTHY in pool " + NODE, hw.msgs)
     api.call("POST", "/_fake/conflicts", {"n": 1})
     emu.cmd("xid", 1, 79)
     ok = K.wait_until(lambda: (device(api, "gpu-1") or {}).get("taints") ==
@@ -186,6 +230,8 @@ def run(tap, build, emu, api, drv, knode, uuids):
            not (device(api, "gpu-0") or {}).get("taints"),
            "XID 79 taints gpu-1 NoExecute (after a 409 Conflict: listed again, written)",
            json.dumps([device(api, "gpu-1"), st.get("counts")]))
+    ok = K.wait_until(lambda: hw.last() == {"gpu-0": "HEALTHY", "gpu-1": "UNHEALTHY"}, T)
+    tap.ok(ok, "the kubelet's health stream reports gpu-1 UNHEALTHY", hw.msgs)
     acctl = accelctl(build, knode, "dra")
     tap.ok(acctl.returncode == 0 and SLICE in acctl.stdout and "NoExecute" in acctl.stdout and
            uid in acctl.stdout and "gpu-0" in acctl.stdout,
@@ -194,6 +240,9 @@ def run(tap, build, emu, api, drv, knode, uuids):
     ok = K.wait_until(lambda: device(api, "gpu-1") is not None and
                       "taints" not in device(api, "gpu-1"), T)
     tap.ok(ok, "the taint is removed after health.recoverAfter", device(api, "gpu-1"))
+    ok = K.wait_until(lambda: hw.last() == {"gpu-0": "HEALTHY", "gpu-1": "HEALTHY"}, T)
+    tap.ok(ok, "and the health stream reports gpu-1 HEALTHY again", hw.msgs[-3:])
+    hw.close()
 
     # ---- everything written is valid resource.k8s.io/v1
     log = api.call("GET", "/_fake/log")
