@@ -245,7 +245,9 @@ static int make_gpus(struct dra_agent *a)
         struct gpu_strings *s = &a->strs[k];
         int minor = d->minor >= 0 ? d->minor : d->index;
         snprintf(s->name, sizeof(s->name), "gpu-%d", minor);
-        snprintf(s->dev_node, sizeof(s->dev_node), "%s/nvidia%d", a->cfg->dev_root, minor);
+        /* CDI device node paths are the container's (as Allocate's are in the
+         * device-plugin modes): /dev, whatever devRoot is */
+        snprintf(s->dev_node, sizeof(s->dev_node), "/dev/nvidia%d", minor);
         snprintf(s->architecture, sizeof(s->architecture), "%s", arch_of(d->cc_major, d->cc_minor));
         a->uuids[k] = d->uuid;
         a->hstate[k].healthy = d->healthy;
@@ -348,7 +350,7 @@ static int start(struct dra_agent *a, int sig_fd)
              cfg->dra_shared ? "shared" : "exclusive");
     static const char *const ctl[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
     for (size_t i = 0; i < 3; i++) {
-        snprintf(a->ctl[i], sizeof(a->ctl[i]), "%s/%s", cfg->dev_root, ctl[i]);
+        snprintf(a->ctl[i], sizeof(a->ctl[i]), "/dev/%s", ctl[i]);
         a->ctl_ptrs[i] = a->ctl[i];
     }
     if ((r = fs_mkdir_p(cfg->state_dir, 0755)) < 0 || (r = fs_mkdir_p(cfg->cdi_dir, 0755)) < 0 ||

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -180,6 +181,10 @@ def run(tap, build, emu, api, drv, knode, uuids):
            "a claim read from the API server is prepared", r)
     spec_path = os.path.join(knode.dirs["cdi"], "accel-dra-%s.json" % uid)
     spec = json.load(open(spec_path)) if os.path.exists(spec_path) else {}
+    nodes = [n["path"] for d in spec.get("devices", [])
+             for n in d["containerEdits"].get("deviceNodes", [])]
+    tap.ok(nodes == ["/dev/nvidia0"], "its CDI device is /dev/nvidia0 (container path, whatever "
+           "--dev-root is)", spec)
     mounts = {m["containerPath"]: m["hostPath"]
               for m in spec.get("containerEdits", {}).get("mounts", [])}
     conf = open(mounts["/etc/vcuda/config"]).read() if "/etc/vcuda/config" in mounts else ""
@@ -218,10 +223,13 @@ def run(tap, build, emu, api, drv, knode, uuids):
     tap.ok(ok and hw.pools == {NODE}, "NodeWatchResources (dra-health v1alpha1): both devices "
            "HEALTHY in pool " + NODE, hw.msgs)
     api.call("POST", "/_fake/conflicts", {"n": 1})
+    t0 = time.monotonic()
     emu.cmd("xid", 1, 79)
     ok = K.wait_until(lambda: (device(api, "gpu-1") or {}).get("taints") ==
                       [{"key": "gpu.accel.dev/unhealthy", "value": "fatal-xid",
                         "effect": "NoExecute"}], T)
+    # a figure for docs/dra.md, not an assertion (a LIST, a 409, a LIST and a PUT in it)
+    tap.diag("XID 79 -> taint stored on the API server: %.0f ms" % ((time.monotonic() - t0) * 1e3))
     # the status file follows the answer to the write
     ok = ok and K.wait_until(lambda: (drv.status() or {}).get("synced") and
                              drv.status()["devices"][1]["taint"] == "NoExecute", T)
