@@ -326,6 +326,16 @@ static int start(struct dra_agent *a, int sig_fd)
         log_error("dra: the node name is needed (--node-name or $NODE_NAME)");
         return -EINVAL;
     }
+    /* a DNS subdomain: it goes into API paths and field selectors as is */
+    bool dns = strlen(node) <= 253;
+    for (const char *c = node; *c; c++)
+        dns &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '.';
+    if (!dns) {
+        log_error("dra: node name \"%s\" is not a DNS subdomain (lower-case letters, digits, "
+                  "'-', '.')",
+                  node);
+        return -EINVAL;
+    }
     snprintf(a->node, sizeof(a->node), "%s", node);
     if (cfg->dra_plugin_dir[0])
         snprintf(a->plugin_dir, sizeof(a->plugin_dir), "%s", cfg->dra_plugin_dir);

@@ -101,6 +101,11 @@ class Driver:
             return None
 
 
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
 def our_slices(api):
     return [s for s in api.call("GET", "/_fake/slices")
             if s["spec"]["nodeName"] == NODE and s["spec"]["driver"] == k.DRIVER]
@@ -148,6 +153,13 @@ class HealthWatch:
 
 
 def run(tap, build, emu, api, drv, knode, uuids):
+    env = dict(emu.env)
+    env.pop("NODE_NAME", None)
+    p = subprocess.run([os.path.join(build, "src/plugin/acceld"), "--mode", "dra",
+                        "--sysfs-root", emu.sysfs, "--state-dir", knode.dirs["state"]],
+                       env=env, capture_output=True, text=True, timeout=T)
+    tap.ok(p.returncode == 2 and "node name is needed" in p.stderr,
+           "without a node name: exit 2 saying so", p.stderr)
     agent = drv.start()
     ok = K.wait_until(lambda: os.path.exists(knode.reg_sock()), T)
     if not tap.ok(ok, "acceld --mode dra serves the registration socket", agent.log_text()):
@@ -270,7 +282,11 @@ def run(tap, build, emu, api, drv, knode, uuids):
     tap.ok(r.claims[uid].error == "" and not os.path.exists(spec_path),
            "unprepared: the CDI spec is gone", r)
 
-    # ---- restart: reconcile, do not duplicate
+    # ---- restart: reconcile, do not duplicate; a claim prepared before is unprepared after
+    whole = "0f3c6a8e-4444-4a1b-9c2d-dddddddddddd"
+    api.call("POST", "/_fake/claim", claim_obj("team", "whole", whole, k.WHOLE))
+    r = knode.prepare([("team", "whole", whole)])
+    check(r.claims[whole].error == "", r)
     agent.stop(signal.SIGTERM)
     cur = our_slices(api)[0]
     gen = cur["spec"]["pool"]["generation"]
@@ -302,6 +318,10 @@ def run(tap, build, emu, api, drv, knode, uuids):
                "string": "edited elsewhere"} and not posts,
            "restart: the stale slice deleted, another node's kept, ours updated in place "
            "(no second create, generation + 1)", json.dumps([names, drv.status()]))
+    api.call("POST", "/_fake/claim", {"op": "delete", "namespace": "team", "name": "whole"})
+    r = knode.unprepare([("team", "whole", whole)])
+    tap.ok(r.claims[whole].error == "" and not any(whole in f for f in knode.files()),
+           "a claim prepared before the restart is unprepared after it", r)
     agent.stop(signal.SIGTERM)
     return agent
 
