@@ -287,7 +287,27 @@ def run(tap, build, emu, api, drv, knode, uuids):
     api.call("POST", "/_fake/claim", claim_obj("team", "whole", whole, k.WHOLE))
     r = knode.prepare([("team", "whole", whole)])
     check(r.claims[whole].error == "", r)
-    agent.stop(signal.SIGTERM)
+    # SIGTERM while a prepare waits for the API server (down): the call ends UNAVAILABLE
+    api.call("POST", "/_fake/down", {"on": True})
+    slow = "0f3c6a8e-5555-4a1b-9c2d-eeeeeeeeeeee"
+    got = {}
+
+    def prepare_slow():
+        try:
+            got["resp"] = knode.prepare([("team", "slow", slow)])
+        except k.grpc.RpcError as e:
+            got["code"] = e.code()
+
+    th = threading.Thread(target=prepare_slow, daemon=True)
+    th.start()
+    K.wait_until(lambda: any(x["path"].endswith("/resourceclaims/slow")
+                             for x in api.call("GET", "/_fake/log")), T)
+    rc = agent.stop(signal.SIGTERM)
+    th.join(T)
+    api.call("POST", "/_fake/down", {"on": False})
+    tap.ok(rc == 0 and got.get("code") == k.grpc.StatusCode.UNAVAILABLE,
+           "SIGTERM while a prepare waits for the API server: that call ends UNAVAILABLE, "
+           "exit 0 (no sanitizer report, nothing leaked)", [rc, got, agent.log_text()[-3000:]])
     cur = our_slices(api)[0]
     gen = cur["spec"]["pool"]["generation"]
     stale = json.loads(json.dumps(cur))
@@ -322,7 +342,8 @@ def run(tap, build, emu, api, drv, knode, uuids):
     r = knode.unprepare([("team", "whole", whole)])
     tap.ok(r.claims[whole].error == "" and not any(whole in f for f in knode.files()),
            "a claim prepared before the restart is unprepared after it", r)
-    agent.stop(signal.SIGTERM)
+    rc = agent.stop(signal.SIGTERM)
+    tap.ok(rc == 0, "the restarted acceld exits 0 too", agent.log_text()[-3000:])
     return agent
 
 
