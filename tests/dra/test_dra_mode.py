@@ -6,10 +6,11 @@ test_kubelet.py (registration socket, then NodePrepare/NodeUnprepare on the endp
 
 - the node's ResourceSlice is published: one slice, both GPUs as shared devices, and every
   object acceld wrote (each POST/PUT body) valid resource.k8s.io/v1 per kubernetes-models;
-- a claim for 30 % + 4 GiB of gpu-0, read from the API server, is prepared: the CDI spec and
-  the libvcuda config carry exactly that; the container run for real (private mount
-  namespace, when root) sees 4096 MiB; prepared twice = same answer (the claim gone from
-  the API server by then); unprepared: spec and checkpoint entry gone;
+- a claim for 30 % + 4 GiB of gpu-0 and one for 70 % + 8 GiB of the same GPU, read from the
+  API server, are prepared: the CDI spec and the libvcuda config carry exactly that; each
+  container run for real (private mount namespace, when root) sees its 4096 / 8192 MiB;
+  prepared twice = same answer (the claim gone from the API server by then); unprepared:
+  spec and checkpoint entry gone; a claim prepared before a restart is unprepared after it;
 - a claim the API server does not have: the bounded wait ends in an error naming it, and
   nothing is written; the API server down (503): the same;
 - XID 79 on GPU 1 (with a 409 Conflict injected on the next slice write): the device gets a
@@ -203,7 +204,23 @@ def run(tap, build, emu, api, drv, knode, uuids):
     tap.ok("memory_limit = %d" % (4 * GiB) in conf and "core_limit = 30" in conf and
            "devices = %s" % uuids[0] in conf,
            "its libvcuda config has exactly the consumed capacity on its GPU", conf)
-    container_run(tap, build, emu, spec)
+    container_run(tap, build, emu, spec, 4096)
+    # a second share of the same GPU: 70 % + 8 GiB, its own config and view
+    big = "0f3c6a8e-6666-4a1b-9c2d-ffffffffffff"
+    api.call("POST", "/_fake/claim", claim_obj("team", "large", big, [
+        dict(k.SHARE[0], shareID="7d1c3c43-4d42-4a79-b0d2-5b9d0c0e0e02",
+             consumedCapacity={"memory": "8Gi", "cores": "70"})]))
+    rb = knode.prepare([("team", "large", big)])
+    big_spec_path = os.path.join(knode.dirs["cdi"], "accel-dra-%s.json" % big)
+    big_spec = json.load(open(big_spec_path)) if os.path.exists(big_spec_path) else {}
+    big_conf = [m["hostPath"] for m in big_spec.get("containerEdits", {}).get("mounts", [])
+                if m["containerPath"] == "/etc/vcuda/config"]
+    conf = open(big_conf[0]).read() if big_conf else ""
+    tap.ok(rb.claims[big].error == "" and "memory_limit = %d" % (8 * GiB) in conf and
+           "core_limit = 70" in conf, "a second share of gpu-0 (70 % + 8 GiB) gets its own "
+           "config", rb)
+    container_run(tap, build, emu, big_spec, 8192)
+    check(knode.unprepare([("team", "large", big)]).claims[big].error == "", "unprepare large")
 
     again = knode.prepare([("team", "train", uid)])
     api.call("POST", "/_fake/claim", {"op": "delete", "namespace": "team", "name": "train"})
@@ -352,9 +369,9 @@ def accelctl(build, knode, *args):
                            knode.dirs["state"]], capture_output=True, text=True, timeout=T)
 
 
-def container_run(tap, build, emu, spec):
-    """The claim's CDI spec applied in a private mount namespace; cuda-demo sees 4 GiB."""
-    name = "a container with the claim's CDI edits sees its 4096 MiB"
+def container_run(tap, build, emu, spec, mib):
+    """The claim's CDI spec applied in a private mount namespace; cuda-demo sees mib MiB."""
+    name = "a container with the claim's CDI edits sees its %d MiB" % mib
     if os.environ.get("ASAN_OPTIONS"):
         return tap.skip(name, "sanitizer build (libvcuda comes through /etc/ld.so.preload)")
     if os.geteuid() != 0 or not shutil.which("unshare"):
@@ -368,7 +385,7 @@ def container_run(tap, build, emu, spec):
     p = mountns.run(mounts, [os.path.join(build, "demo/cuda-demo"), "--alloc", "512",
                              "--seconds", "1"], env)
     first = [ln for ln in p.stdout.splitlines() if ln.startswith("cuMemGetInfo")]
-    tap.ok(p.returncode == 0 and first and first[0].endswith("of 4096 MiB"), name,
+    tap.ok(p.returncode == 0 and first and first[0].endswith("of %d MiB" % mib), name,
            p.stdout + p.stderr)
 
 
