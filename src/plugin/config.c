@@ -55,6 +55,8 @@ const struct acceld_config_key acceld_config_keys[] = {
      "DRA mode: where the DRA socket goes (default /var/lib/kubelet/plugins/gpu.accel.dev)"},
     {"dra.sharing", "dra-sharing",
      "DRA mode: exclusive|shared (every GPU a shared device with consumable capacity)"},
+    {"dra.gpuSharing", "dra-gpu-sharing",
+     "DRA mode: per-GPU exceptions to dra.sharing: SEL=exclusive|shared,... (SEL: index or UUID)"},
     {"dra.claimWait", "dra-claim-wait",
      "DRA mode: how long a prepare waits for its ResourceClaim on the API server"},
     {NULL, NULL, NULL},
@@ -323,6 +325,42 @@ enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int ind
     return f.found ? f.mode : cfg->mode;
 }
 
+/* Looks the GPU (index and/or uuid, either may be NULL) up in dra.gpuSharing's
+ * "SEL=exclusive|shared,...": 1 shared, 0 exclusive, 2 not named, -EINVAL
+ * (message in err) on a malformed entry before it. */
+static int dra_gpu_sharing_find(const char *v, const char *index, const char *uuid, char *err,
+                                size_t errlen)
+{
+    for (const char *p = v; *p;) {
+        size_t len = strcspn(p, ",");
+        const char *eq = memchr(p, '=', len);
+        size_t sl = eq ? (size_t)(eq - p) : 0, vl = eq ? len - sl - 1 : 0;
+        int shared = -1;
+        if (eq && sl && vl == 6 && strncmp(eq + 1, "shared", 6) == 0)
+            shared = 1;
+        else if (eq && sl && vl == 9 && strncmp(eq + 1, "exclusive", 9) == 0)
+            shared = 0;
+        if (shared < 0)
+            return fail(err, errlen, -EINVAL,
+                        "dra.gpuSharing: \"%.*s\" is not SEL=exclusive|shared (SEL a GPU index "
+                        "or UUID)",
+                        (int)len, p);
+        if ((index && strlen(index) == sl && strncmp(p, index, sl) == 0) ||
+            (uuid && strlen(uuid) == sl && strncmp(p, uuid, sl) == 0))
+            return shared;
+        p += len + (p[len] == ',');
+    }
+    return 2;
+}
+
+bool acceld_config_dra_shared(const struct acceld_config *cfg, int index, const char *uuid)
+{
+    char idx[16], err[8];
+    snprintf(idx, sizeof(idx), "%d", index);
+    int r = dra_gpu_sharing_find(cfg->dra_gpu_sharing, idx, uuid, err, sizeof(err));
+    return r == 0 || r == 1 ? r == 1 : cfg->dra_shared;
+}
+
 int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v, char *err,
                       size_t errlen)
 {
@@ -335,7 +373,8 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
      * per-GPU modes */
     if (strcmp(key, "health.ignoredXids") != 0 && strcmp(key, "nvmlLibrary") != 0 &&
         strcmp(key, "gpuModes") != 0 && strcmp(key, "nodeName") != 0 &&
-        strcmp(key, "kubeconfig") != 0 && strcmp(key, "dra.pluginDir") != 0 && v[0] == '\0')
+        strcmp(key, "kubeconfig") != 0 && strcmp(key, "dra.pluginDir") != 0 &&
+        strcmp(key, "dra.gpuSharing") != 0 && v[0] == '\0')
         return fail(err, errlen, -EINVAL, "%s: empty value", key);
 
     if (strcmp(key, "devicePluginDir") == 0)
@@ -445,6 +484,13 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
         if (strcmp(v, "exclusive") != 0 && strcmp(v, "shared") != 0)
             return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of exclusive|shared", key, v);
         c.dra_shared = v[0] == 's';
+    } else if (strcmp(key, "dra.gpuSharing") == 0) {
+        if (strlen(v) >= sizeof(c.dra_gpu_sharing))
+            return fail(err, errlen, -EINVAL, "%s: list too long", key);
+        if ((r = dra_gpu_sharing_find(v, NULL, NULL, err, errlen)) < 0)
+            return r;
+        r = 0;
+        copy_str(c.dra_gpu_sharing, sizeof(c.dra_gpu_sharing), v);
     } else if (strcmp(key, "dra.claimWait") == 0) {
         r = set_duration(&c.dra_claim_wait_ns, key, v, false, err, errlen);
     } else if (strcmp(key, "gpuModes") == 0) {
@@ -761,6 +807,8 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         snprintf(buf, len, "%s", cfg->dra_plugin_dir);
     } else if (strcmp(key, "dra.sharing") == 0) {
         snprintf(buf, len, "%s", cfg->dra_shared ? "shared" : "exclusive");
+    } else if (strcmp(key, "dra.gpuSharing") == 0) {
+        snprintf(buf, len, "%s", cfg->dra_gpu_sharing);
     } else if (strcmp(key, "dra.claimWait") == 0) {
         format_duration(cfg->dra_claim_wait_ns, buf, len);
     } else

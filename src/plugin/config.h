@@ -73,6 +73,7 @@ struct acceld_config {
     char dra_plugin_dir[ACCELD_PATH_MAX];       /* dra.pluginDir; "" = <kubelet>/plugins/<driver> */
     bool dra_shared;                            /* dra.sharing: shared (else exclusive) */
     uint64_t dra_claim_wait_ns;                 /* dra.claimWait */
+    char dra_gpu_sharing[ACCELD_PATH_MAX];      /* dra.gpuSharing: "SEL=exclusive|shared,..." */
 };
 
 /* One key the config knows: its YAML path and its flag (without "--"). */
@@ -119,6 +120,11 @@ bool acceld_config_xid_ignored(const struct acceld_config *cfg, int xid);
 enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int index,
                                         const char *uuid);
 const char *acceld_mode_name(enum acceld_mode m);
+
+/* DRA mode: whether the GPU with this inventory index and UUID is published
+ * as a shared device: the first dra.gpuSharing entry naming it, else
+ * dra.sharing. */
+bool acceld_config_dra_shared(const struct acceld_config *cfg, int index, const char *uuid);
 
 /* The socket file name this config serves in the plugin dir, e.g.
  * "accel-nvidia.com-gpu.sock" (bare name, as sent in Register). */

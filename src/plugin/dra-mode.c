@@ -270,7 +270,7 @@ static int make_gpus(struct dra_agent *a)
             .numa_node = d->numa_node,
             .pci_bus_id = d->pci_bus_id,
             .mig_capable = d->mig_enabled > 0,
-            .shared = a->cfg->dra_shared,
+            .shared = acceld_config_dra_shared(a->cfg, d->index, d->uuid),
             .healthy = d->healthy,
             .fatal = !d->healthy,
         };
@@ -356,8 +356,11 @@ static int start(struct dra_agent *a, int sig_fd)
     }
     if ((r = make_gpus(a)) < 0)
         return r;
-    log_info("dra: driver %s, %zu GPU(s) published as %s devices", a->inv->driver_version, a->n,
-             cfg->dra_shared ? "shared" : "exclusive");
+    size_t shared = 0;
+    for (size_t i = 0; i < a->n; i++)
+        shared += a->gpus[i].shared;
+    log_info("dra: driver %s, %zu GPU(s) published: %zu shared, %zu exclusive",
+             a->inv->driver_version, a->n, shared, a->n - shared);
     static const char *const ctl[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
     for (size_t i = 0; i < 3; i++) {
         snprintf(a->ctl[i], sizeof(a->ctl[i]), "/dev/%s", ctl[i]);

@@ -110,6 +110,12 @@ TEST(slice_has_the_v1_shape)
                  "9.0.0") == 0);
     CHECK(json_integer_value(json_object_get(json_object_get(a0, "numaNode"), "int")) == 1);
     CHECK(json_is_true(json_object_get(d0, "allowMultipleAllocations")));
+    /* the attribute deploy/dra's DeviceClasses select on */
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(a0, "sharing"), "string")),
+                 "vgpu");
+    CHECK_EQ_STR(json_string_value(json_object_get(
+                     json_object_get(json_object_get(d1, "attributes"), "sharing"), "string")),
+                 "exclusive");
     json_t *mem = json_object_get(json_object_get(d0, "capacity"), "memory");
     CHECK(strcmp(json_string_value(json_object_get(mem, "value")), "85899345920") == 0);
     CHECK(json_object_get(json_object_get(mem, "requestPolicy"), "validRange") != NULL);

@@ -4,7 +4,8 @@
 ResourceClaims as `kubectl get -o json` prints them) and the python3-grpcio kubelet of
 test_kubelet.py (registration socket, then NodePrepare/NodeUnprepare on the endpoint).
 
-- the node's ResourceSlice is published: one slice, both GPUs as shared devices, and every
+- the node's ResourceSlice is published: one slice, gpu-0 shared and gpu-1 exclusive
+  (--dra-sharing shared --dra-gpu-sharing 1=exclusive), and every
   object acceld wrote (each POST/PUT body) valid resource.k8s.io/v1 per kubernetes-models;
 - a claim for 30 % + 4 GiB of gpu-0 and one for 70 % + 8 GiB of the same GPU, read from the
   API server, are prepared: the CDI spec and the libvcuda config carry exactly that; each
@@ -80,6 +81,7 @@ class Driver:
                      "--plugin-registry-dir", knode.dirs["registry"],
                      "--dra-plugin-dir", knode.dirs["plugin"],
                      "--vcuda-library", knode.lib, "--dra-sharing", "shared",
+                     "--dra-gpu-sharing", "1=exclusive",
                      "--dra-claim-wait", "2s", "--recover-after", "1s"]
         self.build, self.emu, self.knode, self.tmp = build, emu, knode, tmp
         self.n = 0
@@ -173,12 +175,17 @@ def run(tap, build, emu, api, drv, knode, uuids):
     # ---- the slice
     ok = K.wait_until(lambda: len(our_slices(api)) == 1, T)
     slices = our_slices(api)
+    devs = slices[0]["spec"]["devices"] if slices else []
     tap.ok(ok and slices[0]["metadata"]["name"] == SLICE and
-           [d["name"] for d in slices[0]["spec"]["devices"]] == ["gpu-0", "gpu-1"] and
-           all(d.get("allowMultipleAllocations") for d in slices[0]["spec"]["devices"]) and
+           [d["name"] for d in devs] == ["gpu-0", "gpu-1"] and
+           devs[0].get("allowMultipleAllocations") and
+           devs[0]["attributes"]["sharing"] == {"string": "vgpu"} and
+           "allowMultipleAllocations" not in devs[1] and
+           devs[1]["attributes"]["sharing"] == {"string": "exclusive"} and
            slices[0]["spec"]["pool"] == {"name": NODE, "generation": 1,
                                          "resourceSliceCount": 1},
-           "one ResourceSlice published: both GPUs as shared devices, pool = node", slices)
+           "one ResourceSlice published: gpu-0 shared, gpu-1 exclusive (dra.gpuSharing), "
+           "pool = node", slices)
     attrs = slices[0]["spec"]["devices"][0]["attributes"] if slices else {}
     tap.ok(attrs.get("uuid") == {"string": uuids[0]} and "productName" in attrs and
            "driverVersion" in attrs and "pciBusID" in attrs,
@@ -280,6 +287,19 @@ def run(tap, build, emu, api, drv, knode, uuids):
     ok = K.wait_until(lambda: hw.last() == {"gpu-0": "HEALTHY", "gpu-1": "HEALTHY"}, T)
     tap.ok(ok, "and the health stream reports gpu-1 HEALTHY again", hw.msgs[-3:])
     hw.close()
+
+    # ---- a GPU that falls off the bus: tainted while gone, untainted once back and quiet
+    emu.cmd("lose", 0)
+    ok = K.wait_until(lambda: [t.get("effect") for t in
+                               (device(api, "gpu-0") or {}).get("taints", [])] == ["NoExecute"],
+                      T)
+    tap.ok(ok and len(our_slices(api)[0]["spec"]["devices"]) == 2,
+           "a lost GPU stays in the slice with a NoExecute taint", device(api, "gpu-0"))
+    emu.cmd("restore", 0)
+    ok = K.wait_until(lambda: device(api, "gpu-0") is not None and
+                      "taints" not in device(api, "gpu-0"), T)
+    tap.ok(ok, "restored and quiet for health.recoverAfter: the taint is gone",
+           device(api, "gpu-0"))
 
     # ---- everything written is valid resource.k8s.io/v1
     log = api.call("GET", "/_fake/log")

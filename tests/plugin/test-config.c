@@ -294,6 +294,19 @@ TEST(dra_keys)
     CHECK_EQ_INT(acceld_config_set(&c, "dra.sharing", "half", err, sizeof(err)), -EINVAL);
     CHECK(strstr(err, "exclusive|shared") != NULL);
     CHECK_EQ_INT(acceld_config_set(&c, "dra.claimWait", "0", err, sizeof(err)), -EINVAL);
+    /* per-GPU sharing: index or UUID, first match wins, else dra.sharing */
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "1=exclusive,GPU-x=exclusive,1=shared",
+                                   err, sizeof(err)),
+                 0);
+    CHECK(acceld_config_dra_shared(&c, 0, "GPU-a"));
+    CHECK(!acceld_config_dra_shared(&c, 1, "GPU-b"));
+    CHECK(!acceld_config_dra_shared(&c, 2, "GPU-x"));
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "1=half", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "\"1=half\" is not SEL=exclusive|shared") != NULL);
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "=shared", err, sizeof(err)), -EINVAL);
+    CHECK_EQ_STR(c.dra_gpu_sharing, "1=exclusive,GPU-x=exclusive,1=shared");
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "", err, sizeof(err)), 0);
+    CHECK(acceld_config_dra_shared(&c, 1, "GPU-b"));
     /* DRA serves the whole node: a per-GPU dra is refused, saying so */
     CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "0=dra", err, sizeof(err)), -EINVAL);
     CHECK(strstr(err, "node mode") != NULL);
