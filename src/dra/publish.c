@@ -37,7 +37,11 @@ struct dra_publisher {
     struct dra_publisher_stats stats;
     void (*on_round)(void *);
     void *on_round_data;
+    unsigned conflicts_in_a_row; /* reset by a round that ends */
 };
+
+/* 409s in a row answered by listing again at once; more wait out a backoff */
+#define CONFLICTS_BEFORE_BACKOFF 5
 
 static void reconcile(struct dra_publisher *p);
 static void step(struct dra_publisher *p);
@@ -60,6 +64,7 @@ static void round_end(struct dra_publisher *p, const char *error)
 {
     clear_round(p);
     p->busy = false;
+    p->conflicts_in_a_row = 0;
     if (error) {
         snprintf(p->error, sizeof(p->error), "%s", error);
         p->stats.failures++;
@@ -83,6 +88,15 @@ static void round_end(struct dra_publisher *p, const char *error)
 static void conflict(struct dra_publisher *p, const char *what)
 {
     p->stats.conflicts++;
+    if (++p->conflicts_in_a_row > CONFLICTS_BEFORE_BACKOFF) {
+        char msg[300];
+        snprintf(msg, sizeof(msg),
+                 "%u conflicts in a row (last on %s): another writer keeps "
+                 "changing the slice",
+                 p->conflicts_in_a_row, what);
+        round_end(p, msg);
+        return;
+    }
     log_info("dra: ResourceSlice %s: conflict on %s; listing again", p->name, what);
     clear_round(p);
     p->busy = false;

@@ -288,13 +288,22 @@ def run(tap, build, emu, api, drv, knode, uuids):
     tap.ok(ok, "and the health stream reports gpu-1 HEALTHY again", hw.msgs[-3:])
     hw.close()
 
-    # ---- a GPU that falls off the bus: tainted while gone, untainted once back and quiet
+    # ---- a GPU that falls off the bus: tainted while gone, untainted once back and quiet;
+    # its slice write meets 7 conflicts: 5 re-LISTs at once, then a backoff, then through
+    before = (drv.status() or {}).get("counts", {})
+    api.call("POST", "/_fake/conflicts", {"n": 7})
     emu.cmd("lose", 0)
     ok = K.wait_until(lambda: [t.get("effect") for t in
                                (device(api, "gpu-0") or {}).get("taints", [])] == ["NoExecute"],
                       T)
     tap.ok(ok and len(our_slices(api)[0]["spec"]["devices"]) == 2,
            "a lost GPU stays in the slice with a NoExecute taint", device(api, "gpu-0"))
+    ok = K.wait_until(lambda: (drv.status() or {}).get("synced"), T)
+    after = (drv.status() or {}).get("counts", {})
+    tap.ok(ok and after.get("conflicts", 0) - before.get("conflicts", 0) == 7 and
+           after.get("failures", 0) - before.get("failures", 0) == 1,
+           "7 conflicts in a row: the sixth backs off (one failure), then the write goes through",
+           [before, after])
     emu.cmd("restore", 0)
     ok = K.wait_until(lambda: device(api, "gpu-0") is not None and
                       "taints" not in device(api, "gpu-0"), T)
