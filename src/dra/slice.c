@@ -54,7 +54,9 @@ static json_t *device(const char *driver_name, const struct dra_gpu *g)
     bool share = g->shared || g->mps;
     json_object_set_new(attrs, "shared", json_pack("{s:b}", "bool", share));
     json_object_set_new(attrs, "sharing",
-                        str_attr(g->mps ? "mps" : g->shared ? "vgpu" : "exclusive"));
+                        str_attr(g->mps      ? "mps"
+                                 : g->shared ? "vgpu"
+                                             : "exclusive"));
     json_t *cap =
         json_pack("{s:o,s:o}", "memory",
                   capacity(g->memory, share, SHARE_MEM_DEFAULT, SHARE_MEM_STEP, SHARE_MEM_STEP),
