@@ -19,7 +19,8 @@ test_kubelet.py (registration socket, then NodePrepare/NodeUnprepare on the endp
 - `accelctl dra` shows the slice, the devices' health and the prepared claim;
 - restart with a stale slice of this node and driver, a slice of another node, and our slice
   changed behind acceld's back: the stale one deleted, the other node's kept, ours updated
-  in place (no second create, generation bumped).
+  in place (no second create, generation bumped); restart with a GPU gone from the node: the
+  slice updated to the one left.
 
 Every wait is bounded; nothing asserts timing. Exits 77 without grpcio/protoc, openssl or
 the emulator."""
@@ -390,6 +391,25 @@ def run(tap, build, emu, api, drv, knode, uuids):
            "a claim prepared before the restart is unprepared after it", r)
     rc = agent.stop(signal.SIGTERM)
     tap.ok(rc == 0, "the restarted acceld exits 0 too", agent.log_text()[-3000:])
+
+    # ---- a GPU gone from the node across a restart: the slice is updated to one device
+    subprocess.run([emu.emu, "init", "--gpus", "1"], env=emu.env, check=True,
+                   stdout=subprocess.DEVNULL)
+    gen = our_slices(api)[0]["spec"]["pool"]["generation"]
+    before = len(api.call("GET", "/_fake/log"))
+    os.unlink(os.path.join(knode.dirs["state"], "dra-status.json"))
+    agent = drv.start()
+    ok = K.wait_until(lambda: (drv.status() or {}).get("synced") and
+                      drv.status()["counts"]["updates"] >= 1, T)
+    mine = our_slices(api)
+    log = api.call("GET", "/_fake/log")[before:]
+    tap.ok(ok and len(mine) == 1 and [d["name"] for d in mine[0]["spec"]["devices"]] ==
+           ["gpu-0"] and mine[0]["spec"]["pool"]["generation"] == gen + 1 and
+           not [x for x in log if x["method"] == "POST"],
+           "a GPU gone across a restart: the slice updated in place to the one left",
+           json.dumps([mine, drv.status()]))
+    rc = agent.stop(signal.SIGTERM)
+    tap.ok(rc == 0, "and acceld exits 0", agent.log_text()[-3000:])
     return agent
 
 
