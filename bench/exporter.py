@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """bench/exporter.py — accel-exporter scrape latency and memory on an emulated node.
 
-Usage: /usr/bin/python3 bench/exporter.py [BUILD_DIR] [GPUS] [SCRAPES]
-(defaults build, 8, 3000). Makes an emulated machine with GPUS GPUs, starts the exporter
+Usage: /usr/bin/python3 bench/exporter.py [BUILD_DIR] [GPUS] [SCRAPES] [PATH]
+(defaults build, 8, 3000, /metrics; PATH / times the status page instead). Makes an emulated machine with GPUS GPUs, starts the exporter
 (100 ms sampling interval, so the sampler runs ~30 times during the run), scrapes /metrics
 SCRAPES times over one keep-alive connection and prints p50/p99/max scrape time (client side,
 request sent to last byte read), the body size, the exporter's RSS and peak RSS (VmHWM), and
@@ -18,6 +18,7 @@ import time
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 ngpus = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 n = int(sys.argv[3]) if len(sys.argv) > 3 else 3000
+path = sys.argv[4] if len(sys.argv) > 4 else "/metrics"
 tmp = tempfile.mkdtemp(prefix="bench-exporter-")
 state = os.path.join(tmp, "m")
 env = dict(os.environ, ACCEL_EMU_STATE=state,
@@ -56,7 +57,7 @@ lat = []
 size = 0
 for _ in range(n):
     a = time.perf_counter()
-    c.request("GET", "/metrics")
+    c.request("GET", path)
     r = c.getresponse()
     body = r.read()
     lat.append(time.perf_counter() - a)
@@ -67,7 +68,7 @@ p.terminate()
 p.wait()
 lat.sort()
 hz = os.sysconf("SC_CLK_TCK")
-print(f"GPUs {ngpus}, scrapes {n}, body {size} bytes")
+print(f"GPUs {ngpus}, {path}: scrapes {n}, body {size} bytes")
 print(f"scrape p50 {lat[n // 2] * 1e3:.3f} ms, p99 {lat[int(n * 0.99)] * 1e3:.3f} ms, "
       f"max {lat[-1] * 1e3:.3f} ms")
 print(f"RSS {st['VmRSS'].strip()}, peak RSS {st['VmHWM'].strip()}")

@@ -2,6 +2,8 @@
  *   1. a hooked cuMemAlloc_v2 + cuMemFree_v2 pair vs the same pair straight
  *      into the driver: on the emulated driver and on a do-nothing stub driver
  *      (the stub shows libvcuda's own cost without the emulator's noise);
+ *   1b. a cuLaunchKernel with managed memory live (stub driver only): all of it resident (the
+ *       steady state: one relaxed load), and 100 untouched allocations (the lookup);
  *   2. process start under a quota: one process, and 300 started at once
  *      (wall time until all 300 have finished initializing libvcuda and the
  *      driver), with and without libvcuda.
@@ -38,6 +40,8 @@ static struct {
     FN(cuCtxSetCurrent);
     FN(cuMemAlloc_v2);
     FN(cuMemFree_v2);
+    FN(cuMemAllocManaged);
+    FN(cuLaunchKernel);
     FN(cuDeviceTotalMem_v2);
 } cu;
 
@@ -76,6 +80,39 @@ static int child_alloc(long n)
             if (cu.cuMemAlloc_v2(&p, 4096) != CUDA_SUCCESS || cu.cuMemFree_v2(p) != CUDA_SUCCESS)
                 return 4;
         }
+        double per = (double)(now_ns() - t0) / (double)n;
+        if (per < best)
+            best = per;
+    }
+    printf("%.1f\n", best);
+    return 0;
+}
+
+/* Child: best of 7 rounds of n launches of a 2-pointer kernel, ns per launch. mode 0: no
+ * managed memory; 1: one 64 MiB managed allocation the kernel points into (all resident after
+ * the first launch); 2: that, and 100 untouched 4 MiB allocations it does not point into. */
+static int child_launch(int mode, long n)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h || load() < 0 || ctx_up() < 0 || !L(cuMemAllocManaged) || !L(cuLaunchKernel))
+        return 3;
+    CUdeviceptr m = 0, other = 4096;
+    if (mode >= 1 && cu.cuMemAllocManaged(&m, 64 << 20, CU_MEM_ATTACH_GLOBAL) != CUDA_SUCCESS)
+        return 4;
+    for (int i = 0; mode == 2 && i < 100; i++) {
+        CUdeviceptr x;
+        if (cu.cuMemAllocManaged(&x, 4 << 20, CU_MEM_ATTACH_GLOBAL) != CUDA_SUCCESS)
+            return 4;
+    }
+    CUdeviceptr a = mode ? m : other, b = other;
+    void *params[] = {&a, &b};
+    CUfunction f = (CUfunction)(uintptr_t)0x2000;
+    double best = 1e30;
+    for (int round = 0; round < 7; round++) {
+        uint64_t t0 = now_ns();
+        for (long i = 0; i < n; i++)
+            if (cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL) != CUDA_SUCCESS)
+                return 5;
         double per = (double)(now_ns() - t0) / (double)n;
         if (per < best)
             best = per;
@@ -203,6 +240,8 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--child-alloc") == 0)
         return child_alloc(atol(argv[2]));
+    if (argc == 4 && strcmp(argv[1], "--child-launch") == 0)
+        return child_launch(atoi(argv[2]), atol(argv[3]));
     if (argc == 3 && strcmp(argv[1], "--child-start") == 0)
         return child_start(strtoull(argv[2], NULL, 10));
     int procs = 300;
@@ -241,6 +280,20 @@ int main(int argc, char **argv)
         printf("  cuMemAlloc_v2+cuMemFree_v2 (4 KiB), %-14s direct %8.1f ns  hooked %8.1f ns  "
                "extra %6.1f ns per pair\n",
                stub ? "stub driver:" : "emulated:", direct, hooked, hooked - direct);
+    }
+    static const char *const launch_what[] = {
+        "no managed memory:", "managed, all resident:", "100 untouched managed:"};
+    for (int mode = 0; mode < 3; mode++) {
+        char m[4];
+        snprintf(m, sizeof(m), "%d", mode);
+        char *launch_args[] = {self, "--child-launch", m, "1000000", NULL};
+        set_env(dir, false, true);
+        double direct = run_child(launch_args);
+        set_env(dir, true, true);
+        double hooked = run_child(launch_args);
+        printf("  cuLaunchKernel, stub driver, %-24s direct %6.1f ns  hooked %6.1f ns  extra %6.1f "
+               "ns\n",
+               launch_what[mode], direct, hooked, hooked - direct);
     }
     char t[32];
     snprintf(t, sizeof(t), "%llu", (unsigned long long)now_ns());

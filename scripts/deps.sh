@@ -16,6 +16,8 @@ pkgs=(
     python3 python3-grpcio python3-protobuf protobuf-compiler
     # accel-exporter tests: promtool and a real Prometheus scraping it
     prometheus
+    # tests/exporter: the status page loaded in headless Chromium
+    chromium chromium-driver
     # tests/exporter: reads deploy/accel-exporter.yaml
     python3-yaml
     # the emulated libcuda dlopens these to read nvcc's compressed fatbins

@@ -65,3 +65,50 @@ STUB CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
     *bytes = 80ull << 30;
     return CUDA_SUCCESS;
 }
+
+/* For the managed-memory launch rows: a device that migrates managed pages on demand, kernels
+ * of two 8-byte parameters, launches and advice that do nothing. */
+STUB CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
+{
+    (void)a;
+    (void)d;
+    *v = 1;
+    return CUDA_SUCCESS;
+}
+
+STUB CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int flags)
+{
+    (void)flags;
+    *p = __atomic_fetch_add(&next_ptr, (n + (2u << 20) - 1) / (2u << 20) * (2u << 20),
+                            __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+STUB CUresult cuMemAdvise(CUdeviceptr p, size_t n, CUmem_advise a, CUdevice d)
+{
+    (void)p;
+    (void)n;
+    (void)a;
+    (void)d;
+    return CUDA_SUCCESS;
+}
+
+STUB CUresult cuFuncGetParamInfo(CUfunction f, size_t i, size_t *off, size_t *size)
+{
+    (void)f;
+    if (i >= 2)
+        return CUDA_ERROR_INVALID_VALUE;
+    *off = i * 8;
+    if (size)
+        *size = 8;
+    return CUDA_SUCCESS;
+}
+
+STUB CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                             unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,
+                             CUstream s, void **params, void **extra)
+{
+    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)s;
+    (void)params, (void)extra;
+    return CUDA_SUCCESS;
+}

@@ -21,6 +21,7 @@ static const struct accelctl_command commands[] = {
     {"plugin", "ask a kubelet device plugin what it serves (info|devices|prefer|allocate)",
      accelctl_cmd_plugin},
     {"mps", "show MPS control daemons: state, defaults, servers, clients", accelctl_cmd_mps},
+    {"dra", "the DRA driver's slice, device health and prepared claims", accelctl_cmd_dra},
 };
 
 static void usage(FILE *f)

@@ -61,6 +61,20 @@ struct dra_claim_source {
     void *ctx;
 };
 
+/* An asynchronous claim reader (the API server): start() begins reading
+ * namespace/name and calls done exactly once, later, from the loop: with the
+ * claim (ownership passes to done; its uid checked against uid) or with
+ * claim NULL and -errno plus a message. cancel() stops a read that has not
+ * called done yet (done is then never called). Strings are copied. */
+typedef void (*dra_fetch_done_fn)(void *user_data, struct dra_claim *claim, int error,
+                                  const char *message);
+struct dra_claim_fetcher {
+    int (*start)(void *ctx, const char *namespace_, const char *name, const char *uid,
+                 dra_fetch_done_fn done, void *user_data, void **ret_handle);
+    void (*cancel)(void *ctx, void *handle);
+    void *ctx;
+};
+
 /* A source reading <dir>/<namespace>_<name>.json (ResourceClaim JSON). The
  * test stand-in for the API client; dir is borrowed. */
 struct dra_claim_source dra_claim_source_dir(const char *dir);
@@ -150,6 +164,8 @@ int dra_unprepare(struct dra_state *st, const char *uid, char *err, size_t errle
 
 /* Number of prepared claims; the i-th (borrowed). */
 size_t dra_state_count(const struct dra_state *st);
+/* The prepared claim with this uid, or NULL (borrowed). */
+const struct dra_prepared *dra_state_find(const struct dra_state *st, const char *uid);
 const struct dra_prepared *dra_state_get(const struct dra_state *st, size_t i);
 
 /* The CDI kind of claim devices: "<driver_name>/claim". */
@@ -158,11 +174,20 @@ int dra_cdi_kind(const char *driver_name, char *buf, size_t len);
 /* ----------------------------------------------------------------- plugin */
 
 struct dra_plugin_config {
-    const char *driver_name;  /* gpu.accel.dev */
-    const char *registry_dir; /* /var/lib/kubelet/plugins_registry */
-    const char *plugin_dir;   /* /var/lib/kubelet/plugins/<driver name> */
-    struct dra_state *state;  /* borrowed */
-    struct dra_claim_source source;
+    const char *driver_name;          /* gpu.accel.dev */
+    const char *registry_dir;         /* /var/lib/kubelet/plugins_registry */
+    const char *plugin_dir;           /* /var/lib/kubelet/plugins/<driver name> */
+    struct dra_state *state;          /* borrowed */
+    struct dra_claim_source source;   /* used when fetcher.start is NULL */
+    struct dra_claim_fetcher fetcher; /* the API server: claims read asynchronously */
+    /* after every prepare or unprepare that changed the state (optional) */
+    void (*on_change)(void *user_data);
+    void *on_change_data;
+    /* the devices whose health the resource-health stream reports (borrowed;
+     * n_gpus 0: the service answers with an empty list) and their pool */
+    const struct dra_gpu *gpus;
+    size_t n_gpus;
+    const char *pool_name;
 };
 
 struct dra_plugin;
@@ -176,6 +201,11 @@ struct dra_plugin;
 int dra_plugin_new(struct ev_loop *loop, const struct dra_plugin_config *cfg,
                    struct dra_plugin **ret);
 struct dra_plugin *dra_plugin_free(struct dra_plugin *p);
+/* The devices' health changed (cfg.gpus[i].healthy): every open
+ * NodeWatchResources stream (dra-health v1alpha1) gets the full list again. */
+void dra_plugin_health_changed(struct dra_plugin *p);
+/* Open NodeWatchResources streams (tests, accelctl). */
+size_t dra_plugin_health_watchers(const struct dra_plugin *p);
 /* Registration results received from the kubelet (NotifyRegistrationStatus). */
 bool dra_plugin_registered(const struct dra_plugin *p);
 
@@ -190,3 +220,30 @@ bool dra_plugin_registered(const struct dra_plugin *p);
 int dra_slice_render(const char *driver_name, const char *node_name, const char *slice_name,
                      int64_t generation, const struct dra_gpu *gpus, size_t n_gpus,
                      char **ret_json);
+
+/* What the API server's ResourceSliceList (body) means for the node's slice
+ * `name` of driver on node: items of another driver or node are ignored;
+ * ours (the first item named `name`, kept only when keep_ours) is described
+ * by its pool generation, resourceVersion and canonical spec; every other
+ * item of this node and driver is stale (to delete). */
+struct dra_slice_list {
+    char **stale; /* names */
+    size_t n_stale;
+    bool have_ours;
+    int64_t ours_generation; /* >= 0 */
+    char *ours_rv;
+    char *ours_spec;        /* dra_slice_spec_canonical's form */
+    int64_t max_generation; /* the highest pool generation among them (0 if none) */
+};
+
+/* Returns 0, -EINVAL (not a list: message in err) or -ENOMEM. On success
+ * the caller clears *ret with dra_slice_list_clear. */
+int dra_slice_list_parse(const char *body, size_t len, const char *driver, const char *node,
+                         const char *name, bool keep_ours, struct dra_slice_list *ret, char *err,
+                         size_t errlen);
+void dra_slice_list_clear(struct dra_slice_list *l);
+
+/* The spec of a ResourceSlice (JSON text) as compact, key-sorted JSON
+ * without the fields the server fills in (a taint's timeAdded): two slices
+ * need no update when these are equal. *ret owned (free). -EINVAL: no spec. */
+int dra_slice_spec_canonical(const char *slice_json, size_t len, char **ret);

@@ -6,6 +6,7 @@
 #include "dra.h"
 
 #include "dra.pb-c.h"
+#include "drahealth.pb-c.h"
 #include "grpc.h"
 #include "log.h"
 #include "pluginregistration.pb-c.h"
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/inotify.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DRA_ERR_LEN 512
@@ -43,6 +45,13 @@ struct dra_plugin {
     char reg_name[NAME_MAX + 1];
     int ino_fd;
     bool registered;
+    struct pending *pending; /* prepare calls waiting for the API server */
+    /* resource-health streams (NodeWatchResources), and per device its last
+     * reported health and when it was determined (Unix seconds) */
+    struct grpc_call **watchers;
+    size_t n_watchers, cap_watchers;
+    bool *last_healthy;
+    int64_t *changed_at;
 };
 
 /* ---------------------------------------------------------- registration */
@@ -101,9 +110,46 @@ static void free_prepare_resp(PrepareResp *resp)
     free(resp->claims);
 }
 
+/* One claim of a NodePrepareResources call being read from the API server. */
+struct pending_claim {
+    struct pending *pd;
+    const char *ns, *name, *uid; /* copies, in pd->strings */
+    void *handle;                /* the fetch in flight, NULL when done */
+    struct dra_claim *claim;     /* what the fetch got (NULL: prepared already or failed) */
+    int error;                   /* the fetch's -errno, 0 if none */
+    char *message;
+};
+
+/* A NodePrepareResources call whose claims are being read. */
+struct pending {
+    struct dra_plugin *p;
+    struct grpc_call *call;
+    struct pending *next;
+    size_t n, left;
+    struct pending_claim *c;
+};
+
+/* A claim source that hands out the one claim a fetch got. */
+static int source_fetched(void *ctx, const char *ns, const char *name, const char *uid,
+                          struct dra_claim **ret, char *err, size_t errlen)
+{
+    (void)ns;
+    (void)name;
+    (void)uid;
+    struct pending_claim *pc = ctx;
+    if (!pc->claim) {
+        snprintf(err, errlen, "%s", pc->message ? pc->message : "claim not read");
+        return pc->error ? pc->error : -EIO;
+    }
+    *ret = pc->claim;
+    pc->claim = NULL;
+    return 0;
+}
+
 /* Fills one claim's entry; the strings of a prepared claim are borrowed from
  * the state, which outlives the reply. */
-static int prepare_one(struct dra_plugin *p, const Claim *c, PrepareEntry *e)
+static int prepare_one(struct dra_plugin *p, const struct dra_claim_source *src, const char *ns,
+                       const char *name, const char *uid, PrepareEntry *e)
 {
     PrepareOne *one = malloc(sizeof(*one));
     if (!one)
@@ -113,15 +159,14 @@ static int prepare_one(struct dra_plugin *p, const Claim *c, PrepareEntry *e)
     char err[DRA_ERR_LEN] = "";
     const struct dra_prepared *pr = NULL;
     int r;
-    if (!c->uid[0] || !c->namespace_[0] || !c->name[0]) {
+    if (!uid[0] || !ns[0] || !name[0]) {
         snprintf(err, sizeof(err), "claim needs namespace, uid and name");
         r = -EINVAL;
     } else {
-        r = dra_prepare(p->cfg.state, &p->cfg.source, c->namespace_, c->name, c->uid, &pr, err,
-                        sizeof(err));
+        r = dra_prepare(p->cfg.state, src, ns, name, uid, &pr, err, sizeof(err));
     }
     if (r < 0) {
-        log_warn("dra: prepare %s/%s (%s): %s", c->namespace_, c->name, c->uid, err);
+        log_warn("dra: prepare %s/%s (%s): %s", ns, name, uid, err);
         one->error = strdup(err[0] ? err : strerror(-r));
         return one->error ? 0 : -ENOMEM;
     }
@@ -147,16 +192,17 @@ static int prepare_one(struct dra_plugin *p, const Claim *c, PrepareEntry *e)
     return 0;
 }
 
-static void on_prepare(struct grpc_call *call, const struct grpc_request *req, void *ud)
+/* Prepares claims (each with its source) and answers the call. */
+static void prepare_reply(struct dra_plugin *p, struct grpc_call *call, size_t n,
+                          const char *const *ns, const char *const *name, const char *const *uid,
+                          const struct dra_claim_source *srcs)
 {
-    struct dra_plugin *p = ud;
-    const PrepareReq *rq = (const void *)req->msg;
     PrepareResp resp = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_RESPONSE__INIT;
     int r = 0;
-    resp.claims = rq->n_claims ? calloc(rq->n_claims, sizeof(PrepareEntry *)) : NULL;
-    if (rq->n_claims && !resp.claims)
+    resp.claims = n ? calloc(n, sizeof(PrepareEntry *)) : NULL;
+    if (n && !resp.claims)
         r = -ENOMEM;
-    for (size_t i = 0; r == 0 && i < rq->n_claims; i++) {
+    for (size_t i = 0; r == 0 && i < n; i++) {
         PrepareEntry *e = malloc(sizeof(*e));
         if (!e) {
             r = -ENOMEM;
@@ -165,14 +211,152 @@ static void on_prepare(struct grpc_call *call, const struct grpc_request *req, v
         k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__claims_entry__init(
             e);
         resp.claims[resp.n_claims++] = e;
-        e->key = rq->claims[i]->uid;
-        r = prepare_one(p, rq->claims[i], e);
+        e->key = (char *)uid[i];
+        r = prepare_one(p, &srcs[i], ns[i], name[i], uid[i], e);
     }
     if (r < 0)
         grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     else
         grpc_call_reply_msg(call, &resp.base);
     free_prepare_resp(&resp);
+    if (p->cfg.on_change)
+        p->cfg.on_change(p->cfg.on_change_data);
+}
+
+static void pending_free(struct pending *pd)
+{
+    for (size_t i = 0; i < pd->n; i++) {
+        struct pending_claim *pc = &pd->c[i];
+        if (pc->handle)
+            pd->p->cfg.fetcher.cancel(pd->p->cfg.fetcher.ctx, pc->handle);
+        dra_claim_free(pc->claim);
+        free(pc->message);
+        free((char *)pc->ns);
+        free((char *)pc->name);
+        free((char *)pc->uid);
+    }
+    free(pd->c);
+    free(pd);
+}
+
+static void pending_unlink(struct pending *pd)
+{
+    for (struct pending **q = &pd->p->pending; *q; q = &(*q)->next) {
+        if (*q == pd) {
+            *q = pd->next;
+            break;
+        }
+    }
+}
+
+/* Every claim has been read (or failed): prepare them and answer. */
+static void pending_finish(struct pending *pd)
+{
+    size_t n = pd->n;
+    const char **ns = calloc(n ? n : 1, sizeof(char *));
+    const char **name = calloc(n ? n : 1, sizeof(char *));
+    const char **uid = calloc(n ? n : 1, sizeof(char *));
+    struct dra_claim_source *srcs = calloc(n ? n : 1, sizeof(*srcs));
+    if (!ns || !name || !uid || !srcs) {
+        grpc_call_finish(pd->call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            ns[i] = pd->c[i].ns ? pd->c[i].ns : "";
+            name[i] = pd->c[i].name ? pd->c[i].name : "";
+            uid[i] = pd->c[i].uid ? pd->c[i].uid : "";
+            srcs[i] = (struct dra_claim_source){source_fetched, &pd->c[i]};
+        }
+        prepare_reply(pd->p, pd->call, n, ns, name, uid, srcs);
+    }
+    free(ns);
+    free(name);
+    free(uid);
+    free(srcs);
+    pending_unlink(pd);
+    pending_free(pd);
+}
+
+static void on_fetched(void *ud, struct dra_claim *claim, int error, const char *message)
+{
+    struct pending_claim *pc = ud;
+    pc->handle = NULL;
+    pc->claim = claim;
+    pc->error = error;
+    if (!claim)
+        pc->message = strdup(message && message[0] ? message : strerror(-error));
+    if (--pc->pd->left == 0)
+        pending_finish(pc->pd);
+}
+
+/* Reads the claims not prepared yet from the API server, then answers. */
+static void prepare_async(struct dra_plugin *p, struct grpc_call *call, const PrepareReq *rq)
+{
+    struct pending *pd = calloc(1, sizeof(*pd));
+    if (!pd || !(pd->c = calloc(rq->n_claims ? rq->n_claims : 1, sizeof(*pd->c)))) {
+        free(pd);
+        grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    pd->p = p;
+    pd->call = call;
+    pd->next = p->pending;
+    p->pending = pd;
+    pd->left = 1; /* held until every fetch has started */
+    for (size_t i = 0; i < rq->n_claims; i++) {
+        const Claim *c = rq->claims[i];
+        struct pending_claim *pc = &pd->c[pd->n++];
+        pc->pd = pd;
+        pc->ns = strdup(c->namespace_);
+        pc->name = strdup(c->name);
+        pc->uid = strdup(c->uid);
+        if (!pc->ns || !pc->name || !pc->uid) {
+            pc->error = -ENOMEM;
+            continue;
+        }
+        if (!c->uid[0] || !c->namespace_[0] || !c->name[0] || dra_state_find(p->cfg.state, c->uid))
+            continue; /* answered without a read: an error, or the checkpointed answer */
+        pd->left++;
+        int r = p->cfg.fetcher.start(p->cfg.fetcher.ctx, c->namespace_, c->name, c->uid, on_fetched,
+                                     pc, &pc->handle);
+        if (r < 0) {
+            pd->left--;
+            pc->handle = NULL;
+            pc->error = r;
+            pc->message = strdup("cannot start reading the claim from the API server");
+        }
+    }
+    if (--pd->left == 0)
+        pending_finish(pd);
+}
+
+static void on_prepare(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    struct dra_plugin *p = ud;
+    const PrepareReq *rq = (const void *)req->msg;
+    if (p->cfg.fetcher.start) {
+        prepare_async(p, call, rq);
+        return;
+    }
+    size_t n = rq->n_claims;
+    const char **ns = calloc(n ? n : 1, sizeof(char *));
+    const char **name = calloc(n ? n : 1, sizeof(char *));
+    const char **uid = calloc(n ? n : 1, sizeof(char *));
+    struct dra_claim_source *srcs = calloc(n ? n : 1, sizeof(*srcs));
+    if (!ns || !name || !uid || !srcs) {
+        grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            ns[i] = rq->claims[i]->namespace_;
+            name[i] = rq->claims[i]->name;
+            uid[i] = rq->claims[i]->uid;
+            srcs[i] = p->cfg.source;
+        }
+        prepare_reply(p, call, n, ns, name, uid, srcs);
+    }
+    free(ns);
+    free(name);
+    free(uid);
+    free(srcs);
 }
 
 static void on_unprepare(struct grpc_call *call, const struct grpc_request *req, void *ud)
@@ -206,11 +390,113 @@ static void on_unprepare(struct grpc_call *call, const struct grpc_request *req,
     resp.n_claims = n;
     resp.claims = ptrs;
     grpc_call_reply_msg(call, &resp.base);
+    if (p->cfg.on_change)
+        p->cfg.on_change(p->cfg.on_change_data);
 out:
     free(entries);
     free(ones);
     free(ptrs);
     free(errs);
+}
+
+/* ------------------------------------------------------ resource health */
+
+/* Sends every device's health on one stream. Returns grpc_call_send's result. */
+static int health_send(struct dra_plugin *p, struct grpc_call *call)
+{
+    size_t n = p->cfg.n_gpus;
+    V1alpha1__NodeWatchResourcesResponse resp = V1ALPHA1__NODE_WATCH_RESOURCES_RESPONSE__INIT;
+    V1alpha1__DeviceHealth *h = calloc(n ? n : 1, sizeof(*h));
+    V1alpha1__DeviceIdentifier *id = calloc(n ? n : 1, sizeof(*id));
+    V1alpha1__DeviceHealth **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+    int r = -ENOMEM;
+    if (h && id && ptrs) {
+        for (size_t i = 0; i < n; i++) {
+            v1alpha1__device_identifier__init(&id[i]);
+            v1alpha1__device_health__init(&h[i]);
+            id[i].pool_name = (char *)(p->cfg.pool_name ? p->cfg.pool_name : "");
+            id[i].device_name = (char *)p->cfg.gpus[i].name;
+            h[i].device = &id[i];
+            h[i].health = p->cfg.gpus[i].healthy ? V1ALPHA1__HEALTH_STATUS__HEALTHY
+                                                 : V1ALPHA1__HEALTH_STATUS__UNHEALTHY;
+            h[i].last_updated_time = p->changed_at[i];
+            ptrs[i] = &h[i];
+        }
+        resp.n_devices = n;
+        resp.devices = ptrs;
+        r = grpc_call_send_msg(call, &resp.base);
+    }
+    free(h);
+    free(id);
+    free(ptrs);
+    return r;
+}
+
+static void watcher_remove(struct dra_plugin *p, size_t i)
+{
+    p->watchers[i] = p->watchers[--p->n_watchers];
+}
+
+static void on_watch_cancelled(struct grpc_call *call, void *ud)
+{
+    struct dra_plugin *p = ud;
+    for (size_t i = 0; i < p->n_watchers; i++) {
+        if (p->watchers[i] == call) {
+            watcher_remove(p, i);
+            break;
+        }
+    }
+    grpc_call_finish(call, GRPC_STATUS_CANCELLED, NULL);
+}
+
+static void on_watch_resources(struct grpc_call *call, const struct grpc_request *req, void *ud)
+{
+    (void)req;
+    struct dra_plugin *p = ud;
+    if (p->n_watchers == p->cap_watchers) {
+        size_t cap = p->cap_watchers ? p->cap_watchers * 2 : 4;
+        struct grpc_call **w = realloc(p->watchers, cap * sizeof(*w));
+        if (!w) {
+            grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
+        p->watchers = w;
+        p->cap_watchers = cap;
+    }
+    if (health_send(p, call) < 0) {
+        grpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, "cannot send the device health");
+        return;
+    }
+    p->watchers[p->n_watchers++] = call;
+    grpc_call_set_cancel_cb(call, on_watch_cancelled, p);
+    log_info("dra: the kubelet watches the health of %zu device(s)", p->cfg.n_gpus);
+}
+
+void dra_plugin_health_changed(struct dra_plugin *p)
+{
+    int64_t now = (int64_t)time(NULL);
+    for (size_t i = 0; i < p->cfg.n_gpus; i++) {
+        if (p->last_healthy[i] != p->cfg.gpus[i].healthy) {
+            p->last_healthy[i] = p->cfg.gpus[i].healthy;
+            p->changed_at[i] = now;
+        }
+    }
+    for (size_t i = 0; i < p->n_watchers;) {
+        if (health_send(p, p->watchers[i]) < 0) {
+            /* gone or not reading: end it; the kubelet opens a new one */
+            struct grpc_call *c = p->watchers[i];
+            grpc_call_set_cancel_cb(c, NULL, NULL);
+            watcher_remove(p, i);
+            grpc_call_finish(c, GRPC_STATUS_UNAVAILABLE, "stream not keeping up");
+            continue;
+        }
+        i++;
+    }
+}
+
+size_t dra_plugin_health_watchers(const struct dra_plugin *p)
+{
+    return p->n_watchers;
 }
 
 /* ------------------------------------------------------------ sockets */
@@ -294,6 +580,21 @@ int dra_plugin_new(struct ev_loop *loop, const struct dra_plugin_config *cfg,
                  on_unprepare, p)) < 0)
             goto fail;
     }
+    if ((r = grpc_server_add_method(p->server, "/v1alpha1.DRAResourceHealth/NodeWatchResources",
+                                    GRPC_METHOD_SERVER_STREAMING,
+                                    &v1alpha1__node_watch_resources_request__descriptor,
+                                    on_watch_resources, p)) < 0)
+        goto fail;
+    p->last_healthy = calloc(cfg->n_gpus ? cfg->n_gpus : 1, sizeof(bool));
+    p->changed_at = calloc(cfg->n_gpus ? cfg->n_gpus : 1, sizeof(int64_t));
+    if (!p->last_healthy || !p->changed_at) {
+        r = -ENOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < cfg->n_gpus; i++) {
+        p->last_healthy[i] = cfg->gpus[i].healthy;
+        p->changed_at[i] = (int64_t)time(NULL);
+    }
     if ((r = grpc_server_add_method(
              p->server, "/pluginregistration.Registration/GetInfo", GRPC_METHOD_UNARY,
              &pluginregistration__info_request__descriptor, on_get_info, p)) < 0 ||
@@ -337,6 +638,20 @@ struct dra_plugin *dra_plugin_free(struct dra_plugin *p)
         ev_loop_del_io(p->loop, p->ino_fd);
         close(p->ino_fd);
     }
+    /* calls still waiting for the API server: their reads stop, they end UNAVAILABLE */
+    while (p->pending) {
+        struct pending *pd = p->pending;
+        p->pending = pd->next;
+        grpc_call_finish(pd->call, GRPC_STATUS_UNAVAILABLE, "the DRA driver is stopping");
+        pending_free(pd);
+    }
+    for (size_t i = 0; i < p->n_watchers; i++) {
+        grpc_call_set_cancel_cb(p->watchers[i], NULL, NULL);
+        grpc_call_finish(p->watchers[i], GRPC_STATUS_UNAVAILABLE, "the DRA driver is stopping");
+    }
+    free(p->watchers);
+    free(p->last_healthy);
+    free(p->changed_at);
     grpc_server_free(p->server);
     free(p);
     return NULL;

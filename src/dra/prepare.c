@@ -237,6 +237,11 @@ static struct dra_prepared *find(struct dra_state *st, const char *uid)
     return NULL;
 }
 
+const struct dra_prepared *dra_state_find(const struct dra_state *st, const char *uid)
+{
+    return find((struct dra_state *)st, uid);
+}
+
 /* ------------------------------------------------------------ files */
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)

@@ -50,13 +50,19 @@ static json_t *device(const char *driver_name, const struct dra_gpu *g)
                               str_attr(g->pci_bus_id), "migCapable", "bool", g->mig_capable);
     if (g->numa_node >= 0)
         json_object_set_new(attrs, "numaNode", json_pack("{s:i}", "int", g->numa_node));
-    json_object_set_new(attrs, "shared", json_pack("{s:b}", "bool", g->shared));
+    /* what the DeviceClasses of deploy/dra/ select on */
+    bool share = g->shared || g->mps;
+    json_object_set_new(attrs, "shared", json_pack("{s:b}", "bool", share));
+    json_object_set_new(attrs, "sharing",
+                        str_attr(g->mps      ? "mps"
+                                 : g->shared ? "vgpu"
+                                             : "exclusive"));
     json_t *cap =
         json_pack("{s:o,s:o}", "memory",
-                  capacity(g->memory, g->shared, SHARE_MEM_DEFAULT, SHARE_MEM_STEP, SHARE_MEM_STEP),
-                  "cores", capacity(100, g->shared, 10, 1, 1));
+                  capacity(g->memory, share, SHARE_MEM_DEFAULT, SHARE_MEM_STEP, SHARE_MEM_STEP),
+                  "cores", capacity(100, share, 10, 1, 1));
     json_t *d = json_pack("{s:s,s:o,s:o}", "name", g->name, "attributes", attrs, "capacity", cap);
-    if (g->shared)
+    if (share)
         json_object_set_new(d, "allowMultipleAllocations", json_true());
     if (!g->healthy) {
         char key[300];

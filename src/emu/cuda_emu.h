@@ -91,6 +91,7 @@ struct CUfunc_st {
     char name[128];
     unsigned nparams;
     uint32_t param_size[64];
+    uint32_t param_offset[64]; /* in the device-side parameter layout (cuFuncGetParamInfo) */
     bool spin; /* name starts with "spin": runs for its first u64 parameter's cycles */
 };
 #define EMU_MAGIC_FUNC 0x46554e31u

@@ -55,7 +55,7 @@ struct alloc {
      * device, not to a context (pools' blocks, VMM mappings), as with the driver. */
     struct CUctx_st *ctx;
     void *array;       /* K_ARRAY: the CUarray_st / CUmipmappedArray_st it backs */
-    uint8_t *resident; /* K_MANAGED: per 2 MiB page, 1 when on the GPU (charged) */
+    uint8_t *resident; /* K_MANAGED: per 2 MiB page, PG_* bits (on the GPU = charged) */
 };
 
 struct extent {
@@ -164,14 +164,28 @@ static bool range_ok_locked(const struct alloc *a, CUdeviceptr p, size_t len)
  * launched with a pointer into the allocation (all of it: the emulator cannot see which pages a
  * kernel reads), a prefetch to the device. A prefetch to the CPU sends pages back. When the GPU
  * is full, a touched page that does not fit stays in host memory (uncharged), as the driver
- * evicts or maps remotely instead of failing. cuda_lock held for all of these. */
+ * evicts or maps remotely instead of failing. A page whose preferred location is the CPU and
+ * that the device is advised to access (cuMemAdvise SET_PREFERRED_LOCATION + SET_ACCESSED_BY)
+ * is mapped for the GPU where it is: a touch leaves it on the host (only a prefetch moves it).
+ * cuda_lock held for all of these. */
 
-static void managed_bring_locked(struct alloc *a, CUdeviceptr p, size_t len)
+/* a->resident[page] bits */
+#define PG_ON_GPU 1u   /* resident on the GPU, charged */
+#define PG_PREF_CPU 2u /* preferred location: the CPU */
+#define PG_ACCESSED 4u /* accessed by the allocation's device (mapped there) */
+#define PG_REMOTE (PG_PREF_CPU | PG_ACCESSED)
+
+/* touch: brought by an access (advised pages stay where they are); else a prefetch. */
+static void managed_bring_locked(struct alloc *a, CUdeviceptr p, size_t len, bool touch)
 {
     uint64_t first = (p - a->ptr) / GRANULE, last = (p + len - 1 - a->ptr) / GRANULE;
-    for (uint64_t pg = first; pg <= last; pg++)
-        if (!a->resident[pg] && emu_state_mem_charge(cuda_state, (unsigned)a->dev, GRANULE) == 0)
-            a->resident[pg] = 1;
+    for (uint64_t pg = first; pg <= last; pg++) {
+        uint8_t st = a->resident[pg];
+        if ((st & PG_ON_GPU) || (touch && (st & PG_REMOTE) == PG_REMOTE))
+            continue;
+        if (emu_state_mem_charge(cuda_state, (unsigned)a->dev, GRANULE) == 0)
+            a->resident[pg] = (uint8_t)(st | PG_ON_GPU);
+    }
 }
 
 static void managed_evict_locked(struct alloc *a, CUdeviceptr p, size_t len)
@@ -179,8 +193,8 @@ static void managed_evict_locked(struct alloc *a, CUdeviceptr p, size_t len)
     uint64_t first = (p - a->ptr) / GRANULE, last = (p + len - 1 - a->ptr) / GRANULE;
     uint64_t back = 0;
     for (uint64_t pg = first; pg <= last; pg++)
-        if (a->resident[pg]) {
-            a->resident[pg] = 0;
+        if (a->resident[pg] & PG_ON_GPU) {
+            a->resident[pg] &= (uint8_t)~PG_ON_GPU;
             back += GRANULE;
         }
     if (back)
@@ -200,7 +214,7 @@ void cuda_mem_touch_args(const uint64_t *vals, size_t n)
     for (size_t i = 0; i < n; i++) {
         struct alloc *a = reg_find((CUdeviceptr)vals[i]);
         if (a && a->kind == K_MANAGED)
-            managed_bring_locked(a, a->ptr, a->size);
+            managed_bring_locked(a, a->ptr, a->size, true);
     }
     pthread_mutex_unlock(&cuda_lock);
 }
@@ -212,7 +226,7 @@ bool cuda_ptr_valid(CUdeviceptr p, size_t len)
     struct alloc *a = reg_find(p);
     bool ok = range_ok_locked(a, p, len);
     if (ok && a->kind == K_MANAGED && len)
-        managed_bring_locked(a, p, len);
+        managed_bring_locked(a, p, len, true);
     pthread_mutex_unlock(&cuda_lock);
     return ok;
 }
@@ -1058,11 +1072,35 @@ DEF_COPY(cuMemcpy3DAsync_v2, false, (const CUDA_MEMCPY3D *p, CUstream s), ASYNC_
 DEF_COPY(cuMemcpy3DAsync_v2_ptsz, true, (const CUDA_MEMCPY3D *p, CUstream s), ASYNC_COPY(s, true),
          copy3d(p))
 
-/* Advice is accepted and checked; it moves nothing. */
-static CUresult managed_hint(CUdeviceptr p, size_t count)
+/* Advice is checked and moves nothing. For managed pages two pieces are kept (cuMemAdvise,
+ * CUDA driver API, Unified Addressing): the preferred location ("If the data is already in its
+ * preferred location and the faulting processor can establish a mapping without requiring the
+ * data to be migrated, then data migration will be avoided") and whether the allocation's device
+ * is set to access it ("causes the data to always be mapped in the specified processor's page
+ * tables"): a page preferring the CPU and mapped for the device is not migrated by a touch. */
+static CUresult managed_advise(CUdeviceptr p, size_t count, CUmem_advise advice, bool cpu, int dev)
 {
+    if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&cuda_lock);
-    bool ok = count && range_ok_locked(reg_find(p), p, count);
+    struct alloc *a = reg_find(p);
+    bool ok = count && range_ok_locked(a, p, count);
+    if (ok && a->kind == K_MANAGED) {
+        uint8_t set = 0, clear = 0;
+        if (advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION && cpu)
+            set = PG_PREF_CPU;
+        else if (advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION)
+            clear = PG_PREF_CPU;
+        else if (advice == CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION)
+            clear = PG_PREF_CPU;
+        else if (advice == CU_MEM_ADVISE_SET_ACCESSED_BY && !cpu && dev == a->dev)
+            set = PG_ACCESSED;
+        else if (advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY && !cpu && dev == a->dev)
+            clear = PG_ACCESSED;
+        uint64_t first = (p - a->ptr) / GRANULE, last = (p + count - 1 - a->ptr) / GRANULE;
+        for (uint64_t pg = first; pg <= last; pg++)
+            a->resident[pg] = (uint8_t)((a->resident[pg] & ~clear) | set);
+    }
     pthread_mutex_unlock(&cuda_lock);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -1083,7 +1121,7 @@ static CUresult prefetch(CUdeviceptr p, size_t count, bool to_cpu, CUstream hs, 
         if (to_cpu)
             managed_evict_locked(a, p, count);
         else
-            managed_bring_locked(a, p, count);
+            managed_bring_locked(a, p, count, false);
     }
     pthread_mutex_unlock(&cuda_lock);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -1114,17 +1152,13 @@ EMU_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t count, CUmemLo
 EMU_API CUresult cuMemAdvise(CUdeviceptr p, size_t count, CUmem_advise advice, CUdevice dev)
 {
     NEED_CTX(c);
-    if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
-        return CUDA_ERROR_INVALID_VALUE;
-    return managed_hint(p, count);
+    return managed_advise(p, count, advice, dev == CU_DEVICE_CPU, dev);
 }
 
 EMU_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t count, CUmem_advise advice, CUmemLocation loc)
 {
     NEED_CTX(c);
-    if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
-        return CUDA_ERROR_INVALID_VALUE;
-    return managed_hint(p, count);
+    return managed_advise(p, count, advice, loc.type != CU_MEM_LOCATION_TYPE_DEVICE, loc.id);
 }
 
 static CUresult memset_n(CUdeviceptr d, unsigned v, size_t elem, size_t n, size_t pitch,

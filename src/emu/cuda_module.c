@@ -78,6 +78,14 @@ static CUresult module_from_text(CUmodule *pm, const char *text, size_t len, str
         memcpy(fs[i].name, ks[i].name, sizeof(fs[i].name));
         fs[i].nparams = ks[i].nparams;
         memcpy(fs[i].param_size, ks[i].param_size, sizeof(fs[i].param_size));
+        /* each parameter at the next multiple of its alignment, as the ABI lays them out */
+        uint64_t off = 0;
+        for (unsigned j = 0; j < ks[i].nparams; j++) {
+            uint64_t a = ks[i].param_align[j] ? ks[i].param_align[j] : 1;
+            off = (off + a - 1) / a * a;
+            fs[i].param_offset[j] = (uint32_t)(off > UINT32_MAX ? UINT32_MAX : off);
+            off += ks[i].param_size[j];
+        }
         fs[i].spin = strncmp(ks[i].name, "spin", 4) == 0;
     }
     free(ks);
@@ -356,5 +364,19 @@ EMU_API CUresult cuKernelGetFunction(CUfunction *pf, CUkernel k)
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
     *pf = f;
+    return CUDA_SUCCESS;
+}
+
+/* "Returns the offset and size of a kernel parameter in the device-side parameter layout";
+ * "paramIndex must be less than the number of parameters that func takes"; paramSize may be
+ * NULL (CUDA driver API, Execution Control, cuFuncGetParamInfo, CUDA 12.4). The layout comes
+ * from the PTX parameter list: each parameter aligned to its `.align`, else its type's size. */
+EMU_API CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t *offset, size_t *size)
+{
+    if (!f || f->magic != EMU_MAGIC_FUNC || !offset || index >= f->nparams)
+        return CUDA_ERROR_INVALID_VALUE;
+    *offset = f->param_offset[index];
+    if (size)
+        *size = f->param_size[index];
     return CUDA_SUCCESS;
 }

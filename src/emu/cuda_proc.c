@@ -156,9 +156,9 @@ static const struct proc_row rows[] = {
     E(cuFuncGetAttribute, 2020, cuFuncGetAttribute),
     E(cuFuncGetModule, 11000, cuFuncGetModule), /* not emulated */
     E(cuFuncGetName, 12030, cuFuncGetName),
-    E(cuFuncGetParamInfo, 12040, cuFuncGetParamInfo), /* not emulated */
-    E(cuFuncIsLoaded, 12040, cuFuncIsLoaded),         /* not emulated */
-    E(cuFuncLoad, 12040, cuFuncLoad),                 /* not emulated */
+    E(cuFuncGetParamInfo, 12040, cuFuncGetParamInfo),
+    E(cuFuncIsLoaded, 12040, cuFuncIsLoaded), /* not emulated */
+    E(cuFuncLoad, 12040, cuFuncLoad),         /* not emulated */
     E(cuFuncSetAttribute, 9000, cuFuncSetAttribute),
     E(cuFuncSetBlockShape, 2000, cuFuncSetBlockShape), /* not emulated */
     E(cuFuncSetCacheConfig, 3000, cuFuncSetCacheConfig),

@@ -290,6 +290,27 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
     return NVML_SUCCESS;
 }
 
+/* Fixed thresholds for every emulated GPU (celsius); tests compare the temperature that
+ * `accel-emu set N temperature=...` gives against them. */
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device,
+                                                            nvmlTemperatureThresholds_t type,
+                                                            unsigned int *temp)
+{
+    static const unsigned int thresholds[] = {
+        [NVML_TEMPERATURE_THRESHOLD_SHUTDOWN] = 92,
+        [NVML_TEMPERATURE_THRESHOLD_SLOWDOWN] = 89,
+        [NVML_TEMPERATURE_THRESHOLD_MEM_MAX] = 95,
+        [NVML_TEMPERATURE_THRESHOLD_GPU_MAX] = 87,
+    };
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    (void)g;
+    if (!temp || (unsigned)type >= sizeof thresholds / sizeof thresholds[0])
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *temp = thresholds[type];
+    return NVML_SUCCESS;
+}
+
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
     struct emu_gpu *g;

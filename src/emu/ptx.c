@@ -103,11 +103,11 @@ static bool number(struct token t, uint32_t *ret)
 }
 
 /* One parameter: ".param" already read; attributes, a type, a name, an optional [N]. */
-static int param(struct lexer *lx, uint32_t *ret_size, struct token *ret_after)
+static int param(struct lexer *lx, uint32_t *ret_size, uint32_t *ret_align, struct token *ret_after)
 {
-    uint32_t size = 0, count = 1;
+    uint32_t size = 0, count = 1, align = 0;
     struct token t = next(lx);
-    bool named = false;
+    bool named = false, ptr = false;
     for (; t.n; t = next(lx)) {
         uint32_t s = type_size(t);
         if (s) {
@@ -116,8 +116,12 @@ static int param(struct lexer *lx, uint32_t *ret_size, struct token *ret_after)
             uint32_t a;
             if (!number(next(lx), &a))
                 return -EINVAL;
-        } else if (is(t, ".ptr") || is(t, ".global") || is(t, ".const") || is(t, ".local") ||
-                   is(t, ".shared")) {
+            /* after .ptr it is the pointee's alignment, not the parameter's */
+            if (!ptr && a && !(a & (a - 1)) && a <= 4096)
+                align = a;
+        } else if (is(t, ".ptr")) {
+            ptr = true;
+        } else if (is(t, ".global") || is(t, ".const") || is(t, ".local") || is(t, ".shared")) {
             /* pointer attributes: no effect on the size */
         } else if (t.s[0] == '.') {
             return -EINVAL; /* an unknown type or attribute */
@@ -135,6 +139,7 @@ static int param(struct lexer *lx, uint32_t *ret_size, struct token *ret_after)
     if (!size || !named || (uint64_t)size * count > UINT32_MAX / 2)
         return -EINVAL;
     *ret_size = size * count;
+    *ret_align = align ? align : size; /* .align N, else the element's own size */
     *ret_after = t;
     return 0;
 }
@@ -164,7 +169,7 @@ static int entry(struct lexer *lx, struct ptx_kernel *k)
         if (k->nparams == PTX_PARAMS_MAX)
             return -EINVAL;
         struct token after;
-        int r = param(lx, &k->param_size[k->nparams], &after);
+        int r = param(lx, &k->param_size[k->nparams], &k->param_align[k->nparams], &after);
         if (r < 0)
             return r;
         k->nparams++;

@@ -15,6 +15,7 @@ struct ptx_kernel {
     char name[PTX_NAME_MAX];
     unsigned nparams;
     uint32_t param_size[PTX_PARAMS_MAX];
+    uint32_t param_align[PTX_PARAMS_MAX]; /* `.align N`, else the element type's size */
 };
 
 /* Parses PTX text of len bytes (need not be NUL-terminated). The kernels go to out (up to max,

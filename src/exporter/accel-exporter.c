@@ -33,16 +33,15 @@
 #include <sys/socket.h>
 
 #include "cgroup.h"
+#include "expconfig.h"
 #include "log.h"
 #include "nvml.h"
 #include "podres.h"
+#include "status.h"
 #include "util.h"
 
 #define EXP_MAX_GPUS 64
 #define EXP_MAX_XIDS 32 /* distinct XIDs counted per GPU; more are folded into xid="other" */
-#define EXP_DEFAULT_LISTEN "0.0.0.0:9835"
-/* the kubelet's pod-resources socket (its --pod-resources-directory default) */
-#define EXP_DEFAULT_PODRES "/var/lib/kubelet/pod-resources/kubelet.sock"
 #define EXP_PODRES_REFRESH_NS 5000000000ULL /* at most one List per 5 s */
 #define EXP_PODRES_TIMEOUT_MS 1000u
 
@@ -57,6 +56,7 @@ struct exp_gpu {
     char name[96];
     char vbios[64];
     struct exp_xid xids[EXP_MAX_XIDS + 1];
+    struct status_xids recent; /* for the status page */
 };
 
 /* A growable text buffer; reused across samples so steady state allocates nothing. */
@@ -82,8 +82,10 @@ struct exporter {
     pthread_mutex_t lock;    /* guards front buffers, xid counters and the flags below */
     struct exp_buf front[2]; /* [0] Prometheus text, [1] OpenMetrics */
     struct exp_buf back[2];
-    uint64_t samples;  /* completed sampling rounds */
-    volatile int stop; /* set by main at exit; polled by the threads */
+    struct status_gpu *status, *status_back; /* the status page's view, one per GPU */
+    time_t status_time;                      /* when status was sampled */
+    uint64_t samples;                        /* completed sampling rounds */
+    volatile int stop;                       /* set by main at exit; polled by the threads */
 };
 
 static void buf_printf(struct exp_buf *b, const char *fmt, ...)
@@ -137,19 +139,28 @@ static const char *esc(const char *s, char *out, size_t outlen)
     return out;
 }
 
-/* HELP and TYPE for one family. Counters: OpenMetrics names the family without _total. */
-static void family(struct exp_buf *b, bool om, const char *name, const char *type, const char *help)
+/* The settings (read-only once the threads run): metric families turned off. */
+static const struct exporter_config *exp_cfg;
+
+/* HELP and TYPE for one family. Counters: OpenMetrics names the family without _total.
+ * false (and nothing written) when the config turns the family off: skip its series. */
+static bool family(struct exp_buf *b, bool om, const char *name, const char *type, const char *help)
 {
+    if (exp_cfg && exporter_config_disabled(exp_cfg, name))
+        return false;
     char fam[128];
     snprintf(fam, sizeof fam, "%s", name);
     size_t l = strlen(fam);
     if (om && strcmp(type, "counter") == 0 && l > 6 && strcmp(fam + l - 6, "_total") == 0)
         fam[l - 6] = '\0';
     buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fam, help, fam, type);
+    return true;
 }
 
 struct gpu_sample {
     bool util_ok, mem_ok, temp_ok, power_ok, energy_ok, limit_ok, sm_ok, memclk_ok, reasons_ok;
+    bool slowdown_ok;
+    unsigned slowdown_c; /* the temperature at which the GPU slows itself down */
     bool ecc_ok, remap_ok, replay_ok;
     unsigned remap[4], replays; /* corrected rows, uncorrectable rows, pending, failure */
     nvmlUtilization_t util;
@@ -190,6 +201,9 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
     s->mem_ok = n->nvmlDeviceGetMemoryInfo && NVML_OK(n->nvmlDeviceGetMemoryInfo(g->dev, &s->mem));
     s->temp_ok = n->nvmlDeviceGetTemperature &&
                  NVML_OK(n->nvmlDeviceGetTemperature(g->dev, NVML_TEMPERATURE_GPU, &s->temp));
+    s->slowdown_ok = n->nvmlDeviceGetTemperatureThreshold &&
+                     NVML_OK(n->nvmlDeviceGetTemperatureThreshold(
+                         g->dev, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, &s->slowdown_c));
     s->power_ok =
         n->nvmlDeviceGetPowerUsage && NVML_OK(n->nvmlDeviceGetPowerUsage(g->dev, &s->power_mw));
     s->limit_ok = n->nvmlDeviceGetEnforcedPowerLimit &&
@@ -311,9 +325,10 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
         snprintf(l[i], sizeof l[i], "gpu=\"%u\",uuid=\"%s\"", i, esc(e->gpus[i].uuid, u, sizeof u));
     }
     char d[140], v[140], nm[200];
-    family(b, om, "accel_gpu_info", "gauge",
-           "GPU identity and firmware: driver, CUDA driver API and VBIOS versions (value 1).");
-    for (unsigned i = 0; i < e->ngpus; i++)
+    bool on = family(b, om, "accel_gpu_info", "gauge",
+                     "GPU identity and firmware: driver, CUDA driver API and VBIOS versions "
+                     "(value 1).");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
         buf_printf(b,
                    "accel_gpu_info{%s,name=\"%s\",driver_version=\"%s\",cuda_version=\"%d.%d\","
                    "vbios_version=\"%s\"} 1\n",
@@ -324,7 +339,8 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
 /* One family with a series per GPU whose sample ss[i].okf succeeded. */
 #define PER_GPU(type, metric, help, okf, expr)                                                     \
     do {                                                                                           \
-        family(b, om, metric, type, help);                                                         \
+        if (!family(b, om, metric, type, help))                                                    \
+            break;                                                                                 \
         for (unsigned i = 0; i < e->ngpus; i++)                                                    \
             if (ss[i].okf)                                                                         \
                 buf_printf(b, metric "{%s} %.17g\n", l[i], (double)(expr));                        \
@@ -338,6 +354,9 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
     GAUGE("accel_gpu_memory_free_bytes", "Device memory free.", mem_ok, ss[i].mem.free);
     GAUGE("accel_gpu_memory_total_bytes", "Device memory installed.", mem_ok, ss[i].mem.total);
     GAUGE("accel_gpu_temperature_celsius", "GPU core temperature.", temp_ok, ss[i].temp);
+    GAUGE("accel_gpu_temperature_slowdown_celsius",
+          "Temperature at which the GPU slows its clocks down (NVML's slowdown threshold).",
+          slowdown_ok, ss[i].slowdown_c);
     GAUGE("accel_gpu_power_watts", "Power draw.", power_ok, ss[i].power_mw / 1000.0);
     GAUGE("accel_gpu_power_limit_watts", "Enforced power limit.", limit_ok,
           ss[i].limit_mw / 1000.0);
@@ -346,17 +365,17 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
     GAUGE("accel_gpu_sm_clock_hertz", "SM clock.", sm_ok, ss[i].sm_mhz * 1e6);
     GAUGE("accel_gpu_memory_clock_hertz", "Memory clock.", memclk_ok, ss[i].mem_mhz * 1e6);
 
-    family(b, om, "accel_gpu_clock_event_reason", "gauge",
-           "1 while the clocks are held down for this reason (throttling), else 0.");
-    for (unsigned i = 0; i < e->ngpus; i++)
+    on = family(b, om, "accel_gpu_clock_event_reason", "gauge",
+                "1 while the clocks are held down for this reason (throttling), else 0.");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
         if (ss[i].reasons_ok)
             for (size_t k = 0; k < sizeof reason_bits / sizeof reason_bits[0]; k++)
                 buf_printf(b, "accel_gpu_clock_event_reason{%s,reason=\"%s\"} %d\n", l[i],
                            reason_bits[k].name, (ss[i].reasons & reason_bits[k].bit) ? 1 : 0);
 
-    family(b, om, "accel_gpu_ecc_errors_total", "counter",
-           "ECC errors over the GPU's life (aggregate counters), by type.");
-    for (unsigned i = 0; i < e->ngpus; i++)
+    on = family(b, om, "accel_gpu_ecc_errors_total", "counter",
+                "ECC errors over the GPU's life (aggregate counters), by type.");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
         if (ss[i].ecc_ok)
             buf_printf(b,
                        "accel_gpu_ecc_errors_total{%s,type=\"corrected\"} %llu\n"
@@ -374,9 +393,9 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
     COUNTER("accel_gpu_pcie_replays_total", "PCIe replays (link-level retransmissions).", replay_ok,
             ss[i].replays);
 
-    family(b, om, "accel_gpu_xid_events_total", "counter",
-           "XID events seen since the exporter started, by XID.");
-    for (unsigned i = 0; i < e->ngpus; i++)
+    on = family(b, om, "accel_gpu_xid_events_total", "counter",
+                "XID events seen since the exporter started, by XID.");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
         for (unsigned k = 0; k <= EXP_MAX_XIDS; k++) {
             const struct exp_xid *x = &xid_copy[i].xids[k];
             if (!x->xid)
@@ -389,11 +408,12 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
                            x->xid, x->count);
         }
 
-    family(b, om, "accel_gpu_process_memory_used_bytes", "gauge",
-           "Device memory used by one process (NVML's compute process list), with its pod and "
-           "container when /proc/PID/cgroup names them and their names when pod-resources does.");
+    on = family(b, om, "accel_gpu_process_memory_used_bytes", "gauge",
+                "Device memory used by one process (NVML's compute process list), with its pod "
+                "and container when /proc/PID/cgroup names them and their names when "
+                "pod-resources does.");
     char nl[900];
-    for (unsigned i = 0; i < e->ngpus; i++)
+    for (unsigned i = 0; i < e->ngpus && on; i++)
         for (size_t k = 0; k < ss[i].nprocs; k++)
             if (ss[i].procs[k].used_memory_bytes != UINT64_MAX)
                 buf_printf(b,
@@ -405,9 +425,9 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
 
     /* Per container: the sum over its processes on this GPU (first process of each pair
      * (pod, container) prints the sum; at most 64 processes, so quadratic is cheap). */
-    family(b, om, "accel_container_gpu_memory_used_bytes", "gauge",
-           "Device memory used on this GPU by all processes of one pod's container.");
-    for (unsigned i = 0; i < e->ngpus; i++)
+    on = family(b, om, "accel_container_gpu_memory_used_bytes", "gauge",
+                "Device memory used on this GPU by all processes of one pod's container.");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
         for (size_t k = 0; k < ss[i].nprocs; k++) {
             const struct kube_cgroup_ref *pk = &ss[i].pods[k];
             bool first = pk->pod_uid[0] != '\0';
@@ -429,18 +449,63 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
                            pk->container_id, sum);
         }
 
-    if (e->podres) {
+    if (e->podres &&
         family(b, om, "accel_exporter_pod_resources_up", "gauge",
-               "1 when the last List from the kubelet's pod-resources API succeeded, else 0.");
+               "1 when the last List from the kubelet's pod-resources API succeeded, else 0."))
         buf_printf(b, "accel_exporter_pod_resources_up %d\n", e->podres_ok ? 1 : 0);
-    }
-    family(b, om, "accel_exporter_samples_total", "counter", "Sampling rounds completed.");
-    buf_printf(b, "accel_exporter_samples_total %" PRIu64 "\n", e->samples + 1);
+    if (family(b, om, "accel_exporter_samples_total", "counter", "Sampling rounds completed."))
+        buf_printf(b, "accel_exporter_samples_total %" PRIu64 "\n", e->samples + 1);
     if (om)
         buf_printf(b, "# EOF\n");
 #undef PER_GPU
 #undef GAUGE
 #undef COUNTER
+}
+
+/* The status page's view of GPU i (containers summed over their processes, as in
+ * accel_container_gpu_memory_used_bytes). */
+static void fill_status(const struct exporter *e, unsigned i, const struct gpu_sample *s,
+                        struct status_gpu *g)
+{
+    struct status_xids recent = g->xids;
+    memset(g, 0, sizeof *g);
+    g->xids = recent;
+    g->index = i;
+    snprintf(g->uuid, sizeof g->uuid, "%s", e->gpus[i].uuid);
+    snprintf(g->name, sizeof g->name, "%s", e->gpus[i].name);
+    g->util_ok = s->util_ok, g->utilization = s->util.gpu / 100.0;
+    g->mem_ok = s->mem_ok, g->memory_used = s->mem.used, g->memory_total = s->mem.total;
+    g->temp_ok = s->temp_ok, g->temperature = s->temp;
+    g->power_ok = s->power_ok, g->power_watts = s->power_mw / 1000.0;
+    g->ecc_ok = s->ecc_ok, g->ecc_uncorrected = s->ecc[1];
+    g->remap_ok = s->remap_ok, g->remap_pending = s->remap[2], g->remap_failed = s->remap[3];
+    g->reasons_ok = s->reasons_ok, g->clock_event_reasons = s->reasons;
+    for (size_t k = 0; k < s->nprocs; k++) {
+        const struct kube_cgroup_ref *pk = &s->pods[k];
+        struct status_pod *p = NULL;
+        if (!pk->pod_uid[0])
+            continue;
+        for (unsigned j = 0; j < g->npods && !p; j++)
+            if (!strcmp(g->pods[j].pod_uid, pk->pod_uid) &&
+                !strcmp(g->pods[j].container_id, pk->container_id))
+                p = &g->pods[j];
+        if (!p && g->npods == STATUS_MAX_PODS) {
+            g->pods_dropped++;
+            continue;
+        }
+        if (!p) {
+            p = &g->pods[g->npods++];
+            snprintf(p->pod_uid, sizeof p->pod_uid, "%s", pk->pod_uid);
+            snprintf(p->container_id, sizeof p->container_id, "%s", pk->container_id);
+            if (s->names[k]) {
+                snprintf(p->namespace_, sizeof p->namespace_, "%s", s->names[k]->namespace_);
+                snprintf(p->pod, sizeof p->pod, "%s", s->names[k]->pod);
+                snprintf(p->container, sizeof p->container, "%s", s->names[k]->container);
+            }
+        }
+        if (s->procs[k].used_memory_bytes != UINT64_MAX)
+            p->memory_bytes += s->procs[k].used_memory_bytes;
+    }
 }
 
 static void *sampler_main(void *arg)
@@ -463,9 +528,13 @@ static void *sampler_main(void *arg)
         }
         name_containers(e, ss);
         pthread_mutex_lock(&e->lock);
-        for (unsigned i = 0; i < e->ngpus; i++)
+        for (unsigned i = 0; i < e->ngpus; i++) {
             memcpy(xid_copy[i].xids, e->gpus[i].xids, sizeof xid_copy[i].xids);
+            e->status_back[i].xids = e->gpus[i].recent;
+        }
         pthread_mutex_unlock(&e->lock);
+        for (unsigned i = 0; i < e->ngpus; i++)
+            fill_status(e, i, &ss[i], &e->status_back[i]);
         for (int f = 0; f < 2; f++) {
             e->back[f].len = 0;
             e->back[f].oom = false;
@@ -479,6 +548,10 @@ static void *sampler_main(void *arg)
             e->front[f] = e->back[f];
             e->back[f] = t;
         }
+        struct status_gpu *st = e->status;
+        e->status = e->status_back;
+        e->status_back = st;
+        e->status_time = time(NULL);
         e->samples++;
         pthread_mutex_unlock(&e->lock);
         uint64_t spent = mono_ns() - t0;
@@ -508,6 +581,7 @@ static void count_xid(struct exporter *e, nvmlDevice_t dev, unsigned xid)
                 break;
             }
         }
+        status_note_xid(&e->gpus[i].recent, xid, time(NULL));
         if (!slot || xid == 0 || xid == UINT32_MAX) {
             slot = &e->gpus[i].xids[EXP_MAX_XIDS];
             xid = UINT32_MAX;
@@ -563,6 +637,45 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, cons
     return ret;
 }
 
+/* The status page: the last view copied out under the lock, rendered outside it. */
+static enum MHD_Result send_status(struct exporter *e, struct MHD_Connection *c)
+{
+    size_t sz = (e->ngpus ? e->ngpus : 1) * sizeof(struct status_gpu);
+    struct status_gpu *v = malloc(sz);
+    char *page = NULL, host[256] = "";
+    size_t len = 0;
+    if (!v)
+        return send_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", "out of memory\n", 14);
+    pthread_mutex_lock(&e->lock);
+    bool ok = e->samples > 0;
+    memcpy(v, e->status, e->ngpus * sizeof *v);
+    time_t when = e->status_time;
+    pthread_mutex_unlock(&e->lock);
+    if (!ok) {
+        free(v);
+        return send_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", "no sample yet\n", 14);
+    }
+    gethostname(host, sizeof host - 1);
+    FILE *f = open_memstream(&page, &len);
+    int r = f ? status_render(f, v, e->ngpus, host, e->driver, when) : -1;
+    if (f && fclose(f) != 0)
+        r = -1;
+    free(v);
+    if (r < 0) {
+        free(page);
+        return send_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", "out of memory\n", 14);
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, page, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(page);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_len, void **req_cls)
@@ -592,102 +705,110 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_unlock(&e->lock);
         return r;
     }
-    static const char nf[] = "not found: try /metrics or /healthz\n";
+    if (strcmp(url, "/") == 0)
+        return send_status(e, c);
+    static const char nf[] = "not found: try /, /metrics or /healthz\n";
     return send_text(c, MHD_HTTP_NOT_FOUND, "text/plain", nf, sizeof nf - 1);
-}
-
-static int parse_listen(const char *s, struct sockaddr_in *sa)
-{
-    const char *colon = strrchr(s, ':');
-    if (!colon || colon == s)
-        return -EINVAL;
-    char host[64];
-    size_t hl = (size_t)(colon - s);
-    if (hl >= sizeof host)
-        return -EINVAL;
-    memcpy(host, s, hl);
-    host[hl] = '\0';
-    uint64_t port;
-    if (parse_u64(colon + 1, &port) < 0 || port > 65535)
-        return -EINVAL;
-    memset(sa, 0, sizeof *sa);
-    sa->sin_family = AF_INET;
-    sa->sin_port = htons((uint16_t)port);
-    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
-        return -EINVAL;
-    return 0;
 }
 
 static void usage(FILE *f)
 {
     fprintf(
         f,
-        "usage: accel-exporter [--listen ADDR:PORT] [--nvml-library PATH] [--interval DURATION]\n"
-        "                      [--proc-root DIR] [--pod-resources-socket PATH]\n"
-        "                      [--log-level LEVEL]\n"
-        "  --listen        address to serve /metrics and /healthz on (default %s)\n"
+        "usage: accel-exporter [--config FILE] [--listen ADDR:PORT] [--nvml-library PATH]\n"
+        "                      [--interval DURATION] [--proc-root DIR]\n"
+        "                      [--pod-resources-socket PATH] [--disable-metrics NAMES]\n"
+        "                      [--log-level LEVEL] [--check-config]\n"
+        "  --config        YAML settings (keys as below, camelCase); flags win over it\n"
+        "  --listen        address to serve /, /metrics and /healthz on (default 0.0.0.0:9835)\n"
         "  --nvml-library  NVML to load (default $%s, else %s)\n"
         "  --interval      sampling period, e.g. 1s or 250ms (default 1s)\n"
         "  --proc-root     where /proc is, for the PID -> pod mapping (default /proc)\n"
         "  --pod-resources-socket  the kubelet's pod-resources API, for namespace, pod and\n"
-        "                  container names (default %s; \"\" turns it off)\n",
-        EXP_DEFAULT_LISTEN, GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY, EXP_DEFAULT_PODRES);
+        "                  container names (default %s; \"\" turns it off)\n"
+        "  --disable-metrics  metric families not to serve, comma-separated (config:\n"
+        "                  metrics.disable)\n"
+        "  --log-level     error, warn, info or debug\n"
+        "  --check-config  print the settings (file and flags) as YAML and exit: 0 when\n"
+        "                  valid, 2 with the reason otherwise\n",
+        GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY, EXPORTER_DEFAULT_PODRES);
 }
+
+/* Flags and the config keys they set. */
+static const struct {
+    const char *flag, *key;
+} exp_flags[] = {
+    {"--listen", "listen"},
+    {"--interval", "interval"},
+    {"--nvml-library", "nvmlLibrary"},
+    {"--proc-root", "procRoot"},
+    {"--pod-resources-socket", "podResourcesSocket"},
+    {"--log-level", "logLevel"},
+    {"--disable-metrics", "metrics.disable"},
+};
 
 int main(int argc, char **argv)
 {
-    const char *listen_s = EXP_DEFAULT_LISTEN, *lib = NULL, *proc_root = "/proc";
-    const char *podres_socket = EXP_DEFAULT_PODRES;
-    uint64_t interval_ns = 1000000000ULL;
+    static struct exporter_config cfg;
+    char err[512];
+    const char *config_path = NULL;
+    bool check_config = false;
     log_set_ident("accel-exporter");
+    exporter_config_defaults(&cfg);
+    /* the config file first, whatever the order: flags override it */
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "accel-exporter: unknown option or missing value: %s (see --help)\n",
-                    a);
-            return 2;
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            config_path = argv[++i];
+    }
+    if (config_path && exporter_config_load(&cfg, config_path, err, sizeof err) < 0) {
+        fprintf(stderr, "accel-exporter: %s\n", err);
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *key = NULL;
+        for (size_t k = 0; k < sizeof exp_flags / sizeof exp_flags[0] && !key; k++)
+            if (strcmp(a, exp_flags[k].flag) == 0)
+                key = exp_flags[k].key;
+        if (strcmp(a, "--check-config") == 0) {
+            check_config = true;
+            continue;
         }
-        const char *v = argv[++i];
-        if (strcmp(a, "--listen") == 0) {
-            listen_s = v;
-        } else if (strcmp(a, "--proc-root") == 0) {
-            proc_root = v;
-        } else if (strcmp(a, "--pod-resources-socket") == 0) {
-            podres_socket = v;
-        } else if (strcmp(a, "--nvml-library") == 0) {
-            lib = v;
-        } else if (strcmp(a, "--interval") == 0) {
-            if (parse_duration_ns(v, &interval_ns) < 0 || interval_ns < 10000000ULL) {
-                fprintf(stderr,
-                        "accel-exporter: bad --interval %s: give a duration of at least 10ms, e.g. "
-                        "1s\n",
-                        v);
-                return 2;
-            }
-        } else if (strcmp(a, "--log-level") == 0) {
-            enum log_level lv;
-            if (log_level_parse(v, &lv) < 0) {
-                fprintf(stderr,
-                        "accel-exporter: bad --log-level %s: use error, warn, info or debug\n", v);
-                return 2;
-            }
-            log_set_level(lv);
-        } else {
+        if (!key && strcmp(a, "--config") != 0) {
             fprintf(stderr, "accel-exporter: unknown option %s (see --help)\n", a);
             return 2;
         }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "accel-exporter: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (key && exporter_config_set(&cfg, key, v, err, sizeof err) < 0) {
+            fprintf(stderr, "accel-exporter: %s: %s\n", a, err);
+            return 2;
+        }
     }
+    if (cfg.log_level[0]) {
+        enum log_level lv;
+        if (log_level_parse(cfg.log_level, &lv) == 0)
+            log_set_level(lv);
+    }
+    exp_cfg = &cfg;
+    const char *listen_s = cfg.listen, *lib = cfg.nvml_library[0] ? cfg.nvml_library : NULL;
+    const char *proc_root = cfg.proc_root, *podres_socket = cfg.pod_resources_socket;
+    uint64_t interval_ns = cfg.interval_ns;
     struct sockaddr_in sa;
-    if (parse_listen(listen_s, &sa) < 0) {
+    if (exporter_parse_listen(listen_s, &sa) < 0) {
         fprintf(stderr,
                 "accel-exporter: bad --listen %s: give IPv4ADDR:PORT, e.g. 127.0.0.1:9835\n",
                 listen_s);
         return 2;
     }
+    if (check_config)
+        return exporter_config_write(stdout, &cfg) == 0 && fflush(stdout) == 0 ? 0 : 1;
 
     static struct exporter e;
     e.interval_ns = interval_ns;
@@ -701,7 +822,6 @@ int main(int argc, char **argv)
         }
     }
     pthread_mutex_init(&e.lock, NULL);
-    char err[512];
     int r = gpu_nvml_open(lib, &e.nvml, err, sizeof err);
     if (r < 0) {
         log_error("%s", err);
@@ -731,6 +851,12 @@ int main(int argc, char **argv)
         if (e.nvml->nvmlDeviceGetVbiosVersion)
             e.nvml->nvmlDeviceGetVbiosVersion(g->dev, g->vbios, sizeof g->vbios);
         e.ngpus++;
+    }
+    e.status = calloc(e.ngpus ? e.ngpus : 1, sizeof *e.status);
+    e.status_back = calloc(e.ngpus ? e.ngpus : 1, sizeof *e.status_back);
+    if (!e.status || !e.status_back) {
+        log_error("out of memory");
+        return 1;
     }
 
     /* Block the stop signals in every thread; main waits for them with sigwait. */
@@ -773,5 +899,7 @@ int main(int argc, char **argv)
     }
     gpu_nvml_free(e.nvml);
     free(e.podres);
+    free(e.status);
+    free(e.status_back);
     return d ? 0 : 1;
 }

@@ -57,6 +57,7 @@ static const struct sym syms[] = {
     SYM(nvmlDeviceGetComputeRunningProcesses_v2, false),
     SYM(nvmlDeviceGetComputeRunningProcesses_v3, false),
     SYM(nvmlDeviceGetTemperature, false),
+    SYM(nvmlDeviceGetTemperatureThreshold, false),
     SYM(nvmlDeviceGetPowerUsage, false),
     SYM(nvmlDeviceGetClockInfo, false),
     SYM(nvmlDeviceGetMaxClockInfo, false),

@@ -67,6 +67,7 @@ struct gpu_nvml {
     GPU_NVML_FN(nvmlDeviceGetComputeRunningProcesses_v2);
     GPU_NVML_FN(nvmlDeviceGetComputeRunningProcesses_v3);
     GPU_NVML_FN(nvmlDeviceGetTemperature);
+    GPU_NVML_FN(nvmlDeviceGetTemperatureThreshold);
     GPU_NVML_FN(nvmlDeviceGetPowerUsage);
     GPU_NVML_FN(nvmlDeviceGetClockInfo);
     GPU_NVML_FN(nvmlDeviceGetMaxClockInfo);

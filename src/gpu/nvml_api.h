@@ -111,6 +111,14 @@ typedef enum nvmlTemperatureSensors_enum {
     NVML_TEMPERATURE_GPU = 0,
 } nvmlTemperatureSensors_t;
 
+/* nvmlDeviceGetTemperatureThreshold's thresholds (the first four of NVML's). */
+typedef enum nvmlTemperatureThresholds_enum {
+    NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0,
+    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1,
+    NVML_TEMPERATURE_THRESHOLD_MEM_MAX = 2,
+    NVML_TEMPERATURE_THRESHOLD_GPU_MAX = 3,
+} nvmlTemperatureThresholds_t;
+
 typedef enum nvmlClockType_enum {
     NVML_CLOCK_GRAPHICS = 0,
     NVML_CLOCK_SM = 1,
@@ -378,6 +386,9 @@ nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsig
 
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
                                       unsigned int *temp);
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device,
+                                               nvmlTemperatureThresholds_t thresholdType,
+                                               unsigned int *temp);             /* celsius */
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power); /* milliwatts */
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
                                     unsigned int *clock); /* MHz */

@@ -32,6 +32,9 @@
 #ifdef ACCELD_HAVE_KUBE
 #include "vgpu-kube.h"
 #endif
+#ifdef ACCELD_HAVE_DRA
+#include "dra-mode.h"
+#endif
 
 #define EXIT_CONFIG 2
 #define MAX_OVERRIDES 64
@@ -1007,6 +1010,23 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    if (a.cfg.mode == ACCELD_MODE_DRA && a.sharing.mode != SHARING_NONE) {
+        log_error("%s: NVIDIA's sharing section is for the device-plugin modes; mode dra shares "
+                  "GPUs through dra.sharing (docs/dra.md): remove one of the two",
+                  a.config_path);
+        close(a.sig_fd);
+        return EXIT_CONFIG;
+    }
+    if (a.cfg.mode == ACCELD_MODE_DRA) {
+#ifdef ACCELD_HAVE_DRA
+        int code = acceld_dra_run(&a.cfg, a.sig_fd);
+#else
+        log_error("mode dra: this acceld is built without the Kubernetes client (libcurl)");
+        int code = EXIT_CONFIG;
+#endif
+        close(a.sig_fd);
+        return code;
+    }
     log_info("acceld %s starting: resource %s, plugin dir %s", ACCEL_VERSION, a.cfg.resource_name,
              a.cfg.plugin_dir);
     int r = start(&a);

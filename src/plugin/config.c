@@ -32,7 +32,7 @@ const struct acceld_config_key acceld_config_keys[] = {
     {"server.handshakeTimeout", "handshake-timeout",
      "a connection that has not finished its HTTP/2 preface by then is closed"},
     {"server.idleTimeout", "idle-timeout", "a connection with no call open this long is closed"},
-    {"mode", "mode", "pgpu|vgpu: how this node's GPUs are served (default pgpu)"},
+    {"mode", "mode", "pgpu|vgpu|dra: how this node's GPUs are served (default pgpu)"},
     {"gpuModes", "gpu-modes",
      "per-GPU modes overriding mode: SEL=MODE,... with SEL a GPU index or UUID"},
     {"nodeName", "node-name", "this node's name for the API server (default $NODE_NAME)"},
@@ -49,6 +49,16 @@ const struct acceld_config_key acceld_config_keys[] = {
      "none|kill: what the host-side check does to a process over its container's memory quota"},
     {"vgpu.checkInterval", "vgpu-check-interval",
      "how often the host-side check reads NVML's per-process memory (0 = never)"},
+    {"dra.registryDir", "plugin-registry-dir",
+     "DRA mode: the kubelet's plugin registration directory"},
+    {"dra.pluginDir", "dra-plugin-dir",
+     "DRA mode: where the DRA socket goes (default /var/lib/kubelet/plugins/gpu.accel.dev)"},
+    {"dra.sharing", "dra-sharing",
+     "DRA mode: exclusive|shared (every GPU a shared device with consumable capacity)"},
+    {"dra.gpuSharing", "dra-gpu-sharing",
+     "DRA mode: per-GPU exceptions to dra.sharing: SEL=exclusive|shared,... (SEL: index or UUID)"},
+    {"dra.claimWait", "dra-claim-wait",
+     "DRA mode: how long a prepare waits for its ResourceClaim on the API server"},
     {"mpsControl", "mps-control",
      "the nvidia-cuda-mps-control binary for MPS sharing (default: found on PATH)"},
     {NULL, NULL, NULL},
@@ -90,6 +100,9 @@ void acceld_config_defaults(struct acceld_config *cfg)
     cfg->n_ignored_xids = ARRAY_SIZE(default_ignored_xids);
     cfg->handshake_timeout_ns = ACCELD_HANDSHAKE_TIMEOUT_DEFAULT_NS;
     cfg->idle_timeout_ns = ACCELD_IDLE_TIMEOUT_DEFAULT_NS;
+    copy_str(cfg->dra_registry_dir, sizeof(cfg->dra_registry_dir),
+             "/var/lib/kubelet/plugins_registry");
+    cfg->dra_claim_wait_ns = 10ull * 1000000000ull;
 }
 
 /* A duration key. "0.0000001ms" parses to 0 ns, which would silently mean
@@ -232,7 +245,7 @@ static int parse_xid_list(const char *v, int *xids, size_t *ret_n, char *err, si
     return 0;
 }
 
-static const char *const mode_names[] = {"pgpu", "vgpu"};
+static const char *const mode_names[] = {"pgpu", "vgpu", "dra"};
 
 const char *acceld_mode_name(enum acceld_mode m)
 {
@@ -279,7 +292,10 @@ static int gpu_modes_walk(const char *v, char *err, size_t errlen,
 
 static int gpu_modes_ok(const char *sel, size_t sel_len, enum acceld_mode m, void *u)
 {
-    return 0;
+    (void)sel;
+    (void)sel_len;
+    (void)u;
+    return m == ACCELD_MODE_DRA ? 1 : 0; /* 1: stop, refused */
 }
 
 struct gpu_mode_find {
@@ -311,6 +327,42 @@ enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int ind
     return f.found ? f.mode : cfg->mode;
 }
 
+/* Looks the GPU (index and/or uuid, either may be NULL) up in dra.gpuSharing's
+ * "SEL=exclusive|shared,...": 1 shared, 0 exclusive, 2 not named, -EINVAL
+ * (message in err) on a malformed entry before it. */
+static int dra_gpu_sharing_find(const char *v, const char *index, const char *uuid, char *err,
+                                size_t errlen)
+{
+    for (const char *p = v; *p;) {
+        size_t len = strcspn(p, ",");
+        const char *eq = memchr(p, '=', len);
+        size_t sl = eq ? (size_t)(eq - p) : 0, vl = eq ? len - sl - 1 : 0;
+        int shared = -1;
+        if (eq && sl && vl == 6 && strncmp(eq + 1, "shared", 6) == 0)
+            shared = 1;
+        else if (eq && sl && vl == 9 && strncmp(eq + 1, "exclusive", 9) == 0)
+            shared = 0;
+        if (shared < 0)
+            return fail(err, errlen, -EINVAL,
+                        "dra.gpuSharing: \"%.*s\" is not SEL=exclusive|shared (SEL a GPU index "
+                        "or UUID)",
+                        (int)len, p);
+        if ((index && strlen(index) == sl && strncmp(p, index, sl) == 0) ||
+            (uuid && strlen(uuid) == sl && strncmp(p, uuid, sl) == 0))
+            return shared;
+        p += len + (p[len] == ',');
+    }
+    return 2;
+}
+
+bool acceld_config_dra_shared(const struct acceld_config *cfg, int index, const char *uuid)
+{
+    char idx[16], err[8];
+    snprintf(idx, sizeof(idx), "%d", index);
+    int r = dra_gpu_sharing_find(cfg->dra_gpu_sharing, idx, uuid, err, sizeof(err));
+    return r == 0 || r == 1 ? r == 1 : cfg->dra_shared;
+}
+
 int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v, char *err,
                       size_t errlen)
 {
@@ -323,7 +375,8 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
      * per-GPU modes */
     if (strcmp(key, "health.ignoredXids") != 0 && strcmp(key, "nvmlLibrary") != 0 &&
         strcmp(key, "gpuModes") != 0 && strcmp(key, "nodeName") != 0 &&
-        strcmp(key, "kubeconfig") != 0 && strcmp(key, "mpsControl") != 0 && v[0] == '\0')
+        strcmp(key, "kubeconfig") != 0 && strcmp(key, "dra.pluginDir") != 0 &&
+        strcmp(key, "dra.gpuSharing") != 0 && strcmp(key, "mpsControl") != 0 && v[0] == '\0')
         return fail(err, errlen, -EINVAL, "%s: empty value", key);
 
     if (strcmp(key, "devicePluginDir") == 0)
@@ -421,7 +474,27 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
         r = set_duration(&c.vgpu_check_interval_ns, key, v, true, err, errlen);
     } else if (strcmp(key, "mode") == 0) {
         if (mode_parse(v, strlen(v), &c.mode) < 0)
-            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of pgpu|vgpu", key, v);
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of pgpu|vgpu|dra", key, v);
+    } else if (strcmp(key, "dra.registryDir") == 0) {
+        r = set_abs_path(c.dra_registry_dir, sizeof(c.dra_registry_dir), key, v, err, errlen);
+    } else if (strcmp(key, "dra.pluginDir") == 0) {
+        if (v[0])
+            r = set_abs_path(c.dra_plugin_dir, sizeof(c.dra_plugin_dir), key, v, err, errlen);
+        else
+            c.dra_plugin_dir[0] = '\0';
+    } else if (strcmp(key, "dra.sharing") == 0) {
+        if (strcmp(v, "exclusive") != 0 && strcmp(v, "shared") != 0)
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of exclusive|shared", key, v);
+        c.dra_shared = v[0] == 's';
+    } else if (strcmp(key, "dra.gpuSharing") == 0) {
+        if (strlen(v) >= sizeof(c.dra_gpu_sharing))
+            return fail(err, errlen, -EINVAL, "%s: list too long", key);
+        if ((r = dra_gpu_sharing_find(v, NULL, NULL, err, errlen)) < 0)
+            return r;
+        r = 0;
+        copy_str(c.dra_gpu_sharing, sizeof(c.dra_gpu_sharing), v);
+    } else if (strcmp(key, "dra.claimWait") == 0) {
+        r = set_duration(&c.dra_claim_wait_ns, key, v, false, err, errlen);
     } else if (strcmp(key, "mpsControl") == 0) {
         if (strlen(v) >= sizeof(c.mps_control))
             return fail(err, errlen, -EINVAL, "%s: path too long", key);
@@ -430,6 +503,8 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
         if (strlen(v) >= sizeof(c.gpu_modes))
             return fail(err, errlen, -EINVAL, "%s: list too long", key);
         r = gpu_modes_walk(v, err, errlen, gpu_modes_ok, NULL);
+        if (r == 1)
+            return fail(err, errlen, -EINVAL, "gpuModes: dra is a node mode (mode: dra)");
         copy_str(c.gpu_modes, sizeof(c.gpu_modes), v);
     } else {
         return fail(err, errlen, -ENOENT, "unknown key \"%s\"", key);
@@ -488,7 +563,8 @@ static const char *ev_kind(yaml_event_type_t t)
 
 static bool is_known_section(const char *k)
 {
-    return strcmp(k, "cdi") == 0 || strcmp(k, "health") == 0 || strcmp(k, "server") == 0;
+    return strcmp(k, "cdi") == 0 || strcmp(k, "health") == 0 || strcmp(k, "server") == 0 ||
+           strcmp(k, "dra") == 0;
 }
 
 /* NVIDIA's device-plugin config format (version: v1, sharing:, flags:,
@@ -767,6 +843,16 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         snprintf(buf, len, "%s", cfg->vgpu_over_quota_kill ? "kill" : "none");
     } else if (strcmp(key, "vgpu.checkInterval") == 0) {
         format_duration(cfg->vgpu_check_interval_ns, buf, len);
+    } else if (strcmp(key, "dra.registryDir") == 0) {
+        snprintf(buf, len, "%s", cfg->dra_registry_dir);
+    } else if (strcmp(key, "dra.pluginDir") == 0) {
+        snprintf(buf, len, "%s", cfg->dra_plugin_dir);
+    } else if (strcmp(key, "dra.sharing") == 0) {
+        snprintf(buf, len, "%s", cfg->dra_shared ? "shared" : "exclusive");
+    } else if (strcmp(key, "dra.gpuSharing") == 0) {
+        snprintf(buf, len, "%s", cfg->dra_gpu_sharing);
+    } else if (strcmp(key, "dra.claimWait") == 0) {
+        format_duration(cfg->dra_claim_wait_ns, buf, len);
     } else
         return -ENOENT;
     return 0;

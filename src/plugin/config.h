@@ -35,6 +35,7 @@ enum acceld_strategy {
 enum acceld_mode {
     ACCELD_MODE_PGPU = 0,
     ACCELD_MODE_VGPU = 1,
+    ACCELD_MODE_DRA = 2, /* a node mode: the DRA driver serves every GPU (docs/dra.md) */
 };
 
 struct acceld_config {
@@ -68,6 +69,11 @@ struct acceld_config {
     bool vgpu_over_quota_kill;                  /* vgpu.overQuotaAction: kill (else none) */
     uint64_t vgpu_check_interval_ns;            /* vgpu.checkInterval; 0 = never */
     char gpu_modes[ACCELD_PATH_MAX];            /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
+    char dra_registry_dir[ACCELD_PATH_MAX];     /* dra.registryDir */
+    char dra_plugin_dir[ACCELD_PATH_MAX];       /* dra.pluginDir; "" = <kubelet>/plugins/<driver> */
+    bool dra_shared;                            /* dra.sharing: shared (else exclusive) */
+    uint64_t dra_claim_wait_ns;                 /* dra.claimWait */
+    char dra_gpu_sharing[ACCELD_PATH_MAX];      /* dra.gpuSharing: "SEL=exclusive|shared,..." */
     char mps_control[ACCELD_PATH_MAX];          /* mpsControl; "" = found on PATH */
     /* The file holds NVIDIA's device-plugin sections (version, sharing, flags,
      * resources): acceld.c parses them with sharing.c. Not a key. */
@@ -118,6 +124,11 @@ bool acceld_config_xid_ignored(const struct acceld_config *cfg, int xid);
 enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int index,
                                         const char *uuid);
 const char *acceld_mode_name(enum acceld_mode m);
+
+/* DRA mode: whether the GPU with this inventory index and UUID is published
+ * as a shared device: the first dra.gpuSharing entry naming it, else
+ * dra.sharing. */
+bool acceld_config_dra_shared(const struct acceld_config *cfg, int index, const char *uuid);
 
 /* The socket file name this config serves in the plugin dir, e.g.
  * "accel-nvidia.com-gpu.sock" (bare name, as sent in Register). */

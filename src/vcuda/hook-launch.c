@@ -334,6 +334,7 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
                                 void **extra)
 {
     VC_NEED_REAL(cuLaunchKernel);
+    vc_managed_launch(f, kernelParams, extra);
     if (VC_LIKELY(!paced()))
         return vc_real.cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
                                       blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
@@ -349,6 +350,7 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsign
                                      void **kernelParams, void **extra)
 {
     VC_NEED_REAL(cuLaunchKernel_ptsz);
+    vc_managed_launch(f, kernelParams, extra);
     if (VC_LIKELY(!paced()))
         return vc_real.cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
                                            blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
@@ -379,6 +381,7 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
                                   void **extra)
 {
     VC_NEED_REAL(cuLaunchKernelEx);
+    vc_managed_launch(f, kernelParams, extra);
     if (VC_LIKELY(!paced()) || !config)
         return vc_real.cuLaunchKernelEx(config, f, kernelParams, extra);
     struct ex_args a = {config, f, kernelParams, extra};
@@ -389,6 +392,7 @@ CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction 
                                        void **kernelParams, void **extra)
 {
     VC_NEED_REAL(cuLaunchKernelEx_ptsz);
+    vc_managed_launch(f, kernelParams, extra);
     if (VC_LIKELY(!paced()) || !config)
         return vc_real.cuLaunchKernelEx_ptsz(config, f, kernelParams, extra);
     struct ex_args a = {config, f, kernelParams, extra};
@@ -402,6 +406,7 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
                                            CUstream hStream, void **kernelParams)
 {
     VC_NEED_REAL(cuLaunchCooperativeKernel);
+    vc_managed_launch(f, kernelParams, NULL);
     if (VC_LIKELY(!paced()))
         return vc_real.cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX,
                                                  blockDimY, blockDimZ, sharedMemBytes, hStream,
@@ -418,6 +423,7 @@ CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridD
                                                 CUstream hStream, void **kernelParams)
 {
     VC_NEED_REAL(cuLaunchCooperativeKernel_ptsz);
+    vc_managed_launch(f, kernelParams, NULL);
     if (VC_LIKELY(!paced()))
         return vc_real.cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX,
                                                       blockDimY, blockDimZ, sharedMemBytes, hStream,
@@ -444,6 +450,8 @@ CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launch
                                                       unsigned int numDevices, unsigned int flags)
 {
     VC_NEED_REAL(cuLaunchCooperativeKernelMultiDevice);
+    for (unsigned i = 0; launchParamsList && i < numDevices; i++)
+        vc_managed_launch(launchParamsList[i].function, launchParamsList[i].kernelParams, NULL);
     if (VC_LIKELY(!paced()) || !launchParamsList || numDevices == 0)
         return vc_real.cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
     struct multi_args a = {launchParamsList, numDevices, flags};

@@ -297,6 +297,7 @@ void vc_mem_atfork_child(void)
     pthread_mutex_init(&vmm_lock, NULL);
     memset(pools, 0, sizeof(pools));
     memset(ordinal_index, 0, sizeof(ordinal_index));
+    vc_managed_atfork_child();
 }
 
 /* ---- tracking helpers --------------------------------------------------- */
@@ -363,6 +364,7 @@ void vc_ctx_gone(CUcontext ctx)
 {
     atomic_fetch_add_explicit(&ctx_generation, 1, memory_order_acq_rel);
     vc_track_take_ctx((uint64_t)(uintptr_t)ctx, release_entry, NULL);
+    vc_managed_ctx_gone(ctx);
 }
 
 /* ---- plain, pitched and managed allocations ---------------------------- */
@@ -415,15 +417,41 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
     return r;
 }
 
+/* Managed memory is charged for what is on the device (hook-managed.c): nothing here where
+ * the device migrates pages on demand (CONCURRENT_MANAGED_ACCESS). Where it does not (older
+ * GPUs, where the driver places managed memory on the device at allocation), or when the
+ * allocation cannot be tracked, it is charged in full at allocation. */
+static bool migrates_on_demand(CUdevice *ret_dev)
+{
+    int v = 0;
+    return vc_real.cuCtxGetDevice && vc_real.cuCtxGetDevice(ret_dev) == CUDA_SUCCESS &&
+           vc_real.cuDeviceGetAttribute &&
+           vc_real.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
+                                        *ret_dev) == CUDA_SUCCESS &&
+           v == 1;
+}
+
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     VC_PREAMBLE(cuMemAllocManaged);
     CUcontext ctx;
     unsigned index;
+    CUdevice dev;
     if (bytesize == 0 || vc_current(&ctx, &index) != CUDA_SUCCESS)
         return vc_real.cuMemAllocManaged(dptr, bytesize, flags);
-    /* Managed memory can migrate to the host, but a container could otherwise
-     * use it to hold any amount of device memory: charged in full. */
+    if (migrates_on_demand(&dev)) {
+        CUresult r = vc_real.cuMemAllocManaged(dptr, bytesize, flags);
+        if (r != CUDA_SUCCESS || vc_managed_track(*dptr, bytesize, ctx, dev, index))
+            return r;
+        /* cannot follow its pages: charged in full, as below */
+        uint64_t charge = round_alloc(bytesize);
+        if (vc_mem_reserve(index, charge) < 0) {
+            vc_real.cuMemFree_v2(*dptr);
+            return vc_mem_oom(index, charge, "cuMemAllocManaged");
+        }
+        track(VC_TRACK_DPTR, *dptr, charge, index, ctx, NULL);
+        return r;
+    }
     uint64_t charge = round_alloc(bytesize);
     if (vc_mem_reserve(index, charge) < 0)
         return vc_mem_oom(index, charge, "cuMemAllocManaged");
@@ -509,6 +537,9 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 {
     VC_PREAMBLE(cuMemFree_v2);
+    struct managed *m = vc_managed_take(dptr);
+    if (m)
+        return vc_managed_free_end(m, vc_real.cuMemFree_v2(dptr));
     struct pending_free pf = free_begin(VC_TRACK_DPTR, dptr);
     return free_end(&pf, vc_real.cuMemFree_v2(dptr));
 }
@@ -516,6 +547,9 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr)
 {
     VC_PREAMBLE(cuMemFree);
+    struct managed *m = vc_managed_take(dptr);
+    if (m)
+        return vc_managed_free_end(m, vc_real.cuMemFree(dptr));
     struct pending_free pf = free_begin(VC_TRACK_DPTR, dptr);
     return free_end(&pf, vc_real.cuMemFree(dptr));
 }

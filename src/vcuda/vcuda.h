@@ -115,6 +115,26 @@ void vc_pools_refresh(void);
  * Reaps dead processes (at most every 100 ms) and refreshes pools first. */
 void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint64_t *ret_free,
                    uint64_t *ret_total, uint64_t *ret_used);
+/* Managed memory charged by residency (hook-managed.c). */
+struct managed;
+extern atomic_uint vc_managed_live;    /* tracked managed allocations */
+extern atomic_uint vc_managed_pending; /* of which with pages a touch could still bring */
+/* Tracks a new managed allocation (nothing charged). False when it cannot be tracked. */
+bool vc_managed_track(CUdeviceptr base, uint64_t size, CUcontext ctx, CUdevice dev, unsigned index);
+/* A free in two steps: take the record (NULL: not a tracked managed allocation), call the
+ * driver, then give back (success) or put the record back. */
+struct managed *vc_managed_take(CUdeviceptr base);
+CUresult vc_managed_free_end(struct managed *m, CUresult r);
+void vc_managed_ctx_gone(CUcontext ctx);
+void vc_managed_atfork_child(void);
+void vc_managed_touch_slow(CUdeviceptr p, uint64_t len);
+void vc_managed_launch_slow(CUfunction f, void **params, void **extra);
+/* Before a launch: the managed allocations its arguments point into come to the device. */
+static inline void vc_managed_launch(CUfunction f, void **params, void **extra)
+{
+    if (VC_UNLIKELY(atomic_load_explicit(&vc_managed_pending, memory_order_relaxed)))
+        vc_managed_launch_slow(f, params, extra);
+}
 /* Resets per-process hook state in a forked child. */
 void vc_mem_atfork_child(void);
 void vc_ctx_atfork_child(void);

@@ -110,6 +110,12 @@ TEST(slice_has_the_v1_shape)
                  "9.0.0") == 0);
     CHECK(json_integer_value(json_object_get(json_object_get(a0, "numaNode"), "int")) == 1);
     CHECK(json_is_true(json_object_get(d0, "allowMultipleAllocations")));
+    /* the attribute deploy/dra's DeviceClasses select on */
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(a0, "sharing"), "string")),
+                 "vgpu");
+    CHECK_EQ_STR(json_string_value(json_object_get(
+                     json_object_get(json_object_get(d1, "attributes"), "sharing"), "string")),
+                 "exclusive");
     json_t *mem = json_object_get(json_object_get(d0, "capacity"), "memory");
     CHECK(strcmp(json_string_value(json_object_get(mem, "value")), "85899345920") == 0);
     CHECK(json_object_get(json_object_get(mem, "requestPolicy"), "validRange") != NULL);
@@ -121,6 +127,70 @@ TEST(slice_has_the_v1_shape)
     json_t *t = json_array_get(json_object_get(d1, "taints"), 0);
     CHECK(strcmp(json_string_value(json_object_get(t, "effect")), "NoExecute") == 0);
     json_decref(root);
+}
+
+TEST(slice_list_finds_ours_and_stale)
+{
+    static const char list[] =
+        "{\"kind\":\"ResourceSliceList\",\"items\":["
+        "{\"metadata\":{\"name\":\"node-a-old\",\"resourceVersion\":\"4\"},"
+        "\"spec\":{\"driver\":\"gpu.accel.dev\",\"nodeName\":\"node-a\",\"pool\":{\"generation\":7}"
+        "}},"
+        "{\"metadata\":{\"name\":\"node-a-gpu.accel.dev\",\"resourceVersion\":\"9\"},"
+        "\"spec\":{\"nodeName\":\"node-a\",\"driver\":\"gpu.accel.dev\",\"pool\":{\"generation\":3}"
+        ","
+        "\"devices\":[{\"name\":\"gpu-0\",\"taints\":[{\"key\":\"k\",\"effect\":\"NoSchedule\","
+        "\"timeAdded\":\"2026-01-01T00:00:00Z\"}]}]}},"
+        "{\"metadata\":{\"name\":\"node-b-gpu.accel.dev\",\"resourceVersion\":\"5\"},"
+        "\"spec\":{\"driver\":\"gpu.accel.dev\",\"nodeName\":\"node-b\",\"pool\":{\"generation\":"
+        "99}}},"
+        "{\"metadata\":{\"name\":\"nic\",\"resourceVersion\":\"6\"},"
+        "\"spec\":{\"driver\":\"nic.example.com\",\"nodeName\":\"node-a\"}}]}";
+    struct dra_slice_list l;
+    char err[256];
+    REQUIRE(dra_slice_list_parse(list, sizeof(list) - 1, "gpu.accel.dev", "node-a",
+                                 "node-a-gpu.accel.dev", true, &l, err, sizeof(err)) == 0);
+    /* another node's and another driver's slices are not ours to touch */
+    CHECK_EQ_INT(l.n_stale, 1);
+    CHECK_EQ_STR(l.stale[0], "node-a-old");
+    CHECK(l.have_ours);
+    CHECK_EQ_STR(l.ours_rv, "9");
+    CHECK_EQ_INT(l.ours_generation, 3);
+    CHECK_EQ_INT(l.max_generation, 7);
+    /* the server's timeAdded is not a difference; keys sorted */
+    CHECK_EQ_STR(l.ours_spec, "{\"devices\":[{\"name\":\"gpu-0\",\"taints\":[{\"effect\":"
+                              "\"NoSchedule\",\"key\":\"k\"}]}],\"driver\":\"gpu.accel.dev\","
+                              "\"nodeName\":\"node-a\",\"pool\":{\"generation\":3}}");
+    dra_slice_list_clear(&l);
+    /* nothing to publish: ours is stale too */
+    REQUIRE(dra_slice_list_parse(list, sizeof(list) - 1, "gpu.accel.dev", "node-a",
+                                 "node-a-gpu.accel.dev", false, &l, err, sizeof(err)) == 0);
+    CHECK_EQ_INT(l.n_stale, 2);
+    CHECK(!l.have_ours);
+    dra_slice_list_clear(&l);
+    static const char status[] = "{\"kind\":\"Status\",\"code\":500}";
+    CHECK_EQ_INT(dra_slice_list_parse(status, sizeof(status) - 1, "gpu.accel.dev", "node-a", "x",
+                                      true, &l, err, sizeof(err)),
+                 -EINVAL);
+    CHECK(strstr(err, "no items") != NULL);
+}
+
+TEST(slice_spec_canonical_matches_a_rendered_slice)
+{
+    const struct dra_gpu g = {
+        .name = "gpu-0", .uuid = "GPU-a", .memory = 1ull << 30, .numa_node = -1, .healthy = true};
+    char *a = NULL, *b = NULL, *ca = NULL, *cb = NULL;
+    REQUIRE(dra_slice_render("gpu.accel.dev", "n", "n-gpu.accel.dev", 2, &g, 1, &a) == 0);
+    REQUIRE(dra_slice_render("gpu.accel.dev", "n", "n-gpu.accel.dev", 3, &g, 1, &b) == 0);
+    REQUIRE(dra_slice_spec_canonical(a, strlen(a), &ca) == 0);
+    REQUIRE(dra_slice_spec_canonical(b, strlen(b), &cb) == 0);
+    CHECK(strcmp(ca, cb) != 0); /* the generation is part of the spec */
+    CHECK(strstr(ca, "\"generation\":2") != NULL);
+    CHECK_EQ_INT(dra_slice_spec_canonical("{}", 2, &cb), -EINVAL);
+    free(a);
+    free(b);
+    free(ca);
+    free(cb);
 }
 
 int main(int argc, char **argv)

@@ -10,6 +10,7 @@ or kubernetes-models."""
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,11 +38,25 @@ bad = copy.deepcopy(slices[0])
 del bad["spec"]["pool"]
 objs.append(("control: a slice without pool is refused", bad, False))
 
+# Every DeviceClass selector of deploy/dra (`device.attributes["gpu.accel.dev"].X == "V"`)
+# names an attribute and value some rendered device has: a class that matches nothing is a bug
+# no schema sees.
+SELECTOR = re.compile(r'device\.attributes\["gpu\.accel\.dev"\]\.(\w+) == "([^"]*)"')
+selectors = []
+with open(os.path.join(SRC, "deploy/dra/deviceclasses.yaml")) as f:
+    for doc in f.read().split("\n---"):
+        name = re.search(r"^  name: (\S+)", doc, re.M)
+        for attr, val in SELECTOR.findall(doc):
+            selectors.append((name.group(1) if name else "?", attr, val))
+devices = [d for s in slices for d in s["spec"]["devices"]]
+selector_misses = [(n, a, v) for n, a, v in selectors
+                   if not any(d["attributes"].get(a) == {"string": v} for d in devices)]
+
 res = subprocess.run(["node", os.path.join(SRC, "tests/dra/validate-objects.mjs")],
                      input=json.dumps([o for _, o, _ in objs]), capture_output=True, text=True,
                      env=dict(os.environ, KUBERNETES_MODELS_DIR=KM))
 lines = res.stdout.splitlines()
-print("1..%d" % len(objs))
+print("1..%d" % (len(objs) + 1))
 failed = 0
 for i, (name, _, want) in enumerate(objs):
     line = lines[i] if i < len(lines) else "missing (node said: %s)" % res.stderr.strip()
@@ -51,4 +66,10 @@ for i, (name, _, want) in enumerate(objs):
     print("%s %d - %s" % ("ok" if ok else "not ok", i + 1, name))
     if not ok or not want:
         print("# " + line)
+ok = len(selectors) >= 3 and not selector_misses
+print("%s %d - every DeviceClass selector of deploy/dra matches a rendered device (%d)" %
+      ("ok" if ok else "not ok", len(objs) + 1, len(selectors)))
+if not ok:
+    failed += 1
+    print("# no device for %s" % selector_misses)
 sys.exit(1 if failed or res.returncode else 0)

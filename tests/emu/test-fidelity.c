@@ -378,6 +378,72 @@ TEST(managed_memory_is_charged_when_resident)
     CHECK_EQ_INT(cuModuleUnload(mod), CUDA_SUCCESS);
 }
 
+/* Pages advised to stay on the CPU and mapped for the device (cuMemAdvise
+ * SET_PREFERRED_LOCATION = CPU + SET_ACCESSED_BY = the device) are used where they are: a touch
+ * does not bring them to the GPU; an explicit prefetch still does. */
+TEST(managed_pages_advised_to_the_cpu_stay_there)
+{
+    REQUIRE(setup());
+    uint64_t base = held(0);
+    CUdeviceptr m;
+    REQUIRE_EQ_INT(cuMemAllocManaged(&m, 16 * MiB, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+    /* the upper 8 MiB: preferred on the CPU, accessed by GPU 0 */
+    CHECK_EQ_INT(
+        cuMemAdvise(m + 8 * MiB, 8 * MiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, CU_DEVICE_CPU),
+        CUDA_SUCCESS);
+    CUmemLocation gpu0 = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+    CHECK_EQ_INT(cuMemAdvise_v2(m + 8 * MiB, 8 * MiB, CU_MEM_ADVISE_SET_ACCESSED_BY, gpu0),
+                 CUDA_SUCCESS);
+    CUmodule mod;
+    CUfunction f;
+    REQUIRE_EQ_INT(cuModuleLoadData(&mod, nop_ptx), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuModuleGetFunction(&f, mod, "use"), CUDA_SUCCESS);
+    void *params[] = {&m};
+    CHECK_EQ_INT(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+    CHECK_EQ_INT(cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, 8 * MiB); /* the lower half only */
+    CHECK_EQ_INT(cuMemsetD8_v2(m + 12 * MiB, 1, MiB), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, 8 * MiB);
+    /* preferred location alone (no mapping for the device) does not keep a page off the GPU */
+    CHECK_EQ_INT(cuMemAdvise(m + 8 * MiB, 2 * MiB, CU_MEM_ADVISE_UNSET_ACCESSED_BY, 0),
+                 CUDA_SUCCESS);
+    CHECK_EQ_INT(cuMemsetD8_v2(m + 8 * MiB, 1, 8 * MiB), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, 10 * MiB);
+    /* a prefetch to the device moves advised pages too */
+    CHECK_EQ_INT(cuMemPrefetchAsync(m, 16 * MiB, 0, NULL), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0) - base, 16 * MiB);
+    CHECK_EQ_INT(cuMemFree_v2(m), CUDA_SUCCESS);
+    CHECK_EQ_U64(held(0), base);
+    CHECK_EQ_INT(cuModuleUnload(mod), CUDA_SUCCESS);
+}
+
+/* cuFuncGetParamInfo (CUDA 12.4): each parameter's offset and size in the device-side layout,
+ * from the PTX parameter list; an index past the last parameter is INVALID_VALUE. */
+TEST(kernel_parameter_layout)
+{
+    REQUIRE(setup());
+    static const char ptx[] =
+        ".version 7.0\n.target sm_70\n.address_size 64\n"
+        ".visible .entry k(.param .u32 a, .param .u64 .ptr .global .align 1 p,"
+        " .param .align 16 .b8 s[20], .param .u8 c)\n{\n ret;\n}\n";
+    CUmodule mod;
+    CUfunction f;
+    REQUIRE_EQ_INT(cuModuleLoadData(&mod, ptx), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cuModuleGetFunction(&f, mod, "k"), CUDA_SUCCESS);
+    static const size_t want_off[] = {0, 8, 16, 36}, want_size[] = {4, 8, 20, 1};
+    for (size_t i = 0; i < 4; i++) {
+        size_t off = 99, size = 99;
+        CHECK_EQ_INT(cuFuncGetParamInfo(f, i, &off, &size), CUDA_SUCCESS);
+        CHECK_EQ_U64(off, want_off[i]);
+        CHECK_EQ_U64(size, want_size[i]);
+    }
+    size_t off = 0;
+    CHECK_EQ_INT(cuFuncGetParamInfo(f, 1, &off, NULL), CUDA_SUCCESS);
+    CHECK_EQ_U64(off, 8);
+    CHECK_EQ_INT(cuFuncGetParamInfo(f, 4, &off, NULL), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ_INT(cuModuleUnload(mod), CUDA_SUCCESS);
+}
+
 /* ---- 8. cooperative launches ---- */
 
 TEST(cooperative_grids_must_fit_on_the_gpu_at_once)

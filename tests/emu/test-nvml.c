@@ -708,6 +708,11 @@ TEST(sensors_follow_accel_emu_set)
     CHECK(t > 0 && t < 100);
     CHECK_EQ_INT(nvmlDeviceGetTemperature(d, (nvmlTemperatureSensors_t)1, &t),
                  NVML_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ_INT(nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, &t),
+                 NVML_SUCCESS);
+    CHECK_EQ_INT(t, 89);
+    CHECK_EQ_INT(nvmlDeviceGetTemperatureThreshold(d, (nvmlTemperatureThresholds_t)99, &t),
+                 NVML_ERROR_INVALID_ARGUMENT);
     CHECK_EQ_INT(nvmlDeviceGetMaxClockInfo(d, NVML_CLOCK_SM, &cmax), NVML_SUCCESS);
     CHECK_EQ_INT(cmax, 1980);
 

@@ -48,6 +48,8 @@ TEST(several_kernels_and_comments)
     CHECK_EQ_INT(k[0].nparams, 3);
     CHECK_EQ_INT(k[0].param_size[0], 4);
     CHECK_EQ_INT(k[0].param_size[1], 8);
+    CHECK_EQ_INT(k[0].param_align[0], 4); /* a parameter's alignment: its type's size */
+    CHECK_EQ_INT(k[0].param_align[1], 8);
     CHECK_EQ_STR(k[1].name, "noargs");
     CHECK_EQ_INT(k[1].nparams, 0);
     CHECK_EQ_STR(k[2].name, "bare");
@@ -57,6 +59,8 @@ TEST(several_kernels_and_comments)
     CHECK_EQ_INT(k[3].param_size[0], 48);
     CHECK_EQ_INT(k[3].param_size[1], 4);
     CHECK_EQ_INT(k[3].param_size[2], 1);
+    CHECK_EQ_INT(k[3].param_align[0], 16); /* .align 16 */
+    CHECK_EQ_INT(k[3].param_align[1], 4);
     /* only counting; a short output array still counts all */
     size_t n2 = 0;
     CHECK_EQ_INT(ptx_parse(t, len, NULL, 0, &n2), 0);

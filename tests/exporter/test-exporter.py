@@ -3,6 +3,7 @@
 exposition formats, values that follow `accel-emu set`, an injected XID counted on the right
 GPU, `promtool check metrics` clean, a real Prometheus (Debian's) scraping it, and bad flags
 refused with exit 2. Prints TAP; exits 77 when the exporter was not built."""
+import html.parser
 import json
 import os
 import re
@@ -25,6 +26,8 @@ EXPORTER = os.path.join(BUILD, "src", "exporter", "accel-exporter")
 NVML = os.path.join(BUILD, "src", "emu", "libnvidia-ml.so.1")
 HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
 FAKE_PODRES = os.path.join(BUILD, "tests", "exporter", "fake-podresources")
+SRC = os.environ.get("ACCEL_SOURCE_ROOT",
+                     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 if not os.path.exists(EXPORTER):
     print("1..0 # SKIP accel-exporter not built (libmicrohttpd missing)")
@@ -161,6 +164,8 @@ def _():
     check(sample(m, "accel_gpu_power_watts", gpu=2) == 412, "power 412 W")
     check(sample(m, "accel_gpu_sm_clock_hertz", gpu=2) == 1410e6, "SM clock 1410 MHz in hertz")
     check(sample(m, "accel_gpu_temperature_celsius", gpu=1) != 83, "GPU 1 changed too")
+    check(sample(m, "accel_gpu_temperature_slowdown_celsius", gpu=2) == 89,
+          "the emulator's slowdown threshold (89 °C)")
 
 
 @case("health values follow accel-emu set: throttle reasons, energy, remapped rows, PCIe replays")
@@ -186,6 +191,7 @@ def _():
     check(sample(m, "accel_gpu_power_limit_watts", gpu=3) is not None, "power limit")
 
 
+HOLDS = []  # emu-hold processes standing in for the pods' containers
 POD_A, POD_B = "0b6c4a3e-1111-4c2a-9d5e-000000000001", "0b6c4a3e-2222-4c2a-9d5e-000000000002"
 CID_A, CID_B = "a" * 64, "b" * 64
 
@@ -267,9 +273,8 @@ def _():
                            text=True, timeout=60)
         check(p.returncode == 0 and not (p.stdout + p.stderr).strip(),
               f"promtool with pod series: {p.stdout}{p.stderr}")
-    for h in procs[-6:]:
-        h.stdin.close()
-        h.wait(timeout=30)
+    # the holders stay until the end: the dashboard's per-pod panels need them in Prometheus
+    HOLDS.extend(procs[-6:])
 
 
 @case("pod-resources unreachable: accel_exporter_pod_resources_up 0, GPU series still served")
@@ -303,6 +308,96 @@ def _():
     check(sample(m, "accel_gpu_xid_events_total", gpu=0) is None, "GPU 0 has an XID series")
 
 
+class StatusPage(html.parser.HTMLParser):
+    """The status page's GPU rows: {index: {"uuid", "health", "xids": [...], "pods": {name:
+    bytes}, "text": the row's text}}, read from the data-* attributes status.c writes."""
+
+    def __init__(self, page):
+        super().__init__()
+        self.rows, self.row = {}, None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr" and "gpu" in (a.get("class") or "").split():
+            self.row = {"uuid": a.get("data-uuid"), "health": a.get("data-health"),
+                        "xids": [], "pods": {}, "text": ""}
+            self.rows[int(a["data-gpu"])] = self.row
+        elif tag == "li" and self.row is not None:
+            if "data-xid" in a:
+                self.row["xids"].append(int(a["data-xid"]))
+            if "data-pod" in a:
+                self.row["pods"][a["data-pod"]] = int(a["data-memory-bytes"])
+
+    def handle_endtag(self, tag):
+        if tag == "tr":
+            self.row = None
+
+    def handle_data(self, data):
+        if self.row is not None:
+            self.row["text"] += data
+
+
+def check_status_page(page, where):
+    """What the page shows against the emulator: every GPU by index and UUID, GPU 2's
+    temperature, GPU 3 degraded (remap pending), the XIDs injected on GPUs 1 and 3 (fatal:
+    degraded), none or the non-fatal 31 on GPU 0, and the two pods sharing GPU 0 with their own memory."""
+    rows = StatusPage(page).rows
+    gpus = sorted(json.loads(emu("status", "--json"))["gpus"], key=lambda g: g["index"])
+    check(sorted(rows) == [g["index"] for g in gpus], f"{where}: rows {sorted(rows)}")
+    for g in gpus:
+        check(rows[g["index"]]["uuid"] == g["uuid"], f"{where}: GPU {g['index']} uuid")
+    check("83 °C" in rows[2]["text"], f"{where}: GPU 2 temperature: {rows[2]['text']!r}")
+    check(rows[1]["xids"][:2] == [79, 79] and rows[1]["health"] == "degraded",
+          f"{where}: GPU 1 {rows[1]}")
+    check(48 in rows[3]["xids"] and rows[3]["health"] == "degraded", f"{where}: GPU 3 {rows[3]}")
+    check(rows[0]["xids"] in ([], [31]) and rows[0]["health"] == "ok",
+          f"{where}: GPU 0 {rows[0]}")
+    if HOLDS:
+        nv = {p["pid"]: p["memory_bytes"] for p in gpus[0]["processes"]}
+        pods = rows[0]["pods"]
+        check(set(pods) == {"ns-a/train-a/main", "ns-b/train-b/worker"},
+              f"{where}: GPU 0 pods {pods}")
+        check(sorted(pods.values()) == sorted(nv.values()) and len(set(pods.values())) == 2,
+              f"{where}: GPU 0 pod memory {pods} vs emulator {nv}")
+    return rows
+
+
+@case("status page at /: plain HTTP, HTML with every GPU, its health, XIDs and pods")
+def _():
+    st, ctype, page = get(BASE + "/")
+    check(st == 200 and ctype.startswith("text/html"), f"{st} {ctype}")
+    check(page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>"), page[:200])
+    check(not re.search(r"""(src|href)=["']?(https?:)?//""", page), "external asset")
+    check_status_page(page, "HTTP")
+
+
+@case("status page in headless Chromium: the rendered DOM shows the GPUs and a new XID")
+def _():
+    chromium = shutil.which("chromium")
+    if not chromium:
+        return "SKIP chromium not installed (scripts/deps.sh installs it)"
+    emu("xid", "0", "31")  # a non-fatal XID (MMU fault): listed, GPU 0 stays healthy
+    wait_for(lambda: 31 in StatusPage(get(BASE + "/")[2]).rows[0]["xids"], "XID 31 on /")
+    prof = os.path.join(TMP, "chromium")
+    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            f"--user-data-dir={prof}"]
+    p = subprocess.run(args + ["--dump-dom", BASE + "/"], capture_output=True, text=True,
+                       timeout=120)
+    check(p.returncode == 0 and "</table>" in p.stdout, f"chromium rc {p.returncode}: "
+          f"{p.stderr[-2000:]}")
+    rows = check_status_page(p.stdout, "Chromium")
+    check(rows[0]["xids"] == [31] and rows[0]["health"] == "ok", f"GPU 0 in Chromium {rows[0]}")
+    shot = os.path.join(TMP, "status.png")
+    p = subprocess.run(args + ["--hide-scrollbars", "--window-size=1400,420",
+                               f"--screenshot={shot}", BASE + "/"],
+                       capture_output=True, text=True, timeout=120)
+    with open(shot, "rb") as f:
+        check(f.read(8) == b"\x89PNG\r\n\x1a\n", "screenshot is no PNG")
+    if os.environ.get("ACCEL_STATUS_SCREENSHOT"):  # docs/exporter.md: how the picture is made
+        shutil.copy(shot, os.environ["ACCEL_STATUS_SCREENSHOT"])
+
+
 @case("OpenMetrics when Accept asks for it: counter families without _total, # EOF last")
 def _():
     st, ctype, body = get(BASE + "/metrics",
@@ -323,6 +418,24 @@ def _():
           f"promtool: rc {p.returncode}\n{p.stdout}{p.stderr}")
 
 
+PROM = []  # the port of the Prometheus the next case starts
+RULES = os.path.join(SRC, "deploy", "prometheus", "accel-rules.yml")
+
+
+def query(q, errors=None):
+    """The result of an instant query on the test's Prometheus; None on an error (appended to
+    errors when given)."""
+    check(exp.poll() is None, f"the exporter exited ({exp.returncode})")
+    st, _, body = get(f"http://127.0.0.1:{PROM[0]}/api/v1/query?"
+                      + urllib.parse.urlencode({"query": q}))
+    d = json.loads(body) if body.startswith("{") else {}
+    if st != 200 or d.get("status") != "success":
+        if errors is not None:
+            errors.append(f"{q}: {st} {d.get('error', body[:200])}")
+        return None
+    return d["data"]["result"]
+
+
 @case("a real Prometheus scrapes it: XID counter and temperature queryable over the HTTP API")
 def _():
     prom = shutil.which("prometheus")
@@ -332,19 +445,14 @@ def _():
     cfg = os.path.join(TMP, "prometheus.yml")
     with open(cfg, "w") as f:
         f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                f"rule_files: ['{os.path.abspath(RULES)}']\n"
                 "scrape_configs:\n  - job_name: accel-exporter\n"
                 f"    static_configs:\n      - targets: ['127.0.0.1:{PORT}']\n")
     p = subprocess.Popen([prom, f"--config.file={cfg}", f"--storage.tsdb.path={TMP}/tsdb",
                           f"--web.listen-address=127.0.0.1:{pport}"],
                          stdout=subprocess.DEVNULL, stderr=open(os.path.join(TMP, "prom.log"), "w"))
     procs.append(p)
-    def query(q):
-        check(exp.poll() is None, f"the exporter exited ({exp.returncode})")
-        st, _, body = get(f"http://127.0.0.1:{pport}/api/v1/query?" + urllib.parse.urlencode({"query": q}))
-        if st != 200:
-            return None
-        d = json.loads(body)
-        return d["data"]["result"] if d.get("status") == "success" else None
+    PROM.append(pport)
 
     r = wait_for(lambda: query('accel_gpu_xid_events_total{gpu="1",xid="79"}'),
                  "Prometheus to have scraped the XID counter", timeout=90)
@@ -353,6 +461,58 @@ def _():
     check(float(r[0]["value"][1]) == 83, f"temperature in Prometheus: {r}")
     up = wait_for(lambda: query('up{job="accel-exporter"}'), "up", 30)
     check(up[0]["value"][1] == "1", f"up: {up}")
+
+
+@case("every Grafana dashboard query runs on that Prometheus without error and returns data")
+def _():
+    if not PROM:
+        return "SKIP prometheus not installed (scripts/deps.sh installs it)"
+    import dashboard
+    d = dashboard.load()
+    # a fresh fatal XID, so the alert rules loaded into Prometheus fire (ALERTS has data)
+    emu("xid", "1", "79")
+    wait_for(lambda: (r := query('accel_gpu_xid_events_total{gpu="1",xid="79"}'))
+             and float(r[0]["value"][1]) == 3, "the third XID 79 in Prometheus", 30)
+    wait_for(lambda: query('ALERTS{alertname="AccelGpuFatalXid",alertstate="firing"}'),
+             "AccelGpuFatalXid firing in Prometheus", 30)
+    qs = [(t, r, dashboard.expand(e, d)) for t, r, e in dashboard.queries(d)]
+    check(len(qs) >= 20, f"only {len(qs)} queries")
+    errors = []
+    for t, r, q in qs:
+        query(q, errors)
+    check(not errors, "queries Prometheus refused:\n" + "\n".join(errors))
+    # data: wait (bounded) until every query has a result; rates need two samples
+    def empty():
+        return [f"{t}/{r}: {q}" for t, r, q in qs if not query(q)]
+    left = empty()
+    end = time.monotonic() + 30
+    while left and time.monotonic() < end:
+        time.sleep(0.5)
+        left = empty()
+    check(not left, "panel queries with no data:\n" + "\n".join(left))
+    # the per-pod panels show the two pods sharing GPU 0, each with its own value
+    r = query(dashboard.expand([e for t, _, e in dashboard.queries(d)
+                                if t == "Memory per container"][0], d))
+    on0 = {s["metric"].get("pod_uid"): float(s["value"][1]) for s in r
+           if s["metric"]["gpu"] == "0"}
+    check(set(on0) == {POD_A, POD_B} and on0[POD_A] != on0[POD_B], f"GPU 0 pods: {on0}")
+    for v in dashboard.variables(d).values():
+        if v["type"] != "query":
+            continue
+        m = re.match(r"label_values\((.*), (\w+)\)$", dashboard.expand(v["query"]["query"], d))
+        check(m, f"variable {v['name']}: {v['query']['query']}")
+        res = query(f"count by ({m.group(2)}) ({m.group(1)})", errors)
+        check(res, f"variable {v['name']}: no values ({errors})")
+    # every rule of deploy/prometheus evaluates on the real series without error
+    st, _, body = get(f"http://127.0.0.1:{PROM[0]}/api/v1/rules")
+    check(st == 200, f"/api/v1/rules: {st}")
+    rules = [r for g in json.loads(body)["data"]["groups"] for r in g["rules"]]
+    bad = [f"{r['name']}: {r.get('health')} {r.get('lastError', '')}" for r in rules
+           if r.get("health") != "ok"]
+    check(len(rules) >= 20 and not bad, f"{len(rules)} rules; unhealthy: {bad}")
+    for h in HOLDS:
+        h.stdin.close()
+        h.wait(timeout=30)
 
 
 @case("deploy/accel-exporter.yaml: unprivileged, host paths read-only, flags the exporter knows")
@@ -364,8 +524,22 @@ def _():
     src = os.environ.get("ACCEL_SOURCE_ROOT",
                          os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     with open(os.path.join(src, "deploy", "accel-exporter.yaml")) as f:
-        ds = yaml.safe_load(f)
+        docs = {d["kind"]: d for d in yaml.safe_load_all(f)}
+    ds = docs["DaemonSet"]
     spec = ds["spec"]["template"]["spec"]
+    # the ConfigMap's settings are valid, and the command reads them from its mount
+    cfg = os.path.join(TMP, "configmap.yaml")
+    with open(cfg, "w") as f:
+        f.write(docs["ConfigMap"]["data"]["config.yaml"])
+    mounts = {v["name"]: m["mountPath"] for c in spec["containers"] for m in c["volumeMounts"]
+              for v in spec["volumes"] if v["name"] == m["name"] and "configMap" in v}
+    cmd = spec["containers"][0]["command"]
+    check(cmd[cmd.index("--config") + 1] == mounts.get("config", "") + "/config.yaml",
+          f"--config {cmd} vs ConfigMap mount {mounts}")
+    p = subprocess.run([EXPORTER, "--config", cfg, "--check-config"], capture_output=True,
+                       text=True, timeout=30)
+    check(p.returncode == 0 and "listen: \"0.0.0.0:9835\"" in p.stdout,
+          f"ConfigMap config: rc {p.returncode} {p.stderr}")
     helptext = subprocess.run([EXPORTER, "--help"], capture_output=True, text=True,
                               timeout=30).stdout
     for c in spec["containers"]:
@@ -380,10 +554,76 @@ def _():
                 check(a in helptext, f"{a} is not an accel-exporter flag")
 
 
+@case("--config: YAML settings applied, a flag wins over its key, disabled families left out")
+def _():
+    p1, p2 = free_port(), free_port()
+    cfg = os.path.join(TMP, "exporter.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"listen: 127.0.0.1:{p1}\ninterval: 100ms\npodResourcesSocket: ''\n"
+                "metrics:\n  disable: [accel_gpu_power_watts, accel_gpu_xid_events_total]\n")
+    p = subprocess.Popen([EXPORTER, "--config", cfg, "--listen", f"127.0.0.1:{p2}"], env=ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs.append(p)
+
+    def scraped():
+        st, _, body = get(f"http://127.0.0.1:{p2}/metrics")
+        return st == 200 and body
+    m = wait_for(scraped, "the configured exporter on the flag's port")
+    check(get(f"http://127.0.0.1:{p1}/metrics")[0] is None, "the config's listen won")
+    check("accel_gpu_power_watts" not in m and "accel_gpu_xid_events_total" not in m,
+          "a disabled family is served")
+    check(sample(m, "accel_gpu_temperature_celsius", gpu=2) == 83, "other families missing")
+    check(sample(m, "accel_exporter_pod_resources_up") is None, "podResourcesSocket '' ignored")
+    p.terminate()
+    check(p.wait(timeout=30) == 0, "configured exporter exit")
+
+
+@case("the example config in docs/exporter.md is one the exporter takes")
+def _():
+    with open(os.path.join(SRC, "docs", "exporter.md")) as f:
+        doc = f.read()
+    m = re.search(r"## Configuration\n.*?```yaml\n(.*?)```", doc, re.S)
+    check(m, "no yaml block under Configuration")
+    cfg = os.path.join(TMP, "doc.yaml")
+    with open(cfg, "w") as f:
+        f.write(m.group(1))
+    p = subprocess.run([EXPORTER, "--config", cfg, "--check-config"], capture_output=True,
+                       text=True, timeout=30)
+    check(p.returncode == 0 and "disable: [accel_gpu_process_memory_used_bytes]" in p.stdout,
+          f"rc {p.returncode}: {p.stdout}{p.stderr}")
+
+
+@case("--config with bad YAML or a bad value: exit 2 naming file, line and column")
+def _():
+    for text, want in (("interval: 1s\n\tlisten: x\n", ":2:1: YAML syntax error"),
+                       ("listen: 127.0.0.1:1\ninterval: fast\n", ':2:11: bad interval "fast"'),
+                       ("listen: 127.0.0.1:1\nmetrics:\n  disable: [accel_gpu_nope]\n",
+                        ':3:13: metrics.disable: no metric family "accel_gpu_nope"')):
+        cfg = os.path.join(TMP, "bad.yaml")
+        with open(cfg, "w") as f:
+            f.write(text)
+        p = subprocess.run([EXPORTER, "--config", cfg], capture_output=True, text=True, env=ENV,
+                           timeout=30)
+        check(p.returncode == 2 and p.stderr.startswith(f"accel-exporter: {cfg}{want}"),
+              f"{text!r}: rc {p.returncode} {p.stderr!r}")
+
+
+@case("the families a config may disable are exactly the ones /metrics serves")
+def _():
+    with open(os.path.join(SRC, "src", "exporter", "expconfig.c")) as f:
+        src = f.read()
+    listed = re.findall(r'"(accel_[a-z_]+)",',
+                        src[src.index("exporter_metric_families[]"):src.index("NULL,")])
+    served = re.findall(r"^# HELP (\S+) ", metrics(), re.M)
+    check(sorted(listed) == sorted(served) and len(listed) == len(set(listed)),
+          f"only listed: {set(listed) - set(served)}, only served: {set(served) - set(listed)}")
+
+
 @case("bad flags exit 2, say what to give, and start nothing")
 def _():
     for args in (["--listen", "nowhere"], ["--listen", "127.0.0.1:99999"], ["--interval", "1ms"],
-                 ["--bogus", "x"], ["--listen"]):
+                 ["--bogus", "x"], ["--listen"], ["--config", os.path.join(TMP, "none.yaml")],
+                 ["--disable-metrics", "accel_gpu_nope"]):
         p = subprocess.run([EXPORTER] + args, capture_output=True, text=True, env=ENV, timeout=30)
         check(p.returncode == 2, f"{args}: rc {p.returncode}")
         check(p.stderr.startswith("accel-exporter:") and len(p.stderr) > 30, f"{args}: {p.stderr!r}")

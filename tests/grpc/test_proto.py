@@ -126,6 +126,27 @@ PLUGINREG_SERVICES = {
 }
 
 
+# DRA resource health v1alpha1 (kubernetes staging/src/k8s.io/kubelet/pkg/apis/dra-health/).
+E = F.TYPE_ENUM
+DRAHEALTH = {
+    "NodeWatchResourcesRequest": [],
+    "DeviceIdentifier": [("pool_name", 1, S, O, None), ("device_name", 2, S, O, None)],
+    "DeviceHealth": [("device", 1, M, O, ".v1alpha1.DeviceIdentifier"), ("health", 2, E, O, None),
+                     ("last_updated_time", 3, I64, O, None)],
+    "NodeWatchResourcesResponse": [("devices", 1, M, R, ".v1alpha1.DeviceHealth")],
+}
+DRAHEALTH_SERVICES = {
+    "DRAResourceHealth": [("NodeWatchResources", "NodeWatchResourcesRequest",
+                           "NodeWatchResourcesResponse", True)],
+}
+
+
+def drahealth_enum(fd):
+    want = [("UNKNOWN", 0), ("HEALTHY", 1), ("UNHEALTHY", 2)]
+    got = {e.name: [(v.name, v.number) for v in e.value] for e in fd.enum_type}
+    return [] if got == {"HealthStatus": want} else ["enums %s, want HealthStatus %s" % (got, want)]
+
+
 def dra(v):
     p = ".k8s.io.kubelet.pkg.apis.dra.%s." % v
     msgs = {
@@ -220,6 +241,9 @@ def main():
          lambda: check_file(load("proto/pluginregistration/v1/api.proto"), "pluginregistration",
                             PLUGINREG, PLUGINREG_SERVICES)),
     ]
+    cases.append(("drahealth_v1alpha1_matches_kubelet",
+                  lambda: (lambda fd: check_file(fd, "v1alpha1", DRAHEALTH, DRAHEALTH_SERVICES) +
+                           drahealth_enum(fd))(load("proto/dra-health/v1alpha1/api.proto"))))
     for v in ("v1", "v1beta1"):
         msgs, svcs, maps = dra(v)
         cases.append(("dra_%s_matches_kubelet" % v,

@@ -32,14 +32,13 @@ import os
 import random
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kubelet as K  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import fakeapi  # noqa: E402
 import mountns  # noqa: E402
 
 import grpc  # noqa: E402
@@ -50,29 +49,9 @@ CORE = "tencent.com/vcuda-core"
 MEM = "tencent.com/vcuda-memory"
 
 
-class ApiServer:
+class ApiServer(fakeapi.ApiServer):
     def __init__(self, src, tmp):
-        self.dir = os.path.join(tmp, "api")
-        os.makedirs(self.dir)
-        script = os.path.join(src, "tests/kube/fake-apiserver.py")
-        self.log = open(os.path.join(tmp, "api.log"), "ab")
-        self.proc = subprocess.Popen(["/usr/bin/python3", script, "--dir", self.dir,
-                                      "--token", TOKEN, "--node", "node-a"],
-                                     stdout=self.log, stderr=self.log)
-        port = os.path.join(self.dir, "port")
-        if not K.wait_until(lambda: os.path.exists(port), T):
-            raise RuntimeError("the fake API server did not start")
-        with open(port) as f:
-            self.port = int(f.read())
-        self.ctx = ssl.create_default_context(cafile=os.path.join(self.dir, "ca.crt"))
-
-    def call(self, method, path, body=None):
-        req = urllib.request.Request(f"https://127.0.0.1:{self.port}{path}", method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Authorization": "Bearer " + TOKEN,
-                                              "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, context=self.ctx, timeout=10) as r:
-            return json.loads(r.read() or b"null")
+        super().__init__(src, tmp, token=TOKEN, node="node-a", timeout=T)
 
     def add_pod(self, name, cores, mem, created, uid=None):
         c = {"name": "main", "limits": {}}
@@ -84,31 +63,6 @@ class ApiServer:
                                                 "uid": uid or "uid-" + name,
                                                 "containers": [c],
                                                 "creationTimestamp": created})
-
-    def kubeconfig(self, path):
-        with open(path, "w") as f:
-            f.write(f"""apiVersion: v1
-kind: Config
-clusters:
-- name: fake
-  cluster:
-    server: https://127.0.0.1:{self.port}
-    certificate-authority: {self.dir}/ca.crt
-users:
-- name: acceld
-  user:
-    token: {TOKEN}
-contexts:
-- name: fake
-  context: {{cluster: fake, user: acceld}}
-current-context: fake
-""")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
 
 
 class Kubelet:

@@ -18,11 +18,24 @@ Served (Kubernetes API reference, core/v1):
   PATCH /api/v1/namespaces/NS/pods/NAME                     merge / strategic merge patch
         (other content types: 415)
   POST  /api/v1/namespaces/NS/events                        Event (201)
-Errors are Status objects: 401 for a missing or wrong token, 404, 410, 415, 422.
+Served (resource.k8s.io/v1, for the DRA driver):
+  GET    /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=N,spec.driver=D
+         ResourceSliceList (either selector term optional)
+  POST   /apis/resource.k8s.io/v1/resourceslices            201, 409 AlreadyExists
+  GET/PUT/DELETE /apis/resource.k8s.io/v1/resourceslices/NAME
+         PUT: 409 Conflict when metadata.resourceVersion is not the stored one
+  GET    /apis/resource.k8s.io/v1/namespaces/NS/resourceclaims/NAME
+  GET    /apis/resource.k8s.io/v1/deviceclasses[/NAME]
+Errors are Status objects: 401 for a missing or wrong token, 404, 409, 410, 415, 422.
 
 Test controls (same token): POST /_fake/pod {"op":"add"|"modify"|"delete", ...},
 /_fake/compact {"http410":bool}, /_fake/break, /_fake/bookmark, /_fake/reject {"on":bool};
 GET /_fake/log (every request: method, path, content type, body), /_fake/events, /_fake/state.
+DRA: POST /_fake/claim (a ResourceClaim as `kubectl get -o json` prints it; replaces one of the
+same namespace/name; {"op":"delete","namespace":..,"name":..} removes), /_fake/deviceclass,
+/_fake/slice (a ResourceSlice stored as-is: a stale or foreign one), /_fake/conflicts {"n":K}
+(the next K slice writes answer 409 after a concurrent change bumps the resourceVersion),
+/_fake/down {"on":bool} (resource.k8s.io answers 503); GET /_fake/slices.
 """
 import argparse
 import json
@@ -51,7 +64,13 @@ STATE = {
     "gen": 0,            # bumps on break / bookmark / compact to wake watchers
     "command": None,
     "watchers": 0,
+    "slices": {},        # name -> ResourceSlice
+    "claims": {},        # (namespace, name) -> ResourceClaim
+    "classes": {},       # name -> DeviceClass
+    "conflicts": 0,      # slice writes still to answer 409
+    "down": False,       # resource.k8s.io answers 503
 }
+RES = "/apis/resource.k8s.io/v1/"
 ARGS = None
 
 
@@ -166,6 +185,8 @@ class Handler(BaseHTTPRequestHandler):
         if url.path.startswith("/_fake/"):
             return self.control(method, url.path[7:], body)
         parts = url.path.strip("/").split("/")
+        if url.path.startswith(RES):
+            return self.resource(method, parts[3:], q, body)
         if method == "GET" and url.path == "/api/v1/pods":
             if q.get("watch") in ("1", "true"):
                 return self.watch(q)
@@ -186,6 +207,122 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_PATCH(self):
         self.handle_any("PATCH")
+
+    def do_PUT(self):
+        self.handle_any("PUT")
+
+    def do_DELETE(self):
+        self.handle_any("DELETE")
+
+    def resource(self, method, parts, q, body):
+        """resource.k8s.io/v1: ResourceSlices (read/write), ResourceClaims and DeviceClasses
+        (read)."""
+        with LOCK:
+            if STATE["down"]:
+                return self.send_json(503, status(503, "ServiceUnavailable",
+                                                  "the server is currently unable to handle "
+                                                  "the request"))
+            if parts[:1] == ["resourceslices"]:
+                return self.slice(method, parts[1] if len(parts) == 2 else None, q, body)
+            if len(parts) == 4 and parts[0] == "namespaces" and parts[2] == "resourceclaims" \
+                    and method == "GET":
+                c = STATE["claims"].get((parts[1], parts[3]))
+                if c is None:
+                    return self.send_json(404, status(404, "NotFound",
+                                                      'resourceclaims.resource.k8s.io "%s" not '
+                                                      'found' % parts[3]))
+                return self.send_json(200, c)
+            if parts[:1] == ["deviceclasses"] and method == "GET":
+                if len(parts) == 2:
+                    c = STATE["classes"].get(parts[1])
+                    if c is None:
+                        return self.send_json(404, status(404, "NotFound", "not found"))
+                    return self.send_json(200, c)
+                return self.send_json(200, {"kind": "DeviceClassList",
+                                            "apiVersion": "resource.k8s.io/v1",
+                                            "metadata": {"resourceVersion": str(STATE["rv"])},
+                                            "items": list(STATE["classes"].values())})
+        return self.send_json(404, status(404, "NotFound", "the server could not find the "
+                                          "requested resource"))
+
+    def slice(self, method, name, q, body):
+        """Called with LOCK held."""
+        slices = STATE["slices"]
+        if name is None and method == "GET":
+            sel = {}
+            for term in filter(None, q.get("fieldSelector", "").split(",")):
+                k, _, v = term.partition("=")
+                if k not in ("spec.nodeName", "spec.driver"):
+                    return self.send_json(400, status(400, "BadRequest",
+                                                      'field label not supported: ' + k))
+                sel[k] = v
+            items = [x for x in slices.values()
+                     if all(x["spec"].get(k[5:]) == v for k, v in sel.items())]
+            return self.send_json(200, {"kind": "ResourceSliceList",
+                                        "apiVersion": "resource.k8s.io/v1",
+                                        "metadata": {"resourceVersion": str(STATE["rv"])},
+                                        "items": items})
+        if method in ("POST", "PUT"):
+            try:
+                obj = json.loads(body)
+                if obj.get("kind") != "ResourceSlice" or \
+                        obj.get("apiVersion") != "resource.k8s.io/v1" or \
+                        not isinstance(obj.get("spec"), dict):
+                    raise ValueError
+            except ValueError:
+                return self.send_json(422, status(422, "Invalid", "not a resource.k8s.io/v1 "
+                                                  "ResourceSlice"))
+            meta = obj.setdefault("metadata", {})
+            if STATE["conflicts"] > 0 and name:
+                # a concurrent writer got there first
+                STATE["conflicts"] -= 1
+                cur = slices.get(name)
+                if cur is not None:
+                    cur["metadata"]["resourceVersion"] = next_rv()
+                return self.send_json(409, status(409, "Conflict",
+                                                  'Operation cannot be fulfilled on '
+                                                  'resourceslices.resource.k8s.io "%s": the '
+                                                  'object has been modified; please apply your '
+                                                  'changes to the latest version and try '
+                                                  'again' % name))
+        if method == "POST" and name is None:
+            n = meta.get("name")
+            if not n:
+                return self.send_json(422, status(422, "Invalid", "metadata.name required"))
+            if n in slices:
+                return self.send_json(409, status(409, "AlreadyExists",
+                                                  'resourceslices.resource.k8s.io "%s" already '
+                                                  'exists' % n))
+            meta.update(uid=str(uuid.uuid4()), resourceVersion=next_rv(), generation=1,
+                        creationTimestamp=now())
+            slices[n] = obj
+            return self.send_json(201, obj)
+        cur = slices.get(name) if name else None
+        if cur is None:
+            return self.send_json(404, status(404, "NotFound",
+                                              'resourceslices.resource.k8s.io "%s" not found'
+                                              % name))
+        if method == "GET":
+            return self.send_json(200, cur)
+        if method == "DELETE":
+            del slices[name]
+            return self.send_json(200, cur)
+        if method == "PUT":
+            if meta.get("name") != name:
+                return self.send_json(422, status(422, "Invalid", "name does not match"))
+            if meta.get("resourceVersion") != cur["metadata"]["resourceVersion"]:
+                return self.send_json(409, status(409, "Conflict",
+                                                  'Operation cannot be fulfilled on '
+                                                  'resourceslices.resource.k8s.io "%s": the '
+                                                  'object has been modified' % name))
+            gen = cur["metadata"].get("generation", 1)
+            if obj["spec"] != cur["spec"]:
+                gen += 1
+            meta.update(uid=cur["metadata"]["uid"], resourceVersion=next_rv(), generation=gen,
+                        creationTimestamp=cur["metadata"]["creationTimestamp"])
+            slices[name] = obj
+            return self.send_json(200, obj)
+        return self.send_json(405, status(405, "MethodNotAllowed", method))
 
     def node_of(self, q):
         fs = q.get("fieldSelector", "")
@@ -346,6 +483,30 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["command"] = what
                 STATE["gen"] += 1
                 LOCK.notify_all()
+            elif what == "claim":
+                if d.get("op") == "delete":
+                    STATE["claims"].pop((d["namespace"], d["name"]), None)
+                else:
+                    m = d["metadata"]
+                    m.setdefault("uid", str(uuid.uuid4()))
+                    m["resourceVersion"] = next_rv()
+                    STATE["claims"][(m["namespace"], m["name"])] = d
+                    return self.send_json(200, d)
+            elif what == "deviceclass":
+                STATE["classes"][d["metadata"]["name"]] = d
+            elif what == "slice":
+                m = d["metadata"]
+                m.setdefault("uid", str(uuid.uuid4()))
+                m.setdefault("generation", 1)
+                m.setdefault("creationTimestamp", now())
+                m["resourceVersion"] = next_rv()
+                STATE["slices"][m["name"]] = d
+            elif what == "slices":
+                return self.send_json(200, list(STATE["slices"].values()))
+            elif what == "conflicts":
+                STATE["conflicts"] = int(d.get("n", 0))
+            elif what == "down":
+                STATE["down"] = bool(d.get("on"))
             elif what == "reject":
                 STATE["reject"] = bool(d.get("on"))
             elif what == "log":

@@ -307,6 +307,48 @@ TEST(nvidia_sections_and_mps_control)
     CHECK(!c.nvidia_sharing); /* refused: nothing changed */
 }
 
+TEST(dra_keys)
+{
+    struct acceld_config c;
+    char err[256];
+    acceld_config_defaults(&c);
+    CHECK_EQ_STR(c.dra_registry_dir, "/var/lib/kubelet/plugins_registry");
+    CHECK_EQ_STR(c.dra_plugin_dir, "");
+    CHECK(!c.dra_shared);
+    CHECK_EQ_U64(c.dra_claim_wait_ns, 10000000000ull);
+    static const char yaml[] = "mode: dra\n"
+                               "dra:\n"
+                               "  registryDir: /r\n"
+                               "  pluginDir: /p/gpu.accel.dev\n"
+                               "  sharing: shared\n"
+                               "  claimWait: 2s\n";
+    CHECK_EQ_INT(acceld_config_parse(&c, yaml, sizeof(yaml) - 1, "t", err, sizeof(err)), 0);
+    CHECK_EQ_INT(c.mode, ACCELD_MODE_DRA);
+    CHECK_EQ_STR(c.dra_registry_dir, "/r");
+    CHECK_EQ_STR(c.dra_plugin_dir, "/p/gpu.accel.dev");
+    CHECK(c.dra_shared);
+    CHECK_EQ_U64(c.dra_claim_wait_ns, 2000000000ull);
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.sharing", "half", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "exclusive|shared") != NULL);
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.claimWait", "0", err, sizeof(err)), -EINVAL);
+    /* per-GPU sharing: index or UUID, first match wins, else dra.sharing */
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "1=exclusive,GPU-x=exclusive,1=shared",
+                                   err, sizeof(err)),
+                 0);
+    CHECK(acceld_config_dra_shared(&c, 0, "GPU-a"));
+    CHECK(!acceld_config_dra_shared(&c, 1, "GPU-b"));
+    CHECK(!acceld_config_dra_shared(&c, 2, "GPU-x"));
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "1=half", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "\"1=half\" is not SEL=exclusive|shared") != NULL);
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "=shared", err, sizeof(err)), -EINVAL);
+    CHECK_EQ_STR(c.dra_gpu_sharing, "1=exclusive,GPU-x=exclusive,1=shared");
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "", err, sizeof(err)), 0);
+    CHECK(acceld_config_dra_shared(&c, 1, "GPU-b"));
+    /* DRA serves the whole node: a per-GPU dra is refused, saying so */
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "0=dra", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "node mode") != NULL);
+}
+
 int main(int argc, char **argv)
 {
     return tap_main(argc, argv);

@@ -15,6 +15,7 @@
 #include "nvml_api.h"
 #include "state.h"
 #include "tap.h"
+#include "vcuda-launch.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -212,7 +213,7 @@ TEST(dlsym_of_the_driver_handle_is_intercepted)
     CHECK(in_lib(p, "libvcuda", &sym));
     CHECK_EQ_STR(sym, "cuMemAlloc_v2");
     /* not hooked: the driver's own */
-    p = dlsym(libcuda, "cuMemcpyHtoD_v2");
+    p = dlsym(libcuda, "cuStreamQuery");
     CHECK(in_lib(p, "libcuda", &sym));
     /* unknown names stay unknown */
     CHECK(dlsym(libcuda, "cuNoSuchFunction") == NULL);
@@ -246,9 +247,17 @@ static const struct {
     {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2", true},
     {"cuArray3DCreate", 12000, 0, "cuArray3DCreate_v2", true},
     {"cuDevicePrimaryCtxRelease", 12000, 0, "cuDevicePrimaryCtxRelease_v2", true},
-    {"cuMemcpyHtoD", 12000, 0, "cuMemcpyHtoD_v2", false},
+    /* copies, memsets and prefetches that may bring managed memory to the device */
+    {"cuMemcpyHtoD", 12000, 0, "cuMemcpyHtoD_v2", true},
     {"cuMemcpyHtoD", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyHtoD_v2_ptds",
-     false},
+     true},
+    {"cuMemPrefetchAsync", 12000, 0, "cuMemPrefetchAsync", true},
+    {"cuMemPrefetchAsync", 12020, 0, "cuMemPrefetchAsync_v2", true},
+    {"cuMemsetD8Async", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+     "cuMemsetD8Async_ptsz", true},
+    {"cuMemcpy2D", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpy2D_v2_ptds",
+     true},
+    {"cuStreamQuery", 12000, 0, "cuStreamQuery", false},
     {"cuStreamSynchronize", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
      "cuStreamSynchronize_ptsz", false},
     {"cuInit", 12000, 0, "cuInit", false},
@@ -599,9 +608,7 @@ static void exact_at_quota(enum kind k, uint64_t unit)
     uint64_t h = 0, h2 = 0;
     REQUIRE_EQ_INT(kind_alloc(k, fill, &h), CUDA_SUCCESS);
     CHECK_EQ_U64(quota_free(), free0 - fill);
-    /* untouched managed memory is not on the GPU (emulator-cuda.md, "Managed memory"); libvcuda
-     * still charges it at allocation (vcuda.md, "Managed memory") */
-    uint64_t on_gpu = k == K_MANAGED ? 0 : fill;
+    uint64_t on_gpu = fill;
     EMU_CHECK_EQ_U64(emu_used(), emu0 + on_gpu);
     CHECK_EQ_INT(kind_alloc(k, unit, &h2), CUDA_ERROR_OUT_OF_MEMORY);
     EMU_CHECK_EQ_U64(emu_used(), emu0 + on_gpu);
@@ -626,9 +633,17 @@ TEST(mem_alloc_pitch_stops_exactly_at_quota)
     exact_at_quota(K_PITCH, 2048);
 }
 
-TEST(mem_alloc_managed_stops_exactly_at_quota)
+/* Managed memory is charged for what is on the GPU (docs/vcuda.md, "Managed memory";
+ * test-vcuda-managed.c has the rest): untouched, any size is free. */
+TEST(mem_alloc_managed_is_not_charged_until_resident)
 {
-    exact_at_quota(K_MANAGED, 512);
+    setup();
+    uint64_t free0 = quota_free(), emu0 = emu_used(), h = 0;
+    REQUIRE_EQ_INT(kind_alloc(K_MANAGED, 4 * QUOTA, &h), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+    EMU_CHECK_EQ_U64(emu_used(), emu0);
+    CHECK_EQ_INT(kind_free(K_MANAGED, h), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
 }
 
 TEST(mem_alloc_async_stops_exactly_at_quota)
@@ -1284,62 +1299,8 @@ TEST(over_quota_logs_one_line_naming_quota_and_request)
 
 static int launcher(int argc, char **argv)
 {
-    const char *build = getenv("ACCEL_BUILD_ROOT");
-    if (!build) {
-        printf("1..0 # SKIP ACCEL_BUILD_ROOT is not set (run through meson test)\n");
-        return 77;
-    }
-    char dir[] = "/tmp/vcuda-emu-XXXXXX";
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    char state[256], region[256], none[256], preload[8192], libpath[4096], asan[4096];
-    snprintf(state, sizeof(state), "%s/emu-state", dir);
-    snprintf(region, sizeof(region), "%s/region", dir);
-    snprintf(none, sizeof(none), "%s/no-config", dir);
-    if (!real_gpu()) {
-        struct emu_config cfg;
-        emu_config_init(&cfg);
-        cfg.gpus = 1;
-        cfg.memory_bytes = 1ull << 30;
-        int r = emu_state_create(state, &cfg);
-        if (r < 0) {
-            fprintf(stderr, "emu_state_create: %s\n", strerror(-r));
-            return 1;
-        }
-        snprintf(libpath, sizeof(libpath), "%s/src/emu", build);
-        setenv("LD_LIBRARY_PATH", libpath, 1);
-    }
-    if (tap_find_asan_runtime(asan, sizeof(asan)))
-        snprintf(preload, sizeof(preload), "%s:%s/src/vcuda/libvcuda.so", asan, build);
-    else
-        snprintf(preload, sizeof(preload), "%s/src/vcuda/libvcuda.so", build);
-    /* VCUDA_TEST_REAL=1 keeps a caller's emulated machine, so tests/gpu/vcuda-memory.sh can be
-     * dry-run against accel-emu (docs/vcuda.md, "Real GPU"). */
-    if (!real_gpu())
-        setenv("ACCEL_EMU_STATE", state, 1);
-    setenv("ACCEL_EMU_CTX_OVERHEAD", "4Mi", 1);
-    setenv("VCUDA_CONTEXT_MEMORY", "4Mi", 1);
-    setenv("VCUDA_MEMORY_LIMIT", "64Mi", 1);
-    setenv("VCUDA_REGION", region, 1);
-    setenv("VCUDA_CONFIG", none, 1);
-    setenv("VCUDA_TEST_DIR", dir, 1);
-    setenv("VCUDA_TEST_CHILD", "1", 1);
-    setenv("LD_PRELOAD", preload, 1);
-    /* leak checks stay on; the children's own exit paths are what matter */
-    pid_t kid = fork();
-    if (kid == 0) {
-        execv("/proc/self/exe", argv);
-        _exit(127);
-    }
-    int rc = wait_exit(kid);
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
     (void)argc;
-    return rc;
+    return vcuda_test_launch(argv, "64Mi", 1ull << 30);
 }
 
 int main(int argc, char **argv)

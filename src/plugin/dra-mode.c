@@ -1,0 +1,464 @@
+/* dra-mode.c — `acceld --mode dra`: the inventory's GPUs published as the
+ * node's ResourceSlice, the kubelet plugin (registration + DRAPlugin) with
+ * claims read from the API server, health events turned into device taints,
+ * and a status file for `accelctl dra`. See dra-mode.h and docs/dra.md. */
+#include "dra-mode.h"
+
+#include "client.h"
+#include "config.h"
+#include "dra-kube.h"
+#include "dra.h"
+#include "evloop.h"
+#include "fs.h"
+#include "health.h"
+#include "inventory.h"
+#include "log.h"
+#include "nvml.h"
+#include "util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#define EXIT_CONFIG 2
+
+/* Strings behind one struct dra_gpu. */
+struct gpu_strings {
+    char name[32];
+    char dev_node[PATH_MAX];
+    char architecture[32];
+};
+
+struct dra_agent {
+    const struct acceld_config *cfg;
+    char node[256];
+    char plugin_dir[PATH_MAX];
+    char status_path[PATH_MAX];
+    char ctl[3][PATH_MAX];
+    const char *ctl_ptrs[3];
+    struct ev_loop *loop;
+    struct gpu_nvml *nvml;
+    struct gpu_inventory *inv;
+    size_t n;
+    struct dra_gpu *gpus;
+    struct gpu_strings *strs;
+    const char **uuids;
+    struct health_gpu *hstate;
+    struct health_monitor *health;
+    uint64_t recovery_timer;
+    struct dra_prepare_config pcfg;
+    struct dra_state *state;
+    struct kube_client *client;
+    struct dra_kube_claims *claims;
+    struct dra_publisher *pub;
+    struct dra_plugin *plugin;
+};
+
+/* The marketing name of an architecture from the compute capability. */
+static const char *arch_of(int major, int minor)
+{
+    switch (major) {
+    case 6:
+        return "Pascal";
+    case 7:
+        return minor >= 5 ? "Turing" : "Volta";
+    case 8:
+        return minor == 9 ? "Ada Lovelace" : "Ampere";
+    case 9:
+        return "Hopper";
+    case 10:
+    case 12:
+        return "Blackwell";
+    default:
+        return "unknown";
+    }
+}
+
+/* ------------------------------------------------------------ status file */
+
+/* <state_dir>/dra-status.json for `accelctl dra`: the slice, its devices and
+ * their health (the prepared claims are in the checkpoint). */
+static void write_status(struct dra_agent *a)
+{
+    struct dra_publisher_stats st;
+    dra_publisher_stats(a->pub, &st);
+    const char *err = dra_publisher_error(a->pub);
+    json_t *devs = json_array();
+    for (size_t i = 0; i < a->n; i++) {
+        const struct dra_gpu *g = &a->gpus[i];
+        json_array_append_new(devs, json_pack("{s:s,s:s,s:I,s:b,s:b,s:s,s:s,s:s}", "name", g->name,
+                                              "uuid", g->uuid, "memory", (json_int_t)g->memory,
+                                              "shared", g->shared, "healthy", g->healthy, "taint",
+                                              g->healthy ? ""
+                                              : g->fatal ? "NoExecute"
+                                                         : "NoSchedule",
+                                              "reason", g->healthy ? "" : a->hstate[i].reason,
+                                              "pciBusID", g->pci_bus_id));
+    }
+    json_t *o =
+        json_pack("{s:s,s:s,s:s,s:I,s:b,s:s?,s:{s:I,s:I,s:I,s:I,s:I},s:o}", "driver",
+                  ACCELD_DRA_DRIVER, "node", a->node, "slice", dra_publisher_slice_name(a->pub),
+                  "generation", (json_int_t)st.generation, "synced", dra_publisher_synced(a->pub),
+                  "error", err, "counts", "creates", (json_int_t)st.creates, "updates",
+                  (json_int_t)st.updates, "deletes", (json_int_t)st.deletes, "conflicts",
+                  (json_int_t)st.conflicts, "failures", (json_int_t)st.failures, "devices", devs);
+    char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+    json_decref(o);
+    if (!text || fs_write_atomic(a->status_path, text, strlen(text), 0644) < 0)
+        log_warn("dra: cannot write %s", a->status_path);
+    free(text);
+}
+
+/* ------------------------------------------------------------ health */
+
+static void publish(struct dra_agent *a)
+{
+    dra_publisher_set(a->pub, a->gpus, a->n);
+    if (a->plugin)
+        dra_plugin_health_changed(a->plugin);
+    write_status(a);
+}
+
+static void recovery_arm(struct dra_agent *a);
+
+/* Copies the health state into the slice's device: an unhealthy GPU gets a
+ * taint, NoExecute when it is lost (fallen off the bus, XID 79) or had a
+ * double-bit ECC error (those kill its work anyway), NoSchedule otherwise. */
+static void health_changed(struct dra_agent *a, size_t i, bool fatal)
+{
+    struct dra_gpu *g = &a->gpus[i];
+    g->healthy = a->hstate[i].healthy;
+    g->fatal = !g->healthy && (fatal || a->hstate[i].lost || (g->fatal && !g->healthy));
+    if (g->healthy)
+        log_info("dra: GPU %s is Healthy again: taint removed from %s", g->uuid, g->name);
+    else
+        log_warn("dra: GPU %s is Unhealthy (%s): device %s tainted %s", g->uuid,
+                 a->hstate[i].reason, g->name, g->fatal ? "NoExecute" : "NoSchedule");
+}
+
+static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *ud)
+{
+    (void)events;
+    struct dra_agent *a = ud;
+    struct health_event ev;
+    bool changed = false;
+    int r;
+    while ((r = health_monitor_read(a->health, &ev)) == 1) {
+        uint64_t now = mono_ns();
+        size_t first = ev.gpu < 0 ? 0 : (size_t)ev.gpu;
+        size_t last = ev.gpu < 0 ? a->n : first + 1;
+        bool fatal = ev.kind == HEALTH_EV_LOST || ev.kind == HEALTH_EV_ECC_DBE ||
+                     (ev.kind == HEALTH_EV_XID && (ev.data == 79 || ev.data == 48));
+        for (size_t i = first; i < last && i < a->n; i++) {
+            bool ignored = false;
+            bool was_fatal = a->gpus[i].fatal;
+            if (health_apply(&a->hstate[i], &ev, a->cfg, now, &ignored)) {
+                health_changed(a, i, fatal);
+                changed = true;
+            } else if (!a->hstate[i].healthy && fatal && !was_fatal) {
+                /* already unhealthy, now fatal: NoSchedule becomes NoExecute */
+                health_changed(a, i, true);
+                changed = true;
+            } else if (ignored) {
+                log_info("dra: GPU %s: XID %llu ignored (health.ignoredXids)", a->uuids[i],
+                         (unsigned long long)ev.data);
+            }
+        }
+    }
+    if (r < 0) {
+        log_error("health monitor pipe failed: %s; health changes are no longer seen",
+                  strerror(-r));
+        ev_loop_del_io(loop, fd);
+    }
+    if (changed) {
+        publish(a);
+        recovery_arm(a);
+    }
+}
+
+static void on_recovery_tick(struct ev_loop *loop, void *ud)
+{
+    (void)loop;
+    struct dra_agent *a = ud;
+    a->recovery_timer = 0;
+    bool changed = false;
+    uint64_t now = mono_ns();
+    for (size_t i = 0; i < a->n; i++) {
+        if (health_recovered(&a->hstate[i], a->cfg->recover_after_ns, now)) {
+            health_changed(a, i, false);
+            changed = true;
+        }
+    }
+    if (changed)
+        publish(a);
+    recovery_arm(a);
+}
+
+static void recovery_arm(struct dra_agent *a)
+{
+    if (a->recovery_timer || !a->cfg->recover_after_ns)
+        return;
+    bool any = false;
+    for (size_t i = 0; i < a->n; i++)
+        any |= !a->hstate[i].healthy;
+    if (any) {
+        uint64_t tick = a->cfg->recover_after_ns / 4;
+        if (tick < 10000000ull)
+            tick = 10000000ull;
+        if (tick > 1000000000ull)
+            tick = 1000000000ull;
+        ev_loop_add_timer(a->loop, tick, on_recovery_tick, a, &a->recovery_timer);
+    }
+}
+
+/* ------------------------------------------------------------ start-up */
+
+static int make_gpus(struct dra_agent *a)
+{
+    const struct gpu_inventory *inv = a->inv;
+    size_t total = (size_t)inv->count;
+    a->gpus = calloc(total ? total : 1, sizeof(*a->gpus));
+    a->strs = calloc(total ? total : 1, sizeof(*a->strs));
+    a->uuids = calloc(total ? total : 1, sizeof(char *));
+    a->hstate = calloc(total ? total : 1, sizeof(*a->hstate));
+    if (!a->gpus || !a->strs || !a->uuids || !a->hstate)
+        return -ENOMEM;
+    for (int i = 0; i < inv->count; i++) {
+        const struct gpu_device *d = &inv->devices[i];
+        bool dup = false;
+        for (size_t k = 0; k < a->n; k++)
+            dup |= strcmp(a->uuids[k], d->uuid) == 0;
+        if (!d->uuid[0] || dup) {
+            log_warn("dra: GPU %d (PCI %s) is not published: no usable UUID (%s)", i,
+                     d->pci_bus_id[0] ? d->pci_bus_id : "unknown",
+                     d->error[0] ? d->error : "duplicate");
+            continue;
+        }
+        size_t k = a->n++;
+        struct gpu_strings *s = &a->strs[k];
+        int minor = d->minor >= 0 ? d->minor : d->index;
+        snprintf(s->name, sizeof(s->name), "gpu-%d", minor);
+        /* CDI device node paths are the container's (as Allocate's are in the
+         * device-plugin modes): /dev, whatever devRoot is */
+        snprintf(s->dev_node, sizeof(s->dev_node), "/dev/nvidia%d", minor);
+        snprintf(s->architecture, sizeof(s->architecture), "%s", arch_of(d->cc_major, d->cc_minor));
+        a->uuids[k] = d->uuid;
+        a->hstate[k].healthy = d->healthy;
+        if (!d->healthy) {
+            a->hstate[k].lost = true;
+            a->hstate[k].last_fatal_ns = mono_ns();
+            snprintf(a->hstate[k].reason, sizeof(a->hstate[k].reason), "%s", d->error);
+        }
+        a->gpus[k] = (struct dra_gpu){
+            .name = s->name,
+            .uuid = d->uuid,
+            .dev_node = s->dev_node,
+            .memory = d->memory_total_bytes,
+            .minor = minor,
+            .product = d->name,
+            .architecture = s->architecture,
+            .cc_major = d->cc_major < 0 ? 0 : d->cc_major,
+            .cc_minor = d->cc_minor < 0 ? 0 : d->cc_minor,
+            .driver_version = inv->driver_version,
+            .numa_node = d->numa_node,
+            .pci_bus_id = d->pci_bus_id,
+            .mig_capable = d->mig_enabled > 0,
+            .shared = acceld_config_dra_shared(a->cfg, d->index, d->uuid),
+            .healthy = d->healthy,
+            .fatal = !d->healthy,
+        };
+    }
+    return 0;
+}
+
+static void on_state_change(void *ud)
+{
+    write_status(ud);
+}
+
+static int kube_start(struct dra_agent *a)
+{
+    char err[1024];
+    int r = dra_kube_client_new(a->loop, a->cfg->kubeconfig, &a->client, err, sizeof(err));
+    if (r < 0) {
+        log_error("dra: no API server: %s", err);
+        return r;
+    }
+    if (r == 0)
+        r = dra_kube_claims_new(a->loop, a->client, a->cfg->dra_claim_wait_ns, &a->claims);
+    if (r == 0)
+        r = dra_publisher_new(a->loop, a->client, ACCELD_DRA_DRIVER, a->node, &a->pub);
+    if (r == 0)
+        dra_publisher_on_round(a->pub, on_state_change, a);
+    if (r < 0)
+        log_error("dra: cannot start the API client: %s", strerror(-r));
+    return r;
+}
+
+static void on_signal(struct ev_loop *loop, int fd, uint32_t events, void *ud)
+{
+    (void)events;
+    (void)ud;
+    struct signalfd_siginfo si;
+    while (read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGHUP) {
+            log_warn("SIGHUP: DRA mode does not reload its config; restart acceld to change it");
+        } else {
+            log_info("%s: shutting down", strsignal((int)si.ssi_signo));
+            ev_loop_quit(loop);
+        }
+    }
+}
+
+static int start(struct dra_agent *a, int sig_fd)
+{
+    const struct acceld_config *cfg = a->cfg;
+    char err[1024];
+    const char *node = cfg->node_name[0] ? cfg->node_name : getenv("NODE_NAME");
+    if (!node || !node[0]) {
+        log_error("dra: the node name is needed (--node-name or $NODE_NAME)");
+        return -EINVAL;
+    }
+    /* a DNS subdomain: it goes into API paths and field selectors as is */
+    bool dns = strlen(node) <= 253;
+    for (const char *c = node; *c; c++)
+        dns &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '.';
+    if (!dns) {
+        log_error("dra: node name \"%s\" is not a DNS subdomain (lower-case letters, digits, "
+                  "'-', '.')",
+                  node);
+        return -EINVAL;
+    }
+    snprintf(a->node, sizeof(a->node), "%s", node);
+    if (cfg->dra_plugin_dir[0])
+        snprintf(a->plugin_dir, sizeof(a->plugin_dir), "%s", cfg->dra_plugin_dir);
+    else
+        snprintf(a->plugin_dir, sizeof(a->plugin_dir), "/var/lib/kubelet/plugins/%s",
+                 ACCELD_DRA_DRIVER);
+    snprintf(a->status_path, sizeof(a->status_path), "%s/dra-status.json", cfg->state_dir);
+    int r =
+        gpu_nvml_open(cfg->nvml_library[0] ? cfg->nvml_library : NULL, &a->nvml, err, sizeof(err));
+    if (r < 0) {
+        log_error("cannot open NVML: %s", err);
+        return r;
+    }
+    struct gpu_inventory_options io = {a->nvml->path, cfg->sysfs_root};
+    if ((r = gpu_inventory_load(&io, a->nvml, &a->inv, err, sizeof(err))) < 0) {
+        log_error("cannot list the GPUs: %s", err);
+        return r;
+    }
+    if ((r = make_gpus(a)) < 0)
+        return r;
+    size_t shared = 0;
+    for (size_t i = 0; i < a->n; i++)
+        shared += a->gpus[i].shared;
+    log_info("dra: driver %s, %zu GPU(s) published: %zu shared, %zu exclusive",
+             a->inv->driver_version, a->n, shared, a->n - shared);
+    static const char *const ctl[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(a->ctl[i], sizeof(a->ctl[i]), "/dev/%s", ctl[i]);
+        a->ctl_ptrs[i] = a->ctl[i];
+    }
+    if ((r = fs_mkdir_p(cfg->state_dir, 0755)) < 0 || (r = fs_mkdir_p(cfg->cdi_dir, 0755)) < 0 ||
+        (r = fs_mkdir_p(a->plugin_dir, 0750)) < 0) {
+        log_error("dra: cannot create %s, %s or %s: %s", cfg->state_dir, cfg->cdi_dir,
+                  a->plugin_dir, strerror(-r));
+        return r;
+    }
+    a->pcfg = (struct dra_prepare_config){ACCELD_DRA_DRIVER,
+                                          a->node,
+                                          cfg->cdi_dir,
+                                          cfg->state_dir,
+                                          cfg->vcuda_library,
+                                          a->ctl_ptrs,
+                                          3,
+                                          a->gpus,
+                                          a->n};
+    if ((r = dra_state_new(&a->pcfg, &a->state, err, sizeof(err))) < 0) {
+        log_error("dra: %s", err);
+        return r;
+    }
+    if ((r = ev_loop_new(&a->loop)) < 0 ||
+        (r = ev_loop_add_io(a->loop, sig_fd, EPOLLIN, on_signal, a)) < 0)
+        return r;
+    if ((r = kube_start(a)) < 0)
+        return r;
+    size_t warnings = 0;
+    if ((r = health_monitor_start(a->nvml, a->uuids, a->n, &a->health, &warnings)) < 0) {
+        log_error("cannot start the health monitor: %s", strerror(-r));
+        return r;
+    }
+    if (warnings)
+        log_warn("NVML events unavailable for %zu GPU(s): only GPU loss is detected for them",
+                 warnings);
+    if ((r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
+        return r;
+    struct dra_plugin_config pc = {
+        .driver_name = ACCELD_DRA_DRIVER,
+        .registry_dir = cfg->dra_registry_dir,
+        .plugin_dir = a->plugin_dir,
+        .state = a->state,
+        .fetcher = dra_kube_claims_fetcher(a->claims),
+        .on_change = on_state_change,
+        .on_change_data = a,
+        .gpus = a->gpus,
+        .n_gpus = a->n,
+        .pool_name = a->node,
+    };
+    if ((r = dra_plugin_new(a->loop, &pc, &a->plugin)) < 0) {
+        log_error("dra: cannot serve the kubelet plugin sockets: %s", strerror(-r));
+        return r;
+    }
+    publish(a);
+    recovery_arm(a);
+    return 0;
+}
+
+static void stop(struct dra_agent *a)
+{
+    a->plugin = dra_plugin_free(a->plugin);
+    if (a->health && a->loop)
+        ev_loop_del_io(a->loop, health_monitor_fd(a->health));
+    a->health = health_monitor_stop(a->health);
+    if (a->loop && a->recovery_timer)
+        ev_loop_cancel_timer(a->loop, a->recovery_timer);
+    a->pub = dra_publisher_free(a->pub);
+    a->claims = dra_kube_claims_free(a->claims);
+    a->client = kube_client_free(a->client);
+    a->loop = ev_loop_free(a->loop);
+    a->state = dra_state_free(a->state);
+    free(a->gpus);
+    free(a->strs);
+    free(a->uuids);
+    free(a->hstate);
+    a->inv = gpu_inventory_free(a->inv);
+    a->nvml = gpu_nvml_free(a->nvml);
+}
+
+int acceld_dra_run(const struct acceld_config *cfg, int sig_fd)
+{
+    struct dra_agent a = {.cfg = cfg};
+    log_info("acceld DRA mode: driver %s, registry %s, state %s", ACCELD_DRA_DRIVER,
+             cfg->dra_registry_dir, cfg->state_dir);
+    int r = start(&a, sig_fd);
+    int code = r == -EINVAL ? EXIT_CONFIG : r < 0 ? 1 : 0;
+    if (r == 0) {
+        r = ev_loop_run(a.loop);
+        if (r < 0) {
+            log_error("event loop failed: %s", strerror(-r));
+            code = 1;
+        }
+    }
+    if (a.pub)
+        write_status(&a);
+    stop(&a);
+    log_info("stopped");
+    return code;
+}
