@@ -506,6 +506,15 @@ def bad_config(tap, build, tmp):
     tap.ok(r.returncode == 2 and "bogus" in r.stdout and "c.yaml:4" in r.stdout,
            "an unknown key in the sharing section: exit 2 naming file, line and key",
            r.stdout[-800:])
+    write(cfg, "mode: dra\nversion: v1\nsharing:\n  mps:\n    resources:\n"
+               "    - {name: nvidia.com/gpu, replicas: 2}\n")
+    r = subprocess.run([os.path.join(build, "src/plugin/acceld"), "--config", cfg,
+                        "--device-plugin-dir", d, "--no-register", "--sysfs-root", node.sysfs,
+                        "--dev-root", node.dev, "--state-dir", os.path.join(d, "state")],
+                       env=node.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=T)
+    tap.ok(r.returncode == 2 and "dra.sharing" in r.stdout,
+           "mode dra with a sharing section: exit 2, pointing at dra.sharing", r.stdout[-800:])
 
 
 if __name__ == "__main__":
