@@ -10,6 +10,7 @@
  * Tools and Interface Reference". Each command has a deadline: a hung daemon
  * shows as "not answering" instead of hanging the CLI. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
@@ -190,24 +191,58 @@ static int show_dir(const char *control, const char *dir)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: accelctl mps [--mps-control PATH] [PIPE_DIR...]\n"
+    fprintf(f, "usage: accelctl mps [--mps-control PATH] [--state-dir DIR] [PIPE_DIR...]\n"
                "  Shows each MPS control daemon: state, defaults, servers, clients.\n"
                "  PIPE_DIR: a daemon's CUDA_MPS_PIPE_DIRECTORY (default: that variable,\n"
-               "  else /tmp/nvidia-mps). --mps-control: the control front end (default:\n"
-               "  nvidia-cuda-mps-control on PATH).\n");
+               "  else /tmp/nvidia-mps). --state-dir: every daemon acceld runs under DIR\n"
+               "  (acceld's stateDir: DIR/mps/mps-<set>/pipe). --mps-control: the control\n"
+               "  front end (default: nvidia-cuda-mps-control on PATH).\n");
+}
+
+static int only_sets(const struct dirent *e)
+{
+    return strncmp(e->d_name, "mps-", 4) == 0;
+}
+
+/* Every daemon acceld runs under its state dir, in name order. Returns the count of those
+ * down, or -1 when there are none (said on stderr). */
+static int show_state_dir(const char *control, const char *state)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/mps", state);
+    struct dirent **ents = NULL;
+    int n = scandir(dir, &ents, only_sets, alphasort);
+    if (n <= 0) {
+        fprintf(stderr, "accelctl mps: no MPS daemon directories under %s%s%s\n", dir,
+                n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+        free(ents);
+        return -1;
+    }
+    int down = 0;
+    for (int i = 0; i < n; i++) {
+        char pipe[4096 + 300];
+        snprintf(pipe, sizeof(pipe), "%s/%s/pipe", dir, ents[i]->d_name);
+        down += show_dir(control, pipe);
+        free(ents[i]);
+    }
+    free(ents);
+    return down;
 }
 
 int accelctl_cmd_mps(int argc, char **argv)
 {
     static const struct option opts[] = {{"mps-control", required_argument, NULL, 'c'},
+                                         {"state-dir", required_argument, NULL, 's'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    const char *control = "nvidia-cuda-mps-control";
+    const char *control = "nvidia-cuda-mps-control", *state = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'c') {
             control = optarg;
+        } else if (c == 's') {
+            state = optarg;
         } else if (c == 'h') {
             usage(stdout);
             return ACCELCTL_EXIT_OK;
@@ -217,7 +252,12 @@ int accelctl_cmd_mps(int argc, char **argv)
         }
     }
     int down = 0;
-    if (optind == argc) {
+    if (state) {
+        int r = show_state_dir(control, state);
+        if (r < 0)
+            return ACCELCTL_EXIT_FAILURE;
+        down += r;
+    } else if (optind == argc) {
         const char *d = getenv("CUDA_MPS_PIPE_DIRECTORY");
         down += show_dir(control, d && *d ? d : "/tmp/nvidia-mps");
     }

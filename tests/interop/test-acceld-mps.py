@@ -215,6 +215,12 @@ def mps_run(tap, build, pb, tmp, control, agents):
             tap.ok(r.returncode == 0 and "state: up" in r.stdout and
                    "active thread percentage: 50" in r.stdout,
                    "accelctl mps on acceld's pipe directory: up, 50 %", r.stdout[-800:])
+            r = subprocess.run([accelctl, "mps", "--mps-control", control, "--state-dir", state],
+                               env=node.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=T)
+            tap.ok(r.returncode == 0 and r.stdout.count("state: up") == 8 and
+                   all(f"/mps-{n}/pipe:" in r.stdout for n in names),
+                   "accelctl mps --state-dir: all 8 of acceld's daemons, up", r.stdout[-800:])
         else:
             tap.skip("accelctl mps on acceld's pipe directory", "accelctl not built")
 
