@@ -112,6 +112,13 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t 
     return NVML_SUCCESS;
 }
 
+/* A process's SM utilization: its busy share of the period, in percent. */
+static unsigned sm_percent(const struct emu_proc_util *u, uint64_t span)
+{
+    uint64_t pct = (u->busy_ns * 100 + span / 2) / span;
+    return (unsigned)(pct > 100 ? 100 : pct);
+}
+
 /* The processes busy on gpu in the last completed sample period, if it ends after
  * last_seen_us: their busy time in u[0..*ret_n), the period's length in *ret_span and its end
  * as a CPU timestamp in *ret_stamp_us. None → NOT_FOUND. */
@@ -129,9 +136,12 @@ static nvmlReturn_t busy_processes(unsigned gi, unsigned long long last_seen_us,
         return NVML_ERROR_UNKNOWN;
     if (n > EMU_MAX_PROCS)
         n = EMU_MAX_PROCS;
+    /* Listed only where the share is non-zero in NVML's whole percent: a process busy for
+     * 0.3 ms of a 100 ms period would otherwise be a sample of "non-zero utilization" that
+     * says 0 %. */
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (u[i].busy_ns)
+        if (sm_percent(&u[i], span) > 0)
             u[k++] = u[i];
     if (k == 0)
         return NVML_ERROR_NOT_FOUND;
@@ -139,13 +149,6 @@ static nvmlReturn_t busy_processes(unsigned gi, unsigned long long last_seen_us,
     *ret_span = span;
     *ret_stamp_us = stamp_us;
     return NVML_SUCCESS;
-}
-
-/* A process's SM utilization: its busy share of the period, in percent. */
-static unsigned sm_percent(const struct emu_proc_util *u, uint64_t span)
-{
-    uint64_t pct = (u->busy_ns * 100 + span / 2) / span;
-    return (unsigned)(pct > 100 ? 100 : pct);
 }
 
 /* "One utilization sample structure is returned per process running, that had some non-zero
