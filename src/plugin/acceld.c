@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "accel-config.h"
@@ -25,6 +26,7 @@
 #include "podresources.pb-c.h"
 #include "util.h"
 #include "vgpu-check.h"
+#include "vgpu-status.h"
 #include "vgpu.h"
 #ifdef ACCELD_HAVE_KUBE
 #include "vgpu-kube.h"
@@ -293,41 +295,26 @@ static void vgpu_check_report(struct agent *a, const struct vgpu_check_target *t
                               const struct vgpu_check_finding *f)
 {
     const struct vgpu_check_target *g = &t[f->target];
-    if (f->kind == VGPU_CHECK_UNDER_REPORT) {
-        log_warn("vGPU check: %s/%s container %s on GPU %s: process %u holds %llu bytes but its "
-                 "usage region says %llu%s (it bypasses or tampers with libvcuda)",
-                 g->ns, g->pod, g->container, g->gpu_uuid, f->pid, (unsigned long long)f->used,
-                 (unsigned long long)f->limit, f->slot < 0 ? " (it has no slot)" : "");
-        return;
-    }
-    char act[96];
-    if (f->killed)
-        snprintf(act, sizeof(act), "process %u killed (vgpu.overQuotaAction kill)", f->pid);
-    else if (f->kill_errno)
-        snprintf(act, sizeof(act), "killing process %u failed: %s", f->pid,
-                 strerror(f->kill_errno));
+    char msg[1024];
+    vgpu_status_describe(f, t, msg, sizeof(msg));
+    if (f->kind == VGPU_CHECK_UNDER_REPORT)
+        log_warn("vGPU check: %s/%s %s", g->ns, g->pod, msg);
     else
-        snprintf(act, sizeof(act),
-                 "largest offender process %u left running "
-                 "(vgpu.overQuotaAction none)",
-                 f->pid);
-    /* No Kubernetes Event yet: src/kube has no Event writer (docs/vgpu.md). */
-    log_error("vGPU check: %s/%s container %s on GPU %s uses %llu bytes of device memory, over "
-              "its quota of %llu; %s; no Kubernetes Event posted (not built yet)",
-              g->ns, g->pod, g->container, g->gpu_uuid, (unsigned long long)f->used,
-              (unsigned long long)f->limit, act);
+        log_error("vGPU check: %s/%s %s", g->ns, g->pod, msg);
 }
 
+/* One pass of the host-side check over every complete, non-whole
+ * assignment; the findings are logged and the status file (accelctl vgpu)
+ * rewritten. */
 static void vgpu_check_once(struct agent *a)
 {
-    size_t n = vgpu_assignment_count(a->vgpu);
-    if (n == 0)
-        return;
-    struct vgpu_check_target *t = calloc(n, sizeof(*t));
-    char(*regions)[ACCELD_PATH_MAX + 8] = calloc(n, sizeof(*regions));
+    size_t n = vgpu_assignment_count(a->vgpu), cap = n ? n : 1;
+    struct vgpu_check_target *t = calloc(cap, sizeof(*t));
+    struct vgpu_check_usage *u = calloc(cap, sizeof(*u));
+    char(*regions)[ACCELD_PATH_MAX + 8] = calloc(cap, sizeof(*regions));
     struct vgpu_check_finding f[32];
     size_t k = 0, nf = 0;
-    for (size_t i = 0; t && regions && i < n; i++) {
+    for (size_t i = 0; t && u && regions && i < n; i++) {
         struct vgpu_assignment_info as;
         if (vgpu_assignment_get(a->vgpu, i, &as) < 0 || as.whole || !as.complete || !as.gpu_uuid[0])
             continue;
@@ -336,15 +323,29 @@ static void vgpu_check_once(struct agent *a)
                                           as.gpu_uuid, as.memory_bytes, regions[k], 0};
         k++;
     }
-    struct vgpu_check_options o = {a->cfg.proc_root, a->cfg.vgpu_over_quota_kill
-                                                         ? VGPU_OVER_QUOTA_KILL
-                                                         : VGPU_OVER_QUOTA_NONE};
-    int r = (t && regions) ? vgpu_check_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf) : -ENOMEM;
+    struct vgpu_check_options o = {
+        a->cfg.proc_root, a->cfg.vgpu_over_quota_kill ? VGPU_OVER_QUOTA_KILL : VGPU_OVER_QUOTA_NONE,
+        u};
+    int r = (t && u && regions) ? vgpu_check_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf)
+                                : -ENOMEM;
     if (r < 0)
         log_warn("vGPU check: cannot read every vGPU GPU's processes: %s", strerror(-r));
-    for (size_t i = 0; i < nf && i < ARRAY_SIZE(f); i++)
+    nf = nf < ARRAY_SIZE(f) ? nf : ARRAY_SIZE(f);
+    for (size_t i = 0; i < nf; i++)
         vgpu_check_report(a, t, &f[i]);
+    struct vgpu_status_pass pass = {(int64_t)time(NULL),
+                                    t,
+                                    u,
+                                    t && u && regions ? k : 0,
+                                    f,
+                                    nf,
+                                    vgpu_over_quota_action_name(o.action),
+                                    a->cfg.vgpu_check_interval_ns / 1000000};
+    r = vgpu_status_write(a->vgpu, a->cfg.state_dir, &pass);
+    if (r < 0)
+        log_warn("vGPU: cannot write the status file for accelctl: %s", strerror(-r));
     free(t);
+    free(u);
     free(regions);
 }
 
@@ -721,6 +722,11 @@ static int start(struct agent *a)
     if (a->vgpu) {
         podres_list(a);
         pods_start(a);
+        /* accelctl vgpu sees the GPUs and restored shares before the first pass */
+        struct vgpu_status_pass none = {.action = a->cfg.vgpu_over_quota_kill ? "kill" : "none",
+                                        .interval_ms = a->cfg.vgpu_check_interval_ns / 1000000};
+        if ((r = vgpu_status_write(a->vgpu, a->cfg.state_dir, &none)) < 0)
+            log_warn("vGPU: cannot write the status file for accelctl: %s", strerror(-r));
     }
     recovery_arm(a);
     vgpu_check_arm(a);

@@ -74,7 +74,8 @@ static void add(struct vgpu_check_finding *ret, size_t max, size_t *n, struct vg
 
 /* Audits the region of target t against the processes of its group. */
 static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info *p, size_t np,
-                  struct vgpu_check_finding *ret, size_t max, size_t *nf)
+                  struct vgpu_check_usage *usage, struct vgpu_check_finding *ret, size_t max,
+                  size_t *nf)
 {
     struct stat st;
     if (!t[ti].region || stat(t[ti].region, &st) < 0 || !S_ISREG(st.st_mode) ||
@@ -83,6 +84,10 @@ static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info
     struct vc_region r;
     if (vc_region_attach(t[ti].region, &r) < 0)
         return;
+    if (usage) {
+        usage[ti].region_ok = true;
+        usage[ti].region_bytes = vc_region_used(&r, t[ti].region_dev);
+    }
     struct vc_audit_proc ap[GPU_NVML_MAX_PROCS];
     size_t map[GPU_NVML_MAX_PROCS], k = 0;
     for (size_t i = 0; i < np; i++)
@@ -134,7 +139,7 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_
     }
     for (size_t ti = 0; ti < n; ti++)
         if (strcmp(t[ti].gpu_uuid, uuid) == 0)
-            audit(t, ti, p, np, ret, max, nf);
+            audit(t, ti, p, np, o->usage, ret, max, nf);
     /* One finding per over-quota group (pod and GPU). */
     for (size_t ti = 0; ti < n; ti++) {
         if (strcmp(t[ti].gpu_uuid, uuid) != 0 ||
@@ -154,6 +159,13 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_
                 (p[i].unreported == p[worst].unreported && p[i].used > p[worst].used))
                 worst = (int)i;
         }
+        for (size_t j = ti; o->usage && j < n; j++)
+            if (same_group(&t[ti], &t[j])) {
+                o->usage[j].nvml_bytes = used;
+                o->usage[j].nvml_procs = 0;
+                for (size_t i = 0; i < np; i++)
+                    o->usage[j].nvml_procs += p[i].target == (int)ti;
+            }
         if (worst < 0 || used <= limit)
             continue;
         struct vgpu_check_finding f = {
@@ -177,6 +189,8 @@ int vgpu_check_run(struct gpu_nvml *nvml, const struct vgpu_check_target *target
         return -EINVAL;
     size_t nf = 0;
     int first_err = 0;
+    if (opts->usage)
+        memset(opts->usage, 0, n * sizeof(*opts->usage));
     for (size_t i = 0; i < n; i++) {
         bool seen = false;
         for (size_t j = 0; j < i && !seen; j++)

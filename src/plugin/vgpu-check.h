@@ -44,9 +44,21 @@ struct vgpu_check_target {
     unsigned region_dev;   /* the GPU's device index in the region */
 };
 
+/* What one target's container uses now (vgpu_check_options.usage). */
+struct vgpu_check_usage {
+    uint64_t nvml_bytes; /* NVML's figure for its group's processes on its GPU */
+    unsigned nvml_procs; /* how many processes */
+    bool region_ok;      /* its usage region exists and could be read */
+    uint64_t region_bytes; /* what libvcuda's region says the container holds */
+};
+
 struct vgpu_check_options {
     const char *proc_root; /* NULL: "/proc" */
     enum vgpu_over_quota_action action;
+    /* Optional, n entries (one per target): filled with each target's usage.
+     * NVML's figure is its group's (pod and GPU), the same on each of the
+     * group's targets. */
+    struct vgpu_check_usage *usage;
 };
 
 enum vgpu_check_kind {

@@ -150,6 +150,21 @@ void vgpu_gpu_free_units(const struct vgpu *v, size_t idx, uint64_t *cores, uint
     free_units(v, idx, cores, memory);
 }
 
+size_t vgpu_gpu_count(const struct vgpu *v)
+{
+    return v ? v->n : 0;
+}
+
+int vgpu_gpu_get(const struct vgpu *v, size_t i, struct vgpu_gpu_info *ret)
+{
+    if (!v || i >= v->n)
+        return -ENOENT;
+    const struct gpu *g = &v->gpus[i];
+    *ret = (struct vgpu_gpu_info){g->uuid,        g->healthy,  VGPU_CORES_PER_GPU, g->mem_units,
+                                  g->used_cores, g->used_mem, v->unit_bytes};
+    return 0;
+}
+
 size_t vgpu_assignment_count(const struct vgpu *v)
 {
     return v->n_as;

@@ -144,7 +144,7 @@ TEST(over_quota_process_is_killed_one_within_quota_is_left_alone)
     struct hold a = start(POD_A, 96), b = start(POD_B, 16), host = start(NULL, 200);
     struct vgpu_check_target t[] = {target(POD_A, "main", 32 * MiB, NULL),
                                     target(POD_B, "main", 64 * MiB, NULL)};
-    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_KILL};
+    struct vgpu_check_options o = {.proc_root = proc_root, .action = VGPU_OVER_QUOTA_KILL};
     struct vgpu_check_finding f[8];
     size_t n = 99;
     REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 2, &o, f, 8, &n), 0);
@@ -170,7 +170,9 @@ TEST(action_none_reports_and_kills_nothing)
     setup();
     struct hold a = start(POD_A, 48);
     struct vgpu_check_target t[] = {target(POD_A, "main", 32 * MiB, NULL)};
-    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_NONE};
+    struct vgpu_check_usage u[1] = {{.nvml_procs = 99, .region_ok = true}};
+    struct vgpu_check_options o = {
+        .proc_root = proc_root, .action = VGPU_OVER_QUOTA_NONE, .usage = u};
     struct vgpu_check_finding f[4];
     size_t n = 0;
     REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &n), 0);
@@ -178,6 +180,10 @@ TEST(action_none_reports_and_kills_nothing)
     CHECK_EQ_INT(f[0].pid, a.pid);
     CHECK(!f[0].killed);
     CHECK(alive(a.pid));
+    /* the usage accelctl shows: NVML's figure for the container, no region (none given) */
+    CHECK_GE_U64(u[0].nvml_bytes, 48 * MiB);
+    CHECK_EQ_INT(u[0].nvml_procs, 1);
+    CHECK(!u[0].region_ok);
     /* the same usage against a larger quota is no finding */
     t[0].memory_limit = 64 * MiB;
     REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &n), 0);
@@ -191,7 +197,7 @@ TEST(two_containers_of_one_pod_share_their_quotas)
     struct hold a1 = start(POD_A, 40), a2 = start(POD_A, 10);
     struct vgpu_check_target t[] = {target(POD_A, "one", 32 * MiB, NULL),
                                     target(POD_A, "two", 32 * MiB, NULL)};
-    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_KILL};
+    struct vgpu_check_options o = {.proc_root = proc_root, .action = VGPU_OVER_QUOTA_KILL};
     struct vgpu_check_finding f[4];
     size_t n = 0;
     /* 40 + 10 MiB (+ contexts) within 64 MiB: nobody is killed */
@@ -231,11 +237,18 @@ TEST(region_that_under_reports_is_flagged)
     REQUIRE(slot >= 0);
     vc_region_charge(&r, slot, 0, honest_used);
     struct vgpu_check_target t[] = {target(POD_B, "main", 256 * MiB, region)};
-    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_KILL};
+    struct vgpu_check_usage u[1];
+    struct vgpu_check_options o = {
+        .proc_root = proc_root, .action = VGPU_OVER_QUOTA_KILL, .usage = u};
     struct vgpu_check_finding f[4];
     size_t n = 0;
     REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &n), 0);
     REQUIRE_EQ_INT(n, 1); /* within quota: only the region finding, nothing killed */
+    /* region and NVML side by side: the region counts only the honest process */
+    CHECK(u[0].region_ok);
+    CHECK_EQ_U64(u[0].region_bytes, honest_used);
+    CHECK_EQ_INT(u[0].nvml_procs, 2);
+    CHECK_GE_U64(u[0].nvml_bytes, honest_used + 16 * MiB);
     CHECK_EQ_INT(f[0].kind, VGPU_CHECK_UNDER_REPORT);
     CHECK_EQ_INT(f[0].pid, bypass.pid);
     CHECK_EQ_INT(f[0].slot, -1);
