@@ -21,6 +21,7 @@ static const struct accelctl_command commands[] = {
     {"plugin", "ask a kubelet device plugin what it serves (info|devices|prefer|allocate)",
      accelctl_cmd_plugin},
     {"mps", "show MPS control daemons: state, defaults, servers, clients", accelctl_cmd_mps},
+    {"vgpu", "show vGPU shares, quotas, usage and host-side check findings", accelctl_cmd_vgpu},
 };
 
 static void usage(FILE *f)

@@ -75,7 +75,8 @@ struct agent {
     struct vgpu_kube *kube; /* the API server's watch cache behind pods */
 #endif
     uint64_t recovery_timer;
-    uint64_t vgpu_check_timer; /* the host-side check (vgpu.checkInterval) */
+    uint64_t vgpu_check_timer;              /* the host-side check (vgpu.checkInterval) */
+    struct vgpu_status_recent *vgpu_recent; /* its last findings (accelctl vgpu) */
     int exit_code;
 };
 
@@ -326,8 +327,8 @@ static void vgpu_check_once(struct agent *a)
     struct vgpu_check_options o = {
         a->cfg.proc_root, a->cfg.vgpu_over_quota_kill ? VGPU_OVER_QUOTA_KILL : VGPU_OVER_QUOTA_NONE,
         u};
-    int r = (t && u && regions) ? vgpu_check_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf)
-                                : -ENOMEM;
+    int r =
+        (t && u && regions) ? vgpu_check_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf) : -ENOMEM;
     if (r < 0)
         log_warn("vGPU check: cannot read every vGPU GPU's processes: %s", strerror(-r));
     nf = nf < ARRAY_SIZE(f) ? nf : ARRAY_SIZE(f);
@@ -340,7 +341,8 @@ static void vgpu_check_once(struct agent *a)
                                     f,
                                     nf,
                                     vgpu_over_quota_action_name(o.action),
-                                    a->cfg.vgpu_check_interval_ns / 1000000};
+                                    a->cfg.vgpu_check_interval_ns / 1000000,
+                                    a->vgpu_recent};
     r = vgpu_status_write(a->vgpu, a->cfg.state_dir, &pass);
     if (r < 0)
         log_warn("vGPU: cannot write the status file for accelctl: %s", strerror(-r));
@@ -566,6 +568,8 @@ static int make_providers(struct agent *a)
             log_error("cannot start vGPU mode: %s", err);
             goto out;
         }
+        /* NULL (no memory): the status file lists no recent findings */
+        a->vgpu_recent = calloc(1, sizeof(*a->vgpu_recent));
         for (int k = 0; k < 2; k++) {
             struct served *s = &a->served[a->n_served++];
             s->kind = k == 0 ? SERVED_VGPU_CORES : SERVED_VGPU_MEMORY;
@@ -752,6 +756,8 @@ static void stop(struct agent *a)
     a->loop = ev_loop_free(a->loop);
     a->pgpu = pgpu_free(a->pgpu);
     a->vgpu = vgpu_free(a->vgpu);
+    free(a->vgpu_recent);
+    a->vgpu_recent = NULL;
     free(a->hstate);
     free(a->map);
     free(a->uuids);

@@ -46,9 +46,9 @@ struct vgpu_check_target {
 
 /* What one target's container uses now (vgpu_check_options.usage). */
 struct vgpu_check_usage {
-    uint64_t nvml_bytes; /* NVML's figure for its group's processes on its GPU */
-    unsigned nvml_procs; /* how many processes */
-    bool region_ok;      /* its usage region exists and could be read */
+    uint64_t nvml_bytes;   /* NVML's figure for its group's processes on its GPU */
+    unsigned nvml_procs;   /* how many processes */
+    bool region_ok;        /* its usage region exists and could be read */
     uint64_t region_bytes; /* what libvcuda's region says the container holds */
 };
 

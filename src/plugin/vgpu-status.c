@@ -51,12 +51,12 @@ static json_t *gpus_json(const struct vgpu *v)
     json_t *arr = json_array();
     struct vgpu_gpu_info g;
     for (size_t i = 0; arr && vgpu_gpu_get(v, i, &g) == 0; i++)
-        json_array_append_new(
-            arr, json_pack("{s:s,s:b,s:I,s:I,s:I,s:I,s:I}", "uuid", g.uuid, "healthy", g.healthy,
-                           "cores", (json_int_t)g.cores, "usedCores", (json_int_t)g.used_cores,
-                           "memoryUnits", (json_int_t)g.memory_units, "usedMemoryUnits",
-                           (json_int_t)g.used_memory_units, "memoryBytes",
-                           (json_int_t)(g.memory_units * g.unit_bytes)));
+        json_array_append_new(arr, json_pack("{s:s,s:b,s:I,s:I,s:I,s:I,s:I}", "uuid", g.uuid,
+                                             "healthy", g.healthy, "cores", (json_int_t)g.cores,
+                                             "usedCores", (json_int_t)g.used_cores, "memoryUnits",
+                                             (json_int_t)g.memory_units, "usedMemoryUnits",
+                                             (json_int_t)g.used_memory_units, "memoryBytes",
+                                             (json_int_t)(g.memory_units * g.unit_bytes)));
     return arr;
 }
 
@@ -79,8 +79,7 @@ static json_t *assignments_json(const struct vgpu *v, const struct vgpu_status_p
         json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:b,s:b}", "namespace", a.ns, "pod",
                               a.pod, "podUID", a.pod_uid, "container", a.container, "gpu",
                               a.gpu_uuid, "cores", (json_int_t)a.cores, "memoryBytes",
-                              (json_int_t)a.memory_bytes, "whole", a.whole, "complete",
-                              a.complete);
+                              (json_int_t)a.memory_bytes, "whole", a.whole, "complete", a.complete);
         long t = target_of(p, &a);
         if (o && t >= 0 && p->usage) {
             const struct vgpu_check_usage *u = &p->usage[t];
@@ -95,6 +94,26 @@ static json_t *assignments_json(const struct vgpu *v, const struct vgpu_status_p
     return arr;
 }
 
+/* Copies finding f of pass p (described as msg, action) into the ring. */
+static void remember(const struct vgpu_status_pass *p, const struct vgpu_check_finding *f,
+                     const char *action, const char *msg)
+{
+    const struct vgpu_check_target *t = &p->targets[f->target];
+    struct vgpu_status_recent *r = p->recent;
+    struct vgpu_status_entry *e = &r->e[r->next];
+    e->time = p->time;
+    e->pid = f->pid;
+    snprintf(e->kind, sizeof(e->kind), "%s", vgpu_status_kind_name(f->kind));
+    snprintf(e->ns, sizeof(e->ns), "%s", t->ns);
+    snprintf(e->pod, sizeof(e->pod), "%s", t->pod);
+    snprintf(e->container, sizeof(e->container), "%s", t->container);
+    snprintf(e->gpu, sizeof(e->gpu), "%s", t->gpu_uuid);
+    snprintf(e->action, sizeof(e->action), "%s", action);
+    snprintf(e->message, sizeof(e->message), "%s", msg);
+    r->next = (r->next + 1) % VGPU_STATUS_RECENT;
+    r->n += r->n < VGPU_STATUS_RECENT;
+}
+
 static json_t *findings_json(const struct vgpu_status_pass *p)
 {
     json_t *arr = json_array();
@@ -104,13 +123,30 @@ static json_t *findings_json(const struct vgpu_status_pass *p)
         char msg[1024], act[128];
         vgpu_status_describe(f, p->targets, msg, sizeof(msg));
         action_text(f, act, sizeof(act));
-        json_array_append_new(
-            arr, json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s}", "kind",
-                           vgpu_status_kind_name(f->kind), "namespace", t->ns, "pod", t->pod,
-                           "container", t->container, "gpu", t->gpu_uuid, "pid",
-                           (json_int_t)f->pid, "used", (json_int_t)f->used, "limit",
-                           (json_int_t)f->limit, "action",
-                           f->kind == VGPU_CHECK_UNDER_REPORT ? "reported" : act, "message", msg));
+        const char *action = f->kind == VGPU_CHECK_UNDER_REPORT ? "reported" : act;
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s}", "kind",
+                                             vgpu_status_kind_name(f->kind), "namespace", t->ns,
+                                             "pod", t->pod, "container", t->container, "gpu",
+                                             t->gpu_uuid, "pid", (json_int_t)f->pid, "used",
+                                             (json_int_t)f->used, "limit", (json_int_t)f->limit,
+                                             "action", action, "message", msg));
+        if (p->recent)
+            remember(p, f, action, msg);
+    }
+    return arr;
+}
+
+static json_t *recent_json(const struct vgpu_status_recent *r)
+{
+    json_t *arr = json_array();
+    for (size_t k = 1; arr && r && k <= r->n; k++) {
+        const struct vgpu_status_entry *e =
+            &r->e[(r->next + VGPU_STATUS_RECENT - k) % VGPU_STATUS_RECENT];
+        json_array_append_new(arr, json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:I,s:s,s:s}", "time",
+                                             (json_int_t)e->time, "kind", e->kind, "namespace",
+                                             e->ns, "pod", e->pod, "container", e->container, "gpu",
+                                             e->gpu, "pid", (json_int_t)e->pid, "action", e->action,
+                                             "message", e->message));
     }
     return arr;
 }
@@ -118,11 +154,14 @@ static json_t *findings_json(const struct vgpu_status_pass *p)
 int vgpu_status_write(const struct vgpu *v, const char *state_dir,
                       const struct vgpu_status_pass *pass)
 {
+    /* findings first: it adds the pass's findings to the recent ones */
+    json_t *findings = findings_json(pass);
     json_t *root =
-        json_pack("{s:i,s:I,s:s,s:I,s:o,s:o,s:o}", "version", VGPU_STATUS_VERSION, "checkTime",
+        json_pack("{s:i,s:I,s:s,s:I,s:o,s:o,s:o,s:o}", "version", VGPU_STATUS_VERSION, "checkTime",
                   (json_int_t)pass->time, "overQuotaAction", pass->action ? pass->action : "none",
                   "checkIntervalMs", (json_int_t)pass->interval_ms, "gpus", gpus_json(v),
-                  "assignments", assignments_json(v, pass), "findings", findings_json(pass));
+                  "assignments", assignments_json(v, pass), "findings", findings, "recentFindings",
+                  recent_json(pass->recent));
     if (!root)
         return -ENOMEM;
     char *text = json_dumps(root, JSON_INDENT(1));

@@ -17,6 +17,23 @@
 #define VGPU_STATUS_VERSION 1
 #define VGPU_STATUS_FILE "status.json" /* under <stateDir>/vgpu/ */
 
+/* The last VGPU_STATUS_RECENT findings of every pass (a ring, copied
+ * strings), so the status file still shows a finding after its process is
+ * gone. Zero-initialised (calloc) is empty. */
+#define VGPU_STATUS_RECENT 32
+struct vgpu_status_recent {
+    struct vgpu_status_entry {
+        int64_t time;
+        char kind[16];
+        char ns[VGPU_NAME_MAX], pod[VGPU_NAME_MAX], container[VGPU_NAME_MAX];
+        char gpu[96];
+        unsigned pid;
+        char action[128];
+        char message[1024];
+    } e[VGPU_STATUS_RECENT];
+    size_t next, n;
+};
+
 /* One check pass as the status file records it (all borrowed for the call;
  * targets, usage: n entries, usage may be NULL before the first pass). */
 struct vgpu_status_pass {
@@ -28,6 +45,9 @@ struct vgpu_status_pass {
     size_t n_findings;
     const char *action;   /* vgpu.overQuotaAction's name */
     uint64_t interval_ms; /* vgpu.checkInterval */
+    /* Optional: the pass's findings are added to it, and it is written as
+     * recentFindings, newest first. */
+    struct vgpu_status_recent *recent;
 };
 
 /* One line for the log and the Kubernetes Event: what the finding says and

@@ -160,7 +160,7 @@ int vgpu_gpu_get(const struct vgpu *v, size_t i, struct vgpu_gpu_info *ret)
     if (!v || i >= v->n)
         return -ENOENT;
     const struct gpu *g = &v->gpus[i];
-    *ret = (struct vgpu_gpu_info){g->uuid,        g->healthy,  VGPU_CORES_PER_GPU, g->mem_units,
+    *ret = (struct vgpu_gpu_info){g->uuid,       g->healthy,  VGPU_CORES_PER_GPU, g->mem_units,
                                   g->used_cores, g->used_mem, v->unit_bytes};
     return 0;
 }

@@ -20,7 +20,8 @@ GetPreferredAllocation, so it is skipped).
 - The host-side check (vgpu.overQuotaAction kill): a process of an admitted
   pod (emu-hold, no libvcuda, its /proc/<pid>/cgroup faked under --proc-root)
   holding more than the pod's quota is killed and the log names pod, GPU,
-  usage and quota; one within its quota is left running.
+  usage and quota; one within its quota is left running; `accelctl vgpu` shows
+  the quota and usage of each container and the finding.
 - The container run for real (when `unshare -m` works here): every mount of
   the Allocate response bind-mounted onto its container path in a private
   mount namespace, the env applied, and cuda-demo on the emulator sees exactly
@@ -370,11 +371,43 @@ def host_check(tap, build, node, api, kubelet, agent, tmp):
     tap.ok(logged, "the log line names pod, container, GPU, usage and quota",
            [ln for ln in agent.log_text().splitlines() if "vGPU check" in ln][-3:])
     tap.ok(hy.poll() is None, "a process within its quota is left running")
+    accelctl_vgpu(tap, build, tmp, gx)
     for h, _, _ in holds.values():
         if h.poll() is None:
             h.stdin.close()
             h.wait(timeout=T)
         h.stdout.close()
+
+
+def accelctl_vgpu(tap, build, tmp, gpu):
+    """`accelctl vgpu` reads what the host-side check saw: the finding stays among the recent
+    ones after its process is gone, and y's quota and NVML usage are shown side by side."""
+    exe = os.path.join(build, "src/cli/accelctl")
+    if not os.path.exists(exe):
+        tap.skip("accelctl vgpu", "accelctl is not built")
+        return
+    cmd = [exe, "vgpu", "--state-dir", os.path.join(tmp, "state")]
+    seen = {}
+
+    def shows():
+        p = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=T)
+        if p.returncode != 0:
+            return False
+        st = json.loads(p.stdout)
+        seen["json"] = st
+        ys = [a for a in st["assignments"] if a["pod"] == "y"]
+        return (any(f["kind"] == "overQuota" and f["pod"] == "x" and "killed" in f["action"]
+                    for f in st["recentFindings"])
+                and ys and ys[0].get("nvmlProcesses") == 1)
+    ok = K.wait_until(shows, T)
+    tap.ok(ok, "accelctl vgpu --json: x's over-quota finding (killed) and y's NVML usage",
+           json.dumps(seen.get("json"))[-2000:])
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=T)
+    out = p.stdout
+    tap.ok(p.returncode == 0 and f"GPU {gpu} (healthy): cores " in out
+           and "default/y main: quota 12 cores, 2 GiB memory; usage: region none, NVML " in out
+           and "(1 process)" in out and "overQuota default/x: container main on GPU" in out,
+           "accelctl vgpu: shares per GPU, y's quota and usage, x's finding", out)
 
 
 def container_run(tap, build, node, resp):
