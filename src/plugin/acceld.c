@@ -302,6 +302,14 @@ static void vgpu_check_report(struct agent *a, const struct vgpu_check_target *t
         log_warn("vGPU check: %s/%s %s", g->ns, g->pod, msg);
     else
         log_error("vGPU check: %s/%s %s", g->ns, g->pod, msg);
+#ifdef ACCELD_HAVE_KUBE
+    /* a Warning Event on the pod, posted on the loop (never waited for) */
+    if (a->kube)
+        vgpu_kube_event(a->kube, g->ns, g->pod, g->pod_uid, g->container,
+                        f->kind == VGPU_CHECK_UNDER_REPORT ? VGPU_EVENT_UNDER_REPORT
+                                                           : VGPU_EVENT_OVER_QUOTA,
+                        msg);
+#endif
 }
 
 /* One pass of the host-side check over every complete, non-whole

@@ -21,7 +21,8 @@ GetPreferredAllocation, so it is skipped).
   pod (emu-hold, no libvcuda, its /proc/<pid>/cgroup faked under --proc-root)
   holding more than the pod's quota is killed and the log names pod, GPU,
   usage and quota; one within its quota is left running; `accelctl vgpu` shows
-  the quota and usage of each container and the finding.
+  the quota and usage of each container and the finding; the finding is one
+  Warning Event (VGPUOverQuota) on the pod, valid for kubernetes-models.
 - The container run for real (when `unshare -m` works here): every mount of
   the Allocate response bind-mounted onto its container path in a private
   mount namespace, the env applied, and cuda-demo on the emulator sees exactly
@@ -372,6 +373,7 @@ def host_check(tap, build, node, api, kubelet, agent, tmp):
            [ln for ln in agent.log_text().splitlines() if "vGPU check" in ln][-3:])
     tap.ok(hy.poll() is None, "a process within its quota is left running")
     accelctl_vgpu(tap, build, tmp, gx)
+    events_posted(tap, api, tmp)
     for h, _, _ in holds.values():
         if h.poll() is None:
             h.stdin.close()
@@ -408,6 +410,45 @@ def accelctl_vgpu(tap, build, tmp, gpu):
            and "default/y main: quota 12 cores, 2 GiB memory; usage: region none, NVML " in out
            and "(1 process)" in out and "overQuota default/x: container main on GPU" in out,
            "accelctl vgpu: shares per GPU, y's quota and usage, x's finding", out)
+
+
+def events_posted(tap, api, tmp):
+    """The finding is a Warning Event on x's pod, posted once however many passes see it, and
+    the Event the API server got is a valid core/v1 Event (kubernetes-models)."""
+    def of_x():
+        return [e for e in api.call("GET", "/_fake/events")
+                if e.get("reason") == "VGPUOverQuota"
+                and e.get("involvedObject", {}).get("name") == "x"]
+    got = K.wait_until(lambda: len(of_x()) > 0, T)
+    evs = of_x()
+    e = evs[0] if evs else {}
+    tap.ok(got and e.get("type") == "Warning"
+           and e["involvedObject"].get("uid") == "0b6c4a3e-6666-4c2a-9d5e-000000000006"
+           and e["involvedObject"].get("kind") == "Pod"
+           and "container main on GPU" in e.get("message", "")
+           and "killed" in e.get("message", "")
+           and e.get("source", {}).get("host") == "node-a",
+           "over quota: a Warning Event VGPUOverQuota on the pod, naming container and action",
+           json.dumps(evs)[:2000])
+    tap.ok(len(evs) == 1, "one Event for the finding, not one per pass", len(evs))
+    _, src = K.build_paths()
+    node = shutil.which("node") or shutil.which("nodejs")
+    vdir = os.path.join(src, "tests/kube/k8s-validate")
+    if not node or not os.path.isdir(os.path.join(vdir, "node_modules")):
+        tap.skip("the posted Event against kubernetes-models", "node or kubernetes-models missing")
+        return
+    dump = os.path.join(tmp, "events.json")
+    with open(dump, "w") as f:
+        json.dump({"objects": evs, "podPatches": []}, f)
+    script = os.path.join(tmp, "events-dump.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/sh\nexec cat '{dump}'\n")
+    os.chmod(script, 0o755)
+    p = subprocess.run([node, os.path.join(vdir, "validate.mjs"), os.path.join(src, "deploy"),
+                        script], capture_output=True, text=True, timeout=120)
+    tap.ok(p.returncode == 0 and "ok" in p.stdout,
+           "the Event the API server got is a valid core/v1 Event (kubernetes-models)",
+           p.stdout[-2000:] + p.stderr[-1000:])
 
 
 def container_run(tap, build, node, resp):
