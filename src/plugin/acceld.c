@@ -77,6 +77,8 @@ struct agent {
     uint64_t recovery_timer;
     uint64_t vgpu_check_timer;              /* the host-side check (vgpu.checkInterval) */
     struct vgpu_status_recent *vgpu_recent; /* its last findings (accelctl vgpu) */
+    struct vgpu_check_state *vgpu_cstate;   /* its compute half's memory (NULL: off) */
+    uint64_t vgpu_thaw_timer;               /* thaws what vgpu.computeAction froze */
     int exit_code;
 };
 
@@ -292,13 +294,31 @@ static void recovery_arm(struct agent *a)
 
 static void vgpu_check_arm(struct agent *a);
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Thaws the containers whose vgpu.freezePeriod is over; again while some
+ * are still frozen. */
+static void on_vgpu_thaw(struct ev_loop *loop, void *user_data)
+{
+    struct agent *a = user_data;
+    a->vgpu_thaw_timer = 0;
+    if (vgpu_check_thaw_due(a->vgpu_cstate, mono_ms()))
+        ev_loop_add_timer(loop, a->cfg.vgpu_freeze_period_ns / 4 + 1000000, on_vgpu_thaw, a,
+                          &a->vgpu_thaw_timer);
+}
+
 static void vgpu_check_report(struct agent *a, const struct vgpu_check_target *t,
                               const struct vgpu_check_finding *f)
 {
     const struct vgpu_check_target *g = &t[f->target];
     char msg[1024];
     vgpu_status_describe(f, t, msg, sizeof(msg));
-    if (f->kind == VGPU_CHECK_UNDER_REPORT)
+    if (f->kind != VGPU_CHECK_OVER_QUOTA)
         log_warn("vGPU check: %s/%s %s", g->ns, g->pod, msg);
     else
         log_error("vGPU check: %s/%s %s", g->ns, g->pod, msg);
@@ -307,6 +327,7 @@ static void vgpu_check_report(struct agent *a, const struct vgpu_check_target *t
     if (a->kube)
         vgpu_kube_event(a->kube, g->ns, g->pod, g->pod_uid, g->container,
                         f->kind == VGPU_CHECK_UNDER_REPORT ? VGPU_EVENT_UNDER_REPORT
+                        : f->kind == VGPU_CHECK_OVER_SHARE ? VGPU_EVENT_OVER_SHARE
                                                            : VGPU_EVENT_OVER_QUOTA,
                         msg);
 #endif
@@ -328,13 +349,20 @@ static void vgpu_check_once(struct agent *a)
         if (vgpu_assignment_get(a->vgpu, i, &as) < 0 || as.whole || !as.complete || !as.gpu_uuid[0])
             continue;
         snprintf(regions[k], sizeof(regions[k]), "%s/usage", as.region);
-        t[k] = (struct vgpu_check_target){as.pod_uid,  as.ns,           as.pod,     as.container,
-                                          as.gpu_uuid, as.memory_bytes, regions[k], 0};
+        t[k] = (struct vgpu_check_target){as.pod_uid,   as.ns,       as.pod,
+                                          as.container, as.gpu_uuid, as.memory_bytes,
+                                          regions[k],   0,           (unsigned)as.cores};
         k++;
     }
     struct vgpu_check_options o = {
-        a->cfg.proc_root, a->cfg.vgpu_over_quota_kill ? VGPU_OVER_QUOTA_KILL : VGPU_OVER_QUOTA_NONE,
-        u};
+        a->cfg.proc_root,
+        a->cfg.vgpu_over_quota_kill ? VGPU_OVER_QUOTA_KILL : VGPU_OVER_QUOTA_NONE,
+        u,
+        a->vgpu_cstate,
+        a->cfg.vgpu_compute_freeze ? VGPU_COMPUTE_FREEZE : VGPU_COMPUTE_NONE,
+        a->cfg.vgpu_cgroup_root,
+        a->cfg.vgpu_freeze_period_ns / 1000000,
+        mono_ms()};
     int r =
         (t && u && regions) ? vgpu_check_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf) : -ENOMEM;
     if (r < 0)
@@ -357,6 +385,9 @@ static void vgpu_check_once(struct agent *a)
     free(t);
     free(u);
     free(regions);
+    if (a->vgpu_cstate && !a->vgpu_thaw_timer && vgpu_check_thaw_due(a->vgpu_cstate, mono_ms()))
+        ev_loop_add_timer(a->loop, a->cfg.vgpu_freeze_period_ns, on_vgpu_thaw, a,
+                          &a->vgpu_thaw_timer);
 }
 
 static void on_vgpu_check(struct ev_loop *loop, void *user_data)
@@ -578,6 +609,8 @@ static int make_providers(struct agent *a)
         }
         /* NULL (no memory): the status file lists no recent findings */
         a->vgpu_recent = calloc(1, sizeof(*a->vgpu_recent));
+        if (vgpu_check_state_new(&a->vgpu_cstate) < 0)
+            log_warn("vGPU: out of memory: the compute half of the host-side check is off");
         for (int k = 0; k < 2; k++) {
             struct served *s = &a->served[a->n_served++];
             s->kind = k == 0 ? SERVED_VGPU_CORES : SERVED_VGPU_MEMORY;
@@ -756,6 +789,8 @@ static void stop(struct agent *a)
         ev_loop_cancel_timer(a->loop, a->recovery_timer);
     if (a->loop && a->vgpu_check_timer)
         ev_loop_cancel_timer(a->loop, a->vgpu_check_timer);
+    if (a->loop && a->vgpu_thaw_timer)
+        ev_loop_cancel_timer(a->loop, a->vgpu_thaw_timer);
     /* everything that registered with the loop goes before it */
     a->podres = grpc_client_free(a->podres);
 #ifdef ACCELD_HAVE_KUBE
@@ -766,6 +801,8 @@ static void stop(struct agent *a)
     a->vgpu = vgpu_free(a->vgpu);
     free(a->vgpu_recent);
     a->vgpu_recent = NULL;
+    /* never leave a container frozen behind us */
+    a->vgpu_cstate = vgpu_check_state_free(a->vgpu_cstate);
     free(a->hstate);
     free(a->map);
     free(a->uuids);

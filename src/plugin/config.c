@@ -49,6 +49,10 @@ const struct acceld_config_key acceld_config_keys[] = {
      "none|kill: what the host-side check does to a process over its container's memory quota"},
     {"vgpu.checkInterval", "vgpu-check-interval",
      "how often the host-side check reads NVML's per-process memory (0 = never)"},
+    {"vgpu.computeAction", "vgpu-compute-action",
+     "none|freeze: what the host-side check does to a container above its vcuda-core share"},
+    {"vgpu.freezePeriod", "vgpu-freeze-period", "how long a freeze lasts (vgpu.computeAction)"},
+    {"vgpu.cgroupRoot", "vgpu-cgroup-root", "where the host's cgroup v2 tree is mounted"},
     {NULL, NULL, NULL},
 };
 
@@ -80,6 +84,8 @@ void acceld_config_defaults(struct acceld_config *cfg)
              "tencent.com/vcuda-memory");
     cfg->vgpu_memory_unit = 256ull << 20;
     cfg->vgpu_check_interval_ns = 10ull * 1000000000ull;
+    cfg->vgpu_freeze_period_ns = 1000000000ull;
+    copy_str(cfg->vgpu_cgroup_root, sizeof(cfg->vgpu_cgroup_root), "/sys/fs/cgroup");
     cfg->strategy = ACCELD_STRATEGY_ENVVAR;
     copy_str(cfg->cdi_dir, sizeof(cfg->cdi_dir), "/var/run/cdi");
     copy_str(cfg->cdi_vendor, sizeof(cfg->cdi_vendor), "nvidia.com");
@@ -417,6 +423,15 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
             return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of none|kill", key, v);
     } else if (strcmp(key, "vgpu.checkInterval") == 0) {
         r = set_duration(&c.vgpu_check_interval_ns, key, v, true, err, errlen);
+    } else if (strcmp(key, "vgpu.computeAction") == 0) {
+        if (strcmp(v, "none") == 0 || strcmp(v, "freeze") == 0)
+            c.vgpu_compute_freeze = v[0] == 'f';
+        else
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of none|freeze", key, v);
+    } else if (strcmp(key, "vgpu.freezePeriod") == 0) {
+        r = set_duration(&c.vgpu_freeze_period_ns, key, v, false, err, errlen);
+    } else if (strcmp(key, "vgpu.cgroupRoot") == 0) {
+        r = set_abs_path(c.vgpu_cgroup_root, sizeof(c.vgpu_cgroup_root), key, v, err, errlen);
     } else if (strcmp(key, "mode") == 0) {
         if (mode_parse(v, strlen(v), &c.mode) < 0)
             return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of pgpu|vgpu", key, v);
@@ -725,6 +740,12 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         snprintf(buf, len, "%s", cfg->vgpu_over_quota_kill ? "kill" : "none");
     } else if (strcmp(key, "vgpu.checkInterval") == 0) {
         format_duration(cfg->vgpu_check_interval_ns, buf, len);
+    } else if (strcmp(key, "vgpu.computeAction") == 0) {
+        snprintf(buf, len, "%s", cfg->vgpu_compute_freeze ? "freeze" : "none");
+    } else if (strcmp(key, "vgpu.freezePeriod") == 0) {
+        format_duration(cfg->vgpu_freeze_period_ns, buf, len);
+    } else if (strcmp(key, "vgpu.cgroupRoot") == 0) {
+        snprintf(buf, len, "%s", cfg->vgpu_cgroup_root);
     } else
         return -ENOENT;
     return 0;

@@ -12,13 +12,21 @@
 
 const char *vgpu_status_kind_name(enum vgpu_check_kind k)
 {
-    return k == VGPU_CHECK_UNDER_REPORT ? "underReport" : "overQuota";
+    return k == VGPU_CHECK_UNDER_REPORT ? "underReport"
+           : k == VGPU_CHECK_OVER_SHARE ? "overShare"
+                                        : "overQuota";
 }
 
 /* What was done about f, for people. */
 static void action_text(const struct vgpu_check_finding *f, char *buf, size_t len)
 {
-    if (f->killed)
+    if (f->kind == VGPU_CHECK_OVER_SHARE && f->frozen)
+        snprintf(buf, len, "its cgroup frozen for vgpu.freezePeriod (vgpu.computeAction freeze)");
+    else if (f->kind == VGPU_CHECK_OVER_SHARE && f->freeze_errno)
+        snprintf(buf, len, "freezing its cgroup failed: %s", strerror(f->freeze_errno));
+    else if (f->kind == VGPU_CHECK_OVER_SHARE)
+        snprintf(buf, len, "left running (vgpu.computeAction none)");
+    else if (f->killed)
         snprintf(buf, len, "process %u killed (vgpu.overQuotaAction kill)", f->pid);
     else if (f->kill_errno)
         snprintf(buf, len, "killing process %u failed: %s", f->pid, strerror(f->kill_errno));
@@ -40,6 +48,14 @@ void vgpu_status_describe(const struct vgpu_check_finding *f, const struct vgpu_
     }
     char act[128];
     action_text(f, act, sizeof(act));
+    if (f->kind == VGPU_CHECK_OVER_SHARE) {
+        snprintf(buf, len,
+                 "container %s on GPU %s keeps using %llu %% of the GPU's SMs (process %u the "
+                 "most), above its vcuda-core share of %llu %%; %s",
+                 g->container, g->gpu_uuid, (unsigned long long)f->used, f->pid,
+                 (unsigned long long)f->limit, act);
+        return;
+    }
     snprintf(buf, len,
              "container %s on GPU %s uses %llu bytes of device memory, over its quota of %llu; %s",
              g->container, g->gpu_uuid, (unsigned long long)f->used, (unsigned long long)f->limit,

@@ -48,6 +48,8 @@ static void setup(void)
     REQUIRE_EQ_INT(emu_state_create(state, &cfg), 0);
     setenv("ACCEL_EMU_STATE", state, 1);
     setenv("ACCEL_EMU_CTX_OVERHEAD", "4Mi", 1);
+    /* short NVML sample periods: the compute check sees new samples soon */
+    setenv("ACCEL_EMU_UTIL_WINDOW_MS", "50", 1);
     snprintf(lib, sizeof(lib), "%s/src/emu", build);
     setenv("LD_LIBRARY_PATH", lib, 1);
     snprintf(path, sizeof(path), "%s/libnvidia-ml.so.1", lib);
@@ -130,7 +132,7 @@ static struct vgpu_check_target target(const char *pod, const char *ctr, uint64_
                                        const char *region)
 {
     return (struct vgpu_check_target){
-        pod, "default", strcmp(pod, POD_A) == 0 ? "a" : "b", ctr, uuid, limit, region, 0};
+        pod, "default", strcmp(pod, POD_A) == 0 ? "a" : "b", ctr, uuid, limit, region, 0, 30};
 }
 
 static bool alive(pid_t pid)
@@ -268,6 +270,142 @@ TEST(region_that_under_reports_is_flagged)
     CHECK(alive(honest.pid));
     stop(&honest);
     vc_region_detach(&r);
+}
+
+/* A process of POD_A that keeps GPU 0 busy (tests/emu/spin: one 60 s kernel on the
+ * emulator) until it is killed; its /proc/<pid>/cgroup names its
+ * container's cgroup, and the fake cgroup tree under dir/cgroup has that cgroup's
+ * cgroup.freeze. */
+#define BUSY_CGROUP                                                                                \
+    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0b6c4a3e_1111_4c2a_9d5e_"      \
+    "000000000001.slice/cri-containerd-" /* + 64 x 'b' */
+static pid_t start_busy(char *freeze_file, size_t len)
+{
+    char exe[4096];
+    snprintf(exe, sizeof(exe), "%s/tests/emu/spin", getenv("ACCEL_BUILD_ROOT"));
+    if (access(exe, X_OK) != 0)
+        return -1;
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        execl(exe, exe, "60000", (char *)NULL);
+        _exit(127);
+    }
+    char cg[300], d[400], f[420];
+    snprintf(cg, sizeof(cg), "%s%064d.scope", BUSY_CGROUP, 0);
+    memset(strstr(cg, "cri-containerd-") + 15, 'b', 64);
+    snprintf(d, sizeof(d), "%s/%d", proc_root, (int)pid);
+    mkdir(d, 0755);
+    snprintf(f, sizeof(f), "%s/cgroup", d);
+    FILE *c = fopen(f, "w");
+    REQUIRE(c != NULL);
+    fprintf(c, "0::%s\n", cg);
+    fclose(c);
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s/cgroup%s'", dir, cg);
+    REQUIRE(system(cmd) == 0);
+    snprintf(freeze_file, len, "%s/cgroup%s/cgroup.freeze", dir, cg);
+    c = fopen(freeze_file, "w");
+    REQUIRE(c != NULL);
+    fputs("0\n", c);
+    fclose(c);
+    return pid;
+}
+
+static char freeze_state(const char *file)
+{
+    char buf[8] = "";
+    FILE *f = fopen(file, "r");
+    if (!f)
+        return '?';
+    if (!fgets(buf, sizeof(buf), f))
+        buf[0] = '?';
+    fclose(f);
+    return buf[0];
+}
+
+/* Runs the check until it finds something or 20 s pass (polling every 10 ms). */
+static size_t run_until_finding(struct vgpu_check_target *t, size_t n, struct vgpu_check_options *o,
+                                struct vgpu_check_finding *f)
+{
+    for (int i = 0; i < 2000; i++) {
+        size_t k = 0;
+        REQUIRE_EQ_INT(vgpu_check_run(nvml, t, n, o, f, 4, &k), 0);
+        if (k)
+            return k;
+        usleep(10000);
+    }
+    return 0;
+}
+
+TEST(compute_over_share_is_found_and_frozen_then_thawed)
+{
+    setup();
+    char freeze_file[700];
+    pid_t busy = start_busy(freeze_file, sizeof(freeze_file));
+    if (busy < 0) {
+        tap_diag("tests/emu/spin is not built: no busy process");
+        return;
+    }
+    char cgroup_root[300];
+    snprintf(cgroup_root, sizeof(cgroup_root), "%s/cgroup", dir);
+    struct vgpu_check_target t[] = {target(POD_A, "main", 512 * MiB, NULL)};
+    /* action none first: reported, nothing frozen */
+    struct vgpu_check_state *s = NULL;
+    REQUIRE_EQ_INT(vgpu_check_state_new(&s), 0);
+    struct vgpu_check_options o = {.proc_root = proc_root,
+                                   .state = s,
+                                   .compute_action = VGPU_COMPUTE_NONE,
+                                   .cgroup_root = cgroup_root,
+                                   .freeze_ms = 1000,
+                                   .now_ms = 5000};
+    struct vgpu_check_finding f[4];
+    size_t n = run_until_finding(t, 1, &o, f);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(f[0].kind, VGPU_CHECK_OVER_SHARE);
+    CHECK_EQ_INT(f[0].pid, busy);
+    CHECK_GE_U64(f[0].used, 90); /* the GPU is all its */
+    CHECK_EQ_U64(f[0].limit, 30);
+    CHECK(!f[0].frozen);
+    CHECK_EQ_INT(freeze_state(freeze_file), '0');
+    s = vgpu_check_state_free(s);
+    /* freeze: the container's cgroup.freeze is 1 for freeze_ms, then 0 */
+    REQUIRE_EQ_INT(vgpu_check_state_new(&s), 0);
+    o.state = s;
+    o.compute_action = VGPU_COMPUTE_FREEZE;
+    n = run_until_finding(t, 1, &o, f);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK(f[0].frozen);
+    CHECK_EQ_INT(f[0].freeze_errno, 0);
+    CHECK_EQ_INT(freeze_state(freeze_file), '1');
+    CHECK_EQ_INT(vgpu_check_thaw_due(s, 5999), 1);
+    CHECK_EQ_INT(freeze_state(freeze_file), '1');
+    CHECK_EQ_INT(vgpu_check_thaw_due(s, 6000), 0);
+    CHECK_EQ_INT(freeze_state(freeze_file), '0');
+    /* freeing the state thaws what is still frozen */
+    REQUIRE_EQ_INT(vgpu_check_state_free(s) == NULL, 1);
+    REQUIRE_EQ_INT(vgpu_check_state_new(&s), 0);
+    o.state = s;
+    REQUIRE_EQ_INT(run_until_finding(t, 1, &o, f), 1);
+    CHECK_EQ_INT(freeze_state(freeze_file), '1');
+    s = vgpu_check_state_free(s);
+    CHECK_EQ_INT(freeze_state(freeze_file), '0');
+    /* a share that covers it: a pass with samples finds nothing */
+    REQUIRE_EQ_INT(vgpu_check_state_new(&s), 0);
+    o.state = s;
+    t[0].cores = 100;
+    size_t k = 9;
+    for (int i = 0; i < 20; i++) {
+        REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &k), 0);
+        CHECK_EQ_INT(k, 0);
+        usleep(10000);
+    }
+    s = vgpu_check_state_free(s);
+    kill(busy, SIGKILL);
+    int st;
+    REQUIRE(waitpid(busy, &st, 0) == busy);
 }
 
 TEST(action_names)

@@ -37,6 +37,7 @@ struct vgpu_kube *vgpu_kube_free(struct vgpu_kube *k);
 /* The reasons of the host-side check's Events (type Warning). */
 #define VGPU_EVENT_OVER_QUOTA "VGPUOverQuota"
 #define VGPU_EVENT_UNDER_REPORT "VGPUUsageUnderReported"
+#define VGPU_EVENT_OVER_SHARE "VGPUComputeOverShare"
 
 /* Posts a core/v1 Event of type Warning about the pod (POST
  * /api/v1/namespaces/<ns>/events, asynchronous on the loop: it never waits;
