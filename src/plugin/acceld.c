@@ -296,9 +296,7 @@ static void vgpu_check_arm(struct agent *a);
 
 static uint64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return mono_ns() / 1000000;
 }
 
 /* Thaws the containers whose vgpu.freezePeriod is over; again while some

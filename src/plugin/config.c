@@ -49,6 +49,8 @@ const struct acceld_config_key acceld_config_keys[] = {
      "none|kill: what the host-side check does to a process over its container's memory quota"},
     {"vgpu.checkInterval", "vgpu-check-interval",
      "how often the host-side check reads NVML's per-process memory (0 = never)"},
+    {"allocateWait", "allocate-wait",
+     "how long an Allocate waits for its pod to reach the watch cache (vGPU; 0 = not at all)"},
     {"vgpu.computeAction", "vgpu-compute-action",
      "none|freeze: what the host-side check does to a container above its vcuda-core share"},
     {"vgpu.freezePeriod", "vgpu-freeze-period", "how long a freeze lasts (vgpu.computeAction)"},
@@ -85,6 +87,7 @@ void acceld_config_defaults(struct acceld_config *cfg)
     cfg->vgpu_memory_unit = 256ull << 20;
     cfg->vgpu_check_interval_ns = 10ull * 1000000000ull;
     cfg->vgpu_freeze_period_ns = 1000000000ull;
+    cfg->allocate_wait_ns = 5000000000ull;
     copy_str(cfg->vgpu_cgroup_root, sizeof(cfg->vgpu_cgroup_root), "/sys/fs/cgroup");
     cfg->strategy = ACCELD_STRATEGY_ENVVAR;
     copy_str(cfg->cdi_dir, sizeof(cfg->cdi_dir), "/var/run/cdi");
@@ -428,6 +431,8 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
             c.vgpu_compute_freeze = v[0] == 'f';
         else
             return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of none|freeze", key, v);
+    } else if (strcmp(key, "allocateWait") == 0) {
+        r = set_duration(&c.allocate_wait_ns, key, v, true, err, errlen);
     } else if (strcmp(key, "vgpu.freezePeriod") == 0) {
         r = set_duration(&c.vgpu_freeze_period_ns, key, v, false, err, errlen);
     } else if (strcmp(key, "vgpu.cgroupRoot") == 0) {
@@ -742,6 +747,8 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         format_duration(cfg->vgpu_check_interval_ns, buf, len);
     } else if (strcmp(key, "vgpu.computeAction") == 0) {
         snprintf(buf, len, "%s", cfg->vgpu_compute_freeze ? "freeze" : "none");
+    } else if (strcmp(key, "allocateWait") == 0) {
+        format_duration(cfg->allocate_wait_ns, buf, len);
     } else if (strcmp(key, "vgpu.freezePeriod") == 0) {
         format_duration(cfg->vgpu_freeze_period_ns, buf, len);
     } else if (strcmp(key, "vgpu.cgroupRoot") == 0) {

@@ -67,10 +67,11 @@ struct acceld_config {
     int vgpu_policy;                            /* vgpu.policy: 0 binpack, 1 spread */
     bool vgpu_over_quota_kill;                  /* vgpu.overQuotaAction: kill (else none) */
     uint64_t vgpu_check_interval_ns;            /* vgpu.checkInterval; 0 = never */
-    bool vgpu_compute_freeze;                   /* vgpu.computeAction: freeze (else none) */
-    uint64_t vgpu_freeze_period_ns;             /* vgpu.freezePeriod */
-    char vgpu_cgroup_root[ACCELD_PATH_MAX];     /* vgpu.cgroupRoot */
-    char gpu_modes[ACCELD_PATH_MAX];            /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
+    uint64_t allocate_wait_ns;      /* allocateWait: how long an Allocate waits for its pod */
+    bool vgpu_compute_freeze;       /* vgpu.computeAction: freeze (else none) */
+    uint64_t vgpu_freeze_period_ns; /* vgpu.freezePeriod */
+    char vgpu_cgroup_root[ACCELD_PATH_MAX]; /* vgpu.cgroupRoot */
+    char gpu_modes[ACCELD_PATH_MAX];        /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
 };
 
 /* One key the config knows: its YAML path and its flag (without "--"). */

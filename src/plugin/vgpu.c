@@ -576,7 +576,9 @@ static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, stru
                  "not assigned yet (is the pod bound to this node, and is the watch of the API "
                  "server current?)",
                  (unsigned long long)amount, res);
-        return -ENOENT;
+        /* the pod may not have reached the watch cache yet: the transport
+         * tries again until allocateWait has passed, then sends err */
+        return -EAGAIN;
     }
     if (!safe_component(p->pod_uid) || !safe_component(p->container) ||
         strlen(p->namespace) >= VGPU_NAME_MAX || strlen(p->pod_name) >= VGPU_NAME_MAX) {

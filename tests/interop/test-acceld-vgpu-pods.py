@@ -12,6 +12,9 @@ GetPreferredAllocation, so it is skipped).
   resources' responses agree on NVIDIA_VISIBLE_DEVICES; the assignment is
   PATCHed on the pod as an annotation naming the GPU.
 - A pod that fits nowhere gets an Allocate error naming the largest fit.
+- The watch cache lags: an Allocate for a pod the API server has not shown
+  yet waits (acceld parks the call; the loop goes on) and is answered once the
+  pod arrives; one for a pod that never comes is refused after allocateWait.
 - 50 pods with the same request admitted back to back: each matched oldest
   first, each with its own directory.
 - acceld killed with SIGKILL between a container's two Allocates: the
@@ -37,6 +40,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -169,7 +173,7 @@ def start_acceld(build, node, tmp, pdir, kubeconfig, sub):
                            "--vcuda-library", os.path.join(build, "src/vcuda/libvcuda.so"),
                            "--pod-resources-socket", os.path.join(tmp, "none.sock"),
                            "--proc-root", os.path.join(tmp, "proc"),
-                           "--vgpu-check-interval", "100ms",
+                           "--vgpu-check-interval", "100ms", "--allocate-wait", "2s",
                            "--vgpu-over-quota-action", "kill"))
 
 
@@ -277,6 +281,32 @@ def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
         tap.ok("largest fit" in e.details() and "default/huge" in e.details(),
                "a pod that fits nowhere: the error names the pod and the largest fit",
                e.details())
+
+    # ---- the watch cache lags: the Allocate waits (off the loop) for the pod
+    # (2 cores: the 200 of the two GPUs are all handed out by the end of the test)
+    late = {}
+
+    def admit_late():
+        try:
+            late["r"] = kubelet.admit(2, 3, order="core-first")
+        except grpc.RpcError as e:
+            late["e"] = e.details()
+    th = threading.Thread(target=admit_late)
+    th.start()
+    # acceld has the call parked when its log says so; the pod arrives after
+    parked = K.wait_until(lambda: "waits for its pod" in agent.log_text(), T)
+    api.add_pod("late", 2, 3, "2026-01-01T00:00:05Z")
+    th.join(T)
+    cl = config_of(primary(late["r"])) if "r" in late else None
+    tap.ok(parked and cl and "core_limit = 2\n" in cl,
+           "a pod that reaches the watch cache after its Allocate: the Allocate waits and is "
+           "answered for it", (late.get("e"), cl))
+    try:
+        kubelet.allocate(CORE, 17)
+        tap.ok(False, "a pod that never arrives: refused after allocateWait")
+    except grpc.RpcError as e:
+        tap.ok("no pending pod" in e.details() and "exactly 17 vcuda-core" in e.details(),
+               "a pod that never arrives: refused after allocateWait, saying why", e.details())
 
     # ---- 50 pods with the same request, admitted back to back: each Allocate
     # pair goes to the oldest unassigned one, each gets its own directory

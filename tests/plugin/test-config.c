@@ -268,6 +268,9 @@ TEST(vgpu_host_check_keys)
     CHECK_EQ_U64(c.vgpu_check_interval_ns, 0);
     CHECK_EQ_INT(acceld_config_set(&c, "vgpu.checkInterval", "soon", err, sizeof(err)), -EINVAL);
     CHECK_EQ_U64(c.vgpu_check_interval_ns, 0);
+    CHECK_EQ_U64(c.allocate_wait_ns, 5000000000ull);
+    CHECK_EQ_INT(acceld_config_set(&c, "allocateWait", "0", err, sizeof(err)), 0);
+    CHECK_EQ_U64(c.allocate_wait_ns, 0);
     /* the compute half */
     CHECK(!c.vgpu_compute_freeze);
     CHECK_EQ_U64(c.vgpu_freeze_period_ns, 1000000000ull);

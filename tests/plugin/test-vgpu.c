@@ -361,7 +361,7 @@ TEST(whole_gpus_and_no_fit)
     /* nothing was recorded for it */
     CHECK_EQ_INT(vgpu_assignment_count(v), 2);
     /* a request no pending container makes */
-    CHECK_EQ_INT(alloc(&nd, VGPU_CORES, 7, &r, err, sizeof(err)), -ENOENT);
+    CHECK_EQ_INT(alloc(&nd, VGPU_CORES, 7, &r, err, sizeof(err)), -EAGAIN);
     CHECK(strstr(err, "exactly 7 vcuda-core") != NULL);
     node_close(&nd);
 }
