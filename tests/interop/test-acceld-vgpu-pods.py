@@ -4,8 +4,9 @@ the fake API server (tests/kube/fake-apiserver.py: HTTPS, bearer token, pods
 as `kubectl get pod -o json` prints them, watch streams), acceld with
 `--mode vgpu --kubeconfig`, and the python3-grpcio kubelet admitting pods the
 way the kubelet does (per container, per resource, random resource order, IDs
-of its own choosing from its own free pool; the vGPU endpoints offer no
-GetPreferredAllocation, so it is skipped).
+of its own choosing from its own free pool, after GetPreferredAllocation for
+about half the calls and with the IDs it names, as the kubelet skips it on
+some paths).
 
 - Two pods share one GPU (binpack): 30 cores + 16 units (4 GiB) and 70 cores
   + 32 units (8 GiB); each container's config carries its own quota; both
@@ -125,9 +126,19 @@ class Kubelet:
         self.plugins = {CORE: K.Plugin(pb, core_sock), MEM: K.Plugin(pb, mem_sock)}
         self.free = {r: sorted(ids) for r, ids in lists.items()}
         self.rng = random.Random(10)
+        self.preferred = 0  # Allocates made with GetPreferredAllocation's IDs
 
     def allocate(self, res, n):
         ids = self.rng.sample(self.free[res], n)
+        if self.rng.random() < 0.5:
+            try:
+                got = list(self.plugins[res].prefer(self.free[res], size=n, timeout=10)
+                           .container_responses[0].deviceIDs)
+                if len(got) == n and all(i in self.free[res] for i in got):
+                    ids = got
+                    self.preferred += 1
+            except grpc.RpcError:
+                pass
         resp = self.plugins[res].allocate(ids, timeout=10)
         for i in ids:
             self.free[res].remove(i)
@@ -323,6 +334,8 @@ def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
             got.append(f"error: {e}")
     tap.ok(got == [f"uid-p{i:02d}" for i in range(50)],
            "50 identical pods back to back: matched oldest first, one directory each", got[:5])
+    tap.ok(kubelet.preferred > 10, "GetPreferredAllocation answered with free IDs of the right "
+           "size, and Allocates with those IDs succeed", kubelet.preferred)
 
     # ---- SIGKILL between a container's two Allocates
     api.add_pod("d", 20, 8, "2026-01-01T00:00:04Z")
