@@ -199,7 +199,8 @@ static void parked_drop(struct parked *k)
             break;
         }
     ev_loop_cancel_timer(k->p->loop, k->timer);
-    grpc_call_set_cancel_cb(k->call, NULL, NULL);
+    if (k->call)
+        grpc_call_set_cancel_cb(k->call, NULL, NULL);
     free(k->data);
     free(k);
 }
@@ -257,11 +258,16 @@ static void on_parked_retry(struct ev_loop *loop, void *user_data)
         grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
+    /* answering frees the call: no cancel callback may point at k by then */
+    grpc_call_set_cancel_cb(call, NULL, NULL);
     bool last = mono_ns() >= k->deadline_ns;
-    if (answer_allocate(k->p, call, m, !last))
+    if (answer_allocate(k->p, call, m, !last)) {
+        k->call = NULL; /* finished */
         parked_drop(k);
-    else
+    } else {
+        grpc_call_set_cancel_cb(call, on_parked_cancel, k);
         ev_loop_add_timer(loop, ALLOCATE_RETRY_NS, on_parked_retry, k, &k->timer);
+    }
     v1beta1__allocate_request__free_unpacked(m, NULL);
 }
 

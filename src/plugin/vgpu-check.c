@@ -416,6 +416,7 @@ static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct v
         }
         if (++*strikes < VGPU_CHECK_COMPUTE_STRIKES)
             continue;
+        *strikes = 0; /* the next finding takes as many passes again */
         struct vgpu_check_finding f = {
             VGPU_CHECK_OVER_SHARE, ti, pr[worst].pid, util, cores, -1, false, 0, false, 0};
         if (o->compute_action == VGPU_COMPUTE_FREEZE)
