@@ -347,9 +347,14 @@ static void vgpu_check_once(struct agent *a)
         if (vgpu_assignment_get(a->vgpu, i, &as) < 0 || as.whole || !as.complete || !as.gpu_uuid[0])
             continue;
         snprintf(regions[k], sizeof(regions[k]), "%s/usage", as.region);
-        t[k] = (struct vgpu_check_target){as.pod_uid,   as.ns,       as.pod,
-                                          as.container, as.gpu_uuid, as.memory_bytes,
-                                          regions[k],   0,           (unsigned)as.cores};
+        const char *cid = NULL;
+#ifdef ACCELD_HAVE_KUBE
+        if (a->kube) /* the container's runtime id: findings per container */
+            cid = vgpu_kube_container_id(a->kube, as.pod_uid, as.container);
+#endif
+        t[k] = (struct vgpu_check_target){
+            as.pod_uid,      as.ns,      as.pod, as.container,       as.gpu_uuid,
+            as.memory_bytes, regions[k], 0,      (unsigned)as.cores, cid};
         k++;
     }
     struct vgpu_check_options o = {

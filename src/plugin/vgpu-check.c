@@ -22,6 +22,7 @@ struct proc_info {
     uint32_t ns_pid;     /* the pid in its own namespace (the region's) */
     int target;          /* its group's first target, -1: none on this GPU */
     uint64_t unreported; /* bytes above what its slot says (0: none) */
+    int exact;           /* the target of its own container (runtime id), -1: unknown */
 };
 
 /* The pid as the container sees it: the last NSpid of <root>/<pid>/status,
@@ -93,7 +94,7 @@ static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info
     struct vc_audit_proc ap[GPU_NVML_MAX_PROCS];
     size_t map[GPU_NVML_MAX_PROCS], k = 0;
     for (size_t i = 0; i < np; i++)
-        if (p[i].target == (int)ti) {
+        if ((p[i].exact >= 0 ? p[i].exact : p[i].target) == (int)ti) {
             ap[k] = (struct vc_audit_proc){p[i].ns_pid, p[i].used};
             map[k++] = i;
         }
@@ -114,6 +115,29 @@ static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info
     vc_region_detach(&r);
 }
 
+/* Whether process i is a worse offender than process w (-1: none yet): the one its region
+ * under-reports the most (a bypassing process first), else the larger. */
+static bool worse(const struct proc_info *p, size_t i, int w)
+{
+    return w < 0 || p[i].unreported > p[w].unreported ||
+           (p[i].unreported == p[w].unreported && p[i].used > p[w].used);
+}
+
+/* An over-quota finding on target ti, with the configured action on pid. */
+static void punish(const struct vgpu_check_options *o, struct vgpu_check_finding *ret, size_t max,
+                   size_t *nf, size_t ti, unsigned pid, uint64_t used, uint64_t limit)
+{
+    struct vgpu_check_finding f = {
+        VGPU_CHECK_OVER_QUOTA, ti, pid, used, limit, -1, false, 0, false, 0};
+    if (o->action == VGPU_OVER_QUOTA_KILL) {
+        if (kill((pid_t)pid, SIGKILL) == 0)
+            f.killed = true;
+        else
+            f.kill_errno = errno;
+    }
+    add(ret, max, nf, f);
+}
+
 static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_check_target *t,
                      size_t n, const struct vgpu_check_options *o, struct vgpu_check_finding *ret,
                      size_t max, size_t *nf)
@@ -131,54 +155,77 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_
         return r;
     struct proc_info p[GPU_NVML_MAX_PROCS];
     for (size_t i = 0; i < np; i++) {
-        p[i] = (struct proc_info){gp[i].pid, gp[i].used_memory_bytes, 0, -1, 0};
+        p[i] = (struct proc_info){gp[i].pid, gp[i].used_memory_bytes, 0, -1, 0, -1};
         struct kube_cgroup_ref ref;
         if (gp[i].used_memory_bytes == UINT64_MAX ||
             kube_cgroup_read(o->proc_root, (pid_t)gp[i].pid, &ref) < 0)
             continue; /* a host process, gone, or unreadable: not a tenant's */
         p[i].target = first_of_group(t, n, ref.pod_uid, uuid);
         p[i].ns_pid = ns_pid(o->proc_root, gp[i].pid);
+        for (size_t j = 0; ref.container_id[0] && p[i].target >= 0 && j < n; j++)
+            if (t[j].container_id && strcmp(t[j].container_id, ref.container_id) == 0 &&
+                same_group(&t[j], &t[p[i].target]))
+                p[i].exact = (int)j;
     }
     for (size_t ti = 0; ti < n; ti++)
         if (strcmp(t[ti].gpu_uuid, uuid) == 0)
             audit(t, ti, p, np, o->usage, ret, max, nf);
-    /* One finding per over-quota group (pod and GPU). */
+    /* Per container first, where the cgroup names a container whose runtime id the target
+     * knows; then per group (pod and GPU) for what cannot be told apart, one finding per
+     * group at most. */
     for (size_t ti = 0; ti < n; ti++) {
         if (strcmp(t[ti].gpu_uuid, uuid) != 0 ||
             first_of_group(t, n, t[ti].pod_uid, uuid) != (int)ti)
             continue;
+        bool found = false;
         uint64_t limit = 0, used = 0;
-        for (size_t j = ti; j < n; j++)
-            if (same_group(&t[ti], &t[j]))
-                limit += t[j].memory_limit;
+        unsigned procs = 0;
         int worst = -1;
+        for (size_t j = ti; j < n; j++) {
+            if (!same_group(&t[ti], &t[j]))
+                continue;
+            limit += t[j].memory_limit;
+            if (!t[j].container_id || !t[j].container_id[0])
+                continue;
+            uint64_t cu = 0, cl = t[j].memory_limit;
+            unsigned cp = 0;
+            int cw = -1;
+            for (size_t i = 0; i < np; i++) {
+                if (p[i].exact != (int)j)
+                    continue;
+                cu += p[i].used;
+                cl += VGPU_CHECK_SLACK;
+                cp++;
+                if (worse(p, i, cw))
+                    cw = (int)i;
+            }
+            if (o->usage) {
+                o->usage[j].nvml_bytes = cu;
+                o->usage[j].nvml_procs = cp;
+            }
+            if (cw >= 0 && cu > cl) {
+                punish(o, ret, max, nf, j, p[cw].pid, cu, cl);
+                found = true;
+            }
+        }
         for (size_t i = 0; i < np; i++) {
             if (p[i].target != (int)ti)
                 continue;
             used += p[i].used;
             limit += VGPU_CHECK_SLACK;
-            if (worst < 0 || p[i].unreported > p[worst].unreported ||
-                (p[i].unreported == p[worst].unreported && p[i].used > p[worst].used))
+            procs++;
+            if (worse(p, i, worst))
                 worst = (int)i;
         }
         for (size_t j = ti; o->usage && j < n; j++)
-            if (same_group(&t[ti], &t[j])) {
+            if (same_group(&t[ti], &t[j]) && (!t[j].container_id || !t[j].container_id[0])) {
                 o->usage[j].nvml_bytes = used;
-                o->usage[j].nvml_procs = 0;
-                for (size_t i = 0; i < np; i++)
-                    o->usage[j].nvml_procs += p[i].target == (int)ti;
+                o->usage[j].nvml_procs = procs;
             }
-        if (worst < 0 || used <= limit)
+        if (found || worst < 0 || used <= limit)
             continue;
-        struct vgpu_check_finding f = {
-            VGPU_CHECK_OVER_QUOTA, ti, p[worst].pid, used, limit, -1, false, 0, false, 0};
-        if (o->action == VGPU_OVER_QUOTA_KILL) {
-            if (kill((pid_t)p[worst].pid, SIGKILL) == 0)
-                f.killed = true;
-            else
-                f.kill_errno = errno;
-        }
-        add(ret, max, nf, f);
+        punish(o, ret, max, nf, p[worst].exact >= 0 ? (size_t)p[worst].exact : ti, p[worst].pid,
+               used, limit);
     }
     return 0;
 }

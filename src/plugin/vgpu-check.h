@@ -43,6 +43,10 @@ struct vgpu_check_target {
     const char *region;    /* host path of its usage region file, or NULL */
     unsigned region_dev;   /* the GPU's device index in the region */
     unsigned cores;        /* its vcuda-core share, % of the GPU (compute check) */
+    /* Its container's runtime id (status.containerStatuses[].containerID without the
+     * "containerd://"), or NULL/"" when unknown: processes whose cgroup names it are
+     * checked against this container's limit alone and reported on it. */
+    const char *container_id;
 };
 
 /* What one target's container uses now (vgpu_check_options.usage). */

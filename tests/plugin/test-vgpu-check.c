@@ -66,6 +66,9 @@ static void setup(void)
     mkdir(proc_root, 0755);
 }
 
+/* The container id (64 digits of it) the next start() writes in the cgroup path. */
+static int next_cid = 1;
+
 /* Starts emu-hold holding mib MiB on GPU 0; pod != NULL puts it in that pod's cgroup. */
 static struct hold start(const char *pod, unsigned mib)
 {
@@ -107,7 +110,7 @@ static struct hold start(const char *pod, unsigned mib)
         fprintf(c,
                 "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/"
                 "cri-containerd-%064d.scope\n",
-                u, 1);
+                u, next_cid);
         fclose(c);
     }
     return h;
@@ -132,7 +135,7 @@ static struct vgpu_check_target target(const char *pod, const char *ctr, uint64_
                                        const char *region)
 {
     return (struct vgpu_check_target){
-        pod, "default", strcmp(pod, POD_A) == 0 ? "a" : "b", ctr, uuid, limit, region, 0, 30};
+        pod, "default", strcmp(pod, POD_A) == 0 ? "a" : "b", ctr, uuid, limit, region, 0, 30, NULL};
 }
 
 static bool alive(pid_t pid)
@@ -214,6 +217,46 @@ TEST(two_containers_of_one_pod_share_their_quotas)
     CHECK(WIFSIGNALED(st));
     CHECK(alive(a2.pid));
     stop(&a2);
+}
+
+TEST(containers_told_apart_by_their_runtime_id)
+{
+    setup();
+    next_cid = 2;
+    struct hold a1 = start(POD_A, 40);
+    next_cid = 3;
+    struct hold a2 = start(POD_A, 10);
+    next_cid = 1;
+    char id1[80], id2[80];
+    snprintf(id1, sizeof(id1), "%064d", 2);
+    snprintf(id2, sizeof(id2), "%064d", 3);
+    struct vgpu_check_target t[] = {target(POD_A, "one", 64 * MiB, NULL),
+                                    target(POD_A, "two", 8 * MiB, NULL)};
+    t[0].container_id = id1;
+    t[1].container_id = id2;
+    struct vgpu_check_usage u[2];
+    struct vgpu_check_options o = {
+        .proc_root = proc_root, .action = VGPU_OVER_QUOTA_KILL, .usage = u};
+    struct vgpu_check_finding f[4];
+    size_t n = 0;
+    /* the pod is within 72 MiB, but "two" holds 10 MiB (+ context) of its 8: it is the
+     * finding, named as its own container, and its process is the one killed */
+    REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 2, &o, f, 4, &n), 0);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(f[0].kind, VGPU_CHECK_OVER_QUOTA);
+    CHECK_EQ_INT(f[0].target, 1);
+    CHECK_EQ_INT(f[0].pid, a2.pid);
+    CHECK_EQ_U64(f[0].limit, 8 * MiB + VGPU_CHECK_SLACK);
+    CHECK(f[0].killed);
+    /* usage per container, not the pod's total on each */
+    CHECK_EQ_INT(u[0].nvml_procs, 1);
+    CHECK_EQ_INT(u[1].nvml_procs, 1);
+    CHECK_GE_U64(u[0].nvml_bytes, 40 * MiB);
+    CHECK(u[1].nvml_bytes >= 10 * MiB && u[1].nvml_bytes < 40 * MiB);
+    int st = stop(&a2);
+    CHECK(WIFSIGNALED(st));
+    CHECK(alive(a1.pid));
+    stop(&a1);
 }
 
 TEST(region_that_under_reports_is_flagged)

@@ -204,6 +204,16 @@ int vgpu_kube_event(struct vgpu_kube *k, const char *ns, const char *pod, const 
     return 1;
 }
 
+const char *vgpu_kube_container_id(struct vgpu_kube *k, const char *pod_uid, const char *container)
+{
+    size_t n;
+    const struct kube_pod *const *pods = kube_podwatch_pods(k->watch, &n);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(pods[i]->uid, pod_uid) == 0)
+            return kube_pod_container_id(pods[i], container);
+    return NULL;
+}
+
 static const struct vgpu_pods_ops kube_pods_ops = {op_pending, op_annotate};
 
 static void on_state(struct kube_podwatch *w, const char *error, void *user_data)

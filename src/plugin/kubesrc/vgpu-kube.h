@@ -47,5 +47,10 @@ struct vgpu_kube *vgpu_kube_free(struct vgpu_kube *k);
 int vgpu_kube_event(struct vgpu_kube *k, const char *ns, const char *pod, const char *pod_uid,
                     const char *container, const char *reason, const char *message);
 
+/* The runtime id of the container of the pod with this uid, from the watch cache's
+ * status.containerStatuses (borrowed until the loop runs again), or NULL when not known
+ * (the pod or container not seen, not started yet). */
+const char *vgpu_kube_container_id(struct vgpu_kube *k, const char *pod_uid, const char *container);
+
 /* The pod source over k (k must outlive its use). */
 struct vgpu_pods vgpu_kube_pods(struct vgpu_kube *k);
