@@ -22,6 +22,7 @@ static const struct accelctl_command commands[] = {
      accelctl_cmd_plugin},
     {"mps", "show MPS control daemons: state, defaults, servers, clients", accelctl_cmd_mps},
     {"dra", "the DRA driver's slice, device health and prepared claims", accelctl_cmd_dra},
+    {"vgpu", "show vGPU shares, quotas, usage and host-side check findings", accelctl_cmd_vgpu},
 };
 
 static void usage(FILE *f)

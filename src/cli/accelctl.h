@@ -19,6 +19,8 @@ int accelctl_cmd_plugin(int argc, char **argv);
 int accelctl_cmd_mps(int argc, char **argv);
 /* src/cli/cmd-dra.c: the DRA driver's slice, devices' health and prepared claims */
 int accelctl_cmd_dra(int argc, char **argv);
+/* src/cli/cmd-vgpu.c: vGPU shares, quotas, usage and findings (acceld's status file) */
+int accelctl_cmd_vgpu(int argc, char **argv);
 /* The device list a plugin serves now (its first ListAndWatch message): every
  * ID (owned, NULL-terminated array) and whether the plugin calls it Healthy
  * (owned). Waits a few seconds for the socket. On failure says why on stderr

@@ -52,6 +52,7 @@ struct kube_pod *kube_pod_free(struct kube_pod *p)
     containers_free(p->containers, p->n_containers);
     containers_free(p->init_containers, p->n_init_containers);
     kv_free(p->annotations, p->n_annotations);
+    kv_free(p->container_ids, p->n_container_ids);
     free(p);
     return NULL;
 }
@@ -115,6 +116,53 @@ static int get_map(const json_t *o, const char *key, struct kube_kv **ret, size_
     }
     *ret = kv;
     *ret_n = i;
+    return 0;
+}
+
+/* status.containerStatuses: container name -> the runtime's id (after "<runtime>://"); a
+ * container not started yet has no containerID and is left out. */
+static int get_container_ids(const json_t *status, struct kube_kv **ret, size_t *ret_n, char *err,
+                             size_t errlen)
+{
+    json_t *a = json_object_get(status, "containerStatuses");
+    *ret = NULL;
+    *ret_n = 0;
+    if (!a || json_is_null(a))
+        return 0;
+    if (!json_is_array(a) || json_array_size(a) > MAX_CONTAINERS)
+        return errbuf_printf(err, errlen, "pod: status.containerStatuses is not a list");
+    struct kube_kv *kv = calloc(json_array_size(a) ? json_array_size(a) : 1, sizeof(*kv));
+    if (!kv)
+        return -ENOMEM;
+    size_t n = 0, i;
+    json_t *e;
+    json_array_foreach(a, i, e)
+    {
+        char *name = NULL, *id = NULL;
+        int r = json_is_object(e)
+                    ? get_str(e, "name", true, &name, err, errlen)
+                    : errbuf_printf(err, errlen, "pod: a containerStatuses entry is not an object");
+        if (r == 0)
+            r = get_str(e, "containerID", false, &id, err, errlen);
+        if (r < 0) {
+            free(name);
+            free(id);
+            kv_free(kv, n);
+            return r;
+        }
+        const char *sep = strstr(id, "://");
+        if (!id[0] || !sep || !sep[3]) {
+            free(name);
+            free(id);
+            continue;
+        }
+        memmove(id, sep + 3, strlen(sep + 3) + 1);
+        kv[n].key = name;
+        kv[n].value = id;
+        n++;
+    }
+    *ret = kv;
+    *ret_n = n;
     return 0;
 }
 
@@ -229,6 +277,8 @@ int kube_pod_from_json(const json_t *obj, struct kube_pod **ret, char *err, size
         r = get_map(meta, "annotations", &p->annotations, &p->n_annotations, err, errlen);
     if (r == 0)
         r = get_containers(spec, "containers", &p->containers, &p->n_containers, err, errlen);
+    if (r == 0)
+        r = get_container_ids(status, &p->container_ids, &p->n_container_ids, err, errlen);
     if (r == 0)
         r = get_containers(spec, "initContainers", &p->init_containers, &p->n_init_containers, err,
                            errlen);
@@ -365,6 +415,11 @@ const char *kube_pod_annotation(const struct kube_pod *pod, const char *key)
     return kv_get(pod->annotations, pod->n_annotations, key);
 }
 
+const char *kube_pod_container_id(const struct kube_pod *pod, const char *container)
+{
+    return kv_get(pod->container_ids, pod->n_container_ids, container);
+}
+
 const struct kube_container *kube_pod_container(const struct kube_pod *pod, const char *name)
 {
     for (size_t i = 0; i < pod->n_containers; i++)
@@ -423,7 +478,8 @@ int kube_pod_dup(const struct kube_pod *s, struct kube_pod **ret)
                            .deleting = s->deleting,
                            .n_containers = s->n_containers,
                            .n_init_containers = s->n_init_containers,
-                           .n_annotations = s->n_annotations};
+                           .n_annotations = s->n_annotations,
+                           .n_container_ids = s->n_container_ids};
     /* on a failed strdup/calloc below, the counts bound what kube_pod_free walks: arrays are
      * calloc'd whole, so unfilled entries are NULL */
     if (!(p->uid = strdup(s->uid)) || !(p->namespace = strdup(s->namespace)) ||
@@ -431,13 +487,16 @@ int kube_pod_dup(const struct kube_pod *s, struct kube_pod **ret)
         !(p->phase = strdup(s->phase)) || !(p->resource_version = strdup(s->resource_version)) ||
         containers_dup(s->containers, s->n_containers, &p->containers) < 0 ||
         containers_dup(s->init_containers, s->n_init_containers, &p->init_containers) < 0 ||
-        kv_dup(s->annotations, s->n_annotations, &p->annotations) < 0) {
+        kv_dup(s->annotations, s->n_annotations, &p->annotations) < 0 ||
+        kv_dup(s->container_ids, s->n_container_ids, &p->container_ids) < 0) {
         if (!p->containers)
             p->n_containers = 0;
         if (!p->init_containers)
             p->n_init_containers = 0;
         if (!p->annotations)
             p->n_annotations = 0;
+        if (!p->container_ids)
+            p->n_container_ids = 0;
         kube_pod_free(p);
         return -ENOMEM;
     }

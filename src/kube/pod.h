@@ -38,6 +38,10 @@ struct kube_pod {
     size_t n_init_containers;
     struct kube_kv *annotations;
     size_t n_annotations;
+    /* status.containerStatuses of started containers: name → runtime id (the part after
+     * "containerd://", "cri-o://", "docker://"), as /proc/<pid>/cgroup names it */
+    struct kube_kv *container_ids;
+    size_t n_container_ids;
 };
 
 enum kube_watch_type {
@@ -73,6 +77,8 @@ int kube_watch_event_parse(const char *line, size_t len, struct kube_watch_event
 
 /* The annotation's value (borrowed), or NULL. */
 const char *kube_pod_annotation(const struct kube_pod *pod, const char *key);
+/* The runtime id of the started container named container (borrowed), or NULL. */
+const char *kube_pod_container_id(const struct kube_pod *pod, const char *container);
 /* The container named name (borrowed), or NULL. */
 const struct kube_container *kube_pod_container(const struct kube_pod *pod, const char *name);
 /* The quantity text of requests[resource] / limits[resource] (borrowed), or NULL. */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "accel-config.h"
@@ -28,6 +29,7 @@
 #include "podresources.pb-c.h"
 #include "util.h"
 #include "vgpu-check.h"
+#include "vgpu-status.h"
 #include "vgpu.h"
 #ifdef ACCELD_HAVE_KUBE
 #include "vgpu-kube.h"
@@ -90,7 +92,10 @@ struct agent {
     struct vgpu_kube *kube; /* the API server's watch cache behind pods */
 #endif
     uint64_t recovery_timer;
-    uint64_t vgpu_check_timer; /* the host-side check (vgpu.checkInterval) */
+    uint64_t vgpu_check_timer;              /* the host-side check (vgpu.checkInterval) */
+    struct vgpu_status_recent *vgpu_recent; /* its last findings (accelctl vgpu) */
+    struct vgpu_check_state *vgpu_cstate;   /* its compute half's memory (NULL: off) */
+    uint64_t vgpu_thaw_timer;               /* thaws what vgpu.computeAction froze */
     int exit_code;
 };
 
@@ -306,63 +311,103 @@ static void recovery_arm(struct agent *a)
 
 static void vgpu_check_arm(struct agent *a);
 
+static uint64_t mono_ms(void)
+{
+    return mono_ns() / 1000000;
+}
+
+/* Thaws the containers whose vgpu.freezePeriod is over; again while some
+ * are still frozen. */
+static void on_vgpu_thaw(struct ev_loop *loop, void *user_data)
+{
+    struct agent *a = user_data;
+    a->vgpu_thaw_timer = 0;
+    if (vgpu_check_thaw_due(a->vgpu_cstate, mono_ms()))
+        ev_loop_add_timer(loop, a->cfg.vgpu_freeze_period_ns / 4 + 1000000, on_vgpu_thaw, a,
+                          &a->vgpu_thaw_timer);
+}
+
 static void vgpu_check_report(struct agent *a, const struct vgpu_check_target *t,
                               const struct vgpu_check_finding *f)
 {
     const struct vgpu_check_target *g = &t[f->target];
-    if (f->kind == VGPU_CHECK_UNDER_REPORT) {
-        log_warn("vGPU check: %s/%s container %s on GPU %s: process %u holds %llu bytes but its "
-                 "usage region says %llu%s (it bypasses or tampers with libvcuda)",
-                 g->ns, g->pod, g->container, g->gpu_uuid, f->pid, (unsigned long long)f->used,
-                 (unsigned long long)f->limit, f->slot < 0 ? " (it has no slot)" : "");
-        return;
-    }
-    char act[96];
-    if (f->killed)
-        snprintf(act, sizeof(act), "process %u killed (vgpu.overQuotaAction kill)", f->pid);
-    else if (f->kill_errno)
-        snprintf(act, sizeof(act), "killing process %u failed: %s", f->pid,
-                 strerror(f->kill_errno));
+    char msg[1024];
+    vgpu_status_describe(f, t, msg, sizeof(msg));
+    if (f->kind != VGPU_CHECK_OVER_QUOTA)
+        log_warn("vGPU check: %s/%s %s", g->ns, g->pod, msg);
     else
-        snprintf(act, sizeof(act),
-                 "largest offender process %u left running "
-                 "(vgpu.overQuotaAction none)",
-                 f->pid);
-    /* No Kubernetes Event yet: src/kube has no Event writer (docs/vgpu.md). */
-    log_error("vGPU check: %s/%s container %s on GPU %s uses %llu bytes of device memory, over "
-              "its quota of %llu; %s; no Kubernetes Event posted (not built yet)",
-              g->ns, g->pod, g->container, g->gpu_uuid, (unsigned long long)f->used,
-              (unsigned long long)f->limit, act);
+        log_error("vGPU check: %s/%s %s", g->ns, g->pod, msg);
+#ifdef ACCELD_HAVE_KUBE
+    /* a Warning Event on the pod, posted on the loop (never waited for) */
+    if (a->kube)
+        vgpu_kube_event(a->kube, g->ns, g->pod, g->pod_uid, g->container,
+                        f->kind == VGPU_CHECK_UNDER_REPORT ? VGPU_EVENT_UNDER_REPORT
+                        : f->kind == VGPU_CHECK_OVER_SHARE ? VGPU_EVENT_OVER_SHARE
+                                                           : VGPU_EVENT_OVER_QUOTA,
+                        msg);
+#endif
 }
 
+/* One pass of the host-side check over every complete, non-whole
+ * assignment; the findings are logged and the status file (accelctl vgpu)
+ * rewritten. */
 static void vgpu_check_once(struct agent *a)
 {
-    size_t n = vgpu_assignment_count(a->vgpu);
-    if (n == 0)
-        return;
-    struct vgpu_check_target *t = calloc(n, sizeof(*t));
-    char(*regions)[ACCELD_PATH_MAX + 8] = calloc(n, sizeof(*regions));
+    size_t n = vgpu_assignment_count(a->vgpu), cap = n ? n : 1;
+    struct vgpu_check_target *t = calloc(cap, sizeof(*t));
+    struct vgpu_check_usage *u = calloc(cap, sizeof(*u));
+    char(*regions)[ACCELD_PATH_MAX + 8] = calloc(cap, sizeof(*regions));
     struct vgpu_check_finding f[32];
     size_t k = 0, nf = 0;
-    for (size_t i = 0; t && regions && i < n; i++) {
+    for (size_t i = 0; t && u && regions && i < n; i++) {
         struct vgpu_assignment_info as;
         if (vgpu_assignment_get(a->vgpu, i, &as) < 0 || as.whole || !as.complete || !as.gpu_uuid[0])
             continue;
         snprintf(regions[k], sizeof(regions[k]), "%s/usage", as.region);
-        t[k] = (struct vgpu_check_target){as.pod_uid,  as.ns,           as.pod,     as.container,
-                                          as.gpu_uuid, as.memory_bytes, regions[k], 0};
+        const char *cid = NULL;
+#ifdef ACCELD_HAVE_KUBE
+        if (a->kube) /* the container's runtime id: findings per container */
+            cid = vgpu_kube_container_id(a->kube, as.pod_uid, as.container);
+#endif
+        t[k] = (struct vgpu_check_target){
+            as.pod_uid,      as.ns,      as.pod, as.container,       as.gpu_uuid,
+            as.memory_bytes, regions[k], 0,      (unsigned)as.cores, cid};
         k++;
     }
-    struct vgpu_check_options o = {a->cfg.proc_root, a->cfg.vgpu_over_quota_kill
-                                                         ? VGPU_OVER_QUOTA_KILL
-                                                         : VGPU_OVER_QUOTA_NONE};
-    int r = (t && regions) ? vgpu_check_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf) : -ENOMEM;
+    struct vgpu_check_options o = {
+        a->cfg.proc_root,
+        a->cfg.vgpu_over_quota_kill ? VGPU_OVER_QUOTA_KILL : VGPU_OVER_QUOTA_NONE,
+        u,
+        a->vgpu_cstate,
+        a->cfg.vgpu_compute_freeze ? VGPU_COMPUTE_FREEZE : VGPU_COMPUTE_NONE,
+        a->cfg.vgpu_cgroup_root,
+        a->cfg.vgpu_freeze_period_ns / 1000000,
+        mono_ms()};
+    int r =
+        (t && u && regions) ? vgpu_check_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf) : -ENOMEM;
     if (r < 0)
         log_warn("vGPU check: cannot read every vGPU GPU's processes: %s", strerror(-r));
-    for (size_t i = 0; i < nf && i < ARRAY_SIZE(f); i++)
+    nf = nf < ARRAY_SIZE(f) ? nf : ARRAY_SIZE(f);
+    for (size_t i = 0; i < nf; i++)
         vgpu_check_report(a, t, &f[i]);
+    struct vgpu_status_pass pass = {(int64_t)time(NULL),
+                                    t,
+                                    u,
+                                    t && u && regions ? k : 0,
+                                    f,
+                                    nf,
+                                    vgpu_over_quota_action_name(o.action),
+                                    a->cfg.vgpu_check_interval_ns / 1000000,
+                                    a->vgpu_recent};
+    r = vgpu_status_write(a->vgpu, a->cfg.state_dir, &pass);
+    if (r < 0)
+        log_warn("vGPU: cannot write the status file for accelctl: %s", strerror(-r));
     free(t);
+    free(u);
     free(regions);
+    if (a->vgpu_cstate && !a->vgpu_thaw_timer && vgpu_check_thaw_due(a->vgpu_cstate, mono_ms()))
+        ev_loop_add_timer(a->loop, a->cfg.vgpu_freeze_period_ns, on_vgpu_thaw, a,
+                          &a->vgpu_thaw_timer);
 }
 
 static void on_vgpu_check(struct ev_loop *loop, void *user_data)
@@ -632,6 +677,10 @@ static int make_providers(struct agent *a)
             log_error("cannot start vGPU mode: %s", err);
             goto out;
         }
+        /* NULL (no memory): the status file lists no recent findings */
+        a->vgpu_recent = calloc(1, sizeof(*a->vgpu_recent));
+        if (vgpu_check_state_new(&a->vgpu_cstate) < 0)
+            log_warn("vGPU: out of memory: the compute half of the host-side check is off");
         for (int k = 0; k < 2; k++) {
             struct served *s = &a->served[a->n_served++];
             s->kind = k == 0 ? SERVED_VGPU_CORES : SERVED_VGPU_MEMORY;
@@ -923,6 +972,11 @@ static int start(struct agent *a)
     if (a->vgpu) {
         podres_list(a);
         pods_start(a);
+        /* accelctl vgpu sees the GPUs and restored shares before the first pass */
+        struct vgpu_status_pass none = {.action = a->cfg.vgpu_over_quota_kill ? "kill" : "none",
+                                        .interval_ms = a->cfg.vgpu_check_interval_ns / 1000000};
+        if ((r = vgpu_status_write(a->vgpu, a->cfg.state_dir, &none)) < 0)
+            log_warn("vGPU: cannot write the status file for accelctl: %s", strerror(-r));
     }
     recovery_arm(a);
     vgpu_check_arm(a);
@@ -943,6 +997,8 @@ static void stop(struct agent *a)
         ev_loop_cancel_timer(a->loop, a->recovery_timer);
     if (a->loop && a->vgpu_check_timer)
         ev_loop_cancel_timer(a->loop, a->vgpu_check_timer);
+    if (a->loop && a->vgpu_thaw_timer)
+        ev_loop_cancel_timer(a->loop, a->vgpu_thaw_timer);
     /* everything that registered with the loop goes before it */
     a->podres = grpc_client_free(a->podres);
 #ifdef ACCELD_HAVE_KUBE
@@ -953,6 +1009,10 @@ static void stop(struct agent *a)
     a->vgpu = vgpu_free(a->vgpu);
     for (size_t i = 0; i < a->n_shared; i++)
         a->shared[i] = shared_free(a->shared[i]);
+    free(a->vgpu_recent);
+    a->vgpu_recent = NULL;
+    /* never leave a container frozen behind us */
+    a->vgpu_cstate = vgpu_check_state_free(a->vgpu_cstate);
     free(a->hstate);
     free(a->map);
     free(a->uuids);

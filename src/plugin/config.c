@@ -61,6 +61,12 @@ const struct acceld_config_key acceld_config_keys[] = {
      "DRA mode: how long a prepare waits for its ResourceClaim on the API server"},
     {"mpsControl", "mps-control",
      "the nvidia-cuda-mps-control binary for MPS sharing (default: found on PATH)"},
+    {"allocateWait", "allocate-wait",
+     "how long an Allocate waits for its pod to reach the watch cache (vGPU; 0 = not at all)"},
+    {"vgpu.computeAction", "vgpu-compute-action",
+     "none|freeze: what the host-side check does to a container above its vcuda-core share"},
+    {"vgpu.freezePeriod", "vgpu-freeze-period", "how long a freeze lasts (vgpu.computeAction)"},
+    {"vgpu.cgroupRoot", "vgpu-cgroup-root", "where the host's cgroup v2 tree is mounted"},
     {NULL, NULL, NULL},
 };
 
@@ -92,6 +98,9 @@ void acceld_config_defaults(struct acceld_config *cfg)
              "tencent.com/vcuda-memory");
     cfg->vgpu_memory_unit = 256ull << 20;
     cfg->vgpu_check_interval_ns = 10ull * 1000000000ull;
+    cfg->vgpu_freeze_period_ns = 1000000000ull;
+    cfg->allocate_wait_ns = 5000000000ull;
+    copy_str(cfg->vgpu_cgroup_root, sizeof(cfg->vgpu_cgroup_root), "/sys/fs/cgroup");
     cfg->strategy = ACCELD_STRATEGY_ENVVAR;
     copy_str(cfg->cdi_dir, sizeof(cfg->cdi_dir), "/var/run/cdi");
     copy_str(cfg->cdi_vendor, sizeof(cfg->cdi_vendor), "nvidia.com");
@@ -472,6 +481,17 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
             return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of none|kill", key, v);
     } else if (strcmp(key, "vgpu.checkInterval") == 0) {
         r = set_duration(&c.vgpu_check_interval_ns, key, v, true, err, errlen);
+    } else if (strcmp(key, "vgpu.computeAction") == 0) {
+        if (strcmp(v, "none") == 0 || strcmp(v, "freeze") == 0)
+            c.vgpu_compute_freeze = v[0] == 'f';
+        else
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of none|freeze", key, v);
+    } else if (strcmp(key, "allocateWait") == 0) {
+        r = set_duration(&c.allocate_wait_ns, key, v, true, err, errlen);
+    } else if (strcmp(key, "vgpu.freezePeriod") == 0) {
+        r = set_duration(&c.vgpu_freeze_period_ns, key, v, false, err, errlen);
+    } else if (strcmp(key, "vgpu.cgroupRoot") == 0) {
+        r = set_abs_path(c.vgpu_cgroup_root, sizeof(c.vgpu_cgroup_root), key, v, err, errlen);
     } else if (strcmp(key, "mode") == 0) {
         if (mode_parse(v, strlen(v), &c.mode) < 0)
             return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of pgpu|vgpu|dra", key, v);
@@ -853,6 +873,14 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         snprintf(buf, len, "%s", cfg->dra_gpu_sharing);
     } else if (strcmp(key, "dra.claimWait") == 0) {
         format_duration(cfg->dra_claim_wait_ns, buf, len);
+    } else if (strcmp(key, "vgpu.computeAction") == 0) {
+        snprintf(buf, len, "%s", cfg->vgpu_compute_freeze ? "freeze" : "none");
+    } else if (strcmp(key, "allocateWait") == 0) {
+        format_duration(cfg->allocate_wait_ns, buf, len);
+    } else if (strcmp(key, "vgpu.freezePeriod") == 0) {
+        format_duration(cfg->vgpu_freeze_period_ns, buf, len);
+    } else if (strcmp(key, "vgpu.cgroupRoot") == 0) {
+        snprintf(buf, len, "%s", cfg->vgpu_cgroup_root);
     } else
         return -ENOENT;
     return 0;

@@ -68,13 +68,17 @@ struct acceld_config {
     int vgpu_policy;                            /* vgpu.policy: 0 binpack, 1 spread */
     bool vgpu_over_quota_kill;                  /* vgpu.overQuotaAction: kill (else none) */
     uint64_t vgpu_check_interval_ns;            /* vgpu.checkInterval; 0 = never */
-    char gpu_modes[ACCELD_PATH_MAX];            /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
-    char dra_registry_dir[ACCELD_PATH_MAX];     /* dra.registryDir */
-    char dra_plugin_dir[ACCELD_PATH_MAX];       /* dra.pluginDir; "" = <kubelet>/plugins/<driver> */
-    bool dra_shared;                            /* dra.sharing: shared (else exclusive) */
-    uint64_t dra_claim_wait_ns;                 /* dra.claimWait */
-    char dra_gpu_sharing[ACCELD_PATH_MAX];      /* dra.gpuSharing: "SEL=exclusive|shared,..." */
-    char mps_control[ACCELD_PATH_MAX];          /* mpsControl; "" = found on PATH */
+    uint64_t allocate_wait_ns;      /* allocateWait: how long an Allocate waits for its pod */
+    bool vgpu_compute_freeze;       /* vgpu.computeAction: freeze (else none) */
+    uint64_t vgpu_freeze_period_ns; /* vgpu.freezePeriod */
+    char vgpu_cgroup_root[ACCELD_PATH_MAX]; /* vgpu.cgroupRoot */
+    char gpu_modes[ACCELD_PATH_MAX];        /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
+    char dra_registry_dir[ACCELD_PATH_MAX]; /* dra.registryDir */
+    char dra_plugin_dir[ACCELD_PATH_MAX];   /* dra.pluginDir; "" = <kubelet>/plugins/<driver> */
+    bool dra_shared;                        /* dra.sharing: shared (else exclusive) */
+    uint64_t dra_claim_wait_ns;             /* dra.claimWait */
+    char dra_gpu_sharing[ACCELD_PATH_MAX];  /* dra.gpuSharing: "SEL=exclusive|shared,..." */
+    char mps_control[ACCELD_PATH_MAX];      /* mpsControl; "" = found on PATH */
     /* The file holds NVIDIA's device-plugin sections (version, sharing, flags,
      * resources): acceld.c parses them with sharing.c. Not a key. */
     bool nvidia_sharing;

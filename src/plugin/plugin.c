@@ -63,6 +63,9 @@ struct acceld_plugin {
     uint64_t backoff_ns;
     unsigned attempts; /* since start, for debug logs */
 
+    /* Allocates waiting for the provider's data (allocateWait) */
+    struct parked *parked;
+
     /* inotify */
     int ino_fd;
     int ino_wd;
@@ -173,19 +176,51 @@ static void on_prefer(struct grpc_call *call, const struct grpc_request *req, vo
     acceld_wire_prefer_free(resp);
 }
 
-static void on_allocate(struct grpc_call *call, const struct grpc_request *req, void *user_data)
+/* An Allocate the provider cannot answer yet (-EAGAIN: for vGPU, the pod is
+ * not in the watch cache yet): kept, with its request bytes, and tried again
+ * every ALLOCATE_RETRY_NS on the loop until it is answered or allocateWait
+ * has passed. Nothing blocks meanwhile. */
+#define ALLOCATE_RETRY_NS (20ull * 1000000ull)
+struct parked {
+    struct parked *next;
+    struct acceld_plugin *p;
+    struct grpc_call *call;
+    uint8_t *data;
+    size_t len;
+    uint64_t deadline_ns;
+    uint64_t timer;
+};
+
+static void parked_drop(struct parked *k)
 {
-    struct acceld_plugin *p = user_data;
-    const V1beta1__AllocateRequest *m = (const void *)req->msg;
+    for (struct parked **pp = &k->p->parked; *pp; pp = &(*pp)->next)
+        if (*pp == k) {
+            *pp = k->next;
+            break;
+        }
+    ev_loop_cancel_timer(k->p->loop, k->timer);
+    if (k->call)
+        grpc_call_set_cancel_cb(k->call, NULL, NULL);
+    free(k->data);
+    free(k);
+}
+
+/* Answers call from m; returns false (call untouched) when the provider said
+ * -EAGAIN and park is true. */
+static bool answer_allocate(struct acceld_plugin *p, struct grpc_call *call,
+                            const V1beta1__AllocateRequest *m, bool park)
+{
     V1beta1__AllocateResponse *resp = NULL;
     char err[1024];
     int r = acceld_wire_allocate(p->wire, m, &resp, err, sizeof(err));
+    if (r == -EAGAIN && park)
+        return false;
     if (r < 0) {
         log_warn("Allocate refused: %s", r == -ENOMEM ? "out of memory" : err);
         grpc_call_finish(
             call, r == -ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT,
             r == -ENOMEM ? "out of memory" : err);
-        return;
+        return true;
     }
     grpc_call_reply_msg(call, &resp->base);
     if (log_enabled(LOG_LEVEL_INFO)) {
@@ -203,6 +238,60 @@ static void on_allocate(struct grpc_call *call, const struct grpc_request *req, 
             log_info("allocated %s: %s", p->cfg.resource_name, ids);
         }
     }
+    return true;
+}
+
+static void on_parked_cancel(struct grpc_call *call, void *user_data)
+{
+    parked_drop(user_data);
+    grpc_call_finish(call, GRPC_STATUS_CANCELLED, "the kubelet went away");
+}
+
+static void on_parked_retry(struct ev_loop *loop, void *user_data)
+{
+    struct parked *k = user_data;
+    k->timer = 0;
+    V1beta1__AllocateRequest *m = v1beta1__allocate_request__unpack(NULL, k->len, k->data);
+    struct grpc_call *call = k->call;
+    if (!m) { /* it unpacked before: only memory can fail */
+        parked_drop(k);
+        grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    /* answering frees the call: no cancel callback may point at k by then */
+    grpc_call_set_cancel_cb(call, NULL, NULL);
+    bool last = mono_ns() >= k->deadline_ns;
+    if (answer_allocate(k->p, call, m, !last)) {
+        k->call = NULL; /* finished */
+        parked_drop(k);
+    } else {
+        grpc_call_set_cancel_cb(call, on_parked_cancel, k);
+        ev_loop_add_timer(loop, ALLOCATE_RETRY_NS, on_parked_retry, k, &k->timer);
+    }
+    v1beta1__allocate_request__free_unpacked(m, NULL);
+}
+
+static void on_allocate(struct grpc_call *call, const struct grpc_request *req, void *user_data)
+{
+    struct acceld_plugin *p = user_data;
+    const V1beta1__AllocateRequest *m = (const void *)req->msg;
+    bool wait = p->cfg.allocate_wait_ns > 0;
+    if (answer_allocate(p, call, m, wait))
+        return;
+    struct parked *k = calloc(1, sizeof(*k));
+    uint8_t *data = k ? malloc(req->len ? req->len : 1) : NULL;
+    if (!data) {
+        free(k);
+        answer_allocate(p, call, m, false);
+        return;
+    }
+    memcpy(data, req->data, req->len);
+    *k =
+        (struct parked){p->parked, p, call, data, req->len, mono_ns() + p->cfg.allocate_wait_ns, 0};
+    p->parked = k;
+    log_info("an Allocate of %s waits for its pod (up to allocateWait)", p->cfg.resource_name);
+    grpc_call_set_cancel_cb(call, on_parked_cancel, k);
+    ev_loop_add_timer(p->loop, ALLOCATE_RETRY_NS, on_parked_retry, k, &k->timer);
 }
 
 static void on_prestart(struct grpc_call *call, const struct grpc_request *req, void *user_data)
@@ -597,6 +686,11 @@ struct acceld_plugin *acceld_plugin_free(struct acceld_plugin *p)
     while (p->n_watchers) {
         struct grpc_call *c = p->watchers[--p->n_watchers];
         grpc_call_set_cancel_cb(c, NULL, NULL);
+        grpc_call_finish(c, GRPC_STATUS_UNAVAILABLE, "acceld is shutting down");
+    }
+    while (p->parked) {
+        struct grpc_call *c = p->parked->call;
+        parked_drop(p->parked);
         grpc_call_finish(c, GRPC_STATUS_UNAVAILABLE, "acceld is shutting down");
     }
     free(p->watchers);

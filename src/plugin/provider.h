@@ -94,7 +94,10 @@ struct acceld_provider_ops {
     int (*prefer)(void *self, const struct acceld_prefer_req *req, const char **out, char *err,
                   size_t errlen);
     /* Fills out[0..n). 0, or -errno with a message in err (the kubelet shows
-     * it to the user: say what to do); on error nothing changed. */
+     * it to the user: say what to do); on error nothing changed. -EAGAIN:
+     * not yet (data the provider waits for, e.g. the pod in the watch
+     * cache): the transport calls again until allocateWait has passed, then
+     * sends err. */
     int (*allocate)(void *self, const struct acceld_alloc_req *reqs, size_t n,
                     struct acceld_alloc *out, char *err, size_t errlen);
     /* A GPU's health changed (uuid of the physical GPU; unknown ones are

@@ -7,11 +7,13 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "util.h"
 #include "region.h"
 
 struct proc_info {
@@ -20,6 +22,7 @@ struct proc_info {
     uint32_t ns_pid;     /* the pid in its own namespace (the region's) */
     int target;          /* its group's first target, -1: none on this GPU */
     uint64_t unreported; /* bytes above what its slot says (0: none) */
+    int exact;           /* the target of its own container (runtime id), -1: unknown */
 };
 
 /* The pid as the container sees it: the last NSpid of <root>/<pid>/status,
@@ -74,7 +77,8 @@ static void add(struct vgpu_check_finding *ret, size_t max, size_t *n, struct vg
 
 /* Audits the region of target t against the processes of its group. */
 static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info *p, size_t np,
-                  struct vgpu_check_finding *ret, size_t max, size_t *nf)
+                  struct vgpu_check_usage *usage, struct vgpu_check_finding *ret, size_t max,
+                  size_t *nf)
 {
     struct stat st;
     if (!t[ti].region || stat(t[ti].region, &st) < 0 || !S_ISREG(st.st_mode) ||
@@ -83,10 +87,14 @@ static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info
     struct vc_region r;
     if (vc_region_attach(t[ti].region, &r) < 0)
         return;
+    if (usage) {
+        usage[ti].region_ok = true;
+        usage[ti].region_bytes = vc_region_used(&r, t[ti].region_dev);
+    }
     struct vc_audit_proc ap[GPU_NVML_MAX_PROCS];
     size_t map[GPU_NVML_MAX_PROCS], k = 0;
     for (size_t i = 0; i < np; i++)
-        if (p[i].target == (int)ti) {
+        if ((p[i].exact >= 0 ? p[i].exact : p[i].target) == (int)ti) {
             ap[k] = (struct vc_audit_proc){p[i].ns_pid, p[i].used};
             map[k++] = i;
         }
@@ -100,11 +108,34 @@ static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info
             pi->unreported = af[j].nvml_bytes - af[j].region_bytes;
             add(ret, max, nf,
                 (struct vgpu_check_finding){VGPU_CHECK_UNDER_REPORT, ti, pi->pid, af[j].nvml_bytes,
-                                            af[j].region_bytes, af[j].slot, false, 0});
+                                            af[j].region_bytes, af[j].slot, false, 0, false, 0});
             break;
         }
     }
     vc_region_detach(&r);
+}
+
+/* Whether process i is a worse offender than process w (-1: none yet): the one its region
+ * under-reports the most (a bypassing process first), else the larger. */
+static bool worse(const struct proc_info *p, size_t i, int w)
+{
+    return w < 0 || p[i].unreported > p[w].unreported ||
+           (p[i].unreported == p[w].unreported && p[i].used > p[w].used);
+}
+
+/* An over-quota finding on target ti, with the configured action on pid. */
+static void punish(const struct vgpu_check_options *o, struct vgpu_check_finding *ret, size_t max,
+                   size_t *nf, size_t ti, unsigned pid, uint64_t used, uint64_t limit)
+{
+    struct vgpu_check_finding f = {
+        VGPU_CHECK_OVER_QUOTA, ti, pid, used, limit, -1, false, 0, false, 0};
+    if (o->action == VGPU_OVER_QUOTA_KILL) {
+        if (kill((pid_t)pid, SIGKILL) == 0)
+            f.killed = true;
+        else
+            f.kill_errno = errno;
+    }
+    add(ret, max, nf, f);
 }
 
 static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_check_target *t,
@@ -124,46 +155,319 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_
         return r;
     struct proc_info p[GPU_NVML_MAX_PROCS];
     for (size_t i = 0; i < np; i++) {
-        p[i] = (struct proc_info){gp[i].pid, gp[i].used_memory_bytes, 0, -1, 0};
+        p[i] = (struct proc_info){gp[i].pid, gp[i].used_memory_bytes, 0, -1, 0, -1};
         struct kube_cgroup_ref ref;
         if (gp[i].used_memory_bytes == UINT64_MAX ||
             kube_cgroup_read(o->proc_root, (pid_t)gp[i].pid, &ref) < 0)
             continue; /* a host process, gone, or unreadable: not a tenant's */
         p[i].target = first_of_group(t, n, ref.pod_uid, uuid);
         p[i].ns_pid = ns_pid(o->proc_root, gp[i].pid);
+        for (size_t j = 0; ref.container_id[0] && p[i].target >= 0 && j < n; j++)
+            if (t[j].container_id && strcmp(t[j].container_id, ref.container_id) == 0 &&
+                same_group(&t[j], &t[p[i].target]))
+                p[i].exact = (int)j;
     }
     for (size_t ti = 0; ti < n; ti++)
         if (strcmp(t[ti].gpu_uuid, uuid) == 0)
-            audit(t, ti, p, np, ret, max, nf);
-    /* One finding per over-quota group (pod and GPU). */
+            audit(t, ti, p, np, o->usage, ret, max, nf);
+    /* Per container first, where the cgroup names a container whose runtime id the target
+     * knows; then per group (pod and GPU) for what cannot be told apart, one finding per
+     * group at most. */
     for (size_t ti = 0; ti < n; ti++) {
         if (strcmp(t[ti].gpu_uuid, uuid) != 0 ||
             first_of_group(t, n, t[ti].pod_uid, uuid) != (int)ti)
             continue;
+        bool found = false;
         uint64_t limit = 0, used = 0;
-        for (size_t j = ti; j < n; j++)
-            if (same_group(&t[ti], &t[j]))
-                limit += t[j].memory_limit;
+        unsigned procs = 0;
         int worst = -1;
+        for (size_t j = ti; j < n; j++) {
+            if (!same_group(&t[ti], &t[j]))
+                continue;
+            limit += t[j].memory_limit;
+            if (!t[j].container_id || !t[j].container_id[0])
+                continue;
+            uint64_t cu = 0, cl = t[j].memory_limit;
+            unsigned cp = 0;
+            int cw = -1;
+            for (size_t i = 0; i < np; i++) {
+                if (p[i].exact != (int)j)
+                    continue;
+                cu += p[i].used;
+                cl += VGPU_CHECK_SLACK;
+                cp++;
+                if (worse(p, i, cw))
+                    cw = (int)i;
+            }
+            if (o->usage) {
+                o->usage[j].nvml_bytes = cu;
+                o->usage[j].nvml_procs = cp;
+            }
+            if (cw >= 0 && cu > cl) {
+                punish(o, ret, max, nf, j, p[cw].pid, cu, cl);
+                found = true;
+            }
+        }
         for (size_t i = 0; i < np; i++) {
             if (p[i].target != (int)ti)
                 continue;
             used += p[i].used;
             limit += VGPU_CHECK_SLACK;
-            if (worst < 0 || p[i].unreported > p[worst].unreported ||
-                (p[i].unreported == p[worst].unreported && p[i].used > p[worst].used))
+            procs++;
+            if (worse(p, i, worst))
                 worst = (int)i;
         }
-        if (worst < 0 || used <= limit)
+        for (size_t j = ti; o->usage && j < n; j++)
+            if (same_group(&t[ti], &t[j]) && (!t[j].container_id || !t[j].container_id[0])) {
+                o->usage[j].nvml_bytes = used;
+                o->usage[j].nvml_procs = procs;
+            }
+        if (found || worst < 0 || used <= limit)
             continue;
-        struct vgpu_check_finding f = {
-            VGPU_CHECK_OVER_QUOTA, ti, p[worst].pid, used, limit, -1, false, 0};
-        if (o->action == VGPU_OVER_QUOTA_KILL) {
-            if (kill((pid_t)p[worst].pid, SIGKILL) == 0)
-                f.killed = true;
-            else
-                f.kill_errno = errno;
+        punish(o, ret, max, nf, p[worst].exact >= 0 ? (size_t)p[worst].exact : ti, p[worst].pid,
+               used, limit);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ compute */
+
+#define STATE_GPUS 64
+#define STATE_GROUPS 1024
+#define STATE_FROZEN 256
+
+struct vgpu_check_state {
+    struct {
+        char uuid[96];
+        unsigned long long last_us; /* NVML's last sample time seen */
+    } gpu[STATE_GPUS];
+    struct {
+        char key[160]; /* "<pod uid>/<gpu uuid>" */
+        unsigned strikes;
+        bool seen; /* in this pass */
+    } group[STATE_GROUPS];
+    struct {
+        char path[4200]; /* its cgroup.freeze */
+        uint64_t until_ms;
+    } frozen[STATE_FROZEN];
+};
+
+int vgpu_check_state_new(struct vgpu_check_state **ret)
+{
+    *ret = calloc(1, sizeof(**ret));
+    return *ret ? 0 : -ENOMEM;
+}
+
+static int write_freeze(const char *path, const char *v)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return -errno;
+    int r = write(fd, v, 1) == 1 ? 0 : -errno;
+    close(fd);
+    return r;
+}
+
+size_t vgpu_check_thaw_due(struct vgpu_check_state *s, uint64_t now_ms)
+{
+    size_t left = 0;
+    for (size_t i = 0; s && i < STATE_FROZEN; i++) {
+        if (!s->frozen[i].path[0])
+            continue;
+        if (s->frozen[i].until_ms <= now_ms) {
+            write_freeze(s->frozen[i].path, "0"); /* a cgroup gone with its container: nothing */
+            s->frozen[i].path[0] = '\0';
+        } else {
+            left++;
         }
+    }
+    return left;
+}
+
+struct vgpu_check_state *vgpu_check_state_free(struct vgpu_check_state *s)
+{
+    vgpu_check_thaw_due(s, UINT64_MAX);
+    free(s);
+    return NULL;
+}
+
+static unsigned long long *last_seen(struct vgpu_check_state *s, const char *uuid)
+{
+    size_t free_i = STATE_GPUS;
+    for (size_t i = 0; i < STATE_GPUS; i++) {
+        if (strcmp(s->gpu[i].uuid, uuid) == 0)
+            return &s->gpu[i].last_us;
+        if (!s->gpu[i].uuid[0] && free_i == STATE_GPUS)
+            free_i = i;
+    }
+    if (free_i == STATE_GPUS)
+        return NULL;
+    snprintf(s->gpu[free_i].uuid, sizeof(s->gpu[free_i].uuid), "%s", uuid);
+    return &s->gpu[free_i].last_us;
+}
+
+/* The group's strike counter (created at 0), or NULL when the table is full. */
+static unsigned *strikes_of(struct vgpu_check_state *s, const char *pod_uid, const char *uuid)
+{
+    char key[160];
+    snprintf(key, sizeof(key), "%s/%s", pod_uid, uuid);
+    size_t free_i = STATE_GROUPS;
+    for (size_t i = 0; i < STATE_GROUPS; i++) {
+        if (strcmp(s->group[i].key, key) == 0) {
+            s->group[i].seen = true;
+            return &s->group[i].strikes;
+        }
+        if (!s->group[i].key[0] && free_i == STATE_GROUPS)
+            free_i = i;
+    }
+    if (free_i == STATE_GROUPS)
+        return NULL;
+    snprintf(s->group[free_i].key, sizeof(s->group[free_i].key), "%s", key);
+    s->group[free_i].strikes = 0;
+    s->group[free_i].seen = true;
+    return &s->group[free_i].strikes;
+}
+
+/* <cgroup_root><the process's cgroup v2 path>/cgroup.freeze, from
+ * <proc_root>/<pid>/cgroup's "0::" line. Returns 0 or -errno (-ENOENT: no v2
+ * line, -EINVAL: a path with "..", which no real cgroup has). */
+static int freeze_path(const struct vgpu_check_options *o, unsigned pid, char *buf, size_t len)
+{
+    char path[4096], text[8192];
+    snprintf(path, sizeof(path), "%s/%u/cgroup", o->proc_root ? o->proc_root : "/proc", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    if (n <= 0)
+        return -ENOENT;
+    text[n] = '\0';
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(l, "0::/", 4) != 0)
+            continue;
+        if (strstr(l, "/..") || strlen(l + 3) < 2)
+            return -EINVAL;
+        int k = snprintf(buf, len, "%s%s/cgroup.freeze",
+                         o->cgroup_root ? o->cgroup_root : "/sys/fs/cgroup", l + 3);
+        return k > 0 && (size_t)k < len ? 0 : -ENAMETOOLONG;
+    }
+    return -ENOENT;
+}
+
+static void freeze(struct vgpu_check_state *s, const struct vgpu_check_options *o,
+                   struct vgpu_check_finding *f)
+{
+    char path[4200];
+    int r = freeze_path(o, f->pid, path, sizeof(path));
+    if (r == 0)
+        r = write_freeze(path, "1");
+    if (r < 0) {
+        f->freeze_errno = -r;
+        return;
+    }
+    f->frozen = true;
+    size_t slot = STATE_FROZEN;
+    for (size_t i = 0; i < STATE_FROZEN && slot == STATE_FROZEN; i++)
+        if (strcmp(s->frozen[i].path, path) == 0)
+            slot = i;
+    for (size_t i = 0; i < STATE_FROZEN && slot == STATE_FROZEN; i++)
+        if (!s->frozen[i].path[0])
+            slot = i;
+    if (slot == STATE_FROZEN) { /* no room to remember the thaw: do not leave it frozen */
+        write_freeze(path, "0");
+        f->frozen = false;
+        f->freeze_errno = ENOSPC;
+        return;
+    }
+    snprintf(s->frozen[slot].path, sizeof(s->frozen[slot].path), "%s", path);
+    s->frozen[slot].until_ms = o->now_ms + o->freeze_ms;
+}
+
+/* The compute check of one GPU: the samples since the last pass, averaged
+ * per process, summed per group, against the group's cores. */
+static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_check_target *t,
+                         size_t n, const struct vgpu_check_options *o,
+                         struct vgpu_check_finding *ret, size_t max, size_t *nf)
+{
+    struct vgpu_check_state *s = o->state;
+    if (!nvml->nvmlDeviceGetProcessUtilization)
+        return -EOPNOTSUPP;
+    nvmlDevice_t dev;
+    nvmlReturn_t nr = nvml->nvmlDeviceGetHandleByUUID(uuid, &dev);
+    if (nr != NVML_SUCCESS)
+        return gpu_nvml_errno(nr);
+    unsigned long long *last = last_seen(s, uuid);
+    if (!last)
+        return -ENOSPC;
+    for (size_t ti = 0; ti < n; ti++) /* the groups here are live: keep their strikes */
+        if (strcmp(t[ti].gpu_uuid, uuid) == 0)
+            strikes_of(s, t[ti].pod_uid, uuid);
+    nvmlProcessUtilizationSample_t smp[GPU_NVML_MAX_PROCS * 4];
+    unsigned cnt = ARRAY_SIZE(smp);
+    nr = nvml->nvmlDeviceGetProcessUtilization(dev, smp, &cnt, *last);
+    if (nr == NVML_ERROR_NOT_FOUND)
+        return 0; /* no sample since the last pass: strikes stay as they are */
+    if (nr != NVML_SUCCESS)
+        return gpu_nvml_errno(nr);
+    /* per process: the mean of its samples */
+    struct {
+        unsigned pid;
+        unsigned sum, k;
+        int target;
+    } pr[GPU_NVML_MAX_PROCS];
+    size_t np = 0;
+    for (unsigned i = 0; i < cnt; i++) {
+        if (smp[i].timeStamp > *last)
+            *last = smp[i].timeStamp;
+        size_t j = 0;
+        while (j < np && pr[j].pid != smp[i].pid)
+            j++;
+        if (j == np) {
+            if (np == ARRAY_SIZE(pr))
+                continue;
+            struct kube_cgroup_ref ref;
+            pr[np].pid = smp[i].pid;
+            pr[np].sum = pr[np].k = 0;
+            pr[np].target = kube_cgroup_read(o->proc_root, (pid_t)smp[i].pid, &ref) < 0
+                                ? -1
+                                : first_of_group(t, n, ref.pod_uid, uuid);
+            np++;
+        }
+        pr[j].sum += smp[i].smUtil;
+        pr[j].k++;
+    }
+    for (size_t ti = 0; ti < n; ti++) {
+        if (strcmp(t[ti].gpu_uuid, uuid) != 0 ||
+            first_of_group(t, n, t[ti].pod_uid, uuid) != (int)ti)
+            continue;
+        uint64_t cores = 0, util = 0;
+        for (size_t j = ti; j < n; j++)
+            if (same_group(&t[ti], &t[j]))
+                cores += t[j].cores;
+        int worst = -1;
+        for (size_t i = 0; i < np; i++) {
+            if (pr[i].target != (int)ti)
+                continue;
+            unsigned u = pr[i].sum / pr[i].k;
+            util += u;
+            if (worst < 0 || u > pr[worst].sum / pr[worst].k)
+                worst = (int)i;
+        }
+        unsigned *strikes = strikes_of(s, t[ti].pod_uid, uuid);
+        if (!strikes)
+            continue;
+        if (cores == 0 || util <= cores + VGPU_CHECK_COMPUTE_TOLERANCE) {
+            *strikes = 0;
+            continue;
+        }
+        if (++*strikes < VGPU_CHECK_COMPUTE_STRIKES)
+            continue;
+        *strikes = 0; /* the next finding takes as many passes again */
+        struct vgpu_check_finding f = {
+            VGPU_CHECK_OVER_SHARE, ti, pr[worst].pid, util, cores, -1, false, 0, false, 0};
+        if (o->compute_action == VGPU_COMPUTE_FREEZE)
+            freeze(s, o, &f);
         add(ret, max, nf, f);
     }
     return 0;
@@ -177,6 +481,10 @@ int vgpu_check_run(struct gpu_nvml *nvml, const struct vgpu_check_target *target
         return -EINVAL;
     size_t nf = 0;
     int first_err = 0;
+    if (opts->usage)
+        memset(opts->usage, 0, n * sizeof(*opts->usage));
+    for (size_t i = 0; opts->state && i < STATE_GROUPS; i++)
+        opts->state->group[i].seen = false;
     for (size_t i = 0; i < n; i++) {
         bool seen = false;
         for (size_t j = 0; j < i && !seen; j++)
@@ -186,7 +494,16 @@ int vgpu_check_run(struct gpu_nvml *nvml, const struct vgpu_check_target *target
         int r = check_gpu(nvml, targets[i].gpu_uuid, targets, n, opts, ret, max, &nf);
         if (r < 0 && !first_err)
             first_err = r;
+        if (opts->state) {
+            r = check_compute(nvml, targets[i].gpu_uuid, targets, n, opts, ret, max, &nf);
+            if (r < 0 && !first_err)
+                first_err = r;
+        }
     }
+    /* groups gone since (their pod ended): forget their strikes */
+    for (size_t i = 0; opts->state && i < STATE_GROUPS; i++)
+        if (!opts->state->group[i].seen)
+            opts->state->group[i].key[0] = '\0';
     *ret_n = nf;
     return first_err;
 }

@@ -42,27 +42,74 @@ struct vgpu_check_target {
     uint64_t memory_limit; /* bytes */
     const char *region;    /* host path of its usage region file, or NULL */
     unsigned region_dev;   /* the GPU's device index in the region */
+    unsigned cores;        /* its vcuda-core share, % of the GPU (compute check) */
+    /* Its container's runtime id (status.containerStatuses[].containerID without the
+     * "containerd://"), or NULL/"" when unknown: processes whose cgroup names it are
+     * checked against this container's limit alone and reported on it. */
+    const char *container_id;
 };
+
+/* What one target's container uses now (vgpu_check_options.usage). */
+struct vgpu_check_usage {
+    uint64_t nvml_bytes;   /* NVML's figure for its group's processes on its GPU */
+    unsigned nvml_procs;   /* how many processes */
+    bool region_ok;        /* its usage region exists and could be read */
+    uint64_t region_bytes; /* what libvcuda's region says the container holds */
+};
+
+/* The compute half: what it remembers between passes (NVML's last sample
+ * time per GPU, how many passes in a row each group used more than its
+ * share, the cgroups it froze). vgpu_check_state_free thaws them all. */
+struct vgpu_check_state;
+enum vgpu_compute_action { VGPU_COMPUTE_NONE = 0, VGPU_COMPUTE_FREEZE = 1 };
+int vgpu_check_state_new(struct vgpu_check_state **ret);
+struct vgpu_check_state *vgpu_check_state_free(struct vgpu_check_state *s);
+/* Thaws the cgroups whose freeze ends at or before now_ms (monotonic);
+ * returns how many are still frozen. */
+size_t vgpu_check_thaw_due(struct vgpu_check_state *s, uint64_t now_ms);
+
+/* Over its share: the group's summed smUtil more than this many points
+ * above the sum of its cores, ... */
+#define VGPU_CHECK_COMPUTE_TOLERANCE 10
+/* ... in this many passes with samples in a row. */
+#define VGPU_CHECK_COMPUTE_STRIKES 3
 
 struct vgpu_check_options {
     const char *proc_root; /* NULL: "/proc" */
     enum vgpu_over_quota_action action;
+    /* Optional, n entries (one per target): filled with each target's usage.
+     * NVML's figure is its group's (pod and GPU), the same on each of the
+     * group's targets. */
+    struct vgpu_check_usage *usage;
+    /* The compute check runs when state is set: per-process utilization
+     * (nvmlDeviceGetProcessUtilization, the samples since the last pass)
+     * summed per group (pod and GPU) against the sum of its cores. */
+    struct vgpu_check_state *state;
+    enum vgpu_compute_action compute_action;
+    const char *cgroup_root; /* the cgroup v2 mount (NULL: "/sys/fs/cgroup") */
+    uint64_t freeze_ms;      /* how long a freeze lasts */
+    uint64_t now_ms;         /* monotonic time of the pass (freeze deadlines) */
 };
 
 enum vgpu_check_kind {
     VGPU_CHECK_OVER_QUOTA = 0, /* the group's NVML total exceeds its quota */
     VGPU_CHECK_UNDER_REPORT,   /* a process holds more than its region slot says */
+    VGPU_CHECK_OVER_SHARE,     /* the group's SM utilization above its cores, pass after pass */
 };
 
 struct vgpu_check_finding {
     enum vgpu_check_kind kind;
-    size_t target;  /* index of the (first) assignment of the group */
-    unsigned pid;   /* the offending process (host pid) */
-    uint64_t used;  /* OVER_QUOTA: the group's total; UNDER_REPORT: NVML's figure */
-    uint64_t limit; /* OVER_QUOTA: the group's quota; UNDER_REPORT: the slot's figure */
-    int slot;       /* UNDER_REPORT: its slot, -1 for none */
-    bool killed;    /* SIGKILL was sent */
-    int kill_errno; /* kill() failed with this (0: not tried or succeeded) */
+    size_t target;    /* index of the (first) assignment of the group */
+    unsigned pid;     /* the offending process (host pid) */
+    uint64_t used;    /* OVER_QUOTA: the group's total; UNDER_REPORT: NVML's figure;
+                         OVER_SHARE: the group's SM utilization, % */
+    uint64_t limit;   /* OVER_QUOTA: the group's quota; UNDER_REPORT: the slot's figure;
+                         OVER_SHARE: the group's cores */
+    int slot;         /* UNDER_REPORT: its slot, -1 for none */
+    bool killed;      /* SIGKILL was sent */
+    int kill_errno;   /* kill() failed with this (0: not tried or succeeded) */
+    bool frozen;      /* OVER_SHARE: its container's cgroup was frozen (freeze_ms) */
+    int freeze_errno; /* freezing failed with this */
 };
 
 /* One pass over every GPU named by targets. Writes up to max findings to ret

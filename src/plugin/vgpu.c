@@ -150,6 +150,21 @@ void vgpu_gpu_free_units(const struct vgpu *v, size_t idx, uint64_t *cores, uint
     free_units(v, idx, cores, memory);
 }
 
+size_t vgpu_gpu_count(const struct vgpu *v)
+{
+    return v ? v->n : 0;
+}
+
+int vgpu_gpu_get(const struct vgpu *v, size_t i, struct vgpu_gpu_info *ret)
+{
+    if (!v || i >= v->n)
+        return -ENOENT;
+    const struct gpu *g = &v->gpus[i];
+    *ret = (struct vgpu_gpu_info){g->uuid,       g->healthy,  VGPU_CORES_PER_GPU, g->mem_units,
+                                  g->used_cores, g->used_mem, v->unit_bytes};
+    return 0;
+}
+
 size_t vgpu_assignment_count(const struct vgpu *v)
 {
     return v->n_as;
@@ -561,7 +576,9 @@ static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, stru
                  "not assigned yet (is the pod bound to this node, and is the watch of the API "
                  "server current?)",
                  (unsigned long long)amount, res);
-        return -ENOENT;
+        /* the pod may not have reached the watch cache yet: the transport
+         * tries again until allocateWait has passed, then sends err */
+        return -EAGAIN;
     }
     if (!safe_component(p->pod_uid) || !safe_component(p->container) ||
         strlen(p->namespace) >= VGPU_NAME_MAX || strlen(p->pod_name) >= VGPU_NAME_MAX) {
@@ -746,6 +763,91 @@ static int op_find(void *self, const char *id)
     return (int)(w->v->gpus[g].base[w->r] + k);
 }
 
+/* GetPreferredAllocation: the IDs of the GPU the Allocate will choose, so
+ * that the kubelet's own count of free IDs per GPU matches acceld's. The
+ * container is found as Allocate finds it, without recording anything: an
+ * assignment waiting for this resource (its other resource came first), else
+ * the pending container that asks for exactly this amount, whose GPU
+ * choose() picks by policy. When neither is known (no pod source, no match),
+ * the least loaded GPUs first. must_include IDs always come first. */
+static int op_prefer(void *self, const struct acceld_prefer_req *req, const char **out, char *err,
+                     size_t errlen)
+{
+    struct view *w = self;
+    struct vgpu *v = w->v;
+    enum vgpu_resource r = w->r, o = r == VGPU_CORES ? VGPU_MEMORY : VGPU_CORES;
+    bool target[VGPU_MAX_GPUS] = {false};
+    bool known = false;
+    for (size_t a = 0; a < v->n_as && !known; a++) {
+        const struct assign *x = v->as[a];
+        if (!x->done[r] && x->done[o] && x->amount[r] == req->size) {
+            for (size_t k = 0; k < x->n_gpus; k++)
+                target[x->gpus[k]] = true;
+            known = true;
+        }
+    }
+    const struct vgpu_pending *list;
+    size_t n;
+    char why[256];
+    if (!known && v->pods.ops &&
+        v->pods.ops->pending(v->pods.self, &list, &n, why, sizeof(why)) == 0) {
+        for (size_t i = 0; i < n && !known; i++) {
+            uint64_t want = r == VGPU_CORES ? list[i].cores : list[i].memory;
+            if (want != req->size || assigned(v, list[i].pod_uid, list[i].container))
+                continue;
+            struct assign *tmp = calloc(1, sizeof(*tmp));
+            if (!tmp)
+                return -ENOMEM;
+            char e2[256];
+            if (choose(v, &list[i], tmp, e2, sizeof(e2)) == 0)
+                for (size_t k = 0; k < tmp->n_gpus; k++)
+                    target[tmp->gpus[k]] = true;
+            free(tmp);
+            known = true; /* a container that fits nowhere: any IDs, Allocate says why */
+        }
+    }
+    /* GPU order: the target ones, then by free units of r, most first */
+    size_t order[VGPU_MAX_GPUS], no = 0;
+    for (size_t i = 0; i < v->n; i++)
+        if (target[i])
+            order[no++] = i;
+    size_t rest = no;
+    for (size_t i = 0; i < v->n; i++)
+        if (!target[i])
+            order[no++] = i;
+    for (size_t i = rest; i < no; i++)
+        for (size_t j = i + 1; j < no; j++) {
+            uint64_t ci, mi, cj, mj;
+            free_units(v, order[i], &ci, &mi);
+            free_units(v, order[j], &cj, &mj);
+            if ((r == VGPU_CORES ? cj : mj) > (r == VGPU_CORES ? ci : mi)) {
+                size_t t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+        }
+    size_t got = 0;
+    for (size_t i = 0; i < req->n_must_include && got < req->size; i++)
+        out[got++] = req->must_include[i];
+    for (size_t g = 0; g < no && got < req->size; g++)
+        for (size_t i = 0; i < req->n_available && got < req->size; i++) {
+            int u = op_find(self, req->available[i]);
+            if (u < 0 || v->id_gpu[r][u] != order[g])
+                continue;
+            bool dup = false;
+            for (size_t k = 0; k < got && !dup; k++)
+                dup = strcmp(out[k], req->available[i]) == 0;
+            if (!dup)
+                out[got++] = req->available[i];
+        }
+    if (got < req->size) {
+        snprintf(err, errlen, "only %zu of the %zu %s IDs asked for are available", got, req->size,
+                 resource_label[r]);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 static uint64_t op_generation(void *self)
 {
     return ((struct view *)self)->generation;
@@ -770,7 +872,7 @@ static const struct acceld_provider_ops vgpu_ops = {
     .device = op_device,
     .find = op_find,
     .generation = op_generation,
-    .prefer = NULL, /* the GPU is chosen at Allocate, when the pod is known */
+    .prefer = op_prefer,
     .allocate = vgpu_allocate,
     .set_gpu_health = op_set_gpu_health,
 };

@@ -118,6 +118,18 @@ size_t vgpu_assignment_count(const struct vgpu *v);
 /* Free cores and memory units on GPU idx. */
 void vgpu_gpu_free_units(const struct vgpu *v, size_t idx, uint64_t *cores, uint64_t *memory);
 
+/* One GPU as accelctl sees it: its units and how many are handed out. */
+struct vgpu_gpu_info {
+    const char *uuid; /* borrowed from v */
+    bool healthy;
+    uint64_t cores, memory_units;           /* all of it */
+    uint64_t used_cores, used_memory_units; /* handed out (whole GPUs count in full) */
+    uint64_t unit_bytes;                    /* bytes per memory unit */
+};
+size_t vgpu_gpu_count(const struct vgpu *v);
+/* GPU i (vgpu_new's order); -ENOENT past the last. */
+int vgpu_gpu_get(const struct vgpu *v, size_t i, struct vgpu_gpu_info *ret);
+
 /* One assignment as the host-side check and accelctl see it; strings borrowed
  * from v until its next change. */
 struct vgpu_assignment_info {

@@ -4,14 +4,18 @@ the fake API server (tests/kube/fake-apiserver.py: HTTPS, bearer token, pods
 as `kubectl get pod -o json` prints them, watch streams), acceld with
 `--mode vgpu --kubeconfig`, and the python3-grpcio kubelet admitting pods the
 way the kubelet does (per container, per resource, random resource order, IDs
-of its own choosing from its own free pool; the vGPU endpoints offer no
-GetPreferredAllocation, so it is skipped).
+of its own choosing from its own free pool, after GetPreferredAllocation for
+about half the calls and with the IDs it names, as the kubelet skips it on
+some paths).
 
 - Two pods share one GPU (binpack): 30 cores + 16 units (4 GiB) and 70 cores
   + 32 units (8 GiB); each container's config carries its own quota; both
   resources' responses agree on NVIDIA_VISIBLE_DEVICES; the assignment is
   PATCHed on the pod as an annotation naming the GPU.
 - A pod that fits nowhere gets an Allocate error naming the largest fit.
+- The watch cache lags: an Allocate for a pod the API server has not shown
+  yet waits (acceld parks the call; the loop goes on) and is answered once the
+  pod arrives; one for a pod that never comes is refused after allocateWait.
 - 50 pods with the same request admitted back to back: each matched oldest
   first, each with its own directory.
 - acceld killed with SIGKILL between a container's two Allocates: the
@@ -20,7 +24,9 @@ GetPreferredAllocation, so it is skipped).
 - The host-side check (vgpu.overQuotaAction kill): a process of an admitted
   pod (emu-hold, no libvcuda, its /proc/<pid>/cgroup faked under --proc-root)
   holding more than the pod's quota is killed and the log names pod, GPU,
-  usage and quota; one within its quota is left running.
+  usage and quota; one within its quota is left running; `accelctl vgpu` shows
+  the quota and usage of each container and the finding; the finding is one
+  Warning Event (VGPUOverQuota) on the pod, valid for kubernetes-models.
 - The container run for real (when `unshare -m` works here): every mount of
   the Allocate response bind-mounted onto its container path in a private
   mount namespace, the env applied, and cuda-demo on the emulator sees exactly
@@ -34,6 +40,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kubelet as K  # noqa: E402
@@ -73,9 +80,19 @@ class Kubelet:
         self.plugins = {CORE: K.Plugin(pb, core_sock), MEM: K.Plugin(pb, mem_sock)}
         self.free = {r: sorted(ids) for r, ids in lists.items()}
         self.rng = random.Random(10)
+        self.preferred = 0  # Allocates made with GetPreferredAllocation's IDs
 
     def allocate(self, res, n):
         ids = self.rng.sample(self.free[res], n)
+        if self.rng.random() < 0.5:
+            try:
+                got = list(self.plugins[res].prefer(self.free[res], size=n, timeout=10)
+                           .container_responses[0].deviceIDs)
+                if len(got) == n and all(i in self.free[res] for i in got):
+                    ids = got
+                    self.preferred += 1
+            except grpc.RpcError:
+                pass
         resp = self.plugins[res].allocate(ids, timeout=10)
         for i in ids:
             self.free[res].remove(i)
@@ -121,7 +138,7 @@ def start_acceld(build, node, tmp, pdir, kubeconfig, sub):
                            "--vcuda-library", os.path.join(build, "src/vcuda/libvcuda.so"),
                            "--pod-resources-socket", os.path.join(tmp, "none.sock"),
                            "--proc-root", os.path.join(tmp, "proc"),
-                           "--vgpu-check-interval", "100ms",
+                           "--vgpu-check-interval", "100ms", "--allocate-wait", "2s",
                            "--vgpu-over-quota-action", "kill"))
 
 
@@ -230,6 +247,32 @@ def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
                "a pod that fits nowhere: the error names the pod and the largest fit",
                e.details())
 
+    # ---- the watch cache lags: the Allocate waits (off the loop) for the pod
+    # (2 cores: the 200 of the two GPUs are all handed out by the end of the test)
+    late = {}
+
+    def admit_late():
+        try:
+            late["r"] = kubelet.admit(2, 3, order="core-first")
+        except grpc.RpcError as e:
+            late["e"] = e.details()
+    th = threading.Thread(target=admit_late)
+    th.start()
+    # acceld has the call parked when its log says so; the pod arrives after
+    parked = K.wait_until(lambda: "waits for its pod" in agent.log_text(), T)
+    api.add_pod("late", 2, 3, "2026-01-01T00:00:05Z")
+    th.join(T)
+    cl = config_of(primary(late["r"])) if "r" in late else None
+    tap.ok(parked and cl and "core_limit = 2\n" in cl,
+           "a pod that reaches the watch cache after its Allocate: the Allocate waits and is "
+           "answered for it", (late.get("e"), cl))
+    try:
+        kubelet.allocate(CORE, 17)
+        tap.ok(False, "a pod that never arrives: refused after allocateWait")
+    except grpc.RpcError as e:
+        tap.ok("no pending pod" in e.details() and "exactly 17 vcuda-core" in e.details(),
+               "a pod that never arrives: refused after allocateWait, saying why", e.details())
+
     # ---- 50 pods with the same request, admitted back to back: each Allocate
     # pair goes to the oldest unassigned one, each gets its own directory
     for i in range(50):
@@ -245,6 +288,8 @@ def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
             got.append(f"error: {e}")
     tap.ok(got == [f"uid-p{i:02d}" for i in range(50)],
            "50 identical pods back to back: matched oldest first, one directory each", got[:5])
+    tap.ok(kubelet.preferred > 10, "GetPreferredAllocation answered with free IDs of the right "
+           "size, and Allocates with those IDs succeed", kubelet.preferred)
 
     # ---- SIGKILL between a container's two Allocates
     api.add_pod("d", 20, 8, "2026-01-01T00:00:04Z")
@@ -324,11 +369,83 @@ def host_check(tap, build, node, api, kubelet, agent, tmp):
     tap.ok(logged, "the log line names pod, container, GPU, usage and quota",
            [ln for ln in agent.log_text().splitlines() if "vGPU check" in ln][-3:])
     tap.ok(hy.poll() is None, "a process within its quota is left running")
+    accelctl_vgpu(tap, build, tmp, gx)
+    events_posted(tap, api, tmp)
     for h, _, _ in holds.values():
         if h.poll() is None:
             h.stdin.close()
             h.wait(timeout=T)
         h.stdout.close()
+
+
+def accelctl_vgpu(tap, build, tmp, gpu):
+    """`accelctl vgpu` reads what the host-side check saw: the finding stays among the recent
+    ones after its process is gone, and y's quota and NVML usage are shown side by side."""
+    exe = os.path.join(build, "src/cli/accelctl")
+    if not os.path.exists(exe):
+        tap.skip("accelctl vgpu", "accelctl is not built")
+        return
+    cmd = [exe, "vgpu", "--state-dir", os.path.join(tmp, "state")]
+    seen = {}
+
+    def shows():
+        p = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=T)
+        if p.returncode != 0:
+            return False
+        st = json.loads(p.stdout)
+        seen["json"] = st
+        ys = [a for a in st["assignments"] if a["pod"] == "y"]
+        return (any(f["kind"] == "overQuota" and f["pod"] == "x" and "killed" in f["action"]
+                    for f in st["recentFindings"])
+                and ys and ys[0].get("nvmlProcesses") == 1)
+    ok = K.wait_until(shows, T)
+    tap.ok(ok, "accelctl vgpu --json: x's over-quota finding (killed) and y's NVML usage",
+           json.dumps(seen.get("json"))[-2000:])
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=T)
+    out = p.stdout
+    tap.ok(p.returncode == 0 and f"GPU {gpu} (healthy): cores " in out
+           and "default/y main: quota 12 cores, 2 GiB memory; usage: region none, NVML " in out
+           and "(1 process)" in out and "overQuota default/x: container main on GPU" in out,
+           "accelctl vgpu: shares per GPU, y's quota and usage, x's finding", out)
+
+
+def events_posted(tap, api, tmp):
+    """The finding is a Warning Event on x's pod, posted once however many passes see it, and
+    the Event the API server got is a valid core/v1 Event (kubernetes-models)."""
+    def of_x():
+        return [e for e in api.call("GET", "/_fake/events")
+                if e.get("reason") == "VGPUOverQuota"
+                and e.get("involvedObject", {}).get("name") == "x"]
+    got = K.wait_until(lambda: len(of_x()) > 0, T)
+    evs = of_x()
+    e = evs[0] if evs else {}
+    tap.ok(got and e.get("type") == "Warning"
+           and e["involvedObject"].get("uid") == "0b6c4a3e-6666-4c2a-9d5e-000000000006"
+           and e["involvedObject"].get("kind") == "Pod"
+           and "container main on GPU" in e.get("message", "")
+           and "killed" in e.get("message", "")
+           and e.get("source", {}).get("host") == "node-a",
+           "over quota: a Warning Event VGPUOverQuota on the pod, naming container and action",
+           json.dumps(evs)[:2000])
+    tap.ok(len(evs) == 1, "one Event for the finding, not one per pass", len(evs))
+    _, src = K.build_paths()
+    node = shutil.which("node") or shutil.which("nodejs")
+    vdir = os.path.join(src, "tests/kube/k8s-validate")
+    if not node or not os.path.isdir(os.path.join(vdir, "node_modules")):
+        tap.skip("the posted Event against kubernetes-models", "node or kubernetes-models missing")
+        return
+    dump = os.path.join(tmp, "events.json")
+    with open(dump, "w") as f:
+        json.dump({"objects": evs, "podPatches": []}, f)
+    script = os.path.join(tmp, "events-dump.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/sh\nexec cat '{dump}'\n")
+    os.chmod(script, 0o755)
+    p = subprocess.run([node, os.path.join(vdir, "validate.mjs"), os.path.join(src, "deploy"),
+                        script], capture_output=True, text=True, timeout=120)
+    tap.ok(p.returncode == 0 and "ok" in p.stdout,
+           "the Event the API server got is a valid core/v1 Event (kubernetes-models)",
+           p.stdout[-2000:] + p.stderr[-1000:])
 
 
 def container_run(tap, build, node, resp):

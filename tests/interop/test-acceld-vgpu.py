@@ -7,8 +7,8 @@ endpoints):
   registrations with the fake kubelet (nvidia.com/gpu with GPU 0 only;
   tencent.com/vcuda-core with 100 units for each of the 7 other GPUs;
   tencent.com/vcuda-memory with one unit per 256 MiB of each).
-- The vGPU endpoints offer no GetPreferredAllocation (the GPU is chosen at
-  Allocate, when the pod is known); pGPU still does.
+- Every endpoint offers GetPreferredAllocation (vGPU: the IDs of the GPU
+  Allocate will choose for the pending container).
 - An injected XID on a vGPU GPU turns its units Unhealthy on both vGPU
   endpoints and nothing on the pGPU one.
 - With no API server, a vGPU Allocate fails with a message that says so: it
@@ -82,7 +82,7 @@ def run(tap, pb, node, pdir, agent, kubelet):
     if not ok:
         return
     opts = {o.get_preferred_allocation_available for o in kubelet.options_seen}
-    tap.ok(opts == {True, False}, "GetPreferredAllocation offered by pGPU only", opts)
+    tap.ok(opts == {True}, "GetPreferredAllocation offered by every endpoint", opts)
     sock = {r: os.path.join(pdir, s) for r, s in names.items()}
     for r, s in sock.items():
         tap.ok(os.stat(s).st_mode & 0o777 == 0o600, f"{r}: socket is 0600")

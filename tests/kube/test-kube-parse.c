@@ -168,7 +168,8 @@ static const char *POD_JSON =
     "\"uid\":\"" UID "\",\"resourceVersion\":\"12\",\"creationTimestamp\":\"2024-01-02T03:04:05Z\","
     "\"annotations\":{\"a\":\"b\"}},\"spec\":{\"nodeName\":\"n\",\"containers\":[{\"name\":\"c\","
     "\"resources\":{\"requests\":{\"cpu\":\"1\"}}}],\"initContainers\":[{\"name\":\"i\"}]},"
-    "\"status\":{\"phase\":\"Running\"}}";
+    "\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{\"name\":\"c\",\"containerID\":"
+    "\"containerd://0123abcd\"},{\"name\":\"waiting\"},{\"name\":\"x\",\"containerID\":\"\"}]}}";
 
 TEST(pod_json)
 {
@@ -184,6 +185,12 @@ TEST(pod_json)
     REQUIRE_EQ_INT(kube_pod_dup(p, &d), 0);
     CHECK_EQ_STR(kube_pod_annotation(d, "a"), "b");
     CHECK_EQ_INT(d->creation_time, p->creation_time);
+    /* started containers' runtime ids, as /proc/<pid>/cgroup names them */
+    CHECK_EQ_STR(kube_pod_container_id(p, "c"), "0123abcd");
+    CHECK_EQ_STR(kube_pod_container_id(d, "c"), "0123abcd");
+    CHECK(kube_pod_container_id(p, "waiting") == NULL);
+    CHECK(kube_pod_container_id(p, "x") == NULL);
+    CHECK_EQ_INT(p->n_container_ids, 1);
     kube_pod_free(d);
     kube_pod_free(p);
     json_decref(j);
@@ -197,6 +204,10 @@ TEST(pod_json)
         "\"containers\":[{\"name\":\"c\",\"resources\":{\"requests\":{\"x\":3}}}]}}",
         "{\"metadata\":{\"uid\":\"u\",\"name\":\"p\",\"namespace\":\"n\",\"creationTimestamp\":"
         "\"yesterday\"}}",
+        "{\"metadata\":{\"uid\":\"u\",\"name\":\"p\",\"namespace\":\"n\"},\"status\":{"
+        "\"containerStatuses\":[{\"containerID\":\"containerd://1\"}]}}", /* status without name */
+        "{\"metadata\":{\"uid\":\"u\",\"name\":\"p\",\"namespace\":\"n\"},\"status\":{"
+        "\"containerStatuses\":{}}}",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         j = json_loads(bad[i], 0, NULL);

@@ -268,6 +268,27 @@ TEST(vgpu_host_check_keys)
     CHECK_EQ_U64(c.vgpu_check_interval_ns, 0);
     CHECK_EQ_INT(acceld_config_set(&c, "vgpu.checkInterval", "soon", err, sizeof(err)), -EINVAL);
     CHECK_EQ_U64(c.vgpu_check_interval_ns, 0);
+    CHECK_EQ_U64(c.allocate_wait_ns, 5000000000ull);
+    CHECK_EQ_INT(acceld_config_set(&c, "allocateWait", "0", err, sizeof(err)), 0);
+    CHECK_EQ_U64(c.allocate_wait_ns, 0);
+    /* the compute half */
+    CHECK(!c.vgpu_compute_freeze);
+    CHECK_EQ_U64(c.vgpu_freeze_period_ns, 1000000000ull);
+    CHECK_EQ_STR(c.vgpu_cgroup_root, "/sys/fs/cgroup");
+    CHECK_EQ_INT(acceld_config_set(&c, "vgpu.computeAction", "freeze", err, sizeof(err)), 0);
+    CHECK(c.vgpu_compute_freeze);
+    CHECK_EQ_INT(acceld_config_set(&c, "vgpu.computeAction", "kill", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "none|freeze") != NULL);
+    CHECK(c.vgpu_compute_freeze);
+    CHECK_EQ_INT(acceld_config_set(&c, "vgpu.freezePeriod", "250ms", err, sizeof(err)), 0);
+    CHECK_EQ_U64(c.vgpu_freeze_period_ns, 250000000ull);
+    CHECK_EQ_INT(acceld_config_set(&c, "vgpu.freezePeriod", "0", err, sizeof(err)), -EINVAL);
+    CHECK_EQ_INT(acceld_config_set(&c, "vgpu.cgroupRoot", "relative", err, sizeof(err)), -EINVAL);
+    CHECK_EQ_INT(acceld_config_set(&c, "vgpu.cgroupRoot", "/tmp/cg", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_format(&c, "vgpu.cgroupRoot", txt, sizeof(txt)), 0);
+    CHECK_EQ_STR(txt, "/tmp/cg");
+    CHECK_EQ_INT(acceld_config_format(&c, "vgpu.computeAction", txt, sizeof(txt)), 0);
+    CHECK_EQ_STR(txt, "freeze");
 }
 
 /* NVIDIA's device-plugin sections sit next to acceld's keys: config.c skips

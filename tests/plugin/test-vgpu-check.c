@@ -48,6 +48,8 @@ static void setup(void)
     REQUIRE_EQ_INT(emu_state_create(state, &cfg), 0);
     setenv("ACCEL_EMU_STATE", state, 1);
     setenv("ACCEL_EMU_CTX_OVERHEAD", "4Mi", 1);
+    /* short NVML sample periods: the compute check sees new samples soon */
+    setenv("ACCEL_EMU_UTIL_WINDOW_MS", "50", 1);
     snprintf(lib, sizeof(lib), "%s/src/emu", build);
     setenv("LD_LIBRARY_PATH", lib, 1);
     snprintf(path, sizeof(path), "%s/libnvidia-ml.so.1", lib);
@@ -63,6 +65,9 @@ static void setup(void)
     snprintf(proc_root, sizeof(proc_root), "%s/proc", dir);
     mkdir(proc_root, 0755);
 }
+
+/* The container id (64 digits of it) the next start() writes in the cgroup path. */
+static int next_cid = 1;
 
 /* Starts emu-hold holding mib MiB on GPU 0; pod != NULL puts it in that pod's cgroup. */
 static struct hold start(const char *pod, unsigned mib)
@@ -105,7 +110,7 @@ static struct hold start(const char *pod, unsigned mib)
         fprintf(c,
                 "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/"
                 "cri-containerd-%064d.scope\n",
-                u, 1);
+                u, next_cid);
         fclose(c);
     }
     return h;
@@ -130,7 +135,7 @@ static struct vgpu_check_target target(const char *pod, const char *ctr, uint64_
                                        const char *region)
 {
     return (struct vgpu_check_target){
-        pod, "default", strcmp(pod, POD_A) == 0 ? "a" : "b", ctr, uuid, limit, region, 0};
+        pod, "default", strcmp(pod, POD_A) == 0 ? "a" : "b", ctr, uuid, limit, region, 0, 30, NULL};
 }
 
 static bool alive(pid_t pid)
@@ -144,7 +149,7 @@ TEST(over_quota_process_is_killed_one_within_quota_is_left_alone)
     struct hold a = start(POD_A, 96), b = start(POD_B, 16), host = start(NULL, 200);
     struct vgpu_check_target t[] = {target(POD_A, "main", 32 * MiB, NULL),
                                     target(POD_B, "main", 64 * MiB, NULL)};
-    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_KILL};
+    struct vgpu_check_options o = {.proc_root = proc_root, .action = VGPU_OVER_QUOTA_KILL};
     struct vgpu_check_finding f[8];
     size_t n = 99;
     REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 2, &o, f, 8, &n), 0);
@@ -170,7 +175,9 @@ TEST(action_none_reports_and_kills_nothing)
     setup();
     struct hold a = start(POD_A, 48);
     struct vgpu_check_target t[] = {target(POD_A, "main", 32 * MiB, NULL)};
-    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_NONE};
+    struct vgpu_check_usage u[1] = {{.nvml_procs = 99, .region_ok = true}};
+    struct vgpu_check_options o = {
+        .proc_root = proc_root, .action = VGPU_OVER_QUOTA_NONE, .usage = u};
     struct vgpu_check_finding f[4];
     size_t n = 0;
     REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &n), 0);
@@ -178,6 +185,10 @@ TEST(action_none_reports_and_kills_nothing)
     CHECK_EQ_INT(f[0].pid, a.pid);
     CHECK(!f[0].killed);
     CHECK(alive(a.pid));
+    /* the usage accelctl shows: NVML's figure for the container, no region (none given) */
+    CHECK_GE_U64(u[0].nvml_bytes, 48 * MiB);
+    CHECK_EQ_INT(u[0].nvml_procs, 1);
+    CHECK(!u[0].region_ok);
     /* the same usage against a larger quota is no finding */
     t[0].memory_limit = 64 * MiB;
     REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &n), 0);
@@ -191,7 +202,7 @@ TEST(two_containers_of_one_pod_share_their_quotas)
     struct hold a1 = start(POD_A, 40), a2 = start(POD_A, 10);
     struct vgpu_check_target t[] = {target(POD_A, "one", 32 * MiB, NULL),
                                     target(POD_A, "two", 32 * MiB, NULL)};
-    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_KILL};
+    struct vgpu_check_options o = {.proc_root = proc_root, .action = VGPU_OVER_QUOTA_KILL};
     struct vgpu_check_finding f[4];
     size_t n = 0;
     /* 40 + 10 MiB (+ contexts) within 64 MiB: nobody is killed */
@@ -206,6 +217,46 @@ TEST(two_containers_of_one_pod_share_their_quotas)
     CHECK(WIFSIGNALED(st));
     CHECK(alive(a2.pid));
     stop(&a2);
+}
+
+TEST(containers_told_apart_by_their_runtime_id)
+{
+    setup();
+    next_cid = 2;
+    struct hold a1 = start(POD_A, 40);
+    next_cid = 3;
+    struct hold a2 = start(POD_A, 10);
+    next_cid = 1;
+    char id1[80], id2[80];
+    snprintf(id1, sizeof(id1), "%064d", 2);
+    snprintf(id2, sizeof(id2), "%064d", 3);
+    struct vgpu_check_target t[] = {target(POD_A, "one", 64 * MiB, NULL),
+                                    target(POD_A, "two", 8 * MiB, NULL)};
+    t[0].container_id = id1;
+    t[1].container_id = id2;
+    struct vgpu_check_usage u[2];
+    struct vgpu_check_options o = {
+        .proc_root = proc_root, .action = VGPU_OVER_QUOTA_KILL, .usage = u};
+    struct vgpu_check_finding f[4];
+    size_t n = 0;
+    /* the pod is within 72 MiB, but "two" holds 10 MiB (+ context) of its 8: it is the
+     * finding, named as its own container, and its process is the one killed */
+    REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 2, &o, f, 4, &n), 0);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(f[0].kind, VGPU_CHECK_OVER_QUOTA);
+    CHECK_EQ_INT(f[0].target, 1);
+    CHECK_EQ_INT(f[0].pid, a2.pid);
+    CHECK_EQ_U64(f[0].limit, 8 * MiB + VGPU_CHECK_SLACK);
+    CHECK(f[0].killed);
+    /* usage per container, not the pod's total on each */
+    CHECK_EQ_INT(u[0].nvml_procs, 1);
+    CHECK_EQ_INT(u[1].nvml_procs, 1);
+    CHECK_GE_U64(u[0].nvml_bytes, 40 * MiB);
+    CHECK(u[1].nvml_bytes >= 10 * MiB && u[1].nvml_bytes < 40 * MiB);
+    int st = stop(&a2);
+    CHECK(WIFSIGNALED(st));
+    CHECK(alive(a1.pid));
+    stop(&a1);
 }
 
 TEST(region_that_under_reports_is_flagged)
@@ -231,11 +282,18 @@ TEST(region_that_under_reports_is_flagged)
     REQUIRE(slot >= 0);
     vc_region_charge(&r, slot, 0, honest_used);
     struct vgpu_check_target t[] = {target(POD_B, "main", 256 * MiB, region)};
-    struct vgpu_check_options o = {proc_root, VGPU_OVER_QUOTA_KILL};
+    struct vgpu_check_usage u[1];
+    struct vgpu_check_options o = {
+        .proc_root = proc_root, .action = VGPU_OVER_QUOTA_KILL, .usage = u};
     struct vgpu_check_finding f[4];
     size_t n = 0;
     REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &n), 0);
     REQUIRE_EQ_INT(n, 1); /* within quota: only the region finding, nothing killed */
+    /* region and NVML side by side: the region counts only the honest process */
+    CHECK(u[0].region_ok);
+    CHECK_EQ_U64(u[0].region_bytes, honest_used);
+    CHECK_EQ_INT(u[0].nvml_procs, 2);
+    CHECK_GE_U64(u[0].nvml_bytes, honest_used + 16 * MiB);
     CHECK_EQ_INT(f[0].kind, VGPU_CHECK_UNDER_REPORT);
     CHECK_EQ_INT(f[0].pid, bypass.pid);
     CHECK_EQ_INT(f[0].slot, -1);
@@ -255,6 +313,142 @@ TEST(region_that_under_reports_is_flagged)
     CHECK(alive(honest.pid));
     stop(&honest);
     vc_region_detach(&r);
+}
+
+/* A process of POD_A that keeps GPU 0 busy (tests/emu/spin: one 60 s kernel on the
+ * emulator) until it is killed; its /proc/<pid>/cgroup names its
+ * container's cgroup, and the fake cgroup tree under dir/cgroup has that cgroup's
+ * cgroup.freeze. */
+#define BUSY_CGROUP                                                                                \
+    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0b6c4a3e_1111_4c2a_9d5e_"      \
+    "000000000001.slice/cri-containerd-" /* + 64 x 'b' */
+static pid_t start_busy(char *freeze_file, size_t len)
+{
+    char exe[4096];
+    snprintf(exe, sizeof(exe), "%s/tests/emu/spin", getenv("ACCEL_BUILD_ROOT"));
+    if (access(exe, X_OK) != 0)
+        return -1;
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        execl(exe, exe, "60000", (char *)NULL);
+        _exit(127);
+    }
+    char cg[300], d[400], f[420];
+    snprintf(cg, sizeof(cg), "%s%064d.scope", BUSY_CGROUP, 0);
+    memset(strstr(cg, "cri-containerd-") + 15, 'b', 64);
+    snprintf(d, sizeof(d), "%s/%d", proc_root, (int)pid);
+    mkdir(d, 0755);
+    snprintf(f, sizeof(f), "%s/cgroup", d);
+    FILE *c = fopen(f, "w");
+    REQUIRE(c != NULL);
+    fprintf(c, "0::%s\n", cg);
+    fclose(c);
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s/cgroup%s'", dir, cg);
+    REQUIRE(system(cmd) == 0);
+    snprintf(freeze_file, len, "%s/cgroup%s/cgroup.freeze", dir, cg);
+    c = fopen(freeze_file, "w");
+    REQUIRE(c != NULL);
+    fputs("0\n", c);
+    fclose(c);
+    return pid;
+}
+
+static char freeze_state(const char *file)
+{
+    char buf[8] = "";
+    FILE *f = fopen(file, "r");
+    if (!f)
+        return '?';
+    if (!fgets(buf, sizeof(buf), f))
+        buf[0] = '?';
+    fclose(f);
+    return buf[0];
+}
+
+/* Runs the check until it finds something or 20 s pass (polling every 10 ms). */
+static size_t run_until_finding(struct vgpu_check_target *t, size_t n, struct vgpu_check_options *o,
+                                struct vgpu_check_finding *f)
+{
+    for (int i = 0; i < 2000; i++) {
+        size_t k = 0;
+        REQUIRE_EQ_INT(vgpu_check_run(nvml, t, n, o, f, 4, &k), 0);
+        if (k)
+            return k;
+        usleep(10000);
+    }
+    return 0;
+}
+
+TEST(compute_over_share_is_found_and_frozen_then_thawed)
+{
+    setup();
+    char freeze_file[700];
+    pid_t busy = start_busy(freeze_file, sizeof(freeze_file));
+    if (busy < 0) {
+        tap_diag("tests/emu/spin is not built: no busy process");
+        return;
+    }
+    char cgroup_root[300];
+    snprintf(cgroup_root, sizeof(cgroup_root), "%s/cgroup", dir);
+    struct vgpu_check_target t[] = {target(POD_A, "main", 512 * MiB, NULL)};
+    /* action none first: reported, nothing frozen */
+    struct vgpu_check_state *s = NULL;
+    REQUIRE_EQ_INT(vgpu_check_state_new(&s), 0);
+    struct vgpu_check_options o = {.proc_root = proc_root,
+                                   .state = s,
+                                   .compute_action = VGPU_COMPUTE_NONE,
+                                   .cgroup_root = cgroup_root,
+                                   .freeze_ms = 1000,
+                                   .now_ms = 5000};
+    struct vgpu_check_finding f[4];
+    size_t n = run_until_finding(t, 1, &o, f);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(f[0].kind, VGPU_CHECK_OVER_SHARE);
+    CHECK_EQ_INT(f[0].pid, busy);
+    CHECK_GE_U64(f[0].used, 90); /* the GPU is all its */
+    CHECK_EQ_U64(f[0].limit, 30);
+    CHECK(!f[0].frozen);
+    CHECK_EQ_INT(freeze_state(freeze_file), '0');
+    s = vgpu_check_state_free(s);
+    /* freeze: the container's cgroup.freeze is 1 for freeze_ms, then 0 */
+    REQUIRE_EQ_INT(vgpu_check_state_new(&s), 0);
+    o.state = s;
+    o.compute_action = VGPU_COMPUTE_FREEZE;
+    n = run_until_finding(t, 1, &o, f);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK(f[0].frozen);
+    CHECK_EQ_INT(f[0].freeze_errno, 0);
+    CHECK_EQ_INT(freeze_state(freeze_file), '1');
+    CHECK_EQ_INT(vgpu_check_thaw_due(s, 5999), 1);
+    CHECK_EQ_INT(freeze_state(freeze_file), '1');
+    CHECK_EQ_INT(vgpu_check_thaw_due(s, 6000), 0);
+    CHECK_EQ_INT(freeze_state(freeze_file), '0');
+    /* freeing the state thaws what is still frozen */
+    REQUIRE_EQ_INT(vgpu_check_state_free(s) == NULL, 1);
+    REQUIRE_EQ_INT(vgpu_check_state_new(&s), 0);
+    o.state = s;
+    REQUIRE_EQ_INT(run_until_finding(t, 1, &o, f), 1);
+    CHECK_EQ_INT(freeze_state(freeze_file), '1');
+    s = vgpu_check_state_free(s);
+    CHECK_EQ_INT(freeze_state(freeze_file), '0');
+    /* a share that covers it: a pass with samples finds nothing */
+    REQUIRE_EQ_INT(vgpu_check_state_new(&s), 0);
+    o.state = s;
+    t[0].cores = 100;
+    size_t k = 9;
+    for (int i = 0; i < 20; i++) {
+        REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &k), 0);
+        CHECK_EQ_INT(k, 0);
+        usleep(10000);
+    }
+    s = vgpu_check_state_free(s);
+    kill(busy, SIGKILL);
+    int st;
+    REQUIRE(waitpid(busy, &st, 0) == busy);
 }
 
 TEST(action_names)

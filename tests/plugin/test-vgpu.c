@@ -219,6 +219,78 @@ TEST(device_lists_for_8_h200)
 /* Two pods share one GPU (binpack), admitted in opposite resource orders;
  * each gets its own config with its own quota, both responses of a
  * container agree on the env, and mounts come once. */
+/* GetPreferredAllocation of size IDs of resource r, every listed ID available: writes the
+ * one GPU all the answer's IDs are on to gpu ("" when on several). Returns the rc. */
+static int prefer(struct node *nd, int r, size_t size, char *gpu, size_t len)
+{
+    V1beta1__ListAndWatchResponse *l = list(nd, r, NULL);
+    if (!l)
+        return -ENOMEM;
+    char **avail = calloc(l->n_devices, sizeof(char *));
+    for (size_t i = 0; i < l->n_devices; i++)
+        avail[i] = l->devices[i]->id;
+    V1beta1__ContainerPreferredAllocationRequest cr =
+        V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT;
+    cr.n_available_deviceids = l->n_devices;
+    cr.available_deviceids = avail;
+    cr.allocation_size = (int32_t)size;
+    V1beta1__ContainerPreferredAllocationRequest *crs[] = {&cr};
+    V1beta1__PreferredAllocationRequest req = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
+    req.n_container_requests = 1;
+    req.container_requests = crs;
+    V1beta1__PreferredAllocationResponse *resp = NULL;
+    char err[512];
+    int rc = acceld_wire_prefer(nd->w[r], &req, &resp, err, sizeof(err));
+    if (rc == 0) {
+        const V1beta1__ContainerPreferredAllocationResponse *c = resp->container_responses[0];
+        gpu[0] = '\0';
+        for (size_t i = 0; i < c->n_deviceids; i++) {
+            const char *dash = strrchr(c->deviceids[i], '-');
+            int k = (int)(dash - c->deviceids[i]);
+            if (i == 0)
+                snprintf(gpu, len, "%.*s", k, c->deviceids[i]);
+            else if (strncmp(gpu, c->deviceids[i], (size_t)k) != 0 || gpu[k] != '\0')
+                gpu[0] = '\0', i = c->n_deviceids;
+        }
+        if (c->n_deviceids != size)
+            rc = -EPROTO;
+        acceld_wire_prefer_free(resp);
+    }
+    free(avail);
+    v1beta1__list_and_watch_response__free_unpacked(l, NULL);
+    return rc;
+}
+
+TEST(preferred_allocation_names_the_gpu_allocate_will_choose)
+{
+    n_table = 0;
+    add_pod("uid-a", "a", "main", 100, 30, 16, NULL);
+    struct node nd;
+    struct vgpu *v = make(2, 16 * GiB, VGPU_BINPACK, false);
+    REQUIRE(v != NULL);
+    node_open(&nd, v);
+    char err[1024] = "", g[80], g2[80];
+    V1beta1__ContainerAllocateResponse *resp;
+    /* the pending container's GPU, before anything is recorded */
+    REQUIRE_EQ_INT(prefer(&nd, VGPU_CORES, 30, g, sizeof(g)), 0);
+    CHECK(g[0] != '\0');
+    CHECK_EQ_INT(vgpu_assignment_count(v), 0);
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 30, &resp, err, sizeof(err)), 0);
+    CHECK_EQ_STR(env(resp, "NVIDIA_VISIBLE_DEVICES"), g);
+    /* the other resource: the GPU of the assignment waiting for it */
+    REQUIRE_EQ_INT(prefer(&nd, VGPU_MEMORY, 16, g2, sizeof(g2)), 0);
+    CHECK_EQ_STR(g2, g);
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 16, &resp, err, sizeof(err)), 0);
+    /* binpack: a second pod goes onto the same (fuller) GPU */
+    add_pod("uid-c", "c", "main", 300, 20, 4, NULL);
+    REQUIRE_EQ_INT(prefer(&nd, VGPU_MEMORY, 4, g2, sizeof(g2)), 0);
+    CHECK_EQ_STR(g2, g);
+    /* no pending container asks for 7: the least loaded GPU */
+    REQUIRE_EQ_INT(prefer(&nd, VGPU_CORES, 7, g2, sizeof(g2)), 0);
+    CHECK(g2[0] != '\0' && strcmp(g2, g) != 0);
+    node_close(&nd);
+}
+
 TEST(two_pods_share_one_gpu)
 {
     n_table = 0;
@@ -361,7 +433,7 @@ TEST(whole_gpus_and_no_fit)
     /* nothing was recorded for it */
     CHECK_EQ_INT(vgpu_assignment_count(v), 2);
     /* a request no pending container makes */
-    CHECK_EQ_INT(alloc(&nd, VGPU_CORES, 7, &r, err, sizeof(err)), -ENOENT);
+    CHECK_EQ_INT(alloc(&nd, VGPU_CORES, 7, &r, err, sizeof(err)), -EAGAIN);
     CHECK(strstr(err, "exactly 7 vcuda-core") != NULL);
     node_close(&nd);
 }

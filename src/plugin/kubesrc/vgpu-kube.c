@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client.h"
 #include "config.h"
@@ -15,6 +16,7 @@
 #include "objects.h"
 #include "pod.h"
 #include "podwatch.h"
+#include "util.h"
 
 struct vgpu_kube {
     struct kube_client *client;
@@ -25,6 +27,12 @@ struct vgpu_kube {
     size_t cap;
     /* annotation keys of the list (one per entry) */
     char (*keys)[VGPU_NAME_MAX + 32];
+    char node[VGPU_NAME_MAX];
+    /* Events posted lately: "<pod uid>/<container>/<reason>" and when */
+    struct posted {
+        char key[2 * VGPU_NAME_MAX + 64];
+        int64_t at;
+    } posted[64];
 };
 
 /* A container's amount of resource: its request, else its limit (extended
@@ -144,6 +152,68 @@ static void op_annotate(void *self, const char *ns, const char *pod, const char 
     free(body);
 }
 
+static void on_event_posted(struct kube_client *c, const struct kube_response *resp,
+                            void *user_data)
+{
+    if (resp->error)
+        log_warn("vGPU: cannot post the host-side check's Event: %s", resp->error);
+}
+
+/* Whether key was posted less than VGPU_KUBE_EVENT_REPEAT_S before now; if
+ * not, it is recorded as posted now (over the oldest entry). */
+static bool posted_lately(struct vgpu_kube *k, const char *key, int64_t now)
+{
+    size_t oldest = 0;
+    for (size_t i = 0; i < ARRAY_SIZE(k->posted); i++) {
+        struct posted *p = &k->posted[i];
+        if (p->at && strcmp(p->key, key) == 0) {
+            if (now - p->at < VGPU_KUBE_EVENT_REPEAT_S)
+                return true;
+            oldest = i;
+            break;
+        }
+        if (p->at < k->posted[oldest].at)
+            oldest = i;
+    }
+    snprintf(k->posted[oldest].key, sizeof(k->posted[oldest].key), "%s", key);
+    k->posted[oldest].at = now;
+    return false;
+}
+
+int vgpu_kube_event(struct vgpu_kube *k, const char *ns, const char *pod, const char *pod_uid,
+                    const char *container, const char *reason, const char *message)
+{
+    int64_t now = (int64_t)time(NULL);
+    char key[sizeof(k->posted[0].key)];
+    snprintf(key, sizeof(key), "%s/%s/%s", pod_uid, container, reason);
+    if (posted_lately(k, key, now))
+        return 0;
+    struct kube_event_spec spec = {ns,       pod,     pod_uid, KUBE_EVENT_WARNING, reason, message,
+                                   "acceld", k->node, now};
+    char *body = NULL, path[400];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", ns);
+    int r = kube_event_json(&spec, &body);
+    if (r == 0)
+        r = kube_client_request(k->client, "POST", path, "application/json", body, on_event_posted,
+                                k, NULL);
+    free(body);
+    if (r < 0) {
+        log_warn("vGPU: cannot post an Event about %s/%s: %s", ns, pod, strerror(-r));
+        return r;
+    }
+    return 1;
+}
+
+const char *vgpu_kube_container_id(struct vgpu_kube *k, const char *pod_uid, const char *container)
+{
+    size_t n;
+    const struct kube_pod *const *pods = kube_podwatch_pods(k->watch, &n);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(pods[i]->uid, pod_uid) == 0)
+            return kube_pod_container_id(pods[i], container);
+    return NULL;
+}
+
 static const struct vgpu_pods_ops kube_pods_ops = {op_pending, op_annotate};
 
 static void on_state(struct kube_podwatch *w, const char *error, void *user_data)
@@ -176,6 +246,7 @@ int vgpu_kube_new(struct ev_loop *loop, const struct vgpu_kube_options *opts,
         kube_config_free(kc);
         return -ENOMEM;
     }
+    snprintf(k->node, sizeof(k->node), "%s", node);
     snprintf(k->core_resource, sizeof(k->core_resource), "%s", opts->core_resource);
     snprintf(k->memory_resource, sizeof(k->memory_resource), "%s", opts->memory_resource);
     static const struct kube_podwatch_ops wops = {NULL, on_state};
