@@ -303,8 +303,8 @@ static int attribute(const struct emu_gpu *g, int a, int *ret)
     case A(CLOCK_RATE): /* kHz */
         *ret = (int)g->sm_clock_mhz * 1000;
         return 0;
-    case A(MULTIPROCESSOR_COUNT):
-        *ret = (int)g->sm_count;
+    case A(MULTIPROCESSOR_COUNT): /* an MPS client's count reflects its thread percentage */
+        *ret = (int)cuda_mps_sms(g->sm_count);
         return 0;
     case A(COMPUTE_MODE):
         *ret = (int)g->compute_mode;

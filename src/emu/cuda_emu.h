@@ -165,6 +165,13 @@ CUresult cuda_dev_free(CUdeviceptr p);
  * memory limit on dev; false (nothing counted) when they would pass it. */
 bool cuda_mps_charge_locked(int dev, uint64_t bytes);
 void cuda_mps_uncharge_locked(int dev, uint64_t bytes);
+/* cuda_mps.c: the SMs of a GPU with `total` this process may use (its MPS active thread
+ * percentage; all of them outside MPS), with cuda_lock held (_locked) or not; and, cuda_lock
+ * held, the pid whose context its work runs in on the GPU's timeline (its MPS server, else the
+ * daemon; 0 outside MPS). */
+uint32_t cuda_mps_sms_locked(uint32_t total);
+uint32_t cuda_mps_sms(uint32_t total);
+int32_t cuda_mps_group_locked(void);
 /* Device or host pointer lookup: returns true when [p, p+len) is memory the emulator knows
  * (device allocation, host allocation, VMM mapping, IPC mapping). */
 bool cuda_ptr_valid(CUdeviceptr p, size_t len);

@@ -196,7 +196,7 @@ static uint64_t sm_free_at_locked(struct CUctx_st *ctx, uint32_t need, uint64_t 
 {
     struct sm_track *tr = &sm_tracks[ctx->dev];
     const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)ctx->dev);
-    uint32_t total = g ? g->sm_count : 1;
+    uint32_t total = cuda_mps_sms_locked(g ? g->sm_count : 1);
     if (tr->ctx != ctx) {
         tr->ctx = ctx; /* another context's kernels never share the SMs with these */
         tr->n = 0;
@@ -257,14 +257,19 @@ static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, u
     uint64_t nb = not_before_locked(s), start, end;
     uint64_t now = emu_state_now_ns();
     uint64_t from = UINT64_MAX;
+    int32_t group = cuda_mps_group_locked();
     if (sms && duration_ns)
         from = sm_free_at_locked(s->ctx, sms, now, nb > now ? nb : now);
+    /* an MPS client's work runs beside the other clients' (each kernel on its own SMs), and
+     * its events are reached without waiting for theirs */
+    if (group && from == UINT64_MAX)
+        from = nb > now ? nb : now;
     /* the shared lock nests inside ours; nobody takes them the other way round */
-    int r = emu_state_submit_overlap(cuda_state, (unsigned)s->ctx->dev, nb, from, duration_ns,
-                                     &start, &end);
+    int r = emu_state_submit_as(cuda_state, (unsigned)s->ctx->dev, nb, from, duration_ns, group,
+                                &start, &end);
     if (!r && duration_ns) {
         const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)s->ctx->dev);
-        sm_note_locked(s->ctx, sms ? sms : (g ? g->sm_count : 1), end);
+        sm_note_locked(s->ctx, sms ? sms : cuda_mps_sms_locked(g ? g->sm_count : 1), end);
     }
     if (!r && end > s->last_end_ns)
         s->last_end_ns = end;
@@ -823,7 +828,7 @@ EMU_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUf
     struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)cuda_func_dev(f));
     int b = block_limit > 0 && block_limit < 1024 ? block_limit : 1024;
     *block = b;
-    *min_grid = (int)(g ? g->sm_count : 1) * (2048 / b);
+    *min_grid = (int)cuda_mps_sms(g ? g->sm_count : 1) * (2048 / b);
     return CUDA_SUCCESS;
 }
 
@@ -863,14 +868,27 @@ static bool first_u64(CUfunction f, void **params, void **extra, uint64_t *ret)
     return true;
 }
 
-static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int dev)
+/* A spin kernel's duration: `waves` rounds of cycles / SM clock (see waves_of). */
+static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int dev, uint64_t waves)
 {
     if (!f->spin || !has_cycles)
         return cuda_kernel_ns;
     struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
     uint32_t mhz = g && g->sm_clock_mhz ? g->sm_clock_mhz : 1000;
     /* cycles / (MHz * 1e6) seconds, in ns: cycles * 1000 / MHz, without overflow */
-    return (uint64_t)((unsigned __int128)cycles * 1000u / mhz);
+    unsigned __int128 ns = (unsigned __int128)cycles * 1000u / mhz * (waves ? waves : 1);
+    return ns > UINT64_MAX / 2 ? UINT64_MAX / 2 : (uint64_t)ns;
+}
+
+/* Rounds a grid needs: every block spins for the same cycles, and the SMs this process may
+ * use (all, or its MPS share: cuda_mps.c) hold blocks_per_sm of them at a time, so a grid of
+ * B blocks takes ceil(B / (blocks per SM x SMs)) rounds. A grid filling the GPU once runs
+ * 100 / P times longer on P % of the SMs; a one-block kernel does not slow down. */
+static uint64_t waves_of(int dev, uint64_t blocks, uint64_t threads)
+{
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    uint64_t room = (uint64_t)blocks_per_sm(threads) * cuda_mps_sms(g ? g->sm_count : 1);
+    return (blocks + room - 1) / room;
 }
 
 /* Pointer-sized arguments that point into managed memory bring it to the GPU (cuda_mem.c). */
@@ -903,14 +921,14 @@ static CUresult graph_push(struct CUgraph_st *g, const struct CUgraphNode_st *tm
 static bool coop_fits(int dev, uint64_t blocks, uint64_t threads)
 {
     const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
-    return g && blocks <= (uint64_t)blocks_per_sm(threads) * g->sm_count;
+    return g && blocks <= (uint64_t)blocks_per_sm(threads) * cuda_mps_sms(g->sm_count);
 }
 
 /* The SMs a grid occupies: all of them once it has blocks per SM x SMs blocks. */
 static uint32_t sms_needed(int dev, uint64_t blocks, uint64_t threads)
 {
     const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
-    uint64_t total = g ? g->sm_count : 1, per = blocks_per_sm(threads);
+    uint64_t total = cuda_mps_sms(g ? g->sm_count : 1), per = blocks_per_sm(threads);
     uint64_t need = (blocks + per - 1) / per;
     return (uint32_t)(need < total ? need : total);
 }
@@ -937,7 +955,9 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (s->capture)
         return graph_add(s->capture, f, has, cycles, NULL);
     return stream_submit_sms(
-        s, duration_ns(f, has, cycles, s->ctx->dev),
+        s,
+        duration_ns(f, has, cycles, s->ctx->dev,
+                    waves_of(s->ctx->dev, (uint64_t)gx * gy * gz, (uint64_t)bx * by * bz)),
         sms_needed(s->ctx->dev, (uint64_t)gx * gy * gz, (uint64_t)bx * by * bz), NULL, NULL);
 }
 
@@ -1215,7 +1235,7 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool pt)
     for (size_t i = 0; i < e->n; i++) {
         const struct CUgraphNode_st *n = &e->nodes[i];
         if (n->func)
-            total += duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev);
+            total += duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev, 1);
         else
             run_mem_node(n); /* at once, like any asynchronous copy */
     }

@@ -8,10 +8,20 @@
  * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=1G,1=512MB") only further constrains it. Allocations past
  * the limit fail with CUDA_ERROR_OUT_OF_MEMORY while cuMemGetInfo still reports the whole device.
  *
+ * The active thread percentage (same appendix, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, and "Tools and
+ * Interface Reference", set_default_active_thread_percentage / set_active_thread_percentage):
+ * the server's setting (the daemon's default when the server started), which the client's own
+ * variable "will only further constrain"; the client then runs on floor(SMs x P / 100) SMs (at
+ * least one) and its MULTIPROCESSOR_COUNT says so. Clients of one server share the GPU as the
+ * server's one context does: their kernels run side by side (cuda_exec.c), each on its SMs.
+ *
  * In the emulator the daemon publishes its settings in the machine's MPS section
- * (state-mps.c); there is no real connection, so the limits are read once, at the first device
- * allocation. Device indexes are the emulated machine's (the emulated daemon numbers them the
- * same way). Device memory only: managed memory is not limited here. cuda_lock held. */
+ * (state-mps.c); there is no real connection, so the settings are read once, at the first use
+ * (an allocation, a launch, an attribute query). Device indexes are the emulated machine's (the
+ * emulated daemon numbers them the same way). Device memory only: managed memory is not limited
+ * here. cuda_lock held. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,6 +31,8 @@
 #include "state-mps.h"
 
 static bool mps_loaded;
+static uint32_t mps_pct_x10 = 1000;      /* active thread percentage, tenths */
+static int32_t mps_group;                /* the server (else daemon) pid: 0 = not a client */
 static uint64_t mps_limit[EMU_MAX_GPUS]; /* 0: none */
 static uint64_t mps_used[EMU_MAX_GPUS];  /* this process's device allocations, by span */
 
@@ -34,13 +46,55 @@ static void mps_load_locked(void)
         return; /* not an MPS client: no limit */
     }
     const uint64_t *lim = d->default_pinned_limit;
+    uint32_t pct = d->default_thread_pct_x10;
+    mps_group = d->pid;
     uint32_t uid = (uint32_t)getuid();
     for (uint32_t i = 0; i < d->server_count && i < EMU_MPS_MAX_SERVERS; i++)
-        if (d->servers[i].uid == uid)
-            lim = d->servers[i].pinned_limit; /* our user's running server */
+        if (d->servers[i].uid == uid) { /* our user's running server */
+            lim = d->servers[i].pinned_limit;
+            pct = d->servers[i].thread_pct_x10;
+            mps_group = d->servers[i].pid;
+        }
     memcpy(mps_limit, lim, sizeof(mps_limit));
     free(d);
     mps_cmd_tighten_limits(getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), mps_limit, EMU_MAX_GPUS);
+    /* the client's percentage, read as the daemon reads one (a malformed value is ignored) */
+    const char *env = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    char line[96];
+    struct mps_cmd c;
+    char err[128];
+    if (env &&
+        snprintf(line, sizeof(line), "set_default_active_thread_percentage %s", env) <
+            (int)sizeof(line) &&
+        mps_cmd_parse(line, &c, err, sizeof(err)) == 0 && c.thread_pct_x10 < pct)
+        pct = c.thread_pct_x10;
+    if (pct >= 1 && pct <= 1000)
+        mps_pct_x10 = pct;
+}
+
+uint32_t cuda_mps_sms_locked(uint32_t total)
+{
+    if (!mps_loaded)
+        mps_load_locked();
+    if (mps_pct_x10 >= 1000)
+        return total;
+    uint64_t n = (uint64_t)total * mps_pct_x10 / 1000;
+    return n ? (uint32_t)n : 1;
+}
+
+uint32_t cuda_mps_sms(uint32_t total)
+{
+    pthread_mutex_lock(&cuda_lock);
+    uint32_t n = cuda_mps_sms_locked(total);
+    pthread_mutex_unlock(&cuda_lock);
+    return n;
+}
+
+int32_t cuda_mps_group_locked(void)
+{
+    if (!mps_loaded)
+        mps_load_locked();
+    return mps_group;
 }
 
 bool cuda_mps_charge_locked(int dev, uint64_t bytes)

@@ -225,8 +225,8 @@ static int run_client(struct daemon *d)
                         strerror(-r));
             return 1;
         }
-        if (r > 0)
-            status = 1;
+        /* r > 0: the daemon refused the command. NVIDIA's front end still exits 0 when it
+         * reached the daemon: the reply text says whether the command worked. */
     }
     return status;
 }

@@ -887,14 +887,23 @@ int emu_state_submit_overlap(struct emu_state *st, unsigned gpu, uint64_t not_be
                              uint64_t overlap_from_ns, uint64_t duration_ns, uint64_t *ret_start_ns,
                              uint64_t *ret_end_ns)
 {
+    return emu_state_submit_as(st, gpu, not_before_ns, overlap_from_ns, duration_ns, 0,
+                               ret_start_ns, ret_end_ns);
+}
+
+int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
+                        uint64_t overlap_from_ns, uint64_t duration_ns, int32_t as_pid,
+                        uint64_t *ret_start_ns, uint64_t *ret_end_ns)
+{
     struct emu_shared *sh = st->sh;
     if (gpu >= st->gpu_count)
         return -EINVAL;
-    int32_t pid = (int32_t)my_pid();
+    int32_t pid = as_pid ? as_pid : (int32_t)my_pid();
     uint64_t now = emu_state_now_ns();
     emu_state_lock(st);
     struct emu_proc *me = self_slot_locked(sh, true);
-    uint32_t tag = me ? (uint32_t)(me - sh->procs) + 1 : 0; /* 0: no slot free, never dropped */
+    /* 0: no slot free, or work owned by an MPS server (never dropped with a client) */
+    uint32_t tag = me && !as_pid ? (uint32_t)(me - sh->procs) + 1 : 0;
     struct emu_gpu *g = &sh->gpus[gpu];
     if (g->busy_until_ns > now)
         reap_dead_owners_locked(sh, g, tag, now);

@@ -217,7 +217,7 @@ struct emu_proc {
  * emulated libcuda can apply the limits later. One slot per running daemon (keyed by its pipe
  * directory); a slot whose pid is gone is free. Written whole under the lock by the daemon
  * (state-mps.c). Percentages are in tenths (1000 = 100 %); limits in bytes, 0 = none. */
-#define EMU_MPS_MAX_DAEMONS 4
+#define EMU_MPS_MAX_DAEMONS 64
 #define EMU_MPS_MAX_SERVERS 8
 struct emu_mps_server {
     int32_t pid;
@@ -366,6 +366,13 @@ int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
 int emu_state_submit_overlap(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                              uint64_t overlap_from_ns, uint64_t duration_ns, uint64_t *ret_start_ns,
                              uint64_t *ret_end_ns);
+/* As emu_state_submit_overlap, with the work owned by as_pid on the timeline instead of the
+ * caller: MPS clients submit as their server, whose one context is what the GPU runs, so the
+ * work of all clients of one server may overlap (each on its own SMs) and shows as the
+ * server's. as_pid 0: the caller (emu_state_submit_overlap). */
+int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
+                        uint64_t overlap_from_ns, uint64_t duration_ns, int32_t as_pid,
+                        uint64_t *ret_start_ns, uint64_t *ret_end_ns);
 
 /* Busy time of gpu within [t0, t1): the overlap of the recorded intervals with the window
  * (pid 0: all processes, else only that pid). Queued future work counts only for the part of

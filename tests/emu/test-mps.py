@@ -156,7 +156,7 @@ def _():
         check(len(pids) == 1 and not gone(pids[0]), f"server list {out!r}")
         spid = pids[0]
         rc, out, err = d.send(f"start_server -uid {uid}")
-        check(rc == 1 and "already running" in out, f"second server same uid: {out!r}")
+        check(rc == 0 and "already running" in out, f"second server same uid: {rc} {out!r}")
         # a server starts with the defaults of its start; later defaults do not touch it
         d.send("set_default_active_thread_percentage 90")
         rc, out, _ = d.send(f"get_active_thread_percentage {spid}",
@@ -185,7 +185,7 @@ def _():
             hold.stdin.close()
             hold.wait(timeout=30)
         rc, out, _ = d.send("get_active_thread_percentage 1")
-        check(rc == 1 and "no MPS server" in out, f"unknown server: {out!r}")
+        check(rc == 0 and "no MPS server" in out, f"unknown server: {rc} {out!r}")
         rc, out, _ = d.send(f"shutdown_server {spid}")
         check(rc == 0, "shutdown_server")
         check(wait_until(lambda: gone(spid)), "server still running")
@@ -217,7 +217,8 @@ def _():
         ]
         for line, word in bad:
             rc, out, err = d.send(line)
-            check(rc == 1 and word in out, f"{line!r}: rc {rc} reply {out!r}")
+            # the front end reached the daemon: exit 0, the reply says it failed
+            check(rc == 0 and word in out, f"{line!r}: rc {rc} reply {out!r}")
         rc, out, _ = d.send("get_default_active_thread_percentage",
                             "get_default_device_pinned_mem_limit 0")
         check(out == "60.0\n0\n", f"settings changed: {out!r}")
@@ -291,6 +292,101 @@ def _():
         check(res == ["ok", "ok", "ok", oom], f"client of a 200M server: {res}")
     finally:
         d.send("quit")
+
+
+SPIN = os.path.join(BUILD, "tests", "emu", "spin")
+
+
+def spin_line(out):
+    """spin's result line: (ok, waves, blocks, sms, elapsed ms, expected ms)."""
+    import re
+    m = re.search(r"^(ok|not ok) 2 - \d+ cycles x (\d+) wave\(s\) \((\d+) blocks, (\d+) SMs\) "
+                  r"took ([\d.]+) ms, expected ([\d.]+) ms", out, re.M)
+    check(m, f"spin output: {out!r}")
+    return (m.group(1) == "ok", int(m.group(2)), int(m.group(3)), int(m.group(4)),
+            float(m.group(5)), float(m.group(6)))
+
+
+def run_spin(env, ms, blocks=None):
+    args = [SPIN, str(ms)] + (["--blocks", str(blocks)] if blocks else [])
+    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    return spin_line(p.stdout)
+
+
+def spin_together(envs, ms, blocks):
+    """Starts one spin per env, each waiting after setup; lets them all go at once."""
+    procs = [subprocess.Popen([SPIN, str(ms), "--blocks", str(blocks), "--go"], env=e,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for e in envs]
+    try:
+        for p in procs:
+            line = p.stdout.readline()
+            while line and line != "# ready\n":
+                line = p.stdout.readline()
+            check(line == "# ready\n", "spin did not get ready")
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        return [spin_line(p.communicate(timeout=60)[0]) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@case("thread percentage: a client sees floor(SMs x P / 100) SMs, a grid filling the GPU "
+      "runs 100/P times longer, a one-block kernel does not; the client's env only tightens")
+def _():
+    # MPS guide, "Appendix: Environment Variables" (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) and the
+    # kernel-duration model of docs/emulator-cuda.md ("MPS")
+    d = Daemon("sm", STATE)
+    outside = dict(d.env, CUDA_MPS_PIPE_DIRECTORY=os.path.join(TMP, "nobody"))
+    ok, waves, _, sms, one, _ = run_spin(outside, 40)
+    check(ok and waves == 1, f"outside MPS, one block: {one} ms")
+    full = 2 * sms  # blocks of 1024 threads: two resident per SM
+    ok, waves, _, _, base, _ = run_spin(outside, 40, full)
+    check(ok and waves == 1 and abs(base - 40) < 0.5, f"outside MPS, full grid: {waves} {base}")
+    check(d.start()[0] == 0, "start")
+    try:
+        d.send("set_default_active_thread_percentage 50")
+        ok, waves, _, got, ms, _ = run_spin(d.env, 40, full)
+        check(got == sms // 2, f"client at 50 %: {got} SMs of {sms}")
+        check(ok and waves == 2 and abs(ms - 2 * base) < 1, f"full grid at 50 %: {waves} {ms}")
+        ok, waves, _, _, ms, _ = run_spin(d.env, 40)
+        check(ok and abs(ms - one) < 0.5, f"one block at 50 %: {ms} ms, outside {one}")
+        raised = dict(d.env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="100")
+        ok, waves, _, got, ms, _ = run_spin(raised, 40, full)
+        check(got == sms // 2 and waves == 2, f"client raising its percentage: {got} SMs")
+        lowered = dict(d.env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="25")
+        ok, waves, _, got, ms, _ = run_spin(lowered, 40, full)
+        check(got == sms // 4 and ok and waves == 4, f"client at 25 %: {got} SMs, {waves}")
+    finally:
+        d.send("quit")
+
+
+@case("two clients at 50 % run side by side and finish as fast as one unlimited client; "
+      "processes outside MPS queue behind each other")
+def _():
+    d = Daemon("side", STATE)
+    outside = dict(d.env, CUDA_MPS_PIPE_DIRECTORY=os.path.join(TMP, "nobody"))
+    _, _, _, sms, _, _ = run_spin(outside, 1)
+    ok, _, _, _, alone, _ = run_spin(outside, 300, 2 * sms)  # the whole GPU, one wave
+    check(ok, f"one unlimited client: {alone} ms")
+    check(d.start()[0] == 0, "start")
+    try:
+        d.send("set_default_active_thread_percentage 50")
+        # each client's half of the work fills its half of the SMs once
+        res = spin_together([d.env, d.env], 300, sms)
+        check(all(r[0] and r[1] == 1 for r in res), f"clients: {res}")
+        check(all(abs(r[4] - alone) < 1 for r in res),
+              f"clients took {[r[4] for r in res]} ms, one unlimited client {alone} ms")
+    finally:
+        d.send("quit")
+    res = spin_together([outside, outside], 300, 2 * sms)
+    ms = sorted(r[4] for r in res)
+    check(ms[0] < 330 and ms[1] > 1.5 * 300,
+          f"outside MPS the second queues behind the first: {ms} ms")
 
 
 def main():
