@@ -17,7 +17,9 @@ NVIDIA's device-plugin config format alone (`--config FILE`):
   2-replica request refused with NVIDIA's meaning, one daemon per GPU; an
   unmodified CUDA program (tests/emu/emu-mps-client) run with the Allocate
   env of 1 of 4 replicas gets a quarter of the memory, and raising or
-  dropping its own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets it no more; the cdi
+  dropping its own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets it no more; the spin
+  program under the same env runs on a quarter of the SMs (a full-GPU grid
+  takes 4 waves), also when it raises its own thread percentage; the cdi
   strategy.
 - acceld killed with -9: the next one kills the daemon left behind.
 - Time-slicing: replicas without daemons or caps; a 2-replica request is
@@ -27,6 +29,7 @@ NVIDIA's device-plugin config format alone (`--config FILE`):
 Every wait is bounded; nothing asserts timing."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -297,10 +300,10 @@ def client_caps(tap, build, node, env, mnt, mem, cap):
     """An unmodified CUDA program (tests/emu/emu-mps-client) run on GPU 0 with
     the Allocate env gets its cap (bytes), and raising or dropping its own
     CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets it no more (the daemon's default
-    bounds it). The pipe directory is the mount's host side: no container
-    runtime here. Run where the node has at most 4 daemons: the emulator's MPS
-    section holds 4 (EMU_MPS_MAX_DAEMONS), and a daemon past them is not seen
-    by the emulated libcuda."""
+    bounds it); and it runs on its share of the SMs, which raising its own
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE does not widen (the emulator's model:
+    docs/emulator-cuda.md, "MPS"). The pipe directory is the mount's host
+    side: no container runtime here."""
     client = os.path.join(build, "tests/emu/emu-mps-client")
     if not os.path.exists(client):
         tap.skip("a client under the Allocate env gets its memory cap", "emu-mps-client not built")
@@ -327,6 +330,38 @@ def client_caps(tap, build, node, env, mnt, mem, cap):
     dropped = {k: v for k, v in base.items() if not k.startswith("CUDA_MPS_PINNED")}
     got = run(dropped)
     tap.ok(got == ["ok", oom, "ok"], "a client dropping the limit from its env: no more", got)
+    sm_share(tap, build, base, int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]))
+
+
+def sm_share(tap, build, env, pct):
+    """tests/emu/spin under the Allocate env: floor(SMs x pct / 100) SMs, and a
+    grid filling the whole GPU once takes the waves that many SMs need."""
+    spin = os.path.join(build, "tests/emu/spin")
+    if not os.path.exists(spin):
+        tap.skip("a client under the Allocate env gets its SM share", "spin not built")
+        return
+    pat = re.compile(r"^ok 2 - \d+ cycles x (\d+) wave\(s\) \(\d+ blocks, (\d+) SMs\)", re.M)
+
+    def run(e, blocks):
+        p = subprocess.run([spin, "20", "--blocks", str(blocks)], env=e, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=T)
+        m = pat.search(p.stdout)
+        return (int(m.group(1)), int(m.group(2))) if m else p.stdout
+    outside = {k: v for k, v in env.items() if not k.startswith("CUDA_MPS")}
+    whole = run(outside, 1)
+    if not isinstance(whole, tuple):
+        tap.ok(False, "spin outside MPS", whole)
+        return
+    sms = whole[1]
+    share = max(1, sms * pct // 100)
+    want = (2 * sms + 2 * share - 1) // (2 * share)  # 1024-thread blocks: 2 per SM
+    got = run(env, 2 * sms)
+    tap.ok(got == (want, share),
+           f"a client under the Allocate env runs on {share} of {sms} SMs ({pct} %): a full-GPU "
+           f"grid takes {want} waves", got)
+    raised = dict(env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="100")
+    got = run(raised, 2 * sms)
+    tap.ok(got == (want, share), "a client raising its own thread percentage: no more SMs", got)
 
 
 def ask(control, pipe, env, cmd):
