@@ -23,3 +23,5 @@ if [ -x "$build/bench/bench-emu-cuda" ]; then
 fi
 echo "== emu-xid-latency (src/emu; XID inject -> nvmlEventSetWait_v2 wake, across processes)"
 LD_LIBRARY_PATH="$build/src/emu" "$build/bench/emu-xid-latency" 2000
+echo "== mps-sharing (time-slicing vs MPS on the emulator: its model, not a GPU's)"
+/usr/bin/python3 "$(dirname "$0")/mps-sharing.py" "$build"

@@ -15,13 +15,17 @@
  * expected time is then waves x cycles / clock, waves = ceil(B / (resident blocks per SM x
  * MULTIPROCESSOR_COUNT)) (each block spins for the cycles; under MPS the count is the client's
  * share of the SMs). --go: after setup print "ready" and wait for a line on stdin before
- * launching (tests start several clients together). Line 2 names the SM count and the waves. */
+ * launching (tests start several clients together). Line 2 names the SM count and the waves.
+ * --repeat N: then N more launches of the same kernel, each waited for, and a comment line
+ * "# repeat N p50 X p99 Y total Z" (ms, host clock from launch to completion: the latency a
+ * caller sees, queueing behind other processes included) for bench/mps-sharing.py. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_api.h"
@@ -52,6 +56,19 @@ static const char ptx[] = ".version 7.0\n"
 
 static __typeof__(cuGetProcAddress_v2) *getproc;
 
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 static void *get(const char *name)
 {
     void *fn = NULL;
@@ -79,9 +96,12 @@ int main(int argc, char **argv)
     double want_ms = 200;
     unsigned blocks = 1, threads = 1;
     bool go = false;
+    int repeat = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--go") == 0) {
             go = true;
+        } else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
+            repeat = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--blocks") == 0 && i + 1 < argc) {
             blocks = (unsigned)atoi(argv[++i]);
             threads = 1024;
@@ -89,8 +109,8 @@ int main(int argc, char **argv)
             want_ms = atof(argv[i]);
         }
     }
-    if (want_ms <= 0 || want_ms > 60000 || blocks < 1) {
-        fprintf(stderr, "usage: spin [milliseconds] [--blocks B] [--go]\n");
+    if (want_ms <= 0 || want_ms > 60000 || blocks < 1 || repeat < 0 || repeat > 100000) {
+        fprintf(stderr, "usage: spin [milliseconds] [--blocks B] [--go] [--repeat N]\n");
         return 2;
     }
 #ifdef SPIN_EMU
@@ -189,6 +209,24 @@ int main(int argc, char **argv)
            "expected %.3f ms (%+.2f %%)\n",
            err > -0.10 && err < 0.10 ? "ok" : "not ok", (unsigned long long)cycles,
            (unsigned long long)waves, blocks, sms, ms, expect, 100 * err);
+    if (repeat > 0) {
+        double *lat = calloc((size_t)repeat, sizeof(*lat));
+        if (!lat)
+            return 99;
+        double t_all = now_ms();
+        for (int i = 0; i < repeat; i++) {
+            double t0 = now_ms();
+            CALL(2, "launch", launch(spin, blocks, 1, 1, threads, 1, 1, 0, s, args, NULL));
+            CALL(2, "record", record(e1, s));
+            CALL(2, "synchronize", event_sync(e1));
+            lat[i] = now_ms() - t0;
+        }
+        t_all = now_ms() - t_all;
+        qsort(lat, (size_t)repeat, sizeof(*lat), cmp_double);
+        printf("# repeat %d p50 %.3f p99 %.3f total %.3f\n", repeat, lat[repeat / 2],
+               lat[(repeat * 99 + 99) / 100 - 1], t_all);
+        free(lat);
+    }
     event_destroy(e0);
     event_destroy(e1);
     stream_destroy(s);
