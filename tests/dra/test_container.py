@@ -4,8 +4,9 @@ two claims on one shared GPU — 30 % + 4 GiB and 70 % + 8 GiB — and each
 claim's CDI spec is applied as a runtime would (its mounts bind-mounted in a
 private mount namespace, its env set; device nodes skipped: the emulator needs
 none), then an unmodified CUDA program (demo/cuda-demo) runs there: it must
-see its own quota as total memory, and the usage region libvcuda creates must
-carry the claim's core limit. Prints TAP; exits 77 when not root, without
+see its own quota as total memory and get the claim's share of the GPU's time
+(within 5 points), and the usage region libvcuda creates must carry the claim's
+core limit. Prints TAP; exits 77 when not root, without
 unshare, or in the sanitizer build (libvcuda comes in through
 /etc/ld.so.preload, before the ASan runtime)."""
 import json
@@ -73,7 +74,7 @@ def main():
                 spec = json.load(open(os.path.join(node.dirs["cdi"],
                                                    "accel-dra-%s.json" % uid)))
                 p = run_in_container(spec, [os.path.abspath(DEMO), "--alloc", "512",
-                                            "--seconds", "1"], env)
+                                            "--seconds", "2", "--kernel-ms", "5"], env)
                 assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
                 first = [ln for ln in p.stdout.splitlines() if ln.startswith("cuMemGetInfo")][0]
                 assert first.endswith("of %d MiB" % (want_bytes >> 20)), p.stdout
@@ -84,7 +85,13 @@ def main():
                 limit0 = struct.unpack_from("<Q", hdr, 64)[0]
                 core = struct.unpack_from("<I", hdr, 192)[0]
                 assert (limit0, core) == (want_bytes, want_cores), (limit0, core)
-                print("ok %d - claim_%s_sees_%s_and_%s_percent" % (i, name, mem, cores))
+                # the compute share it got: libvcuda paces its launches to the claim's cores
+                # (event-measured GPU time over wall time; a loaded machine only lowers it)
+                got = [ln for ln in p.stdout.splitlines() if ln.startswith("ran ")][0]
+                share = float(got.rsplit("a ", 1)[1].split()[0])
+                assert abs(share - want_cores) <= 5, (share, want_cores, got)
+                print("ok %d - claim_%s_sees_%s_and_gets_%s_percent (%s)" % (i, name, mem, cores,
+                                                                      got))
             except Exception:
                 failed += 1
                 print("not ok %d - claim_%s" % (i, name))

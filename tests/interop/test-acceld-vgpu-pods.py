@@ -30,12 +30,16 @@ some paths).
 - The container run for real (when `unshare -m` works here): every mount of
   the Allocate response bind-mounted onto its container path in a private
   mount namespace, the env applied, and cuda-demo on the emulator sees exactly
-  the pod's 4 GiB and is refused past it.
+  the pod's 4 GiB, is refused past it and gets its 30 % of the GPU's time
+  (libvcuda's pacing, event-measured GPU time over wall time, within 5
+  points); a tenant raising VCUDA_MEMORY_LIMIT / VCUDA_CORE_LIMIT in its env
+  gets the same.
 
 Every wait is bounded; nothing asserts timing."""
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -470,12 +474,32 @@ def container_run(tap, build, node, resp):
     for k in list(env):
         if k.startswith("VCUDA_"):
             del env[k]
-    r = mountns.run(mounts, [demo, "--alloc", "8192", "--seconds", "1"], env)
+    args = [demo, "--alloc", "8192", "--seconds", "2", "--kernel-ms", "5"]
+    r = mountns.run(mounts, args, env)
     out = r.stdout + r.stderr
     tap.ok(r.returncode == 0 and "cuMemGetInfo: free" in out and "of 4096 MiB" in out,
            "in the container, cuda-demo sees exactly the pod's 4 GiB", out[-2000:])
     tap.ok("allocated 3" in out and "CUDA_ERROR_OUT_OF_MEMORY" in out,
            "and is refused past it", out[-2000:])
+    share = demo_share(out)
+    tap.ok(share is not None and abs(share - 30) <= 5,
+           "and gets the pod's 30 % of the GPU's time (within 5 points)", out[-600:])
+    # a tenant raising libvcuda's variables in its own env gets no more: with the agent's
+    # config in place they can only tighten (docs/vcuda.md, "Threat model")
+    tenant = dict(env, VCUDA_MEMORY_LIMIT=str(16 << 30), VCUDA_CORE_LIMIT="100")
+    r = mountns.run(mounts, args, tenant)
+    out = r.stdout + r.stderr
+    share = demo_share(out)
+    tap.ok(r.returncode == 0 and "of 4096 MiB" in out and "allocated 3" in out and
+           share is not None and abs(share - 30) <= 5,
+           "a tenant setting VCUDA_MEMORY_LIMIT=16 GiB and VCUDA_CORE_LIMIT=100 still gets "
+           "4 GiB and 30 %", out[-2000:])
+
+
+def demo_share(out):
+    """cuda-demo's "ran N kernels ...: a S % share" line: S, or None."""
+    m = re.search(r"^ran \d+ kernels .* a (\d+) % share$", out, re.M)
+    return int(m.group(1)) if m else None
 
 
 if __name__ == "__main__":
