@@ -18,6 +18,8 @@ pkgs=(
     prometheus
     # tests/exporter: the status page loaded in headless Chromium
     chromium chromium-driver
+    # tests/cli: accelctl top driven in a real terminal
+    tmux
     # tests/exporter: reads deploy/accel-exporter.yaml
     python3-yaml
     # the emulated libcuda dlopens these to read nvcc's compressed fatbins

@@ -23,6 +23,7 @@ static const struct accelctl_command commands[] = {
     {"mps", "show MPS control daemons: state, defaults, servers, clients", accelctl_cmd_mps},
     {"dra", "the DRA driver's slice, device health and prepared claims", accelctl_cmd_dra},
     {"vgpu", "show vGPU shares, quotas, usage and host-side check findings", accelctl_cmd_vgpu},
+    {"top", "a live view of the node's GPUs and the processes (pods) on them", accelctl_cmd_top},
 };
 
 static void usage(FILE *f)
