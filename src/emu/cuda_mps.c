@@ -17,9 +17,10 @@
  *
  * In the emulator the daemon publishes its settings in the machine's MPS section
  * (state-mps.c); there is no real connection, so the settings are read once, at the first use
- * (an allocation, a launch, an attribute query). Device indexes are the emulated machine's (the
- * emulated daemon numbers them the same way). Device memory only: managed memory is not limited
- * here. cuda_lock held. */
+ * (an allocation, a launch, an attribute query). Limits are kept by the emulated machine's GPU
+ * index (the daemon maps its own device numbers, which follow its CUDA_VISIBLE_DEVICES, to
+ * them); the emulated libcuda has no CUDA_VISIBLE_DEVICES of its own, so a client's device N
+ * is the machine's GPU N. Device memory only: managed memory is not limited here. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

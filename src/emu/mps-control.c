@@ -66,6 +66,11 @@ struct daemon {
     struct emu_state *st;      /* NULL: no emulated machine; settings live in memory only */
     int mps_slot;              /* our slot in the state's MPS section, -1 none */
     struct emu_mps_daemon cfg; /* the settings; published whole after each change */
+    /* The devices the daemon sees (CUDA_VISIBLE_DEVICES at its start), as machine indexes: its
+     * device N, in commands, is the machine's GPU visible[N]; limits are kept by machine
+     * index, which is what the emulated libcuda's clients look up. */
+    unsigned visible[EMU_MAX_GPUS];
+    int n_visible;
 };
 
 static void dlog(struct daemon *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -298,7 +303,53 @@ static void stop_server(struct daemon *d, pid_t pid, bool force)
 
 static int device_count(struct daemon *d)
 {
-    return d->st ? (int)emu_state_gpu_count(d->st) : EMU_MAX_GPUS;
+    return d->n_visible;
+}
+
+/* CUDA_VISIBLE_DEVICES ("A comma-separated sequence of GPU identifiers ... Only the devices
+ * whose index is present in the sequence are visible to CUDA applications and they are
+ * enumerated in the order of the sequence. If one of the indices is invalid, only the devices
+ * whose index precedes the invalid index are visible", CUDA C++ Programming Guide, CUDA
+ * Environment Variables): machine indexes or GPU UUIDs. Unset: every GPU in order. Without an
+ * emulated machine every entry counts, in order (nothing to check it against). */
+static void parse_visible(struct daemon *d)
+{
+    int n = d->st ? (int)emu_state_gpu_count(d->st) : EMU_MAX_GPUS;
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    d->n_visible = 0;
+    if (!v) {
+        for (int i = 0; i < n && i < EMU_MAX_GPUS; i++)
+            d->visible[d->n_visible++] = (unsigned)i;
+        return;
+    }
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", v);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok && d->n_visible < EMU_MAX_GPUS;
+         tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            tok++;
+        int idx = -1;
+        if (!d->st) {
+            idx = d->n_visible; /* no machine to check against: settings in memory only */
+        } else if (strncmp(tok, "GPU-", 4) == 0) {
+            for (int i = 0; d->st && i < n; i++) {
+                const struct emu_gpu *g = emu_state_gpu(d->st, (unsigned)i);
+                if (g && strncmp(g->uuid, tok, strlen(tok)) == 0) {
+                    idx = i;
+                    break;
+                }
+            }
+        } else {
+            char *end;
+            long l = strtol(tok, &end, 10);
+            if (end != tok && *end == '\0' && l >= 0 && l < n)
+                idx = (int)l;
+        }
+        if (idx < 0)
+            break; /* an invalid entry ends the list */
+        d->visible[d->n_visible++] = (unsigned)idx;
+    }
 }
 
 /* The server child: exists until told to stop or until the daemon dies. */
@@ -437,9 +488,10 @@ static void execute(struct daemon *d, const struct mps_cmd *c, struct reply *r)
                    c->kind == MPS_CMD_SET_DEFAULT_PINNED_LIMIT ||
                    c->kind == MPS_CMD_GET_PINNED_LIMIT || c->kind == MPS_CMD_SET_PINNED_LIMIT;
     if (has_dev && (int)c->device >= device_count(d)) {
-        fail(r, "no device %u (the machine has %d)", c->device, device_count(d));
+        fail(r, "no device %u (the daemon sees %d)", c->device, device_count(d));
         return;
     }
+    unsigned m = has_dev ? d->visible[c->device] : 0; /* the device's machine index */
 
     switch (c->kind) {
     case MPS_CMD_QUIT:
@@ -475,7 +527,7 @@ static void execute(struct daemon *d, const struct mps_cmd *c, struct reply *r)
         break;
     case MPS_CMD_GET_CLIENT_LIST:
         for (int g = 0; d->st && g < device_count(d); g++)
-            list_clients(d, (unsigned)g, s->uid, r, false);
+            list_clients(d, d->visible[g], s->uid, r, false);
         break;
     case MPS_CMD_GET_DEVICE_CLIENT_LIST: {
         uint32_t uid = UINT32_MAX;
@@ -488,7 +540,7 @@ static void execute(struct daemon *d, const struct mps_cmd *c, struct reply *r)
             uid = srv->uid;
         }
         for (int g = 0; d->st && g < device_count(d); g++)
-            list_clients(d, (unsigned)g, uid, r, true);
+            list_clients(d, d->visible[g], uid, r, true);
         break;
     }
     case MPS_CMD_GET_DEFAULT_THREAD_PCT:
@@ -508,18 +560,17 @@ static void execute(struct daemon *d, const struct mps_cmd *c, struct reply *r)
         say(r, "%s\n", mps_cmd_format_pct(c->thread_pct_x10, buf, sizeof(buf)));
         break;
     case MPS_CMD_GET_DEFAULT_PINNED_LIMIT:
-        say(r, "%s\n",
-            mps_cmd_format_bytes(d->cfg.default_pinned_limit[c->device], buf, sizeof(buf)));
+        say(r, "%s\n", mps_cmd_format_bytes(d->cfg.default_pinned_limit[m], buf, sizeof(buf)));
         break;
     case MPS_CMD_SET_DEFAULT_PINNED_LIMIT:
-        d->cfg.default_pinned_limit[c->device] = c->bytes;
+        d->cfg.default_pinned_limit[m] = c->bytes;
         publish(d);
         break;
     case MPS_CMD_GET_PINNED_LIMIT:
-        say(r, "%s\n", mps_cmd_format_bytes(s->pinned_limit[c->device], buf, sizeof(buf)));
+        say(r, "%s\n", mps_cmd_format_bytes(s->pinned_limit[m], buf, sizeof(buf)));
         break;
     case MPS_CMD_SET_PINNED_LIMIT:
-        s->pinned_limit[c->device] = c->bytes;
+        s->pinned_limit[m] = c->bytes;
         publish(d);
         break;
     }
@@ -704,6 +755,7 @@ static int setup(struct daemon *d, char *err, size_t errlen)
         if (r < 0)
             dlog(d, "Cannot record settings in the emulated machine: %s", strerror(-r));
     }
+    parse_visible(d);
     dlog(d, "Starting control daemon using socket %s", d->sock_path);
     return 0;
 }

@@ -294,6 +294,37 @@ def _():
         d.send("quit")
 
 
+@case("CUDA_VISIBLE_DEVICES: the daemon's device 0 is the GPU it names; limits land there")
+def _():
+    # CUDA C++ Programming Guide, CUDA Environment Variables (CUDA_VISIBLE_DEVICES)
+    uuid1 = json.loads(subprocess.run([EMU, "--state", STATE, "status", "--json"],
+                                      capture_output=True, text=True,
+                                      timeout=30).stdout)["gpus"][1]["uuid"]
+    d = Daemon("visible", STATE)
+    d.env["CUDA_VISIBLE_DEVICES"] = uuid1
+    check(d.start()[0] == 0, "start")
+    oom = "error 2"
+    try:
+        rc, out, _ = d.send("set_default_device_pinned_mem_limit 0 100M")
+        check(rc == 0 and out == "", f"set limit: {out!r}")
+        rc, out, _ = d.send("set_default_device_pinned_mem_limit 1 100M")
+        check(rc == 0 and "no device 1 (the daemon sees 1)" in out, f"device 1: {out!r}")
+        client = dict(d.env)
+        client.pop("CUDA_VISIBLE_DEVICES")
+
+        def on(dev, *mibs):
+            p = subprocess.run([CLIENT, str(dev)] + [str(m) for m in mibs], env=client,
+                               capture_output=True, text=True, timeout=30)
+            check(p.returncode == 0, f"emu-mps-client: {p.returncode} {p.stderr}")
+            return p.stdout.split("\n")[:len(mibs)]
+        res = on(1, 60, 60)
+        check(res == ["ok", oom], f"a client of GPU 1 (the daemon's device 0): {res}")
+        res = on(0, 60, 60)
+        check(res == ["ok", "ok"], f"a client of GPU 0 (not the daemon's): {res}")
+    finally:
+        d.send("quit")
+
+
 SPIN = os.path.join(BUILD, "tests", "emu", "spin")
 
 

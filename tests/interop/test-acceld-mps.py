@@ -296,7 +296,7 @@ def mps_run(tap, build, pb, tmp, control, agents):
         kubelet.stop()
 
 
-def client_caps(tap, build, node, env, mnt, mem, cap):
+def client_caps(tap, build, node, env, mnt, mem, cap, dev=0):
     """An unmodified CUDA program (tests/emu/emu-mps-client) run on GPU 0 with
     the Allocate env gets its cap (bytes), and raising or dropping its own
     CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets it no more (the daemon's default
@@ -317,12 +317,13 @@ def client_caps(tap, build, node, env, mnt, mem, cap):
     oom = "error 2"  # CUDA_ERROR_OUT_OF_MEMORY
 
     def run(e):
-        p = subprocess.run([client, "0"] + [str(x) for x in sizes], env=e, text=True,
+        p = subprocess.run([client, str(dev)] + [str(x) for x in sizes], env=e, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=T)
         return p.stdout.split("\n")[:len(sizes)]
     got = run(base)
     tap.ok(got == ["ok", oom, "ok"],
-           f"a client under the Allocate env: capped at {cap_mib} MiB of {mem >> 20}", got)
+           f"a client of GPU {dev} under the Allocate env: capped at {cap_mib} MiB of "
+           f"{mem >> 20}", got)
     raised = dict(base, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=f"0={mem >> 20}M")
     got = run(raised)
     tap.ok(got == ["ok", oom, "ok"], "a client raising its own limit to the whole GPU: no more",
@@ -330,7 +331,8 @@ def client_caps(tap, build, node, env, mnt, mem, cap):
     dropped = {k: v for k, v in base.items() if not k.startswith("CUDA_MPS_PINNED")}
     got = run(dropped)
     tap.ok(got == ["ok", oom, "ok"], "a client dropping the limit from its env: no more", got)
-    sm_share(tap, build, base, int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]))
+    if dev == 0:
+        sm_share(tap, build, base, int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]))
 
 
 def sm_share(tap, build, env, pct):
@@ -423,6 +425,10 @@ def fail_one_run(tap, build, pb, tmp, agents):
                e.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == f"0={mem0 // 4 >> 20}M",
                "a 1-replica request is served: 25 % of the SMs and of the memory", e)
         client_caps(tap, build, node, e, m, mem0, mem0 // 4)
+        # GPU 1's daemon sees it as its device 0 (CUDA_VISIBLE_DEVICES): the cap lands on GPU 1
+        r1 = pl.allocate([f"{uuid[1]}::0"])
+        mem1 = gpus_of(node)[1]["memory_total_bytes"]
+        client_caps(tap, build, node, envs(r1), mounts(r1), mem1, mem1 // 4, dev=1)
         gpu = uuid[0]
         cdi = list(r.container_responses[0].cdi_devices)
         tap.ok([c.name for c in cdi] == [f"nvidia.com/gpu-shared={gpu}"] and
