@@ -23,6 +23,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tap import Tap  # noqa: E402
+
 BUILD = os.environ.get("ACCEL_BUILD_ROOT", "build")
 ACCELCTL = os.path.join(BUILD, "src", "cli", "accelctl")
 EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
@@ -31,24 +34,6 @@ HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
 POD = "7f3a1c2e-5b6d-4e8f-9a0b-1c2d3e4f5a6b"
 CID = "c0ffee" + "0" * 58
 T = 15
-
-
-class Tap:
-    def __init__(self):
-        self.n = 0
-        self.failed = 0
-
-    def ok(self, cond, name, diag=None):
-        self.n += 1
-        print(f"{'ok' if cond else 'not ok'} {self.n} - {name}")
-        if not cond:
-            self.failed += 1
-            for line in str(diag).splitlines()[-40:]:
-                print(f"# {line}")
-
-    def skip(self, name, why):
-        self.n += 1
-        print(f"ok {self.n} - {name} # SKIP {why}")
 
 
 def wait_until(cond, timeout=T):
@@ -103,8 +88,7 @@ def main():
             h.wait(timeout=T)
             h.stdout.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"1..{tap.n}")
-    return 1 if tap.failed else 0
+    return tap.done()
 
 
 def once(tap, env, args, pids):

@@ -21,6 +21,10 @@ class Tap:
                 print("#   " + line)
         return cond
 
+    def skip(self, what, why):
+        self.n += 1
+        print("ok %d - %s # SKIP %s" % (self.n, what, why))
+
     def done(self):
         print("1..%d" % self.n)
         return 1 if self.failed else 0
