@@ -584,7 +584,7 @@ static const char *ev_kind(yaml_event_type_t t)
 static bool is_known_section(const char *k)
 {
     return strcmp(k, "cdi") == 0 || strcmp(k, "health") == 0 || strcmp(k, "server") == 0 ||
-           strcmp(k, "dra") == 0;
+           strcmp(k, "dra") == 0 || strcmp(k, "vgpu") == 0;
 }
 
 /* NVIDIA's device-plugin config format (version: v1, sharing:, flags:,

@@ -328,6 +328,24 @@ TEST(nvidia_sections_and_mps_control)
     CHECK(!c.nvidia_sharing); /* refused: nothing changed */
 }
 
+/* The vgpu.* keys as a section of the file (docs/vgpu.md writes them so), not only as flags. */
+TEST(vgpu_section)
+{
+    struct acceld_config c;
+    char err[256];
+    acceld_config_defaults(&c);
+    static const char yaml[] = "mode: vgpu\n"
+                               "vgpu:\n"
+                               "  overQuotaAction: kill\n"
+                               "  checkInterval: 3s\n";
+    CHECK_EQ_INT(acceld_config_parse(&c, yaml, sizeof(yaml) - 1, "t", err, sizeof(err)), 0);
+    CHECK(c.vgpu_over_quota_kill);
+    CHECK_EQ_U64(c.vgpu_check_interval_ns, 3000000000ull);
+    static const char bad[] = "vgpu:\n  overQuotaActions: kill\n";
+    CHECK_EQ_INT(acceld_config_parse(&c, bad, sizeof(bad) - 1, "t", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "vgpu.overQuotaActions") != NULL);
+}
+
 TEST(dra_keys)
 {
     struct acceld_config c;
