@@ -433,6 +433,8 @@ CUresult cuda_need_ctx(struct CUctx_st **ret)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (cuda_dev_lost(c->dev))
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    if ((r = cuda_mps_fault(c->dev)) != CUDA_SUCCESS)
+        return r;
     *ret = c;
     return CUDA_SUCCESS;
 }
@@ -458,6 +460,9 @@ static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim
 
 static CUresult ctx_activate(struct CUctx_st *c)
 {
+    CUresult f = cuda_mps_new_client_locked(c->dev);
+    if (f)
+        return f;
     /* a context costs device memory: the model's (state.c), unless overridden */
     uint64_t cost = ctx_overhead != UINT64_MAX ? ctx_overhead : gpu_of(c->dev)->ctx_cost;
     if (cost && emu_state_mem_charge(cuda_state, (unsigned)c->dev, cost) < 0)

@@ -172,6 +172,10 @@ void cuda_mps_uncharge_locked(int dev, uint64_t bytes);
 uint32_t cuda_mps_sms_locked(uint32_t total);
 uint32_t cuda_mps_sms(uint32_t total);
 int32_t cuda_mps_group_locked(void);
+/* cuda_mps.c: the MPS server's fault state for this process on dev: a hit client's calls
+ * (cuda_mps_fault, no lock needed) and a new context (cuda_lock held) fail as documented. */
+CUresult cuda_mps_fault(int dev);
+CUresult cuda_mps_new_client_locked(int dev);
 /* Device or host pointer lookup: returns true when [p, p+len) is memory the emulator knows
  * (device allocation, host allocation, VMM mapping, IPC mapping). */
 bool cuda_ptr_valid(CUdeviceptr p, size_t len);

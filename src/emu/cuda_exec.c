@@ -947,6 +947,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     CUresult r = cuda_stream_resolve(h, pt, &s);
     if (r)
         return r;
+    if ((r = cuda_mps_fault(s->ctx->dev)) != CUDA_SUCCESS)
+        return r;
     if (coop && !coop_fits(s->ctx->dev, (uint64_t)gx * gy * gz, (uint64_t)bx * by * bz))
         return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
     uint64_t cycles = 0;

@@ -306,6 +306,15 @@ static int device_count(struct daemon *d)
     return d->n_visible;
 }
 
+static bool server_faulted(struct daemon *d, int32_t pid)
+{
+    for (int g = 0; d->st && g < d->n_visible; g++)
+        if (emu_state_mps_fault_of(d->st, d->visible[g], pid, 0) ||
+            emu_state_mps_fault_of(d->st, d->visible[g], d->cfg.pid, 0))
+            return true;
+    return false;
+}
+
 /* CUDA_VISIBLE_DEVICES ("A comma-separated sequence of GPU identifiers ... Only the devices
  * whose index is present in the sequence are visible to CUDA applications and they are
  * enumerated in the order of the sequence. If one of the indices is invalid, only the devices
@@ -502,7 +511,9 @@ static void execute(struct daemon *d, const struct mps_cmd *c, struct reply *r)
             say(r, "%d\n", (int)d->cfg.servers[i].pid);
         break;
     case MPS_CMD_GET_SERVER_STATUS:
-        say(r, "ACTIVE\n");
+        /* FAULT while clients a fatal XID hit on one of its GPUs live (MPS guide, "Error
+         * Containment"; emu_state_mps_fault_of) */
+        say(r, "%s\n", server_faulted(d, c->pid) ? "FAULT" : "ACTIVE");
         break;
     case MPS_CMD_START_SERVER: {
         pid_t pid = 0;

@@ -94,3 +94,69 @@ bool emu_state_mps_is_client(struct emu_state *st, int32_t pid)
     emu_state_unlock(st);
     return served;
 }
+
+/* XIDs that end the GPU contexts on the device (NVIDIA's XID catalog: 13 graphics engine
+ * exception, 31 GPU memory page fault, 43 GPU stopped processing, 48 double-bit ECC error,
+ * 79 fallen off the bus, 94/95 contained/uncontained ECC error): under MPS such a fatal
+ * exception reaches every client of the server on that GPU. */
+bool emu_state_mps_fatal_xid(uint64_t xid)
+{
+    return xid == 13 || xid == 31 || xid == 43 || xid == 48 || xid == 79 || xid == 94 || xid == 95;
+}
+
+static bool pid_alive(int32_t pid)
+{
+    return pid > 0 && !(kill(pid, 0) < 0 && errno == ESRCH);
+}
+
+static void fault_prune_locked(struct emu_gpu *g)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < g->mps_fault_n && i < EMU_MPS_FAULT_MAX; i++)
+        if (pid_alive(g->mps_fault_pid[i])) {
+            g->mps_fault_pid[k] = g->mps_fault_pid[i];
+            g->mps_fault_group[k++] = g->mps_fault_group[i];
+        }
+    g->mps_fault_n = k;
+}
+
+void emu_state_mps_fault(struct emu_state *st, unsigned gpu)
+{
+    struct emu_gpu *g = emu_state_gpu(st, gpu);
+    if (!g)
+        return;
+    struct emu_shared *sh = emu_state_shared(st);
+    emu_state_lock(st);
+    fault_prune_locked(g);
+    for (unsigned i = 0; i < EMU_MAX_PROCS && g->mps_fault_n < EMU_MPS_FAULT_MAX; i++) {
+        const struct emu_proc *p = &sh->procs[i];
+        if (!p->pid || !p->mps_group || !p->mem[gpu] || !pid_alive(p->pid))
+            continue;
+        bool listed = false;
+        for (uint32_t k = 0; k < g->mps_fault_n && !listed; k++)
+            listed = g->mps_fault_pid[k] == p->pid;
+        if (!listed) {
+            g->mps_fault_pid[g->mps_fault_n] = p->pid;
+            g->mps_fault_group[g->mps_fault_n++] = p->mps_group;
+        }
+    }
+    emu_state_unlock(st);
+}
+
+int emu_state_mps_fault_of(struct emu_state *st, unsigned gpu, int32_t group, int32_t pid)
+{
+    struct emu_gpu *g = emu_state_gpu(st, gpu);
+    if (!g || !group || !__atomic_load_n(&g->mps_fault_n, __ATOMIC_RELAXED))
+        return 0;
+    int r = 0;
+    emu_state_lock(st);
+    fault_prune_locked(g);
+    for (uint32_t i = 0; i < g->mps_fault_n; i++) {
+        if (g->mps_fault_pid[i] == pid)
+            r = 1;
+        else if (g->mps_fault_group[i] == group && r == 0)
+            r = 2;
+    }
+    emu_state_unlock(st);
+    return r;
+}

@@ -19,3 +19,17 @@ int emu_state_mps_find(struct emu_state *st, const char *pipe_dir, struct emu_mp
  * emulator has no MPS connection, so, as `get_client_list` in mps-control.c, a process is a
  * client while a live server of a live daemon runs for its user. */
 bool emu_state_mps_is_client(struct emu_state *st, int32_t pid);
+
+/* Records this process as a client of MPS server (else daemon) `group` (0: none). */
+void emu_state_set_mps_group(struct emu_state *st, int32_t group);
+
+/* A fatal XID on gpu (emu_state_mps_fatal_xid says which): every MPS client with memory on that
+ * GPU is hit, and its server is in the fault state while any hit client lives (NVIDIA MPS
+ * guide, "Error Containment"). Called by emu_state_inject_xid. */
+bool emu_state_mps_fatal_xid(uint64_t xid);
+void emu_state_mps_fault(struct emu_state *st, unsigned gpu);
+
+/* The fault state as a client of `group` on gpu sees it, dead hit clients forgotten first:
+ * 1 when pid itself was hit, 2 when another client of group was (the server refuses new
+ * clients), 0 otherwise. */
+int emu_state_mps_fault_of(struct emu_state *st, unsigned gpu, int32_t group, int32_t pid);

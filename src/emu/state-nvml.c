@@ -1,5 +1,6 @@
 /* state-nvml.c — part B's operations on the shared state; see state-nvml.h. */
 #include "state-nvml.h"
+#include "state-mps.h"
 
 #include <errno.h>
 
@@ -21,6 +22,8 @@ int emu_state_inject_xid(struct emu_state *st, unsigned gpu, uint64_t xid)
 {
     if (!emu_state_gpu(st, gpu))
         return -EINVAL;
+    if (emu_state_mps_fatal_xid(xid))
+        emu_state_mps_fault(st, gpu);
     return emu_state_event_post(st, gpu, EMU_EVENT_XID, xid, NULL);
 }
 

@@ -3,6 +3,7 @@
  * timeline and the per-GPU event rings. libc only: linked into the emulator's libcuda.so.1 and
  * libnvidia-ml.so.1, which are loaded into arbitrary processes. */
 #include "state.h"
+#include "state-mps.h"
 
 #include "proc.h"
 #include "util.h"
@@ -319,6 +320,9 @@ static int validate_gpu(const struct emu_gpu *g, unsigned i, unsigned n, char *e
             return BAD("GPU %u: event ring entry %u holds sequence %" PRIu64 " (last %" PRIu64 ")",
                        i, k, seq, g->event_seq);
     }
+    if (g->mps_fault_n > EMU_MPS_FAULT_MAX)
+        return BAD("GPU %u: %u MPS fault entries (at most %d)", i, g->mps_fault_n,
+                   EMU_MPS_FAULT_MAX);
     /* intervals: in order, never reversed, owners' slots within the table */
     uint64_t cnt = g->interval_count, kept = cnt < EMU_TIMELINE_RING ? cnt : EMU_TIMELINE_RING;
     uint64_t prev_end = 0;
@@ -676,6 +680,7 @@ static void reap_slot_locked(struct emu_shared *sh, unsigned i, uint64_t now)
     memset(p->mem, 0, sizeof(p->mem));
     p->start_time = 0;
     p->pidns = 0;
+    p->mps_group = 0;
     p->pid = 0;
 }
 
@@ -747,6 +752,15 @@ static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
     fre->pidns = ns;
     fre->pid = pid;
     return fre;
+}
+
+void emu_state_set_mps_group(struct emu_state *st, int32_t group)
+{
+    emu_state_lock(st);
+    struct emu_proc *p = self_slot_locked(st->sh, true);
+    if (p)
+        p->mps_group = group;
+    emu_state_unlock(st);
 }
 
 int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes)

@@ -123,6 +123,7 @@ struct emu_interval {
 
 /* A GPU as it lives in the shared file. Identity fields are written once by create; sensor
  * fields (temperature, power, clocks, lost, MIG) by `accel-emu set` / `lose` under the lock. */
+#define EMU_MPS_FAULT_MAX 32
 struct emu_gpu {
     uint32_t index;
     uint32_t minor; /* /dev/nvidiaN */
@@ -199,6 +200,12 @@ struct emu_gpu {
     uint64_t energy_mj;
     uint64_t energy_stamp_ns;
     uint64_t reserved_u64[7 - EMU_MAX_PROCS / 64];
+    /* MPS fault (state-mps.h): the clients a fatal XID on this GPU hit, with their server
+     * (group); the fault lasts while any of them lives. */
+    uint32_t mps_fault_n;
+    uint32_t mps_fault_pad;
+    int32_t mps_fault_pid[EMU_MPS_FAULT_MAX];
+    int32_t mps_fault_group[EMU_MPS_FAULT_MAX];
 };
 
 /* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the
@@ -206,8 +213,8 @@ struct emu_gpu {
  * known by (pid namespace, pid): containers sharing one state file may reuse each other's pid
  * numbers; only a process in the same pid namespace can tell whether a slot's owner is gone. */
 struct emu_proc {
-    int32_t pid; /* 0 = free slot; as seen in its own pid namespace */
-    uint32_t pad;
+    int32_t pid;                /* 0 = free slot; as seen in its own pid namespace */
+    int32_t mps_group;          /* the MPS server (else daemon) pid it is a client of; 0 = none */
     uint64_t start_time;        /* /proc/<pid>/stat starttime (clock ticks since boot) */
     uint64_t pidns;             /* inode of /proc/<pid>/ns/pid; 0 = unknown */
     uint64_t mem[EMU_MAX_GPUS]; /* bytes charged per GPU */

@@ -753,7 +753,7 @@ static void on_mps_health(struct mps_sup *sup, size_t set, bool healthy, const c
         log_info("MPS: every replica of GPU %s is Healthy again", shared_gpu_uuid(sh, m->gpu));
     else
         log_warn("MPS: every replica of GPU %s is Unhealthy: its daemon for %u-replica requests "
-                 "is down (%s)",
+                 "is not serving (%s)",
                  shared_gpu_uuid(sh, m->gpu), m->k, why);
 }
 

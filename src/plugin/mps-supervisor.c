@@ -28,7 +28,7 @@ extern char **environ;
 #define DEFAULT_CONTROL "nvidia-cuda-mps-control"
 #define OUT_MAX 4096
 
-enum job_kind { JOB_NONE, JOB_START, JOB_CONFIG, JOB_PROBE };
+enum job_kind { JOB_NONE, JOB_START, JOB_CONFIG, JOB_PROBE, JOB_STATUS };
 enum set_state { ST_IDLE, ST_STARTING, ST_UP, ST_WAIT_RESTART };
 
 struct job {
@@ -59,6 +59,7 @@ struct set {
     uint64_t backoff_ns;
     unsigned restarts;
     struct job job;
+    char status_cmds[512]; /* the probe's follow-up: get_server_status per server */
 };
 
 struct mps_sup {
@@ -166,6 +167,26 @@ static double last_pct(char *out)
     return v;
 }
 
+static int job_spawn(struct set *s, enum job_kind kind, const char *arg, const char *cmds);
+
+/* "get_server_status PID" for each server PID line of a probe's reply (all lines but the
+ * last, the percentage); false when there is none. */
+static bool status_cmds(const char *reply, char *cmds, size_t len)
+{
+    const char *last = strrchr(reply, '\n');
+    size_t used = 0;
+    cmds[0] = '\0';
+    for (const char *p = reply; p && *p && (!last || p < last);) {
+        const char *nl = strchr(p, '\n');
+        char *e;
+        long pid = strtol(p, &e, 10);
+        if (e != p && (*e == '\n' || *e == '\0') && pid > 0 && used + 48 < len)
+            used += (size_t)snprintf(cmds + used, len - used, "get_server_status %ld\n", pid);
+        p = nl ? nl + 1 : NULL;
+    }
+    return used > 0;
+}
+
 static void job_finished(struct set *s, int status)
 {
     struct job *j = &s->job;
@@ -205,8 +226,30 @@ static void job_finished(struct set *s, int status)
         s->daemon_pid = pid;
         break;
     }
+    case JOB_STATUS:
+        /* "FAULT": a fatal GPU error hit the server's clients, and it refuses new ones until
+         * they exit (MPS guide, "Error Containment"): Unhealthy, but the daemon is left
+         * alone, it recovers by itself */
+        if (!exited0) {
+            snprintf(why, sizeof(why), "get_server_status failed: %.200s",
+                     out[0] ? out : "no reply");
+            set_fail(s, why);
+            return;
+        }
+        s->state = ST_UP;
+        s->backoff_ns = s->sup->opts.backoff_min_ns;
+        if (strstr(out, "FAULT"))
+            report(s, false,
+                   "its MPS server is in the fault state (a fatal GPU error hit its clients; "
+                   "new clients are refused until those exit)");
+        else
+            report(s, true, "daemon answers, server active");
+        set_launch(s);
+        return;
     case JOB_CONFIG:
     case JOB_PROBE: {
+        char servers[OUT_MAX + 1];
+        memcpy(servers, out, sizeof(servers));
         double pct = last_pct(out);
         if (!exited0 || pct < 0) {
             snprintf(why, sizeof(why), "control command failed (exit status %d): %.200s",
@@ -219,6 +262,12 @@ static void job_finished(struct set *s, int status)
             snprintf(why, sizeof(why), "the daemon's default thread percentage is %g, not %u", pct,
                      s->thread_pct);
             set_fail(s, why);
+            return;
+        }
+        /* a probe's reply starts with the server list: ask each server's status */
+        if (kind == JOB_PROBE && status_cmds(servers, s->status_cmds, sizeof(s->status_cmds))) {
+            if (job_spawn(s, JOB_STATUS, NULL, s->status_cmds) < 0)
+                set_fail(s, "cannot run the control front end");
             return;
         }
         break;
@@ -348,7 +397,8 @@ static void probe_cb(struct ev_loop *loop, void *user_data)
     (void)loop;
     struct set *s = user_data;
     s->timer_id = 0;
-    if (job_spawn(s, JOB_PROBE, NULL, "get_default_active_thread_percentage\n") < 0)
+    if (job_spawn(s, JOB_PROBE, NULL, "get_server_list\nget_default_active_thread_percentage\n") <
+        0)
         set_fail(s, "cannot run the control front end");
 }
 

@@ -1,11 +1,13 @@
 /* emu-hold — a CUDA process for tests: dlopens libcuda.so.1 (the emulator's, by library
  * path), creates a context on DEVICE (which charges the context overhead, making this process
  * one the emulated NVML and MPS daemon list), allocates MIB MiB, prints "ready PID" and holds
- * all of it until stdin closes. Not a test itself.
+ * all of it until stdin closes; an "alloc MIB" line allocates more and answers "ok" or
+ * "error N". Not a test itself.
  * Usage: emu-hold DEVICE MIB */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cuda_api.h"
@@ -40,8 +42,18 @@ int main(int argc, char **argv)
     }
     printf("ready %d\n", (int)getpid());
     fflush(stdout);
-    char c;
-    while (read(0, &c, 1) > 0)
-        ;
+    /* "alloc MIB" lines allocate more and answer "ok" or "error N"; other lines are ignored */
+    char line[64];
+    while (fgets(line, sizeof(line), stdin)) {
+        if (strncmp(line, "alloc ", 6) != 0)
+            continue;
+        CUdeviceptr more;
+        CUresult r = p_cuMemAlloc_v2(&more, (size_t)atoi(line + 6) << 20);
+        if (r == CUDA_SUCCESS)
+            printf("ok\n");
+        else
+            printf("error %d\n", (int)r);
+        fflush(stdout);
+    }
     return 0;
 }

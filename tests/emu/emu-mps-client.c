@@ -29,16 +29,17 @@ int main(int argc, char **argv)
     LOAD(h, cuMemGetInfo_v2);
     CUdevice dev;
     CUcontext ctx;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
     if (!p_cuInit || !p_cuDeviceGet || !p_cuCtxCreate_v2 || !p_cuMemAlloc_v2 ||
-        !p_cuMemGetInfo_v2 || p_cuInit(0) != CUDA_SUCCESS ||
-        p_cuDeviceGet(&dev, atoi(argv[1])) != CUDA_SUCCESS ||
-        p_cuCtxCreate_v2(&ctx, 0, dev) != CUDA_SUCCESS) {
-        fprintf(stderr, "emu-mps-client: CUDA setup failed\n");
+        !p_cuMemGetInfo_v2 || (r = p_cuInit(0)) != CUDA_SUCCESS ||
+        (r = p_cuDeviceGet(&dev, atoi(argv[1]))) != CUDA_SUCCESS ||
+        (r = p_cuCtxCreate_v2(&ctx, 0, dev)) != CUDA_SUCCESS) {
+        fprintf(stderr, "emu-mps-client: CUDA setup failed (CUresult %d)\n", (int)r);
         return 1;
     }
     for (int i = 2; i < argc; i++) {
         CUdeviceptr p;
-        CUresult r = p_cuMemAlloc_v2(&p, (size_t)atoi(argv[i]) << 20);
+        r = p_cuMemAlloc_v2(&p, (size_t)atoi(argv[i]) << 20);
         if (r == CUDA_SUCCESS)
             printf("ok\n");
         else

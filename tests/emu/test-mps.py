@@ -325,6 +325,67 @@ def _():
         d.send("quit")
 
 
+@case("a fatal XID: the server is FAULT, its hit client's calls fail (810), a new client of "
+      "that GPU is refused (807) until the hit client exits; other GPUs and processes outside "
+      "MPS go on")
+def _():
+    # MPS guide, "Error Containment"; CUresult 807 CUDA_ERROR_MPS_SERVER_NOT_READY and 810
+    # CUDA_ERROR_MPS_CLIENT_TERMINATED (CUDA Driver API)
+    d = Daemon("fault", STATE)
+    check(d.start()[0] == 0, "start")
+    holds = []
+
+    def hold(env):
+        h = subprocess.Popen([HOLD, "1", "4"], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        holds.append(h)
+        line = h.stdout.readline()
+        check(line == f"ready {h.pid}\n", f"emu-hold: {line!r}")
+        return h
+
+    def alloc(h):
+        h.stdin.write("alloc 1\n")
+        h.stdin.flush()
+        return h.stdout.readline().strip()
+
+    def new_client(dev):
+        p = subprocess.run([CLIENT, str(dev), "1"], env=d.env, capture_output=True, text=True,
+                           timeout=30)
+        return p.returncode, p.stdout.split("\n")[0], p.stderr.strip()
+    try:
+        rc, out, err = d.send(f"start_server -uid {os.getuid()}")
+        check(rc == 0, f"start_server: {err}")
+        spid = int(d.send("get_server_list")[1].split()[0])
+        hit = hold(d.env)
+        outside = hold(dict(d.env, CUDA_MPS_PIPE_DIRECTORY=os.path.join(TMP, "nobody")))
+        check(d.send(f"get_server_status {spid}")[1] == "ACTIVE\n", "ACTIVE before")
+        subprocess.run([EMU, "--state", STATE, "xid", "1", "43"], check=True,
+                       capture_output=True, timeout=30)
+        rc, out, _ = d.send(f"get_server_status {spid}")
+        check(rc == 0 and out == "FAULT\n", f"status after XID 43: {out!r}")
+        got = alloc(hit)
+        check(got == "error 810", f"the hit client's next call: {got!r}")
+        got = alloc(outside)
+        check(got == "ok", f"a process outside MPS on that GPU: {got!r}")
+        rc, _, err = new_client(1)
+        check(rc == 1 and "CUresult 807" in err, f"a new client of GPU 1: {rc} {err!r}")
+        rc, out, err = new_client(0)
+        check(rc == 0 and out == "ok", f"a new client of GPU 0: {rc} {out!r} {err!r}")
+        hit.stdin.close()
+        hit.wait(timeout=30)
+        rc, out, _ = d.send(f"get_server_status {spid}")
+        check(out == "ACTIVE\n", f"status once the hit client exited: {out!r}")
+        rc, out, err = new_client(1)
+        check(rc == 0 and out == "ok", f"a new client of GPU 1 afterwards: {rc} {err!r}")
+    finally:
+        for h in holds:
+            if h.poll() is None:
+                h.stdin.close()
+                h.wait(timeout=30)
+            h.stdout.close()
+        d.send("quit")
+
+
 SPIN = os.path.join(BUILD, "tests", "emu", "spin")
 
 

@@ -116,6 +116,7 @@ def main():
         mps_run(tap, build, pb, tmp, control, agents)
         fail_one_run(tap, build, pb, tmp, agents)
         crash_run(tap, build, pb, tmp, control, agents)
+        fault_run(tap, build, pb, tmp, control, agents)
         time_slicing_run(tap, build, pb, tmp, agents)
         bad_config(tap, build, tmp)
     finally:
@@ -371,6 +372,75 @@ def ask(control, pipe, env, cmd):
     r = subprocess.run([control], input=cmd + "\n", env=e, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=T)
     return r.stdout
+
+
+FAULT_CONFIG = """\
+version: v1
+health:
+  recoverAfter: 1s
+sharing:
+  mps:
+    failRequestsGreaterThanOne: true
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 2
+"""
+
+
+def fault_run(tap, build, pb, tmp, control, agents):
+    """A fatal XID (43) on GPU 1 while a client runs there under the Allocate env: the
+    emulated server goes to FAULT (MPS guide, "Error Containment"); acceld's probe reads it
+    (get_server_status) and keeps GPU 1's replicas Unhealthy after the XID's own mark has
+    recovered (recoverAfter 1 s), until the hit client exits."""
+    hold_exe = os.path.join(build, "tests/emu/emu-hold")
+    d, node, pdir, kubelet, agent = start(build, pb, tmp, "fault", FAULT_CONFIG,
+                                          extra=("--mps-control", control), gpus=2)
+    agents.append(agent)
+    uuid = [g["uuid"] for g in gpus_of(node)]
+    hold = None
+    try:
+        if not K.wait_until(lambda: kubelet.count() >= 1, T):
+            tap.ok(False, "fault: acceld registered")
+            return
+        pl = K.Plugin(pb, agent.sock)
+        w = pl.watch()
+        up = w.wait_for(lambda u: len(u) == 4 and not unhealthy_gpus(u), T)
+        if up is None:
+            tap.ok(False, "fault: 2 GPUs x 2 replicas Healthy", w.latest())
+            return
+        r = pl.allocate([f"{uuid[1]}::0"])
+        env = dict(node.env, **envs(r))
+        env["CUDA_MPS_PIPE_DIRECTORY"] = mounts(r)["/run/accel-mps/pipe"]
+        env["CUDA_MPS_LOG_DIRECTORY"] = mounts(r)["/run/accel-mps/log"]
+        env["LD_LIBRARY_PATH"] = os.path.join(build, "src/emu")
+        hold = subprocess.Popen([hold_exe, "1", "4"], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        line = hold.stdout.readline()
+        if line != f"ready {hold.pid}\n":
+            tap.ok(False, "fault: a client under the Allocate env", line)
+            return
+        node.cmd("xid", 1, 43)
+        seen = K.wait_until(lambda: "fault state" in agent.log_text(), T_HUNG)
+        recovered = K.wait_until(lambda: f"GPU {uuid[1]} is Healthy again" in agent.log_text(), T)
+        tap.ok(seen and recovered and unhealthy_gpus(w.latest()) == {uuid[1]},
+               "a fatal XID hits an MPS client: acceld reads the server's FAULT and keeps GPU 1's "
+               "replicas Unhealthy after the XID's mark has recovered",
+               (seen, recovered, w.latest()))
+        hold.stdin.close()
+        hold.wait(timeout=T)
+        back = w.wait_for(lambda u: not unhealthy_gpus(u), T_HUNG)
+        tap.ok(back is not None, "the hit client exits: the server is ACTIVE, Healthy again",
+               w.latest())
+        w.cancel()
+        pl.close()
+    finally:
+        if hold and hold.poll() is None:
+            hold.kill()
+            hold.wait()
+        if hold:
+            hold.stdout.close()
+        kubelet.stop()
+        agent.stop(signal.SIGTERM, timeout=T)
 
 
 FAIL_ONE_CONFIG = """\
