@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "accelctl.h"
+#include "cgroup.h"
 
 #define MPS_REPLY_MAX 8192
 #define MPS_MAX_DEVICES 64
@@ -125,6 +126,30 @@ static void first_line(char *s)
 }
 
 /* Prints one daemon; returns 0 when it answered, 1 when not. */
+static const char *proc_root; /* --proc-root: where /proc is, for the clients' cgroups */
+
+/* One line per client pid: its pod UID and container ID when its cgroup names a pod. */
+static void show_clients(char *list)
+{
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(list, " \n", &save); t;
+         t = strtok_r(NULL, " \n", &save)) {
+        char *e;
+        long pid = strtol(t, &e, 10);
+        if (*e || pid <= 0)
+            continue;
+        struct kube_cgroup_ref ref;
+        if (kube_cgroup_read(proc_root, (pid_t)pid, &ref) == 0)
+            printf("    client %ld: pod %s, container %s\n", pid, ref.pod_uid,
+                   ref.container_id[0] ? ref.container_id : "(the pod's own cgroup)");
+        else
+            printf("    client %ld: not in a pod\n", pid);
+        n++;
+    }
+    if (!n)
+        printf("    clients: (none)\n");
+}
+
 static int show_dir(const char *control, const char *dir)
 {
     char buf[MPS_REPLY_MAX], q[128];
@@ -155,7 +180,10 @@ static int show_dir(const char *control, const char *dir)
     int n_limits = 0;
     for (int d = 0; d < MPS_MAX_DEVICES; d++) {
         snprintf(q, sizeof(q), "get_default_device_pinned_mem_limit %d", d);
-        if (mps_ask(control, dir, q, buf, sizeof(buf)) != 0 || !buf[0])
+        /* the front end exits 0 once it reached the daemon, so the end of its devices is
+         * the reply's "no device N" */
+        if (mps_ask(control, dir, q, buf, sizeof(buf)) != 0 || !buf[0] ||
+            strncmp(buf, "no device", 9) == 0)
             break;
         first_line(buf);
         if (strcmp(buf, "0") != 0) /* "0": no limit */
@@ -175,14 +203,18 @@ static int show_dir(const char *control, const char *dir)
             first_line(buf);
             printf("    active thread percentage: %s\n", buf);
         }
-        snprintf(q, sizeof(q), "get_client_list %s", s);
+        snprintf(q, sizeof(q), "get_server_status %s", s);
         if (mps_ask(control, dir, q, buf, sizeof(buf)) == 0) {
-            for (char *p = buf; *p; p++)
-                if (*p == '\n')
-                    *p = ' ';
-            chomp(buf);
-            printf("    clients: %s\n", buf[0] ? buf : "(none)");
+            first_line(buf);
+            printf("    status: %s%s\n", buf,
+                   strcmp(buf, "FAULT") == 0
+                       ? " (a fatal GPU error hit its clients; new clients are refused until "
+                         "they exit)"
+                       : "");
         }
+        snprintf(q, sizeof(q), "get_client_list %s", s);
+        if (mps_ask(control, dir, q, buf, sizeof(buf)) == 0)
+            show_clients(buf);
     }
     if (!n_servers)
         printf("  servers: none (one starts when the first client connects)\n");
@@ -191,8 +223,11 @@ static int show_dir(const char *control, const char *dir)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: accelctl mps [--mps-control PATH] [--state-dir DIR] [PIPE_DIR...]\n"
-               "  Shows each MPS control daemon: state, defaults, servers, clients.\n"
+    fprintf(f, "usage: accelctl mps [--mps-control PATH] [--state-dir DIR] [--proc-root DIR]\n"
+               "                    [PIPE_DIR...]\n"
+               "  Shows each MPS control daemon: state, defaults, servers (status, thread\n"
+               "  percentage), clients (pod and container from /proc/PID/cgroup; --proc-root:\n"
+               "  where /proc is, default /proc).\n"
                "  PIPE_DIR: a daemon's CUDA_MPS_PIPE_DIRECTORY (default: that variable,\n"
                "  else /tmp/nvidia-mps). --state-dir: every daemon acceld runs under DIR\n"
                "  (acceld's stateDir: DIR/mps/mps-<set>/pipe). --mps-control: the control\n"
@@ -233,6 +268,7 @@ int accelctl_cmd_mps(int argc, char **argv)
 {
     static const struct option opts[] = {{"mps-control", required_argument, NULL, 'c'},
                                          {"state-dir", required_argument, NULL, 's'},
+                                         {"proc-root", required_argument, NULL, 'p'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *control = "nvidia-cuda-mps-control", *state = NULL;
@@ -243,6 +279,8 @@ int accelctl_cmd_mps(int argc, char **argv)
             control = optarg;
         } else if (c == 's') {
             state = optarg;
+        } else if (c == 'p') {
+            proc_root = optarg;
         } else if (c == 'h') {
             usage(stdout);
             return ACCELCTL_EXIT_OK;

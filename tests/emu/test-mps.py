@@ -471,7 +471,9 @@ def _():
         # each client's half of the work fills its half of the SMs once
         res = spin_together([d.env, d.env], 300, sms)
         check(all(r[0] and r[1] == 1 for r in res), f"clients: {res}")
-        check(all(abs(r[4] - alone) < 1 for r in res),
+        # within 10 %: the host time between recording the first event and the launch counts
+        # (milliseconds in the sanitizer build); queued behind each other they would take 1.5x
+        check(all(abs(r[4] - alone) < 0.1 * alone for r in res),
               f"clients took {[r[4] for r in res]} ms, one unlimited client {alone} ms")
     finally:
         d.send("quit")
