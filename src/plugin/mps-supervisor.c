@@ -173,10 +173,16 @@ static int job_spawn(struct set *s, enum job_kind kind, const char *arg, const c
  * last, the percentage); false when there is none. */
 static bool status_cmds(const char *reply, char *cmds, size_t len)
 {
-    const char *last = strrchr(reply, '\n');
+    /* the last non-empty line is the percentage */
+    const char *end = reply + strlen(reply);
+    while (end > reply && end[-1] == '\n')
+        end--;
+    const char *last = end;
+    while (last > reply && last[-1] != '\n')
+        last--;
     size_t used = 0;
     cmds[0] = '\0';
-    for (const char *p = reply; p && *p && (!last || p < last);) {
+    for (const char *p = reply; p && *p && p < last;) {
         const char *nl = strchr(p, '\n');
         char *e;
         long pid = strtol(p, &e, 10);
