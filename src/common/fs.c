@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,7 @@ static int fsync_parent(const char *path)
     return r;
 }
 
-int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
+static int write_replace(const char *path, const void *data, size_t len, mode_t mode, bool durable)
 {
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
@@ -40,23 +41,10 @@ int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
     if (fd < 0)
         return -errno;
-    const char *p = data;
-    size_t left = len;
-    int r = 0;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            r = -errno;
-            break;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
+    int r = fs_write_full(fd, data, len);
     if (r == 0 && fchmod(fd, mode) < 0)
         r = -errno;
-    if (r == 0 && fsync(fd) < 0)
+    if (r == 0 && durable && fsync(fd) < 0)
         r = -errno;
     if (close(fd) < 0 && r == 0)
         r = -errno;
@@ -66,7 +54,33 @@ int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
         unlink(tmp);
         return r;
     }
-    return fsync_parent(path);
+    return durable ? fsync_parent(path) : 0;
+}
+
+int fs_write_full(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
+{
+    return write_replace(path, data, len, mode, true);
+}
+
+int fs_write_replace(const char *path, const void *data, size_t len, mode_t mode)
+{
+    return write_replace(path, data, len, mode, false);
 }
 
 int fs_read_all(const char *path, size_t max, char **ret_data, size_t *ret_len)

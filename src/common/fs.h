@@ -1,4 +1,5 @@
-/* fs.h — file helpers: atomic replace (tmp + fsync + rename + dir fsync),
+/* fs.h — file helpers: atomic replace (tmp + fsync + rename + dir fsync, or
+ * without the fsyncs),
  * whole-file reads with a size cap, mkdir -p. libc only. */
 #pragma once
 
@@ -9,6 +10,15 @@
  * never a mix, and after return the new content survives a crash.
  * Returns 0 or -errno; on failure path is unchanged. */
 int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+
+/* As fs_write_atomic without the fsyncs: readers see the old file or the new
+ * one, and the new one survives the writer being killed (it is in the page
+ * cache), but not a crash of the machine. For files that can be rebuilt from
+ * a durable record, or that only report. Returns 0 or -errno. */
+int fs_write_replace(const char *path, const void *data, size_t len, mode_t mode);
+
+/* Writes all of data to fd (retrying short writes and EINTR). 0 or -errno. */
+int fs_write_full(int fd, const void *data, size_t len);
 
 /* Reads a whole file (at most max bytes; larger → -EFBIG), NUL-terminated.
  * *ret_data is owned by the caller (free). Returns 0 or -errno. */

@@ -15,6 +15,7 @@
 #include "accel-config.h"
 #include "config.h"
 #include "evloop.h"
+#include "flush.h"
 #include "health.h"
 #include "inventory.h"
 #include "log.h"
@@ -61,6 +62,8 @@ struct agent {
     struct gpu_inventory *inv;
     struct pgpu *pgpu;          /* the GPUs in pgpu mode (may be none) */
     struct vgpu *vgpu;          /* the GPUs in vgpu mode (may be none) */
+    struct fs_flusher *flusher; /* flushes the vGPU journal off the loop (vgpu.h) */
+    uint64_t spare_timer;       /* makes spare container directories once Allocates pause */
     struct grpc_client *podres; /* the start-up pod-resources List (vGPU restart safety) */
     /* one per resource served: provider and its endpoint */
     struct served {
@@ -310,6 +313,27 @@ static void recovery_arm(struct agent *a)
 /* ------------------------------------------------------------ vGPU host-side check */
 
 static void vgpu_check_arm(struct agent *a);
+
+/* Spares (vgpu.h) are made back in small batches once no Allocate has taken
+ * one for a while, so that making them never delays an Allocate of a burst. */
+#define SPARE_QUIET_NS 300000000ull
+#define SPARE_BATCH 4
+
+static void on_spare_fill(struct ev_loop *loop, void *user_data)
+{
+    struct agent *a = user_data;
+    a->spare_timer = 0;
+    if (vgpu_spare_fill(a->vgpu, SPARE_BATCH) > 0)
+        ev_loop_add_timer(loop, 10000000, on_spare_fill, a, &a->spare_timer);
+}
+
+static void on_spare_taken(void *ctx)
+{
+    struct agent *a = ctx;
+    ev_loop_cancel_timer(a->loop, a->spare_timer);
+    a->spare_timer = 0;
+    ev_loop_add_timer(a->loop, SPARE_QUIET_NS, on_spare_fill, a, &a->spare_timer);
+}
 
 static uint64_t mono_ms(void)
 {
@@ -936,6 +960,12 @@ static int start(struct agent *a)
         return r;
     if ((r = ev_loop_add_io(a->loop, a->sig_fd, EPOLLIN, on_signal, a)) < 0)
         return r;
+    if (a->vgpu) {
+        if ((r = fs_flusher_new(a->loop, &a->flusher)) < 0)
+            return r;
+        vgpu_set_flusher(a->vgpu, a->flusher);
+        vgpu_set_spare_hook(a->vgpu, on_spare_taken, a);
+    }
     size_t warnings = 0;
     r = health_monitor_start(a->nvml, a->uuids, a->n_gpus, &a->health, &warnings);
     if (r < 0) {
@@ -999,11 +1029,15 @@ static void stop(struct agent *a)
         ev_loop_cancel_timer(a->loop, a->vgpu_check_timer);
     if (a->loop && a->vgpu_thaw_timer)
         ev_loop_cancel_timer(a->loop, a->vgpu_thaw_timer);
+    if (a->loop && a->spare_timer)
+        ev_loop_cancel_timer(a->loop, a->spare_timer);
     /* everything that registered with the loop goes before it */
     a->podres = grpc_client_free(a->podres);
 #ifdef ACCELD_HAVE_KUBE
     a->kube = vgpu_kube_free(a->kube);
 #endif
+    /* waits for the journal's flush in flight: what was answered is on disk */
+    a->flusher = fs_flusher_free(a->flusher);
     a->loop = ev_loop_free(a->loop);
     a->pgpu = pgpu_free(a->pgpu);
     a->vgpu = vgpu_free(a->vgpu);

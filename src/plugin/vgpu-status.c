@@ -186,7 +186,8 @@ int vgpu_status_write(const struct vgpu *v, const char *state_dir,
         return -ENOMEM;
     char path[4200];
     snprintf(path, sizeof(path), "%s/vgpu/%s", state_dir, VGPU_STATUS_FILE);
-    int r = fs_write_atomic(path, text, strlen(text), 0600);
+    /* a report rewritten every pass: replaced atomically, not fsynced */
+    int r = fs_write_replace(path, text, strlen(text), 0600);
     free(text);
     return r;
 }

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "flush.h"
 #include "fs.h"
 #include "log.h"
 #include "util.h"
@@ -79,6 +80,17 @@ struct vgpu {
 
     char state_dir[VGPU_PATH_MAX];
     char checkpoint[VGPU_PATH_MAX + 32];
+    char journal_path[VGPU_PATH_MAX + 32];
+    int journal_fd;             /* checkpoint.journal, O_APPEND; -1 before vgpu_new opens it */
+    size_t journal_records;     /* lines in it since the last snapshot */
+    struct fs_flusher *flusher; /* borrowed; NULL: fdatasync in place */
+    char preload[VGPU_PATH_MAX + 16]; /* <state>/vgpu/ld.so.preload, shared by all */
+    char spare_dir[VGPU_PATH_MAX + 32];
+    unsigned *spares; /* names of the ready spare directories (a stack) */
+    size_t n_spares;
+    unsigned spare_seq;
+    void (*spare_hook)(void *ctx);
+    void *spare_ctx;
     char library[VGPU_PATH_MAX];
     uint64_t unit_bytes;
     enum vgpu_policy policy;
@@ -186,6 +198,33 @@ static int reserve_slot(struct vgpu *v)
 
 /* ------------------------------------------------------------ checkpoint */
 
+/* The record of assignments is a snapshot (checkpoint.json: every assignment,
+ * replaced atomically with fsync) plus a journal (checkpoint.journal: one JSON
+ * line per change since the snapshot, {"set": assignment} or {"drop": {podUID,
+ * container}}). An Allocate appends one line, so its cost does not grow with
+ * the number of assignments, and its answer goes out once the line is in the
+ * page cache: acceld killed at any point loses nothing. The line reaches the
+ * disk through v->flusher (an fdatasync submitted without blocking the loop,
+ * src/common/flush.h) within about one disk flush of the answer; see
+ * docs/vgpu.md "Restart safety" for what a power loss in that window means.
+ * Loading applies the journal over the snapshot; every record states the
+ * whole outcome (set replaces, drop removes), so replaying lines that a
+ * snapshot already holds changes nothing, and a crash between writing a
+ * snapshot and emptying the journal is harmless. */
+
+static json_t *assign_json(const struct vgpu *v, const struct assign *as)
+{
+    json_t *gpus = json_array();
+    for (size_t k = 0; k < as->n_gpus; k++)
+        json_array_append_new(gpus, json_string(v->gpus[as->gpus[k]].uuid));
+    return json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:b,s:b,s:b,s:o}", "podUID", as->pod_uid,
+                     "namespace", as->ns, "pod", as->pod, "container", as->container, "cores",
+                     (json_int_t)as->amount[VGPU_CORES], "memory",
+                     (json_int_t)as->amount[VGPU_MEMORY], "coresDone", as->done[VGPU_CORES],
+                     "memoryDone", as->done[VGPU_MEMORY], "whole", as->whole, "gpus", gpus);
+}
+
+/* Writes a snapshot of every assignment and empties the journal. */
 static int checkpoint_write(struct vgpu *v)
 {
     json_t *root = json_object(), *arr = json_array();
@@ -196,27 +235,74 @@ static int checkpoint_write(struct vgpu *v)
     }
     json_object_set_new(root, "version", json_integer(CHECKPOINT_VERSION));
     json_object_set_new(root, "assignments", arr);
-    for (size_t a = 0; a < v->n_as; a++) {
-        const struct assign *as = v->as[a];
-        json_t *gpus = json_array();
-        for (size_t k = 0; k < as->n_gpus; k++)
-            json_array_append_new(gpus, json_string(v->gpus[as->gpus[k]].uuid));
-        json_array_append_new(
-            arr, json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:b,s:b,s:b,s:o}", "podUID", as->pod_uid,
-                           "namespace", as->ns, "pod", as->pod, "container", as->container, "cores",
-                           (json_int_t)as->amount[VGPU_CORES], "memory",
-                           (json_int_t)as->amount[VGPU_MEMORY], "coresDone", as->done[VGPU_CORES],
-                           "memoryDone", as->done[VGPU_MEMORY], "whole", as->whole, "gpus", gpus));
-    }
+    for (size_t a = 0; a < v->n_as; a++)
+        json_array_append_new(arr, assign_json(v, v->as[a]));
     char *text = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!text)
         return -ENOMEM;
     int r = fs_write_atomic(v->checkpoint, text, strlen(text), 0600);
     free(text);
-    if (r < 0)
+    if (r < 0) {
         log_error("cannot write the vGPU checkpoint %s: %s", v->checkpoint, strerror(-r));
-    return r;
+        return r;
+    }
+    /* the snapshot holds everything: the journal's lines are redundant now
+     * (replaying them would change nothing, so no fsync is needed here) */
+    if (v->journal_fd >= 0 && ftruncate(v->journal_fd, 0) < 0)
+        log_warn("cannot empty the vGPU journal %s: %s", v->journal_path, strerror(errno));
+    else
+        v->journal_records = 0;
+    return 0;
+}
+
+/* Appends one record to the journal and has it flushed. A journal grown past
+ * a few times the assignments is folded into a new snapshot first (rare: one
+ * snapshot per hundreds of Allocates). */
+static int journal_append(struct vgpu *v, const char *op, json_t *body)
+{
+    if (v->journal_fd < 0 || v->journal_records > 4 * v->n_as + 256) {
+        json_decref(body);
+        return checkpoint_write(v);
+    }
+    json_t *rec = json_pack("{s:o}", op, body);
+    char *line = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+    json_decref(rec);
+    if (!line)
+        return -ENOMEM;
+    size_t n = strlen(line);
+    line[n] = '\n'; /* replaces the NUL: the line goes out in one write */
+    off_t before = lseek(v->journal_fd, 0, SEEK_END);
+    int r = fs_write_full(v->journal_fd, line, n + 1);
+    free(line);
+    /* a line cut by a failed write would glue itself to the next one */
+    if (r < 0 && before >= 0 && ftruncate(v->journal_fd, before) < 0)
+        log_warn("cannot cut the vGPU journal back after a failed write: %s", strerror(errno));
+    if (r == 0)
+        r = fs_flusher_sync(v->flusher, v->journal_fd);
+    if (r < 0) {
+        log_error("cannot append to the vGPU journal %s: %s", v->journal_path, strerror(-r));
+        return r;
+    }
+    v->journal_records++;
+    return 0;
+}
+
+static int journal_set(struct vgpu *v, const struct assign *as)
+{
+    json_t *o = assign_json(v, as);
+    return o ? journal_append(v, "set", o) : -ENOMEM;
+}
+
+static int journal_drop(struct vgpu *v, const struct assign *as)
+{
+    json_t *o = json_pack("{s:s,s:s}", "podUID", as->pod_uid, "container", as->container);
+    return o ? journal_append(v, "drop", o) : -ENOMEM;
+}
+
+void vgpu_set_flusher(struct vgpu *v, struct fs_flusher *f)
+{
+    v->flusher = f;
 }
 
 static int assign_paths(const struct vgpu *v, struct assign *as)
@@ -226,7 +312,7 @@ static int assign_paths(const struct vgpu *v, struct assign *as)
     if (n < 0 || (size_t)n >= sizeof(as->dir))
         return -ENAMETOOLONG;
     snprintf(as->config, sizeof(as->config), "%s/config", as->dir);
-    snprintf(as->preload, sizeof(as->preload), "%s/ld.so.preload", as->dir);
+    snprintf(as->preload, sizeof(as->preload), "%s", v->preload);
     snprintf(as->region, sizeof(as->region), "%s/region", as->dir);
     size_t at = 0;
     as->visible[0] = '\0';
@@ -236,108 +322,229 @@ static int assign_paths(const struct vgpu *v, struct assign *as)
     return 0;
 }
 
+static size_t config_text(const struct vgpu *v, const struct assign *as, char *conf, size_t cap);
+static int files_in_place(const struct vgpu *v, const struct assign *as, const char *conf,
+                          size_t n);
+
 static const char *jstr(json_t *o, const char *k)
 {
     const char *s = json_string_value(json_object_get(o, k));
     return s ? s : "";
 }
 
-/* Loads the checkpoint; entries that do not fit this node are dropped with a
- * line. A file that cannot be parsed is an error: acceld must not forget
- * shares it handed out (move it away to start empty). */
+/* The index of the assignment of pod_uid's container, or -1. */
+static ssize_t find_assign(const struct vgpu *v, const char *pod_uid, const char *container)
+{
+    for (size_t a = 0; a < v->n_as; a++)
+        if (strcmp(v->as[a]->pod_uid, pod_uid) == 0 && strcmp(v->as[a]->container, container) == 0)
+            return (ssize_t)a;
+    return -1;
+}
+
+/* One assignment as the checkpoint and the journal write it: 0 (set in v,
+ * replacing the container's earlier one), 1 (does not fit this node: dropped
+ * with a line) or -ENOMEM. */
+static int restore_one(struct vgpu *v, json_t *e)
+{
+    struct assign *as = calloc(1, sizeof(*as));
+    if (!as)
+        return -ENOMEM;
+    snprintf(as->pod_uid, sizeof(as->pod_uid), "%s", jstr(e, "podUID"));
+    snprintf(as->ns, sizeof(as->ns), "%s", jstr(e, "namespace"));
+    snprintf(as->pod, sizeof(as->pod), "%s", jstr(e, "pod"));
+    snprintf(as->container, sizeof(as->container), "%s", jstr(e, "container"));
+    json_int_t c = json_integer_value(json_object_get(e, "cores"));
+    json_int_t m = json_integer_value(json_object_get(e, "memory"));
+    as->amount[VGPU_CORES] = c > 0 ? (uint64_t)c : 0;
+    as->amount[VGPU_MEMORY] = m > 0 ? (uint64_t)m : 0;
+    as->done[VGPU_CORES] = json_is_true(json_object_get(e, "coresDone"));
+    as->done[VGPU_MEMORY] = json_is_true(json_object_get(e, "memoryDone"));
+    as->whole = json_is_true(json_object_get(e, "whole"));
+    json_t *gpus = json_object_get(e, "gpus"), *g;
+    size_t k;
+    bool ok = safe_component(as->pod_uid) && safe_component(as->container) && json_is_array(gpus) &&
+              json_array_size(gpus) > 0 && json_array_size(gpus) <= VGPU_MAX_GPUS;
+    json_array_foreach(gpus, k, g)
+    {
+        const char *u = json_string_value(g);
+        int gi = u ? find_gpu(v, u, strlen(u)) : -1;
+        if (gi < 0 || !ok) {
+            ok = false;
+            break;
+        }
+        as->gpus[as->n_gpus++] = (size_t)gi;
+    }
+    if (!ok || assign_paths(v, as) < 0) {
+        log_warn("vGPU checkpoint: dropping the assignment of %s/%s container %s: its GPU "
+                 "is not on this node in vgpu mode, or the entry is malformed",
+                 as->ns, as->pod, as->container);
+        free(as);
+        return 1;
+    }
+    ssize_t at = find_assign(v, as->pod_uid, as->container);
+    if (at >= 0) {
+        free(v->as[at]);
+        v->as[at] = as;
+        return 0;
+    }
+    if (reserve_slot(v) < 0) {
+        free(as);
+        return -ENOMEM;
+    }
+    v->as[v->n_as++] = as;
+    return 0;
+}
+
+static int bad_checkpoint(const char *path, const char *what, char *err, size_t errlen)
+{
+    snprintf(err, errlen,
+             "the vGPU checkpoint %s is not a version %d checkpoint (%s); move it away, with "
+             "checkpoint.journal beside it, to start with no assignments (running containers "
+             "then lose their record)",
+             path, CHECKPOINT_VERSION, what);
+    return -EINVAL;
+}
+
+/* Applies the journal's lines over what the snapshot restored. A last line
+ * without its newline was cut by a crash of the machine before it reached the
+ * disk (its Allocate may have been answered: see the comment at the top of
+ * the checkpoint section); it is ignored with a line. Any other line that
+ * does not parse is an error, as a broken snapshot is. */
+static int journal_replay(struct vgpu *v, char *err, size_t errlen)
+{
+    char *text;
+    size_t len;
+    int r = fs_read_all(v->journal_path, CHECKPOINT_MAX, &text, &len);
+    if (r == -ENOENT)
+        return 0;
+    if (r < 0) {
+        snprintf(err, errlen, "cannot read the vGPU journal %s: %s", v->journal_path, strerror(-r));
+        return r;
+    }
+    size_t at = 0, line = 0, applied = 0;
+    while (at < len && r == 0) {
+        char *nl = memchr(text + at, '\n', len - at);
+        line++;
+        if (!nl) {
+            log_warn("vGPU journal %s: line %zu was cut short (the machine stopped while it "
+                     "was written): ignored",
+                     v->journal_path, line);
+            break;
+        }
+        json_error_t je;
+        json_t *rec = json_loadb(text + at, (size_t)(nl - (text + at)), 0, &je);
+        json_t *set = json_object_get(rec, "set"), *drop = json_object_get(rec, "drop");
+        if (json_is_object(set) && !drop) {
+            r = restore_one(v, set);
+            r = r > 0 ? 0 : r;
+        } else if (json_is_object(drop) && !set) {
+            ssize_t i = find_assign(v, jstr(drop, "podUID"), jstr(drop, "container"));
+            if (i >= 0) {
+                free(v->as[i]);
+                memmove(&v->as[i], &v->as[i + 1], (v->n_as - (size_t)i - 1) * sizeof(*v->as));
+                v->n_as--;
+            }
+        } else {
+            snprintf(err, errlen,
+                     "the vGPU journal %s has a broken line %zu (%s); move it away, with "
+                     "checkpoint.json beside it, to start with no assignments (running "
+                     "containers then lose their record)",
+                     v->journal_path, line, rec ? "neither set nor drop" : je.text);
+            r = -EINVAL;
+        }
+        json_decref(rec);
+        applied += r == 0;
+        at = (size_t)(nl - text) + 1;
+    }
+    free(text);
+    if (r == 0 && applied)
+        log_info("vGPU journal: %zu change(s) applied over the snapshot", applied);
+    return r;
+}
+
+/* Loads the snapshot, then the journal; entries that do not fit this node are
+ * dropped with a line. A file that cannot be parsed is an error: acceld must
+ * not forget shares it handed out (move it away to start empty). Then folds
+ * both into a new snapshot, and rewrites the files of the assignments
+ * restored (written without fsync: they are rebuilt here from the durable
+ * record after any crash). */
 static int checkpoint_load(struct vgpu *v, char *err, size_t errlen)
 {
     char *text;
     size_t len;
     int r = fs_read_all(v->checkpoint, CHECKPOINT_MAX, &text, &len);
-    if (r == -ENOENT)
-        return 0;
-    if (r < 0) {
+    if (r < 0 && r != -ENOENT) {
         snprintf(err, errlen, "cannot read the vGPU checkpoint %s: %s", v->checkpoint,
                  strerror(-r));
         return r;
     }
-    json_error_t je;
-    json_t *root = json_loadb(text, len, 0, &je);
-    free(text);
-    json_t *arr = json_object_get(root, "assignments");
-    if (!root || !json_is_array(arr) ||
-        json_integer_value(json_object_get(root, "version")) != CHECKPOINT_VERSION) {
-        snprintf(err, errlen,
-                 "the vGPU checkpoint %s is not a version %d checkpoint (%s); move it away to "
-                 "start with no assignments (running containers then lose their record)",
-                 v->checkpoint, CHECKPOINT_VERSION, root ? "wrong shape" : je.text);
-        json_decref(root);
-        return -EINVAL;
-    }
-    size_t i;
-    json_t *e;
-    json_array_foreach(arr, i, e)
-    {
-        struct assign *as = calloc(1, sizeof(*as));
-        if (!as) {
+    if (r == 0) {
+        json_error_t je;
+        json_t *root = json_loadb(text, len, 0, &je);
+        free(text);
+        json_t *arr = json_object_get(root, "assignments");
+        if (!root || !json_is_array(arr) ||
+            json_integer_value(json_object_get(root, "version")) != CHECKPOINT_VERSION) {
+            r = bad_checkpoint(v->checkpoint, root ? "wrong shape" : je.text, err, errlen);
             json_decref(root);
-            return -ENOMEM;
+            return r;
         }
-        snprintf(as->pod_uid, sizeof(as->pod_uid), "%s", jstr(e, "podUID"));
-        snprintf(as->ns, sizeof(as->ns), "%s", jstr(e, "namespace"));
-        snprintf(as->pod, sizeof(as->pod), "%s", jstr(e, "pod"));
-        snprintf(as->container, sizeof(as->container), "%s", jstr(e, "container"));
-        json_int_t c = json_integer_value(json_object_get(e, "cores"));
-        json_int_t m = json_integer_value(json_object_get(e, "memory"));
-        as->amount[VGPU_CORES] = c > 0 ? (uint64_t)c : 0;
-        as->amount[VGPU_MEMORY] = m > 0 ? (uint64_t)m : 0;
-        as->done[VGPU_CORES] = json_is_true(json_object_get(e, "coresDone"));
-        as->done[VGPU_MEMORY] = json_is_true(json_object_get(e, "memoryDone"));
-        as->whole = json_is_true(json_object_get(e, "whole"));
-        json_t *gpus = json_object_get(e, "gpus"), *g;
-        size_t k;
-        bool ok = safe_component(as->pod_uid) && safe_component(as->container) &&
-                  json_is_array(gpus) && json_array_size(gpus) > 0 &&
-                  json_array_size(gpus) <= VGPU_MAX_GPUS;
-        json_array_foreach(gpus, k, g)
+        size_t i;
+        json_t *e;
+        json_array_foreach(arr, i, e)
         {
-            const char *u = json_string_value(g);
-            int gi = u ? find_gpu(v, u, strlen(u)) : -1;
-            if (gi < 0 || !ok) {
-                ok = false;
-                break;
+            if ((r = restore_one(v, e)) < 0) {
+                json_decref(root);
+                return r;
             }
-            as->gpus[as->n_gpus++] = (size_t)gi;
         }
-        if (!ok || assign_paths(v, as) < 0) {
-            log_warn("vGPU checkpoint: dropping the assignment of %s/%s container %s: its GPU "
-                     "is not on this node in vgpu mode, or the entry is malformed",
-                     as->ns, as->pod, as->container);
-            free(as);
-            continue;
-        }
-        if (reserve_slot(v) < 0) {
-            free(as);
-            json_decref(root);
-            return -ENOMEM;
-        }
-        v->as[v->n_as++] = as;
+        json_decref(root);
     }
-    json_decref(root);
+    if ((r = journal_replay(v, err, errlen)) < 0)
+        return r;
     recount(v);
     log_info("vGPU checkpoint: %zu assignment(s) restored", v->n_as);
+    char conf[2048];
+    for (size_t a = 0; a < v->n_as; a++) {
+        const struct assign *as = v->as[a];
+        if (as->whole)
+            continue;
+        if ((r = files_in_place(v, as, conf, config_text(v, as, conf, sizeof(conf)))) < 0)
+            log_warn("vGPU: cannot rewrite the files of %s/%s container %s under %s: %s", as->ns,
+                     as->pod, as->container, as->dir, strerror(-r));
+    }
+    v->journal_fd = open(v->journal_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (v->journal_fd < 0) {
+        r = -errno;
+        snprintf(err, errlen, "cannot open the vGPU journal %s: %s", v->journal_path, strerror(-r));
+        return r;
+    }
+    if ((r = checkpoint_write(v)) < 0) {
+        snprintf(err, errlen, "cannot write the vGPU checkpoint %s: %s", v->checkpoint,
+                 strerror(-r));
+        return r;
+    }
     return 0;
 }
 
 /* ------------------------------------------------------------ files */
 
-static int write_files(const struct vgpu *v, const struct assign *as)
+/* A container's files: <state>/vgpu/<pod-uid>/<container>/ with config and
+ * region/ (0777: the container's user writes its usage region there), and
+ * the one ld.so.preload of the state dir. Creating inodes is the costly part
+ * of writing them (on ext4 without a journal, over a millisecond each once
+ * many were deleted), so acceld keeps spares: .spare/<n>/ with an empty
+ * config and region/, made ahead when no Allocate is coming (vgpu_spare_fill);
+ * an Allocate fills in a spare's config and renames the spare into place,
+ * making only the pod's directory for its first container. Without a spare,
+ * or when the container's directory is there already (a restart), the files
+ * are made in place. None is fsynced: checkpoint_load rebuilds them from the
+ * checkpoint at every start. */
+
+static size_t config_text(const struct vgpu *v, const struct assign *as, char *conf, size_t cap)
 {
-    int r = fs_mkdir_p(as->region, 0755);
-    if (r < 0)
-        return r;
-    /* the container's user (any uid) writes its usage region here */
-    if (chmod(as->region, 0777) < 0)
-        return -errno;
-    char conf[2048];
     const struct gpu *g = &v->gpus[as->gpus[0]];
-    int n = snprintf(conf, sizeof(conf),
+    int n = snprintf(conf, cap,
                      "# written by acceld for %s/%s container %s\n"
                      "memory_limit = %llu\n"
                      "region = %s/usage\n"
@@ -346,13 +553,161 @@ static int write_files(const struct vgpu *v, const struct assign *as)
                      (unsigned long long)(as->amount[VGPU_MEMORY] * v->unit_bytes),
                      VGPU_CONTAINER_REGION_DIR, g->uuid);
     if (as->amount[VGPU_CORES] > 0 && as->amount[VGPU_CORES] < VGPU_CORES_PER_GPU)
-        n += snprintf(conf + n, sizeof(conf) - (size_t)n, "core_limit = %llu\n",
+        n += snprintf(conf + n, cap - (size_t)n, "core_limit = %llu\n",
                       (unsigned long long)as->amount[VGPU_CORES]);
-    if ((r = fs_write_atomic(as->config, conf, (size_t)n, 0644)) < 0)
+    return (size_t)n;
+}
+
+static int make_region(const char *region)
+{
+    int r = fs_mkdir_p(region, 0755);
+    /* chmod, not the mkdir mode: the umask must not narrow it */
+    if (r == 0 && chmod(region, 0777) < 0)
+        r = -errno;
+    return r;
+}
+
+static int files_in_place(const struct vgpu *v, const struct assign *as, const char *conf, size_t n)
+{
+    int r = make_region(as->region);
+    return r < 0 ? r : fs_write_replace(as->config, conf, n, 0644);
+}
+
+static void spare_path(const struct vgpu *v, unsigned name, char *out, size_t len)
+{
+    snprintf(out, len, "%s/%u", v->spare_dir, name);
+}
+
+/* Takes a spare for as: its config written, the directory renamed into
+ * place. 0, or -errno (no spare, or the target exists: the caller makes the
+ * files in place). */
+static int spare_take(struct vgpu *v, const struct assign *as, const char *conf, size_t n)
+{
+    if (!v->n_spares)
+        return -ENOENT;
+    char dir[VGPU_PATH_MAX + 48], path[VGPU_PATH_MAX + 64];
+    unsigned name = v->spares[v->n_spares - 1];
+    spare_path(v, name, dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/config", dir);
+    /* in place, not tmp + rename: no reader can see the spare before the
+     * rename below, and rename would cost the inode the spare saves */
+    int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int r = fs_write_full(fd, conf, n);
+    if (close(fd) < 0 && r == 0)
+        r = -errno;
+    char pod_dir[VGPU_PATH_MAX];
+    snprintf(pod_dir, sizeof(pod_dir), "%s", as->dir);
+    char *slash = strrchr(pod_dir, '/');
+    if (slash)
+        *slash = '\0';
+    if (r == 0 && mkdir(pod_dir, 0755) < 0 && errno != EEXIST)
+        r = -errno;
+    if (r == 0 && rename(dir, as->dir) < 0)
+        r = -errno;
+    if (r < 0)
+        return r; /* the spare stays: its config is rewritten when it is taken */
+    v->n_spares--;
+    if (v->spare_hook)
+        v->spare_hook(v->spare_ctx);
+    return 0;
+}
+
+static int write_files(struct vgpu *v, const struct assign *as)
+{
+    char conf[2048];
+    size_t n = config_text(v, as, conf, sizeof(conf));
+    if (spare_take(v, as, conf, n) == 0)
+        return 0;
+    return files_in_place(v, as, conf, n);
+}
+
+/* Makes one spare. 0 or -errno. */
+static int spare_make(struct vgpu *v)
+{
+    char dir[VGPU_PATH_MAX + 48], path[VGPU_PATH_MAX + 64];
+    unsigned name = v->spare_seq++;
+    spare_path(v, name, dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/region", dir);
+    int r = make_region(path);
+    if (r == 0) {
+        snprintf(path, sizeof(path), "%s/config", dir);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 || fchmod(fd, 0644) < 0)
+            r = -errno;
+        if (fd >= 0)
+            close(fd);
+    }
+    if (r < 0)
         return r;
+    v->spares[v->n_spares++] = name;
+    return 0;
+}
+
+size_t vgpu_spare_fill(struct vgpu *v, size_t max)
+{
+    for (size_t k = 0; k < max && v->n_spares < VGPU_SPARES; k++) {
+        int r = spare_make(v);
+        if (r < 0) {
+            log_warn("vGPU: cannot make a spare container directory under %s: %s (Allocate "
+                     "makes the files itself)",
+                     v->spare_dir, strerror(-r));
+            break;
+        }
+    }
+    return VGPU_SPARES - v->n_spares;
+}
+
+void vgpu_set_spare_hook(struct vgpu *v, void (*fn)(void *ctx), void *ctx)
+{
+    v->spare_hook = fn;
+    v->spare_ctx = ctx;
+}
+
+/* Removes a directory tree of at most two levels below dir (a spare, a
+ * container's directory). */
+static void remove_tree(const char *dir, int depth)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            char p[VGPU_PATH_MAX + 300];
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            if (unlink(p) < 0 && errno == EISDIR && depth > 0)
+                remove_tree(p, depth - 1);
+            else if (errno == EISDIR)
+                rmdir(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* The spares left by an earlier run are removed (their count is unknown);
+ * then VGPU_SPARES new ones are made. 0 or -errno. */
+static int spares_start(struct vgpu *v, char *err, size_t errlen)
+{
+    v->spares = calloc(VGPU_SPARES, sizeof(*v->spares));
+    if (!v->spares)
+        return -ENOMEM;
+    remove_tree(v->spare_dir, 2);
+    int r = fs_mkdir_p(v->spare_dir, 0755);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot create %s: %s", v->spare_dir, strerror(-r));
+        return r;
+    }
+    vgpu_spare_fill(v, VGPU_SPARES);
     char pre[VGPU_PATH_MAX];
-    n = snprintf(pre, sizeof(pre), "%s\n", VGPU_CONTAINER_LIBRARY);
-    return fs_write_atomic(as->preload, pre, (size_t)n, 0644);
+    int n = snprintf(pre, sizeof(pre), "%s\n", VGPU_CONTAINER_LIBRARY);
+    if ((r = fs_write_atomic(v->preload, pre, (size_t)n, 0644)) < 0) {
+        snprintf(err, errlen, "cannot write %s: %s", v->preload, strerror(-r));
+        return r;
+    }
+    return 0;
 }
 
 static void remove_files(const struct assign *as)
@@ -371,7 +726,10 @@ static void remove_files(const struct assign *as)
     }
     rmdir(as->region);
     unlink(as->config);
-    unlink(as->preload);
+    /* a container's own ld.so.preload, as acceld wrote before it shared one */
+    char legacy[VGPU_PATH_MAX + 32];
+    snprintf(legacy, sizeof(legacy), "%s/ld.so.preload", as->dir);
+    unlink(legacy);
     rmdir(as->dir);
     char pod_dir[VGPU_PATH_MAX];
     snprintf(pod_dir, sizeof(pod_dir), "%s", as->dir);
@@ -516,9 +874,10 @@ static void drop_abandoned(struct vgpu *v)
                  "failed): its share on %s is free again",
                  as->ns, as->pod, as->container, as->visible);
         remove_files(as);
-        free(as);
         memmove(&v->as[a], &v->as[a + 1], (v->n_as - a - 1) * sizeof(*v->as));
         v->n_as--;
+        journal_drop(v, as); /* logged if it fails: a restart then drops it again */
+        free(as);
     }
 }
 
@@ -651,7 +1010,7 @@ static int vgpu_allocate(void *self, const struct acceld_alloc_req *reqs, size_t
         }
     }
     as->done[r] = true;
-    if (checkpoint_write(v) < 0) {
+    if (journal_set(v, as) < 0) {
         as->done[r] = false;
         if (fresh) {
             remove_files(as);
@@ -908,11 +1267,15 @@ int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_optio
     struct vgpu *v = calloc(1, sizeof(*v));
     if (!v)
         return -ENOMEM;
+    v->journal_fd = -1;
     v->n = n;
     v->unit_bytes = opts->memory_unit_bytes;
     v->policy = opts->policy;
     snprintf(v->state_dir, sizeof(v->state_dir), "%s/vgpu", opts->state_dir);
     snprintf(v->checkpoint, sizeof(v->checkpoint), "%s/checkpoint.json", v->state_dir);
+    snprintf(v->journal_path, sizeof(v->journal_path), "%s/checkpoint.journal", v->state_dir);
+    snprintf(v->preload, sizeof(v->preload), "%s/ld.so.preload", v->state_dir);
+    snprintf(v->spare_dir, sizeof(v->spare_dir), "%s/.spare", v->state_dir);
     snprintf(v->library, sizeof(v->library), "%s", opts->library);
     if (pods)
         v->pods = *pods;
@@ -977,7 +1340,7 @@ int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_optio
         snprintf(err, errlen, "cannot create %s: %s", v->state_dir, strerror(-r));
         goto fail;
     }
-    if ((r = checkpoint_load(v, err, errlen)) < 0)
+    if ((r = spares_start(v, err, errlen)) < 0 || (r = checkpoint_load(v, err, errlen)) < 0)
         goto fail;
     *ret = v;
     return 0;
@@ -990,6 +1353,9 @@ struct vgpu *vgpu_free(struct vgpu *v)
 {
     if (!v)
         return NULL;
+    if (v->journal_fd >= 0)
+        close(v->journal_fd);
+    free(v->spares);
     for (size_t a = 0; a < v->n_as; a++)
         free(v->as[a]);
     free(v->as);

@@ -15,8 +15,9 @@
  * gets a directory <state>/vgpu/<pod-uid>/<container>/ holding libvcuda's
  * config (read-only in the container at /etc/vcuda/config), the
  * /etc/ld.so.preload file and a writable region/ dir, and is kept in a
- * checkpoint (<state>/vgpu/checkpoint.json, atomic, 0600) so a restarted
- * acceld hands out nothing twice. docs/vgpu.md has the whole flow.
+ * checkpoint (<state>/vgpu/checkpoint.json, atomic, 0600, plus the changes
+ * since in checkpoint.journal, one line per Allocate) so a restarted acceld
+ * hands out nothing twice. docs/vgpu.md has the whole flow.
  *
  * Threads: the event loop thread only. */
 #pragma once
@@ -98,6 +99,21 @@ struct vgpu;
 int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_options *opts,
              const struct vgpu_pods *pods, struct vgpu **ret, char *err, size_t errlen);
 struct vgpu *vgpu_free(struct vgpu *v);
+
+/* Has the journal's appends flushed through f (borrowed, freed after v stops
+ * being used for Allocate, before vgpu_free; NULL: fdatasync before each
+ * answer). */
+struct fs_flusher;
+void vgpu_set_flusher(struct vgpu *v, struct fs_flusher *f);
+
+/* Spare container directories (vgpu.c "files"): an Allocate takes one
+ * instead of creating its files; fill makes up to max of the missing ones
+ * and returns how many are still missing. The hook (NULL: none) is called
+ * when an Allocate took one, so the agent can fill again once Allocates
+ * stop coming. */
+#define VGPU_SPARES 128
+size_t vgpu_spare_fill(struct vgpu *v, size_t max);
+void vgpu_set_spare_hook(struct vgpu *v, void (*fn)(void *ctx), void *ctx);
 
 /* Sets the pod source (borrowed; ops NULL: none, every Allocate is refused
  * saying acceld has no API server connection). */

@@ -583,6 +583,116 @@ TEST(abandoned_half_assignment)
     node_close(&nd);
 }
 
+/* Lines of a file (0 if absent). */
+static size_t count_lines(const char *path)
+{
+    char *t = slurp(path);
+    size_t n = 0;
+    for (const char *c = t; c && *c; c++)
+        n += *c == '\n';
+    free(t);
+    return n;
+}
+
+static void append_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "a");
+    REQUIRE(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The checkpoint is a snapshot plus a journal of one line per change: an
+ * Allocate appends, a restart replays the lines over the snapshot (a line cut
+ * by a machine crash ignored, any other broken line refused), rebuilds the
+ * per-container files (written without fsync) and folds all into a new
+ * snapshot. A drop is journaled too: a restart does not bring it back. */
+TEST(checkpoint_journal)
+{
+    n_table = 0;
+    add_pod("uid-a", "a", "main", 100, 30, 16, NULL);
+    add_pod("uid-b", "b", "main", 200, 40, 8, NULL);
+    struct node nd;
+    struct vgpu *v = make(1, 16 * GiB, VGPU_BINPACK, false);
+    REQUIRE(v != NULL);
+    node_open(&nd, v);
+    char cp[800], jr[800];
+    snprintf(cp, sizeof(cp), "%s/vgpu/checkpoint.json", state);
+    snprintf(jr, sizeof(jr), "%s/vgpu/checkpoint.journal", state);
+    char err[1024] = "";
+    V1beta1__ContainerAllocateResponse *r;
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 30, &r, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 16, &r, err, sizeof(err)), 0);
+    char a_conf[900];
+    snprintf(a_conf, sizeof(a_conf), "%s/vgpu/uid-a/main/config", state);
+    char *conf_before = slurp(a_conf);
+    REQUIRE(conf_before != NULL);
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 40, &r, err, sizeof(err)), 0); /* b: cores only */
+    /* two containers took two spare directories; making them back */
+    CHECK_EQ_U64(vgpu_spare_fill(v, 0), 2);
+    CHECK_EQ_U64(vgpu_spare_fill(v, 1), 1);
+    CHECK_EQ_U64(vgpu_spare_fill(v, 8), 0);
+    /* three changes, three lines; the snapshot is the one written at start */
+    CHECK_EQ_INT((int)count_lines(jr), 3);
+    char *snap = slurp(cp);
+    CHECK(snap && strstr(snap, "\"assignments\":[]"));
+    free(snap);
+    struct stat st;
+    REQUIRE_EQ_INT(stat(jr, &st), 0);
+    CHECK_EQ_INT(st.st_mode & 0777, 0600);
+    node_close(&nd); /* "killed" */
+
+    /* the machine stopped: a's config never reached the disk, and the last
+     * journal line was cut in the middle */
+    REQUIRE_EQ_INT(unlink(a_conf), 0);
+    append_text(jr, "{\"set\":{\"podUID\":\"uid-z\",\"namesp");
+    v = make(1, 16 * GiB, VGPU_BINPACK, true);
+    REQUIRE(v != NULL);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 2); /* a and b's half; not the cut z */
+    char *conf_after = slurp(a_conf);
+    CHECK(conf_after && strcmp(conf_after, conf_before) == 0); /* rebuilt, the same */
+    free(conf_after);
+    free(conf_before);
+    /* folded: the snapshot holds both, the journal is empty */
+    CHECK_EQ_INT((int)count_lines(jr), 0);
+    REQUIRE_EQ_INT(stat(jr, &st), 0);
+    CHECK_EQ_INT((int)st.st_size, 0);
+    snap = slurp(cp);
+    CHECK(snap && strstr(snap, "uid-a") && strstr(snap, "uid-b") && !strstr(snap, "uid-z"));
+    free(snap);
+
+    /* b never got its second Allocate (its admission failed): a new container's
+     * first call drops it, and the drop is journaled */
+    n_table = 0;
+    add_pod("uid-a", "a", "main", 100, 30, 16, NULL);
+    add_pod("uid-c", "c", "main", 300, 10, 4, NULL);
+    node_open(&nd, v);
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 10, &r, err, sizeof(err)), 0);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 2); /* a, c */
+    char *j = slurp(jr);
+    CHECK(j && strstr(j, "{\"drop\":{") && strstr(j, "uid-b"));
+    free(j);
+    node_close(&nd);
+    v = make(1, 16 * GiB, VGPU_BINPACK, true);
+    REQUIRE(v != NULL);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 2);
+    uint64_t fc, fm;
+    vgpu_gpu_free_units(v, 0, &fc, &fm);
+    CHECK_EQ_U64(fc, 100 - 30 - 10); /* b's 40 cores did not come back */
+    vgpu_free(v);
+
+    /* a broken line that is not the last is refused, saying what to do */
+    append_text(jr, "not json\n{\"drop\":{\"podUID\":\"uid-a\",\"container\":\"main\"}}\n");
+    v = make(1, 16 * GiB, VGPU_BINPACK, true);
+    CHECK(v == NULL);
+    struct vgpu_gpu_desc g = {"GPU-00000000-1111-2222-3333-444455556666", 0, 0, 16 * GiB, true};
+    char lib[700];
+    snprintf(lib, sizeof(lib), "%s/libvcuda.so", tap_tmpdir());
+    struct vgpu_options o = {state, lib, "/nonexistent", UNIT, VGPU_BINPACK};
+    CHECK_EQ_INT(vgpu_new(&g, 1, &o, &table_pods, &v, err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "broken line 1") && strstr(err, "move it away"));
+}
+
 TEST(bad_options_and_checkpoint)
 {
     struct vgpu_gpu_desc g[] = {{"GPU-a", 0, 0, 16 * GiB, true}, {"GPU-a", 1, 0, 16 * GiB, true}};
