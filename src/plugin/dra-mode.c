@@ -2,6 +2,7 @@
  * node's ResourceSlice, the kubelet plugin (registration + DRAPlugin) with
  * claims read from the API server, health events turned into device taints,
  * and a status file for `accelctl dra`. See dra-mode.h and docs/dra.md. */
+#define _GNU_SOURCE
 #include "dra-mode.h"
 
 #include "client.h"
@@ -13,10 +14,12 @@
 #include "health.h"
 #include "inventory.h"
 #include "log.h"
+#include "mps-supervisor.h"
 #include "nvml.h"
 #include "util.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
@@ -28,6 +31,15 @@
 #include <unistd.h>
 
 #define EXIT_CONFIG 2
+
+/* The MPS control daemon of one prepared MPS claim (docs/dra.md, "MPS
+ * shares"): a supervisor of one set, named dra-<uid>. */
+struct mps_claim {
+    struct dra_agent *a;
+    char uid[72];
+    struct mps_sup *sup;
+    char why[256]; /* the supervisor's last word on its health */
+};
 
 /* Strings behind one struct dra_gpu. */
 struct gpu_strings {
@@ -59,6 +71,9 @@ struct dra_agent {
     struct dra_kube_claims *claims;
     struct dra_publisher *pub;
     struct dra_plugin *plugin;
+    char mps_run_dir[PATH_MAX];
+    struct mps_claim **mps;
+    size_t n_mps;
 };
 
 /* The marketing name of an architecture from the compute capability. */
@@ -218,6 +233,138 @@ static void recovery_arm(struct dra_agent *a)
     }
 }
 
+/* ------------------------------------------------------------ MPS claims */
+
+/* One daemon per MPS claim, its defaults the claim's consumed capacity: a
+ * client may lower the percentage and the pinned memory limit below its
+ * server's, never raise them (NVIDIA's MPS guide), so the container cannot
+ * take more than it was allocated whatever its env says. Claims of one GPU
+ * get separate daemons, like NVIDIA's DRA driver's per-claim MPS daemons. */
+static struct mps_claim *mps_find(struct dra_agent *a, const char *uid, size_t *ret_i)
+{
+    for (size_t i = 0; i < a->n_mps; i++) {
+        if (strcmp(a->mps[i]->uid, uid) == 0) {
+            if (ret_i)
+                *ret_i = i;
+            return a->mps[i];
+        }
+    }
+    return NULL;
+}
+
+static void on_mps_health(struct mps_sup *sup, size_t set, bool healthy, const char *why, void *ud)
+{
+    (void)sup, (void)set;
+    struct mps_claim *m = ud;
+    snprintf(m->why, sizeof(m->why), "%s", why ? why : "");
+    log_info("dra: claim %s: its MPS control daemon is %s (%s)", m->uid,
+             healthy ? "up with the claim's caps" : "down", m->why);
+    if (m->a->plugin)
+        dra_plugin_claims_changed(m->a->plugin);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)ftw;
+    int r = flag == FTW_DP ? rmdir(path) : unlink(path);
+    return r < 0 && errno != ENOENT ? -errno : 0;
+}
+
+static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, unsigned pct,
+                     uint64_t mem, char *ret_pipe, char *ret_log, size_t len, char *err,
+                     size_t errlen)
+{
+    struct dra_agent *a = ctx;
+    struct mps_claim *m = mps_find(a, uid, NULL);
+    int r;
+    if (!m) {
+        char name[80];
+        if (snprintf(name, sizeof(name), "dra-%s", uid) > 64) {
+            snprintf(err, errlen, "claim uid %s is too long for an MPS set name", uid);
+            return -ENAMETOOLONG;
+        }
+        struct mps_claim **grown = realloc(a->mps, (a->n_mps + 1) * sizeof(*grown));
+        if (!grown || !(m = calloc(1, sizeof(*m)))) {
+            if (grown)
+                a->mps = grown;
+            return -ENOMEM;
+        }
+        a->mps = grown;
+        m->a = a;
+        snprintf(m->uid, sizeof(m->uid), "%s", uid);
+        snprintf(m->why, sizeof(m->why), "starting");
+        struct mps_sup_opts o = {
+            .control_path = a->cfg->mps_control[0] ? a->cfg->mps_control : NULL,
+            .run_dir = a->mps_run_dir,
+            .stop_timeout_ns = 2000000000ull,
+            .health_cb = on_mps_health,
+            .user_data = m,
+        };
+        struct mps_sup_set_cfg set = {name, uuids, n, pct, mem};
+        if ((r = mps_sup_new(a->loop, &o, &set, 1, &m->sup)) < 0 ||
+            (r = mps_sup_start(m->sup)) < 0) {
+            snprintf(err, errlen, "cannot set up its daemon under %s: %s", a->mps_run_dir,
+                     strerror(-r));
+            m->sup = mps_sup_free(m->sup);
+            free(m);
+            return r;
+        }
+        a->mps[a->n_mps++] = m;
+        log_info("dra: claim %s: starting its MPS control daemon for %s (%u %%, %llu MiB per GPU)",
+                 uid, uuids, pct, (unsigned long long)(mem >> 20));
+    }
+    if (snprintf(ret_pipe, len, "%s", mps_sup_pipe_dir(m->sup, 0)) >= (int)len ||
+        snprintf(ret_log, len, "%s", mps_sup_log_dir(m->sup, 0)) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+static int mps_ready(void *ctx, const char *uid, char *why, size_t whylen)
+{
+    struct mps_claim *m = mps_find(ctx, uid, NULL);
+    if (!m)
+        return 1; /* not an MPS claim */
+    if (mps_sup_healthy(m->sup, 0))
+        return 1;
+    snprintf(why, whylen, "%s", m->why);
+    return 0;
+}
+
+static void mps_stop(void *ctx, const char *uid)
+{
+    struct dra_agent *a = ctx;
+    size_t i;
+    struct mps_claim *m = mps_find(a, uid, &i);
+    if (!m)
+        return;
+    /* quit, then SIGKILL after 2 s: bounded, and only when a claim goes */
+    m->sup = mps_sup_free(m->sup);
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof(dir), "%s/mps-dra-%s", a->mps_run_dir, uid) < (int)sizeof(dir) &&
+        access(dir, F_OK) == 0 && nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
+        log_warn("dra: claim %s: cannot remove %s", uid, dir);
+    log_info("dra: claim %s: its MPS control daemon stopped", uid);
+    free(m);
+    memmove(&a->mps[i], &a->mps[i + 1], (a->n_mps - i - 1) * sizeof(*a->mps));
+    a->n_mps--;
+}
+
+/* The daemons of the MPS claims in the checkpoint (their containers may run). */
+static void mps_restart_claims(struct dra_agent *a)
+{
+    for (size_t i = 0; i < dra_state_count(a->state); i++) {
+        const struct dra_prepared *p = dra_state_get(a->state, i);
+        char pipe[PATH_MAX], logd[PATH_MAX], err[256] = "";
+        if (!p->mps)
+            continue;
+        int r = mps_start(a, p->uid, p->mps_uuids, p->mps_n, p->mps_pct, p->mps_mem, pipe, logd,
+                          sizeof(pipe), err, sizeof(err));
+        if (r < 0)
+            log_error("dra: claim %s: cannot start its MPS control daemon again: %s", p->uid,
+                      err[0] ? err : strerror(-r));
+    }
+}
+
 /* ------------------------------------------------------------ start-up */
 
 static int make_gpus(struct dra_agent *a)
@@ -270,7 +417,8 @@ static int make_gpus(struct dra_agent *a)
             .numa_node = d->numa_node,
             .pci_bus_id = d->pci_bus_id,
             .mig_capable = d->mig_enabled > 0,
-            .shared = acceld_config_dra_shared(a->cfg, d->index, d->uuid),
+            .shared = acceld_config_dra_sharing(a->cfg, d->index, d->uuid) == ACCELD_DRA_SHARED,
+            .mps = acceld_config_dra_sharing(a->cfg, d->index, d->uuid) == ACCELD_DRA_MPS,
             .healthy = d->healthy,
             .fatal = !d->healthy,
         };
@@ -356,11 +504,14 @@ static int start(struct dra_agent *a, int sig_fd)
     }
     if ((r = make_gpus(a)) < 0)
         return r;
-    size_t shared = 0;
-    for (size_t i = 0; i < a->n; i++)
+    size_t shared = 0, mps = 0;
+    for (size_t i = 0; i < a->n; i++) {
         shared += a->gpus[i].shared;
-    log_info("dra: driver %s, %zu GPU(s) published: %zu shared, %zu exclusive",
-             a->inv->driver_version, a->n, shared, a->n - shared);
+        mps += a->gpus[i].mps;
+    }
+    log_info("dra: driver %s, %zu GPU(s) published: %zu shared (vGPU), %zu shared (MPS), %zu "
+             "exclusive",
+             a->inv->driver_version, a->n, shared, mps, a->n - shared - mps);
     static const char *const ctl[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
     for (size_t i = 0; i < 3; i++) {
         snprintf(a->ctl[i], sizeof(a->ctl[i]), "/dev/%s", ctl[i]);
@@ -380,7 +531,9 @@ static int start(struct dra_agent *a, int sig_fd)
                                           a->ctl_ptrs,
                                           3,
                                           a->gpus,
-                                          a->n};
+                                          a->n,
+                                          {mps_start, mps_ready, mps_stop, a}};
+    snprintf(a->mps_run_dir, sizeof(a->mps_run_dir), "%s/mps", cfg->state_dir);
     if ((r = dra_state_new(&a->pcfg, &a->state, err, sizeof(err))) < 0) {
         log_error("dra: %s", err);
         return r;
@@ -388,6 +541,7 @@ static int start(struct dra_agent *a, int sig_fd)
     if ((r = ev_loop_new(&a->loop)) < 0 ||
         (r = ev_loop_add_io(a->loop, sig_fd, EPOLLIN, on_signal, a)) < 0)
         return r;
+    mps_restart_claims(a);
     if ((r = kube_start(a)) < 0)
         return r;
     size_t warnings = 0;
@@ -411,6 +565,8 @@ static int start(struct dra_agent *a, int sig_fd)
         .gpus = a->gpus,
         .n_gpus = a->n,
         .pool_name = a->node,
+        .mps = a->pcfg.mps,
+        .mps_ready_wait_ns = cfg->dra_claim_wait_ns,
     };
     if ((r = dra_plugin_new(a->loop, &pc, &a->plugin)) < 0) {
         log_error("dra: cannot serve the kubelet plugin sockets: %s", strerror(-r));
@@ -432,6 +588,13 @@ static void stop(struct dra_agent *a)
     a->pub = dra_publisher_free(a->pub);
     a->claims = dra_kube_claims_free(a->claims);
     a->client = kube_client_free(a->client);
+    /* the claims' daemons stop with acceld (as the device-plugin mode's do);
+     * a restarted acceld starts them again from the checkpoint */
+    for (size_t i = 0; i < a->n_mps; i++) {
+        mps_sup_free(a->mps[i]->sup);
+        free(a->mps[i]);
+    }
+    free(a->mps);
     a->loop = ev_loop_free(a->loop);
     a->state = dra_state_free(a->state);
     free(a->gpus);
