@@ -106,7 +106,8 @@ int accelctl_cmd_dra(int argc, char **argv)
     {
         bool healthy = json_is_true(json_object_get(d, "healthy"));
         char taint[256];
-        snprintf(taint, sizeof(taint), "%s (%s)", str(d, "taint"), str(d, "reason"));
+        snprintf(taint, sizeof(taint), "%s (%s)", str(d, "taint")[0] ? str(d, "taint") : "none",
+                 str(d, "reason"));
         printf("%-8s %-42s %6" JSON_INTEGER_FORMAT " MiB %-9s %-10s %s\n", str(d, "name"),
                str(d, "uuid"), json_integer_value(json_object_get(d, "memory")) >> 20,
                json_is_true(json_object_get(d, "shared")) ? "shared" : "exclusive",

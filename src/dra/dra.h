@@ -101,7 +101,15 @@ struct dra_gpu {
     bool mps;    /* MPS share: consumable capacity, a per-claim MPS daemon enforces it */
     bool healthy;
     bool fatal; /* unhealthy with a fatal XID: NoExecute */
+    /* the effect of an unhealthy device's taint (dra.taintEffect,
+     * dra.fatalTaintEffect): NULL the default (NoSchedule; NoExecute when
+     * fatal), "" no taint */
+    const char *taint_effect;
+    const char *fatal_taint_effect;
 };
+
+/* The effect of g's taint: NULL when it has none (healthy, or effect None). */
+const char *dra_gpu_taint_effect(const struct dra_gpu *g);
 
 /* ---------------------------------------------------------------- prepare */
 

@@ -49,7 +49,11 @@ struct gpu_strings {
 };
 
 struct dra_agent {
-    const struct acceld_config *cfg;
+    const struct acceld_config *cfg; /* &live */
+    struct acceld_config live;       /* what runs: the start config, then SIGHUP's */
+    acceld_dra_reload_fn reload;
+    void *reload_data;
+    int *inv_index; /* per published GPU, its inventory index (dra.gpuSharing's SEL) */
     char node[256];
     char plugin_dir[PATH_MAX];
     char status_path[PATH_MAX];
@@ -108,14 +112,12 @@ static void write_status(struct dra_agent *a)
     json_t *devs = json_array();
     for (size_t i = 0; i < a->n; i++) {
         const struct dra_gpu *g = &a->gpus[i];
-        json_array_append_new(devs, json_pack("{s:s,s:s,s:I,s:b,s:b,s:s,s:s,s:s}", "name", g->name,
-                                              "uuid", g->uuid, "memory", (json_int_t)g->memory,
-                                              "shared", g->shared, "healthy", g->healthy, "taint",
-                                              g->healthy ? ""
-                                              : g->fatal ? "NoExecute"
-                                                         : "NoSchedule",
-                                              "reason", g->healthy ? "" : a->hstate[i].reason,
-                                              "pciBusID", g->pci_bus_id));
+        json_array_append_new(
+            devs,
+            json_pack("{s:s,s:s,s:I,s:b,s:b,s:s,s:s,s:s}", "name", g->name, "uuid", g->uuid,
+                      "memory", (json_int_t)g->memory, "shared", g->shared, "healthy", g->healthy,
+                      "taint", dra_gpu_taint_effect(g) ? dra_gpu_taint_effect(g) : "", "reason",
+                      g->healthy ? "" : a->hstate[i].reason, "pciBusID", g->pci_bus_id));
     }
     json_t *o =
         json_pack("{s:s,s:s,s:s,s:I,s:b,s:s?,s:{s:I,s:I,s:I,s:I,s:I},s:o}", "driver",
@@ -154,8 +156,9 @@ static void health_changed(struct dra_agent *a, size_t i, bool fatal)
     if (g->healthy)
         log_info("dra: GPU %s is Healthy again: taint removed from %s", g->uuid, g->name);
     else
-        log_warn("dra: GPU %s is Unhealthy (%s): device %s tainted %s", g->uuid,
-                 a->hstate[i].reason, g->name, g->fatal ? "NoExecute" : "NoSchedule");
+        log_warn("dra: GPU %s is Unhealthy (%s): device %s %s%s", g->uuid, a->hstate[i].reason,
+                 g->name, dra_gpu_taint_effect(g) ? "tainted " : "not tainted (taint effect None)",
+                 dra_gpu_taint_effect(g) ? dra_gpu_taint_effect(g) : "");
 }
 
 static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *ud)
@@ -367,6 +370,12 @@ static void mps_restart_claims(struct dra_agent *a)
 
 /* ------------------------------------------------------------ start-up */
 
+/* A taint effect as struct dra_gpu has it: "" for None. */
+static const char *effect_of(enum acceld_taint_effect e)
+{
+    return e == ACCELD_TAINT_NONE ? "" : acceld_taint_effect_name(e);
+}
+
 static int make_gpus(struct dra_agent *a)
 {
     const struct gpu_inventory *inv = a->inv;
@@ -375,7 +384,8 @@ static int make_gpus(struct dra_agent *a)
     a->strs = calloc(total ? total : 1, sizeof(*a->strs));
     a->uuids = calloc(total ? total : 1, sizeof(char *));
     a->hstate = calloc(total ? total : 1, sizeof(*a->hstate));
-    if (!a->gpus || !a->strs || !a->uuids || !a->hstate)
+    a->inv_index = calloc(total ? total : 1, sizeof(int));
+    if (!a->gpus || !a->strs || !a->uuids || !a->hstate || !a->inv_index)
         return -ENOMEM;
     for (int i = 0; i < inv->count; i++) {
         const struct gpu_device *d = &inv->devices[i];
@@ -397,6 +407,7 @@ static int make_gpus(struct dra_agent *a)
         snprintf(s->dev_node, sizeof(s->dev_node), "/dev/nvidia%d", minor);
         snprintf(s->architecture, sizeof(s->architecture), "%s", arch_of(d->cc_major, d->cc_minor));
         a->uuids[k] = d->uuid;
+        a->inv_index[k] = d->index;
         a->hstate[k].healthy = d->healthy;
         if (!d->healthy) {
             a->hstate[k].lost = true;
@@ -421,6 +432,8 @@ static int make_gpus(struct dra_agent *a)
             .mps = acceld_config_dra_sharing(a->cfg, d->index, d->uuid) == ACCELD_DRA_MPS,
             .healthy = d->healthy,
             .fatal = !d->healthy,
+            .taint_effect = effect_of(a->cfg->dra_taint_effect),
+            .fatal_taint_effect = effect_of(a->cfg->dra_fatal_taint_effect),
         };
     }
     return 0;
@@ -450,14 +463,137 @@ static int kube_start(struct dra_agent *a)
     return r;
 }
 
+/* ------------------------------------------------------------ SIGHUP */
+
+static const char *sharing_name(const struct dra_gpu *g)
+{
+    return g->mps ? "mps" : g->shared ? "shared" : "exclusive";
+}
+
+/* Prepared claims that hold device name. */
+static size_t claims_on(const struct dra_agent *a, const char *name)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < dra_state_count(a->state); i++) {
+        const struct dra_prepared *p = dra_state_get(a->state, i);
+        for (size_t d = 0; d < p->n_devices; d++)
+            if (strcmp(p->devices[d].device, name) == 0) {
+                n++;
+                break;
+            }
+    }
+    return n;
+}
+
+/* dra.sharing / dra.gpuSharing applied per GPU; a GPU with prepared claims
+ * keeps its sharing (its claims were allocated and prepared as such) until
+ * they are gone and a later SIGHUP asks again. Returns whether one changed. */
+static bool apply_sharing(struct dra_agent *a)
+{
+    bool changed = false;
+    for (size_t i = 0; i < a->n; i++) {
+        struct dra_gpu *g = &a->gpus[i];
+        enum acceld_dra_sharing want = acceld_config_dra_sharing(a->cfg, a->inv_index[i], g->uuid);
+        bool shared = want == ACCELD_DRA_SHARED, mps = want == ACCELD_DRA_MPS;
+        if (shared == g->shared && mps == g->mps)
+            continue;
+        static const char *const names[] = {"exclusive", "shared", "mps"};
+        size_t held = claims_on(a, g->name);
+        if (held) {
+            log_warn("config reload: GPU %s (%s) has prepared claims (%zu): its sharing stays %s, "
+                     "not %s, until they are unprepared (then send SIGHUP again)",
+                     g->name, g->uuid, held, sharing_name(g), names[want]);
+            continue;
+        }
+        log_info("config reload: GPU %s (%s): sharing %s -> %s", g->name, g->uuid, sharing_name(g),
+                 names[want]);
+        g->shared = shared;
+        g->mps = mps;
+        changed = true;
+    }
+    return changed;
+}
+
+/* Keys DRA mode reads at start only: a change is refused (the running value
+ * stays) with a log line. Keys not in this list and not live are not used
+ * in DRA mode. */
+static const char *const at_start_keys[] = {
+    "nvmlLibrary", "sysfsRoot",       "devRoot",       "stateDir",      "mode",
+    "gpuModes",    "nodeName",        "kubeconfig",    "vcudaLibrary",  "cdi.dir",
+    "mpsControl",  "dra.registryDir", "dra.pluginDir", "dra.claimWait",
+};
+/* Keys SIGHUP applies in DRA mode. */
+static const char *const live_keys[] = {
+    "logLevel",       "health.ignoredXids", "health.recoverAfter",  "dra.sharing",
+    "dra.gpuSharing", "dra.taintEffect",    "dra.fatalTaintEffect",
+};
+
+static bool in_list(const char *key, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(key, list[i]) == 0)
+            return true;
+    return false;
+}
+
+static void config_reload(struct dra_agent *a)
+{
+    struct acceld_config n;
+    char err[1024];
+    if (!a->reload) {
+        log_warn("SIGHUP: no config to reload");
+        return;
+    }
+    if (a->reload(a->reload_data, &n, err, sizeof(err)) < 0) {
+        log_error("config reload refused, keeping the running config: %s", err);
+        return;
+    }
+    size_t changes = 0;
+    for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
+        if (!acceld_config_key_differs(a->cfg, &n, k->key))
+            continue;
+        char ov[1024], nv[1024], msg[256];
+        acceld_config_format(a->cfg, k->key, ov, sizeof(ov));
+        acceld_config_format(&n, k->key, nv, sizeof(nv));
+        if (in_list(k->key, at_start_keys, ARRAY_SIZE(at_start_keys))) {
+            log_warn("config reload: %s: \"%s\" -> \"%s\" refused: DRA mode reads it at start "
+                     "only (restart acceld); keeping \"%s\"",
+                     k->key, ov, nv, ov);
+            if (acceld_config_set(&n, k->key, ov, msg, sizeof(msg)) < 0)
+                log_error("config reload: cannot keep %s: %s", k->key, msg);
+        } else if (in_list(k->key, live_keys, ARRAY_SIZE(live_keys))) {
+            log_info("config reload: %s: \"%s\" -> \"%s\"", k->key, ov, nv);
+            changes++;
+        } else {
+            log_info("config reload: %s: \"%s\" -> \"%s\" (not used in DRA mode)", k->key, ov, nv);
+        }
+    }
+    if (!changes) {
+        log_info("config reload: nothing DRA mode applies changed");
+        return;
+    }
+    a->live = n;
+    log_set_level(n.log_level);
+    for (size_t i = 0; i < a->n; i++) {
+        a->gpus[i].taint_effect = effect_of(n.dra_taint_effect);
+        a->gpus[i].fatal_taint_effect = effect_of(n.dra_fatal_taint_effect);
+    }
+    apply_sharing(a);
+    /* the publisher writes only when the rendered slice differs */
+    publish(a);
+    a->recovery_timer = (ev_loop_cancel_timer(a->loop, a->recovery_timer), 0);
+    recovery_arm(a);
+}
+
 static void on_signal(struct ev_loop *loop, int fd, uint32_t events, void *ud)
 {
     (void)events;
-    (void)ud;
+    struct dra_agent *a = ud;
     struct signalfd_siginfo si;
     while (read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
         if (si.ssi_signo == SIGHUP) {
-            log_warn("SIGHUP: DRA mode does not reload its config; restart acceld to change it");
+            log_info("SIGHUP: reloading the config");
+            config_reload(a);
         } else {
             log_info("%s: shutting down", strsignal((int)si.ssi_signo));
             ev_loop_quit(loop);
@@ -601,13 +737,16 @@ static void stop(struct dra_agent *a)
     free(a->strs);
     free(a->uuids);
     free(a->hstate);
+    free(a->inv_index);
     a->inv = gpu_inventory_free(a->inv);
     a->nvml = gpu_nvml_free(a->nvml);
 }
 
-int acceld_dra_run(const struct acceld_config *cfg, int sig_fd)
+int acceld_dra_run(const struct acceld_config *cfg, int sig_fd, acceld_dra_reload_fn reload,
+                   void *user_data)
 {
-    struct dra_agent a = {.cfg = cfg};
+    struct dra_agent a = {.live = *cfg, .reload = reload, .reload_data = user_data};
+    a.cfg = &a.live;
     log_info("acceld DRA mode: driver %s, registry %s, state %s", ACCELD_DRA_DRIVER,
              cfg->dra_registry_dir, cfg->state_dir);
     int r = start(&a, sig_fd);

@@ -133,6 +133,49 @@ TEST(slice_has_the_v1_shape)
     json_decref(root);
 }
 
+/* dra.taintEffect / dra.fatalTaintEffect: the effect is the configured one, "" none. */
+TEST(slice_taint_effects_are_configurable)
+{
+    struct dra_gpu g[] = {
+        {.name = "gpu-0", .uuid = "GPU-a", .numa_node = -1, .healthy = false, .taint_effect = ""},
+        {.name = "gpu-1",
+         .uuid = "GPU-b",
+         .numa_node = -1,
+         .healthy = false,
+         .fatal = true,
+         .fatal_taint_effect = "NoSchedule"},
+        {.name = "gpu-2",
+         .uuid = "GPU-c",
+         .numa_node = -1,
+         .healthy = false,
+         .taint_effect = "NoExecute"},
+        {.name = "gpu-3",
+         .uuid = "GPU-d",
+         .numa_node = -1,
+         .healthy = true,
+         .taint_effect = "NoExecute"},
+    };
+    CHECK(dra_gpu_taint_effect(&g[0]) == NULL);
+    CHECK_EQ_STR(dra_gpu_taint_effect(&g[1]), "NoSchedule");
+    CHECK_EQ_STR(dra_gpu_taint_effect(&g[2]), "NoExecute");
+    CHECK(dra_gpu_taint_effect(&g[3]) == NULL);
+    char *s = NULL;
+    REQUIRE(dra_slice_render("gpu.accel.dev", "node-a", "node-a-gpu.accel.dev", 1, g, 4, &s) == 0);
+    json_t *root = json_loads(s, 0, NULL);
+    free(s);
+    REQUIRE(root);
+    json_t *devs = json_object_get(json_object_get(root, "spec"), "devices");
+    CHECK(json_object_get(json_array_get(devs, 0), "taints") == NULL);
+    json_t *t1 = json_array_get(json_object_get(json_array_get(devs, 1), "taints"), 0);
+    CHECK_EQ_STR(json_string_value(json_object_get(t1, "effect")), "NoSchedule");
+    CHECK_EQ_STR(json_string_value(json_object_get(t1, "value")), "fatal-xid");
+    json_t *t2 = json_array_get(json_object_get(json_array_get(devs, 2), "taints"), 0);
+    CHECK_EQ_STR(json_string_value(json_object_get(t2, "effect")), "NoExecute");
+    CHECK_EQ_STR(json_string_value(json_object_get(t2, "value")), "unhealthy");
+    CHECK(json_object_get(json_array_get(devs, 3), "taints") == NULL);
+    json_decref(root);
+}
+
 TEST(slice_list_finds_ours_and_stale)
 {
     static const char list[] =

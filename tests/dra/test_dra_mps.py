@@ -267,10 +267,10 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
     tap.ok(rc == 0, "acceld exits 0", agent.log_text()[-3000:])
 
 
-def write_config(path, gpu_sharing, taint="NoSchedule"):
+def write_config(path, gpu_sharing, taint="NoSchedule", extra=""):
     with open(path, "w") as f:
-        f.write("dra:\n  sharing: mps\n  gpuSharing: \"%s\"\n  taintEffect: %s\n"
-                % (gpu_sharing, taint))
+        f.write("%sdra:\n  sharing: mps\n  gpuSharing: \"%s\"\n  taintEffect: %s\n"
+                % (extra, gpu_sharing, taint))
 
 
 def sighup_checks(tap, api, drv, knode, emu, config):
@@ -294,14 +294,37 @@ def sighup_checks(tap, api, drv, knode, emu, config):
     tap.ok(ok and m.device(api, "gpu-0")["attributes"]["sharing"] == {"string": "mps"},
            "SIGHUP: changing the sharing of gpu-0, which has a prepared claim, is refused with "
            "a log line; gpu-0 stays an MPS share", agent.log_text()[-2000:])
-    # taint effect None: an XID on gpu-1 leaves no taint
-    write_config(config, "0=mps,1=shared", taint="None")
+    # taint effect None: an XID on gpu-1 leaves no taint; a key read at start only is refused
+    write_config(config, "0=mps,1=shared", taint="None",
+                 extra="nvmlLibrary: /nonexistent/libnvidia-ml.so.1\n")
     agent.proc.send_signal(signal.SIGHUP)
-    K.wait_until(lambda: "dra.taintEffect" in agent.log_text(), T)
-    emu.cmd("xid", 1, 31)
-    ok = K.wait_until(lambda: "XID 31" in agent.log_text() or "Unhealthy" in agent.log_text(), T)
-    tap.ok(ok and "taints" not in (m.device(api, "gpu-1") or {}),
+    ok = K.wait_until(lambda: "dra.taintEffect" in agent.log_text(), T)
+    log = agent.log_text()
+    tap.ok(ok and re.search(r"nvmlLibrary: .* refused: DRA mode reads it at start only", log),
+           "SIGHUP: a key DRA mode reads at start only (nvmlLibrary) is refused with a log line",
+           log[-1500:])
+    emu.cmd("xid", 1, 62)
+    ok = K.wait_until(lambda: "XID 62" in agent.log_text() or
+                      "not tainted" in agent.log_text(), T)
+    tap.ok(ok and "not tainted (taint effect None)" in agent.log_text() and
+           "taints" not in (m.device(api, "gpu-1") or {}),
            "SIGHUP: dra.taintEffect None: an unhealthy gpu-1 gets no taint",
+           (m.device(api, "gpu-1"), agent.log_text()[-1500:]))
+    # NoExecute for a plain XID now
+    write_config(config, "0=mps,1=shared", taint="NoExecute")
+    emu.cmd("xid", 1, 62)
+    agent.proc.send_signal(signal.SIGHUP)
+    def tainted_noexecute():
+        # every slice written, not the current one: recovery (1 s) may have removed it already
+        for x in api.call("GET", "/_fake/log"):
+            if x["method"] in ("POST", "PUT") and "resourceslices" in x["path"]:
+                for d in json.loads(x["body"])["spec"]["devices"]:
+                    if d["name"] == "gpu-1" and [t.get("effect") for t in
+                                                 d.get("taints", [])] == ["NoExecute"]:
+                        return True
+        return False
+    ok = K.wait_until(tainted_noexecute, T)
+    tap.ok(ok, "SIGHUP: dra.taintEffect NoExecute: gpu-1, still unhealthy, is tainted NoExecute",
            (m.device(api, "gpu-1"), agent.log_text()[-1500:]))
 
 
