@@ -18,7 +18,8 @@ nvidia-cuda-mps-control as --mps-control):
 - a second claim (70 % + 8 GiB) of the same GPU gets its own daemon with its own caps;
 - prepared again: the same answer, no second daemon; acceld restarted: the daemon of the
   prepared claim is started again from the checkpoint, with its caps, and the claim is
-  unprepared after the restart: spec, daemon and its directories gone;
+  unprepared after the restart: spec, daemon and its directories gone; a daemon that never
+  comes up: the claim's entry is an error after dra.claimWait, nothing stays;
 - SIGHUP (docs/dra.md, "Reloading the config"): dra.gpuSharing changed to make gpu-1 shared
   republishes the slice (generation + 1); a change of a GPU with a prepared claim is refused
   with a log line; dra.taintEffect None then means an XID leaves no taint.
@@ -265,6 +266,25 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
                "(kubernetes-models)" % len(written), "\n".join(verdicts))
     rc = agent.stop(signal.SIGTERM)
     tap.ok(rc == 0, "acceld exits 0", agent.log_text()[-3000:])
+
+    # ---- a daemon that never comes up: the claim's entry is an error, nothing stays
+    drv.args[drv.args.index(control)] = shutil.which("false") or "/bin/false"
+    agent = drv.start()
+    K.wait_until(lambda: os.path.exists(knode.reg_sock()), T)
+    bad = "0f3c6a8e-3333-4a1b-9c2d-cccccccccccc"
+    api.call("POST", "/_fake/claim", claim_obj("mps-c", bad, "1Gi", "10",
+                                               "7d1c3c43-4d42-4a79-b0d2-5b9d0c0e0e03"))
+    rc_ = knode.prepare([("team", "mps-c", bad)])
+    err = rc_.claims[bad].error
+    state = knode.dirs["state"]
+    ck = json.load(open(os.path.join(state, "dra-checkpoint.json")))
+    tap.ok("MPS control daemon is not up after 5.0 s" in err and not rc_.claims[bad].devices and
+           not spec_of(knode, bad) and not any(c["uid"] == bad for c in ck["claims"]) and
+           not os.path.exists(os.path.join(state, "mps", "mps-dra-" + bad)),
+           "a daemon that never comes up (--mps-control false): after dra.claimWait the "
+           "claim's entry says so, and no spec, checkpoint entry or directory stays", (err, ck))
+    rc = agent.stop(signal.SIGTERM)
+    tap.ok(rc == 0, "and acceld exits 0", agent.log_text()[-3000:])
 
 
 def write_config(path, gpu_sharing, taint="NoSchedule", extra=""):
