@@ -300,6 +300,13 @@ def sighup_checks(tap, api, drv, knode, emu, config):
         s = m.our_slices(api)
         return s[0]["spec"]["pool"]["generation"] if len(s) == 1 else -1
     g0 = gen()
+    with open(config, "w") as f:
+        f.write("dra:\n  taintEffect: Sometimes\n")
+    agent.proc.send_signal(signal.SIGHUP)
+    ok = K.wait_until(lambda: "config reload refused" in agent.log_text(), T)
+    tap.ok(ok and "Sometimes" in agent.log_text() and gen() == g0,
+           "SIGHUP with a broken config: refused with a log line, the slice untouched",
+           agent.log_text()[-1000:])
     write_config(config, "1=shared")
     agent.proc.send_signal(signal.SIGHUP)
     ok = K.wait_until(lambda: m.device(api, "gpu-1") and
@@ -318,9 +325,11 @@ def sighup_checks(tap, api, drv, knode, emu, config):
     write_config(config, "0=mps,1=shared", taint="None",
                  extra="nvmlLibrary: /nonexistent/libnvidia-ml.so.1\n")
     agent.proc.send_signal(signal.SIGHUP)
-    ok = K.wait_until(lambda: "dra.taintEffect" in agent.log_text(), T)
+    pat = re.compile(r"nvmlLibrary: .* refused: DRA mode reads it at start only")
+    ok = K.wait_until(lambda: pat.search(agent.log_text()) and
+                      re.search(r'dra.taintEffect: "NoSchedule" -> "None"', agent.log_text()), T)
     log = agent.log_text()
-    tap.ok(ok and re.search(r"nvmlLibrary: .* refused: DRA mode reads it at start only", log),
+    tap.ok(ok,
            "SIGHUP: a key DRA mode reads at start only (nvmlLibrary) is refused with a log line",
            log[-1500:])
     emu.cmd("xid", 1, 62)
