@@ -359,7 +359,6 @@ TEST(mps_claim_spec_and_checkpoint)
     REQUIRE(dra_state_new(&pc, &st, err, sizeof(err)) == 0);
     const struct dra_prepared *pr = NULL;
     CHECK_EQ_INT(dra_prepare(st, &src, "ns", "mps", uid, &pr, err, sizeof(err)), 0);
-    tap_diag("%s", err);
     /* the daemon was asked for exactly the consumed capacity as its defaults */
     CHECK_EQ_INT(f.starts, 1);
     CHECK_EQ_STR(f.uid, uid);
