@@ -114,9 +114,13 @@ static void write_status(struct dra_agent *a)
         const struct dra_gpu *g = &a->gpus[i];
         json_array_append_new(
             devs,
-            json_pack("{s:s,s:s,s:I,s:b,s:b,s:s,s:s,s:s}", "name", g->name, "uuid", g->uuid,
-                      "memory", (json_int_t)g->memory, "shared", g->shared, "healthy", g->healthy,
-                      "taint", dra_gpu_taint_effect(g) ? dra_gpu_taint_effect(g) : "", "reason",
+            json_pack("{s:s,s:s,s:I,s:b,s:s,s:b,s:s,s:s,s:s}", "name", g->name, "uuid", g->uuid,
+                      "memory", (json_int_t)g->memory, "shared", g->shared, "sharing",
+                      g->mps      ? "mps"
+                      : g->shared ? "shared"
+                                  : "exclusive",
+                      "healthy", g->healthy, "taint",
+                      dra_gpu_taint_effect(g) ? dra_gpu_taint_effect(g) : "", "reason",
                       g->healthy ? "" : a->hstate[i].reason, "pciBusID", g->pci_bus_id));
     }
     json_t *o =

@@ -208,6 +208,11 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
            lim.splitlines()[-1:] == ["4G"],
            "the claim's own control daemon runs with defaults 30 % and 4G (the caps)",
            (pid_a, pct, lim))
+    acctl = m.accelctl(build, knode, "dra")
+    g0 = [ln for ln in acctl.stdout.splitlines() if ln.startswith("gpu-0 ")]
+    tap.ok(acctl.returncode == 0 and g0 and " mps " in g0[0] and
+           "%s: MPS share: 4096 MiB, 30%% of the cores" % CLAIM_A in acctl.stdout,
+           "accelctl dra: gpu-0 an MPS share, the claim's caps", acctl.stdout + acctl.stderr)
     container_checks(tap, build, emu, spec, 4096, 30)
 
     # ---- a second claim of the same GPU: its own daemon
