@@ -106,10 +106,13 @@ int accelctl_cmd_dra(int argc, char **argv)
     {
         bool healthy = json_is_true(json_object_get(d, "healthy"));
         char taint[256];
-        snprintf(taint, sizeof(taint), "%s (%s)", str(d, "taint"), str(d, "reason"));
+        snprintf(taint, sizeof(taint), "%s (%s)", str(d, "taint")[0] ? str(d, "taint") : "none",
+                 str(d, "reason"));
         printf("%-8s %-42s %6" JSON_INTEGER_FORMAT " MiB %-9s %-10s %s\n", str(d, "name"),
                str(d, "uuid"), json_integer_value(json_object_get(d, "memory")) >> 20,
-               json_is_true(json_object_get(d, "shared")) ? "shared" : "exclusive",
+               str(d, "sharing")[0]                         ? str(d, "sharing")
+               : json_is_true(json_object_get(d, "shared")) ? "shared"
+                                                            : "exclusive",
                healthy ? "Healthy" : "Unhealthy", healthy ? "-" : taint);
     }
     json_t *claims = json_object_get(ck, "claims");
@@ -117,7 +120,15 @@ int accelctl_cmd_dra(int argc, char **argv)
     json_array_foreach(claims, i, d)
     {
         char lim[128];
-        share_limits(dir, str(d, "uid"), lim, sizeof(lim));
+        json_t *mps = json_object_get(d, "mps");
+        if (mps)
+            snprintf(lim, sizeof(lim),
+                     "MPS share: %" JSON_INTEGER_FORMAT " MiB, %" JSON_INTEGER_FORMAT
+                     "%% of the cores (its own MPS daemon)",
+                     json_integer_value(json_object_get(mps, "memory")) >> 20,
+                     json_integer_value(json_object_get(mps, "cores")));
+        else
+            share_limits(dir, str(d, "uid"), lim, sizeof(lim));
         json_t *devs = json_object_get(d, "devices");
         printf("  %s: %s\n", str(d, "uid"), json_array_size(devs) ? lim : "no device of ours");
         size_t j;

@@ -98,12 +98,38 @@ struct dra_gpu {
     const char *pci_bus_id;
     bool mig_capable;
     bool shared; /* vGPU share: consumable capacity, libvcuda enforces it */
-    bool mps;    /* MPS share: consumable capacity (prepare not wired yet) */
+    bool mps;    /* MPS share: consumable capacity, a per-claim MPS daemon enforces it */
     bool healthy;
     bool fatal; /* unhealthy with a fatal XID: NoExecute */
+    /* the effect of an unhealthy device's taint (dra.taintEffect,
+     * dra.fatalTaintEffect): NULL the default (NoSchedule; NoExecute when
+     * fatal), "" no taint */
+    const char *taint_effect;
+    const char *fatal_taint_effect;
 };
 
+/* The effect of g's taint: NULL when it has none (healthy, or effect None). */
+const char *dra_gpu_taint_effect(const struct dra_gpu *g);
+
 /* ---------------------------------------------------------------- prepare */
+
+/* The MPS control daemons of MPS claims (one per claim, its defaults the
+ * claim's caps: docs/dra.md, "MPS shares"). start() starts the claim's daemon
+ * for the GPUs uuids (comma-separated, n of them) with default active thread
+ * percentage pct and default pinned device memory limit mem_bytes per GPU (0:
+ * none), or finds it started; it fills the daemon's host pipe and log
+ * directories (len bytes each). The daemon comes up asynchronously; ready()
+ * says whether it answers with its defaults (1), not yet (0, why says what
+ * happened last, may be ""). stop() stops it and removes its directories
+ * (unknown uid: nothing). Called on the loop's thread. */
+struct dra_mps_ops {
+    int (*start)(void *ctx, const char *uid, const char *uuids, unsigned n, unsigned pct,
+                 uint64_t mem_bytes, char *ret_pipe, char *ret_log, size_t len, char *err,
+                 size_t errlen);
+    int (*ready)(void *ctx, const char *uid, char *why, size_t whylen);
+    void (*stop)(void *ctx, const char *uid);
+    void *ctx;
+};
 
 struct dra_prepare_config {
     const char *driver_name;          /* gpu.accel.dev */
@@ -115,7 +141,13 @@ struct dra_prepare_config {
     size_t n_control_nodes;
     const struct dra_gpu *gpus;
     size_t n_gpus;
+    struct dra_mps_ops mps; /* start NULL: MPS claims are refused */
 };
+
+/* Container paths of an MPS claim's daemon directories: the device-plugin MPS
+ * mode's (src/plugin/shared.h). */
+#define DRA_CONTAINER_MPS_PIPE "/run/accel-mps/pipe"
+#define DRA_CONTAINER_MPS_LOG "/run/accel-mps/log"
 
 /* Container paths of a share's files: the vGPU mode's (src/plugin/vgpu.h),
  * so a container looks the same whichever mode served it. */
@@ -137,6 +169,13 @@ struct dra_prepared {
     char *uid;
     struct dra_prepared_device *devices;
     size_t n_devices;
+    /* an MPS claim: its daemon's GPUs and caps (checkpointed, so that a
+     * restarted acceld starts the daemon again) */
+    bool mps;
+    char *mps_uuids; /* comma-separated */
+    unsigned mps_n;
+    unsigned mps_pct;
+    uint64_t mps_mem; /* bytes per GPU, 0: none */
 };
 
 struct dra_state;
@@ -158,8 +197,9 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
                 const char *name, const char *uid, const struct dra_prepared **ret, char *err,
                 size_t errlen);
 
-/* Undoes dra_prepare for uid: removes the CDI spec, the claim's files and its
- * checkpoint entry. An unknown uid succeeds. */
+/* Undoes dra_prepare for uid: removes the CDI spec, stops an MPS claim's
+ * daemon, removes the claim's files and its checkpoint entry. An unknown uid
+ * succeeds. */
 int dra_unprepare(struct dra_state *st, const char *uid, char *err, size_t errlen);
 
 /* Number of prepared claims; the i-th (borrowed). */
@@ -188,6 +228,12 @@ struct dra_plugin_config {
     const struct dra_gpu *gpus;
     size_t n_gpus;
     const char *pool_name;
+    /* MPS claims (optional: ready NULL, every prepared claim is usable at
+     * once): a prepare reply waits until mps.ready() says each prepared claim
+     * is usable, at most mps_ready_wait_ns (0: 10 s); a claim still not usable
+     * then gets an error (and is unprepared if this call prepared it). */
+    struct dra_mps_ops mps;
+    uint64_t mps_ready_wait_ns;
 };
 
 struct dra_plugin;
@@ -204,6 +250,9 @@ struct dra_plugin *dra_plugin_free(struct dra_plugin *p);
 /* The devices' health changed (cfg.gpus[i].healthy): every open
  * NodeWatchResources stream (dra-health v1alpha1) gets the full list again. */
 void dra_plugin_health_changed(struct dra_plugin *p);
+/* An MPS claim's daemon came up (or went down): replies waiting for it are
+ * checked again. */
+void dra_plugin_claims_changed(struct dra_plugin *p);
 /* Open NodeWatchResources streams (tests, accelctl). */
 size_t dra_plugin_health_watchers(const struct dra_plugin *p);
 /* Registration results received from the kubelet (NotifyRegistrationStatus). */

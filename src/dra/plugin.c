@@ -46,6 +46,7 @@ struct dra_plugin {
     int ino_fd;
     bool registered;
     struct pending *pending; /* prepare calls waiting for the API server */
+    struct waiting *waiting; /* prepare replies waiting for MPS daemons */
     /* resource-health streams (NodeWatchResources), and per device its last
      * reported health and when it was determined (Unix seconds) */
     struct grpc_call **watchers;
@@ -146,28 +147,32 @@ static int source_fetched(void *ctx, const char *ns, const char *name, const cha
     return 0;
 }
 
-/* Fills one claim's entry; the strings of a prepared claim are borrowed from
- * the state, which outlives the reply. */
-static int prepare_one(struct dra_plugin *p, const struct dra_claim_source *src, const char *ns,
-                       const char *name, const char *uid, PrepareEntry *e)
+/* A NodePrepareResources reply whose claims are prepared but not all usable
+ * yet: an MPS claim's daemon is still starting (cfg.mps.ready). The reply
+ * is built from the state when it goes out, so nothing borrowed can dangle. */
+struct waiting {
+    struct dra_plugin *p;
+    struct grpc_call *call;
+    struct waiting *next;
+    size_t n;
+    char **uid;
+    char **err;  /* NULL: prepared */
+    bool *fresh; /* prepared by this call (undone if its daemon never comes up) */
+    uint64_t timer;
+};
+
+/* Fills one claim's entry from the state (or its error); the strings of a
+ * prepared claim are borrowed from the state, which outlives the reply. */
+static int fill_entry(struct dra_plugin *p, const char *uid, const char *error, PrepareEntry *e)
 {
     PrepareOne *one = malloc(sizeof(*one));
     if (!one)
         return -ENOMEM;
     k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resource_response__init(one);
     e->value = one;
-    char err[DRA_ERR_LEN] = "";
-    const struct dra_prepared *pr = NULL;
-    int r;
-    if (!uid[0] || !ns[0] || !name[0]) {
-        snprintf(err, sizeof(err), "claim needs namespace, uid and name");
-        r = -EINVAL;
-    } else {
-        r = dra_prepare(p->cfg.state, src, ns, name, uid, &pr, err, sizeof(err));
-    }
-    if (r < 0) {
-        log_warn("dra: prepare %s/%s (%s): %s", ns, name, uid, err);
-        one->error = strdup(err[0] ? err : strerror(-r));
+    const struct dra_prepared *pr = error ? NULL : dra_state_find(p->cfg.state, uid);
+    if (!pr) {
+        one->error = strdup(error ? error : "the claim was unprepared meanwhile");
         return one->error ? 0 : -ENOMEM;
     }
     one->devices = pr->n_devices ? calloc(pr->n_devices, sizeof(Device *)) : NULL;
@@ -192,10 +197,9 @@ static int prepare_one(struct dra_plugin *p, const struct dra_claim_source *src,
     return 0;
 }
 
-/* Prepares claims (each with its source) and answers the call. */
-static void prepare_reply(struct dra_plugin *p, struct grpc_call *call, size_t n,
-                          const char *const *ns, const char *const *name, const char *const *uid,
-                          const struct dra_claim_source *srcs)
+/* Answers the call: each claim's devices from the state, or its error. */
+static void send_reply(struct dra_plugin *p, struct grpc_call *call, size_t n, char *const *uid,
+                       char *const *err)
 {
     PrepareResp resp = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_RESPONSE__INIT;
     int r = 0;
@@ -211,8 +215,8 @@ static void prepare_reply(struct dra_plugin *p, struct grpc_call *call, size_t n
         k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__claims_entry__init(
             e);
         resp.claims[resp.n_claims++] = e;
-        e->key = (char *)uid[i];
-        r = prepare_one(p, &srcs[i], ns[i], name[i], uid[i], e);
+        e->key = uid[i];
+        r = fill_entry(p, uid[i], err[i], e);
     }
     if (r < 0)
         grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -221,6 +225,158 @@ static void prepare_reply(struct dra_plugin *p, struct grpc_call *call, size_t n
     free_prepare_resp(&resp);
     if (p->cfg.on_change)
         p->cfg.on_change(p->cfg.on_change_data);
+}
+
+static void waiting_free(struct waiting *w)
+{
+    if (w->timer)
+        ev_loop_cancel_timer(w->p->loop, w->timer);
+    for (size_t i = 0; i < w->n; i++) {
+        free(w->uid[i]);
+        free(w->err[i]);
+    }
+    free(w->uid);
+    free(w->err);
+    free(w->fresh);
+    free(w);
+}
+
+static void waiting_unlink(struct waiting *w)
+{
+    for (struct waiting **q = &w->p->waiting; *q; q = &(*q)->next) {
+        if (*q == w) {
+            *q = w->next;
+            break;
+        }
+    }
+}
+
+/* Whether every prepared claim of w is usable. final: the wait is over, a
+ * claim still not usable gets an error (and is undone when this call
+ * prepared it: nothing half-made stays). */
+static bool waiting_check(struct waiting *w, bool final)
+{
+    struct dra_plugin *p = w->p;
+    bool all = true;
+    for (size_t i = 0; i < w->n; i++) {
+        if (w->err[i] || !dra_state_find(p->cfg.state, w->uid[i]))
+            continue;
+        char why[256] = "";
+        if (p->cfg.mps.ready(p->cfg.mps.ctx, w->uid[i], why, sizeof(why)) > 0)
+            continue;
+        if (!final) {
+            all = false;
+            continue;
+        }
+        char msg[DRA_ERR_LEN];
+        snprintf(msg, sizeof(msg), "claim %s: its MPS control daemon is not up after %.1f s%s%s",
+                 w->uid[i], (double)p->cfg.mps_ready_wait_ns / 1e9, why[0] ? ": " : "", why);
+        log_warn("dra: prepare %s", msg);
+        w->err[i] = strdup(msg);
+        char uerr[DRA_ERR_LEN];
+        if (w->fresh[i] && dra_unprepare(p->cfg.state, w->uid[i], uerr, sizeof(uerr)) < 0)
+            log_warn("dra: %s", uerr);
+    }
+    return all;
+}
+
+static void waiting_finish(struct waiting *w)
+{
+    waiting_unlink(w);
+    w->timer = 0;
+    send_reply(w->p, w->call, w->n, w->uid, w->err);
+    waiting_free(w);
+}
+
+static void on_waiting_deadline(struct ev_loop *loop, void *ud)
+{
+    (void)loop;
+    struct waiting *w = ud;
+    w->timer = 0;
+    waiting_check(w, true);
+    waiting_finish(w);
+}
+
+void dra_plugin_claims_changed(struct dra_plugin *p)
+{
+    struct waiting *w = p->waiting;
+    while (w) {
+        struct waiting *next = w->next;
+        if (waiting_check(w, false)) {
+            if (w->timer)
+                ev_loop_cancel_timer(p->loop, w->timer);
+            w->timer = 0;
+            waiting_finish(w);
+        }
+        w = next;
+    }
+}
+
+/* Prepares claims (each with its source) and answers the call, once every
+ * prepared claim is usable or the wait for it is over. */
+static void prepare_reply(struct dra_plugin *p, struct grpc_call *call, size_t n,
+                          const char *const *ns, const char *const *name, const char *const *uid,
+                          const struct dra_claim_source *srcs)
+{
+    struct waiting *w = calloc(1, sizeof(*w));
+    if (!w || !(w->uid = calloc(n ? n : 1, sizeof(char *))) ||
+        !(w->err = calloc(n ? n : 1, sizeof(char *))) ||
+        !(w->fresh = calloc(n ? n : 1, sizeof(bool)))) {
+        if (w) {
+            free(w->uid);
+            free(w->err);
+        }
+        free(w);
+        grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    w->p = p;
+    w->call = call;
+    bool nomem = false;
+    for (size_t i = 0; i < n; i++) {
+        w->n = i + 1;
+        char err[DRA_ERR_LEN] = "";
+        const struct dra_prepared *pr = NULL;
+        int r;
+        if (!(w->uid[i] = strdup(uid[i]))) {
+            nomem = true;
+            break;
+        }
+        if (!uid[i][0] || !ns[i][0] || !name[i][0]) {
+            snprintf(err, sizeof(err), "claim needs namespace, uid and name");
+            r = -EINVAL;
+        } else {
+            w->fresh[i] = !dra_state_find(p->cfg.state, uid[i]);
+            r = dra_prepare(p->cfg.state, &srcs[i], ns[i], name[i], uid[i], &pr, err, sizeof(err));
+        }
+        if (r < 0) {
+            log_warn("dra: prepare %s/%s (%s): %s", ns[i], name[i], uid[i], err);
+            if (!(w->err[i] = strdup(err[0] ? err : strerror(-r)))) {
+                nomem = true;
+                break;
+            }
+        }
+    }
+    if (nomem) {
+        grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        waiting_free(w);
+        return;
+    }
+    if (!p->cfg.mps.ready || waiting_check(w, false)) {
+        send_reply(p, call, w->n, w->uid, w->err);
+        waiting_free(w);
+        return;
+    }
+    /* an MPS daemon is still starting: the container must not start before it
+     * answers (a client without its daemon would run uncapped) */
+    w->next = p->waiting;
+    p->waiting = w;
+    if (ev_loop_add_timer(p->loop, p->cfg.mps_ready_wait_ns, on_waiting_deadline, w, &w->timer) <
+        0) {
+        w->timer = 0;
+        waiting_check(w, true);
+        waiting_finish(w);
+    }
 }
 
 static void pending_free(struct pending *pd)
@@ -551,6 +707,8 @@ int dra_plugin_new(struct ev_loop *loop, const struct dra_plugin_config *cfg,
         return -ENOMEM;
     p->loop = loop;
     p->cfg = *cfg;
+    if (!p->cfg.mps_ready_wait_ns)
+        p->cfg.mps_ready_wait_ns = 10000000000ull;
     p->ino_fd = -1;
     int r = -ENAMETOOLONG;
     if (snprintf(p->endpoint, sizeof(p->endpoint), "%s/dra.sock", cfg->plugin_dir) >=
@@ -644,6 +802,12 @@ struct dra_plugin *dra_plugin_free(struct dra_plugin *p)
         p->pending = pd->next;
         grpc_call_finish(pd->call, GRPC_STATUS_UNAVAILABLE, "the DRA driver is stopping");
         pending_free(pd);
+    }
+    while (p->waiting) {
+        struct waiting *w = p->waiting;
+        p->waiting = w->next;
+        grpc_call_finish(w->call, GRPC_STATUS_UNAVAILABLE, "the DRA driver is stopping");
+        waiting_free(w);
     }
     for (size_t i = 0; i < p->n_watchers; i++) {
         grpc_call_set_cancel_cb(p->watchers[i], NULL, NULL);

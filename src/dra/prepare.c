@@ -1,7 +1,8 @@
 /* prepare.c — NodePrepareResources / NodeUnprepareResources for one claim:
  * the claim's CDI spec (<cdi_dir>/accel-dra-<uid>.json, 0644, atomic), for
  * shares the claim's libvcuda files under <state_dir>/claims/<uid>/ (config
- * and ld.so.preload 0444, region/ writable), and the checkpoint
+ * and ld.so.preload 0444, region/ writable), for MPS shares the claim's own
+ * MPS control daemon (through cfg->mps), and the checkpoint
  * <state_dir>/dra-checkpoint.json (0600, atomic) that makes prepare
  * idempotent and lets unprepare work after a restart. See docs/dra.md. */
 #define _GNU_SOURCE
@@ -43,6 +44,7 @@ static void prepared_clear(struct dra_prepared *p)
     }
     free(p->devices);
     free(p->uid);
+    free(p->mps_uuids);
     memset(p, 0, sizeof(*p));
 }
 
@@ -87,7 +89,13 @@ static json_t *prepared_to_json(const struct dra_prepared *p)
         json_array_append_new(devs, json_pack("{s:o,s:s,s:s,s:s}", "requests", reqs, "pool",
                                               d->pool, "device", d->device, "cdi", d->cdi_id));
     }
-    return json_pack("{s:s,s:o}", "uid", p->uid, "devices", devs);
+    json_t *o = json_pack("{s:s,s:o}", "uid", p->uid, "devices", devs);
+    if (o && p->mps)
+        json_object_set_new(o, "mps",
+                            json_pack("{s:s,s:i,s:i,s:I}", "uuids", p->mps_uuids, "n",
+                                      (int)p->mps_n, "cores", (int)p->mps_pct, "memory",
+                                      (json_int_t)p->mps_mem));
+    return o;
 }
 
 static int checkpoint_write(const struct dra_state *st)
@@ -144,6 +152,21 @@ static int prepared_from_json(json_t *o, struct dra_prepared *p)
             if (!json_is_string(rq) || !(pd->requests[j] = strdup(json_string_value(rq))))
                 return -EINVAL;
         }
+    }
+    json_t *mps = json_object_get(o, "mps");
+    if (mps) {
+        json_t *nv = json_object_get(mps, "n"), *pv = json_object_get(mps, "cores"),
+               *mv = json_object_get(mps, "memory");
+        p->mps = true;
+        p->mps_uuids = dup_str(mps, "uuids");
+        if (!p->mps_uuids || !json_is_integer(nv) || !json_is_integer(pv) || !json_is_integer(mv) ||
+            json_integer_value(nv) < 1 || json_integer_value(nv) > 32 ||
+            json_integer_value(pv) < 1 || json_integer_value(pv) > 100 ||
+            json_integer_value(mv) < 0)
+            return -EINVAL;
+        p->mps_n = (unsigned)json_integer_value(nv);
+        p->mps_pct = (unsigned)json_integer_value(pv);
+        p->mps_mem = (uint64_t)json_integer_value(mv);
     }
     return 0;
 }
@@ -302,7 +325,9 @@ struct plan {
     const struct dra_result *res[32];
     size_t n;
     bool share;
+    bool mps;                           /* the shares are of MPS GPUs */
     const struct dra_result *share_res; /* the capacity every share consumes */
+    char uuids[32 * 64];                /* the GPUs, comma-separated */
 };
 
 static int make_plan(const struct dra_state *st, const struct dra_claim *c, struct plan *pl,
@@ -328,14 +353,22 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
                           r->device);
             return -ENODEV;
         }
-        if (g->mps) {
+        /* an MPS GPU is always a share: its daemon caps the claim (100 %
+         * and no memory limit when the claim consumed no capacity) */
+        bool share = g->mps || r->share_id || r->has_memory || r->has_cores;
+        if (share && pl->share && pl->mps != g->mps) {
             errbuf_printf(err, errlen,
-                          "claim %s: device %s is MPS-shared; preparing MPS shares (pipe "
-                          "directory, caps) is not wired yet in DRA mode",
+                          "claim %s mixes MPS and vGPU shares (%s); one container gets either "
+                          "an MPS daemon or libvcuda: use separate claims",
                           c->uid, g->name);
-            return -EOPNOTSUPP;
+            return -EINVAL;
         }
-        bool share = r->share_id || r->has_memory || r->has_cores;
+        if (g->mps && r->has_cores && (r->cores < 1 || r->cores > 100)) {
+            errbuf_printf(err, errlen,
+                          "claim %s: consumes %llu cores of %s; an MPS share takes 1 to 100 %%",
+                          c->uid, (unsigned long long)r->cores, g->name);
+            return -EINVAL;
+        }
         if (share) {
             if (r->has_memory && r->memory > g->memory) {
                 errbuf_printf(err, errlen, "claim %s: consumes %llu bytes of %s, which has %llu",
@@ -354,6 +387,7 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
                 return -EINVAL;
             }
             pl->share = true;
+            pl->mps = g->mps;
             pl->share_res = r;
         } else {
             whole++;
@@ -363,9 +397,16 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
             j++;
         if (j < pl->n)
             continue; /* same device for a second request: one CDI device */
+        if (pl->n == sizeof(pl->gpu) / sizeof(pl->gpu[0])) {
+            errbuf_printf(err, errlen, "claim %s: more than %zu GPUs", c->uid, pl->n);
+            return -E2BIG;
+        }
         pl->gpu[pl->n] = g;
         pl->res[pl->n] = r;
         pl->n++;
+        if (pl->n > 1)
+            strcat(pl->uuids, ",");
+        strncat(pl->uuids, g->uuid, 63);
     }
     if (pl->share && whole) {
         errbuf_printf(err, errlen,
@@ -424,8 +465,34 @@ static int write_share_files(const struct dra_state *st, const struct dra_claim 
     return 0;
 }
 
+/* The MPS claim's env: its daemon's directories (container paths) and the
+ * caps, exactly the consumed capacity; the daemon has them as its defaults,
+ * so lowering is all the container can do with these variables. */
+static int mps_env(json_t *env, const struct plan *pl)
+{
+    char v[32 * 48 + 64];
+    unsigned pct = pl->share_res->has_cores ? (unsigned)pl->share_res->cores : 100;
+    json_array_append_new(env, json_string("CUDA_MPS_PIPE_DIRECTORY=" DRA_CONTAINER_MPS_PIPE));
+    json_array_append_new(env, json_string("CUDA_MPS_LOG_DIRECTORY=" DRA_CONTAINER_MPS_LOG));
+    snprintf(v, sizeof(v), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%u", pct);
+    json_array_append_new(env, json_string(v));
+    uint64_t mem = pl->share_res->has_memory ? pl->share_res->memory : 0;
+    if (mem) {
+        /* NVIDIA's format, "0=1G,1=512MB": the container's device ordinals, which
+         * follow NVIDIA_VISIBLE_DEVICES, i.e. the claim's device order */
+        size_t len = (size_t)snprintf(v, sizeof(v), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=");
+        for (size_t i = 0; i < pl->n; i++)
+            len += (size_t)snprintf(v + len, sizeof(v) - len, "%s%zu=%lluM", i ? "," : "", i,
+                                    (unsigned long long)(mem >> 20));
+        if (len >= sizeof(v))
+            return -E2BIG;
+        json_array_append_new(env, json_string(v));
+    }
+    return 0;
+}
+
 static int write_spec(const struct dra_state *st, const struct dra_claim *c, const struct plan *pl,
-                      const char *share_dir)
+                      const char *share_dir, const char *mps_pipe, const char *mps_log)
 {
     const struct dra_prepare_config *cfg = st->cfg;
     char kind[300], path[PATH_MAX], name[300];
@@ -449,7 +516,19 @@ static int write_spec(const struct dra_state *st, const struct dra_claim *c, con
     }
     json_t *edits = json_pack("{s:o,s:[s]}", "deviceNodes",
                               node_list(cfg->control_nodes, cfg->n_control_nodes), "env", visible);
-    if (pl->share) {
+    if (pl->mps) {
+        json_t *mounts = json_array();
+        json_array_append_new(mounts, mount(mps_pipe, DRA_CONTAINER_MPS_PIPE, false));
+        json_array_append_new(mounts, mount(mps_log, DRA_CONTAINER_MPS_LOG, false));
+        /* MPS clients and their server share memory through /dev/shm */
+        json_array_append_new(mounts, mount("/dev/shm", "/dev/shm", false));
+        json_object_set_new(edits, "mounts", mounts);
+        if ((r = mps_env(json_object_get(edits, "env"), pl)) < 0) {
+            json_decref(edits);
+            json_decref(devices);
+            return r;
+        }
+    } else if (pl->share) {
         char conf[PATH_MAX], pre[PATH_MAX], region[PATH_MAX];
         snprintf(conf, sizeof(conf), "%s/config", share_dir);
         snprintf(pre, sizeof(pre), "%s/ld.so.preload", share_dir);
@@ -517,6 +596,14 @@ static int record(struct dra_state *st, const struct dra_claim *c, const struct 
         if (!d->pool || !d->device || !d->cdi_id)
             goto nomem;
     }
+    if (pl->mps) {
+        p->mps = true;
+        p->mps_n = (unsigned)pl->n;
+        p->mps_pct = pl->share_res->has_cores ? (unsigned)pl->share_res->cores : 100;
+        p->mps_mem = pl->share_res->has_memory ? pl->share_res->memory : 0;
+        if (!(p->mps_uuids = strdup(pl->uuids)))
+            goto nomem;
+    }
     st->n_claims++;
     *ret = p;
     return 0;
@@ -543,19 +630,36 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
     if (r < 0)
         return r;
     struct plan pl;
-    char share_dir[PATH_MAX] = "";
+    char share_dir[PATH_MAX] = "", mps_pipe[PATH_MAX] = "", mps_log[PATH_MAX] = "";
+    bool mps_started = false;
     if ((r = make_plan(st, c, &pl, err, errlen)) < 0)
         goto out;
     /* nothing of ours in the claim (only other drivers' devices): no files, an
      * empty answer, still checkpointed so that the answer stays the same */
     if (pl.n == 0)
         goto record;
-    if (pl.share && (r = write_share_files(st, c, &pl, share_dir, sizeof(share_dir))) < 0) {
+    if (pl.mps) {
+        const struct dra_mps_ops *m = &st->cfg->mps;
+        char why[256] = "";
+        r = m->start ? m->start(m->ctx, uid, pl.uuids, (unsigned)pl.n,
+                                pl.share_res->has_cores ? (unsigned)pl.share_res->cores : 100,
+                                pl.share_res->has_memory ? pl.share_res->memory : 0, mps_pipe,
+                                mps_log, sizeof(mps_pipe), why, sizeof(why))
+                     : -EOPNOTSUPP;
+        if (r < 0) {
+            errbuf_printf(err, errlen, "claim %s: cannot start its MPS control daemon: %s", uid,
+                          why[0]     ? why
+                          : m->start ? strerror(-r)
+                                     : "no MPS supervisor here");
+            goto undo;
+        }
+        mps_started = true;
+    } else if (pl.share && (r = write_share_files(st, c, &pl, share_dir, sizeof(share_dir))) < 0) {
         errbuf_printf(err, errlen, "claim %s: cannot write its libvcuda files under %s: %s", uid,
                       st->cfg->state_dir, strerror(-r));
         goto undo;
     }
-    if ((r = write_spec(st, c, &pl, share_dir)) < 0) {
+    if ((r = write_spec(st, c, &pl, share_dir, mps_pipe, mps_log)) < 0) {
         errbuf_printf(err, errlen, "claim %s: cannot write its CDI spec in %s: %s", uid,
                       st->cfg->cdi_dir, strerror(-r));
         goto undo;
@@ -578,6 +682,8 @@ record:
     goto out;
 undo:
     remove_claim_files(st, uid);
+    if (mps_started && st->cfg->mps.stop)
+        st->cfg->mps.stop(st->cfg->mps.ctx, uid);
 out:
     dra_claim_free(c);
     return r;
@@ -593,6 +699,9 @@ int dra_unprepare(struct dra_state *st, const char *uid, char *err, size_t errle
         errbuf_printf(err, errlen, "claim %s: cannot remove its files: %s", uid, strerror(-r));
         return r;
     }
+    /* after the spec: no new container can get the daemon's directories */
+    if (p->mps && st->cfg->mps.stop)
+        st->cfg->mps.stop(st->cfg->mps.ctx, uid);
     size_t i = (size_t)(p - st->claims);
     struct dra_prepared gone = *p;
     memmove(&st->claims[i], &st->claims[i + 1], (st->n_claims - i - 1) * sizeof(*p));

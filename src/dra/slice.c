@@ -39,6 +39,15 @@ static json_t *capacity(uint64_t value, bool shared, uint64_t def, uint64_t min,
     return c;
 }
 
+const char *dra_gpu_taint_effect(const struct dra_gpu *g)
+{
+    if (g->healthy)
+        return NULL;
+    const char *e = g->fatal ? (g->fatal_taint_effect ? g->fatal_taint_effect : "NoExecute")
+                             : (g->taint_effect ? g->taint_effect : "NoSchedule");
+    return e[0] ? e : NULL;
+}
+
 static json_t *device(const char *driver_name, const struct dra_gpu *g)
 {
     char cc[32];
@@ -64,13 +73,13 @@ static json_t *device(const char *driver_name, const struct dra_gpu *g)
     json_t *d = json_pack("{s:s,s:o,s:o}", "name", g->name, "attributes", attrs, "capacity", cap);
     if (share)
         json_object_set_new(d, "allowMultipleAllocations", json_true());
-    if (!g->healthy) {
+    const char *effect = dra_gpu_taint_effect(g);
+    if (effect) {
         char key[300];
         snprintf(key, sizeof(key), "%s/unhealthy", driver_name);
         json_object_set_new(d, "taints",
                             json_pack("[{s:s,s:s,s:s}]", "key", key, "value",
-                                      g->fatal ? "fatal-xid" : "unhealthy", "effect",
-                                      g->fatal ? "NoExecute" : "NoSchedule"));
+                                      g->fatal ? "fatal-xid" : "unhealthy", "effect", effect));
     }
     return d;
 }

@@ -2,6 +2,7 @@
 #include "state-mps.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -53,19 +54,44 @@ void emu_state_mps_release(struct emu_state *st, int slot)
     emu_state_unlock(st);
 }
 
+/* The pid in <pipe_dir>/nvidia-cuda-mps-control.pid, or 0. */
+static int32_t pid_file(const char *pipe_dir)
+{
+    char path[320];
+    if (snprintf(path, sizeof(path), "%s/nvidia-cuda-mps-control.pid", pipe_dir) >=
+        (int)sizeof(path))
+        return 0;
+    FILE *f = fopen(path, "re");
+    long pid = 0;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%ld", &pid) != 1 || pid <= 0 || pid > INT32_MAX)
+        pid = 0;
+    fclose(f);
+    return (int32_t)pid;
+}
+
 int emu_state_mps_find(struct emu_state *st, const char *pipe_dir, struct emu_mps_daemon *ret)
 {
     if (!st || !pipe_dir || !ret)
         return -EINVAL;
     struct emu_shared *sh = emu_state_shared(st);
     int r = -ENOENT;
+    /* a container sees the daemon's pipe directory bind-mounted at another
+     * path (a CDI mount): the directory is the daemon's when the pid file the
+     * daemon keeps in it names that daemon */
+    int32_t pid = pid_file(pipe_dir);
     emu_state_lock(st);
-    for (int i = 0; i < EMU_MPS_MAX_DAEMONS; i++) {
-        if (sh->mps[i].pid && daemon_alive(&sh->mps[i]) &&
-            strncmp(sh->mps[i].pipe_dir, pipe_dir, sizeof(sh->mps[i].pipe_dir)) == 0) {
-            *ret = sh->mps[i];
-            r = 0;
-            break;
+    for (int pass = 0; pass < 2 && r < 0; pass++) {
+        for (int i = 0; i < EMU_MPS_MAX_DAEMONS; i++) {
+            bool match =
+                pass == 0 ? strncmp(sh->mps[i].pipe_dir, pipe_dir, sizeof(sh->mps[i].pipe_dir)) == 0
+                          : pid > 0 && sh->mps[i].pid == pid;
+            if (sh->mps[i].pid && daemon_alive(&sh->mps[i]) && match) {
+                *ret = sh->mps[i];
+                r = 0;
+                break;
+            }
         }
     }
     emu_state_unlock(st);

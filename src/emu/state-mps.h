@@ -13,7 +13,9 @@ int emu_state_mps_claim(struct emu_state *st, const struct emu_mps_daemon *cfg, 
 void emu_state_mps_publish(struct emu_state *st, int slot, const struct emu_mps_daemon *cfg);
 /* Frees the slot (the daemon is stopping). */
 void emu_state_mps_release(struct emu_state *st, int slot);
-/* Copies the settings of the live daemon on pipe_dir. -ENOENT when there is none. */
+/* Copies the settings of the live daemon on pipe_dir: the daemon started there, else (the
+ * directory bind-mounted elsewhere, as a container sees it) the live daemon whose pid
+ * pipe_dir/nvidia-cuda-mps-control.pid names. -ENOENT when there is none. */
 int emu_state_mps_find(struct emu_state *st, const char *pipe_dir, struct emu_mps_daemon *ret);
 /* Whether process pid (as seen from the caller's pid namespace) counts as an MPS client: the
  * emulator has no MPS connection, so, as `get_client_list` in mps-control.c, a process is a

@@ -129,6 +129,15 @@ static int build_config(const struct agent *a, struct acceld_config *ret_cfg, ch
     return 0;
 }
 
+#ifdef ACCELD_HAVE_DRA
+/* DRA mode's SIGHUP: the same defaults → file → flags. */
+static int dra_reload_config(void *user_data, struct acceld_config *ret_cfg, char *err,
+                             size_t errlen)
+{
+    return build_config(user_data, ret_cfg, err, errlen);
+}
+#endif
+
 static void usage(FILE *f)
 {
     fprintf(f, "Usage: acceld [--config FILE] [OPTIONS]\n"
@@ -1113,7 +1122,7 @@ int main(int argc, char **argv)
     }
     if (a.cfg.mode == ACCELD_MODE_DRA) {
 #ifdef ACCELD_HAVE_DRA
-        int code = acceld_dra_run(&a.cfg, a.sig_fd);
+        int code = acceld_dra_run(&a.cfg, a.sig_fd, dra_reload_config, &a);
 #else
         log_error("mode dra: this acceld is built without the Kubernetes client (libcurl)");
         int code = EXIT_CONFIG;

@@ -54,9 +54,15 @@ const struct acceld_config_key acceld_config_keys[] = {
     {"dra.pluginDir", "dra-plugin-dir",
      "DRA mode: where the DRA socket goes (default /var/lib/kubelet/plugins/gpu.accel.dev)"},
     {"dra.sharing", "dra-sharing",
-     "DRA mode: exclusive|shared (every GPU a shared device with consumable capacity)"},
+     "DRA mode: exclusive|shared|mps (shared, mps: consumable capacity, enforced by libvcuda "
+     "or a per-claim MPS daemon)"},
     {"dra.gpuSharing", "dra-gpu-sharing",
-     "DRA mode: per-GPU exceptions to dra.sharing: SEL=exclusive|shared,... (SEL: index or UUID)"},
+     "DRA mode: per-GPU exceptions to dra.sharing: SEL=exclusive|shared|mps,... (SEL: index or "
+     "UUID)"},
+    {"dra.taintEffect", "dra-taint-effect",
+     "DRA mode: NoSchedule|NoExecute|None: the taint of an unhealthy GPU's device"},
+    {"dra.fatalTaintEffect", "dra-fatal-taint-effect",
+     "DRA mode: NoSchedule|NoExecute|None: the taint after a fatal XID (79, 48) or a lost GPU"},
     {"dra.claimWait", "dra-claim-wait",
      "DRA mode: how long a prepare waits for its ResourceClaim on the API server"},
     {"mpsControl", "mps-control",
@@ -112,6 +118,8 @@ void acceld_config_defaults(struct acceld_config *cfg)
     copy_str(cfg->dra_registry_dir, sizeof(cfg->dra_registry_dir),
              "/var/lib/kubelet/plugins_registry");
     cfg->dra_claim_wait_ns = 10ull * 1000000000ull;
+    cfg->dra_taint_effect = ACCELD_TAINT_NO_SCHEDULE;
+    cfg->dra_fatal_taint_effect = ACCELD_TAINT_NO_EXECUTE;
 }
 
 /* A duration key. "0.0000001ms" parses to 0 ns, which would silently mean
@@ -337,8 +345,8 @@ enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int ind
 }
 
 /* Looks the GPU (index and/or uuid, either may be NULL) up in dra.gpuSharing's
- * "SEL=exclusive|shared,...": 1 shared, 0 exclusive, 2 not named, -EINVAL
- * (message in err) on a malformed entry before it. */
+ * "SEL=exclusive|shared|mps,...": its enum acceld_dra_sharing, 3 not named,
+ * -EINVAL (message in err) on a malformed entry before it. */
 static int dra_gpu_sharing_find(const char *v, const char *index, const char *uuid, char *err,
                                 size_t errlen)
 {
@@ -346,30 +354,58 @@ static int dra_gpu_sharing_find(const char *v, const char *index, const char *uu
         size_t len = strcspn(p, ",");
         const char *eq = memchr(p, '=', len);
         size_t sl = eq ? (size_t)(eq - p) : 0, vl = eq ? len - sl - 1 : 0;
-        int shared = -1;
+        int sharing = -1;
         if (eq && sl && vl == 6 && strncmp(eq + 1, "shared", 6) == 0)
-            shared = 1;
+            sharing = ACCELD_DRA_SHARED;
         else if (eq && sl && vl == 9 && strncmp(eq + 1, "exclusive", 9) == 0)
-            shared = 0;
-        if (shared < 0)
+            sharing = ACCELD_DRA_EXCLUSIVE;
+        else if (eq && sl && vl == 3 && strncmp(eq + 1, "mps", 3) == 0)
+            sharing = ACCELD_DRA_MPS;
+        if (sharing < 0)
             return fail(err, errlen, -EINVAL,
-                        "dra.gpuSharing: \"%.*s\" is not SEL=exclusive|shared (SEL a GPU index "
-                        "or UUID)",
+                        "dra.gpuSharing: \"%.*s\" is not SEL=exclusive|shared|mps (SEL a GPU "
+                        "index or UUID)",
                         (int)len, p);
         if ((index && strlen(index) == sl && strncmp(p, index, sl) == 0) ||
             (uuid && strlen(uuid) == sl && strncmp(p, uuid, sl) == 0))
-            return shared;
+            return sharing;
         p += len + (p[len] == ',');
     }
-    return 2;
+    return 3;
 }
 
-bool acceld_config_dra_shared(const struct acceld_config *cfg, int index, const char *uuid)
+enum acceld_dra_sharing acceld_config_dra_sharing(const struct acceld_config *cfg, int index,
+                                                  const char *uuid)
 {
     char idx[16], err[8];
     snprintf(idx, sizeof(idx), "%d", index);
     int r = dra_gpu_sharing_find(cfg->dra_gpu_sharing, idx, uuid, err, sizeof(err));
-    return r == 0 || r == 1 ? r == 1 : cfg->dra_shared;
+    return r >= 0 && r <= 2 ? (enum acceld_dra_sharing)r : cfg->dra_sharing;
+}
+
+bool acceld_config_dra_shared(const struct acceld_config *cfg, int index, const char *uuid)
+{
+    return acceld_config_dra_sharing(cfg, index, uuid) == ACCELD_DRA_SHARED;
+}
+
+static const char *const dra_sharing_names[] = {"exclusive", "shared", "mps"};
+static const char *const taint_effect_names[] = {"None", "NoSchedule", "NoExecute"};
+
+const char *acceld_taint_effect_name(enum acceld_taint_effect e)
+{
+    return (unsigned)e < ARRAY_SIZE(taint_effect_names) ? taint_effect_names[e] : "None";
+}
+
+static int set_taint_effect(enum acceld_taint_effect *dst, const char *key, const char *v,
+                            char *err, size_t errlen)
+{
+    for (size_t i = 0; i < ARRAY_SIZE(taint_effect_names); i++) {
+        if (strcmp(v, taint_effect_names[i]) == 0) {
+            *dst = (enum acceld_taint_effect)i;
+            return 0;
+        }
+    }
+    return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of NoSchedule|NoExecute|None", key, v);
 }
 
 int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v, char *err,
@@ -503,9 +539,17 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
         else
             c.dra_plugin_dir[0] = '\0';
     } else if (strcmp(key, "dra.sharing") == 0) {
-        if (strcmp(v, "exclusive") != 0 && strcmp(v, "shared") != 0)
-            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of exclusive|shared", key, v);
-        c.dra_shared = v[0] == 's';
+        size_t i = 0;
+        while (i < ARRAY_SIZE(dra_sharing_names) && strcmp(v, dra_sharing_names[i]) != 0)
+            i++;
+        if (i == ARRAY_SIZE(dra_sharing_names))
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of exclusive|shared|mps", key,
+                        v);
+        c.dra_sharing = (enum acceld_dra_sharing)i;
+    } else if (strcmp(key, "dra.taintEffect") == 0) {
+        r = set_taint_effect(&c.dra_taint_effect, key, v, err, errlen);
+    } else if (strcmp(key, "dra.fatalTaintEffect") == 0) {
+        r = set_taint_effect(&c.dra_fatal_taint_effect, key, v, err, errlen);
     } else if (strcmp(key, "dra.gpuSharing") == 0) {
         if (strlen(v) >= sizeof(c.dra_gpu_sharing))
             return fail(err, errlen, -EINVAL, "%s: list too long", key);
@@ -868,7 +912,11 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
     } else if (strcmp(key, "dra.pluginDir") == 0) {
         snprintf(buf, len, "%s", cfg->dra_plugin_dir);
     } else if (strcmp(key, "dra.sharing") == 0) {
-        snprintf(buf, len, "%s", cfg->dra_shared ? "shared" : "exclusive");
+        snprintf(buf, len, "%s", dra_sharing_names[cfg->dra_sharing]);
+    } else if (strcmp(key, "dra.taintEffect") == 0) {
+        snprintf(buf, len, "%s", acceld_taint_effect_name(cfg->dra_taint_effect));
+    } else if (strcmp(key, "dra.fatalTaintEffect") == 0) {
+        snprintf(buf, len, "%s", acceld_taint_effect_name(cfg->dra_fatal_taint_effect));
     } else if (strcmp(key, "dra.gpuSharing") == 0) {
         snprintf(buf, len, "%s", cfg->dra_gpu_sharing);
     } else if (strcmp(key, "dra.claimWait") == 0) {

@@ -38,6 +38,21 @@ enum acceld_mode {
     ACCELD_MODE_DRA = 2, /* a node mode: the DRA driver serves every GPU (docs/dra.md) */
 };
 
+/* DRA mode: how one GPU is published (dra.sharing, dra.gpuSharing). */
+enum acceld_dra_sharing {
+    ACCELD_DRA_EXCLUSIVE = 0, /* a whole GPU */
+    ACCELD_DRA_SHARED = 1,    /* consumable memory + cores, libvcuda enforces them */
+    ACCELD_DRA_MPS = 2,       /* consumable memory + cores, a per-claim MPS daemon enforces them */
+};
+
+/* DRA mode: the effect of an unhealthy device's taint (dra.taintEffect,
+ * dra.fatalTaintEffect); NONE publishes no taint. */
+enum acceld_taint_effect {
+    ACCELD_TAINT_NONE = 0,
+    ACCELD_TAINT_NO_SCHEDULE = 1,
+    ACCELD_TAINT_NO_EXECUTE = 2,
+};
+
 struct acceld_config {
     char plugin_dir[ACCELD_PATH_MAX];    /* devicePluginDir */
     char resource_name[ACCELD_NAME_MAX]; /* resourceName */
@@ -71,14 +86,16 @@ struct acceld_config {
     uint64_t allocate_wait_ns;      /* allocateWait: how long an Allocate waits for its pod */
     bool vgpu_compute_freeze;       /* vgpu.computeAction: freeze (else none) */
     uint64_t vgpu_freeze_period_ns; /* vgpu.freezePeriod */
-    char vgpu_cgroup_root[ACCELD_PATH_MAX]; /* vgpu.cgroupRoot */
-    char gpu_modes[ACCELD_PATH_MAX];        /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
-    char dra_registry_dir[ACCELD_PATH_MAX]; /* dra.registryDir */
-    char dra_plugin_dir[ACCELD_PATH_MAX];   /* dra.pluginDir; "" = <kubelet>/plugins/<driver> */
-    bool dra_shared;                        /* dra.sharing: shared (else exclusive) */
-    uint64_t dra_claim_wait_ns;             /* dra.claimWait */
-    char dra_gpu_sharing[ACCELD_PATH_MAX];  /* dra.gpuSharing: "SEL=exclusive|shared,..." */
-    char mps_control[ACCELD_PATH_MAX];      /* mpsControl; "" = found on PATH */
+    char vgpu_cgroup_root[ACCELD_PATH_MAX];    /* vgpu.cgroupRoot */
+    char gpu_modes[ACCELD_PATH_MAX];           /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
+    char dra_registry_dir[ACCELD_PATH_MAX];    /* dra.registryDir */
+    char dra_plugin_dir[ACCELD_PATH_MAX];      /* dra.pluginDir; "" = <kubelet>/plugins/<driver> */
+    enum acceld_dra_sharing dra_sharing;       /* dra.sharing */
+    uint64_t dra_claim_wait_ns;                /* dra.claimWait */
+    char dra_gpu_sharing[ACCELD_PATH_MAX];     /* dra.gpuSharing: "SEL=exclusive|shared|mps,..." */
+    enum acceld_taint_effect dra_taint_effect; /* dra.taintEffect (unhealthy GPU) */
+    enum acceld_taint_effect dra_fatal_taint_effect; /* dra.fatalTaintEffect (fatal XID, lost) */
+    char mps_control[ACCELD_PATH_MAX];               /* mpsControl; "" = found on PATH */
     /* The file holds NVIDIA's device-plugin sections (version, sharing, flags,
      * resources): acceld.c parses them with sharing.c. Not a key. */
     bool nvidia_sharing;
@@ -129,10 +146,14 @@ enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int ind
                                         const char *uuid);
 const char *acceld_mode_name(enum acceld_mode m);
 
-/* DRA mode: whether the GPU with this inventory index and UUID is published
- * as a shared device: the first dra.gpuSharing entry naming it, else
- * dra.sharing. */
+/* DRA mode: how the GPU with this inventory index and UUID is published: the
+ * first dra.gpuSharing entry naming it, else dra.sharing. */
+enum acceld_dra_sharing acceld_config_dra_sharing(const struct acceld_config *cfg, int index,
+                                                  const char *uuid);
+/* The same, true for ACCELD_DRA_SHARED (a libvcuda share). */
 bool acceld_config_dra_shared(const struct acceld_config *cfg, int index, const char *uuid);
+/* "NoSchedule", "NoExecute" or "None". */
+const char *acceld_taint_effect_name(enum acceld_taint_effect e);
 
 /* The socket file name this config serves in the plugin dir, e.g.
  * "accel-nvidia.com-gpu.sock" (bare name, as sent in Register). */

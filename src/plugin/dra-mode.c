@@ -2,6 +2,7 @@
  * node's ResourceSlice, the kubelet plugin (registration + DRAPlugin) with
  * claims read from the API server, health events turned into device taints,
  * and a status file for `accelctl dra`. See dra-mode.h and docs/dra.md. */
+#define _GNU_SOURCE
 #include "dra-mode.h"
 
 #include "client.h"
@@ -13,10 +14,12 @@
 #include "health.h"
 #include "inventory.h"
 #include "log.h"
+#include "mps-supervisor.h"
 #include "nvml.h"
 #include "util.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
@@ -29,6 +32,15 @@
 
 #define EXIT_CONFIG 2
 
+/* The MPS control daemon of one prepared MPS claim (docs/dra.md, "MPS
+ * shares"): a supervisor of one set, named dra-<uid>. */
+struct mps_claim {
+    struct dra_agent *a;
+    char uid[72];
+    struct mps_sup *sup;
+    char why[256]; /* the supervisor's last word on its health */
+};
+
 /* Strings behind one struct dra_gpu. */
 struct gpu_strings {
     char name[32];
@@ -37,7 +49,11 @@ struct gpu_strings {
 };
 
 struct dra_agent {
-    const struct acceld_config *cfg;
+    const struct acceld_config *cfg; /* &live */
+    struct acceld_config live;       /* what runs: the start config, then SIGHUP's */
+    acceld_dra_reload_fn reload;
+    void *reload_data;
+    int *inv_index; /* per published GPU, its inventory index (dra.gpuSharing's SEL) */
     char node[256];
     char plugin_dir[PATH_MAX];
     char status_path[PATH_MAX];
@@ -59,6 +75,9 @@ struct dra_agent {
     struct dra_kube_claims *claims;
     struct dra_publisher *pub;
     struct dra_plugin *plugin;
+    char mps_run_dir[PATH_MAX];
+    struct mps_claim **mps;
+    size_t n_mps;
 };
 
 /* The marketing name of an architecture from the compute capability. */
@@ -93,14 +112,16 @@ static void write_status(struct dra_agent *a)
     json_t *devs = json_array();
     for (size_t i = 0; i < a->n; i++) {
         const struct dra_gpu *g = &a->gpus[i];
-        json_array_append_new(devs, json_pack("{s:s,s:s,s:I,s:b,s:b,s:s,s:s,s:s}", "name", g->name,
-                                              "uuid", g->uuid, "memory", (json_int_t)g->memory,
-                                              "shared", g->shared, "healthy", g->healthy, "taint",
-                                              g->healthy ? ""
-                                              : g->fatal ? "NoExecute"
-                                                         : "NoSchedule",
-                                              "reason", g->healthy ? "" : a->hstate[i].reason,
-                                              "pciBusID", g->pci_bus_id));
+        json_array_append_new(
+            devs,
+            json_pack("{s:s,s:s,s:I,s:b,s:s,s:b,s:s,s:s,s:s}", "name", g->name, "uuid", g->uuid,
+                      "memory", (json_int_t)g->memory, "shared", g->shared, "sharing",
+                      g->mps      ? "mps"
+                      : g->shared ? "shared"
+                                  : "exclusive",
+                      "healthy", g->healthy, "taint",
+                      dra_gpu_taint_effect(g) ? dra_gpu_taint_effect(g) : "", "reason",
+                      g->healthy ? "" : a->hstate[i].reason, "pciBusID", g->pci_bus_id));
     }
     json_t *o =
         json_pack("{s:s,s:s,s:s,s:I,s:b,s:s?,s:{s:I,s:I,s:I,s:I,s:I},s:o}", "driver",
@@ -139,8 +160,9 @@ static void health_changed(struct dra_agent *a, size_t i, bool fatal)
     if (g->healthy)
         log_info("dra: GPU %s is Healthy again: taint removed from %s", g->uuid, g->name);
     else
-        log_warn("dra: GPU %s is Unhealthy (%s): device %s tainted %s", g->uuid,
-                 a->hstate[i].reason, g->name, g->fatal ? "NoExecute" : "NoSchedule");
+        log_warn("dra: GPU %s is Unhealthy (%s): device %s %s%s", g->uuid, a->hstate[i].reason,
+                 g->name, dra_gpu_taint_effect(g) ? "tainted " : "not tainted (taint effect None)",
+                 dra_gpu_taint_effect(g) ? dra_gpu_taint_effect(g) : "");
 }
 
 static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *ud)
@@ -218,7 +240,145 @@ static void recovery_arm(struct dra_agent *a)
     }
 }
 
+/* ------------------------------------------------------------ MPS claims */
+
+/* One daemon per MPS claim, its defaults the claim's consumed capacity: a
+ * client may lower the percentage and the pinned memory limit below its
+ * server's, never raise them (NVIDIA's MPS guide), so the container cannot
+ * take more than it was allocated whatever its env says. Claims of one GPU
+ * get separate daemons, like NVIDIA's DRA driver's per-claim MPS daemons. */
+static struct mps_claim *mps_find(struct dra_agent *a, const char *uid, size_t *ret_i)
+{
+    for (size_t i = 0; i < a->n_mps; i++) {
+        if (strcmp(a->mps[i]->uid, uid) == 0) {
+            if (ret_i)
+                *ret_i = i;
+            return a->mps[i];
+        }
+    }
+    return NULL;
+}
+
+static void on_mps_health(struct mps_sup *sup, size_t set, bool healthy, const char *why, void *ud)
+{
+    (void)sup, (void)set;
+    struct mps_claim *m = ud;
+    snprintf(m->why, sizeof(m->why), "%s", why ? why : "");
+    log_info("dra: claim %s: its MPS control daemon is %s (%s)", m->uid,
+             healthy ? "up with the claim's caps" : "down", m->why);
+    if (m->a->plugin)
+        dra_plugin_claims_changed(m->a->plugin);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)ftw;
+    int r = flag == FTW_DP ? rmdir(path) : unlink(path);
+    return r < 0 && errno != ENOENT ? -errno : 0;
+}
+
+static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, unsigned pct,
+                     uint64_t mem, char *ret_pipe, char *ret_log, size_t len, char *err,
+                     size_t errlen)
+{
+    struct dra_agent *a = ctx;
+    struct mps_claim *m = mps_find(a, uid, NULL);
+    int r;
+    if (!m) {
+        char name[80];
+        if (snprintf(name, sizeof(name), "dra-%s", uid) > 64) {
+            snprintf(err, errlen, "claim uid %s is too long for an MPS set name", uid);
+            return -ENAMETOOLONG;
+        }
+        struct mps_claim **grown = realloc(a->mps, (a->n_mps + 1) * sizeof(*grown));
+        if (!grown || !(m = calloc(1, sizeof(*m)))) {
+            if (grown)
+                a->mps = grown;
+            return -ENOMEM;
+        }
+        a->mps = grown;
+        m->a = a;
+        snprintf(m->uid, sizeof(m->uid), "%s", uid);
+        snprintf(m->why, sizeof(m->why), "starting");
+        struct mps_sup_opts o = {
+            .control_path = a->cfg->mps_control[0] ? a->cfg->mps_control : NULL,
+            .run_dir = a->mps_run_dir,
+            .stop_timeout_ns = 2000000000ull,
+            .health_cb = on_mps_health,
+            .user_data = m,
+        };
+        struct mps_sup_set_cfg set = {name, uuids, n, pct, mem};
+        if ((r = mps_sup_new(a->loop, &o, &set, 1, &m->sup)) < 0 ||
+            (r = mps_sup_start(m->sup)) < 0) {
+            snprintf(err, errlen, "cannot set up its daemon under %s: %s", a->mps_run_dir,
+                     strerror(-r));
+            m->sup = mps_sup_free(m->sup);
+            free(m);
+            return r;
+        }
+        a->mps[a->n_mps++] = m;
+        log_info("dra: claim %s: starting its MPS control daemon for %s (%u %%, %llu MiB per GPU)",
+                 uid, uuids, pct, (unsigned long long)(mem >> 20));
+    }
+    if (snprintf(ret_pipe, len, "%s", mps_sup_pipe_dir(m->sup, 0)) >= (int)len ||
+        snprintf(ret_log, len, "%s", mps_sup_log_dir(m->sup, 0)) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+static int mps_ready(void *ctx, const char *uid, char *why, size_t whylen)
+{
+    struct mps_claim *m = mps_find(ctx, uid, NULL);
+    if (!m)
+        return 1; /* not an MPS claim */
+    if (mps_sup_healthy(m->sup, 0))
+        return 1;
+    snprintf(why, whylen, "%s", m->why);
+    return 0;
+}
+
+static void mps_stop(void *ctx, const char *uid)
+{
+    struct dra_agent *a = ctx;
+    size_t i;
+    struct mps_claim *m = mps_find(a, uid, &i);
+    if (!m)
+        return;
+    /* quit, then SIGKILL after 2 s: bounded, and only when a claim goes */
+    m->sup = mps_sup_free(m->sup);
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof(dir), "%s/mps-dra-%s", a->mps_run_dir, uid) < (int)sizeof(dir) &&
+        access(dir, F_OK) == 0 && nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
+        log_warn("dra: claim %s: cannot remove %s", uid, dir);
+    log_info("dra: claim %s: its MPS control daemon stopped", uid);
+    free(m);
+    memmove(&a->mps[i], &a->mps[i + 1], (a->n_mps - i - 1) * sizeof(*a->mps));
+    a->n_mps--;
+}
+
+/* The daemons of the MPS claims in the checkpoint (their containers may run). */
+static void mps_restart_claims(struct dra_agent *a)
+{
+    for (size_t i = 0; i < dra_state_count(a->state); i++) {
+        const struct dra_prepared *p = dra_state_get(a->state, i);
+        char pipe[PATH_MAX], logd[PATH_MAX], err[256] = "";
+        if (!p->mps)
+            continue;
+        int r = mps_start(a, p->uid, p->mps_uuids, p->mps_n, p->mps_pct, p->mps_mem, pipe, logd,
+                          sizeof(pipe), err, sizeof(err));
+        if (r < 0)
+            log_error("dra: claim %s: cannot start its MPS control daemon again: %s", p->uid,
+                      err[0] ? err : strerror(-r));
+    }
+}
+
 /* ------------------------------------------------------------ start-up */
+
+/* A taint effect as struct dra_gpu has it: "" for None. */
+static const char *effect_of(enum acceld_taint_effect e)
+{
+    return e == ACCELD_TAINT_NONE ? "" : acceld_taint_effect_name(e);
+}
 
 static int make_gpus(struct dra_agent *a)
 {
@@ -228,7 +388,8 @@ static int make_gpus(struct dra_agent *a)
     a->strs = calloc(total ? total : 1, sizeof(*a->strs));
     a->uuids = calloc(total ? total : 1, sizeof(char *));
     a->hstate = calloc(total ? total : 1, sizeof(*a->hstate));
-    if (!a->gpus || !a->strs || !a->uuids || !a->hstate)
+    a->inv_index = calloc(total ? total : 1, sizeof(int));
+    if (!a->gpus || !a->strs || !a->uuids || !a->hstate || !a->inv_index)
         return -ENOMEM;
     for (int i = 0; i < inv->count; i++) {
         const struct gpu_device *d = &inv->devices[i];
@@ -250,6 +411,7 @@ static int make_gpus(struct dra_agent *a)
         snprintf(s->dev_node, sizeof(s->dev_node), "/dev/nvidia%d", minor);
         snprintf(s->architecture, sizeof(s->architecture), "%s", arch_of(d->cc_major, d->cc_minor));
         a->uuids[k] = d->uuid;
+        a->inv_index[k] = d->index;
         a->hstate[k].healthy = d->healthy;
         if (!d->healthy) {
             a->hstate[k].lost = true;
@@ -270,9 +432,12 @@ static int make_gpus(struct dra_agent *a)
             .numa_node = d->numa_node,
             .pci_bus_id = d->pci_bus_id,
             .mig_capable = d->mig_enabled > 0,
-            .shared = acceld_config_dra_shared(a->cfg, d->index, d->uuid),
+            .shared = acceld_config_dra_sharing(a->cfg, d->index, d->uuid) == ACCELD_DRA_SHARED,
+            .mps = acceld_config_dra_sharing(a->cfg, d->index, d->uuid) == ACCELD_DRA_MPS,
             .healthy = d->healthy,
             .fatal = !d->healthy,
+            .taint_effect = effect_of(a->cfg->dra_taint_effect),
+            .fatal_taint_effect = effect_of(a->cfg->dra_fatal_taint_effect),
         };
     }
     return 0;
@@ -302,14 +467,137 @@ static int kube_start(struct dra_agent *a)
     return r;
 }
 
+/* ------------------------------------------------------------ SIGHUP */
+
+static const char *sharing_name(const struct dra_gpu *g)
+{
+    return g->mps ? "mps" : g->shared ? "shared" : "exclusive";
+}
+
+/* Prepared claims that hold device name. */
+static size_t claims_on(const struct dra_agent *a, const char *name)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < dra_state_count(a->state); i++) {
+        const struct dra_prepared *p = dra_state_get(a->state, i);
+        for (size_t d = 0; d < p->n_devices; d++)
+            if (strcmp(p->devices[d].device, name) == 0) {
+                n++;
+                break;
+            }
+    }
+    return n;
+}
+
+/* dra.sharing / dra.gpuSharing applied per GPU; a GPU with prepared claims
+ * keeps its sharing (its claims were allocated and prepared as such) until
+ * they are gone and a later SIGHUP asks again. Returns whether one changed. */
+static bool apply_sharing(struct dra_agent *a)
+{
+    bool changed = false;
+    for (size_t i = 0; i < a->n; i++) {
+        struct dra_gpu *g = &a->gpus[i];
+        enum acceld_dra_sharing want = acceld_config_dra_sharing(a->cfg, a->inv_index[i], g->uuid);
+        bool shared = want == ACCELD_DRA_SHARED, mps = want == ACCELD_DRA_MPS;
+        if (shared == g->shared && mps == g->mps)
+            continue;
+        static const char *const names[] = {"exclusive", "shared", "mps"};
+        size_t held = claims_on(a, g->name);
+        if (held) {
+            log_warn("config reload: GPU %s (%s) has prepared claims (%zu): its sharing stays %s, "
+                     "not %s, until they are unprepared (then send SIGHUP again)",
+                     g->name, g->uuid, held, sharing_name(g), names[want]);
+            continue;
+        }
+        log_info("config reload: GPU %s (%s): sharing %s -> %s", g->name, g->uuid, sharing_name(g),
+                 names[want]);
+        g->shared = shared;
+        g->mps = mps;
+        changed = true;
+    }
+    return changed;
+}
+
+/* Keys DRA mode reads at start only: a change is refused (the running value
+ * stays) with a log line. Keys not in this list and not live are not used
+ * in DRA mode. */
+static const char *const at_start_keys[] = {
+    "nvmlLibrary", "sysfsRoot",       "devRoot",       "stateDir",      "mode",
+    "gpuModes",    "nodeName",        "kubeconfig",    "vcudaLibrary",  "cdi.dir",
+    "mpsControl",  "dra.registryDir", "dra.pluginDir", "dra.claimWait",
+};
+/* Keys SIGHUP applies in DRA mode. */
+static const char *const live_keys[] = {
+    "logLevel",       "health.ignoredXids", "health.recoverAfter",  "dra.sharing",
+    "dra.gpuSharing", "dra.taintEffect",    "dra.fatalTaintEffect",
+};
+
+static bool in_list(const char *key, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(key, list[i]) == 0)
+            return true;
+    return false;
+}
+
+static void config_reload(struct dra_agent *a)
+{
+    struct acceld_config n;
+    char err[1024];
+    if (!a->reload) {
+        log_warn("SIGHUP: no config to reload");
+        return;
+    }
+    if (a->reload(a->reload_data, &n, err, sizeof(err)) < 0) {
+        log_error("config reload refused, keeping the running config: %s", err);
+        return;
+    }
+    size_t changes = 0;
+    for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
+        if (!acceld_config_key_differs(a->cfg, &n, k->key))
+            continue;
+        char ov[1024], nv[1024], msg[256];
+        acceld_config_format(a->cfg, k->key, ov, sizeof(ov));
+        acceld_config_format(&n, k->key, nv, sizeof(nv));
+        if (in_list(k->key, at_start_keys, ARRAY_SIZE(at_start_keys))) {
+            log_warn("config reload: %s: \"%s\" -> \"%s\" refused: DRA mode reads it at start "
+                     "only (restart acceld); keeping \"%s\"",
+                     k->key, ov, nv, ov);
+            if (acceld_config_set(&n, k->key, ov, msg, sizeof(msg)) < 0)
+                log_error("config reload: cannot keep %s: %s", k->key, msg);
+        } else if (in_list(k->key, live_keys, ARRAY_SIZE(live_keys))) {
+            log_info("config reload: %s: \"%s\" -> \"%s\"", k->key, ov, nv);
+            changes++;
+        } else {
+            log_info("config reload: %s: \"%s\" -> \"%s\" (not used in DRA mode)", k->key, ov, nv);
+        }
+    }
+    if (!changes) {
+        log_info("config reload: nothing DRA mode applies changed");
+        return;
+    }
+    a->live = n;
+    log_set_level(n.log_level);
+    for (size_t i = 0; i < a->n; i++) {
+        a->gpus[i].taint_effect = effect_of(n.dra_taint_effect);
+        a->gpus[i].fatal_taint_effect = effect_of(n.dra_fatal_taint_effect);
+    }
+    apply_sharing(a);
+    /* the publisher writes only when the rendered slice differs */
+    publish(a);
+    a->recovery_timer = (ev_loop_cancel_timer(a->loop, a->recovery_timer), 0);
+    recovery_arm(a);
+}
+
 static void on_signal(struct ev_loop *loop, int fd, uint32_t events, void *ud)
 {
     (void)events;
-    (void)ud;
+    struct dra_agent *a = ud;
     struct signalfd_siginfo si;
     while (read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
         if (si.ssi_signo == SIGHUP) {
-            log_warn("SIGHUP: DRA mode does not reload its config; restart acceld to change it");
+            log_info("SIGHUP: reloading the config");
+            config_reload(a);
         } else {
             log_info("%s: shutting down", strsignal((int)si.ssi_signo));
             ev_loop_quit(loop);
@@ -356,11 +644,14 @@ static int start(struct dra_agent *a, int sig_fd)
     }
     if ((r = make_gpus(a)) < 0)
         return r;
-    size_t shared = 0;
-    for (size_t i = 0; i < a->n; i++)
+    size_t shared = 0, mps = 0;
+    for (size_t i = 0; i < a->n; i++) {
         shared += a->gpus[i].shared;
-    log_info("dra: driver %s, %zu GPU(s) published: %zu shared, %zu exclusive",
-             a->inv->driver_version, a->n, shared, a->n - shared);
+        mps += a->gpus[i].mps;
+    }
+    log_info("dra: driver %s, %zu GPU(s) published: %zu shared (vGPU), %zu shared (MPS), %zu "
+             "exclusive",
+             a->inv->driver_version, a->n, shared, mps, a->n - shared - mps);
     static const char *const ctl[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
     for (size_t i = 0; i < 3; i++) {
         snprintf(a->ctl[i], sizeof(a->ctl[i]), "/dev/%s", ctl[i]);
@@ -380,7 +671,9 @@ static int start(struct dra_agent *a, int sig_fd)
                                           a->ctl_ptrs,
                                           3,
                                           a->gpus,
-                                          a->n};
+                                          a->n,
+                                          {mps_start, mps_ready, mps_stop, a}};
+    snprintf(a->mps_run_dir, sizeof(a->mps_run_dir), "%s/mps", cfg->state_dir);
     if ((r = dra_state_new(&a->pcfg, &a->state, err, sizeof(err))) < 0) {
         log_error("dra: %s", err);
         return r;
@@ -388,6 +681,7 @@ static int start(struct dra_agent *a, int sig_fd)
     if ((r = ev_loop_new(&a->loop)) < 0 ||
         (r = ev_loop_add_io(a->loop, sig_fd, EPOLLIN, on_signal, a)) < 0)
         return r;
+    mps_restart_claims(a);
     if ((r = kube_start(a)) < 0)
         return r;
     size_t warnings = 0;
@@ -411,6 +705,8 @@ static int start(struct dra_agent *a, int sig_fd)
         .gpus = a->gpus,
         .n_gpus = a->n,
         .pool_name = a->node,
+        .mps = a->pcfg.mps,
+        .mps_ready_wait_ns = cfg->dra_claim_wait_ns,
     };
     if ((r = dra_plugin_new(a->loop, &pc, &a->plugin)) < 0) {
         log_error("dra: cannot serve the kubelet plugin sockets: %s", strerror(-r));
@@ -432,19 +728,29 @@ static void stop(struct dra_agent *a)
     a->pub = dra_publisher_free(a->pub);
     a->claims = dra_kube_claims_free(a->claims);
     a->client = kube_client_free(a->client);
+    /* the claims' daemons stop with acceld (as the device-plugin mode's do);
+     * a restarted acceld starts them again from the checkpoint */
+    for (size_t i = 0; i < a->n_mps; i++) {
+        mps_sup_free(a->mps[i]->sup);
+        free(a->mps[i]);
+    }
+    free(a->mps);
     a->loop = ev_loop_free(a->loop);
     a->state = dra_state_free(a->state);
     free(a->gpus);
     free(a->strs);
     free(a->uuids);
     free(a->hstate);
+    free(a->inv_index);
     a->inv = gpu_inventory_free(a->inv);
     a->nvml = gpu_nvml_free(a->nvml);
 }
 
-int acceld_dra_run(const struct acceld_config *cfg, int sig_fd)
+int acceld_dra_run(const struct acceld_config *cfg, int sig_fd, acceld_dra_reload_fn reload,
+                   void *user_data)
 {
-    struct dra_agent a = {.cfg = cfg};
+    struct dra_agent a = {.live = *cfg, .reload = reload, .reload_data = user_data};
+    a.cfg = &a.live;
     log_info("acceld DRA mode: driver %s, registry %s, state %s", ACCELD_DRA_DRIVER,
              cfg->dra_registry_dir, cfg->state_dir);
     int r = start(&a, sig_fd);

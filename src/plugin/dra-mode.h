@@ -9,6 +9,14 @@
 /* The driver name DRA mode publishes and registers. */
 #define ACCELD_DRA_DRIVER "gpu.accel.dev"
 
-/* Runs DRA mode until SIGTERM/SIGINT arrives on sig_fd (a signalfd). Returns
+/* Builds the config again (defaults, file, flags) for a SIGHUP: 0, or -errno
+ * with a message in err. */
+typedef int (*acceld_dra_reload_fn)(void *user_data, struct acceld_config *ret_cfg, char *err,
+                                    size_t errlen);
+
+/* Runs DRA mode until SIGTERM/SIGINT arrives on sig_fd (a signalfd). SIGHUP
+ * calls reload (NULL: SIGHUP is logged and ignored) and applies what can
+ * change live (docs/dra.md, "Reloading the config"). cfg is copied. Returns
  * the process exit status: 0 clean, 1 runtime failure, 2 config error. */
-int acceld_dra_run(const struct acceld_config *cfg, int sig_fd);
+int acceld_dra_run(const struct acceld_config *cfg, int sig_fd, acceld_dra_reload_fn reload,
+                   void *user_data);

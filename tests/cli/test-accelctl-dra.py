@@ -18,6 +18,7 @@ BUILD = os.environ.get("ACCEL_BUILD_ROOT", "build")
 ACCELCTL = os.path.join(BUILD, "src", "cli", "accelctl")
 TMP = tempfile.mkdtemp(prefix="test-accelctl-dra-")
 UID = "0f3c6a8e-1111-4a1b-9c2d-aaaaaaaaaaaa"
+MPS_UID = "0f3c6a8e-2222-4a1b-9c2d-bbbbbbbbbbbb"
 STATUS = {"driver": "gpu.accel.dev", "node": "node-a", "slice": "node-a-gpu.accel.dev",
           "generation": 3, "synced": False, "error": "list: the API server answered 503",
           "counts": {"creates": 1, "updates": 2, "deletes": 0, "conflicts": 1, "failures": 1},
@@ -26,10 +27,16 @@ STATUS = {"driver": "gpu.accel.dev", "node": "node-a", "slice": "node-a-gpu.acce
                "healthy": True, "taint": "", "reason": "", "pciBusID": "0000:18:00.0"},
               {"name": "gpu-1", "uuid": "GPU-bbbb", "memory": 80 << 30, "shared": True,
                "healthy": False, "taint": "NoExecute", "reason": "XID 79",
-               "pciBusID": "0000:2a:00.0"}]}
+               "pciBusID": "0000:2a:00.0"},
+              {"name": "gpu-2", "uuid": "GPU-cccc", "memory": 80 << 30, "shared": False,
+               "sharing": "mps", "healthy": False, "taint": "", "reason": "XID 62",
+               "pciBusID": "0000:3b:00.0"}]}
 CHECKPOINT = {"version": 1, "claims": [
     {"uid": UID, "devices": [{"requests": ["gpu"], "pool": "node-a", "device": "gpu-0",
-                              "cdi": "gpu.accel.dev/claim=%s-gpu-0" % UID}]}]}
+                              "cdi": "gpu.accel.dev/claim=%s-gpu-0" % UID}]},
+    {"uid": MPS_UID, "devices": [{"requests": ["gpu"], "pool": "node-a", "device": "gpu-2",
+                                  "cdi": "gpu.accel.dev/claim=%s-gpu-2" % MPS_UID}],
+     "mps": {"uuids": "GPU-cccc", "n": 1, "cores": 25, "memory": 10 << 30}}]}
 with open(os.path.join(TMP, "dra-status.json"), "w") as f:
     json.dump(STATUS, f)
 with open(os.path.join(TMP, "dra-checkpoint.json"), "w") as f:
@@ -58,13 +65,18 @@ def _():
     g1 = [ln for ln in lines if ln.startswith("gpu-1 ")]
     check(g0 and "Healthy" in g0[0] and "81920 MiB" in g0[0] and "shared" in g0[0], lines)
     check(g1 and "Unhealthy" in g1[0] and "NoExecute (XID 79)" in g1[0], lines)
+    g2 = [ln for ln in lines if ln.startswith("gpu-2 ")]
+    # an MPS share; unhealthy with dra.taintEffect None: no taint
+    check(g2 and " mps " in g2[0] and "none (XID 62)" in g2[0], lines)
 
 
 @case("the prepared claim: its device, CDI ID and share limits")
 def _():
     out = accelctl("--state-dir", TMP).stdout
-    check("prepared claims (1):" in out, out)
+    check("prepared claims (2):" in out, out)
     check("%s: share: 4096 MiB, 30%% of the cores" % UID in out, out)
+    check("%s: MPS share: 10240 MiB, 25%% of the cores (its own MPS daemon)" % MPS_UID in out,
+          out)
     check("node-a/gpu-0 -> gpu.accel.dev/claim=%s-gpu-0" % UID in out, out)
 
 

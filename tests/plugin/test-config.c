@@ -353,7 +353,9 @@ TEST(dra_keys)
     acceld_config_defaults(&c);
     CHECK_EQ_STR(c.dra_registry_dir, "/var/lib/kubelet/plugins_registry");
     CHECK_EQ_STR(c.dra_plugin_dir, "");
-    CHECK(!c.dra_shared);
+    CHECK_EQ_INT(c.dra_sharing, ACCELD_DRA_EXCLUSIVE);
+    CHECK_EQ_INT(c.dra_taint_effect, ACCELD_TAINT_NO_SCHEDULE);
+    CHECK_EQ_INT(c.dra_fatal_taint_effect, ACCELD_TAINT_NO_EXECUTE);
     CHECK_EQ_U64(c.dra_claim_wait_ns, 10000000000ull);
     static const char yaml[] = "mode: dra\n"
                                "dra:\n"
@@ -365,10 +367,18 @@ TEST(dra_keys)
     CHECK_EQ_INT(c.mode, ACCELD_MODE_DRA);
     CHECK_EQ_STR(c.dra_registry_dir, "/r");
     CHECK_EQ_STR(c.dra_plugin_dir, "/p/gpu.accel.dev");
-    CHECK(c.dra_shared);
+    CHECK_EQ_INT(c.dra_sharing, ACCELD_DRA_SHARED);
     CHECK_EQ_U64(c.dra_claim_wait_ns, 2000000000ull);
     CHECK_EQ_INT(acceld_config_set(&c, "dra.sharing", "half", err, sizeof(err)), -EINVAL);
-    CHECK(strstr(err, "exclusive|shared") != NULL);
+    CHECK(strstr(err, "exclusive|shared|mps") != NULL);
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.sharing", "mps", err, sizeof(err)), 0);
+    CHECK_EQ_INT(c.dra_sharing, ACCELD_DRA_MPS);
+    CHECK_EQ_INT(acceld_config_dra_sharing(&c, 3, "GPU-z"), ACCELD_DRA_MPS);
+    CHECK(!acceld_config_dra_shared(&c, 3, "GPU-z"));
+    char fmt[64];
+    CHECK_EQ_INT(acceld_config_format(&c, "dra.sharing", fmt, sizeof(fmt)), 0);
+    CHECK_EQ_STR(fmt, "mps");
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.sharing", "shared", err, sizeof(err)), 0);
     CHECK_EQ_INT(acceld_config_set(&c, "dra.claimWait", "0", err, sizeof(err)), -EINVAL);
     /* per-GPU sharing: index or UUID, first match wins, else dra.sharing */
     CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "1=exclusive,GPU-x=exclusive,1=shared",
@@ -378,11 +388,42 @@ TEST(dra_keys)
     CHECK(!acceld_config_dra_shared(&c, 1, "GPU-b"));
     CHECK(!acceld_config_dra_shared(&c, 2, "GPU-x"));
     CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "1=half", err, sizeof(err)), -EINVAL);
-    CHECK(strstr(err, "\"1=half\" is not SEL=exclusive|shared") != NULL);
+    CHECK(strstr(err, "\"1=half\" is not SEL=exclusive|shared|mps") != NULL);
+    /* mps per GPU, by UUID; an entry that only looks like mps is refused */
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "GPU-m=mps,1=exclusive", err, sizeof(err)),
+                 0);
+    CHECK_EQ_INT(acceld_config_dra_sharing(&c, 4, "GPU-m"), ACCELD_DRA_MPS);
+    CHECK_EQ_INT(acceld_config_dra_sharing(&c, 1, "GPU-b"), ACCELD_DRA_EXCLUSIVE);
+    CHECK_EQ_INT(acceld_config_dra_sharing(&c, 0, "GPU-a"), ACCELD_DRA_SHARED);
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "0=mpss", err, sizeof(err)), -EINVAL);
+    CHECK_EQ_STR(c.dra_gpu_sharing, "GPU-m=mps,1=exclusive");
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "1=exclusive,GPU-x=exclusive,1=shared",
+                                   err, sizeof(err)),
+                 0);
     CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "=shared", err, sizeof(err)), -EINVAL);
     CHECK_EQ_STR(c.dra_gpu_sharing, "1=exclusive,GPU-x=exclusive,1=shared");
     CHECK_EQ_INT(acceld_config_set(&c, "dra.gpuSharing", "", err, sizeof(err)), 0);
     CHECK(acceld_config_dra_shared(&c, 1, "GPU-b"));
+    /* taint effects: the three values, by key, flag spelling and file; anything else refused */
+    static const char yaml2[] = "dra:\n"
+                                "  taintEffect: None\n"
+                                "  fatalTaintEffect: NoSchedule\n";
+    CHECK_EQ_INT(acceld_config_parse(&c, yaml2, sizeof(yaml2) - 1, "t", err, sizeof(err)), 0);
+    CHECK_EQ_INT(c.dra_taint_effect, ACCELD_TAINT_NONE);
+    CHECK_EQ_INT(c.dra_fatal_taint_effect, ACCELD_TAINT_NO_SCHEDULE);
+    CHECK_EQ_INT(acceld_config_format(&c, "dra.taintEffect", fmt, sizeof(fmt)), 0);
+    CHECK_EQ_STR(fmt, "None");
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.taintEffect", "NoExecute", err, sizeof(err)), 0);
+    CHECK_EQ_INT(c.dra_taint_effect, ACCELD_TAINT_NO_EXECUTE);
+    CHECK_EQ_INT(acceld_config_format(&c, "dra.fatalTaintEffect", fmt, sizeof(fmt)), 0);
+    CHECK_EQ_STR(fmt, "NoSchedule");
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.fatalTaintEffect", "noexecute", err, sizeof(err)),
+                 -EINVAL);
+    CHECK(strstr(err, "NoSchedule|NoExecute|None") != NULL);
+    CHECK_EQ_INT(c.dra_fatal_taint_effect, ACCELD_TAINT_NO_SCHEDULE);
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.taintEffect", "PreferNoSchedule", err, sizeof(err)),
+                 -EINVAL);
+    CHECK_EQ_INT(c.dra_taint_effect, ACCELD_TAINT_NO_EXECUTE);
     /* DRA serves the whole node: a per-GPU dra is refused, saying so */
     CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "0=dra", err, sizeof(err)), -EINVAL);
     CHECK(strstr(err, "node mode") != NULL);
