@@ -301,9 +301,13 @@ static void on_allocate(struct grpc_call *call, const struct grpc_request *req, 
         return;
     }
     memcpy(data, req->data, req->len);
-    *k =
-        (struct parked){p->parked, p,           call, data, req->len, arrived + p->cfg.allocate_wait_ns,
-                        0,         arrived};
+    *k = (struct parked){.next = p->parked,
+                         .p = p,
+                         .call = call,
+                         .data = data,
+                         .len = req->len,
+                         .deadline_ns = arrived + p->cfg.allocate_wait_ns,
+                         .arrived_ns = arrived};
     p->parked = k;
     log_info("an Allocate of %s waits for its pod (up to allocateWait)", p->cfg.resource_name);
     grpc_call_set_cancel_cb(call, on_parked_cancel, k);

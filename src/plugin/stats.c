@@ -190,8 +190,8 @@ static json_t *to_json(const struct acceld_stats *s, double now)
         const struct acceld_stats_gpu *g = &s->gpus[i];
         bad |= json_array_append_new(
             arr, json_pack("{s:I,s:s,s:o,s:o,s:o}", "index", (json_int_t)g->index, "uuid", g->uuid,
-                           "toUnhealthy", count(g->to_unhealthy), "toHealthy",
-                           count(g->to_healthy), "mpsRestarts", count(g->mps_restarts)));
+                           "toUnhealthy", count(g->to_unhealthy), "toHealthy", count(g->to_healthy),
+                           "mpsRestarts", count(g->mps_restarts)));
     }
     json_t *q = json_object();
     bad |= add(root, "quotaFindings", q);
@@ -317,8 +317,8 @@ static int get_real(json_t *o, const char *key, const char *path, double *ret, c
 }
 
 /* A label value: printable ASCII, 1..max-1 bytes. */
-static int get_label(json_t *o, const char *key, const char *path, char *out, size_t max,
-                     char *err, size_t errlen)
+static int get_label(json_t *o, const char *key, const char *path, char *out, size_t max, char *err,
+                     size_t errlen)
 {
     json_t *v = json_object_get(o, key);
     const char *s = json_string_value(v);
@@ -408,9 +408,9 @@ static int parse_gpu(json_t *o, size_t i, struct acceld_stats *s, char *err, siz
 
 static int parse_root(json_t *root, struct acceld_stats *s, char *err, size_t errlen)
 {
-    static const char *const top[] = {"version",         "startTime", "writeTime", "deviceInit",
-                                      "allocateBuckets", "resources", "gpus",      "quotaFindings",
-                                      NULL};
+    static const char *const top[] = {"version",    "startTime",       "writeTime",
+                                      "deviceInit", "allocateBuckets", "resources",
+                                      "gpus",       "quotaFindings",   NULL};
     static const char *const init[] = {"ok", "failed", NULL};
     static const char *const actions[] = {"none", "kill", "freeze", NULL};
     static const char *const kinds[] = {"memory", "under_report", "compute", NULL};

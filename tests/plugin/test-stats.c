@@ -19,8 +19,8 @@ static void fill(struct acceld_stats *s)
     acceld_stats_registration(s, "nvidia.com/gpu", false);
     acceld_stats_registration(s, "nvidia.com/gpu", true);
     acceld_stats_registration(s, "tencent.com/vcuda-core", true);
-    acceld_stats_allocate(s, "nvidia.com/gpu", true, MS / 10); /* 0.1 ms */
-    acceld_stats_allocate(s, "nvidia.com/gpu", true, 3 * MS);  /* 3 ms */
+    acceld_stats_allocate(s, "nvidia.com/gpu", true, MS / 10);     /* 0.1 ms */
+    acceld_stats_allocate(s, "nvidia.com/gpu", true, 3 * MS);      /* 3 ms */
     acceld_stats_allocate(s, "nvidia.com/gpu", false, 20000 * MS); /* 20 s: beyond the last */
     for (int i = 0; i < 4; i++)
         acceld_stats_device_init(s, true);
@@ -123,8 +123,7 @@ TEST(write_reads_back)
     REQUIRE_EQ_INT(acceld_stats_read(path, &r, err, sizeof err), 0);
     CHECK_EQ_U64(r.res[0].alloc_ok, 3);
     /* missing file: the read's errno */
-    CHECK_EQ_INT(acceld_stats_read("/nonexistent/acceld-stats.json", &r, err, sizeof err),
-                 -ENOENT);
+    CHECK_EQ_INT(acceld_stats_read("/nonexistent/acceld-stats.json", &r, err, sizeof err), -ENOENT);
 }
 
 /* Formats fill()'s stats, replaces the first `from` with `to`, and parses that. */
