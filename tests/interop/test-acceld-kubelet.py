@@ -235,6 +235,57 @@ def sli_file(tap, node, tmp, ids):
                for x in others), "SLI file: the other GPUs never changed")
     tap.ok(abs(d["writeTime"] - time.time()) < 60 and
            d["startTime"] <= d["writeTime"], "SLI file: start and write times")
+    exporter_reads(tap, build, node, os.path.join(tmp, "state"), d)
+
+
+def exporter_reads(tap, build, node, state, d):
+    """accel-exporter --state-dir serves what this acceld wrote."""
+    exe = os.path.join(build, "src/exporter/accel-exporter")
+    if not os.path.exists(exe):
+        tap.skip("accel-exporter serves acceld's SLIs", "accel-exporter not built")
+        return
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    p = subprocess.Popen([exe, "--listen", f"127.0.0.1:{port}", "--interval", "100ms",
+                          "--pod-resources-socket", "", "--state-dir", state], env=node.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = d["resources"][0]
+    want = {
+        'accel_agent_up': 1,
+        'accel_agent_allocate_total{resource="nvidia.com/gpu",result="ok"}': r["allocate"]["ok"],
+        'accel_agent_allocate_total{resource="nvidia.com/gpu",result="error"}':
+            r["allocate"]["error"],
+        'accel_agent_allocate_duration_seconds_count{resource="nvidia.com/gpu"}':
+            r["allocate"]["ok"] + r["allocate"]["error"],
+        'accel_agent_device_init_total{result="ok"}': 8,
+    }
+    for g in d["gpus"]:
+        want['accel_agent_health_transitions_total{gpu="%d",uuid="%s",to="unhealthy"}'
+             % (g["index"], g["uuid"])] = g["toUnhealthy"]
+    seen = {}
+
+    def served():
+        import urllib.request
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return False
+        for line in text.splitlines():
+            if line.startswith("accel_agent_"):
+                k, v = line.rsplit(" ", 1)
+                seen[k] = float(v)
+        return all(seen.get(k) == v for k, v in want.items())
+    try:
+        ok = K.wait_until(served, T, 0.1)
+        tap.ok(ok, "accel-exporter --state-dir serves this acceld's counts",
+               {k: (seen.get(k), v) for k, v in want.items() if seen.get(k) != v})
+    finally:
+        p.terminate()
+        p.wait(timeout=T)
+        p.stdout.close()
 
 
 def health(tap, plugin, watch, many, chans, node, ids):
