@@ -103,6 +103,7 @@ struct agent {
     uint64_t stats_gen;        /* generation last written */
     uint64_t stats_written_ns; /* CLOCK_MONOTONIC of the last write (0: none yet) */
     bool stats_warned;         /* a failed write was logged (once until one succeeds) */
+    bool stats_not_ours;       /* another acceld serves the socket: its file, not ours */
     int exit_code;
 };
 
@@ -238,7 +239,7 @@ static double real_s(void)
  * force. The MPS supervisor keeps its own restart counts: summed per GPU here. */
 static void stats_flush(struct agent *a, bool force)
 {
-    if (!a->stats)
+    if (!a->stats || a->stats_not_ours)
         return;
     for (size_t g = 0; g < a->n_gpus && a->uuids; g++) {
         uint64_t n = 0;
@@ -1030,6 +1031,7 @@ static int start(struct agent *a)
         struct served *s = &a->served[k];
         if ((r = acceld_plugin_new(a->loop, &a->cfg, s->resource, &s->prov, &s->plugin)) < 0) {
             log_error("cannot start the device plugin for %s: %s", s->resource, strerror(-r));
+            a->stats_not_ours = true; /* say a second acceld: it leaves the first's file */
             return r;
         }
         acceld_plugin_set_stats(s->plugin, a->stats);

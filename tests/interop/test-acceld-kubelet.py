@@ -500,6 +500,8 @@ def daemon_cases(tap, build, pb, node, tmp):
         cdi = os.path.join(tmp, "second", "cdi")
         tap.ok(not os.path.exists(cdi) or not os.listdir(cdi),
                "the refused acceld wrote no CDI spec")
+        tap.ok(not os.path.exists(os.path.join(tmp, "second", "state", "acceld-stats.json")),
+               "the refused acceld wrote no SLI file (the first one's is left alone)")
         tap.ok(answers(pb, a.sock), "the first acceld still serves its socket")
         a.stop(signal.SIGKILL)
         tap.ok(os.path.exists(a.sock), "a killed acceld leaves its socket file")
