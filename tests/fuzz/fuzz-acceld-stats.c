@@ -56,8 +56,8 @@ static bool same(const struct acceld_stats *a, const struct acceld_stats *b)
 {
     if (a->start_time != b->start_time || a->write_time != b->write_time ||
         a->init_ok != b->init_ok || a->init_failed != b->init_failed ||
-        a->nbuckets != b->nbuckets || a->n_resources != b->n_resources ||
-        a->n_gpus != b->n_gpus || memcmp(a->quota, b->quota, sizeof(a->quota)) != 0)
+        a->nbuckets != b->nbuckets || a->n_resources != b->n_resources || a->n_gpus != b->n_gpus ||
+        memcmp(a->quota, b->quota, sizeof(a->quota)) != 0)
         return false;
     for (size_t k = 0; k < a->nbuckets; k++)
         if (a->bounds[k] != b->bounds[k])
@@ -72,8 +72,9 @@ static bool same(const struct acceld_stats *a, const struct acceld_stats *b)
     }
     for (size_t i = 0; i < a->n_gpus; i++) {
         const struct acceld_stats_gpu *x = &a->gpus[i], *y = &b->gpus[i];
-        if (x->index != y->index || strcmp(x->uuid, y->uuid) || x->to_unhealthy != y->to_unhealthy ||
-            x->to_healthy != y->to_healthy || x->mps_restarts != y->mps_restarts)
+        if (x->index != y->index || strcmp(x->uuid, y->uuid) ||
+            x->to_unhealthy != y->to_unhealthy || x->to_healthy != y->to_healthy ||
+            x->mps_restarts != y->mps_restarts)
             return false;
     }
     return true;
