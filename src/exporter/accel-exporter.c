@@ -37,6 +37,7 @@
 #include "log.h"
 #include "nvml.h"
 #include "podres.h"
+#include "sli.h"
 #include "status.h"
 #include "util.h"
 
@@ -77,6 +78,7 @@ struct exporter {
     const char *podres_socket;      /* NULL: pod-resources off */
     struct exporter_podres *podres; /* the last good List (sampler thread only) */
     bool podres_ok;                 /* the last List succeeded */
+    struct exporter_sli *sli;       /* acceld's SLI file (--state-dir); NULL: off */
     uint64_t podres_next_ns;        /* when to ask again */
 
     pthread_mutex_t lock;    /* guards front buffers, xid counters and the flags below */
@@ -155,6 +157,33 @@ static bool family(struct exp_buf *b, bool om, const char *name, const char *typ
         fam[l - 6] = '\0';
     buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fam, help, fam, type);
     return true;
+}
+
+/* sli.c's output, into one exposition buffer. */
+struct sli_ctx {
+    struct exp_buf *b;
+    bool om;
+};
+
+static bool sli_family(void *ctx, const char *name, const char *type, const char *help)
+{
+    struct sli_ctx *c = ctx;
+    return family(c->b, c->om, name, type, help);
+}
+
+static void sli_print(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sli_print(void *ctx, const char *fmt, ...)
+{
+    struct sli_ctx *c = ctx;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof line) /* labels are bounded: a full line cannot happen */
+        c->b->oom = true;
+    else
+        buf_printf(c->b, "%s", line);
 }
 
 struct gpu_sample {
@@ -455,6 +484,11 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
         buf_printf(b, "accel_exporter_pod_resources_up %d\n", e->podres_ok ? 1 : 0);
     if (family(b, om, "accel_exporter_samples_total", "counter", "Sampling rounds completed."))
         buf_printf(b, "accel_exporter_samples_total %" PRIu64 "\n", e->samples + 1);
+    if (e->sli) {
+        struct sli_ctx c = {b, om};
+        struct exporter_sli_out out = {sli_family, sli_print, &c};
+        exporter_sli_render(e->sli, &out);
+    }
     if (om)
         buf_printf(b, "# EOF\n");
 #undef PER_GPU
@@ -527,6 +561,11 @@ static void *sampler_main(void *arg)
             e->podres_next_ns = mono_ns() + EXP_PODRES_REFRESH_NS;
         }
         name_containers(e, ss);
+        if (e->sli) {
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            exporter_sli_refresh(e->sli, (double)now.tv_sec + now.tv_nsec / 1e9);
+        }
         pthread_mutex_lock(&e->lock);
         for (unsigned i = 0; i < e->ngpus; i++) {
             memcpy(xid_copy[i].xids, e->gpus[i].xids, sizeof xid_copy[i].xids);
@@ -717,7 +756,8 @@ static void usage(FILE *f)
         f,
         "usage: accel-exporter [--config FILE] [--listen ADDR:PORT] [--nvml-library PATH]\n"
         "                      [--interval DURATION] [--proc-root DIR]\n"
-        "                      [--pod-resources-socket PATH] [--disable-metrics NAMES]\n"
+        "                      [--pod-resources-socket PATH] [--state-dir DIR]\n"
+        "                      [--disable-metrics NAMES]\n"
         "                      [--log-level LEVEL] [--check-config]\n"
         "  --config        YAML settings (keys as below, camelCase); flags win over it\n"
         "  --listen        address to serve /, /metrics and /healthz on (default 0.0.0.0:9835)\n"
@@ -726,6 +766,8 @@ static void usage(FILE *f)
         "  --proc-root     where /proc is, for the PID -> pod mapping (default /proc)\n"
         "  --pod-resources-socket  the kubelet's pod-resources API, for namespace, pod and\n"
         "                  container names (default %s; \"\" turns it off)\n"
+        "  --state-dir     acceld's state directory: its SLIs from acceld-stats.json\n"
+        "                  (accel_agent_*; default \"\": off)\n"
         "  --disable-metrics  metric families not to serve, comma-separated (config:\n"
         "                  metrics.disable)\n"
         "  --log-level     error, warn, info or debug\n"
@@ -743,6 +785,7 @@ static const struct {
     {"--nvml-library", "nvmlLibrary"},
     {"--proc-root", "procRoot"},
     {"--pod-resources-socket", "podResourcesSocket"},
+    {"--state-dir", "stateDir"},
     {"--log-level", "logLevel"},
     {"--disable-metrics", "metrics.disable"},
 };
@@ -820,6 +863,10 @@ int main(int argc, char **argv)
             log_error("out of memory");
             return 1;
         }
+    }
+    if (cfg.state_dir[0] && exporter_sli_new(cfg.state_dir, &e.sli) < 0) {
+        log_error("out of memory");
+        return 1;
     }
     pthread_mutex_init(&e.lock, NULL);
     int r = gpu_nvml_open(lib, &e.nvml, err, sizeof err);
@@ -899,6 +946,7 @@ int main(int argc, char **argv)
     }
     gpu_nvml_free(e.nvml);
     free(e.podres);
+    e.sli = exporter_sli_free(e.sli);
     free(e.status);
     free(e.status_back);
     return d ? 0 : 1;

@@ -41,6 +41,16 @@ const char *const exporter_metric_families[] = {
     "accel_container_gpu_memory_used_bytes",
     "accel_exporter_pod_resources_up",
     "accel_exporter_samples_total",
+    /* acceld's own SLIs, from --state-dir (sli.c) */
+    "accel_agent_up",
+    "accel_agent_start_time_seconds",
+    "accel_agent_registrations_total",
+    "accel_agent_allocate_total",
+    "accel_agent_allocate_duration_seconds",
+    "accel_agent_device_init_total",
+    "accel_agent_health_transitions_total",
+    "accel_agent_mps_daemon_restarts_total",
+    "accel_agent_quota_findings_total",
     NULL,
 };
 
@@ -141,9 +151,11 @@ int exporter_config_set(struct exporter_config *c, const char *key, const char *
     if (strcmp(key, "podResourcesSocket") == 0)
         return set_path(c->pod_resources_socket, sizeof c->pod_resources_socket, key, v, err,
                         errlen);
+    if (strcmp(key, "stateDir") == 0)
+        return set_path(c->state_dir, sizeof c->state_dir, key, v, err, errlen);
     return say(err, errlen,
                "unknown key \"%s\" (known: listen, interval, nvmlLibrary, procRoot, "
-               "podResourcesSocket, logLevel, metrics)",
+               "podResourcesSocket, stateDir, logLevel, metrics)",
                key);
 }
 
@@ -177,6 +189,7 @@ int exporter_config_write(FILE *f, const struct exporter_config *c)
     quoted(f, "nvmlLibrary", c->nvml_library);
     quoted(f, "procRoot", c->proc_root);
     quoted(f, "podResourcesSocket", c->pod_resources_socket);
+    quoted(f, "stateDir", c->state_dir);
     if (c->log_level[0])
         quoted(f, "logLevel", c->log_level);
     fputs("metrics:\n  disable: [", f);
@@ -308,9 +321,9 @@ static int walk_metrics(struct walk *w)
 
 static int walk_root(struct walk *w)
 {
-    static const char *const keys[] = {"listen",   "interval",           "nvmlLibrary",
-                                       "procRoot", "podResourcesSocket", "logLevel",
-                                       "metrics"};
+    static const char *const keys[] = {
+        "listen",   "interval", "nvmlLibrary", "procRoot", "podResourcesSocket",
+        "stateDir", "logLevel", "metrics"};
     bool seen[sizeof keys / sizeof keys[0]] = {false};
     int r;
     while ((r = next(w)) == 0 && w->ev.type != YAML_MAPPING_END_EVENT) {

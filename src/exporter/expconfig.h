@@ -24,6 +24,7 @@ struct exporter_config {
     char nvml_library[512];         /* "" = $ACCEL_NVML_LIBRARY, else libnvidia-ml.so.1 */
     char proc_root[512];            /* where /proc is */
     char pod_resources_socket[512]; /* "" = pod-resources off */
+    char state_dir[512];            /* acceld's stateDir, for its SLI file; "" = off */
     char log_level[16];             /* "" = the default (info) */
     size_t ndisabled;               /* metric families turned off (metrics.disable) */
     const char *disabled[EXPORTER_CONFIG_MAX_DISABLED]; /* entries of exporter_metric_families */
@@ -36,7 +37,7 @@ extern const char *const exporter_metric_families[];
 void exporter_config_defaults(struct exporter_config *c);
 
 /* Applies a YAML document (len bytes; name is used in messages) over *c. Keys:
- *   listen, interval, nvmlLibrary, procRoot, podResourcesSocket, logLevel,
+ *   listen, interval, nvmlLibrary, procRoot, podResourcesSocket, stateDir, logLevel,
  *   metrics: {disable: [FAMILY, ...]}
  * Returns 0, or -EINVAL with err set to "NAME:LINE:COLUMN: what is wrong" (then *c is left as
  * it was), -ENOMEM. */

@@ -26,6 +26,7 @@
 #include "policy.h"
 #include "shared.h"
 #include "sharing.h"
+#include "stats.h"
 #include "grpc.h"
 #include "podresources.pb-c.h"
 #include "util.h"
@@ -99,6 +100,13 @@ struct agent {
     struct vgpu_status_recent *vgpu_recent; /* its last findings (accelctl vgpu) */
     struct vgpu_check_state *vgpu_cstate;   /* its compute half's memory (NULL: off) */
     uint64_t vgpu_thaw_timer;               /* thaws what vgpu.computeAction froze */
+    /* the agent's SLIs (stats.h), written to <stateDir>/acceld-stats.json */
+    struct acceld_stats *stats;
+    uint64_t stats_timer;
+    uint64_t stats_gen;        /* generation last written */
+    uint64_t stats_written_ns; /* CLOCK_MONOTONIC of the last write (0: none yet) */
+    bool stats_warned;         /* a failed write was logged (once until one succeeds) */
+    bool stats_not_ours;       /* another acceld serves the socket: its file, not ours */
     int exit_code;
 };
 
@@ -230,6 +238,58 @@ static int parse_args(struct agent *a, int argc, char **argv, int *ret_what)
     return 0;
 }
 
+/* ------------------------------------------------------------ SLI file */
+
+static double real_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Writes the SLI file when something changed, or the heartbeat is due, or
+ * force. The MPS supervisor keeps its own restart counts: summed per GPU here. */
+static void stats_flush(struct agent *a, bool force)
+{
+    if (!a->stats || a->stats_not_ours)
+        return;
+    for (size_t g = 0; g < a->n_gpus && a->uuids; g++) {
+        uint64_t n = 0;
+        for (size_t k = 0; k < a->n_mps && a->mps; k++) {
+            const struct mps_ref *m = &a->mps_refs[k];
+            if (strcmp(shared_gpu_uuid(a->shared[m->sh], m->gpu), a->uuids[g]) == 0)
+                n += mps_sup_restarts(a->mps, k);
+        }
+        acceld_stats_set_mps_restarts(a->stats, a->uuids[g], n);
+    }
+    uint64_t now = mono_ns();
+    if (!force && a->stats_written_ns && a->stats->generation == a->stats_gen &&
+        now - a->stats_written_ns < ACCELD_STATS_HEARTBEAT_NS)
+        return;
+    int r = acceld_stats_write(a->stats, a->cfg.state_dir, real_s());
+    if (r < 0) {
+        if (!a->stats_warned)
+            log_warn("cannot write %s/%s (the agent's SLIs for accel-exporter): %s",
+                     a->cfg.state_dir, ACCELD_STATS_FILE, strerror(-r));
+        a->stats_warned = true;
+        return;
+    }
+    a->stats_warned = false;
+    a->stats_gen = a->stats->generation;
+    a->stats_written_ns = now;
+}
+
+/* At most one write a second (never from the Allocate path itself). */
+#define STATS_TICK_NS 1000000000ull
+
+static void on_stats_tick(struct ev_loop *loop, void *user_data)
+{
+    struct agent *a = user_data;
+    a->stats_timer = 0;
+    stats_flush(a, false);
+    ev_loop_add_timer(loop, STATS_TICK_NS, on_stats_tick, a, &a->stats_timer);
+}
+
 /* ------------------------------------------------------------ health */
 
 static void recovery_arm(struct agent *a);
@@ -239,6 +299,8 @@ static void recovery_arm(struct agent *a);
 static void set_health(struct agent *a, size_t i, const char *why)
 {
     bool any = false;
+    if (a->stats)
+        acceld_stats_health(a->stats, a->uuids[i], a->hstate[i].healthy);
     for (size_t k = 0; k < a->n_served; k++) {
         struct served *s = &a->served[k];
         if (s->prov.ops->set_gpu_health(s->prov.self, a->uuids[i], a->hstate[i].healthy)) {
@@ -365,6 +427,14 @@ static void vgpu_check_report(struct agent *a, const struct vgpu_check_target *t
 {
     const struct vgpu_check_target *g = &t[f->target];
     char msg[1024];
+    if (a->stats)
+        acceld_stats_quota(a->stats,
+                           f->kind == VGPU_CHECK_OVER_QUOTA     ? ACCELD_STATS_QUOTA_MEMORY
+                           : f->kind == VGPU_CHECK_UNDER_REPORT ? ACCELD_STATS_QUOTA_UNDER_REPORT
+                                                                : ACCELD_STATS_QUOTA_COMPUTE,
+                           f->killed   ? ACCELD_STATS_ACTION_KILL
+                           : f->frozen ? ACCELD_STATS_ACTION_FREEZE
+                                       : ACCELD_STATS_ACTION_NONE);
     vgpu_status_describe(f, t, msg, sizeof(msg));
     if (f->kind != VGPU_CHECK_OVER_QUOTA)
         log_warn("vGPU check: %s/%s %s", g->ns, g->pod, msg);
@@ -609,6 +679,8 @@ static int make_providers(struct agent *a)
     for (int i = 0; i < inv->count; i++) {
         const struct gpu_device *d = &inv->devices[i];
         if (!usable(inv, i)) {
+            if (a->stats)
+                acceld_stats_device_init(a->stats, false);
             log_warn("GPU %d (PCI %s) is not advertised: no usable UUID (%s)", i,
                      d->pci_bus_id[0] ? d->pci_bus_id : "unknown",
                      d->error[0] ? d->error : "duplicate or too long");
@@ -617,6 +689,10 @@ static int make_providers(struct agent *a)
         a->map[n] = i;
         a->uuids[n] = d->uuid;
         a->hstate[n].healthy = d->healthy;
+        if (a->stats) {
+            acceld_stats_add_gpu(a->stats, (unsigned)d->index, d->uuid);
+            acceld_stats_device_init(a->stats, d->healthy);
+        }
         if (!d->healthy) {
             /* unhealthy at start: treated like lost until NVML answers */
             a->hstate[n].lost = true;
@@ -952,12 +1028,16 @@ static int start(struct agent *a)
                           sizeof(err));
     if (r < 0) {
         log_error("cannot open NVML: %s", err);
+        if (a->stats)
+            acceld_stats_device_init(a->stats, false);
         return r;
     }
     struct gpu_inventory_options io = {a->nvml->path, a->cfg.sysfs_root};
     r = gpu_inventory_load(&io, a->nvml, &a->inv, err, sizeof(err));
     if (r < 0) {
         log_error("cannot list the GPUs: %s", err);
+        if (a->stats)
+            acceld_stats_device_init(a->stats, false);
         return r;
     }
     log_info("driver %s, %d GPU(s)", a->inv->driver_version, a->inv->count);
@@ -990,8 +1070,10 @@ static int start(struct agent *a)
         struct served *s = &a->served[k];
         if ((r = acceld_plugin_new(a->loop, &a->cfg, s->resource, &s->prov, &s->plugin)) < 0) {
             log_error("cannot start the device plugin for %s: %s", s->resource, strerror(-r));
+            a->stats_not_ours = true; /* say a second acceld: it leaves the first's file */
             return r;
         }
+        acceld_plugin_set_stats(s->plugin, a->stats);
     }
     /* After the socket is ours (a second acceld stops above and writes
      * nothing), before the loop runs (no Allocate can come yet). */
@@ -1019,6 +1101,10 @@ static int start(struct agent *a)
     }
     recovery_arm(a);
     vgpu_check_arm(a);
+    if (a->stats) {
+        stats_flush(a, true);
+        ev_loop_add_timer(a->loop, STATS_TICK_NS, on_stats_tick, a, &a->stats_timer);
+    }
     return 0;
 }
 
@@ -1040,6 +1126,8 @@ static void stop(struct agent *a)
         ev_loop_cancel_timer(a->loop, a->vgpu_thaw_timer);
     if (a->loop && a->spare_timer)
         ev_loop_cancel_timer(a->loop, a->spare_timer);
+    if (a->loop && a->stats_timer)
+        ev_loop_cancel_timer(a->loop, a->stats_timer);
     /* everything that registered with the loop goes before it */
     a->podres = grpc_client_free(a->podres);
 #ifdef ACCELD_HAVE_KUBE
@@ -1132,13 +1220,19 @@ int main(int argc, char **argv)
     }
     log_info("acceld %s starting: resource %s, plugin dir %s", ACCEL_VERSION, a.cfg.resource_name,
              a.cfg.plugin_dir);
+    /* NULL (no memory): the agent runs without its SLI file */
+    a.stats = malloc(sizeof(*a.stats));
+    if (a.stats)
+        acceld_stats_init(a.stats, real_s());
     int r = start(&a);
     if (r == 0) {
         r = ev_loop_run(a.loop);
         if (r < 0)
             log_error("event loop failed: %s", strerror(-r));
     }
+    stats_flush(&a, true); /* the last counts (a failed start's included) */
     stop(&a);
+    free(a.stats);
     log_info("stopped");
     return r < 0 ? 1 : 0;
 }

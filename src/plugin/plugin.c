@@ -17,6 +17,7 @@
 #include "fs.h"
 #include "grpc.h"
 #include "log.h"
+#include "stats.h"
 #include "util.h"
 #include "wire.h"
 
@@ -65,6 +66,7 @@ struct acceld_plugin {
 
     /* Allocates waiting for the provider's data (allocateWait) */
     struct parked *parked;
+    struct acceld_stats *stats; /* SLI counters (borrowed; NULL: not counted) */
 
     /* inotify */
     int ino_fd;
@@ -189,6 +191,7 @@ struct parked {
     size_t len;
     uint64_t deadline_ns;
     uint64_t timer;
+    uint64_t arrived_ns; /* for the latency histogram */
 };
 
 static void parked_drop(struct parked *k)
@@ -205,10 +208,16 @@ static void parked_drop(struct parked *k)
     free(k);
 }
 
+static void count_allocate(struct acceld_plugin *p, bool ok, uint64_t arrived_ns)
+{
+    if (p->stats)
+        acceld_stats_allocate(p->stats, p->cfg.resource_name, ok, mono_ns() - arrived_ns);
+}
+
 /* Answers call from m; returns false (call untouched) when the provider said
- * -EAGAIN and park is true. */
+ * -EAGAIN and park is true. arrived_ns: when the kubelet's request came. */
 static bool answer_allocate(struct acceld_plugin *p, struct grpc_call *call,
-                            const V1beta1__AllocateRequest *m, bool park)
+                            const V1beta1__AllocateRequest *m, bool park, uint64_t arrived_ns)
 {
     V1beta1__AllocateResponse *resp = NULL;
     char err[1024];
@@ -216,6 +225,7 @@ static bool answer_allocate(struct acceld_plugin *p, struct grpc_call *call,
     if (r == -EAGAIN && park)
         return false;
     if (r < 0) {
+        count_allocate(p, false, arrived_ns);
         log_warn("Allocate refused: %s", r == -ENOMEM ? "out of memory" : err);
         grpc_call_finish(
             call, r == -ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT,
@@ -223,6 +233,7 @@ static bool answer_allocate(struct acceld_plugin *p, struct grpc_call *call,
         return true;
     }
     grpc_call_reply_msg(call, &resp->base);
+    count_allocate(p, true, arrived_ns);
     if (log_enabled(LOG_LEVEL_INFO)) {
         for (size_t c = 0; c < m->n_container_requests; c++) {
             char ids[1024];
@@ -243,7 +254,9 @@ static bool answer_allocate(struct acceld_plugin *p, struct grpc_call *call,
 
 static void on_parked_cancel(struct grpc_call *call, void *user_data)
 {
-    parked_drop(user_data);
+    struct parked *k = user_data;
+    count_allocate(k->p, false, k->arrived_ns);
+    parked_drop(k);
     grpc_call_finish(call, GRPC_STATUS_CANCELLED, "the kubelet went away");
 }
 
@@ -254,6 +267,7 @@ static void on_parked_retry(struct ev_loop *loop, void *user_data)
     V1beta1__AllocateRequest *m = v1beta1__allocate_request__unpack(NULL, k->len, k->data);
     struct grpc_call *call = k->call;
     if (!m) { /* it unpacked before: only memory can fail */
+        count_allocate(k->p, false, k->arrived_ns);
         parked_drop(k);
         grpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
@@ -261,7 +275,7 @@ static void on_parked_retry(struct ev_loop *loop, void *user_data)
     /* answering frees the call: no cancel callback may point at k by then */
     grpc_call_set_cancel_cb(call, NULL, NULL);
     bool last = mono_ns() >= k->deadline_ns;
-    if (answer_allocate(k->p, call, m, !last)) {
+    if (answer_allocate(k->p, call, m, !last, k->arrived_ns)) {
         k->call = NULL; /* finished */
         parked_drop(k);
     } else {
@@ -276,18 +290,24 @@ static void on_allocate(struct grpc_call *call, const struct grpc_request *req, 
     struct acceld_plugin *p = user_data;
     const V1beta1__AllocateRequest *m = (const void *)req->msg;
     bool wait = p->cfg.allocate_wait_ns > 0;
-    if (answer_allocate(p, call, m, wait))
+    uint64_t arrived = mono_ns();
+    if (answer_allocate(p, call, m, wait, arrived))
         return;
     struct parked *k = calloc(1, sizeof(*k));
     uint8_t *data = k ? malloc(req->len ? req->len : 1) : NULL;
     if (!data) {
         free(k);
-        answer_allocate(p, call, m, false);
+        answer_allocate(p, call, m, false, arrived);
         return;
     }
     memcpy(data, req->data, req->len);
-    *k =
-        (struct parked){p->parked, p, call, data, req->len, mono_ns() + p->cfg.allocate_wait_ns, 0};
+    *k = (struct parked){.next = p->parked,
+                         .p = p,
+                         .call = call,
+                         .data = data,
+                         .len = req->len,
+                         .deadline_ns = arrived + p->cfg.allocate_wait_ns,
+                         .arrived_ns = arrived};
     p->parked = k;
     log_info("an Allocate of %s waits for its pod (up to allocateWait)", p->cfg.resource_name);
     grpc_call_set_cancel_cb(call, on_parked_cancel, k);
@@ -426,6 +446,8 @@ static void on_register_done(int status, const char *message, const uint8_t *res
     /* The client cannot be freed from its own callback: later, on a timer. */
     if (!p->free_timer)
         ev_loop_add_timer(p->loop, 0, on_free_client, p, &p->free_timer);
+    if (p->stats)
+        acceld_stats_registration(p->stats, p->cfg.resource_name, status == GRPC_STATUS_OK);
     if (status == GRPC_STATUS_OK) {
         p->reg = REG_REGISTERED;
         p->backoff_ns = 0;
@@ -461,6 +483,8 @@ static void reg_attempt(struct acceld_plugin *p)
     }
     int r = grpc_client_new(p->loop, p->kubelet_path, NULL, &p->client);
     if (r < 0) {
+        if (p->stats)
+            acceld_stats_registration(p->stats, p->cfg.resource_name, false);
         p->reg = REG_WAITING;
         report(p, REPORT_ABSENT, strerror(-r));
         backoff_next(p);
@@ -477,6 +501,8 @@ static void reg_attempt(struct acceld_plugin *p)
     r = grpc_client_unary_msg(p->client, "/v1beta1.Registration/Register", &req.base,
                               ACCELD_REGISTER_TIMEOUT_NS, on_register_done, p, NULL);
     if (r < 0) {
+        if (p->stats)
+            acceld_stats_registration(p->stats, p->cfg.resource_name, false);
         p->reg = REG_WAITING;
         report(p, REPORT_ABSENT, strerror(-r));
         client_drop(p);
@@ -744,6 +770,11 @@ int acceld_plugin_reconfigure(struct acceld_plugin *p, const struct acceld_confi
         reg_restart(p);
     }
     return 0;
+}
+
+void acceld_plugin_set_stats(struct acceld_plugin *p, struct acceld_stats *stats)
+{
+    p->stats = stats;
 }
 
 bool acceld_plugin_registered(const struct acceld_plugin *p)

@@ -53,6 +53,11 @@ void acceld_plugin_devices_changed(struct acceld_plugin *p);
 int acceld_plugin_reconfigure(struct acceld_plugin *p, const struct acceld_config *cfg,
                               const char *resource);
 
+/* Counts registrations and Allocates (results, latency) in stats (borrowed; must
+ * outlive the plugin; NULL: stop counting). */
+struct acceld_stats;
+void acceld_plugin_set_stats(struct acceld_plugin *p, struct acceld_stats *stats);
+
 bool acceld_plugin_registered(const struct acceld_plugin *p);
 unsigned acceld_plugin_watcher_count(const struct acceld_plugin *p);
 /* The full socket path served. Borrowed. */

@@ -26,6 +26,7 @@ TEST(every_key_applies)
               "nvmlLibrary: /opt/nvml.so\n"
               "procRoot: /host/proc\n"
               "podResourcesSocket: ''\n"
+              "stateDir: /var/lib/accel\n"
               "logLevel: debug\n"
               "metrics:\n"
               "  disable: [accel_gpu_info, accel_gpu_xid_events_total, accel_gpu_info]\n",
@@ -36,6 +37,7 @@ TEST(every_key_applies)
     CHECK_EQ_STR(c.nvml_library, "/opt/nvml.so");
     CHECK_EQ_STR(c.proc_root, "/host/proc");
     CHECK_EQ_STR(c.pod_resources_socket, "");
+    CHECK_EQ_STR(c.state_dir, "/var/lib/accel");
     CHECK_EQ_STR(c.log_level, "debug");
     CHECK_EQ_U64(c.ndisabled, 2);
     CHECK(exporter_config_disabled(&c, "accel_gpu_info"));

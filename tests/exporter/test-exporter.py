@@ -115,11 +115,47 @@ if podres.stdout.readline() != "ready\n":
     sys.exit(1)
 PORT = free_port()
 BASE = f"http://127.0.0.1:{PORT}"
+# acceld's state directory: the exporter reads its SLI file, acceld-stats.json
+# (src/plugin/stats.h), written here as acceld would (tmp + rename)
+AGENT = os.path.join(TMP, "agent-state")
+BOUNDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+
+
+def agent_stats(alloc_ok=5, alloc_err=1, unhealthy=2, restarts=3, killed=1, buckets=None):
+    b = buckets or [0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6]
+    return {
+        "version": 1, "startTime": 1764000000.5, "writeTime": time.time(),
+        "deviceInit": {"ok": 4, "failed": 1},
+        "allocateBuckets": BOUNDS,
+        "resources": [
+            {"name": "nvidia.com/gpu", "registrations": {"ok": 3, "failed": 1},
+             "allocate": {"ok": alloc_ok, "error": alloc_err, "sum": 4.25, "buckets": b}},
+            {"name": "tencent.com/vcuda-core", "registrations": {"ok": 1, "failed": 0},
+             "allocate": {"ok": 0, "error": 0, "sum": 0, "buckets": [0] * len(BOUNDS)}}],
+        "gpus": [{"index": i, "uuid": UUIDS[i], "toUnhealthy": unhealthy if i == 1 else 0,
+                  "toHealthy": 1 if i == 1 else 0, "mpsRestarts": restarts if i == 2 else 0}
+                 for i in range(4)],
+        "quotaFindings": {"memory": {"none": 2, "kill": killed, "freeze": 0},
+                          "under_report": {"none": 0, "kill": 0, "freeze": 0},
+                          "compute": {"none": 0, "kill": 0, "freeze": 4}},
+    }
+
+
+def write_agent(d):
+    os.makedirs(AGENT, exist_ok=True)
+    tmp = os.path.join(AGENT, "acceld-stats.json.tmp")
+    with open(tmp, "w") as f:
+        f.write(d if isinstance(d, str) else json.dumps(d))
+    os.replace(tmp, os.path.join(AGENT, "acceld-stats.json"))
+
+
+write_agent(agent_stats())
 # A fake /proc: the exporter reads <pid>/cgroup from here, so test processes can stand in for
 # containers of two pods (cgroup v2, systemd driver, containerd ids).
 PROC = os.path.join(TMP, "proc")
 exp = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{PORT}", "--interval", "100ms",
-                        "--proc-root", PROC, "--pod-resources-socket", PODRES_SOCK],
+                        "--proc-root", PROC, "--pod-resources-socket", PODRES_SOCK,
+                        "--state-dir", AGENT],
                        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 procs.append(exp)
 
@@ -398,6 +434,78 @@ def _():
         shutil.copy(shot, os.environ["ACCEL_STATUS_SCREENSHOT"])
 
 
+@case("acceld's SLIs from --state-dir: every family, a bad file keeps the values, up follows")
+def _():
+    def agent(m, name, **labels):
+        return sample(m, name, **labels)
+    m = wait_for(lambda: (lambda t: t if t and sample(t, "accel_agent_up") == 1 else None)(
+        metrics()), "accel_agent_up 1")
+    g = "nvidia.com/gpu"
+    want = [
+        (("accel_agent_start_time_seconds",), {}, 1764000000.5),
+        (("accel_agent_registrations_total",), {"resource": g, "result": "ok"}, 3),
+        (("accel_agent_registrations_total",), {"resource": g, "result": "failed"}, 1),
+        (("accel_agent_registrations_total",),
+         {"resource": "tencent.com/vcuda-core", "result": "ok"}, 1),
+        (("accel_agent_allocate_total",), {"resource": g, "result": "ok"}, 5),
+        (("accel_agent_allocate_total",), {"resource": g, "result": "error"}, 1),
+        (("accel_agent_allocate_duration_seconds_bucket",), {"resource": g, "le": "0.0005"}, 0),
+        (("accel_agent_allocate_duration_seconds_bucket",), {"resource": g, "le": "0.001"}, 2),
+        (("accel_agent_allocate_duration_seconds_bucket",), {"resource": g, "le": "1.0"}, 5),
+        (("accel_agent_allocate_duration_seconds_bucket",), {"resource": g, "le": "+Inf"}, 6),
+        (("accel_agent_allocate_duration_seconds_sum",), {"resource": g}, 4.25),
+        (("accel_agent_allocate_duration_seconds_count",), {"resource": g}, 6),
+        (("accel_agent_device_init_total",), {"result": "ok"}, 4),
+        (("accel_agent_device_init_total",), {"result": "failed"}, 1),
+        (("accel_agent_health_transitions_total",), {"gpu": 1, "uuid": UUIDS[1],
+                                                     "to": "unhealthy"}, 2),
+        (("accel_agent_health_transitions_total",), {"gpu": 1, "uuid": UUIDS[1],
+                                                     "to": "healthy"}, 1),
+        (("accel_agent_health_transitions_total",), {"gpu": 0, "uuid": UUIDS[0],
+                                                     "to": "unhealthy"}, 0),
+        (("accel_agent_mps_daemon_restarts_total",), {"gpu": 2, "uuid": UUIDS[2]}, 3),
+        (("accel_agent_quota_findings_total",), {"kind": "memory", "action": "kill"}, 1),
+        (("accel_agent_quota_findings_total",), {"kind": "memory", "action": "none"}, 2),
+        (("accel_agent_quota_findings_total",), {"kind": "compute", "action": "freeze"}, 4),
+        (("accel_agent_quota_findings_total",), {"kind": "under_report", "action": "kill"}, 0),
+    ]
+    for (name,), labels, v in want:
+        got = agent(m, name, **labels)
+        check(got == v, f"{name}{labels}: {got}, want {v}")
+    check(agent(m, "accel_agent_quota_findings_total", kind="compute", action="kill") is None,
+          "an impossible kind/action pair is served")
+    check("# TYPE accel_agent_allocate_duration_seconds histogram" in m, "histogram TYPE")
+    # a bad file (a bucket above the call count): up 0, the last good values kept
+    write_agent(agent_stats(alloc_ok=1, alloc_err=0))
+    m = wait_for(lambda: (lambda t: t if t and sample(t, "accel_agent_up") == 0 else None)(
+        metrics()), "accel_agent_up 0 after a bad file")
+    check(agent(m, "accel_agent_allocate_total", resource=g, result="ok") == 5,
+          "a bad file changed the values")
+    write_agent("{not json")
+    write_agent(agent_stats(alloc_ok=7, unhealthy=3, restarts=4, killed=2,
+                            buckets=[0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 8, 8]))
+    m = wait_for(lambda: (lambda t: t if t and sample(t, "accel_agent_up") == 1 and sample(
+        t, "accel_agent_allocate_total", resource=g, result="ok") == 7 else None)(metrics()),
+        "the good file's new values")
+    check(agent(m, "accel_agent_health_transitions_total", gpu=1, uuid=UUIDS[1],
+                to="unhealthy") == 3, "health transitions not updated")
+    check(agent(m, "accel_agent_mps_daemon_restarts_total", gpu=2, uuid=UUIDS[2]) == 4,
+          "MPS restarts not updated")
+    check(agent(m, "accel_agent_quota_findings_total", kind="memory", action="kill") == 2,
+          "quota findings not updated")
+    check(agent(m, "accel_agent_allocate_duration_seconds_count", resource=g) == 8,
+          "histogram count not updated")
+    # a stale file (acceld gone: no heartbeat for over 30 s) is not up
+    stale = agent_stats(alloc_ok=7, unhealthy=3, restarts=4, killed=2,
+                        buckets=[0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 8, 8])
+    stale["writeTime"] = time.time() - 120
+    write_agent(stale)
+    wait_for(lambda: (lambda t: t and sample(t, "accel_agent_up") == 0)(metrics()),
+             "accel_agent_up 0 for a stale file")
+    write_agent(agent_stats(alloc_ok=7, unhealthy=3, restarts=4, killed=2,
+                            buckets=[0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 8, 8]))
+
+
 @case("OpenMetrics when Accept asks for it: counter families without _total, # EOF last")
 def _():
     st, ctype, body = get(BASE + "/metrics",
@@ -633,7 +741,13 @@ def _():
 def _():
     exp.terminate()
     rc = exp.wait(timeout=30)
-    check(rc == 0, f"exit {rc}: {exp.stdout.read()}")
+    out = exp.stdout.read()
+    check(rc == 0, f"exit {rc}: {out}")
+    # the bad SLI files were each logged once, naming the file and what is wrong
+    check(re.search(r"acceld-stats\.json: resources\[0\]\.allocate\.buckets\[\d+\]: "
+                    r"cumulative counts must not decrease nor exceed ok \+ error \(1\): keeping "
+                    r"the last good values", out) and out.count("cumulative counts") == 1,
+          f"no log line for the bad SLI file: {out[-3000:]}")
 
 
 

@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!memchr(c.nvml_library, 0, sizeof c.nvml_library) ||
         !memchr(c.proc_root, 0, sizeof c.proc_root) ||
         !memchr(c.pod_resources_socket, 0, sizeof c.pod_resources_socket) ||
-        !memchr(c.log_level, 0, sizeof c.log_level))
+        !memchr(c.state_dir, 0, sizeof c.state_dir) || !memchr(c.log_level, 0, sizeof c.log_level))
         abort();
     if (c.ndisabled > EXPORTER_CONFIG_MAX_DISABLED)
         abort();

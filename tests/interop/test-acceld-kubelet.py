@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kubelet as K  # noqa: E402
@@ -178,7 +179,113 @@ def run(tap, pb, node, pdir, tmp, cfg, kubelet, agent):
             ch.close()
     watch.cancel()
     plugin.close()
+    sli_file(tap, node, tmp, ids)
     restart_and_signals(tap, pb, pdir, cfg, kubelet, agent)
+
+
+def sli_file(tap, node, tmp, ids):
+    """acceld's SLI file (src/plugin/stats.h) counts what the cases above did."""
+    build, _ = K.build_paths()
+    with_cli = os.path.exists(os.path.join(build, "src/cli/accelctl"))
+    # Allocates answered: [2,3], accelctl's [0], [0] after the garbage; refused: the bogus
+    # IDs, accelctl's unknown ID, the unhealthy GPU 3 (the malformed and oversized
+    # requests never reach Allocate)
+    want_ok = 2 + with_cli
+    want_err = 1 + with_cli + node.can_inject
+    path = os.path.join(tmp, "state", "acceld-stats.json")
+    # GPU 3 (XID 79), 5 (ECC) and 6 (lost) went Unhealthy and came back
+    moved = {ids[g]: (1, 1) for g in (3, 5, 6)} if node.can_inject else {}
+
+    def read():
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def done():
+        d = read()
+        if not d or not d["resources"]:
+            return None
+        a = d["resources"][0]["allocate"]
+        g = {x["uuid"]: (x["toUnhealthy"], x["toHealthy"]) for x in d["gpus"]}
+        if (a["ok"], a["error"]) == (want_ok, want_err) and \
+                all(g.get(u) == v for u, v in moved.items()):
+            return d
+        return None
+
+    d = K.wait_until(done, T, 0.05)
+    tap.ok(d is not None, "SLI file: Allocate results and health transitions counted",
+           json.dumps(read())[:3000])
+    if d is None:
+        return
+    r = d["resources"][0]
+    tap.ok(r["name"] == "nvidia.com/gpu" and r["registrations"]["ok"] >= 1,
+           "SLI file: the registration counted", r)
+    n = r["allocate"]["ok"] + r["allocate"]["error"]
+    b = r["allocate"]["buckets"]
+    tap.ok(len(b) == len(d["allocateBuckets"]) and b == sorted(b) and b[-1] <= n and
+           b[-1] >= 1 and r["allocate"]["sum"] > 0,
+           "SLI file: the latency histogram holds the calls", r["allocate"])
+    tap.ok(d["deviceInit"] == {"ok": 8, "failed": 0} and len(d["gpus"]) == 8 and
+           sorted(x["index"] for x in d["gpus"]) == list(range(8)),
+           "SLI file: 8 GPUs initialised", d["deviceInit"])
+    others = [x for x in d["gpus"] if x["uuid"] not in moved]
+    tap.ok(all(x["toUnhealthy"] == 0 and x["toHealthy"] == 0 and x["mpsRestarts"] == 0
+               for x in others), "SLI file: the other GPUs never changed")
+    tap.ok(abs(d["writeTime"] - time.time()) < 60 and
+           d["startTime"] <= d["writeTime"], "SLI file: start and write times")
+    exporter_reads(tap, build, node, os.path.join(tmp, "state"), d)
+
+
+def exporter_reads(tap, build, node, state, d):
+    """accel-exporter --state-dir serves what this acceld wrote."""
+    exe = os.path.join(build, "src/exporter/accel-exporter")
+    if not os.path.exists(exe):
+        tap.skip("accel-exporter serves acceld's SLIs", "accel-exporter not built")
+        return
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    p = subprocess.Popen([exe, "--listen", f"127.0.0.1:{port}", "--interval", "100ms",
+                          "--pod-resources-socket", "", "--state-dir", state], env=node.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = d["resources"][0]
+    want = {
+        'accel_agent_up': 1,
+        'accel_agent_allocate_total{resource="nvidia.com/gpu",result="ok"}': r["allocate"]["ok"],
+        'accel_agent_allocate_total{resource="nvidia.com/gpu",result="error"}':
+            r["allocate"]["error"],
+        'accel_agent_allocate_duration_seconds_count{resource="nvidia.com/gpu"}':
+            r["allocate"]["ok"] + r["allocate"]["error"],
+        'accel_agent_device_init_total{result="ok"}': 8,
+    }
+    for g in d["gpus"]:
+        want['accel_agent_health_transitions_total{gpu="%d",uuid="%s",to="unhealthy"}'
+             % (g["index"], g["uuid"])] = g["toUnhealthy"]
+    seen = {}
+
+    def served():
+        import urllib.request
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return False
+        for line in text.splitlines():
+            if line.startswith("accel_agent_"):
+                k, v = line.rsplit(" ", 1)
+                seen[k] = float(v)
+        return all(seen.get(k) == v for k, v in want.items())
+    try:
+        ok = K.wait_until(served, T, 0.1)
+        tap.ok(ok, "accel-exporter --state-dir serves this acceld's counts",
+               {k: (seen.get(k), v) for k, v in want.items() if seen.get(k) != v})
+    finally:
+        p.terminate()
+        p.wait(timeout=T)
+        p.stdout.close()
 
 
 def health(tap, plugin, watch, many, chans, node, ids):
@@ -393,6 +500,8 @@ def daemon_cases(tap, build, pb, node, tmp):
         cdi = os.path.join(tmp, "second", "cdi")
         tap.ok(not os.path.exists(cdi) or not os.listdir(cdi),
                "the refused acceld wrote no CDI spec")
+        tap.ok(not os.path.exists(os.path.join(tmp, "second", "state", "acceld-stats.json")),
+               "the refused acceld wrote no SLI file (the first one's is left alone)")
         tap.ok(answers(pb, a.sock), "the first acceld still serves its socket")
         a.stop(signal.SIGKILL)
         tap.ok(os.path.exists(a.sock), "a killed acceld leaves its socket file")

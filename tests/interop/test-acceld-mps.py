@@ -286,6 +286,23 @@ def mps_run(tap, build, pb, tmp, control, agents):
         w.cancel()
         pl.close()
 
+        # ---- the SLI file (src/plugin/stats.h) counts the supervisor's restarts per GPU and
+        # the XID's health transition
+        def sli():
+            try:
+                with open(os.path.join(state, "acceld-stats.json")) as f:
+                    st = json.load(f)
+            except (OSError, ValueError):
+                return None
+            g = {x["uuid"]: x for x in st["gpus"]}
+            return st if (g.get(uuid[2], {}).get("mpsRestarts", 0) >= 1
+                         and g.get(uuid[0], {}).get("mpsRestarts", 0) >= 1
+                         and g.get(uuid[3], {}).get("toUnhealthy") == 1) else None
+        got = K.wait_until(sli, T, 0.05)
+        tap.ok(got is not None, "SLI file: MPS restarts on GPUs 0 and 2, GPU 3's XID 79 counted",
+               open(os.path.join(state, "acceld-stats.json")).read()[-3000:]
+               if os.path.exists(os.path.join(state, "acceld-stats.json")) else "no file")
+
         # ---- SIGTERM: every daemon stopped
         running = [daemon_pid(state, n) for n in names]
         rc = agent.stop(signal.SIGTERM, timeout=T)

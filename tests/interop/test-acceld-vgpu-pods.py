@@ -373,6 +373,16 @@ def host_check(tap, build, node, api, kubelet, agent, tmp):
     tap.ok(logged, "the log line names pod, container, GPU, usage and quota",
            [ln for ln in agent.log_text().splitlines() if "vGPU check" in ln][-3:])
     tap.ok(hy.poll() is None, "a process within its quota is left running")
+    stats = os.path.join(tmp, "state", "acceld-stats.json")
+
+    def killed_counted():
+        try:
+            with open(stats) as f:
+                return json.load(f)["quotaFindings"]["memory"]["kill"] >= 1
+        except (OSError, ValueError, KeyError):
+            return False
+    tap.ok(K.wait_until(killed_counted, T, 0.05),
+           "SLI file: the over-quota finding counted as memory/kill")
     accelctl_vgpu(tap, build, tmp, gx)
     events_posted(tap, api, tmp)
     for h, _, _ in holds.values():
