@@ -411,14 +411,16 @@ static uint64_t mono_ms(void)
     return mono_ns() / 1000000;
 }
 
-/* Thaws the containers whose vgpu.freezePeriod is over; again while some
- * are still frozen. */
+/* Freezes and thaws the duty-cycled containers (vgpu.computeAction freeze)
+ * whose phase is over, and arms itself for the next toggle. */
 static void on_vgpu_thaw(struct ev_loop *loop, void *user_data)
 {
     struct agent *a = user_data;
+    ev_loop_cancel_timer(loop, a->vgpu_thaw_timer);
     a->vgpu_thaw_timer = 0;
-    if (vgpu_check_thaw_due(a->vgpu_cstate, mono_ms()))
-        ev_loop_add_timer(loop, a->cfg.vgpu_freeze_period_ns / 4 + 1000000, on_vgpu_thaw, a,
+    uint64_t now = mono_ms(), next = vgpu_check_cycle(a->vgpu_cstate, now);
+    if (next != UINT64_MAX)
+        ev_loop_add_timer(loop, (next > now ? next - now : 0) * 1000000, on_vgpu_thaw, a,
                           &a->vgpu_thaw_timer);
 }
 
@@ -508,9 +510,9 @@ static void vgpu_check_once(struct agent *a)
     free(t);
     free(u);
     free(regions);
-    if (a->vgpu_cstate && !a->vgpu_thaw_timer && vgpu_check_thaw_due(a->vgpu_cstate, mono_ms()))
-        ev_loop_add_timer(a->loop, a->cfg.vgpu_freeze_period_ns, on_vgpu_thaw, a,
-                          &a->vgpu_thaw_timer);
+    /* a pass may have started, retimed or ended cycles */
+    if (a->vgpu_cstate)
+        on_vgpu_thaw(a->loop, a);
 }
 
 static void on_vgpu_check(struct ev_loop *loop, void *user_data)

@@ -71,7 +71,8 @@ const struct acceld_config_key acceld_config_keys[] = {
      "how long an Allocate waits for its pod to reach the watch cache (vGPU; 0 = not at all)"},
     {"vgpu.computeAction", "vgpu-compute-action",
      "none|freeze: what the host-side check does to a container above its vcuda-core share"},
-    {"vgpu.freezePeriod", "vgpu-freeze-period", "how long a freeze lasts (vgpu.computeAction)"},
+    {"vgpu.freezePeriod", "vgpu-freeze-period",
+     "the period of the freeze duty cycle (vgpu.computeAction freeze)"},
     {"vgpu.cgroupRoot", "vgpu-cgroup-root", "where the host's cgroup v2 tree is mounted"},
     {NULL, NULL, NULL},
 };

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "cgroup.h"
@@ -108,7 +109,7 @@ static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info
             pi->unreported = af[j].nvml_bytes - af[j].region_bytes;
             add(ret, max, nf,
                 (struct vgpu_check_finding){VGPU_CHECK_UNDER_REPORT, ti, pi->pid, af[j].nvml_bytes,
-                                            af[j].region_bytes, af[j].slot, false, 0, false, 0});
+                                            af[j].region_bytes, af[j].slot, false, 0, false, 0, 0});
             break;
         }
     }
@@ -128,7 +129,7 @@ static void punish(const struct vgpu_check_options *o, struct vgpu_check_finding
                    size_t *nf, size_t ti, unsigned pid, uint64_t used, uint64_t limit)
 {
     struct vgpu_check_finding f = {
-        VGPU_CHECK_OVER_QUOTA, ti, pid, used, limit, -1, false, 0, false, 0};
+        VGPU_CHECK_OVER_QUOTA, ti, pid, used, limit, -1, false, 0, false, 0, 0};
     if (o->action == VGPU_OVER_QUOTA_KILL) {
         if (kill((pid_t)pid, SIGKILL) == 0)
             f.killed = true;
@@ -234,7 +235,12 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_
 
 #define STATE_GPUS 64
 #define STATE_GROUPS 1024
-#define STATE_FROZEN 256
+#define STATE_CYCLES 256
+
+/* A strike key: "<pod uid>/<container>/<gpu uuid>" for a container its
+ * processes are known by (runtime id), "<pod uid>//<gpu uuid>" for the pod's
+ * processes on that GPU as a whole. */
+#define KEY_MAX 400
 
 struct vgpu_check_state {
     struct {
@@ -242,14 +248,20 @@ struct vgpu_check_state {
         unsigned long long last_us; /* NVML's last sample time seen */
     } gpu[STATE_GPUS];
     struct {
-        char key[160]; /* "<pod uid>/<gpu uuid>" */
+        char key[KEY_MAX];
         unsigned strikes;
         bool seen; /* in this pass */
     } group[STATE_GROUPS];
-    struct {
+    /* Duty cycles: a cgroup frozen duty_pm per mille of every period_ms. */
+    struct cycle {
+        char key[KEY_MAX];
         char path[4200]; /* its cgroup.freeze */
-        uint64_t until_ms;
-    } frozen[STATE_FROZEN];
+        unsigned duty_pm;
+        uint64_t period_ms;
+        bool frozen;
+        uint64_t next_ms; /* when it toggles next */
+        bool seen;        /* its key was judged in this pass */
+    } cycle[STATE_CYCLES];
 };
 
 int vgpu_check_state_new(struct vgpu_check_state **ret)
@@ -268,25 +280,46 @@ static int write_freeze(const char *path, const char *v)
     return r;
 }
 
-size_t vgpu_check_thaw_due(struct vgpu_check_state *s, uint64_t now_ms)
+static void cycle_end(struct cycle *c)
 {
-    size_t left = 0;
-    for (size_t i = 0; s && i < STATE_FROZEN; i++) {
-        if (!s->frozen[i].path[0])
+    if (c->frozen)
+        write_freeze(c->path, "0"); /* a cgroup gone with its container: nothing */
+    c->key[0] = '\0';
+    c->path[0] = '\0';
+}
+
+uint64_t vgpu_check_cycle(struct vgpu_check_state *s, uint64_t now_ms)
+{
+    uint64_t next = UINT64_MAX;
+    for (size_t i = 0; s && i < STATE_CYCLES; i++) {
+        struct cycle *c = &s->cycle[i];
+        if (!c->key[0])
             continue;
-        if (s->frozen[i].until_ms <= now_ms) {
-            write_freeze(s->frozen[i].path, "0"); /* a cgroup gone with its container: nothing */
-            s->frozen[i].path[0] = '\0';
-        } else {
-            left++;
+        if (c->next_ms <= now_ms) {
+            c->frozen = !c->frozen;
+            write_freeze(c->path, c->frozen ? "1" : "0");
+            uint64_t span = c->period_ms * (c->frozen ? c->duty_pm : 1000 - c->duty_pm) / 1000;
+            c->next_ms = now_ms + (span ? span : 1);
         }
+        if (c->next_ms < next)
+            next = c->next_ms;
     }
-    return left;
+    return next;
+}
+
+size_t vgpu_check_cycling(const struct vgpu_check_state *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; s && i < STATE_CYCLES; i++)
+        n += s->cycle[i].key[0] != '\0';
+    return n;
 }
 
 struct vgpu_check_state *vgpu_check_state_free(struct vgpu_check_state *s)
 {
-    vgpu_check_thaw_due(s, UINT64_MAX);
+    for (size_t i = 0; s && i < STATE_CYCLES; i++)
+        if (s->cycle[i].key[0])
+            cycle_end(&s->cycle[i]);
     free(s);
     return NULL;
 }
@@ -306,11 +339,14 @@ static unsigned long long *last_seen(struct vgpu_check_state *s, const char *uui
     return &s->gpu[free_i].last_us;
 }
 
-/* The group's strike counter (created at 0), or NULL when the table is full. */
-static unsigned *strikes_of(struct vgpu_check_state *s, const char *pod_uid, const char *uuid)
+static void strike_key(char *key, const struct vgpu_check_target *t, bool container)
 {
-    char key[160];
-    snprintf(key, sizeof(key), "%s/%s", pod_uid, uuid);
+    snprintf(key, KEY_MAX, "%s/%s/%s", t->pod_uid, container ? t->container : "", t->gpu_uuid);
+}
+
+/* The key's strike counter (created at 0), or NULL when the table is full. */
+static unsigned *strikes_of(struct vgpu_check_state *s, const char *key)
+{
     size_t free_i = STATE_GROUPS;
     for (size_t i = 0; i < STATE_GROUPS; i++) {
         if (strcmp(s->group[i].key, key) == 0) {
@@ -326,6 +362,14 @@ static unsigned *strikes_of(struct vgpu_check_state *s, const char *pod_uid, con
     s->group[free_i].strikes = 0;
     s->group[free_i].seen = true;
     return &s->group[free_i].strikes;
+}
+
+static struct cycle *cycle_of(struct vgpu_check_state *s, const char *key)
+{
+    for (size_t i = 0; i < STATE_CYCLES; i++)
+        if (s->cycle[i].key[0] && strcmp(s->cycle[i].key, key) == 0)
+            return &s->cycle[i];
+    return NULL;
 }
 
 /* <cgroup_root><the process's cgroup v2 path>/cgroup.freeze, from
@@ -355,37 +399,103 @@ static int freeze_path(const struct vgpu_check_options *o, unsigned pid, char *b
     return -ENOENT;
 }
 
-static void freeze(struct vgpu_check_state *s, const struct vgpu_check_options *o,
-                   struct vgpu_check_finding *f)
+/* The share of each period a cgroup must spend frozen for util (its SM
+ * utilization, %, measured while frozen duty_pm of the time) to come down
+ * to cores: its utilization when free is util / (1 - duty), at most 100. */
+static unsigned duty_for(uint64_t util, uint64_t cores, unsigned duty_pm)
+{
+    uint64_t free_util = util * 1000 / (1000 - duty_pm);
+    if (free_util > 100)
+        free_util = 100;
+    if (free_util <= cores)
+        return 0;
+    uint64_t d = 1000 - cores * 1000 / free_util;
+    return d > VGPU_CHECK_MAX_DUTY_PM ? VGPU_CHECK_MAX_DUTY_PM : (unsigned)d;
+}
+
+/* Starts duty-cycling the cgroup of f->pid under key: frozen now, for duty of
+ * each vgpu_check_options.freeze_ms. */
+static void cycle_start(struct vgpu_check_state *s, const struct vgpu_check_options *o,
+                        const char *key, unsigned duty_pm, struct vgpu_check_finding *f)
 {
     char path[4200];
     int r = freeze_path(o, f->pid, path, sizeof(path));
+    for (size_t i = 0; r == 0 && i < STATE_CYCLES; i++)
+        if (s->cycle[i].key[0] && strcmp(s->cycle[i].path, path) == 0) {
+            /* cycled already under its container's (or its pod's) key */
+            f->frozen = true;
+            f->duty_pm = s->cycle[i].duty_pm;
+            return;
+        }
+    struct cycle *c = NULL;
+    for (size_t i = 0; r == 0 && i < STATE_CYCLES && !c; i++)
+        if (!s->cycle[i].key[0])
+            c = &s->cycle[i];
+    if (r == 0 && !c)
+        r = -ENOSPC; /* no room to remember the thaw: do not freeze */
     if (r == 0)
         r = write_freeze(path, "1");
     if (r < 0) {
         f->freeze_errno = -r;
         return;
     }
+    snprintf(c->key, sizeof(c->key), "%s", key);
+    snprintf(c->path, sizeof(c->path), "%s", path);
+    c->duty_pm = duty_pm;
+    c->period_ms = o->freeze_ms ? o->freeze_ms : 1000;
+    c->frozen = true;
+    c->next_ms = o->now_ms + c->period_ms * duty_pm / 1000;
+    c->seen = true;
     f->frozen = true;
-    size_t slot = STATE_FROZEN;
-    for (size_t i = 0; i < STATE_FROZEN && slot == STATE_FROZEN; i++)
-        if (strcmp(s->frozen[i].path, path) == 0)
-            slot = i;
-    for (size_t i = 0; i < STATE_FROZEN && slot == STATE_FROZEN; i++)
-        if (!s->frozen[i].path[0])
-            slot = i;
-    if (slot == STATE_FROZEN) { /* no room to remember the thaw: do not leave it frozen */
-        write_freeze(path, "0");
-        f->frozen = false;
-        f->freeze_errno = ENOSPC;
-        return;
+    f->duty_pm = duty_pm;
+}
+
+/* One judgement of key's util (%) against its cores: the strikes, a finding
+ * after VGPU_CHECK_COMPUTE_STRIKES passes over in a row, and its duty cycle
+ * (started by a finding under VGPU_COMPUTE_FREEZE; adjusted every pass from
+ * what it measured; ended once the cgroup would stay within its share
+ * unfrozen). Returns whether a finding was made. */
+static bool judge(struct vgpu_check_state *s, const struct vgpu_check_options *o, const char *key,
+                  size_t ti, unsigned pid, uint64_t util, uint64_t cores,
+                  struct vgpu_check_finding *ret, size_t max, size_t *nf)
+{
+    struct cycle *c = cycle_of(s, key);
+    if (c) {
+        c->seen = true;
+        unsigned d = duty_for(util, cores, c->duty_pm);
+        if (!d)
+            cycle_end(c);
+        else
+            c->duty_pm = d;
     }
-    snprintf(s->frozen[slot].path, sizeof(s->frozen[slot].path), "%s", path);
-    s->frozen[slot].until_ms = o->now_ms + o->freeze_ms;
+    unsigned *strikes = strikes_of(s, key);
+    if (!strikes)
+        return false;
+    if (cores == 0 || util <= cores + VGPU_CHECK_COMPUTE_TOLERANCE) {
+        *strikes = 0;
+        return false;
+    }
+    if (++*strikes < VGPU_CHECK_COMPUTE_STRIKES)
+        return false;
+    *strikes = 0; /* the next finding takes as many passes again */
+    struct vgpu_check_finding f = {
+        VGPU_CHECK_OVER_SHARE, ti, pid, util, cores, -1, false, 0, false, 0, 0};
+    c = cycle_of(s, key);
+    if (c) { /* cycling already, at the most it may: say so */
+        f.frozen = true;
+        f.duty_pm = c->duty_pm;
+    } else if (o->compute_action == VGPU_COMPUTE_FREEZE) {
+        cycle_start(s, o, key, duty_for(util, cores, 0), &f);
+    }
+    add(ret, max, nf, f);
+    return true;
 }
 
 /* The compute check of one GPU: the samples since the last pass, averaged
- * per process, summed per group, against the group's cores. */
+ * per process, summed per container where the process's cgroup names a
+ * container the targets know by runtime id, and per pod and GPU for all of
+ * the pod's processes there (a finding per pod only where no container of it
+ * had one), against the cores. */
 static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_check_target *t,
                          size_t n, const struct vgpu_check_options *o,
                          struct vgpu_check_finding *ret, size_t max, size_t *nf)
@@ -400,21 +510,45 @@ static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct v
     unsigned long long *last = last_seen(s, uuid);
     if (!last)
         return -ENOSPC;
-    for (size_t ti = 0; ti < n; ti++) /* the groups here are live: keep their strikes */
-        if (strcmp(t[ti].gpu_uuid, uuid) == 0)
-            strikes_of(s, t[ti].pod_uid, uuid);
+    char key[KEY_MAX];
+    for (size_t ti = 0; ti < n; ti++) { /* the keys here are live: keep their strikes */
+        if (strcmp(t[ti].gpu_uuid, uuid) != 0)
+            continue;
+        strike_key(key, &t[ti], false);
+        strikes_of(s, key);
+        struct cycle *c = cycle_of(s, key);
+        if (c)
+            c->seen = true;
+        if (t[ti].container_id && t[ti].container_id[0]) {
+            strike_key(key, &t[ti], true);
+            strikes_of(s, key);
+            if ((c = cycle_of(s, key)))
+                c->seen = true;
+        }
+    }
     nvmlProcessUtilizationSample_t smp[GPU_NVML_MAX_PROCS * 4];
     unsigned cnt = ARRAY_SIZE(smp);
     nr = nvml->nvmlDeviceGetProcessUtilization(dev, smp, &cnt, *last);
-    if (nr == NVML_ERROR_NOT_FOUND)
-        return 0; /* no sample since the last pass: strikes stay as they are */
-    if (nr != NVML_SUCCESS)
+    if (nr == NVML_ERROR_NOT_FOUND) {
+        /* No sample since the last pass. A pass shorter than NVML's sample period
+         * (1/6 s to 1 s) sees that on a busy GPU too: strikes and cycles stay as they are;
+         * but a GPU without a sample for VGPU_CHECK_IDLE_US is idle, everyone's
+         * utilization 0, and that ends the cycles of processes that are gone. */
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        unsigned long long now_us = (unsigned long long)tv.tv_sec * 1000000 + tv.tv_usec;
+        if (*last && now_us - *last < VGPU_CHECK_IDLE_US)
+            return 0;
+        cnt = 0;
+    } else if (nr != NVML_SUCCESS) {
         return gpu_nvml_errno(nr);
+    }
     /* per process: the mean of its samples */
     struct {
         unsigned pid;
         unsigned sum, k;
-        int target;
+        int target; /* its pod's first target on this GPU, -1: none */
+        int exact;  /* its container's target, -1: unknown */
     } pr[GPU_NVML_MAX_PROCS];
     size_t np = 0;
     for (unsigned i = 0; i < cnt; i++) {
@@ -429,9 +563,14 @@ static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct v
             struct kube_cgroup_ref ref;
             pr[np].pid = smp[i].pid;
             pr[np].sum = pr[np].k = 0;
-            pr[np].target = kube_cgroup_read(o->proc_root, (pid_t)smp[i].pid, &ref) < 0
-                                ? -1
-                                : first_of_group(t, n, ref.pod_uid, uuid);
+            pr[np].target = pr[np].exact = -1;
+            if (kube_cgroup_read(o->proc_root, (pid_t)smp[i].pid, &ref) == 0) {
+                pr[np].target = first_of_group(t, n, ref.pod_uid, uuid);
+                for (size_t x = 0; ref.container_id[0] && pr[np].target >= 0 && x < n; x++)
+                    if (t[x].container_id && strcmp(t[x].container_id, ref.container_id) == 0 &&
+                        same_group(&t[x], &t[pr[np].target]))
+                        pr[np].exact = (int)x;
+            }
             np++;
         }
         pr[j].sum += smp[i].smUtil;
@@ -441,11 +580,30 @@ static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct v
         if (strcmp(t[ti].gpu_uuid, uuid) != 0 ||
             first_of_group(t, n, t[ti].pod_uid, uuid) != (int)ti)
             continue;
+        bool found = false;
         uint64_t cores = 0, util = 0;
-        for (size_t j = ti; j < n; j++)
-            if (same_group(&t[ti], &t[j]))
-                cores += t[j].cores;
         int worst = -1;
+        for (size_t j = ti; j < n; j++) {
+            if (!same_group(&t[ti], &t[j]))
+                continue;
+            cores += t[j].cores;
+            if (!t[j].container_id || !t[j].container_id[0])
+                continue;
+            uint64_t cu = 0;
+            int cw = -1;
+            for (size_t i = 0; i < np; i++) {
+                if (pr[i].exact != (int)j)
+                    continue;
+                unsigned u = pr[i].sum / pr[i].k;
+                cu += u;
+                if (cw < 0 || u > pr[cw].sum / pr[cw].k)
+                    cw = (int)i;
+            }
+            strike_key(key, &t[j], true);
+            if (cw >= 0 || cycle_of(s, key))
+                found |=
+                    judge(s, o, key, j, cw >= 0 ? pr[cw].pid : 0, cu, t[j].cores, ret, max, nf);
+        }
         for (size_t i = 0; i < np; i++) {
             if (pr[i].target != (int)ti)
                 continue;
@@ -454,21 +612,15 @@ static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct v
             if (worst < 0 || u > pr[worst].sum / pr[worst].k)
                 worst = (int)i;
         }
-        unsigned *strikes = strikes_of(s, t[ti].pod_uid, uuid);
-        if (!strikes)
-            continue;
-        if (cores == 0 || util <= cores + VGPU_CHECK_COMPUTE_TOLERANCE) {
-            *strikes = 0;
+        strike_key(key, &t[ti], false);
+        if (found) {
+            unsigned *st = strikes_of(s, key);
+            if (st)
+                *st = 0;
             continue;
         }
-        if (++*strikes < VGPU_CHECK_COMPUTE_STRIKES)
-            continue;
-        *strikes = 0; /* the next finding takes as many passes again */
-        struct vgpu_check_finding f = {
-            VGPU_CHECK_OVER_SHARE, ti, pr[worst].pid, util, cores, -1, false, 0, false, 0};
-        if (o->compute_action == VGPU_COMPUTE_FREEZE)
-            freeze(s, o, &f);
-        add(ret, max, nf, f);
+        size_t on = worst >= 0 && pr[worst].exact >= 0 ? (size_t)pr[worst].exact : ti;
+        judge(s, o, key, on, worst >= 0 ? pr[worst].pid : 0, util, cores, ret, max, nf);
     }
     return 0;
 }
@@ -485,6 +637,8 @@ int vgpu_check_run(struct gpu_nvml *nvml, const struct vgpu_check_target *target
         memset(opts->usage, 0, n * sizeof(*opts->usage));
     for (size_t i = 0; opts->state && i < STATE_GROUPS; i++)
         opts->state->group[i].seen = false;
+    for (size_t i = 0; opts->state && i < STATE_CYCLES; i++)
+        opts->state->cycle[i].seen = false;
     for (size_t i = 0; i < n; i++) {
         bool seen = false;
         for (size_t j = 0; j < i && !seen; j++)
@@ -500,10 +654,14 @@ int vgpu_check_run(struct gpu_nvml *nvml, const struct vgpu_check_target *target
                 first_err = r;
         }
     }
-    /* groups gone since (their pod ended): forget their strikes */
+    /* keys gone since (their container or pod ended): forget their strikes, end their
+     * cycles */
     for (size_t i = 0; opts->state && i < STATE_GROUPS; i++)
         if (!opts->state->group[i].seen)
             opts->state->group[i].key[0] = '\0';
+    for (size_t i = 0; opts->state && i < STATE_CYCLES; i++)
+        if (opts->state->cycle[i].key[0] && !opts->state->cycle[i].seen)
+            cycle_end(&opts->state->cycle[i]);
     *ret_n = nf;
     return first_err;
 }

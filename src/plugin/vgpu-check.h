@@ -58,21 +58,39 @@ struct vgpu_check_usage {
 };
 
 /* The compute half: what it remembers between passes (NVML's last sample
- * time per GPU, how many passes in a row each group used more than its
- * share, the cgroups it froze). vgpu_check_state_free thaws them all. */
+ * time per GPU, how many passes in a row each container or pod used more
+ * than its share, the cgroups it duty-cycles). vgpu_check_state_free thaws
+ * them all.
+ *
+ * Under VGPU_COMPUTE_FREEZE a finding starts a duty cycle on the offending
+ * process's cgroup (its container's): frozen duty of every freeze_ms period,
+ * running the rest, with duty = 1 - cores / (its utilization when free), so
+ * that even a process that bypasses libvcuda gets its share and no more.
+ * Every later pass re-estimates its utilization when free from what it
+ * measured while cycled (util / (1 - duty), at most 100 %) and sets the duty
+ * again; the cycle ends (thawed) once that is within the share, or when the
+ * container is gone. */
 struct vgpu_check_state;
 enum vgpu_compute_action { VGPU_COMPUTE_NONE = 0, VGPU_COMPUTE_FREEZE = 1 };
 int vgpu_check_state_new(struct vgpu_check_state **ret);
 struct vgpu_check_state *vgpu_check_state_free(struct vgpu_check_state *s);
-/* Thaws the cgroups whose freeze ends at or before now_ms (monotonic);
- * returns how many are still frozen. */
-size_t vgpu_check_thaw_due(struct vgpu_check_state *s, uint64_t now_ms);
+/* Toggles the cycles whose phase ends at or before now_ms (monotonic): a
+ * frozen cgroup is thawed for the rest of its period, a running one frozen.
+ * Returns the next moment one toggles (UINT64_MAX: none cycling). */
+uint64_t vgpu_check_cycle(struct vgpu_check_state *s, uint64_t now_ms);
+/* How many cgroups are being duty-cycled. */
+size_t vgpu_check_cycling(const struct vgpu_check_state *s);
 
-/* Over its share: the group's summed smUtil more than this many points
- * above the sum of its cores, ... */
+/* Over its share: the summed smUtil of a container's (or a pod's) processes
+ * more than this many points above its cores, ... */
 #define VGPU_CHECK_COMPUTE_TOLERANCE 10
 /* ... in this many passes with samples in a row. */
 #define VGPU_CHECK_COMPUTE_STRIKES 3
+/* A cgroup is never frozen more than this of each period (per mille): it
+ * must still make progress, and answer signals. */
+#define VGPU_CHECK_MAX_DUTY_PM 950
+/* A GPU NVML has no utilization sample of for this long (µs) is idle. */
+#define VGPU_CHECK_IDLE_US 2000000ull
 
 struct vgpu_check_options {
     const char *proc_root; /* NULL: "/proc" */
@@ -83,11 +101,12 @@ struct vgpu_check_options {
     struct vgpu_check_usage *usage;
     /* The compute check runs when state is set: per-process utilization
      * (nvmlDeviceGetProcessUtilization, the samples since the last pass)
-     * summed per group (pod and GPU) against the sum of its cores. */
+     * summed per container (processes known by its runtime id) against its
+     * cores, and per pod and GPU against the sum of its cores. */
     struct vgpu_check_state *state;
     enum vgpu_compute_action compute_action;
     const char *cgroup_root; /* the cgroup v2 mount (NULL: "/sys/fs/cgroup") */
-    uint64_t freeze_ms;      /* how long a freeze lasts */
+    uint64_t freeze_ms;      /* the duty cycle's period */
     uint64_t now_ms;         /* monotonic time of the pass (freeze deadlines) */
 };
 
@@ -108,8 +127,9 @@ struct vgpu_check_finding {
     int slot;         /* UNDER_REPORT: its slot, -1 for none */
     bool killed;      /* SIGKILL was sent */
     int kill_errno;   /* kill() failed with this (0: not tried or succeeded) */
-    bool frozen;      /* OVER_SHARE: its container's cgroup was frozen (freeze_ms) */
+    bool frozen;      /* OVER_SHARE: its container's cgroup is duty-cycled */
     int freeze_errno; /* freezing failed with this */
+    unsigned duty_pm; /* frozen this much of each period (per mille) */
 };
 
 /* One pass over every GPU named by targets. Writes up to max findings to ret

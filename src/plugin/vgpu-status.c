@@ -21,7 +21,10 @@ const char *vgpu_status_kind_name(enum vgpu_check_kind k)
 static void action_text(const struct vgpu_check_finding *f, char *buf, size_t len)
 {
     if (f->kind == VGPU_CHECK_OVER_SHARE && f->frozen)
-        snprintf(buf, len, "its cgroup frozen for vgpu.freezePeriod (vgpu.computeAction freeze)");
+        snprintf(buf, len,
+                 "its cgroup duty-cycled: frozen %u.%u %% of every vgpu.freezePeriod "
+                 "(vgpu.computeAction freeze)",
+                 f->duty_pm / 10, f->duty_pm % 10);
     else if (f->kind == VGPU_CHECK_OVER_SHARE && f->freeze_errno)
         snprintf(buf, len, "freezing its cgroup failed: %s", strerror(f->freeze_errno));
     else if (f->kind == VGPU_CHECK_OVER_SHARE)

@@ -9,7 +9,7 @@
  * on a GPU machine; meson builds it with -DSPIN_EMU, which creates an emulated machine when
  * ACCEL_EMU_STATE is not set.
  *
- *   spin [milliseconds] [--blocks B] [--go]
+ *   spin [milliseconds] [--blocks B] [--go] [--device N]
  *
  * --blocks B: a grid of B blocks of 1024 threads instead of one block of one thread; the
  * expected time is then waves x cycles / clock, waves = ceil(B / (resident blocks per SM x
@@ -18,7 +18,8 @@
  * launching (tests start several clients together). Line 2 names the SM count and the waves.
  * --repeat N: then N more launches of the same kernel, each waited for, and a comment line
  * "# repeat N p50 X p99 Y total Z" (ms, host clock from launch to completion: the latency a
- * caller sees, queueing behind other processes included) for bench/mps-sharing.py. */
+ * caller sees, queueing behind other processes included) for bench/mps-sharing.py.
+ * --device N: run on device N (default 0). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -96,12 +97,14 @@ int main(int argc, char **argv)
     double want_ms = 200;
     unsigned blocks = 1, threads = 1;
     bool go = false;
-    int repeat = 0;
+    int repeat = 0, dev = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--go") == 0) {
             go = true;
         } else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
             repeat = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            dev = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--blocks") == 0 && i + 1 < argc) {
             blocks = (unsigned)atoi(argv[++i]);
             threads = 1024;
@@ -109,8 +112,9 @@ int main(int argc, char **argv)
             want_ms = atof(argv[i]);
         }
     }
-    if (want_ms <= 0 || want_ms > 60000 || blocks < 1 || repeat < 0 || repeat > 100000) {
-        fprintf(stderr, "usage: spin [milliseconds] [--blocks B] [--go] [--repeat N]\n");
+    if (want_ms <= 0 || want_ms > 60000 || blocks < 1 || repeat < 0 || repeat > 100000 || dev < 0) {
+        fprintf(stderr,
+                "usage: spin [milliseconds] [--blocks B] [--go] [--repeat N] [--device N]\n");
         return 2;
     }
 #ifdef SPIN_EMU
@@ -169,8 +173,8 @@ int main(int argc, char **argv)
     CUevent e0, e1;
     int khz = 0;
     CALL(1, "cuInit", init(0));
-    CALL(1, "clock rate", attr(&khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 0));
-    CALL(1, "primary context", retain(&ctx, 0));
+    CALL(1, "clock rate", attr(&khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev));
+    CALL(1, "primary context", retain(&ctx, dev));
     CALL(1, "current context", set_current(ctx));
     CALL(1, "PTX module", load(&mod, ptx));
     CALL(1, "spin function", getfn(&spin, mod, "spin"));
@@ -183,7 +187,7 @@ int main(int argc, char **argv)
     void *wargs[] = {&warm};
     CALL(2, "warm-up launch", launch(spin, 1, 1, 1, 1, 1, 1, 0, s, wargs, NULL));
     int sms = 0, per_sm = 0;
-    CALL(2, "SM count", attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+    CALL(2, "SM count", attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
     CALL(2, "occupancy", occupancy(&per_sm, spin, (int)threads, 0));
     if (sms < 1 || per_sm < 1)
         return fail(2, "SM count or occupancy below 1", CUDA_ERROR_INVALID_VALUE);
@@ -231,7 +235,7 @@ int main(int argc, char **argv)
     event_destroy(e1);
     stream_destroy(s);
     unload(mod);
-    release(0);
+    release(dev);
 #ifdef SPIN_EMU
     if (own) {
         unlink(path);

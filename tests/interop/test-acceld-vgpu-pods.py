@@ -43,6 +43,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 import sys
 import threading
 
@@ -143,7 +144,9 @@ def start_acceld(build, node, tmp, pdir, kubeconfig, sub):
                            "--pod-resources-socket", os.path.join(tmp, "none.sock"),
                            "--proc-root", os.path.join(tmp, "proc"),
                            "--vgpu-check-interval", "100ms", "--allocate-wait", "2s",
-                           "--vgpu-over-quota-action", "kill"))
+                           "--vgpu-over-quota-action", "kill",
+                           "--vgpu-compute-action", "freeze", "--vgpu-freeze-period", "400ms",
+                           "--vgpu-cgroup-root", os.path.join(tmp, "cgroup")))
 
 
 def lists_of(pb, socks):
@@ -170,7 +173,7 @@ def main():
     tap = K.Tap()
     tmp = K.tmpdir()
     pb = K.gen_pb2(src, os.path.join(tmp, "pb"))
-    node = K.Node(build, tmp, gpus=2, numa="0,0")
+    node = K.Node(build, tmp, gpus=3, numa="0,0,0")
     api = ApiServer(src, tmp)
     kc = os.path.join(tmp, "kubeconfig")
     api.kubeconfig(kc)
@@ -390,6 +393,71 @@ def host_check(tap, build, node, api, kubelet, agent, tmp):
             h.stdin.close()
             h.wait(timeout=T)
         h.stdout.close()
+    duty_cycle(tap, build, node, api, kubelet, agent, tmp, index)
+
+
+def duty_cycle(tap, build, node, api, kubelet, agent, tmp, index):
+    """vgpu.computeAction freeze: a container of 20 cores whose process keeps its GPU busy
+    (tests/emu/spin, one 60 s kernel) is duty-cycled: its cgroup.freeze (a file under a fake
+    cgroup root here: nothing really stops) goes 1, 0, 1 ... frozen 80 % of each 400 ms period,
+    and the finding says so; once the process is gone the cycle ends, thawed."""
+    spin = os.path.join(build, "tests/emu/spin")
+    if not os.path.exists(spin):
+        tap.skip("duty cycle", "tests/emu/spin is not built")
+        return
+    uid = "0b6c4a3e-8888-4c2a-9d5e-000000000008"
+    api.add_pod("z", 20, 2, "2026-01-01T00:00:08Z", uid=uid)
+    r = kubelet.when_seen(kubelet.admit, 20, 2)
+    gpu = primary(r).envs.get("NVIDIA_VISIBLE_DEVICES")
+    cg = (f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+          f"{uid.replace('-', '_')}.slice/cri-containerd-{'d' * 64}.scope")
+    freeze = os.path.join(tmp, "cgroup") + cg + "/cgroup.freeze"
+    os.makedirs(os.path.dirname(freeze), exist_ok=True)
+    with open(freeze, "w") as f:
+        f.write("0\n")
+    env = dict(node.env, LD_LIBRARY_PATH=os.path.join(build, "src/emu"))
+    p = subprocess.Popen([spin, "60000", "--device", str(index[gpu])], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    d = os.path.join(tmp, "proc", str(p.pid))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "cgroup"), "w") as f:
+        f.write(f"0::{cg}\n")
+
+    def state():
+        with open(freeze) as f:
+            return f.read(1)
+    seen = []
+    deadline = time.monotonic() + T
+    while time.monotonic() < deadline and seen[-3:] != ["1", "0", "1"]:
+        v = state()
+        if not seen or seen[-1] != v:
+            seen.append(v)
+        time.sleep(0.01)
+    tap.ok(seen[-3:] == ["1", "0", "1"], "over its share: the container's cgroup is frozen, "
+           "thawed and frozen again (a duty cycle)", seen)
+    logged = K.wait_until(lambda: "duty-cycled: frozen 80.0 %" in agent.log_text(), T)
+    tap.ok(logged, "the finding says how much of each period it is frozen",
+           [ln for ln in agent.log_text().splitlines() if "vGPU check" in ln][-2:])
+    # frozen about 80 % of the time: sample it for 2 s
+    t_end, frozen, total = time.monotonic() + 2, 0, 0
+    while time.monotonic() < t_end:
+        frozen += state() == "1"
+        total += 1
+        time.sleep(0.005)
+    tap.ok(total and 0.65 <= frozen / total <= 0.92, "frozen about 80 % of the time",
+           round(frozen / max(total, 1), 2))
+    p.kill()
+    p.wait()
+    # the GPU idle for 2 s (VGPU_CHECK_IDLE_US): the cycle ends; thawed for good, so the
+    # file stays 0 for more than a period
+    since = [time.monotonic()]
+
+    def thawed_for_good():
+        if state() != "0":
+            since[0] = time.monotonic()
+        return time.monotonic() - since[0] > 1.0
+    ended = K.wait_until(thawed_for_good, 15, 0.01)
+    tap.ok(ended, "the process gone: the cycle ends, thawed")
 
 
 def accelctl_vgpu(tap, build, tmp, gpu):

@@ -414,7 +414,8 @@ TEST(compute_over_share_is_found_and_frozen_then_thawed)
     CHECK(!f[0].frozen);
     CHECK_EQ_INT(freeze_state(freeze_file), '0');
     s = vgpu_check_state_free(s);
-    /* freeze: the container's cgroup.freeze is 1 for freeze_ms, then 0 */
+    /* freeze: the container's cgroup is duty-cycled, frozen 1 - 30/util of each
+     * freeze_ms (the GPU is all its: util 90..100, so 667..700 per mille) */
     REQUIRE_EQ_INT(vgpu_check_state_new(&s), 0);
     o.state = s;
     o.compute_action = VGPU_COMPUTE_FREEZE;
@@ -422,13 +423,38 @@ TEST(compute_over_share_is_found_and_frozen_then_thawed)
     REQUIRE_EQ_INT(n, 1);
     CHECK(f[0].frozen);
     CHECK_EQ_INT(f[0].freeze_errno, 0);
+    unsigned duty = f[0].duty_pm;
+    CHECK(duty >= 660 && duty <= 700);
     CHECK_EQ_INT(freeze_state(freeze_file), '1');
-    CHECK_EQ_INT(vgpu_check_thaw_due(s, 5999), 1);
+    CHECK_EQ_U64(vgpu_check_cycling(s), 1);
+    CHECK_EQ_U64(vgpu_check_cycle(s, 5000), 5000 + duty);
     CHECK_EQ_INT(freeze_state(freeze_file), '1');
-    CHECK_EQ_INT(vgpu_check_thaw_due(s, 6000), 0);
+    CHECK_EQ_U64(vgpu_check_cycle(s, 5000 + duty), 6000); /* thawed for the rest */
     CHECK_EQ_INT(freeze_state(freeze_file), '0');
+    CHECK_EQ_U64(vgpu_check_cycle(s, 6000), 6000 + duty); /* and frozen again */
+    CHECK_EQ_INT(freeze_state(freeze_file), '1');
+    /* the next passes: still over (this freezer is a file: the process never stops, so
+     * its utilization when free is estimated at the most, 100 %): the cycle goes on at
+     * 70 % */
+    for (int i = 0; i < 5; i++) {
+        size_t k = 0;
+        REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &k), 0);
+        usleep(20000);
+    }
+    CHECK_EQ_U64(vgpu_check_cycling(s), 1);
+    /* a share that covers it: the next pass with samples ends the cycle, thawed */
+    t[0].cores = 100;
+    for (int i = 0; i < 500 && vgpu_check_cycling(s); i++) {
+        size_t k = 0;
+        REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 1, &o, f, 4, &k), 0);
+        usleep(10000);
+    }
+    CHECK_EQ_U64(vgpu_check_cycling(s), 0);
+    CHECK_EQ_INT(freeze_state(freeze_file), '0');
+    CHECK_EQ_U64(vgpu_check_cycle(s, 7000), UINT64_MAX);
+    t[0].cores = 30;
+    s = vgpu_check_state_free(s);
     /* freeing the state thaws what is still frozen */
-    REQUIRE_EQ_INT(vgpu_check_state_free(s) == NULL, 1);
     REQUIRE_EQ_INT(vgpu_check_state_new(&s), 0);
     o.state = s;
     REQUIRE_EQ_INT(run_until_finding(t, 1, &o, f), 1);
@@ -446,6 +472,50 @@ TEST(compute_over_share_is_found_and_frozen_then_thawed)
         usleep(10000);
     }
     s = vgpu_check_state_free(s);
+    kill(busy, SIGKILL);
+    int st;
+    REQUIRE(waitpid(busy, &st, 0) == busy);
+}
+
+/* The compute check per container: a pod's two containers of 30 and 70 cores, the first
+ * running the GPU flat out. Known by their runtime ids, the first is over its share (a
+ * finding on it); unknown, the pod as a whole is within its 100 (none). */
+TEST(compute_per_container)
+{
+    setup();
+    char freeze_file[700];
+    pid_t busy = start_busy(freeze_file, sizeof(freeze_file));
+    if (busy < 0) {
+        tap_diag("tests/emu/spin is not built: no busy process");
+        return;
+    }
+    char main_id[65], side_id[65];
+    memset(main_id, 'b', 64);
+    memset(side_id, 'c', 64);
+    main_id[64] = side_id[64] = '\0';
+    struct vgpu_check_target t[] = {target(POD_A, "main", 512 * MiB, NULL),
+                                    target(POD_A, "side", 512 * MiB, NULL)};
+    t[1].cores = 70;
+    struct vgpu_check_state *s = NULL;
+    REQUIRE_EQ_INT(vgpu_check_state_new(&s), 0);
+    struct vgpu_check_options o = {.proc_root = proc_root, .state = s, .freeze_ms = 1000};
+    struct vgpu_check_finding f[4];
+    size_t k = 9;
+    for (int i = 0; i < 20; i++) {
+        REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 2, &o, f, 4, &k), 0);
+        CHECK_EQ_INT(k, 0);
+        usleep(10000);
+    }
+    t[0].container_id = main_id;
+    t[1].container_id = side_id;
+    size_t n = run_until_finding(t, 2, &o, f);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(f[0].kind, VGPU_CHECK_OVER_SHARE);
+    CHECK_EQ_INT(f[0].target, 0);
+    CHECK_EQ_U64(f[0].limit, 30);
+    CHECK_GE_U64(f[0].used, 90);
+    CHECK_EQ_INT(f[0].pid, busy);
+    vgpu_check_state_free(s);
     kill(busy, SIGKILL);
     int st;
     REQUIRE(waitpid(busy, &st, 0) == busy);
