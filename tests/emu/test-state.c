@@ -199,7 +199,7 @@ TEST(damaged_state_is_refused_with_the_field_named)
             img->magic ^= 1;
             break;
         case 1:
-            img->version = 2;
+            img->version = 99;
             break;
         case 2:
             img->gpu_count = 17;
@@ -228,7 +228,7 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break;
         case 10:
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){2000, 1000, 1, 1};
+            g->intervals[0] = (struct emu_interval){2000, 1000, 1, 1, 0, 0};
             g->busy_until_ns = 2000;
             break;
         case 11:
@@ -259,7 +259,7 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break;
         case 18:
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1};
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0};
             g->busy_until_ns = 1500;
             break;
         case 19:
@@ -541,9 +541,10 @@ TEST(exited_process_work_leaves_the_timeline)
     dead_work_case("dx", false);
 }
 
-/* Another live process's work queued behind the dead one's keeps its times (its owner holds
- * them); the dead one's running kernel is cut where it stood. */
-TEST(live_work_behind_dead_work_keeps_its_place)
+/* A live process's work beside another process's: the two take turns in time slices (2 ms by
+ * default) while both have work pending, and the other's work goes when its owner is found
+ * dead: the live one then runs alone, its end earlier than the slices had put it. */
+TEST(live_work_beside_dead_work_is_sliced_then_alone)
 {
     struct emu_state *st = make("dl", 1, NULL);
     REQUIRE(st);
@@ -554,41 +555,59 @@ TEST(live_work_behind_dead_work_keeps_its_place)
         emu_state_close(st);
         return;
     }
-    uint64_t now = emu_state_now_ns(), base = now - 1000000; /* started 1 ms ago */
-    /* slot 3: a dead process of our namespace; slot 4: ourselves */
+    const uint64_t ms = 1000000;
+    CHECK_EQ_U64(emu_state_timeslice_ns(st, 0), 2 * ms);
+    uint64_t before = emu_state_now_ns(), base = before - ms; /* started 1 ms ago */
+    /* slot 3: a dead process of our namespace, with 20 ms of work queued */
     emu_state_lock(st);
     sh->procs[3] = (struct emu_proc){.pid = 999999, .start_time = 1, .pidns = ns};
     struct emu_gpu *g = &sh->gpus[0];
-    g->intervals[0] = (struct emu_interval){base, base + 10000000, 999999, 4};
-    g->intervals[1] = (struct emu_interval){base + 10000000, base + 20000000, 999999, 4};
+    g->intervals[0] = (struct emu_interval){base, base + 10 * ms, 999999, 4, 0, 0};
+    g->intervals[1] = (struct emu_interval){base + 10 * ms, base + 20 * ms, 999999, 4, 0, 0};
     g->interval_count = 2;
-    g->busy_until_ns = base + 20000000;
-    g->busy_total_ns = 20000000;
+    g->busy_until_ns = base + 20 * ms;
+    g->busy_total_ns = 20 * ms;
     g->pending_slots[0] = 1ull << 3;
     emu_state_unlock(st);
-    /* our kernel queues behind it while the owner's death is not known (another namespace's
-     * pid cannot be judged: make it look like one for this submit) */
+    /* while the owner's death is not known (another namespace's pid cannot be judged: make it
+     * look like one for this submit), our 3 ms are sliced with its work: the rest of its slice
+     * (1 ms), ours (2 ms), its (2 ms), our last 1 ms */
     emu_state_lock(st);
     sh->procs[3].pidns = ns + 1;
     emu_state_unlock(st);
     uint64_t s = 0, e = 0;
-    REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, 3000000, &s, &e), 0);
-    CHECK_EQ_U64(s, base + 20000000);
+    REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, 3 * ms, &s, &e), 0);
+    uint64_t after = emu_state_now_ns();
+    CHECK(s >= before && s <= after); /* on our clock, which has not waited yet */
+    CHECK_EQ_U64(e, s + 3 * ms);
+    uint64_t we = emu_state_wall_ns(st, 0, 0, e, false);
+    CHECK(we + 100000 >= s + 6 * ms && we <= s + 6 * ms);
+    tap_diag("3 ms beside a neighbour's 19 ms: done %.3f ms after submit", (we - s) / 1e6);
+    /* the GPU finishes both later: the neighbour's end moves by our 3 ms */
+    CHECK(g->busy_until_ns >= base + 23 * ms - 100000 && g->busy_until_ns <= base + 23 * ms);
+    struct emu_proc_util pu[4];
+    size_t n = 0;
+    REQUIRE_EQ_INT(emu_state_util_by_proc(st, 0, s, s + 6 * ms, pu, 4, &n), 0);
+    REQUIRE_EQ_INT(n, 2);
+    for (size_t k = 0; k < n; k++) {
+        tap_diag("pid %d busy %.3f ms of the first 6 ms", pu[k].pid, pu[k].busy_ns / 1e6);
+        if (pu[k].pid == getpid())
+            CHECK_EQ_U64(pu[k].busy_ns, 3 * ms);
+        else
+            CHECK(pu[k].busy_ns >= 3 * ms - 100000 && pu[k].busy_ns <= 3 * ms);
+    }
     emu_state_lock(st);
     sh->procs[3].pidns = ns;
     emu_state_unlock(st);
-    /* the reaper finds it dead: its second kernel goes, its first is cut at the reclaim */
-    uint64_t t0 = emu_state_now_ns();
+    /* the reaper finds it dead: its work goes, ours runs alone from then on */
     CHECK_EQ_INT(emu_state_reclaim(st), 1);
     uint64_t t1 = emu_state_now_ns();
-    REQUIRE_EQ_U64(g->interval_count, 2);
-    CHECK_EQ_U64(g->intervals[0].start_ns, base);
-    CHECK(g->intervals[0].end_ns >= t0 && g->intervals[0].end_ns <= t1);
-    CHECK_EQ_INT(g->intervals[1].pid, getpid());
-    CHECK_EQ_U64(g->intervals[1].start_ns, s);
-    CHECK_EQ_U64(g->intervals[1].end_ns, e);
-    CHECK_EQ_U64(g->busy_until_ns, e);
-    CHECK_EQ_U64(g->busy_total_ns, (g->intervals[0].end_ns - base) + 3000000);
+    uint64_t we2 = emu_state_wall_ns(st, 0, 0, e, false);
+    CHECK(we2 <= we && we2 <= t1 + 3 * ms);
+    CHECK_EQ_U64(g->busy_until_ns, we2);
+    REQUIRE_EQ_INT(emu_state_util_by_proc(st, 0, t1, t1 + 30 * ms, pu, 4, &n), 0);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(pu[0].pid, getpid());
     CHECK_EQ_U64(g->pending_slots[0] & (1ull << 3), 0);
     emu_state_close(st);
 }
