@@ -995,6 +995,7 @@ struct lane_sim {
     int32_t pid;
     uint32_t tag;
     uint64_t rem, lag, waited;
+    uint64_t turn; /* when its next slice was due (0: running; UINT64_MAX: newly come) */
 };
 
 #define SIM_LANES (EMU_MAX_PROCS + EMU_MPS_LANES + 8)
@@ -1008,7 +1009,7 @@ static struct lane_sim *sim_lane(struct lane_sim *ls, unsigned *n, int32_t pid, 
             return &ls[i];
     if (*n == SIM_LANES)
         return &ls[SIM_LANES - 1];
-    ls[*n] = (struct lane_sim){.pid = pid, .tag = tag};
+    ls[*n] = (struct lane_sim){.pid = pid, .tag = tag, .turn = UINT64_MAX};
     return &ls[(*n)++];
 }
 
@@ -1035,9 +1036,11 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
         if (iv->start_ns <= t) {
             l->lag = iv->lag_ns;
             l->waited = 0;
+            l->turn = 0;
             cur = (int)(l - ls);
             cur_from = iv->start_ns;
         } else { /* walking back: the oldest of its pending intervals is seen last */
+            l->turn = iv->start_ns;
             uint64_t ahead = iv->start_ns - t, w = iv->wait_ns;
             if (ahead > w)
                 ahead = w;
@@ -1081,32 +1084,37 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
     if (total / q > RING / 4)
         q = total / (RING / 4) + 1;
     g->multi_until_ns = t;
-    unsigned i = 0;
-    uint64_t left = q, now = t;
-    if (cur >= 0 && ls[cur].rem) {
-        i = (unsigned)cur;
-        left = q - (t - cur_from) % q;
-    } else {
-        while (i < n && !ls[i].rem)
-            i++;
+    /* the turns go on in the order they had (the one running first), newcomers last */
+    unsigned order[SIM_LANES], m = 0;
+    for (unsigned k = 0; k < n; k++) {
+        if (!ls[k].rem)
+            continue;
+        unsigned j = m++;
+        for (; j > 0 && ls[order[j - 1]].turn > ls[k].turn; j--)
+            order[j] = order[j - 1];
+        order[j] = k;
     }
+    unsigned i = 0; /* position in order */
+    uint64_t left = q, now = t;
+    if (cur >= 0 && ls[cur].rem)
+        left = q - (t - cur_from) % q;
     while (active) {
-        struct lane_sim *l = &ls[i];
+        struct lane_sim *l = &ls[order[i]];
         uint64_t d = active == 1 || l->rem < left ? l->rem : left;
         emit_locked(g, l->pid, l->tag, now, now + d, l->lag, l->waited);
         l->waited = 0;
-        for (unsigned j = 0; j < n; j++)
-            if (j != i && ls[j].rem) {
-                ls[j].lag += d;
-                ls[j].waited += d;
+        for (unsigned j = 0; j < m; j++)
+            if (j != i && ls[order[j]].rem) {
+                ls[order[j]].lag += d;
+                ls[order[j]].waited += d;
             }
         now += d;
         l->rem -= d;
         if (!l->rem && --active == 1)
             g->multi_until_ns = now;
         do
-            i = (i + 1) % n;
-        while (active && !ls[i].rem);
+            i = (i + 1) % m;
+        while (active && !ls[order[i]].rem);
         left = q;
     }
     for (unsigned k = 0; k < n; k++) {
