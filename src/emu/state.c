@@ -645,7 +645,7 @@ static uint64_t self_start_time(void)
 }
 
 static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_interval *extra,
-                             uint64_t extra_ns, uint32_t drop_tag);
+                             uint64_t extra_ns, uint64_t extra_ready, uint32_t drop_tag);
 
 /* Removes the work of process slot i from every GPU's timeline that had not run by now and
  * cuts the one running at now, as the driver does with a dying context's work; the other
@@ -668,7 +668,7 @@ static void drop_pending_locked(struct emu_shared *sh, unsigned i, uint64_t now)
                 has = iv->slot == tag;
             }
             if (has)
-                reschedule_locked(g, now, NULL, 0, tag);
+                reschedule_locked(g, now, NULL, 0, 0, tag);
         }
         g->lane_lag[i] = 0;
     }
@@ -995,7 +995,8 @@ struct lane_sim {
     int32_t pid;
     uint32_t tag;
     uint64_t rem, lag, waited;
-    uint64_t turn; /* when its next slice was due (0: running; UINT64_MAX: newly come) */
+    uint64_t turn;  /* when its next slice was due (0: running; UINT64_MAX: newly come) */
+    uint64_t ready; /* GPU time from which it has work to run */
 };
 
 #define SIM_LANES (EMU_MAX_PROCS + EMU_MPS_LANES + 8)
@@ -1013,13 +1014,39 @@ static struct lane_sim *sim_lane(struct lane_sim *ls, unsigned *n, int32_t pid, 
     return &ls[(*n)++];
 }
 
-/* Recomputes g's schedule from t on: every owner's work pending after t (plus extra_ns of
- * work for the owner in extra, which gives its lag and wait at t when it had none pending;
- * none of drop_tag's) runs in turn, a time slice each, starting with the rest of the slice of
- * the one running at t; an owner left alone runs its rest at once. The timeline before t does
- * not change. Each owner's lag grows by the other owners' slices while it waits. */
+/* Queues (at the tail of rq) the owners with work that are ready by `now` and not queued yet,
+ * in the order they became ready (ties: their order in `order`). Returns when the next one not
+ * yet ready will be (UINT64_MAX: none). */
+static uint64_t sim_enqueue(struct lane_sim *ls, const unsigned *order, unsigned m, unsigned *rq,
+                            unsigned *qh, unsigned *qn, bool *in_q, uint64_t now)
+{
+    for (;;) {
+        int best = -1;
+        uint64_t next = UINT64_MAX;
+        for (unsigned j = 0; j < m; j++) {
+            const struct lane_sim *o = &ls[order[j]];
+            if (!o->rem || in_q[order[j]])
+                continue;
+            if (o->ready <= now && (best < 0 || o->ready < ls[best].ready))
+                best = (int)order[j];
+            else if (o->ready > now && o->ready < next)
+                next = o->ready;
+        }
+        if (best < 0)
+            return next;
+        in_q[best] = true;
+        rq[(*qh + (*qn)++) % SIM_LANES] = (unsigned)best;
+    }
+}
+
+/* Recomputes g's schedule from t on: every owner's work pending after t (plus extra_ns of work
+ * for the owner in extra, ready at GPU time extra_ready, with the lag and wait in extra when it
+ * had none pending; none of drop_tag's) runs in turn, a time slice each, in the order the turns
+ * had (the one running at t first, finishing its slice), newcomers last; an owner alone runs
+ * until its work is done or another's becomes ready. The timeline before t does not change.
+ * Each owner's lag grows while it is ready and waits for another's slice. */
 static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_interval *extra,
-                             uint64_t extra_ns, uint32_t drop_tag)
+                             uint64_t extra_ns, uint64_t extra_ready, uint32_t drop_tag)
 {
     struct lane_sim ls[SIM_LANES];
     unsigned n = 0;
@@ -1037,11 +1064,13 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
             l->lag = iv->lag_ns;
             l->waited = 0;
             l->turn = 0;
+            l->ready = 0; /* running: first in the queue */
             cur = (int)(l - ls);
             cur_from = iv->start_ns;
         } else { /* walking back: the oldest of its pending intervals is seen last */
-            l->turn = iv->start_ns;
             uint64_t ahead = iv->start_ns - t, w = iv->wait_ns;
+            l->turn = iv->start_ns;
+            l->ready = ahead > w ? iv->start_ns - w : t; /* it began waiting then */
             if (ahead > w)
                 ahead = w;
             l->lag = iv->lag_ns - ahead;
@@ -1053,13 +1082,13 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
         if (!l->rem) {
             l->lag = extra->lag_ns;
             l->waited = extra->wait_ns;
+            l->ready = extra_ready > t ? extra_ready : t;
         }
         l->rem += extra_ns;
     }
     /* the past stays: cut what runs across t, drop what starts after it */
     uint64_t cut = 0;
-    while (g->interval_count && ring_tail(g)->start_ns >= t &&
-           cnt - g->interval_count < RING) {
+    while (g->interval_count && ring_tail(g)->start_ns >= t && cnt - g->interval_count < RING) {
         cut += ring_tail(g)->end_ns - ring_tail(g)->start_ns;
         ring_pop_locked(g);
     }
@@ -1085,7 +1114,7 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
         q = total / (RING / 4) + 1;
     g->multi_until_ns = t;
     /* the turns go on in the order they had (the one running first), newcomers last */
-    unsigned order[SIM_LANES], m = 0;
+    unsigned order[SIM_LANES] = {0}, m = 0;
     for (unsigned k = 0; k < n; k++) {
         if (!ls[k].rem)
             continue;
@@ -1094,28 +1123,69 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
             order[j] = order[j - 1];
         order[j] = k;
     }
-    unsigned i = 0; /* position in order */
-    uint64_t left = q, now = t;
-    if (cur >= 0 && ls[cur].rem)
+    /* round robin: a queue of the owners ready to run; one that becomes ready joins its
+     * tail, one whose slice ends goes back to it */
+    unsigned rq[SIM_LANES], qh = 0, qn = 0;
+    bool in_q[SIM_LANES] = {false};
+    uint64_t left = q, now = t, run_from = t;
+    int last = -1;
+    if (cur >= 0 && ls[cur].rem) {
         left = q - (t - cur_from) % q;
+        run_from = cur_from;
+        last = cur;
+    }
+    uint64_t next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
     while (active) {
-        struct lane_sim *l = &ls[order[i]];
-        uint64_t d = active == 1 || l->rem < left ? l->rem : left;
+        if (!qn) { /* the GPU idles until the next owner is ready */
+            now = next;
+            left = q;
+            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+            continue;
+        }
+        unsigned k = rq[qh];
+        struct lane_sim *l = &ls[k];
+        if ((int)k != last)
+            run_from = now;
+        bool cut_short = false;
+        uint64_t d = l->rem < left ? l->rem : left;
+        if (qn == 1) { /* alone: on until done, or until another is ready */
+            d = l->rem;
+            if (next != UINT64_MAX && d > next - now) {
+                d = next - now;
+                cut_short = true;
+            }
+        }
         emit_locked(g, l->pid, l->tag, now, now + d, l->lag, l->waited);
         l->waited = 0;
-        for (unsigned j = 0; j < m; j++)
-            if (j != i && ls[order[j]].rem) {
-                ls[order[j]].lag += d;
-                ls[order[j]].waited += d;
-            }
+        for (unsigned j = 0; j < m; j++) {
+            struct lane_sim *o = &ls[order[j]];
+            if (order[j] == k || !o->rem || o->ready >= now + d)
+                continue;
+            uint64_t w = now + d - (o->ready > now ? o->ready : now);
+            o->lag += w;
+            o->waited += w;
+        }
         now += d;
         l->rem -= d;
-        if (!l->rem && --active == 1)
-            g->multi_until_ns = now;
-        do
-            i = (i + 1) % m;
-        while (active && !ls[order[i]].rem);
-        left = q;
+        last = (int)k;
+        if (!l->rem) {
+            qh = (qh + 1) % SIM_LANES;
+            qn--;
+            in_q[k] = false;
+            if (--active == 1)
+                g->multi_until_ns = now;
+            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+            left = q;
+        } else if (cut_short) { /* newcomers queue behind it; it finishes its slice */
+            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+            left = q - (now - run_from) % q;
+        } else {
+            qh = (qh + 1) % SIM_LANES;
+            qn--;
+            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+            rq[(qh + qn++) % SIM_LANES] = k;
+            left = q;
+        }
     }
     for (unsigned k = 0; k < n; k++) {
         uint64_t *w = lane_lag_word(g, ls[k].pid, ls[k].tag, true);
@@ -1242,12 +1312,13 @@ int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_
         if (we > g->busy_until_ns)
             g->busy_until_ns = we;
     } else if (duration_ns) {
-        /* beside other owners' work: our queue grows by what this adds at its end (a gap
-         * before it counts as ours), and the future is dealt out again */
-        uint64_t base = pending && pos.end > now_own ? pos.end : now_own;
+        /* beside other owners' work: our queue grows by what this adds at its end (with work
+         * pending, a gap before it counts as ours; without, it is ready at its start), and the
+         * future is dealt out again */
+        uint64_t base = pending && pos.end > now_own ? pos.end : start;
         struct emu_interval x = {.pid = pid, .slot = tag, .lag_ns = pos.lag, .wait_ns = pos.waited};
         if (end > base)
-            reschedule_locked(g, now, &x, end - base, 0);
+            reschedule_locked(g, now, &x, end - base, start + pos.lag, 0);
     }
     emu_state_unlock(st);
     if (ret_start_ns)

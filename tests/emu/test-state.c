@@ -612,6 +612,124 @@ TEST(live_work_beside_dead_work_is_sliced_then_alone)
     emu_state_close(st);
 }
 
+/* Round robin between owners, exactly: a neighbour (another namespace's pid, so never reaped)
+ * runs 10 ms of work that started 0.5 ms ago; with 1 ms slices (set at create) our 3 ms go in
+ * turns: the rest of its slice, ours, its, ours, its, ours. Our times are on our clock; turned
+ * into GPU time, a start marker reads our first slice, an end our last one's end. What has run
+ * never changes when a third owner comes; the newcomer takes its turn after those waiting. */
+TEST(timeline_time_slices_between_owners)
+{
+    struct emu_config cfg;
+    emu_config_init(&cfg);
+    cfg.gpus = 1;
+    cfg.timeslice_us = 1000;
+    const char *p = state_path("ts");
+    REQUIRE_EQ_INT(emu_state_create(p, &cfg), 0);
+    struct emu_state *st = NULL;
+    REQUIRE_EQ_INT(emu_state_open(p, &st), 0);
+    cfg.timeslice_us = EMU_TIMESLICE_MAX_US + 1;
+    CHECK_EQ_INT(emu_state_create(state_path("ts-bad"), &cfg), -EINVAL);
+    struct emu_shared *sh = emu_state_shared(st);
+    struct emu_gpu *g = emu_state_gpu(st, 0);
+    const uint64_t us = 1000, ms = 1000000;
+    CHECK_EQ_U64(emu_state_timeslice_ns(st, 0), ms);
+    uint64_t ns = my_pidns();
+    uint64_t base = emu_state_now_ns() + 200 * ms; /* in the future: "now" never interferes */
+    emu_state_lock(st);
+    sh->procs[5] = (struct emu_proc){.pid = 999998, .start_time = 1, .pidns = ns + 1};
+    /* its run began 0.5 ms before base */
+    g->intervals[0] = (struct emu_interval){base - 500 * us, base + 9500 * us, 999998, 6, 0, 0};
+    g->interval_count = 1;
+    g->busy_until_ns = base + 9500 * us;
+    g->busy_total_ns = 10 * ms;
+    g->pending_slots[0] = 1ull << 5;
+    emu_state_unlock(st);
+    /* our work is queued at base (not_before: our clock has not waited yet, it is the GPU's) */
+    uint64_t s = 0, e = 0;
+    REQUIRE_EQ_INT(emu_state_submit(st, 0, base, 3 * ms, &s, &e), 0);
+    CHECK_EQ_U64(s, base);
+    CHECK_EQ_U64(e, base + 3 * ms);
+    /* not_before in the future counts from now: the turns start at now, not base; so look at
+     * the schedule relative to where our first slice is */
+    uint64_t first = emu_state_wall_ns(st, 0, 0, s, true);
+    uint64_t last = emu_state_wall_ns(st, 0, 0, e, false);
+    tap_diag("3 ms beside 10 ms in 1 ms slices: first slice at +%.3f ms, done at +%.3f ms",
+             ((double)first - (double)base) / 1e6, ((double)last - (double)base) / 1e6);
+    /* ours: three 1 ms slices with one of the neighbour's between each */
+    CHECK_EQ_U64(last - first, 5 * ms);
+    CHECK_EQ_U64(first, base + 500 * us); /* after the rest of the neighbour's slice */
+    CHECK_EQ_U64(emu_state_wall_ns(st, 0, 0, s, false), base); /* before the wait */
+    int mine = 0, theirs = 0;
+    uint64_t busy_mine = 0;
+    for (uint64_t k = 0; k < g->interval_count; k++) {
+        const struct emu_interval *iv = &g->intervals[k % EMU_TIMELINE_RING];
+        if (iv->end_ns <= first)
+            continue;
+        if (iv->pid == getpid()) {
+            mine++;
+            busy_mine += iv->end_ns - iv->start_ns;
+            CHECK_EQ_U64(iv->end_ns - iv->start_ns, ms);
+        } else {
+            theirs++;
+        }
+    }
+    CHECK_EQ_INT(mine, 3);
+    CHECK_EQ_INT(theirs, 3); /* two slices between ours, then its rest in one */
+    CHECK_EQ_U64(busy_mine, 3 * ms);
+    /* the neighbour's end moved by our 3 ms */
+    CHECK_EQ_U64(g->busy_until_ns, base + 9500 * us + 3 * ms);
+    uint64_t busy = 0;
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, first, last, 0, &busy, NULL), 0);
+    CHECK_EQ_U64(busy, last - first); /* the device: busy throughout, the union */
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, first, last, getpid(), &busy, NULL), 0);
+    CHECK_EQ_U64(busy, 3 * ms); /* ours: our slices only */
+    /* a forked child (a third owner) queues 2 ms ready 1 ms into our first slice: it joins
+     * the queue behind the neighbour (waiting since our slice began) and ahead of us (back in
+     * the queue when our slice ends): N [-0.5, 0.5) ours [0.5, 1.5) N [1.5, 2.5) child
+     * [2.5, 3.5) ours [3.5, 4.5) N [4.5, 5.5) child [5.5, 6.5) ours [6.5, 7.5) N's rest */
+    int pfd[2], back[2];
+    REQUIRE(pipe(pfd) == 0 && pipe(back) == 0);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        uint64_t cs = 0, ce = 0;
+        char c = emu_state_submit(st, 0, base + ms, 2 * ms, &cs, &ce) == 0 ? 'y' : 'n';
+        uint64_t w[2] = {emu_state_wall_ns(st, 0, 0, cs, true),
+                         emu_state_wall_ns(st, 0, 0, ce, false)};
+        if (write(pfd[1], &c, 1) != 1 || write(pfd[1], w, sizeof(w)) != sizeof(w))
+            _exit(1);
+        char x;
+        if (read(back[0], &x, 1) < 0) /* stay alive until the parent has looked */
+            _exit(1);
+        _exit(0);
+    }
+    char c = 0;
+    uint64_t w[2] = {0, 0};
+    bool got = read(pfd[0], &c, 1) == 1 && read(pfd[0], w, sizeof(w)) == sizeof(w);
+    if (!got) {
+        int status = 0;
+        waitpid(child, &status, 0);
+        tap_diag("child status 0x%x", status);
+    }
+    REQUIRE(got);
+    CHECK(c == 'y');
+    tap_diag("child: first slice at +%.3f ms, done at +%.3f ms",
+             ((double)w[0] - (double)base) / 1e6, ((double)w[1] - (double)base) / 1e6);
+    CHECK_EQ_U64(w[0], base + 2500 * us);
+    CHECK_EQ_U64(w[1], base + 6500 * us);
+    CHECK_EQ_U64(emu_state_wall_ns(st, 0, 0, e, false), base + 7500 * us); /* ours: 2 ms later */
+    CHECK_EQ_U64(emu_state_wall_ns(st, 0, 0, s, true), first);
+    CHECK_EQ_U64(g->busy_until_ns, base + 9500 * us + 5 * ms);
+    CHECK(write(back[1], "q", 1) == 1);
+    int status = 0;
+    waitpid(child, &status, 0);
+    close(pfd[0]);
+    close(pfd[1]);
+    close(back[0]);
+    close(back[1]);
+    emu_state_close(st);
+}
+
 TEST(events_ring_and_wait)
 {
     struct emu_state *st = make("e", 2, NULL);
