@@ -582,6 +582,11 @@ TEST(live_work_beside_dead_work_is_sliced_then_alone)
     CHECK_EQ_U64(e, s + 3 * ms);
     uint64_t we = emu_state_wall_ns(st, 0, 0, e, false);
     CHECK(we + 100000 >= s + 6 * ms && we <= s + 6 * ms);
+    /* what had run stays; the neighbour finishes its slice (2 ms from its start) first */
+    CHECK_EQ_U64(g->intervals[0].start_ns, base);
+    CHECK_EQ_U64(g->intervals[0].end_ns, base + 2 * ms);
+    CHECK_EQ_INT(g->intervals[1].pid, getpid());
+    CHECK_EQ_U64(g->intervals[1].start_ns, base + 2 * ms);
     tap_diag("3 ms beside a neighbour's 19 ms: done %.3f ms after submit", (we - s) / 1e6);
     /* the GPU finishes both later: the neighbour's end moves by our 3 ms */
     CHECK(g->busy_until_ns >= base + 23 * ms - 100000 && g->busy_until_ns <= base + 23 * ms);
