@@ -449,7 +449,8 @@ static void status_json(struct emu_state *st, const char *abs)
                g->sm_clock_max_mhz, g->mem_clock_mhz);
         printf(",\"fan_percent\":%u,\"pstate\":%u,\"compute_mode\":%u,\"mig_mode\":%u",
                g->fan_percent, g->pstate, g->compute_mode, g->mig_mode);
-        printf(",\"timeslice_us\":%u", g->timeslice_us ? g->timeslice_us : EMU_TIMESLICE_DEFAULT_US);
+        printf(",\"timeslice_us\":%u",
+               g->timeslice_us ? g->timeslice_us : EMU_TIMESLICE_DEFAULT_US);
         printf(",\"lost\":%s", g->lost ? "true" : "false");
         printf(",\"ecc_single_bit\":%" PRIu64 ",\"ecc_double_bit\":%" PRIu64, g->ecc_single_bit,
                g->ecc_double_bit);

@@ -3,9 +3,13 @@
  * timestamps, modules from PTX, kernel launches, graphs and stream capture.
  *
  * A launch computes the kernel's duration (a `spin*` kernel: its first u64 parameter in SM
- * cycles at the GPU's SM clock; any other: ACCEL_EMU_KERNEL_US) and appends it to the GPU's
+ * cycles at the GPU's SM clock; any other: ACCEL_EMU_KERNEL_US) and queues it on the GPU's
  * shared timeline (emu_state_submit) after the stream's previous work; it returns at once.
- * Synchronization sleeps until the completion time.
+ * Times kept here (streams, contexts, events) are on this process's clock of that GPU, which
+ * runs behind the GPU's by the time it waited for other processes' time slices (state.h);
+ * synchronization and queries turn them into GPU time when they ask (cuda_wall_of), and
+ * synchronization sleeps until then, looking again on waking (other processes' work queued
+ * meanwhile moves it later).
  *
  * Events: an event carries the completion time of the stream's work before it. An event
  * recorded right after work marks that work's end: it gets the stream's last completion time
@@ -13,9 +17,10 @@
  * what comes next: it stays "pending" and moves to the start of the next work queued on that
  * stream, which is where the GPU front end reaches it; observed first (query, synchronize,
  * elapsed time, a stream waiting on it), it keeps the stream's last completion. So the pairs
- * [record start; launch; record end] measure exactly each kernel's execution, never its
- * queueing behind other processes' kernels nor host-side delays between launches (libvcuda's
- * compute pacing relies on this). */
+ * [record start; launch; record end] measure each kernel's execution from its first time slice
+ * to its end: exactly its run time when it had the GPU to itself, never its wait for its first
+ * slice nor host-side delays between launches (libvcuda's compute pacing relies on this); the
+ * other processes' slices in between count, as on a GPU. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

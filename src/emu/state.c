@@ -1329,8 +1329,7 @@ int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_
 }
 
 /* The owner of the caller's work: (as_pid, 0) for an MPS client, else (pid, slot + 1). */
-static void owner_locked(struct emu_shared *sh, int32_t as_pid, int32_t *ret_pid,
-                         uint32_t *ret_tag)
+static void owner_locked(struct emu_shared *sh, int32_t as_pid, int32_t *ret_pid, uint32_t *ret_tag)
 {
     if (as_pid) {
         *ret_pid = as_pid;

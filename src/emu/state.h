@@ -34,11 +34,12 @@
 
 #define EMU_MAX_GPUS 16
 #define EMU_MAX_PROCS 128
-#define EMU_EVENT_RING 256      /* per GPU, power of two */
-#define EMU_TIMELINE_RING 16384 /* busy intervals kept per GPU, power of two */
+#define EMU_EVENT_RING 256            /* per GPU, power of two */
+#define EMU_TIMELINE_RING 16384       /* busy intervals kept per GPU, power of two */
 #define EMU_TIMESLICE_DEFAULT_US 2000 /* time slice between processes (docs/emulator-cuda.md) */
 #define EMU_TIMESLICE_MAX_US 1000000
-#define EMU_MPS_LANES 8 /* per GPU: MPS servers (and slot-less processes) whose clock lag is kept */
+/* per GPU: MPS servers (and processes without a slot) whose clock lag is kept */
+#define EMU_MPS_LANES 8
 
 #define EMU_MEMORY_MIN (64ull << 20) /* a GPU's memory: 64 MiB .. 1 PiB */
 #define EMU_MEMORY_MAX (1ull << 50)
@@ -102,8 +103,8 @@ struct emu_config {
     int numa[EMU_MAX_GPUS]; /* per GPU; -1 = none (no NUMA) */
     unsigned numa_count;    /* entries given; 0 = all 0 */
     enum emu_nvlink_mode nvlink;
-    uint64_t seed; /* UUIDs derive from it: the same seed, the same UUIDs */
-    unsigned mode; /* the state file's permission bits, whatever the umask; 0 = 0600 */
+    uint64_t seed;         /* UUIDs derive from it: the same seed, the same UUIDs */
+    unsigned mode;         /* the state file's permission bits, whatever the umask; 0 = 0600 */
     unsigned timeslice_us; /* every GPU's time slice (1..EMU_TIMESLICE_MAX_US); 0 = default */
 };
 void emu_config_init(struct emu_config *cfg);

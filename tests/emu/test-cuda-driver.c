@@ -1813,7 +1813,7 @@ static void slice_case(unsigned timeslice_us, const char *path)
     unsigned long long wall = 0;
     float ev = 0;
     REQUIRE(sscanf(line, "%llu %f", &wall, &ev) == 2);
-    uint64_t queued_at = t0 - a_start; /* about 10 ms into the long kernel */
+    uint64_t queued_at = t0 - a_start;  /* about 10 ms into the long kernel */
     uint64_t first = q - queued_at % q; /* the rest of the neighbour's slice, roughly */
     tap_diag("slice %.0f ms: 20 ms kernel queued %.1f ms into a 2 s one: done after %.3f ms, "
              "events %.3f ms; neighbour's end moved %.3f ms",
