@@ -89,7 +89,11 @@ uint64_t cuda_wall_of(int dev, uint64_t t_ns, bool at_start)
 {
     if (!t_ns || dev < 0)
         return t_ns;
-    return emu_state_wall_ns(cuda_state, (unsigned)dev, mps_group(), t_ns, at_start);
+    int32_t group = mps_group();
+    /* never waited for another process (lags only grow): our clock is the GPU's, no lock */
+    if (!emu_state_lag_hint(cuda_state, (unsigned)dev, group))
+        return t_ns;
+    return emu_state_wall_ns(cuda_state, (unsigned)dev, group, t_ns, at_start);
 }
 
 /* Other processes' work queued meanwhile may move the time later: look again on waking. */
