@@ -190,6 +190,9 @@ TEST(damaged_state_is_refused_with_the_field_named)
         {"busy until", 18},
         {"reserved memory", 19},
         {"reserved memory", 20},
+        {"time slice 1000001 us", 21},
+        {"timeline interval 0", 22},
+        {"timeline interval 0", 23},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         memcpy(img, good, sizeof(*img));
@@ -267,6 +270,19 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break; /* processes' share would wrap */
         case 20:
             g->ctx_cost = ~0ull;
+            break;
+        case 21:
+            g->timeslice_us = EMU_TIMESLICE_MAX_US + 1;
+            break;
+        case 22: /* a lag longer than the time before the interval */
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 1001, 0};
+            g->busy_until_ns = 2000;
+            break;
+        case 23: /* a wait longer than the lag it is part of */
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 10, 11};
+            g->busy_until_ns = 2000;
             break;
         }
         err[0] = 0;
