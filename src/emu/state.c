@@ -645,7 +645,8 @@ static uint64_t self_start_time(void)
 }
 
 static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_interval *extra,
-                             uint64_t extra_ns, uint64_t extra_ready, uint32_t drop_tag);
+                             uint64_t extra_ns, uint64_t extra_ready, uint64_t extra_run_from,
+                             uint32_t drop_tag);
 
 /* Removes the work of process slot i from every GPU's timeline that had not run by now and
  * cuts the one running at now, as the driver does with a dying context's work; the other
@@ -668,7 +669,7 @@ static void drop_pending_locked(struct emu_shared *sh, unsigned i, uint64_t now)
                 has = iv->slot == tag;
             }
             if (has)
-                reschedule_locked(g, now, NULL, 0, 0, tag);
+                reschedule_locked(g, now, NULL, 0, 0, 0, tag);
         }
         g->lane_lag[i] = 0;
     }
@@ -926,6 +927,7 @@ static uint64_t lane_lag_final(struct emu_gpu *g, int32_t pid, uint32_t tag)
  * has the next interval's lag less the wait still ahead of it. */
 struct lane_pos {
     uint64_t lag, waited, end, run;
+    uint64_t last_from, last_end, last_lag; /* its newest interval (GPU time) and lag */
 };
 
 static bool lane_at_locked(struct emu_gpu *g, int32_t pid, uint32_t tag, uint64_t t,
@@ -940,8 +942,12 @@ static bool lane_at_locked(struct emu_gpu *g, int32_t pid, uint32_t tag, uint64_
             break;
         if (!owned_by(iv, pid, tag))
             continue;
-        if (!pending)
+        if (!pending) {
             ret->end = iv->end_ns - iv->lag_ns;
+            ret->last_from = iv->start_ns;
+            ret->last_end = iv->end_ns;
+            ret->last_lag = iv->lag_ns;
+        }
         pending = true;
         ret->run = iv->start_ns - iv->lag_ns;
         if (iv->start_ns <= t) { /* running at t: nothing older is pending */
@@ -1041,12 +1047,14 @@ static uint64_t sim_enqueue(struct lane_sim *ls, const unsigned *order, unsigned
 
 /* Recomputes g's schedule from t on: every owner's work pending after t (plus extra_ns of work
  * for the owner in extra, ready at GPU time extra_ready, with the lag and wait in extra when it
- * had none pending; none of drop_tag's) runs in turn, a time slice each, in the order the turns
- * had (the one running at t first, finishing its slice), newcomers last; an owner alone runs
- * until its work is done or another's becomes ready. The timeline before t does not change.
- * Each owner's lag grows while it is ready and waits for another's slice. */
+ * had none pending after t — or, extra_run_from not 0, running at t since then: its queue ran
+ * out at t and grows; none of drop_tag's) runs in turn, a time slice each, in the order the
+ * turns had (the one running at t first, finishing its slice), newcomers last; an owner alone
+ * runs until its work is done or another's becomes ready. The timeline before t does not
+ * change. Each owner's lag grows while it is ready and waits for another's slice. */
 static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_interval *extra,
-                             uint64_t extra_ns, uint64_t extra_ready, uint32_t drop_tag)
+                             uint64_t extra_ns, uint64_t extra_ready, uint64_t extra_run_from,
+                             uint32_t drop_tag)
 {
     struct lane_sim ls[SIM_LANES];
     unsigned n = 0;
@@ -1060,7 +1068,7 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
             continue;
         struct lane_sim *l = sim_lane(ls, &n, iv->pid, iv->slot);
         l->rem += iv->end_ns - (iv->start_ns > t ? iv->start_ns : t);
-        if (iv->start_ns <= t) {
+        if (iv->start_ns < t) {
             l->lag = iv->lag_ns;
             l->waited = 0;
             l->turn = 0;
@@ -1079,7 +1087,14 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
     }
     if (extra && extra_ns) {
         struct lane_sim *l = sim_lane(ls, &n, extra->pid, extra->slot);
-        if (!l->rem) {
+        if (!l->rem && extra_run_from) { /* goes on from its interval ending at t */
+            l->lag = extra->lag_ns;
+            l->waited = 0;
+            l->turn = 0;
+            l->ready = 0;
+            cur = (int)(l - ls);
+            cur_from = extra_run_from;
+        } else if (!l->rem) {
             l->lag = extra->lag_ns;
             l->waited = extra->wait_ns;
             l->ready = extra_ready > t ? extra_ready : t;
@@ -1113,6 +1128,12 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
     if (total / q > RING / 4)
         q = total / (RING / 4) + 1;
     g->multi_until_ns = t;
+    if (cur >= 0 && ls[cur].rem && t > cur_from && (t - cur_from) % q == 0) {
+        /* its slice ends at t: to the back of the queue, behind those waiting */
+        ls[cur].ready = t;
+        ls[cur].turn = UINT64_MAX - 1;
+        cur = -1;
+    }
     /* the turns go on in the order they had (the one running first), newcomers last */
     unsigned order[SIM_LANES] = {0}, m = 0;
     for (unsigned k = 0; k < n; k++) {
@@ -1312,13 +1333,20 @@ int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_
         if (we > g->busy_until_ns)
             g->busy_until_ns = we;
     } else if (duration_ns) {
-        /* beside other owners' work: our queue grows by what this adds at its end (with work
-         * pending, a gap before it counts as ours; without, it is ready at its start), and the
-         * future is dealt out again */
-        uint64_t base = pending && pos.end > now_own ? pos.end : start;
-        struct emu_interval x = {.pid = pid, .slot = tag, .lag_ns = pos.lag, .wait_ns = pos.waited};
-        if (end > base)
-            reschedule_locked(g, now, &x, end - base, start + pos.lag, 0);
+        /* beside other owners' work: our queue grows by what this adds at its end, and the
+         * future is dealt out again. With work pending (a gap before this counts as ours),
+         * nothing changes until our queue would have run out: from then on; without, it is
+         * ready at its start: from now on. */
+        struct emu_interval x = {.pid = pid, .slot = tag};
+        if (pending && end > pos.end) {
+            x.lag_ns = pos.last_lag;
+            reschedule_locked(g, pos.last_end, &x, end - pos.end, pos.last_end, pos.last_from,
+                              0);
+        } else if (!pending) {
+            x.lag_ns = pos.lag;
+            x.wait_ns = pos.waited;
+            reschedule_locked(g, now, &x, end - start, start + pos.lag, 0, 0);
+        }
     }
     emu_state_unlock(st);
     if (ret_start_ns)

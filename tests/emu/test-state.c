@@ -751,6 +751,47 @@ TEST(timeline_time_slices_between_owners)
     emu_state_close(st);
 }
 
+/* Ten 1 ms kernels queued one by one beside a neighbour are dealt out as one 10 ms kernel would
+ * be (each submit after the first only reschedules from where our queue ran out): with the
+ * default 2 ms slices, ours are the second, fourth, ... tenth 2 ms of the neighbour's run. */
+TEST(timeline_slices_queued_piecewise_as_whole)
+{
+    struct emu_state *st = make("tw", 1, NULL);
+    REQUIRE(st);
+    struct emu_shared *sh = emu_state_shared(st);
+    struct emu_gpu *g = emu_state_gpu(st, 0);
+    const uint64_t ms = 1000000;
+    uint64_t base = emu_state_now_ns() + 200 * ms;
+    emu_state_lock(st);
+    sh->procs[5] = (struct emu_proc){.pid = 999997, .start_time = 1, .pidns = my_pidns() + 1};
+    g->intervals[0] = (struct emu_interval){base, base + 100 * ms, 999997, 6, 0, 0};
+    g->interval_count = 1;
+    g->busy_until_ns = base + 100 * ms;
+    g->busy_total_ns = 100 * ms;
+    emu_state_unlock(st);
+    uint64_t s = 0, e = 0, first = 0;
+    for (int i = 0; i < 10; i++) {
+        REQUIRE_EQ_INT(emu_state_submit(st, 0, base, ms, &s, &e), 0);
+        if (!i)
+            first = s;
+    }
+    CHECK_EQ_U64(e, base + 10 * ms); /* our clock: back to back */
+    CHECK_EQ_U64(emu_state_wall_ns(st, 0, 0, first, true), base + 2 * ms);
+    CHECK_EQ_U64(emu_state_wall_ns(st, 0, 0, e, false), base + 20 * ms);
+    int mine = 0;
+    for (uint64_t k = 0; k < g->interval_count; k++) {
+        const struct emu_interval *iv = &g->intervals[k % EMU_TIMELINE_RING];
+        if (iv->pid != getpid())
+            continue;
+        CHECK_EQ_U64(iv->start_ns, base + (4 * (uint64_t)mine + 2) * ms);
+        CHECK_EQ_U64(iv->end_ns - iv->start_ns, 2 * ms);
+        mine++;
+    }
+    CHECK_EQ_INT(mine, 5);
+    CHECK_EQ_U64(g->busy_until_ns, base + 110 * ms);
+    emu_state_close(st);
+}
+
 TEST(events_ring_and_wait)
 {
     struct emu_state *st = make("e", 2, NULL);
