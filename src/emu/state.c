@@ -1340,8 +1340,7 @@ int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_
         struct emu_interval x = {.pid = pid, .slot = tag};
         if (pending && end > pos.end) {
             x.lag_ns = pos.last_lag;
-            reschedule_locked(g, pos.last_end, &x, end - pos.end, pos.last_end, pos.last_from,
-                              0);
+            reschedule_locked(g, pos.last_end, &x, end - pos.end, pos.last_end, pos.last_from, 0);
         } else if (!pending) {
             x.lag_ns = pos.lag;
             x.wait_ns = pos.waited;
