@@ -1197,7 +1197,8 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
                 g->multi_until_ns = now;
             next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
             left = q;
-        } else if (cut_short) { /* newcomers queue behind it; it finishes its slice */
+        } else if (cut_short && (now - run_from) % q) {
+            /* newcomers queue behind it; it finishes its slice */
             next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
             left = q - (now - run_from) % q;
         } else {
