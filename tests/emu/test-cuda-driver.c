@@ -366,8 +366,9 @@ static int child_main(int argc, char **argv)
     }
     if (!strcmp(mode, "slice") && argc == 4) {
         /* ready; on a byte: record, launch one spin kernel, record, say "queued"; on a
-         * second byte: wait for it and print the host time from launch to completion (ns)
-         * and the events' elapsed time (ms); on EOF instead: leave without waiting */
+         * second byte: wait for it and print when it was launched and the host time from then
+         * to completion (ns) and the events' elapsed time (ms); on EOF instead: leave without
+         * waiting */
         uint64_t cycles = strtoull(argv[3], NULL, 10);
         CUfunction f = spin_fn();
         CUevent e0, e1;
@@ -394,7 +395,7 @@ static int child_main(int argc, char **argv)
         float ms = 0;
         if (p_cuEventElapsedTime_v2(&ms, e0, e1) != CUDA_SUCCESS)
             return 16;
-        printf("%llu %.6f\n", (unsigned long long)(t1 - t0), ms);
+        printf("%llu %llu %.6f\n", (unsigned long long)t0, (unsigned long long)(t1 - t0), ms);
         fflush(stdout);
         while (read(0, line, sizeof(line)) > 0)
             ;
@@ -1810,18 +1811,19 @@ static void slice_case(unsigned timeslice_us, const char *path)
     REQUIRE(child_line(&b, line, sizeof(line)) && !strcmp(line, "queued"));
     REQUIRE(child_line(&b, line, sizeof(line)));
     uint64_t t1 = emu_state_now_ns();
-    unsigned long long wall = 0;
+    unsigned long long launched = 0, wall = 0;
     float ev = 0;
-    REQUIRE(sscanf(line, "%llu %f", &wall, &ev) == 2);
-    uint64_t queued_at = t0 - a_start;  /* about 10 ms into the long kernel */
-    uint64_t first = q - queued_at % q; /* the rest of the neighbour's slice, roughly */
+    REQUIRE(sscanf(line, "%llu %llu %f", &launched, &wall, &ev) == 3);
+    uint64_t queued_at = launched - a_start; /* about 10 ms into the long kernel */
+    uint64_t first = q - queued_at % q;      /* the rest of the neighbour's slice */
     tap_diag("slice %.0f ms: 20 ms kernel queued %.1f ms into a 2 s one: done after %.3f ms, "
              "events %.3f ms; neighbour's end moved %.3f ms",
              q / 1e6, queued_at / 1e6, wall / 1e6, ev, (double)(g->busy_until_ns - a_end) / 1e6);
     uint64_t own = 20 * ms, others = q >= own ? 0 : (own / q - 1) * q;
-    /* queued to done: the neighbour's slice, then ours and theirs in turn (host time on top) */
-    CHECK(wall + 2 * ms >= first + own + others);
-    CHECK(wall <= q + own + others + 25 * ms);
+    /* queued to done: the rest of the neighbour's slice, then ours and theirs in turn (the
+     * microseconds from the child's clock reading to its launch, and host time on top) */
+    CHECK(wall + ms / 2 >= first + own + others);
+    CHECK(wall <= first + own + others + 25 * ms);
     /* the events: from our first slice to our end, the neighbour's slices between */
     CHECK(fabsf(ev - (float)(own + others) / 1e6f) < 0.01f);
     if (q < own)
