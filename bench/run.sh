@@ -21,6 +21,9 @@ if [ -x "$build/bench/bench-emu-cuda" ]; then
     echo "== bench-emu-cuda (emulated libcuda.so.1, one process)"
     LD_LIBRARY_PATH="$build/src/emu" "$build/bench/bench-emu-cuda"
 fi
+echo "== emu-timeslice (submit cost beside another process's pending work: time slicing)"
+"$build/bench/emu-timeslice" 2000 200
+"$build/bench/emu-timeslice" 2000 2000
 echo "== emu-xid-latency (src/emu; XID inject -> nvmlEventSetWait_v2 wake, across processes)"
 LD_LIBRARY_PATH="$build/src/emu" "$build/bench/emu-xid-latency" 2000
 echo "== mps-sharing (time-slicing vs MPS on the emulator: its model, not a GPU's)"

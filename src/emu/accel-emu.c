@@ -74,8 +74,10 @@ static void help(FILE *f)
             "\n"
             "  init [--gpus N] [--model NAME] [--memory SIZE] [--numa 0,0,1,1]\n"
             "       [--nvlink all|none|pairs] [--proc-info-stride 16|24|32] [--seed N]\n"
-            "       [--mode 0600]   create the machine (default: 4 x H100, NVLink all; the\n"
-            "                       state file is 0600: --mode 0660/0666 to share it)\n"
+            "       [--mode 0600] [--timeslice US]\n"
+            "                       create the machine (default: 4 x H100, NVLink all; the\n"
+            "                       state file is 0600: --mode 0660/0666 to share it; the\n"
+            "                       time slice between processes: 2000 us)\n"
             "  status [--json]      GPUs, memory, processes, utilization, sensors, MPS\n"
             "  xid GPU XID          inject an XID error event\n"
             "  ecc GPU single|double\n"
@@ -286,6 +288,11 @@ static int cmd_init(const char *statep, int argc, char **argv)
         } else if (strcmp(name, "--mode") == 0) {
             if (emu_args_mode(val, &cfg.mode, err, sizeof(err)) < 0)
                 return usage_error("%s", err);
+        } else if (strcmp(name, "--timeslice") == 0) {
+            if (parse_u64(val, &v) < 0 || v < 1 || v > EMU_TIMESLICE_MAX_US)
+                return usage_error("bad --timeslice '%s': want microseconds, 1-%u", val,
+                                   EMU_TIMESLICE_MAX_US);
+            cfg.timeslice_us = (unsigned)v;
         } else if (strcmp(name, "--seed") == 0) {
             if (parse_u64(val, &v) < 0)
                 return usage_error("bad --seed '%s': want a non-negative integer", val);
@@ -442,6 +449,8 @@ static void status_json(struct emu_state *st, const char *abs)
                g->sm_clock_max_mhz, g->mem_clock_mhz);
         printf(",\"fan_percent\":%u,\"pstate\":%u,\"compute_mode\":%u,\"mig_mode\":%u",
                g->fan_percent, g->pstate, g->compute_mode, g->mig_mode);
+        printf(",\"timeslice_us\":%u",
+               g->timeslice_us ? g->timeslice_us : EMU_TIMESLICE_DEFAULT_US);
         printf(",\"lost\":%s", g->lost ? "true" : "false");
         printf(",\"ecc_single_bit\":%" PRIu64 ",\"ecc_double_bit\":%" PRIu64, g->ecc_single_bit,
                g->ecc_double_bit);

@@ -79,7 +79,9 @@ struct CUevent_st {
     uint32_t magic;
     unsigned flags;
     bool recorded;
-    uint64_t time_ns;                /* completion time */
+    bool at_start;                   /* bound to the start of the work queued after it */
+    int dev;                         /* the GPU of the stream it was recorded on */
+    uint64_t time_ns;                /* completion time, on its owner's clock (state.h) */
     struct CUstream_st *pend_stream; /* non-NULL while its time may still move to the start of
                                       * the next work queued on that stream */
     struct CUevent_st *pend_next;
@@ -200,6 +202,10 @@ CUresult cuda_ctx_sync(struct CUctx_st *ctx);
 /* Waits for the legacy stream order before a synchronous copy. */
 CUresult cuda_sync_for_copy(bool per_thread);
 void cuda_sleep_until(uint64_t t_ns);
+/* Times of the timeline (stream and event completions) are on this process's clock of that
+ * GPU (emu_state_submit): the GPU time it stands for, and waiting until then. */
+uint64_t cuda_wall_of(int dev, uint64_t t_ns, bool at_start);
+void cuda_wait_for(int dev, uint64_t t_ns, bool at_start);
 void cuda_stream_list_free(struct CUctx_st *ctx);
 /* Adds a copy (src non-NULL: n bytes) or a memset (src NULL: n elements of elem bytes set to
  * value) node to a graph being captured; it runs when the graph is launched. */

@@ -3,9 +3,13 @@
  * timestamps, modules from PTX, kernel launches, graphs and stream capture.
  *
  * A launch computes the kernel's duration (a `spin*` kernel: its first u64 parameter in SM
- * cycles at the GPU's SM clock; any other: ACCEL_EMU_KERNEL_US) and appends it to the GPU's
+ * cycles at the GPU's SM clock; any other: ACCEL_EMU_KERNEL_US) and queues it on the GPU's
  * shared timeline (emu_state_submit) after the stream's previous work; it returns at once.
- * Synchronization sleeps until the completion time.
+ * Times kept here (streams, contexts, events) are on this process's clock of that GPU, which
+ * runs behind the GPU's by the time it waited for other processes' time slices (state.h);
+ * synchronization and queries turn them into GPU time when they ask (cuda_wall_of), and
+ * synchronization sleeps until then, looking again on waking (other processes' work queued
+ * meanwhile moves it later).
  *
  * Events: an event carries the completion time of the stream's work before it. An event
  * recorded right after work marks that work's end: it gets the stream's last completion time
@@ -13,9 +17,10 @@
  * what comes next: it stays "pending" and moves to the start of the next work queued on that
  * stream, which is where the GPU front end reaches it; observed first (query, synchronize,
  * elapsed time, a stream waiting on it), it keeps the stream's last completion. So the pairs
- * [record start; launch; record end] measure exactly each kernel's execution, never its
- * queueing behind other processes' kernels nor host-side delays between launches (libvcuda's
- * compute pacing relies on this). */
+ * [record start; launch; record end] measure each kernel's execution from its first time slice
+ * to its end: exactly its run time when it had the GPU to itself, never its wait for its first
+ * slice nor host-side delays between launches (libvcuda's compute pacing relies on this); the
+ * other processes' slices in between count, as on a GPU. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -70,6 +75,36 @@ void cuda_sleep_until(uint64_t t_ns)
     struct timespec ts = {(time_t)(t_ns / 1000000000ull), (long)(t_ns % 1000000000ull)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
         ;
+}
+
+static int32_t mps_group(void)
+{
+    pthread_mutex_lock(&cuda_lock);
+    int32_t g = cuda_mps_group_locked();
+    pthread_mutex_unlock(&cuda_lock);
+    return g;
+}
+
+uint64_t cuda_wall_of(int dev, uint64_t t_ns, bool at_start)
+{
+    if (!t_ns || dev < 0)
+        return t_ns;
+    int32_t group = mps_group();
+    /* never waited for another process (lags only grow): our clock is the GPU's, no lock */
+    if (!emu_state_lag_hint(cuda_state, (unsigned)dev, group))
+        return t_ns;
+    return emu_state_wall_ns(cuda_state, (unsigned)dev, group, t_ns, at_start);
+}
+
+/* Other processes' work queued meanwhile may move the time later: look again on waking. */
+void cuda_wait_for(int dev, uint64_t t_ns, bool at_start)
+{
+    for (;;) {
+        uint64_t w = cuda_wall_of(dev, t_ns, at_start);
+        if (w <= emu_state_now_ns())
+            return;
+        cuda_sleep_until(w);
+    }
 }
 
 /* At thread exit, events still pending on its per-thread stream must not point at it. */
@@ -160,6 +195,7 @@ static void stream_bind_pending_locked(struct CUstream_st *s, uint64_t start)
         n = e->pend_next;
         if (start > e->time_ns)
             e->time_ns = start;
+        e->at_start = true;
         e->pend_stream = NULL;
         e->pend_next = NULL;
     }
@@ -255,9 +291,13 @@ static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, u
 {
     pthread_mutex_lock(&cuda_lock);
     uint64_t nb = not_before_locked(s), start, end;
-    uint64_t now = emu_state_now_ns();
-    uint64_t from = UINT64_MAX;
     int32_t group = cuda_mps_group_locked();
+    /* at most our clock on this GPU now (it runs behind the GPU's by the time we waited for
+     * other processes' time slices) */
+    uint64_t now = emu_state_now_ns();
+    uint64_t lag = emu_state_lag_hint(cuda_state, (unsigned)s->ctx->dev, group);
+    now -= lag < now ? lag : now;
+    uint64_t from = UINT64_MAX;
     if (sms && duration_ns)
         from = sm_free_at_locked(s->ctx, sms, now, nb > now ? nb : now);
     /* an MPS client's work runs beside the other clients' (each kernel on its own SMs), and
@@ -303,13 +343,18 @@ static uint64_t stream_done_at(struct CUstream_st *s)
     return t;
 }
 
+static void stream_wait_done(struct CUstream_st *s)
+{
+    cuda_wait_for(s->ctx->dev, stream_done_at(s), false);
+}
+
 CUresult cuda_ctx_sync(struct CUctx_st *c)
 {
     /* every stream of every thread, destroyed streams' queued work included */
     pthread_mutex_lock(&cuda_lock);
     uint64_t t = c->last_end_ns;
     pthread_mutex_unlock(&cuda_lock);
-    cuda_sleep_until(t);
+    cuda_wait_for(c->dev, t, false);
     cuda_pools_release_to_threshold(c->dev);
     return CUDA_SUCCESS;
 }
@@ -325,7 +370,7 @@ CUresult cuda_sync_for_copy(bool per_thread)
     pthread_mutex_lock(&cuda_lock);
     uint64_t t = not_before_locked(s);
     pthread_mutex_unlock(&cuda_lock);
-    cuda_sleep_until(t);
+    cuda_wait_for(s->ctx->dev, t, false);
     return CUDA_SUCCESS;
 }
 
@@ -424,7 +469,7 @@ static CUresult stream_sync(CUstream h, bool pt)
     } else {
         t = stream_done_at(s);
     }
-    cuda_sleep_until(t);
+    cuda_wait_for(s->ctx->dev, t, false);
     cuda_pools_release_to_threshold(s->ctx->dev);
     return CUDA_SUCCESS;
 }
@@ -447,7 +492,8 @@ static CUresult stream_query(CUstream h, bool pt)
         return r;
     if (s->capture)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    return emu_state_now_ns() >= stream_done_at(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    uint64_t w = cuda_wall_of(s->ctx->dev, stream_done_at(s), false);
+    return emu_state_now_ns() >= w ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 EMU_API CUresult cuStreamQuery(CUstream h)
@@ -470,8 +516,18 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool pt
         return r;
     pthread_mutex_lock(&cuda_lock);
     event_bind_locked(e);
-    if (e->recorded && e->time_ns > s->last_end_ns)
-        s->last_end_ns = e->time_ns;
+    uint64_t t = e->time_ns;
+    bool other = e->recorded && e->dev != s->ctx->dev, at_start = e->at_start;
+    int edev = e->dev;
+    pthread_mutex_unlock(&cuda_lock);
+    if (other) { /* another GPU's clock: through GPU time, to ours (at most) */
+        uint64_t w = cuda_wall_of(edev, t, at_start);
+        uint64_t lag = emu_state_lag_hint(cuda_state, (unsigned)s->ctx->dev, mps_group());
+        t = w - (lag < w ? lag : w);
+    }
+    pthread_mutex_lock(&cuda_lock);
+    if (e->recorded && t > s->last_end_ns)
+        s->last_end_ns = t;
     pthread_mutex_unlock(&cuda_lock);
     return CUDA_SUCCESS;
 }
@@ -565,7 +621,7 @@ static CUresult host_func(CUstream h, CUhostFn fn, void *data, bool pt)
         return r;
     if (s->capture)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    cuda_sleep_until(stream_done_at(s));
+    stream_wait_done(s);
     fn(data);
     return CUDA_SUCCESS;
 }
@@ -590,7 +646,7 @@ static CUresult add_callback(CUstream h, CUstreamCallback cb, void *data, unsign
         return r;
     if (s->capture)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    cuda_sleep_until(stream_done_at(s));
+    stream_wait_done(s);
     cb(h, CUDA_SUCCESS, data);
     return CUDA_SUCCESS;
 }
@@ -654,6 +710,8 @@ static CUresult event_record(CUevent e, CUstream h, bool pt)
     event_bind_locked(e); /* re-recording: forget the old position */
     e->time_ns = not_before_locked(s);
     e->recorded = true;
+    e->at_start = false;
+    e->dev = s->ctx->dev;
     if (!s->work_since_event) { /* a start marker: bound by the next work */
         e->pend_stream = s;
         e->pend_next = s->pending;
@@ -688,25 +746,39 @@ EMU_API CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream h, unsigned int
     return event_record(e, h, true);
 }
 
-/* Observing an event fixes its time. */
-static bool event_time(CUevent e, uint64_t *t)
+/* Observing an event fixes its time (on its owner's clock). */
+static bool event_time(CUevent e, uint64_t *t, int *dev, bool *at_start)
 {
     pthread_mutex_lock(&cuda_lock);
     event_bind_locked(e);
     bool rec = e->recorded;
     *t = e->time_ns;
+    *dev = e->dev;
+    *at_start = e->at_start;
     pthread_mutex_unlock(&cuda_lock);
     return rec;
+}
+
+/* The GPU time the stream reaches e, by the GPU's schedule as it stands. */
+static bool event_wall(CUevent e, uint64_t *ret)
+{
+    uint64_t t;
+    int dev;
+    bool at_start;
+    if (!event_time(e, &t, &dev, &at_start))
+        return false;
+    *ret = cuda_wall_of(dev, t, at_start);
+    return true;
 }
 
 EMU_API CUresult cuEventQuery(CUevent e)
 {
     if (!e || e->magic != EMU_MAGIC_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
-    uint64_t t;
-    if (!event_time(e, &t))
+    uint64_t w;
+    if (!event_wall(e, &w))
         return CUDA_SUCCESS; /* never recorded: complete, as the driver says */
-    return emu_state_now_ns() >= t ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return emu_state_now_ns() >= w ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 EMU_API CUresult cuEventSynchronize(CUevent e)
@@ -714,8 +786,10 @@ EMU_API CUresult cuEventSynchronize(CUevent e)
     if (!e || e->magic != EMU_MAGIC_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
     uint64_t t;
-    if (event_time(e, &t))
-        cuda_sleep_until(t);
+    int dev;
+    bool at_start;
+    if (event_time(e, &t, &dev, &at_start))
+        cuda_wait_for(dev, t, at_start);
     return CUDA_SUCCESS;
 }
 
@@ -727,8 +801,9 @@ EMU_API CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b)
         return CUDA_ERROR_INVALID_HANDLE;
     if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING)
         return CUDA_ERROR_INVALID_HANDLE;
+    /* GPU times: the span includes other processes' time slices, as on a real GPU */
     uint64_t ta, tb;
-    if (!event_time(a, &ta) || !event_time(b, &tb))
+    if (!event_wall(a, &ta) || !event_wall(b, &tb))
         return CUDA_ERROR_INVALID_HANDLE;
     uint64_t now = emu_state_now_ns();
     if (now < ta || now < tb)

@@ -14,7 +14,7 @@ const char *const emu_args_set_keys =
     "temperature=C power=W power_limit=W sm_clock=MHz mem_clock=MHz fan=% pstate=N "
     "compute_mode=default|exclusive_process|prohibited mig=on|off clocks_event_reasons=MASK "
     "energy=J ecc_mode=on|off remapped_corr=N remapped_unc=N remap_pending=0|1 "
-    "remap_failure=0|1 pcie_replays=N ecc_volatile=clear";
+    "remap_failure=0|1 pcie_replays=N ecc_volatile=clear timeslice=US|default";
 
 /* Whole-string decimal in [0, max]. */
 static bool uint_in(const char *s, size_t len, uint64_t max, uint64_t *ret)
@@ -245,6 +245,15 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
             r.remap_failure = (uint32_t)n;
             r.mask |= EMU_SET_REMAP_FAILURE;
         }
+    } else if (KEY("timeslice")) {
+        if (strcmp(v, "default") == 0)
+            n = 0;
+        else if (!uint_in(v, strlen(v), EMU_TIMESLICE_MAX_US, &n) || n == 0)
+            return errbuf_printf(err, errlen,
+                                 "bad timeslice '%s': want microseconds, 1-%u, or default", v,
+                                 EMU_TIMESLICE_MAX_US);
+        r.timeslice_us = (uint32_t)n;
+        r.mask |= EMU_SET_TIMESLICE;
     } else if (KEY("pcie_replays")) {
         if (!uint_in(v, strlen(v), UINT32_MAX, &n))
             return errbuf_printf(err, errlen, "bad pcie_replays '%s': want 0-4294967295", v);
@@ -301,6 +310,8 @@ int emu_args_set_apply(struct emu_gpu *g, const struct emu_set_req *req, char *e
         g->remap_failure = req->remap_failure;
     if (req->mask & EMU_SET_PCIE_REPLAYS)
         g->pcie_replays = req->pcie_replays;
+    if (req->mask & EMU_SET_TIMESLICE)
+        g->timeslice_us = req->timeslice_us; /* work queued from now on is dealt out in it */
     if (req->mask & EMU_SET_ECC_VOLATILE_CLEAR)
         g->ecc_vol_single_bit = g->ecc_vol_double_bit = 0;
     if (req->mask & EMU_SET_POWER_LIMIT)

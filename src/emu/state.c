@@ -141,6 +141,7 @@ static void fill_gpu(struct emu_gpu *g, unsigned i, const struct emu_config *cfg
     g->fan_percent = 0;
     g->pstate = 0;
     g->compute_mode = 0;
+    g->timeslice_us = cfg->timeslice_us;
 }
 
 static void fill_links(struct emu_shared *sh, const struct emu_config *cfg,
@@ -205,6 +206,8 @@ int emu_state_create(const char *path, const struct emu_config *cfg)
         (cfg->memory_bytes < EMU_MEMORY_MIN || cfg->memory_bytes > EMU_MEMORY_MAX))
         return -EINVAL;
     if (cfg->mode > 0777 || (cfg->mode && (cfg->mode & 0600) != 0600))
+        return -EINVAL;
+    if (cfg->timeslice_us > EMU_TIMESLICE_MAX_US)
         return -EINVAL;
 
     size_t plen = strlen(path);
@@ -320,6 +323,9 @@ static int validate_gpu(const struct emu_gpu *g, unsigned i, unsigned n, char *e
             return BAD("GPU %u: event ring entry %u holds sequence %" PRIu64 " (last %" PRIu64 ")",
                        i, k, seq, g->event_seq);
     }
+    if (g->timeslice_us > EMU_TIMESLICE_MAX_US)
+        return BAD("GPU %u: time slice %u us (want at most %u)", i, g->timeslice_us,
+                   EMU_TIMESLICE_MAX_US);
     if (g->mps_fault_n > EMU_MPS_FAULT_MAX)
         return BAD("GPU %u: %u MPS fault entries (at most %d)", i, g->mps_fault_n,
                    EMU_MPS_FAULT_MAX);
@@ -328,7 +334,8 @@ static int validate_gpu(const struct emu_gpu *g, unsigned i, unsigned n, char *e
     uint64_t prev_end = 0;
     for (uint64_t k = cnt - kept; k < cnt; k++) {
         const struct emu_interval *iv = &g->intervals[k % EMU_TIMELINE_RING];
-        if (iv->end_ns < iv->start_ns || iv->start_ns < prev_end || iv->slot > EMU_MAX_PROCS)
+        if (iv->end_ns < iv->start_ns || iv->start_ns < prev_end || iv->slot > EMU_MAX_PROCS ||
+            iv->lag_ns > iv->start_ns || iv->wait_ns > iv->lag_ns)
             return BAD("GPU %u: timeline interval %" PRIu64 " is malformed", i, k);
         prev_end = iv->end_ns;
     }
@@ -637,37 +644,34 @@ static uint64_t self_start_time(void)
     return __atomic_load_n(&self_start, __ATOMIC_RELAXED);
 }
 
-/* Removes the work of process slot i from every GPU's timeline that had not started by now
- * and cuts the one running at now, as the driver does with a dying context's work. Only the
- * intervals ending after now are looked at: they are the newest ones (the ring is in start
- * order and intervals never overlap), so the cost is the pending work, not the history. */
+static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_interval *extra,
+                             uint64_t extra_ns, uint64_t extra_ready, uint64_t extra_run_from,
+                             uint32_t drop_tag);
+
+/* Removes the work of process slot i from every GPU's timeline that had not run by now and
+ * cuts the one running at now, as the driver does with a dying context's work; the other
+ * owners' pending work is rescheduled without it. Only the intervals ending after now are
+ * looked at: they are the newest ones (the ring is in start order and intervals never
+ * overlap), so the cost is the pending work, not the history. */
 static void drop_pending_locked(struct emu_shared *sh, unsigned i, uint64_t now)
 {
     uint32_t tag = i + 1;
     for (unsigned gi = 0; gi < sh->gpu_count && gi < EMU_MAX_GPUS; gi++) {
         struct emu_gpu *g = &sh->gpus[gi];
         g->pending_slots[i / 64] &= ~(1ull << (i % 64));
-        if (g->busy_until_ns <= now)
-            continue;
-        uint64_t n = g->interval_count, first = n;
-        while (first > 0 && n - first < EMU_TIMELINE_RING &&
-               g->intervals[(first - 1) % EMU_TIMELINE_RING].end_ns > now)
-            first--;
-        uint64_t w = first, dropped = 0;
-        for (uint64_t j = first; j < n; j++) {
-            struct emu_interval iv = g->intervals[j % EMU_TIMELINE_RING];
-            if (iv.slot == tag) {
-                uint64_t from = iv.start_ns > now ? iv.start_ns : now;
-                dropped += iv.end_ns - from;
-                if (iv.start_ns >= now)
-                    continue;    /* not started: gone */
-                iv.end_ns = now; /* running: stops now */
+        if (g->busy_until_ns > now) {
+            bool has = false;
+            uint64_t n = g->interval_count;
+            for (uint64_t k = 0; k < n && k < EMU_TIMELINE_RING && !has; k++) {
+                const struct emu_interval *iv = &g->intervals[(n - 1 - k) % EMU_TIMELINE_RING];
+                if (iv->end_ns <= now)
+                    break;
+                has = iv->slot == tag;
             }
-            g->intervals[w++ % EMU_TIMELINE_RING] = iv;
+            if (has)
+                reschedule_locked(g, now, NULL, 0, 0, 0, tag);
         }
-        g->interval_count = w;
-        g->busy_until_ns = w ? g->intervals[(w - 1) % EMU_TIMELINE_RING].end_ns : 0;
-        g->busy_total_ns -= dropped < g->busy_total_ns ? dropped : g->busy_total_ns;
+        g->lane_lag[i] = 0;
     }
 }
 
@@ -863,9 +867,359 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
 
 /* ---- timeline ---- */
 
+#define RING EMU_TIMELINE_RING
+
+static struct emu_interval *ring_at(struct emu_gpu *g, uint64_t k)
+{
+    return &g->intervals[k % RING];
+}
+
+static struct emu_interval *ring_tail(struct emu_gpu *g)
+{
+    return g->interval_count ? ring_at(g, g->interval_count - 1) : NULL;
+}
+
+static bool owned_by(const struct emu_interval *iv, int32_t pid, uint32_t tag)
+{
+    return iv->pid == pid && iv->slot == tag;
+}
+
+static uint64_t slice_ns(const struct emu_gpu *g)
+{
+    uint32_t us = g->timeslice_us ? g->timeslice_us : EMU_TIMESLICE_DEFAULT_US;
+    return (uint64_t)us * 1000u;
+}
+
+/* The word holding an owner's final lag: its process slot's, else an MPS lane's (create: claim
+ * one; when all are taken, the one at pid % EMU_MPS_LANES is reused and its owner's lag is
+ * forgotten). NULL: none. */
+static uint64_t *lane_lag_word(struct emu_gpu *g, int32_t pid, uint32_t tag, bool create)
+{
+    if (tag)
+        return tag <= EMU_MAX_PROCS ? &g->lane_lag[tag - 1] : NULL;
+    unsigned fre = EMU_MPS_LANES;
+    for (unsigned i = 0; i < EMU_MPS_LANES; i++) {
+        int32_t p = __atomic_load_n(&g->mps_lane_pid[i], __ATOMIC_RELAXED);
+        if (p == pid)
+            return &g->mps_lane_lag[i];
+        if (!p && fre == EMU_MPS_LANES)
+            fre = i;
+    }
+    if (!create || pid <= 0)
+        return NULL;
+    if (fre == EMU_MPS_LANES)
+        fre = (unsigned)pid % EMU_MPS_LANES;
+    g->mps_lane_lag[fre] = 0;
+    __atomic_store_n(&g->mps_lane_pid[fre], pid, __ATOMIC_RELAXED);
+    return &g->mps_lane_lag[fre];
+}
+
+static uint64_t lane_lag_final(struct emu_gpu *g, int32_t pid, uint32_t tag)
+{
+    uint64_t *w = lane_lag_word(g, pid, tag, false);
+    return w ? __atomic_load_n(w, __ATOMIC_RELAXED) : 0;
+}
+
+/* Where an owner stands at GPU time t (at or after it queued its pending work), from its
+ * intervals that end after t: its lag at t, how long it has been waiting for its next slice,
+ * and on its clock where its queued work ends and where the run of it pending at t began.
+ * The wait before an interval is the last part of the gap before it, so an owner waiting at t
+ * has the next interval's lag less the wait still ahead of it. */
+struct lane_pos {
+    uint64_t lag, waited, end, run;
+    uint64_t last_from, last_end, last_lag; /* its newest interval (GPU time) and lag */
+};
+
+static bool lane_at_locked(struct emu_gpu *g, int32_t pid, uint32_t tag, uint64_t t,
+                           struct lane_pos *ret)
+{
+    bool pending = false;
+    uint64_t n = g->interval_count;
+    *ret = (struct lane_pos){0};
+    for (uint64_t k = 0; k < n && k < RING; k++) {
+        const struct emu_interval *iv = ring_at(g, n - 1 - k);
+        if (iv->end_ns <= t)
+            break;
+        if (!owned_by(iv, pid, tag))
+            continue;
+        if (!pending) {
+            ret->end = iv->end_ns - iv->lag_ns;
+            ret->last_from = iv->start_ns;
+            ret->last_end = iv->end_ns;
+            ret->last_lag = iv->lag_ns;
+        }
+        pending = true;
+        ret->run = iv->start_ns - iv->lag_ns;
+        if (iv->start_ns <= t) { /* running at t: nothing older is pending */
+            ret->lag = iv->lag_ns;
+            ret->waited = 0;
+            break;
+        }
+        uint64_t ahead = iv->start_ns - t, w = iv->wait_ns;
+        if (ahead > w)
+            ahead = w;
+        ret->lag = iv->lag_ns - ahead;
+        ret->waited = w - ahead;
+    }
+    if (!pending)
+        ret->lag = lane_lag_final(g, pid, tag);
+    return pending;
+}
+
+/* Appends (or extends the tail with) [s, e) of an owner at lag, after a wait of `wait`. */
+static void emit_locked(struct emu_gpu *g, int32_t pid, uint32_t tag, uint64_t s, uint64_t e,
+                        uint64_t lag, uint64_t wait)
+{
+    struct emu_interval *tail = ring_tail(g);
+    if (tail && owned_by(tail, pid, tag) && tail->end_ns == s && tail->lag_ns == lag && !wait) {
+        tail->end_ns = e;
+    } else {
+        *ring_at(g, g->interval_count) = (struct emu_interval){
+            .start_ns = s, .end_ns = e, .pid = pid, .slot = tag, .lag_ns = lag, .wait_ns = wait};
+        g->interval_count++;
+    }
+    if (tag && tag <= EMU_MAX_PROCS)
+        g->pending_slots[(tag - 1) / 64] |= 1ull << ((tag - 1) % 64);
+    if (e > g->busy_until_ns)
+        g->busy_until_ns = e;
+    g->busy_total_ns += e - s;
+}
+
+/* Removes the newest interval. When the ring has wrapped, the slot it leaves becomes the
+ * oldest one kept: it gets an empty interval where its successor starts, so the ring stays in
+ * order (that history was overwritten anyway). */
+static void ring_pop_locked(struct emu_gpu *g)
+{
+    uint64_t n = --g->interval_count;
+    if (n >= RING) {
+        uint64_t s = ring_at(g, n + 1)->start_ns; /* index n - RING + 1 */
+        *ring_at(g, n) = (struct emu_interval){.start_ns = s, .end_ns = s};
+    }
+}
+
+struct lane_sim {
+    int32_t pid;
+    uint32_t tag;
+    uint64_t rem, lag, waited;
+    uint64_t turn;  /* when its next slice was due (0: running; UINT64_MAX: newly come) */
+    uint64_t ready; /* GPU time from which it has work to run */
+};
+
+#define SIM_LANES (EMU_MAX_PROCS + EMU_MPS_LANES + 8)
+
+/* An owner's entry (new ones zeroed). When the table is full (more owners with work pending
+ * on one GPU than there are process slots and MPS lanes), the last entry takes it in. */
+static struct lane_sim *sim_lane(struct lane_sim *ls, unsigned *n, int32_t pid, uint32_t tag)
+{
+    for (unsigned i = 0; i < *n; i++)
+        if (ls[i].pid == pid && ls[i].tag == tag)
+            return &ls[i];
+    if (*n == SIM_LANES)
+        return &ls[SIM_LANES - 1];
+    ls[*n] = (struct lane_sim){.pid = pid, .tag = tag, .turn = UINT64_MAX};
+    return &ls[(*n)++];
+}
+
+/* Queues (at the tail of rq) the owners with work that are ready by `now` and not queued yet,
+ * in the order they became ready (ties: their order in `order`). Returns when the next one not
+ * yet ready will be (UINT64_MAX: none). */
+static uint64_t sim_enqueue(struct lane_sim *ls, const unsigned *order, unsigned m, unsigned *rq,
+                            unsigned *qh, unsigned *qn, bool *in_q, uint64_t now)
+{
+    for (;;) {
+        int best = -1;
+        uint64_t next = UINT64_MAX;
+        for (unsigned j = 0; j < m; j++) {
+            const struct lane_sim *o = &ls[order[j]];
+            if (!o->rem || in_q[order[j]])
+                continue;
+            if (o->ready <= now && (best < 0 || o->ready < ls[best].ready))
+                best = (int)order[j];
+            else if (o->ready > now && o->ready < next)
+                next = o->ready;
+        }
+        if (best < 0)
+            return next;
+        in_q[best] = true;
+        rq[(*qh + (*qn)++) % SIM_LANES] = (unsigned)best;
+    }
+}
+
+/* Recomputes g's schedule from t on: every owner's work pending after t (plus extra_ns of work
+ * for the owner in extra, ready at GPU time extra_ready, with the lag and wait in extra when it
+ * had none pending after t — or, extra_run_from not 0, running at t since then: its queue ran
+ * out at t and grows; none of drop_tag's) runs in turn, a time slice each, in the order the
+ * turns had (the one running at t first, finishing its slice), newcomers last; an owner alone
+ * runs until its work is done or another's becomes ready. The timeline before t does not
+ * change. Each owner's lag grows while it is ready and waits for another's slice. */
+static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_interval *extra,
+                             uint64_t extra_ns, uint64_t extra_ready, uint64_t extra_run_from,
+                             uint32_t drop_tag)
+{
+    struct lane_sim ls[SIM_LANES];
+    unsigned n = 0;
+    int cur = -1;
+    uint64_t cur_from = 0, cnt = g->interval_count;
+    for (uint64_t k = 0; k < cnt && k < RING; k++) {
+        const struct emu_interval *iv = ring_at(g, cnt - 1 - k);
+        if (iv->end_ns <= t)
+            break;
+        if (drop_tag && iv->slot == drop_tag)
+            continue;
+        struct lane_sim *l = sim_lane(ls, &n, iv->pid, iv->slot);
+        l->rem += iv->end_ns - (iv->start_ns > t ? iv->start_ns : t);
+        if (iv->start_ns < t) {
+            l->lag = iv->lag_ns;
+            l->waited = 0;
+            l->turn = 0;
+            l->ready = 0; /* running: first in the queue */
+            cur = (int)(l - ls);
+            cur_from = iv->start_ns;
+        } else { /* walking back: the oldest of its pending intervals is seen last */
+            uint64_t ahead = iv->start_ns - t, w = iv->wait_ns;
+            l->turn = iv->start_ns;
+            l->ready = ahead > w ? iv->start_ns - w : t; /* it began waiting then */
+            if (ahead > w)
+                ahead = w;
+            l->lag = iv->lag_ns - ahead;
+            l->waited = w - ahead;
+        }
+    }
+    if (extra && extra_ns) {
+        struct lane_sim *l = sim_lane(ls, &n, extra->pid, extra->slot);
+        if (!l->rem && extra_run_from) { /* goes on from its interval ending at t */
+            l->lag = extra->lag_ns;
+            l->waited = 0;
+            l->turn = 0;
+            l->ready = 0;
+            cur = (int)(l - ls);
+            cur_from = extra_run_from;
+        } else if (!l->rem) {
+            l->lag = extra->lag_ns;
+            l->waited = extra->wait_ns;
+            l->ready = extra_ready > t ? extra_ready : t;
+        }
+        l->rem += extra_ns;
+    }
+    /* the past stays: cut what runs across t, drop what starts after it */
+    uint64_t cut = 0;
+    while (g->interval_count && ring_tail(g)->start_ns >= t && cnt - g->interval_count < RING) {
+        cut += ring_tail(g)->end_ns - ring_tail(g)->start_ns;
+        ring_pop_locked(g);
+    }
+    struct emu_interval *tail = ring_tail(g);
+    if (tail && tail->end_ns > t) {
+        cut += tail->end_ns - t;
+        tail->end_ns = t;
+    }
+    g->busy_total_ns -= cut < g->busy_total_ns ? cut : g->busy_total_ns;
+    tail = ring_tail(g);
+    g->busy_until_ns = tail ? tail->end_ns : 0;
+
+    uint64_t q = slice_ns(g), total = 0;
+    unsigned active = 0;
+    for (unsigned i = 0; i < n; i++)
+        if (ls[i].rem) {
+            active++;
+            total += ls[i].rem;
+        }
+    /* a bound on the slices recorded: a quarter of the ring (longer shared runs are recorded
+     * in longer slices) */
+    if (total / q > RING / 4)
+        q = total / (RING / 4) + 1;
+    g->multi_until_ns = t;
+    if (cur >= 0 && ls[cur].rem && t > cur_from && (t - cur_from) % q == 0) {
+        /* its slice ends at t: to the back of the queue, behind those waiting */
+        ls[cur].ready = t;
+        ls[cur].turn = UINT64_MAX - 1;
+        cur = -1;
+    }
+    /* the turns go on in the order they had (the one running first), newcomers last */
+    unsigned order[SIM_LANES] = {0}, m = 0;
+    for (unsigned k = 0; k < n; k++) {
+        if (!ls[k].rem)
+            continue;
+        unsigned j = m++;
+        for (; j > 0 && ls[order[j - 1]].turn > ls[k].turn; j--)
+            order[j] = order[j - 1];
+        order[j] = k;
+    }
+    /* round robin: a queue of the owners ready to run; one that becomes ready joins its
+     * tail, one whose slice ends goes back to it */
+    unsigned rq[SIM_LANES], qh = 0, qn = 0;
+    bool in_q[SIM_LANES] = {false};
+    uint64_t left = q, now = t, run_from = t;
+    int last = -1;
+    if (cur >= 0 && ls[cur].rem) {
+        left = q - (t - cur_from) % q;
+        run_from = cur_from;
+        last = cur;
+    }
+    uint64_t next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+    while (active) {
+        if (!qn) { /* the GPU idles until the next owner is ready */
+            now = next;
+            left = q;
+            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+            continue;
+        }
+        unsigned k = rq[qh];
+        struct lane_sim *l = &ls[k];
+        if ((int)k != last)
+            run_from = now;
+        bool cut_short = false;
+        uint64_t d = l->rem < left ? l->rem : left;
+        if (qn == 1) { /* alone: on until done, or until another is ready */
+            d = l->rem;
+            if (next != UINT64_MAX && d > next - now) {
+                d = next - now;
+                cut_short = true;
+            }
+        }
+        emit_locked(g, l->pid, l->tag, now, now + d, l->lag, l->waited);
+        l->waited = 0;
+        for (unsigned j = 0; j < m; j++) {
+            struct lane_sim *o = &ls[order[j]];
+            if (order[j] == k || !o->rem || o->ready >= now + d)
+                continue;
+            uint64_t w = now + d - (o->ready > now ? o->ready : now);
+            o->lag += w;
+            o->waited += w;
+        }
+        now += d;
+        l->rem -= d;
+        last = (int)k;
+        if (!l->rem) {
+            qh = (qh + 1) % SIM_LANES;
+            qn--;
+            in_q[k] = false;
+            if (--active == 1)
+                g->multi_until_ns = now;
+            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+            left = q;
+        } else if (cut_short && (now - run_from) % q) {
+            /* newcomers queue behind it; it finishes its slice */
+            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+            left = q - (now - run_from) % q;
+        } else {
+            qh = (qh + 1) % SIM_LANES;
+            qn--;
+            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+            rq[(qh + qn++) % SIM_LANES] = k;
+            left = q;
+        }
+    }
+    for (unsigned k = 0; k < n; k++) {
+        uint64_t *w = lane_lag_word(g, ls[k].pid, ls[k].tag, true);
+        if (w)
+            *w = ls[k].lag;
+    }
+    return 0;
+}
+
 /* g has work pending: reaps the slots of the processes that queued it and are gone, so that
- * new work does not queue behind a dead process's. kill(pid, 0) alone (no /proc read) keeps
- * this cheap enough for every launch; slots of other pid namespaces are not ours to judge. */
+ * new work does not wait for a dead process's. kill(pid, 0) alone (no /proc read) keeps this
+ * cheap enough for every launch; slots of other pid namespaces are not ours to judge. */
 static void reap_dead_owners_locked(struct emu_shared *sh, struct emu_gpu *g, uint32_t self_tag,
                                     uint64_t now)
 {
@@ -905,6 +1259,20 @@ int emu_state_submit_overlap(struct emu_state *st, unsigned gpu, uint64_t not_be
                                ret_start_ns, ret_end_ns);
 }
 
+/* This process's slot tag as the last submit found it (emu_state_lag_hint reads it). */
+static pid_t tag_pid;
+static uint32_t tag_cached;
+
+/* The owner the caller's work belongs to: (as_pid, 0) for MPS, else (pid, slot + 1). */
+static uint32_t self_tag_locked(struct emu_shared *sh, bool create)
+{
+    struct emu_proc *me = self_slot_locked(sh, create);
+    uint32_t tag = me ? (uint32_t)(me - sh->procs) + 1 : 0;
+    __atomic_store_n(&tag_cached, tag, __ATOMIC_RELAXED);
+    __atomic_store_n(&tag_pid, my_pid(), __ATOMIC_RELEASE);
+    return tag;
+}
+
 int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                         uint64_t overlap_from_ns, uint64_t duration_ns, int32_t as_pid,
                         uint64_t *ret_start_ns, uint64_t *ret_end_ns)
@@ -915,49 +1283,70 @@ int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_
     int32_t pid = as_pid ? as_pid : (int32_t)my_pid();
     uint64_t now = emu_state_now_ns();
     emu_state_lock(st);
-    struct emu_proc *me = self_slot_locked(sh, true);
+    uint32_t self = self_tag_locked(sh, true);
     /* 0: no slot free, or work owned by an MPS server (never dropped with a client) */
-    uint32_t tag = me && !as_pid ? (uint32_t)(me - sh->procs) + 1 : 0;
+    uint32_t tag = as_pid ? 0 : self;
     struct emu_gpu *g = &sh->gpus[gpu];
     if (g->busy_until_ns > now)
         reap_dead_owners_locked(sh, g, tag, now);
     else
         memset(g->pending_slots, 0, sizeof(g->pending_slots)); /* idle: nothing pending */
-    struct emu_interval *last =
-        g->interval_count ? &g->intervals[(g->interval_count - 1) % EMU_TIMELINE_RING] : NULL;
-    bool mine = last && last->pid == pid && last->slot == tag;
-    uint64_t start = now;
-    if (not_before_ns > start)
-        start = not_before_ns;
-    if (overlap_from_ns != UINT64_MAX && mine && last->end_ns == g->busy_until_ns &&
-        g->busy_until_ns > now) {
-        /* the GPU's queue ends with our own work: this may run beside it, from where the
-         * caller's SMs allow, never before that run of ours began (the work queued before it
-         * by others comes first) */
-        uint64_t floor = overlap_from_ns > last->start_ns ? overlap_from_ns : last->start_ns;
+    struct emu_interval *tail = ring_tail(g);
+    bool busy = g->busy_until_ns > now, mine = tail && owned_by(tail, pid, tag);
+    /* shared: another owner has work pending; else only ours (or none) is */
+    bool shared = g->multi_until_ns > now || (busy && !mine);
+    struct lane_pos pos = {0};
+    bool pending;
+    if (shared) {
+        pending = lane_at_locked(g, pid, tag, now, &pos);
+    } else {
+        pos.lag = lane_lag_final(g, pid, tag);
+        pending = busy && mine;
+        if (pending) {
+            pos.end = tail->end_ns - tail->lag_ns;
+            pos.run = tail->start_ns - tail->lag_ns;
+        }
+    }
+    uint64_t now_own = now - (pos.lag < now ? pos.lag : now); /* our clock */
+    uint64_t start = not_before_ns > now_own ? not_before_ns : now_own;
+    if (overlap_from_ns != UINT64_MAX && pending) {
+        /* our queue has work pending: this may run beside it, from where the caller's SMs
+         * allow, never before that run of ours began */
+        uint64_t floor = overlap_from_ns > pos.run ? overlap_from_ns : pos.run;
         if (floor > start)
             start = floor;
-    } else if (g->busy_until_ns > start) {
-        start = g->busy_until_ns;
+    } else if (pending && pos.end > start) {
+        start = pos.end;
     }
     uint64_t end = start + duration_ns;
-    if (duration_ns) {
-        if (mine && last->end_ns >= start && last->start_ns <= start) {
-            if (end > last->end_ns) /* union: overlapping work of ours is one busy interval */
-                last->end_ns = end;
+    if (duration_ns && !shared) {
+        uint64_t ws = start + pos.lag, we = end + pos.lag;
+        if (mine && pending && tail->end_ns >= ws && tail->start_ns <= ws) {
+            if (we > tail->end_ns) { /* union: overlapping work of ours is one busy interval */
+                g->busy_total_ns += we - tail->end_ns;
+                tail->end_ns = we;
+            }
         } else {
-            struct emu_interval *iv = &g->intervals[g->interval_count % EMU_TIMELINE_RING];
-            iv->start_ns = start;
-            iv->end_ns = end;
-            iv->pid = pid;
-            iv->slot = tag;
-            g->interval_count++;
+            emit_locked(g, pid, tag, ws, we, pos.lag, 0);
+            if (!tag)
+                lane_lag_word(g, pid, tag, true);
         }
-        if (tag)
-            g->pending_slots[(tag - 1) / 64] |= 1ull << ((tag - 1) % 64);
-        if (end > g->busy_until_ns)
-            g->busy_until_ns = end;
-        g->busy_total_ns += duration_ns;
+        if (we > g->busy_until_ns)
+            g->busy_until_ns = we;
+    } else if (duration_ns) {
+        /* beside other owners' work: our queue grows by what this adds at its end, and the
+         * future is dealt out again. With work pending (a gap before this counts as ours),
+         * nothing changes until our queue would have run out: from then on; without, it is
+         * ready at its start: from now on. */
+        struct emu_interval x = {.pid = pid, .slot = tag};
+        if (pending && end > pos.end) {
+            x.lag_ns = pos.last_lag;
+            reschedule_locked(g, pos.last_end, &x, end - pos.end, pos.last_end, pos.last_from, 0);
+        } else if (!pending) {
+            x.lag_ns = pos.lag;
+            x.wait_ns = pos.waited;
+            reschedule_locked(g, now, &x, end - start, start + pos.lag, 0, 0);
+        }
     }
     emu_state_unlock(st);
     if (ret_start_ns)
@@ -965,6 +1354,74 @@ int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_
     if (ret_end_ns)
         *ret_end_ns = end;
     return 0;
+}
+
+/* The owner of the caller's work: (as_pid, 0) for an MPS client, else (pid, slot + 1). */
+static void owner_locked(struct emu_shared *sh, int32_t as_pid, int32_t *ret_pid, uint32_t *ret_tag)
+{
+    if (as_pid) {
+        *ret_pid = as_pid;
+        *ret_tag = 0;
+    } else {
+        *ret_pid = (int32_t)my_pid();
+        *ret_tag = self_tag_locked(sh, false);
+    }
+}
+
+uint64_t emu_state_wall_ns(struct emu_state *st, unsigned gpu, int32_t as_pid, uint64_t t_ns,
+                           bool at_start)
+{
+    struct emu_shared *sh = st->sh;
+    if (gpu >= st->gpu_count)
+        return t_ns;
+    int32_t pid;
+    uint32_t tag;
+    emu_state_lock(st);
+    owner_locked(sh, as_pid, &pid, &tag);
+    struct emu_gpu *g = &sh->gpus[gpu];
+    uint64_t lag = lane_lag_final(g, pid, tag);
+    if (lag) { /* it has waited: find the lag its clock had at t_ns */
+        const struct emu_interval *oldest = NULL;
+        bool found = false;
+        uint64_t n = g->interval_count;
+        for (uint64_t k = 0; k < n && k < RING && !found; k++) {
+            const struct emu_interval *iv = ring_at(g, n - 1 - k);
+            if (!owned_by(iv, pid, tag))
+                continue;
+            uint64_t own = iv->start_ns - iv->lag_ns;
+            if (own < t_ns || (at_start && own == t_ns)) {
+                lag = iv->lag_ns;
+                found = true;
+            }
+            oldest = iv;
+        }
+        if (!found && oldest)
+            lag = oldest->lag_ns - oldest->wait_ns;
+    }
+    emu_state_unlock(st);
+    return t_ns + lag;
+}
+
+uint64_t emu_state_lag_hint(struct emu_state *st, unsigned gpu, int32_t as_pid)
+{
+    if (gpu >= st->gpu_count)
+        return 0;
+    struct emu_gpu *g = &st->sh->gpus[gpu];
+    if (as_pid)
+        return lane_lag_final(g, as_pid, 0);
+    if (__atomic_load_n(&tag_pid, __ATOMIC_ACQUIRE) != my_pid())
+        return 0;
+    uint32_t tag = __atomic_load_n(&tag_cached, __ATOMIC_RELAXED);
+    if (tag)
+        return __atomic_load_n(&g->lane_lag[tag - 1], __ATOMIC_RELAXED);
+    return lane_lag_final(g, (int32_t)my_pid(), 0);
+}
+
+uint64_t emu_state_timeslice_ns(struct emu_state *st, unsigned gpu)
+{
+    if (gpu >= st->gpu_count)
+        return (uint64_t)EMU_TIMESLICE_DEFAULT_US * 1000u;
+    return slice_ns(&st->sh->gpus[gpu]);
 }
 
 static uint64_t overlap(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1)

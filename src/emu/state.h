@@ -30,12 +30,16 @@
 #include <sys/types.h>
 
 #define EMU_STATE_MAGIC 0x3154534d45434341ull /* "ACCEMST1" little-endian */
-#define EMU_STATE_VERSION 1u
+#define EMU_STATE_VERSION 2u
 
 #define EMU_MAX_GPUS 16
 #define EMU_MAX_PROCS 128
-#define EMU_EVENT_RING 256      /* per GPU, power of two */
-#define EMU_TIMELINE_RING 16384 /* busy intervals kept per GPU, power of two */
+#define EMU_EVENT_RING 256            /* per GPU, power of two */
+#define EMU_TIMELINE_RING 16384       /* busy intervals kept per GPU, power of two */
+#define EMU_TIMESLICE_DEFAULT_US 2000 /* time slice between processes (docs/emulator-cuda.md) */
+#define EMU_TIMESLICE_MAX_US 1000000
+/* per GPU: MPS servers (and processes without a slot) whose clock lag is kept */
+#define EMU_MPS_LANES 8
 
 #define EMU_MEMORY_MIN (64ull << 20) /* a GPU's memory: 64 MiB .. 1 PiB */
 #define EMU_MEMORY_MAX (1ull << 50)
@@ -99,8 +103,9 @@ struct emu_config {
     int numa[EMU_MAX_GPUS]; /* per GPU; -1 = none (no NUMA) */
     unsigned numa_count;    /* entries given; 0 = all 0 */
     enum emu_nvlink_mode nvlink;
-    uint64_t seed; /* UUIDs derive from it: the same seed, the same UUIDs */
-    unsigned mode; /* the state file's permission bits, whatever the umask; 0 = 0600 */
+    uint64_t seed;         /* UUIDs derive from it: the same seed, the same UUIDs */
+    unsigned mode;         /* the state file's permission bits, whatever the umask; 0 = 0600 */
+    unsigned timeslice_us; /* every GPU's time slice (1..EMU_TIMESLICE_MAX_US); 0 = default */
 };
 void emu_config_init(struct emu_config *cfg);
 
@@ -114,11 +119,17 @@ struct emu_event {
 
 /* One busy interval on a GPU's timeline: work of pid from start to end. Back-to-back work of
  * one process is merged into one interval. slot is the owner's process slot + 1 (0: it had
- * none), so that a dead process's pending work can be found when its slot is reaped. */
+ * none), so that a dead process's pending work can be found when its slot is reaped.
+ * lag_ns: how far the owner's own clock is behind the GPU's during this interval: the time it
+ * has spent waiting, with work pending, while other processes ran in their time slices (see
+ * emu_state_submit). The owner's clock reads start_ns - lag_ns at the interval's start.
+ * wait_ns: how much of lag_ns it gained waiting just before this interval (the last part of the
+ * gap since its previous interval). */
 struct emu_interval {
     uint64_t start_ns, end_ns;
     int32_t pid;
     uint32_t slot;
+    uint64_t lag_ns, wait_ns;
 };
 
 /* A GPU as it lives in the shared file. Identity fields are written once by create; sensor
@@ -206,6 +217,17 @@ struct emu_gpu {
     uint32_t mps_fault_pad;
     int32_t mps_fault_pid[EMU_MPS_FAULT_MAX];
     int32_t mps_fault_group[EMU_MPS_FAULT_MAX];
+    /* Time slicing (emu_state_submit). timeslice_us: the slice each process gets in turn
+     * while several have work pending (0: EMU_TIMESLICE_DEFAULT_US); multi_until_ns: until
+     * then the timeline's future holds slices of several owners; lane_lag: per process slot,
+     * the lag of its clock at the end of its queued work (see struct emu_interval); the same
+     * for MPS servers (and processes without a slot) in mps_lane_*. */
+    uint32_t timeslice_us;
+    uint32_t slice_pad;
+    uint64_t multi_until_ns;
+    uint64_t lane_lag[EMU_MAX_PROCS];
+    int32_t mps_lane_pid[EMU_MPS_LANES];
+    uint64_t mps_lane_lag[EMU_MPS_LANES];
 };
 
 /* A process using the emulated GPUs. Slots are claimed on first charge and reclaimed when the
@@ -349,37 +371,62 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
 
 /* ---- kernel timeline ---- */
 
-/* Queues work of duration_ns on gpu for the calling process: it starts at
- * max(now, the GPU's busy_until, not_before_ns) and ends duration_ns later; the GPU is busy
- * until then. duration 0 occupies nothing and records no interval (it only reports where
- * such work would start). not_before_ns is the stream's last completion (stream order).
- * Returns 0 or -EINVAL.
+/* Queues work of duration_ns on gpu for the calling process and returns where it starts and
+ * ends on the caller's own clock (below). duration 0 occupies nothing and records no interval
+ * (it only reports where such work would start). not_before_ns is the stream's last completion
+ * (stream order), on the same clock. Returns 0 or -EINVAL.
+ *
+ * Time slicing. Each owner (a process; all clients of one MPS server together) has its own
+ * queue on the GPU: its work runs in the order it was queued, from max(now, not_before, the
+ * end of its queued work). While the work of several owners is pending, the GPU runs them in
+ * turn, each for the GPU's time slice (timeslice_us), as the driver time-slices the contexts
+ * of different processes; an owner alone runs without interruption. The timeline records each
+ * slice as a busy interval of its owner. An owner's clock is the GPU's clock less the time it
+ * spent waiting for other owners' slices with work pending (its lag, which only grows): work
+ * lasting d on the owner's clock takes d plus the other owners' slices on the GPU's. Submit
+ * returns times on the owner's clock, which never change; emu_state_wall_ns() turns them into
+ * GPU (CLOCK_MONOTONIC) times, which do change while other processes queue work: submitting
+ * reschedules the future part of the timeline (from now on; the past never changes).
+ * An owner that never waited has a lag of 0: its clock is the GPU's.
  *
  * A dead process's work does not stay on the timeline, as the driver drops a dying context's
  * work: when a process slot is reaped (emu_state_proc_release at exit, reclaim of a killed
- * process), its work on every GPU that had not started is removed and the one running is cut
- * at that moment; busy_until and busy_total shrink to match. Before queueing behind other
- * processes' pending work, submit checks that those owners are alive (kill(pid, 0): a pid
- * reused since is caught by the next full reclaim instead). Other processes' work already
- * queued keeps its times (its owners hold them); work queued afterwards starts behind it. */
+ * process), its work on every GPU that had not run is removed at that moment and the others'
+ * pending work is rescheduled without it; busy_until and busy_total shrink to match. Before
+ * submitting beside other processes' pending work, submit checks that those owners are alive
+ * (kill(pid, 0): a pid reused since is caught by the next full reclaim instead). */
 int emu_state_submit(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                      uint64_t duration_ns, uint64_t *ret_start_ns, uint64_t *ret_end_ns);
 /* As emu_state_submit, for work that may run concurrently with the caller's own queued work
- * (kernels of one context on different streams): when the GPU's queue ends with a run of the
- * caller's work, this starts at max(now, not_before_ns, overlap_from_ns, that run's start)
- * instead of after it, and its busy interval is merged with the run (utilization is the union
- * of busy intervals). overlap_from_ns is when the SMs it needs are free, as the caller tracks
- * them; UINT64_MAX: never overlap (plain emu_state_submit). */
+ * (kernels of one context on different streams): while the caller's queue has work pending,
+ * this starts at max(now, not_before_ns, overlap_from_ns, that run's start) instead of after
+ * it, and its busy time is merged with the run (utilization is the union of busy intervals).
+ * overlap_from_ns is when the SMs it needs are free, as the caller tracks them (its clock);
+ * UINT64_MAX: never overlap (plain emu_state_submit). */
 int emu_state_submit_overlap(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                              uint64_t overlap_from_ns, uint64_t duration_ns, uint64_t *ret_start_ns,
                              uint64_t *ret_end_ns);
 /* As emu_state_submit_overlap, with the work owned by as_pid on the timeline instead of the
  * caller: MPS clients submit as their server, whose one context is what the GPU runs, so the
- * work of all clients of one server may overlap (each on its own SMs) and shows as the
- * server's. as_pid 0: the caller (emu_state_submit_overlap). */
+ * work of all clients of one server may overlap (each on its own SMs), shares one queue and
+ * clock, and shows as the server's. as_pid 0: the caller (emu_state_submit_overlap). */
 int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                         uint64_t overlap_from_ns, uint64_t duration_ns, int32_t as_pid,
                         uint64_t *ret_start_ns, uint64_t *ret_end_ns);
+/* The GPU (CLOCK_MONOTONIC) time at which the owner's clock (as_pid as in submit_as) reads
+ * t_ns on gpu, by the schedule as it stands: a completion time of submit is done when this is
+ * at or before emu_state_now_ns(). at_start: t_ns is where work begins (an event recorded
+ * before it): when the owner waits there for another owner's slice, the time it resumes;
+ * otherwise the time it stopped. Times before the owner last waited that the ring no longer
+ * holds convert with its oldest lag known. */
+uint64_t emu_state_wall_ns(struct emu_state *st, unsigned gpu, int32_t as_pid, uint64_t t_ns,
+                           bool at_start);
+/* The owner's lag at the end of its queued work (as_pid as in submit_as), read without the
+ * lock: emu_state_now_ns() less this is at most the owner's clock now (a cheap bound for
+ * bookkeeping on the owner's clock). */
+uint64_t emu_state_lag_hint(struct emu_state *st, unsigned gpu, int32_t as_pid);
+/* The GPU's time slice in ns (timeslice_us, or the default). */
+uint64_t emu_state_timeslice_ns(struct emu_state *st, unsigned gpu);
 
 /* Busy time of gpu within [t0, t1): the overlap of the recorded intervals with the window
  * (pid 0: all processes, else only that pid). Queued future work counts only for the part of

@@ -186,6 +186,10 @@ int main(int argc, char **argv)
     uint64_t warm = (uint64_t)khz; /* 1 ms: the GPU leaves idle clocks, the JIT is done */
     void *wargs[] = {&warm};
     CALL(2, "warm-up launch", launch(spin, 1, 1, 1, 1, 1, 1, 0, s, wargs, NULL));
+    /* an event after the warm-up: e0 below then marks the start of the timed kernel, not the
+     * warm-up's end (on accel-emu an event recorded right after work takes that work's end,
+     * which with --go may be long before the kernel runs) */
+    CALL(2, "record", record(e1, s));
     int sms = 0, per_sm = 0;
     CALL(2, "SM count", attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
     CALL(2, "occupancy", occupancy(&per_sm, spin, (int)threads, 0));

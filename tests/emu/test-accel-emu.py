@@ -119,6 +119,23 @@ def _():
     # a GPU by PCI bus id
     bus = g[0]["pci_bus_id"]
     check(run("set", bus, "temperature=40", state=STATE)[0] == 0, "set by bus id")
+    # the time slice between processes: 2000 us by default, per GPU
+    check(g[1]["timeslice_us"] == 2000, f"default time slice {g[1]['timeslice_us']}")
+    check(run("set", "1", "timeslice=50000", state=STATE)[0] == 0, "set timeslice")
+    g = json.loads(run("status", "--json", state=STATE)[1])["gpus"]
+    check(g[1]["timeslice_us"] == 50000 and g[0]["timeslice_us"] == 2000, "time slice set")
+    check(run("set", "1", "timeslice=default", state=STATE)[0] == 0, "timeslice=default")
+    g = json.loads(run("status", "--json", state=STATE)[1])["gpus"]
+    check(g[1]["timeslice_us"] == 2000, "time slice back to the default")
+
+
+@case("init --timeslice sets every GPU's time slice")
+def _():
+    other = os.path.join(TMP, "sliced")
+    rc, out, err = run("init", "--gpus", "2", "--timeslice", "500", state=other)
+    check(rc == 0, f"init rc {rc}: {err}")
+    g = json.loads(run("status", "--json", state=other)[1])["gpus"]
+    check([x["timeslice_us"] for x in g] == [500, 500], f"time slices {g}")
 
 
 BAD = [
@@ -132,6 +149,8 @@ BAD = [
     (["init", "--numa", "0,x,1,1"], "'x'"),
     (["init", "--nvlink", "some"], "some"),
     (["init", "--proc-info-stride", "20"], "--proc-info-stride"),
+    (["init", "--timeslice", "0"], "--timeslice"),
+    (["init", "--timeslice", "1000001"], "--timeslice"),
     (["init", "--frobnicate", "1"], "--frobnicate"),
     (["init", "--gpus"], "--gpus"),
     (["xid", "9", "43"], "'9'"),
@@ -146,6 +165,8 @@ BAD = [
     (["set", "0", "sm_clock=2500"], "maximum"),
     (["set", "0", "temperature=50", "power=-1"], "power"),
     (["set", "1", "compute_mode=sometimes"], "compute_mode"),
+    (["set", "1", "timeslice=0"], "timeslice"),
+    (["set", "1", "timeslice=2s"], "timeslice"),
     (["lose", "4"], "'4'"),
     (["restore"], "usage"),
     (["status", "--yaml"], "--yaml"),

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sys/select.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -363,6 +364,43 @@ static int child_main(int argc, char **argv)
             ;
         return 0;
     }
+    if (!strcmp(mode, "slice") && argc == 4) {
+        /* ready; on a byte: record, launch one spin kernel, record, say "queued"; on a
+         * second byte: wait for it and print when it was launched and the host time from then
+         * to completion (ns) and the events' elapsed time (ms); on EOF instead: leave without
+         * waiting */
+        uint64_t cycles = strtoull(argv[3], NULL, 10);
+        CUfunction f = spin_fn();
+        CUevent e0, e1;
+        if (!f || p_cuEventCreate(&e0, 0) != CUDA_SUCCESS ||
+            p_cuEventCreate(&e1, 0) != CUDA_SUCCESS)
+            return 12;
+        printf("ready\n");
+        fflush(stdout);
+        if (read(0, line, 1) != 1)
+            return 13;
+        void *args[] = {&cycles};
+        uint64_t t0 = emu_state_now_ns();
+        if (p_cuEventRecord(e0, NULL) != CUDA_SUCCESS ||
+            p_cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL) != CUDA_SUCCESS ||
+            p_cuEventRecord(e1, NULL) != CUDA_SUCCESS)
+            return 14;
+        printf("queued\n");
+        fflush(stdout);
+        if (read(0, line, 1) != 1)
+            return 0;
+        if (p_cuEventSynchronize(e1) != CUDA_SUCCESS)
+            return 15;
+        uint64_t t1 = emu_state_now_ns();
+        float ms = 0;
+        if (p_cuEventElapsedTime_v2(&ms, e0, e1) != CUDA_SUCCESS)
+            return 16;
+        printf("%llu %llu %.6f\n", (unsigned long long)t0, (unsigned long long)(t1 - t0), ms);
+        fflush(stdout);
+        while (read(0, line, sizeof(line)) > 0)
+            ;
+        return 0;
+    }
     if (!strcmp(mode, "spin") && argc == 5) {
         /* ready, wait for "go", then queue N spin kernels at once and wait for them */
         uint64_t cycles = strtoull(argv[3], NULL, 10);
@@ -503,6 +541,28 @@ static bool spawn(struct child *c, const char *const *args)
     close(b[1]);
     c->in = a[1];
     c->out = b[0];
+    return true;
+}
+
+/* One line of the child's output (without the newline), within 10 s. */
+static bool child_line(struct child *c, char *buf, size_t len)
+{
+    size_t n = 0;
+    while (n + 1 < len) {
+        struct timeval tv = {10, 0};
+        fd_set rd;
+        FD_ZERO(&rd);
+        FD_SET(c->out, &rd);
+        if (select(c->out + 1, &rd, NULL, NULL, &tv) <= 0)
+            return false;
+        ssize_t r = read(c->out, buf + n, 1);
+        if (r <= 0)
+            return false;
+        if (buf[n] == '\n')
+            break;
+        n++;
+    }
+    buf[n] = 0;
     return true;
 }
 
@@ -1550,8 +1610,11 @@ TEST(dead_process_work_leaves_the_timeline)
         tap_diag("%s child: next kernel starts %.3f ms after it was queued",
                  killed ? "killed" : "exited", s > after ? (s - after) / 1e6 : 0.0);
         prev_end = e;
+        /* s is on our clock, behind the GPU's by what we waited for the child's time slices
+         * while our kernel of the round before was running beside its work */
+        uint64_t ws = emu_state_wall_ns(st, 0, 0, s, true);
         uint64_t busy = 1;
-        REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, s, s + 20000000000ull, 0, &busy, NULL), 0);
+        REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, ws, ws + 20000000000ull, 0, &busy, NULL), 0);
         CHECK_EQ_U64(busy, d);
         /* `accel-emu status`'s view: no process holds memory any more */
         size_t n = 1;
@@ -1703,6 +1766,100 @@ TEST(timeline_is_shared_and_serialized)
     CHECK(frac > 0 && frac <= 1.0);
     p_cuEventDestroy_v2(e0);
     p_cuEventDestroy_v2(e1);
+}
+
+/* Processes share the GPU in time slices (issue 14): a 20 ms kernel queued 10 ms after another
+ * process's 2 s kernel does not wait for it to end. The two take turns, a slice each: the
+ * short one ends ~40 ms after it was queued (its own 20 ms, the neighbour's 9 slices between
+ * its 10, and the rest of the neighbour's slice running when it came), its events span its
+ * first slice to its end (38 ms: they include the neighbour's slices, as cuEventElapsedTime
+ * does on a GPU), the neighbour's end moves 20 ms later, and each process is busy in its own
+ * slices only. With a 50 ms slice the short kernel waits for the neighbour's slice to end,
+ * then runs in one go. */
+static void slice_case(unsigned timeslice_us, const char *path)
+{
+    const uint64_t ms = 1000000;
+    struct emu_state *st = NULL;
+    REQUIRE_EQ_INT(emu_state_open(path, &st), 0);
+    struct emu_gpu *g = emu_state_gpu(st, 0);
+    emu_state_lock(st);
+    g->timeslice_us = timeslice_us;
+    emu_state_unlock(st);
+    const uint64_t q = emu_state_timeslice_ns(st, 0);
+    char saved[4096], cl[32], cs[32];
+    snprintf(saved, sizeof(saved), "%s", getenv("ACCEL_EMU_STATE"));
+    snprintf(cl, sizeof(cl), "%llu", 2000 * 1410000ull); /* 2 s at the A100's 1410 MHz */
+    snprintf(cs, sizeof(cs), "%llu", 20 * 1410000ull);   /* 20 ms */
+    setenv("ACCEL_EMU_STATE", path, 1);
+    struct child a, b;
+    const char *la[] = {"slice", cl, NULL}, *lb[] = {"slice", cs, NULL};
+    bool ok = spawn(&a, la) && spawn(&b, lb);
+    setenv("ACCEL_EMU_STATE", saved, 1);
+    REQUIRE(ok);
+    REQUIRE(child_ready(&a));
+    REQUIRE(child_ready(&b));
+    char line[128];
+    CHECK(write(a.in, "g", 1) == 1);
+    REQUIRE(child_line(&a, line, sizeof(line)) && !strcmp(line, "queued"));
+    uint64_t a_end = g->busy_until_ns; /* the long kernel alone: its end */
+    uint64_t a_start = a_end - 2000 * ms;
+    /* 10 ms later (an offset the case is about, not a wait for a condition) */
+    struct timespec ten = {0, 10 * 1000000};
+    nanosleep(&ten, NULL);
+    uint64_t t0 = emu_state_now_ns();
+    CHECK(write(b.in, "gs", 2) == 2);
+    REQUIRE(child_line(&b, line, sizeof(line)) && !strcmp(line, "queued"));
+    REQUIRE(child_line(&b, line, sizeof(line)));
+    uint64_t t1 = emu_state_now_ns();
+    unsigned long long launched = 0, wall = 0;
+    float ev = 0;
+    REQUIRE(sscanf(line, "%llu %llu %f", &launched, &wall, &ev) == 3);
+    uint64_t queued_at = launched - a_start; /* about 10 ms into the long kernel */
+    uint64_t first = q - queued_at % q;      /* the rest of the neighbour's slice */
+    tap_diag("slice %.0f ms: 20 ms kernel queued %.1f ms into a 2 s one: done after %.3f ms, "
+             "events %.3f ms; neighbour's end moved %.3f ms",
+             q / 1e6, queued_at / 1e6, wall / 1e6, ev, (double)(g->busy_until_ns - a_end) / 1e6);
+    uint64_t own = 20 * ms, others = q >= own ? 0 : (own / q - 1) * q;
+    /* queued to done: the rest of the neighbour's slice, then ours and theirs in turn (the
+     * microseconds from the child's clock reading to its launch, and host time on top) */
+    CHECK(wall + ms / 2 >= first + own + others);
+    CHECK(wall <= first + own + others + 25 * ms);
+    /* the events: from our first slice to our end, the neighbour's slices between */
+    CHECK(fabsf(ev - (float)(own + others) / 1e6f) < 0.01f);
+    if (q < own)
+        CHECK(ev > 20.5f);
+    /* the long kernel ends later by the short one's 20 ms */
+    CHECK_EQ_U64(g->busy_until_ns, a_end + own);
+    /* per process (what NVML's process utilization reads): each busy in its own slices; the
+     * device busy throughout, the union */
+    struct emu_proc_util pu[8];
+    size_t n = 0;
+    REQUIRE_EQ_INT(emu_state_util_by_proc(st, 0, t0, t1, pu, 8, &n), 0);
+    uint64_t ua = 0, ub = 0;
+    for (size_t k = 0; k < n && k < 8; k++) {
+        if (pu[k].pid == a.pid)
+            ua = pu[k].busy_ns;
+        if (pu[k].pid == b.pid)
+            ub = pu[k].busy_ns;
+    }
+    CHECK_EQ_U64(ub, own);
+    CHECK(ua >= others && ua <= t1 - t0);
+    uint64_t busy = 0;
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, t0, t1, 0, &busy, NULL), 0);
+    CHECK_EQ_U64(busy, ua + ub);
+    CHECK_EQ_INT(child_wait(&b), 0);
+    CHECK_EQ_INT(child_wait(&a), 0); /* leaves without waiting: its work goes */
+    CHECK(TAP_WAIT_UNTIL(g->busy_until_ns <= emu_state_now_ns(), 5000));
+    emu_state_close(st);
+}
+
+TEST(processes_share_the_gpu_in_time_slices)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/slice.state", tap_tmpdir());
+    make_state(path, 1);
+    slice_case(0, path);     /* the default: 2 ms */
+    slice_case(50000, path); /* 50 ms: the short kernel waits for the neighbour's slice */
 }
 
 int main(int argc, char **argv)

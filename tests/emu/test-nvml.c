@@ -457,6 +457,62 @@ static void nvml_machine_done(struct emu_state *st)
     emu_state_close(st);
 }
 
+/* Two processes with work pending on one GPU take turns in time slices (issue 14): NVML's
+ * per-process utilization shows each busy about half of a sample period (its own slices), the
+ * device's the whole of it (their union). */
+static bool two_halves(unsigned gpu, pid_t a, pid_t b)
+{
+    nvmlProcessUtilizationSample_t s[4];
+    unsigned n = 4;
+    if (nvmlDeviceGetProcessUtilization(dev(gpu), s, &n, 0) != NVML_SUCCESS || n != 2)
+        return false;
+    bool sa = false, sb = false;
+    for (unsigned i = 0; i < n; i++) {
+        if (s[i].smUtil < 45 || s[i].smUtil > 55)
+            return false;
+        sa |= s[i].pid == (unsigned)a;
+        sb |= s[i].pid == (unsigned)b;
+    }
+    return sa && sb;
+}
+
+TEST(time_sliced_processes_share_the_utilization)
+{
+    struct emu_state *st = nvml_machine("slices", "100");
+    REQUIRE(st != NULL);
+    int up[2], down[2];
+    REQUIRE(pipe(up) == 0 && pipe(down) == 0);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        char c = emu_state_submit(st, 1, 0, 30ull * 1000000000ull, NULL, NULL) == 0 ? 'y' : 'n';
+        if (write(up[1], &c, 1) != 1)
+            _exit(1);
+        close(down[1]);
+        while (read(down[0], &c, 1) > 0) /* until the parent is done looking */
+            ;
+        _exit(0);
+    }
+    close(down[0]);
+    char c = 0;
+    REQUIRE(read(up[0], &c, 1) == 1);
+    CHECK(c == 'y');
+    uint64_t start, end;
+    REQUIRE_EQ_INT(emu_state_submit(st, 1, 0, 30ull * 1000000000ull, &start, &end), 0);
+    /* a bound on waiting for a whole 100 ms period after both were queued */
+    CHECK(TAP_WAIT_UNTIL(two_halves(1, child, getpid()), 5000));
+    nvmlUtilization_t u = {0, 0};
+    CHECK_EQ_INT(nvmlDeviceGetUtilizationRates(dev(1), &u), NVML_SUCCESS);
+    CHECK_EQ_INT(u.gpu, 100);
+    close(down[1]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    close(up[0]);
+    close(up[1]);
+    emu_state_proc_release(st);
+    nvml_machine_done(st);
+}
+
 TEST(utilization_from_the_timeline)
 {
     struct emu_state *st = nvml_machine("util", "100");

@@ -190,6 +190,9 @@ TEST(damaged_state_is_refused_with_the_field_named)
         {"busy until", 18},
         {"reserved memory", 19},
         {"reserved memory", 20},
+        {"time slice 1000001 us", 21},
+        {"timeline interval 0", 22},
+        {"timeline interval 0", 23},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         memcpy(img, good, sizeof(*img));
@@ -199,7 +202,7 @@ TEST(damaged_state_is_refused_with_the_field_named)
             img->magic ^= 1;
             break;
         case 1:
-            img->version = 2;
+            img->version = 99;
             break;
         case 2:
             img->gpu_count = 17;
@@ -228,7 +231,7 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break;
         case 10:
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){2000, 1000, 1, 1};
+            g->intervals[0] = (struct emu_interval){2000, 1000, 1, 1, 0, 0};
             g->busy_until_ns = 2000;
             break;
         case 11:
@@ -259,7 +262,7 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break;
         case 18:
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1};
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0};
             g->busy_until_ns = 1500;
             break;
         case 19:
@@ -267,6 +270,19 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break; /* processes' share would wrap */
         case 20:
             g->ctx_cost = ~0ull;
+            break;
+        case 21:
+            g->timeslice_us = EMU_TIMESLICE_MAX_US + 1;
+            break;
+        case 22: /* a lag longer than the time before the interval */
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 1001, 0};
+            g->busy_until_ns = 2000;
+            break;
+        case 23: /* a wait longer than the lag it is part of */
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 10, 11};
+            g->busy_until_ns = 2000;
             break;
         }
         err[0] = 0;
@@ -541,9 +557,10 @@ TEST(exited_process_work_leaves_the_timeline)
     dead_work_case("dx", false);
 }
 
-/* Another live process's work queued behind the dead one's keeps its times (its owner holds
- * them); the dead one's running kernel is cut where it stood. */
-TEST(live_work_behind_dead_work_keeps_its_place)
+/* A live process's work beside another process's: the two take turns in time slices (2 ms by
+ * default) while both have work pending, and the other's work goes when its owner is found
+ * dead: the live one then runs alone, its end earlier than the slices had put it. */
+TEST(live_work_beside_dead_work_is_sliced_then_alone)
 {
     struct emu_state *st = make("dl", 1, NULL);
     REQUIRE(st);
@@ -554,42 +571,223 @@ TEST(live_work_behind_dead_work_keeps_its_place)
         emu_state_close(st);
         return;
     }
-    uint64_t now = emu_state_now_ns(), base = now - 1000000; /* started 1 ms ago */
-    /* slot 3: a dead process of our namespace; slot 4: ourselves */
+    const uint64_t ms = 1000000;
+    CHECK_EQ_U64(emu_state_timeslice_ns(st, 0), 2 * ms);
+    uint64_t before = emu_state_now_ns(), base = before - ms; /* started 1 ms ago */
+    /* slot 3: a dead process of our namespace, with 20 ms of work queued */
     emu_state_lock(st);
     sh->procs[3] = (struct emu_proc){.pid = 999999, .start_time = 1, .pidns = ns};
     struct emu_gpu *g = &sh->gpus[0];
-    g->intervals[0] = (struct emu_interval){base, base + 10000000, 999999, 4};
-    g->intervals[1] = (struct emu_interval){base + 10000000, base + 20000000, 999999, 4};
+    g->intervals[0] = (struct emu_interval){base, base + 10 * ms, 999999, 4, 0, 0};
+    g->intervals[1] = (struct emu_interval){base + 10 * ms, base + 20 * ms, 999999, 4, 0, 0};
     g->interval_count = 2;
-    g->busy_until_ns = base + 20000000;
-    g->busy_total_ns = 20000000;
+    g->busy_until_ns = base + 20 * ms;
+    g->busy_total_ns = 20 * ms;
     g->pending_slots[0] = 1ull << 3;
     emu_state_unlock(st);
-    /* our kernel queues behind it while the owner's death is not known (another namespace's
-     * pid cannot be judged: make it look like one for this submit) */
+    /* while the owner's death is not known (another namespace's pid cannot be judged: make it
+     * look like one for this submit), our 3 ms are sliced with its work: the rest of its slice
+     * (1 ms), ours (2 ms), its (2 ms), our last 1 ms */
     emu_state_lock(st);
     sh->procs[3].pidns = ns + 1;
     emu_state_unlock(st);
     uint64_t s = 0, e = 0;
-    REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, 3000000, &s, &e), 0);
-    CHECK_EQ_U64(s, base + 20000000);
+    REQUIRE_EQ_INT(emu_state_submit(st, 0, 0, 3 * ms, &s, &e), 0);
+    uint64_t after = emu_state_now_ns();
+    CHECK(s >= before && s <= after); /* on our clock, which has not waited yet */
+    CHECK_EQ_U64(e, s + 3 * ms);
+    /* its slice ends 2 ms after it began (base), then ours [2, 4), its [4, 6), ours [6, 7):
+     * exact while the submit came within 1 ms of `before` */
+    uint64_t we = emu_state_wall_ns(st, 0, 0, e, false);
+    CHECK_EQ_U64(we, base + 7 * ms);
+    /* what had run stays; the neighbour finishes its slice (2 ms from its start) first */
+    CHECK_EQ_U64(g->intervals[0].start_ns, base);
+    CHECK_EQ_U64(g->intervals[0].end_ns, base + 2 * ms);
+    CHECK_EQ_INT(g->intervals[1].pid, getpid());
+    CHECK_EQ_U64(g->intervals[1].start_ns, base + 2 * ms);
+    tap_diag("3 ms beside a neighbour's 19 ms: done %.3f ms after submit", (we - s) / 1e6);
+    /* the GPU finishes both later: the neighbour's end moves by our 3 ms */
+    CHECK_EQ_U64(g->busy_until_ns, base + 23 * ms);
+    struct emu_proc_util pu[4];
+    size_t n = 0;
+    REQUIRE_EQ_INT(emu_state_util_by_proc(st, 0, s, s + 6 * ms, pu, 4, &n), 0);
+    REQUIRE_EQ_INT(n, 2);
+    for (size_t k = 0; k < n; k++) {
+        tap_diag("pid %d busy %.3f ms of the first 6 ms", pu[k].pid, pu[k].busy_ns / 1e6);
+        CHECK_EQ_U64(pu[k].busy_ns, 3 * ms);
+    }
     emu_state_lock(st);
     sh->procs[3].pidns = ns;
     emu_state_unlock(st);
-    /* the reaper finds it dead: its second kernel goes, its first is cut at the reclaim */
-    uint64_t t0 = emu_state_now_ns();
+    /* the reaper finds it dead: its work goes, ours runs alone from then on */
     CHECK_EQ_INT(emu_state_reclaim(st), 1);
     uint64_t t1 = emu_state_now_ns();
-    REQUIRE_EQ_U64(g->interval_count, 2);
-    CHECK_EQ_U64(g->intervals[0].start_ns, base);
-    CHECK(g->intervals[0].end_ns >= t0 && g->intervals[0].end_ns <= t1);
-    CHECK_EQ_INT(g->intervals[1].pid, getpid());
-    CHECK_EQ_U64(g->intervals[1].start_ns, s);
-    CHECK_EQ_U64(g->intervals[1].end_ns, e);
-    CHECK_EQ_U64(g->busy_until_ns, e);
-    CHECK_EQ_U64(g->busy_total_ns, (g->intervals[0].end_ns - base) + 3000000);
+    uint64_t we2 = emu_state_wall_ns(st, 0, 0, e, false);
+    CHECK(we2 <= we && we2 <= t1 + 3 * ms);
+    CHECK_EQ_U64(g->busy_until_ns, we2);
+    REQUIRE_EQ_INT(emu_state_util_by_proc(st, 0, t1, t1 + 30 * ms, pu, 4, &n), 0);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT(pu[0].pid, getpid());
     CHECK_EQ_U64(g->pending_slots[0] & (1ull << 3), 0);
+    emu_state_close(st);
+}
+
+/* Round robin between owners, exactly: a neighbour (another namespace's pid, so never reaped)
+ * runs 10 ms of work that started 0.5 ms ago; with 1 ms slices (set at create) our 3 ms go in
+ * turns: the rest of its slice, ours, its, ours, its, ours. Our times are on our clock; turned
+ * into GPU time, a start marker reads our first slice, an end our last one's end. What has run
+ * never changes when a third owner comes; the newcomer takes its turn after those waiting. */
+TEST(timeline_time_slices_between_owners)
+{
+    struct emu_config cfg;
+    emu_config_init(&cfg);
+    cfg.gpus = 1;
+    cfg.timeslice_us = 1000;
+    const char *p = state_path("ts");
+    REQUIRE_EQ_INT(emu_state_create(p, &cfg), 0);
+    struct emu_state *st = NULL;
+    REQUIRE_EQ_INT(emu_state_open(p, &st), 0);
+    cfg.timeslice_us = EMU_TIMESLICE_MAX_US + 1;
+    CHECK_EQ_INT(emu_state_create(state_path("ts-bad"), &cfg), -EINVAL);
+    struct emu_shared *sh = emu_state_shared(st);
+    struct emu_gpu *g = emu_state_gpu(st, 0);
+    const uint64_t us = 1000, ms = 1000000;
+    CHECK_EQ_U64(emu_state_timeslice_ns(st, 0), ms);
+    uint64_t ns = my_pidns();
+    uint64_t base = emu_state_now_ns() + 200 * ms; /* in the future: "now" never interferes */
+    emu_state_lock(st);
+    sh->procs[5] = (struct emu_proc){.pid = 999998, .start_time = 1, .pidns = ns + 1};
+    /* its run began 0.5 ms before base */
+    g->intervals[0] = (struct emu_interval){base - 500 * us, base + 9500 * us, 999998, 6, 0, 0};
+    g->interval_count = 1;
+    g->busy_until_ns = base + 9500 * us;
+    g->busy_total_ns = 10 * ms;
+    g->pending_slots[0] = 1ull << 5;
+    emu_state_unlock(st);
+    /* our work is queued at base (not_before: our clock has not waited yet, it is the GPU's) */
+    uint64_t s = 0, e = 0;
+    REQUIRE_EQ_INT(emu_state_submit(st, 0, base, 3 * ms, &s, &e), 0);
+    CHECK_EQ_U64(s, base);
+    CHECK_EQ_U64(e, base + 3 * ms);
+    /* not_before in the future counts from now: the turns start at now, not base; so look at
+     * the schedule relative to where our first slice is */
+    uint64_t first = emu_state_wall_ns(st, 0, 0, s, true);
+    uint64_t last = emu_state_wall_ns(st, 0, 0, e, false);
+    tap_diag("3 ms beside 10 ms in 1 ms slices: first slice at +%.3f ms, done at +%.3f ms",
+             ((double)first - (double)base) / 1e6, ((double)last - (double)base) / 1e6);
+    /* ours: three 1 ms slices with one of the neighbour's between each */
+    CHECK_EQ_U64(last - first, 5 * ms);
+    CHECK_EQ_U64(first, base + 500 * us); /* after the rest of the neighbour's slice */
+    CHECK_EQ_U64(emu_state_wall_ns(st, 0, 0, s, false), base); /* before the wait */
+    int mine = 0, theirs = 0;
+    uint64_t busy_mine = 0;
+    for (uint64_t k = 0; k < g->interval_count; k++) {
+        const struct emu_interval *iv = &g->intervals[k % EMU_TIMELINE_RING];
+        if (iv->end_ns <= first)
+            continue;
+        if (iv->pid == getpid()) {
+            mine++;
+            busy_mine += iv->end_ns - iv->start_ns;
+            CHECK_EQ_U64(iv->end_ns - iv->start_ns, ms);
+        } else {
+            theirs++;
+        }
+    }
+    CHECK_EQ_INT(mine, 3);
+    CHECK_EQ_INT(theirs, 3); /* two slices between ours, then its rest in one */
+    CHECK_EQ_U64(busy_mine, 3 * ms);
+    /* the neighbour's end moved by our 3 ms */
+    CHECK_EQ_U64(g->busy_until_ns, base + 9500 * us + 3 * ms);
+    uint64_t busy = 0;
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, first, last, 0, &busy, NULL), 0);
+    CHECK_EQ_U64(busy, last - first); /* the device: busy throughout, the union */
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, first, last, getpid(), &busy, NULL), 0);
+    CHECK_EQ_U64(busy, 3 * ms); /* ours: our slices only */
+    /* a forked child (a third owner) queues 2 ms ready 1 ms into our first slice: it joins
+     * the queue behind the neighbour (waiting since our slice began) and ahead of us (back in
+     * the queue when our slice ends): N [-0.5, 0.5) ours [0.5, 1.5) N [1.5, 2.5) child
+     * [2.5, 3.5) ours [3.5, 4.5) N [4.5, 5.5) child [5.5, 6.5) ours [6.5, 7.5) N's rest */
+    int pfd[2], back[2];
+    REQUIRE(pipe(pfd) == 0 && pipe(back) == 0);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        uint64_t cs = 0, ce = 0;
+        char c = emu_state_submit(st, 0, base + ms, 2 * ms, &cs, &ce) == 0 ? 'y' : 'n';
+        uint64_t w[2] = {emu_state_wall_ns(st, 0, 0, cs, true),
+                         emu_state_wall_ns(st, 0, 0, ce, false)};
+        if (write(pfd[1], &c, 1) != 1 || write(pfd[1], w, sizeof(w)) != sizeof(w))
+            _exit(1);
+        char x;
+        if (read(back[0], &x, 1) < 0) /* stay alive until the parent has looked */
+            _exit(1);
+        _exit(0);
+    }
+    char c = 0;
+    uint64_t w[2] = {0, 0};
+    bool got = read(pfd[0], &c, 1) == 1 && read(pfd[0], w, sizeof(w)) == sizeof(w);
+    if (!got) {
+        int status = 0;
+        waitpid(child, &status, 0);
+        tap_diag("child status 0x%x", status);
+    }
+    REQUIRE(got);
+    CHECK(c == 'y');
+    tap_diag("child: first slice at +%.3f ms, done at +%.3f ms",
+             ((double)w[0] - (double)base) / 1e6, ((double)w[1] - (double)base) / 1e6);
+    CHECK_EQ_U64(w[0], base + 2500 * us);
+    CHECK_EQ_U64(w[1], base + 6500 * us);
+    CHECK_EQ_U64(emu_state_wall_ns(st, 0, 0, e, false), base + 7500 * us); /* ours: 2 ms later */
+    CHECK_EQ_U64(emu_state_wall_ns(st, 0, 0, s, true), first);
+    CHECK_EQ_U64(g->busy_until_ns, base + 9500 * us + 5 * ms);
+    CHECK(write(back[1], "q", 1) == 1);
+    int status = 0;
+    waitpid(child, &status, 0);
+    close(pfd[0]);
+    close(pfd[1]);
+    close(back[0]);
+    close(back[1]);
+    emu_state_close(st);
+}
+
+/* Ten 1 ms kernels queued one by one beside a neighbour are dealt out as one 10 ms kernel would
+ * be (each submit after the first only reschedules from where our queue ran out): with the
+ * default 2 ms slices, ours are the second, fourth, ... tenth 2 ms of the neighbour's run. */
+TEST(timeline_slices_queued_piecewise_as_whole)
+{
+    struct emu_state *st = make("tw", 1, NULL);
+    REQUIRE(st);
+    struct emu_shared *sh = emu_state_shared(st);
+    struct emu_gpu *g = emu_state_gpu(st, 0);
+    const uint64_t ms = 1000000;
+    uint64_t base = emu_state_now_ns() + 200 * ms;
+    emu_state_lock(st);
+    sh->procs[5] = (struct emu_proc){.pid = 999997, .start_time = 1, .pidns = my_pidns() + 1};
+    g->intervals[0] = (struct emu_interval){base, base + 100 * ms, 999997, 6, 0, 0};
+    g->interval_count = 1;
+    g->busy_until_ns = base + 100 * ms;
+    g->busy_total_ns = 100 * ms;
+    emu_state_unlock(st);
+    uint64_t s = 0, e = 0, first = 0;
+    for (int i = 0; i < 10; i++) {
+        REQUIRE_EQ_INT(emu_state_submit(st, 0, base, ms, &s, &e), 0);
+        if (!i)
+            first = s;
+    }
+    CHECK_EQ_U64(e, base + 10 * ms); /* our clock: back to back */
+    CHECK_EQ_U64(emu_state_wall_ns(st, 0, 0, first, true), base + 2 * ms);
+    CHECK_EQ_U64(emu_state_wall_ns(st, 0, 0, e, false), base + 20 * ms);
+    int mine = 0;
+    for (uint64_t k = 0; k < g->interval_count; k++) {
+        const struct emu_interval *iv = &g->intervals[k % EMU_TIMELINE_RING];
+        if (iv->pid != getpid())
+            continue;
+        CHECK_EQ_U64(iv->start_ns, base + (4 * (uint64_t)mine + 2) * ms);
+        CHECK_EQ_U64(iv->end_ns - iv->start_ns, 2 * ms);
+        mine++;
+    }
+    CHECK_EQ_INT(mine, 5);
+    CHECK_EQ_U64(g->busy_until_ns, base + 110 * ms);
     emu_state_close(st);
 }
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# timeslice.sh — on a machine with an NVIDIA GPU and driver (no MPS running): what accel-emu's
+# time slicing between processes models (docs/emulator-cuda.md, "Time slicing between
+# processes"). Builds tests/emu/spin.c with gcc and runs two copies against the real libcuda.so.1:
+# one spins 2 s, the other launches a 20 ms spin kernel 10 ms later (then 3 more, each waited
+# for). On a GPU that time-slices contexts the short kernel does not wait for the long one: its
+# events span its own 20 ms plus the neighbour's slices (the emulator, with 2 ms slices: 38 ms),
+# far below 2 s. Prints PASS/FAIL lines and a "record:" line with the figures for
+# docs/gpu-validation.md. Without a GPU: the same on accel-emu when ACCEL_EMU_STATE is set and
+# the emulator's libcuda.so.1 is on LD_LIBRARY_PATH.
+#
+#   tests/gpu/timeslice.sh [long_ms] [short_ms]        (default 2000 20)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+long=${1:-2000}
+short=${2:-20}
+out=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    rm -rf "$out"
+}
+trap cleanup EXIT
+gcc -std=gnu17 -O2 -Wall -Wextra -Werror -I"$root/src/gpu" -o "$out/spin" "$root/tests/emu/spin.c" -ldl || exit 1
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader || true
+fi
+mkfifo "$out/a.in" "$out/b.in"
+"$out/spin" "$long" --go <"$out/a.in" >"$out/a.out" 2>&1 &
+pids+=($!)
+"$out/spin" "$short" --go --repeat 3 <"$out/b.in" >"$out/b.out" 2>&1 &
+pids+=($!)
+exec 3>"$out/a.in" 4>"$out/b.in"
+ready=0
+for _ in $(seq 400); do # both set up (contexts, modules): at most 20 s
+    if grep -q '^# ready' "$out/a.out" && grep -q '^# ready' "$out/b.out"; then
+        ready=1
+        break
+    fi
+    sleep 0.05
+done
+if [ $ready = 0 ]; then
+    echo "FAIL: the spin programs did not get ready"
+    cat "$out/a.out" "$out/b.out"
+    exit 1
+fi
+echo go >&3
+sleep 0.01
+t0=$(date +%s%N)
+echo go >&4
+wait "${pids[1]}"
+t1=$(date +%s%N)
+wait "${pids[0]}"
+exec 3>&- 4>&-
+pids=()
+cat "$out/a.out" "$out/b.out"
+# "ok 2 - N cycles x W wave(s) (...) took X ms, expected Y ms (...)"
+took() { sed -n 's/.* 2 - .* took \([0-9.]*\) ms.*/\1/p' "$1" | head -1; }
+ta=$(took "$out/a.out")
+tb=$(took "$out/b.out")
+rep=$(sed -n 's/^# repeat [0-9]* p50 \([0-9.]*\) .*/\1/p' "$out/b.out")
+wall=$(( (t1 - t0) / 1000000 ))
+if [ -z "$ta" ] || [ -z "$tb" ]; then
+    echo "FAIL: no kernel times in the output"
+    exit 1
+fi
+echo "# long kernel (events): $ta ms; short kernel (events): $tb ms; short program from go to exit: $wall ms (its 3 repeats p50: ${rep:-?} ms)"
+rc=0
+# the short kernel did not wait for the long one to end
+if awk -v b="$tb" -v l="$long" 'BEGIN { exit !(b < l / 2) }'; then
+    echo "PASS: the ${short} ms kernel beside a ${long} ms one of another process took $tb ms (events), not queued behind it"
+else
+    echo "FAIL: the ${short} ms kernel took $tb ms (events): it waited for the ${long} ms one"
+    rc=1
+fi
+# its events include the neighbour's slices (the emulator: about twice its own time)
+if awk -v b="$tb" -v s="$short" 'BEGIN { exit !(b > s * 1.05) }'; then
+    echo "PASS: its events span more than its own ${short} ms (the other context's slices between)"
+else
+    echo "FAIL: its events say $tb ms: no time slices of the other context inside"
+    rc=1
+fi
+echo "record: timeslice.sh long ${ta} ms, short ${tb} ms (events), repeats p50 ${rep:-?} ms"
+exit $rc
