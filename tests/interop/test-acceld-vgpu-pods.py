@@ -280,6 +280,25 @@ def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
         tap.ok("no pending pod" in e.details() and "exactly 17 vcuda-core" in e.details(),
                "a pod that never arrives: refused after allocateWait, saying why", e.details())
 
+    # ---- the kubelet gives up on a parked Allocate (its deadline passes: gRPC cancels the
+    # call): acceld drops it, and the pod that arrives afterwards is not taken by it
+    ids = kubelet.free[CORE][:19]
+    try:
+        kubelet.plugins[CORE].allocate(ids, timeout=0.3)
+        tap.ok(False, "a parked Allocate the kubelet cancels: the kubelet sees its deadline")
+    except grpc.RpcError as e:
+        tap.ok(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED,
+               "a parked Allocate the kubelet cancels: the kubelet sees its deadline", e.code())
+    api.add_pod("after", 19, 2, "2026-01-01T00:00:06Z")
+    time.sleep(0.5)  # ~25 of the parked call's retries, were it still parked
+    tap.ok(not os.path.exists(os.path.join(tmp, "state", "vgpu", "uid-after")) and
+           agent.alive(), "the cancelled call is dropped: the pod that arrives is not assigned "
+           "to it, and acceld lives on")
+    r = kubelet.when_seen(kubelet.admit, 19, 2)
+    cf = config_of(primary(r))
+    tap.ok(cf and "core_limit = 19\n" in cf,
+           "the pod's own Allocates are answered for it afterwards", cf)
+
     # ---- 50 pods with the same request, admitted back to back: each Allocate
     # pair goes to the oldest unassigned one, each gets its own directory
     for i in range(50):
