@@ -24,7 +24,10 @@ struct vgpu_kube {
     char core_resource[128];
     char memory_resource[128];
     struct vgpu_pending *list;
-    size_t cap;
+    size_t cap, n;
+    /* list is what the cache holds now: rebuilt only after the cache changed (on_pod), so
+     * the two Allocates of a container and the ones of a burst share one build */
+    bool fresh;
     /* annotation keys of the list (one per entry) */
     char (*keys)[VGPU_NAME_MAX + 32];
     char node[VGPU_NAME_MAX];
@@ -81,6 +84,11 @@ static int op_pending(void *self, const struct vgpu_pending **ret, size_t *ret_n
                        "succeeded yet");
         return -EHOSTUNREACH;
     }
+    if (k->fresh) {
+        *ret = k->list;
+        *ret_n = k->n;
+        return 0;
+    }
     size_t n_pods, n = 0;
     const struct kube_pod *const *pods = kube_podwatch_pods(k->watch, &n_pods);
     size_t total = 0;
@@ -124,6 +132,8 @@ static int op_pending(void *self, const struct vgpu_pending **ret, size_t *ret_n
         }
     }
     qsort(k->list, n, sizeof(*k->list), cmp_pending);
+    k->n = n;
+    k->fresh = true;
     *ret = k->list;
     *ret_n = n;
     return 0;
@@ -216,6 +226,14 @@ const char *vgpu_kube_container_id(struct vgpu_kube *k, const char *pod_uid, con
 
 static const struct vgpu_pods_ops kube_pods_ops = {op_pending, op_annotate};
 
+/* The cached list points into the cache's pods: any change makes it stale. */
+static void on_pod(struct kube_podwatch *w, enum kube_watch_type type, const struct kube_pod *pod,
+                   void *user_data)
+{
+    struct vgpu_kube *k = user_data;
+    k->fresh = false;
+}
+
 static void on_state(struct kube_podwatch *w, const char *error, void *user_data)
 {
     if (error)
@@ -249,7 +267,7 @@ int vgpu_kube_new(struct ev_loop *loop, const struct vgpu_kube_options *opts,
     snprintf(k->node, sizeof(k->node), "%s", node);
     snprintf(k->core_resource, sizeof(k->core_resource), "%s", opts->core_resource);
     snprintf(k->memory_resource, sizeof(k->memory_resource), "%s", opts->memory_resource);
-    static const struct kube_podwatch_ops wops = {NULL, on_state};
+    static const struct kube_podwatch_ops wops = {on_pod, on_state};
     r = kube_client_new(loop, kc, &k->client);
     kube_config_free(kc);
     if (r == 0)
