@@ -9,6 +9,10 @@
 
 #include <stddef.h>
 
+/* Connections to the API server at most (see kube_client_new). A watch stream holds one for
+ * its life over HTTP/1.1, so a client must not run this many streams at once. */
+#define KUBE_MAX_HOST_CONNECTIONS 4
+
 struct ev_loop;
 struct kube_config;
 struct kube_client;
