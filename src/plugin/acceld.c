@@ -268,6 +268,10 @@ static void stats_flush(struct agent *a, bool force)
             if (strcmp(shared_gpu_uuid(a->shared[m->sh], m->gpu), a->uuids[g]) == 0)
                 n += mps_sup_restarts(a->mps, k);
         }
+#ifdef ACCELD_HAVE_DRA
+        if (a->dra) /* the DRA side's MPS claims' daemons */
+            n += acceld_dra_mps_restarts(a->dra, a->uuids[g]);
+#endif
         acceld_stats_set_mps_restarts(a->stats, a->uuids[g], n);
     }
     uint64_t now = mono_ns();

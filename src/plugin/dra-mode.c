@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXIT_CONFIG 2
@@ -71,7 +72,8 @@ struct acceld_dra {
     struct gpu_strings *strs;
     const char **uuids;
     struct health_gpu *hstate;
-    unsigned *mps_down; /* per GPU: MPS claims on it whose daemon is down (mps_claim.down) */
+    unsigned *mps_down;    /* per GPU: MPS claims on it whose daemon is down (mps_claim.down) */
+    uint64_t *mps_retired; /* per GPU: restarts of the daemons of claims unprepared since */
     uint64_t recovery_timer;
     struct dra_prepare_config pcfg;
     struct dra_state *state;
@@ -266,6 +268,20 @@ static struct mps_claim *mps_find(struct acceld_dra *a, const char *uid, size_t 
     return NULL;
 }
 
+/* Whether the GPU with this UUID is one of m's claim. */
+static bool claim_has(const struct mps_claim *m, const char *uuid)
+{
+    size_t l = strlen(uuid);
+    for (const char *p = m->uuids; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == l && strncmp(p, uuid, l) == 0)
+            return true;
+        p += len + (end ? 1 : 0);
+    }
+    return false;
+}
+
 /* Marks (down) or clears the GPUs of m's claim as held down by its daemon;
  * the slice, the status file and the health stream follow. */
 static void mps_mark(struct acceld_dra *a, struct mps_claim *m, bool down)
@@ -275,22 +291,15 @@ static void mps_mark(struct acceld_dra *a, struct mps_claim *m, bool down)
     m->down = down;
     bool changed = false;
     for (size_t i = 0; i < a->n; i++) {
-        size_t l = strlen(a->uuids[i]);
-        for (const char *p = m->uuids; p && *p;) {
-            const char *end = strchr(p, ',');
-            size_t len = end ? (size_t)(end - p) : strlen(p);
-            if (len == l && strncmp(p, a->uuids[i], l) == 0) {
-                if (down)
-                    a->mps_down[i]++;
-                else if (a->mps_down[i])
-                    a->mps_down[i]--;
-                bool was = a->gpus[i].healthy;
-                health_changed(a, i, false);
-                changed |= was != a->gpus[i].healthy;
-                break;
-            }
-            p += len + (end ? 1 : 0);
-        }
+        if (!claim_has(m, a->uuids[i]))
+            continue;
+        if (down)
+            a->mps_down[i]++;
+        else if (a->mps_down[i])
+            a->mps_down[i]--;
+        bool was = a->gpus[i].healthy;
+        health_changed(a, i, false);
+        changed |= was != a->gpus[i].healthy;
     }
     if (changed)
         publish(a);
@@ -394,6 +403,10 @@ static void mps_stop(void *ctx, const char *uid)
     struct mps_claim *m = mps_find(a, uid, &i);
     if (!m)
         return;
+    /* its restarts stay counted (the SLI file's counters never go down) */
+    for (size_t g = 0; g < a->n; g++)
+        if (claim_has(m, a->uuids[g]))
+            a->mps_retired[g] += mps_sup_restarts(m->sup, 0);
     /* quit, then SIGKILL after 2 s: bounded, and only when a claim goes */
     m->sup = mps_sup_free(m->sup);
     char dir[PATH_MAX];
@@ -442,7 +455,9 @@ static int make_gpus(struct acceld_dra *a, const int *pos, size_t n_pos)
     a->hstate = calloc(total ? total : 1, sizeof(*a->hstate));
     a->inv_index = calloc(total ? total : 1, sizeof(int));
     a->mps_down = calloc(total ? total : 1, sizeof(unsigned));
-    if (!a->gpus || !a->strs || !a->uuids || !a->hstate || !a->inv_index || !a->mps_down)
+    a->mps_retired = calloc(total ? total : 1, sizeof(uint64_t));
+    if (!a->gpus || !a->strs || !a->uuids || !a->hstate || !a->inv_index || !a->mps_down ||
+        !a->mps_retired)
         return -ENOMEM;
     for (size_t j = 0; j < n_pos; j++) {
         int i = pos[j];
@@ -504,6 +519,33 @@ static void on_state_change(void *ud)
     write_status(ud);
 }
 
+/* The SLIs of the DRA side, in the device-plugin modes' families with the
+ * driver's name as the resource: a prepared claim is the DRA Allocate. */
+static void on_prepared(void *ud, bool ok, uint64_t duration_ns)
+{
+    struct acceld_dra *a = ud;
+    if (a->stats)
+        acceld_stats_allocate(a->stats, ACCELD_DRA_DRIVER, ok, duration_ns);
+}
+
+static void on_registration(void *ud, bool registered)
+{
+    struct acceld_dra *a = ud;
+    if (a->stats)
+        acceld_stats_registration(a->stats, ACCELD_DRA_DRIVER, registered);
+}
+
+uint64_t acceld_dra_mps_restarts(const struct acceld_dra *a, const char *uuid)
+{
+    int g = acceld_dra_find(a, uuid);
+    if (g < 0)
+        return 0;
+    uint64_t n = a->mps_retired[g];
+    for (size_t i = 0; i < a->n_mps; i++)
+        if (claim_has(a->mps[i], uuid))
+            n += mps_sup_restarts(a->mps[i]->sup, 0);
+    return n;
+}
 static int kube_start(struct acceld_dra *a)
 {
     char err[1024];
@@ -708,6 +750,8 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
         .fetcher = dra_kube_claims_fetcher(a->claims),
         .on_change = on_state_change,
         .on_change_data = a,
+        .on_prepared = on_prepared,
+        .on_registration = on_registration,
         .gpus = a->gpus,
         .n_gpus = a->n,
         .pool_name = a->node,
@@ -746,6 +790,7 @@ static void stop(struct acceld_dra *a)
     free(a->hstate);
     free(a->inv_index);
     free(a->mps_down);
+    free(a->mps_retired);
 }
 
 int acceld_dra_new(const struct acceld_dra_options *o, struct acceld_dra **ret)
@@ -812,7 +857,55 @@ struct dra_run {
     struct gpu_inventory *inv;
     struct health_monitor *health;
     struct acceld_dra *dra;
+    /* the agent's SLIs (stats.h), written to <stateDir>/acceld-stats.json */
+    struct acceld_stats *stats;
+    uint64_t stats_timer;
+    uint64_t stats_gen;        /* generation last written */
+    uint64_t stats_written_ns; /* CLOCK_MONOTONIC of the last write (0: none yet) */
+    bool stats_warned;         /* a failed write was logged (once until one succeeds) */
 };
+
+static double real_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* As acceld.c's for the device-plugin modes: when something changed, at most
+ * once a second, at least every ACCELD_STATS_HEARTBEAT_NS, and at exit. */
+static void run_stats_flush(struct dra_run *d, bool force)
+{
+    if (!d->stats)
+        return;
+    for (size_t i = 0; d->dra && i < acceld_dra_gpu_count(d->dra); i++) {
+        const char *uuid = acceld_dra_gpu_uuid(d->dra, i);
+        acceld_stats_set_mps_restarts(d->stats, uuid, acceld_dra_mps_restarts(d->dra, uuid));
+    }
+    uint64_t now = mono_ns();
+    if (!force && d->stats_written_ns && d->stats->generation == d->stats_gen &&
+        now - d->stats_written_ns < ACCELD_STATS_HEARTBEAT_NS)
+        return;
+    int r = acceld_stats_write(d->stats, d->cfg.state_dir, real_s());
+    if (r < 0) {
+        if (!d->stats_warned)
+            log_warn("cannot write %s/%s (the agent's SLIs for accel-exporter): %s",
+                     d->cfg.state_dir, ACCELD_STATS_FILE, strerror(-r));
+        d->stats_warned = true;
+        return;
+    }
+    d->stats_warned = false;
+    d->stats_gen = d->stats->generation;
+    d->stats_written_ns = now;
+}
+
+static void on_run_stats_tick(struct ev_loop *loop, void *ud)
+{
+    struct dra_run *d = ud;
+    d->stats_timer = 0;
+    run_stats_flush(d, false);
+    ev_loop_add_timer(loop, 1000000000ull, on_run_stats_tick, d, &d->stats_timer);
+}
 
 static void run_reload(struct dra_run *d)
 {
@@ -895,11 +988,15 @@ static int run_start(struct dra_run *d, int sig_fd)
         gpu_nvml_open(cfg->nvml_library[0] ? cfg->nvml_library : NULL, &d->nvml, err, sizeof(err));
     if (r < 0) {
         log_error("cannot open NVML: %s", err);
+        if (d->stats)
+            acceld_stats_device_init(d->stats, false);
         return r == -EINVAL ? -EIO : r;
     }
     struct gpu_inventory_options io = {d->nvml->path, cfg->sysfs_root};
     if ((r = gpu_inventory_load(&io, d->nvml, &d->inv, err, sizeof(err))) < 0) {
         log_error("cannot list the GPUs: %s", err);
+        if (d->stats)
+            acceld_stats_device_init(d->stats, false);
         return r == -EINVAL ? -EIO : r;
     }
     int *pos = calloc(d->inv->count ? (size_t)d->inv->count : 1, sizeof(int));
@@ -912,11 +1009,27 @@ static int run_start(struct dra_run *d, int sig_fd)
         free(pos);
         return r;
     }
-    struct acceld_dra_options o = {d->loop, cfg, d->inv, pos, (size_t)d->inv->count, NULL};
+    struct acceld_dra_options o = {d->loop, cfg, d->inv, pos, (size_t)d->inv->count, d->stats};
     r = acceld_dra_new(&o, &d->dra);
     free(pos);
-    if (r < 0)
+    if (r < 0) {
+        /* a second acceld refused its sockets leaves the first one's SLI file alone */
+        d->stats = (free(d->stats), NULL);
         return r;
+    }
+    for (size_t i = 0; d->stats && i < acceld_dra_gpu_count(d->dra); i++) {
+        const char *uuid = acceld_dra_gpu_uuid(d->dra, i);
+        for (int k = 0; k < d->inv->count; k++) {
+            const struct gpu_device *g = &d->inv->devices[k];
+            if (strcmp(g->uuid, uuid) == 0) {
+                acceld_stats_add_gpu(d->stats, (unsigned)g->index, uuid);
+                acceld_stats_device_init(d->stats, g->healthy);
+            }
+        }
+    }
+    /* the GPUs left out (no usable UUID) */
+    for (size_t i = acceld_dra_gpu_count(d->dra); d->stats && i < (size_t)d->inv->count; i++)
+        acceld_stats_device_init(d->stats, false);
     size_t n = acceld_dra_gpu_count(d->dra), warnings = 0;
     const char **uuids = calloc(n ? n : 1, sizeof(char *));
     if (!uuids)
@@ -932,13 +1045,22 @@ static int run_start(struct dra_run *d, int sig_fd)
     if (warnings)
         log_warn("NVML events unavailable for %zu GPU(s): only GPU loss is detected for them",
                  warnings);
-    return ev_loop_add_io(d->loop, health_monitor_fd(d->health), EPOLLIN, on_run_health, d);
+    if ((r = ev_loop_add_io(d->loop, health_monitor_fd(d->health), EPOLLIN, on_run_health, d)) < 0)
+        return r;
+    if (d->stats) {
+        run_stats_flush(d, true);
+        ev_loop_add_timer(d->loop, 1000000000ull, on_run_stats_tick, d, &d->stats_timer);
+    }
+    return 0;
 }
 
 int acceld_dra_run(const struct acceld_config *cfg, int sig_fd, acceld_dra_reload_fn reload,
                    void *user_data)
 {
     struct dra_run d = {.cfg = *cfg, .reload = reload, .reload_data = user_data};
+    /* NULL (no memory): DRA mode runs without its SLI file */
+    if ((d.stats = malloc(sizeof(*d.stats))))
+        acceld_stats_init(d.stats, real_s());
     log_info("acceld DRA mode: driver %s, registry %s, state %s", ACCELD_DRA_DRIVER,
              cfg->dra_registry_dir, cfg->state_dir);
     int r = run_start(&d, sig_fd);
@@ -953,6 +1075,10 @@ int acceld_dra_run(const struct acceld_config *cfg, int sig_fd, acceld_dra_reloa
     if (d.health && d.loop)
         ev_loop_del_io(d.loop, health_monitor_fd(d.health));
     d.health = health_monitor_stop(d.health);
+    if (d.stats_timer)
+        ev_loop_cancel_timer(d.loop, d.stats_timer);
+    run_stats_flush(&d, true); /* the last counts (a failed start's included) */
+    free(d.stats);
     d.dra = acceld_dra_free(d.dra);
     d.loop = ev_loop_free(d.loop);
     d.inv = gpu_inventory_free(d.inv);

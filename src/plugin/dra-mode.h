@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 
@@ -50,6 +51,10 @@ size_t acceld_dra_gpu_count(const struct acceld_dra *d);
 const char *acceld_dra_gpu_uuid(const struct acceld_dra *d, size_t i);
 /* The index of the GPU with this UUID, or -1. */
 int acceld_dra_find(const struct acceld_dra *d, const char *uuid);
+
+/* Restarts of the MPS daemons of the prepared claims on this GPU (the SLI
+ * file's mpsRestarts; claims unprepared since are not counted). */
+uint64_t acceld_dra_mps_restarts(const struct acceld_dra *d, const char *uuid);
 
 /* A health monitor event for its GPU i (-1: every GPU of it): applied,
  * and the slice, the status file and the health stream follow. */

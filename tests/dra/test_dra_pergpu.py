@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""DRA per GPU beside the device-plugin modes, in one acceld, end to end on an emulated
+2-GPU node: GPU 0 in pgpu mode, GPU 1 in dra mode (`--gpu-modes <GPU 1's UUID>=dra`, then,
+after a restart, `--mode dra --gpu-modes 0=pgpu`). The kubelet is two: the python3-grpcio
+device-plugin kubelet of tests/interop/kubelet.py (Register on kubelet.sock, ListAndWatch,
+Allocate) and the DRA kubelet of test_kubelet.py (registration socket, NodePrepare); the
+API server is tests/kube/fake-apiserver.py.
+
+- the kubelet's nvidia.com/gpu lists GPU 0 only; the ResourceSlice holds gpu-1 only (a
+  GPU is never offered by both sides); Allocate of GPU 0 works, of GPU 1 is refused;
+- a claim on gpu-1 read from the API server is prepared; one naming gpu-0 is refused;
+- an XID on GPU 1 taints gpu-1 in the slice and the DRA health stream says UNHEALTHY while
+  nvidia.com/gpu keeps GPU 0 Healthy; an XID on GPU 0 turns it Unhealthy on ListAndWatch
+  while gpu-1 stays untainted; both recover after health.recoverAfter;
+- the SLI file (<stateDir>/acceld-stats.json) counts the Allocate of nvidia.com/gpu and the
+  prepares of gpu.accel.dev, in one file;
+- SIGTERM: exit 0, the device-plugin socket, the registration socket and dra.sock removed;
+- restarted as `mode: dra` with GPU 0 an exception: the same split, the claim prepared
+  before the restart unprepared after it; exit 0 again.
+
+Every wait is bounded; nothing asserts timing. Exits 77 without grpcio/protoc, openssl or
+the emulator."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_kubelet as k  # noqa: E402  (exits 77 itself without grpcio/protoc)
+import test_dra_mode as M  # noqa: E402  (HealthWatch, our_slices, device, claim_obj)
+sys.path.insert(0, os.path.join(HERE, "..", "interop"))
+import kubelet as K  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import fakeapi  # noqa: E402
+
+T = 20
+NODE = M.NODE
+UID = "0f3c6a8e-7777-4a1b-9c2d-777777777777"
+BAD = "0f3c6a8e-8888-4a1b-9c2d-888888888888"
+TAINT = [{"key": "gpu.accel.dev/unhealthy", "value": "unhealthy", "effect": "NoSchedule"}]
+
+
+def unhealthy(u):
+    return {i for i, (h, _) in u.items() if h != "Healthy"}
+
+
+def stats(state):
+    try:
+        with open(os.path.join(state, "acceld-stats.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def resource(st, name):
+    return next((r for r in (st or {}).get("resources", []) if r.get("name") == name), None)
+
+
+def start(build, emu, dp, tmp, n, knode, kc, modes):
+    d = knode.dirs
+    return K.Acceld(build, emu, dp, os.path.join(tmp, "a%d" % n), extra=(
+        *modes, "--node-name", NODE, "--kubeconfig", kc,
+        "--plugin-registry-dir", d["registry"], "--dra-plugin-dir", d["plugin"],
+        "--vcuda-library", knode.lib, "--dra-claim-wait", "2s", "--recover-after", "1s",
+        "--state-dir", d["state"], "--cdi-dir", d["cdi"]))
+
+
+def split(tap, api, pl, uuids, what):
+    """nvidia.com/gpu has GPU 0 only, the slice gpu-1 only."""
+    w = pl.watch()
+    first = w.wait_for(lambda u: True, T)
+    ok = K.wait_until(lambda: len(M.our_slices(api)) == 1, T)
+    devs = M.our_slices(api)[0]["spec"]["devices"] if ok else []
+    tap.ok(first is not None and set(first) == {uuids[0]} and
+           [(x["name"], x["attributes"]["uuid"]["string"]) for x in devs] ==
+           [("gpu-1", uuids[1])],
+           what + ": nvidia.com/gpu lists GPU 0 only, the ResourceSlice gpu-1 only",
+           json.dumps([first, devs]))
+    return w
+
+
+def run(tap, build, emu, api, knode, kc, pb, tmp, uuids):
+    dp = os.path.join(tmp, "dp")
+    os.makedirs(dp)
+    kubelet = K.FakeKubelet(pb, dp).start()
+    agent = start(build, emu, dp, tmp, 1, knode, kc, ("--gpu-modes", uuids[1] + "=dra"))
+    try:
+        ok = K.wait_until(lambda: kubelet.count() >= 1 and os.path.exists(knode.reg_sock()), T)
+        if not tap.ok(ok and kubelet.last().resource_name == "nvidia.com/gpu",
+                      "one acceld registers nvidia.com/gpu with the kubelet and serves the DRA "
+                      "registration socket", agent.log_text()[-3000:]):
+            return
+        info = knode.register()
+        pl = K.Plugin(pb, agent.sock)
+        w = split(tap, api, pl, uuids, "GPU 0 pgpu, GPU 1 dra (by UUID)")
+
+        # ---- a claim on gpu-1 prepared; one on gpu-0 refused; Allocate of GPU 0 works
+        api.call("POST", "/_fake/claim", M.claim_obj("team", "whole", UID, k.WHOLE))
+        r = knode.prepare([("team", "whole", UID)])
+        e = r.claims[UID]
+        spec = os.path.join(knode.dirs["cdi"], "accel-dra-%s.json" % UID)
+        tap.ok(e.error == "" and [(x.device_name, list(x.cdi_device_ids)) for x in e.devices] ==
+               [("gpu-1", ["gpu.accel.dev/claim=%s-gpu-1" % UID])] and os.path.exists(spec),
+               "a claim on gpu-1 is prepared (CDI spec written)", r)
+        api.call("POST", "/_fake/claim", M.claim_obj("team", "other", BAD, [
+            dict(k.WHOLE[0], device="gpu-0")]))
+        r = knode.prepare([("team", "other", BAD)])
+        tap.ok("gpu-0" in r.claims[BAD].error and
+               not os.path.exists(os.path.join(knode.dirs["cdi"], "accel-dra-%s.json" % BAD)),
+               "a claim naming gpu-0 (a device-plugin GPU) is refused, nothing written",
+               r.claims[BAD].error)
+        a = pl.allocate([uuids[0]])
+        envs = dict(a.container_responses[0].envs)
+        tap.ok(envs.get("NVIDIA_VISIBLE_DEVICES") == uuids[0],
+               "Allocate of GPU 0 on nvidia.com/gpu works", a)
+        try:
+            pl.allocate([uuids[1]])
+            refused = False
+        except K.grpc.RpcError as err:
+            refused = err.code() == K.grpc.StatusCode.INVALID_ARGUMENT
+        tap.ok(refused, "Allocate of GPU 1 (DRA's) is refused")
+
+        # ---- XID on GPU 1: the DRA side only; then on GPU 0: the device plugin only
+        hw = M.HealthWatch(info.endpoint)
+        ok = K.wait_until(lambda: hw.last() == {"gpu-1": "HEALTHY"}, T)
+        tap.ok(ok, "the DRA health stream lists gpu-1 only, HEALTHY", hw.msgs)
+        emu.cmd("xid", 1, 94)
+        ok = K.wait_until(lambda: (M.device(api, "gpu-1") or {}).get("taints") == TAINT, T)
+        ok = ok and K.wait_until(lambda: hw.last() == {"gpu-1": "UNHEALTHY"}, T)
+        tap.ok(ok and not unhealthy(w.latest()),
+               "XID 94 on GPU 1: gpu-1 tainted NoSchedule and UNHEALTHY on the health stream; "
+               "GPU 0 stays Healthy on nvidia.com/gpu", json.dumps([M.device(api, "gpu-1"),
+                                                                    hw.msgs, w.latest()]))
+        ok = K.wait_until(lambda: "taints" not in (M.device(api, "gpu-1") or {"taints": 1}), T)
+        tap.ok(ok, "gpu-1's taint is removed after health.recoverAfter", M.device(api, "gpu-1"))
+        emu.cmd("xid", 0, 94)
+        down = w.wait_for(lambda u: unhealthy(u) == {uuids[0]}, T)
+        tap.ok(down is not None and "taints" not in (M.device(api, "gpu-1") or {"taints": 1}) and
+               hw.last() == {"gpu-1": "HEALTHY"},
+               "XID 94 on GPU 0: Unhealthy on nvidia.com/gpu; gpu-1 untainted and HEALTHY",
+               json.dumps([w.latest(), M.device(api, "gpu-1"), hw.msgs[-2:]]))
+        back = w.wait_for(lambda u: not unhealthy(u), T)
+        tap.ok(back is not None, "GPU 0 Healthy again after health.recoverAfter", w.latest())
+        hw.close()
+
+        # ---- one SLI file for both sides
+        ok = K.wait_until(lambda: (resource(stats(knode.dirs["state"]), "nvidia.com/gpu") or
+                                   {}).get("allocate", {}).get("ok", 0) >= 1 and
+                          (resource(stats(knode.dirs["state"]), k.DRIVER) or
+                           {}).get("allocate", {}).get("ok", 0) >= 1, T)
+        tap.ok(ok, "acceld-stats.json counts the Allocate of nvidia.com/gpu and the prepare of "
+               "gpu.accel.dev", json.dumps(stats(knode.dirs["state"])))
+
+        w.cancel()
+        pl.close()
+        rc = agent.stop(signal.SIGTERM, timeout=T)
+        socks = [agent.sock, knode.reg_sock(), os.path.join(knode.dirs["plugin"], "dra.sock")]
+        tap.ok(rc == 0 and not [s for s in socks if os.path.exists(s)],
+               "SIGTERM: exit 0, the device-plugin, registration and DRA sockets removed",
+               agent.log_text()[-3000:])
+
+        # ---- mode dra with GPU 0 an exception: the same split; the claim survives
+        agent = start(build, emu, dp, tmp, 2, knode, kc, ("--mode", "dra", "--gpu-modes", "0=pgpu"))
+        ok = K.wait_until(lambda: kubelet.count() >= 2 and os.path.exists(knode.reg_sock()), T)
+        if not tap.ok(ok, "restarted as mode dra with gpuModes 0=pgpu: both sides serve",
+                      agent.log_text()[-3000:]):
+            return
+        pl = K.Plugin(pb, agent.sock, own_connection=True)
+        w = split(tap, api, pl, uuids, "mode dra, GPU 0 pgpu (by index)")
+        r = knode.unprepare([("team", "whole", UID)])
+        tap.ok(r.claims[UID].error == "" and not os.path.exists(spec),
+               "the claim prepared before the restart is unprepared after it", r)
+        w.cancel()
+        pl.close()
+        rc = agent.stop(signal.SIGTERM, timeout=T)
+        tap.ok(rc == 0 and not os.path.exists(agent.sock) and
+               not os.path.exists(knode.reg_sock()), "and exits 0 on SIGTERM",
+               agent.log_text()[-3000:])
+    finally:
+        if agent.alive():
+            agent.stop(signal.SIGKILL)
+        if tap.failed:
+            tap.diag("acceld log:\n" + agent.log_text()[-6000:])
+        kubelet.stop()
+
+
+def main():
+    build = os.path.abspath(k.BUILD)
+    if not K.Node.available(build):
+        K.skip_all("the emulator is not built")
+    if not os.path.isdir(os.path.join(build, "src/plugin/drasrc")):
+        K.skip_all("acceld is built without DRA mode (libcurl missing)")
+    if shutil.which("openssl") is None:
+        K.skip_all("openssl CLI missing (the fake API server makes its certificates with it)")
+    tap = K.Tap()
+    tmp = k.TMP
+    src = os.path.abspath(k.SRC)
+    pb = K.gen_pb2(src, os.path.join(tmp, "pb"))
+    emu = K.Node(build, tmp, gpus=2, numa="0,0")
+    out = subprocess.check_output([emu.emu, "status", "--json"], env=emu.env, text=True)
+    uuids = [g["uuid"] for g in json.loads(out)["gpus"]]
+    knode = k.Node(os.path.join(tmp, "n"), lib=os.path.join(build, "src/vcuda/libvcuda.so"))
+    api = fakeapi.ApiServer(k.SRC, tmp, token="dra-test-token", node=NODE, timeout=T)
+    kc = os.path.join(tmp, "kubeconfig")
+    api.kubeconfig(kc)
+    try:
+        run(tap, build, emu, api, knode, kc, pb, tmp, uuids)
+    except Exception as e:  # noqa: BLE001 - a crash is a failed case, with the logs
+        import traceback
+        tap.ok(False, "no exception", traceback.format_exc() + str(e))
+    finally:
+        api.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    tap.done()
+
+
+if __name__ == "__main__":
+    main()
