@@ -16,7 +16,8 @@ API server is tests/kube/fake-apiserver.py.
   prepares of gpu.accel.dev, in one file;
 - SIGTERM: exit 0, the device-plugin socket, the registration socket and dra.sock removed;
 - restarted as `mode: dra` with GPU 0 an exception: the same split, the claim prepared
-  before the restart unprepared after it; exit 0 again.
+  before the restart unprepared after it; exit 0 again;
+- `mode: dra` alone (every GPU DRA's, its own loop) writes the SLI file too.
 
 Every wait is bounded; nothing asserts timing. Exits 77 without grpcio/protoc, openssl or
 the emulator."""
@@ -147,12 +148,22 @@ def run(tap, build, emu, api, knode, kc, pb, tmp, uuids):
         hw.close()
 
         # ---- one SLI file for both sides
-        ok = K.wait_until(lambda: (resource(stats(knode.dirs["state"]), "nvidia.com/gpu") or
-                                   {}).get("allocate", {}).get("ok", 0) >= 1 and
-                          (resource(stats(knode.dirs["state"]), k.DRIVER) or
-                           {}).get("allocate", {}).get("ok", 0) >= 1, T)
-        tap.ok(ok, "acceld-stats.json counts the Allocate of nvidia.com/gpu and the prepare of "
-               "gpu.accel.dev", json.dumps(stats(knode.dirs["state"])))
+        def gpu_stat(st, uuid):
+            return next((g for g in (st or {}).get("gpus", []) if g["uuid"] == uuid), {})
+
+        def counted():
+            st = stats(knode.dirs["state"])
+            return ((resource(st, "nvidia.com/gpu") or {}).get("allocate", {}).get("ok") == 1 and
+                    (resource(st, k.DRIVER) or {}).get("allocate", {}).get("ok") == 1 and
+                    (resource(st, k.DRIVER) or {}).get("allocate", {}).get("error") == 1 and
+                    (resource(st, k.DRIVER) or {}).get("registrations", {}).get("ok", 0) >= 1 and
+                    gpu_stat(st, uuids[0]).get("toUnhealthy") == 1 and
+                    gpu_stat(st, uuids[1]).get("toUnhealthy") == 1 and
+                    gpu_stat(st, uuids[1]).get("toHealthy") == 1)
+        ok = K.wait_until(counted, T)
+        tap.ok(ok, "acceld-stats.json, one file for both sides: nvidia.com/gpu's Allocate, "
+               "gpu.accel.dev's prepares (1 ok, 1 error) and registration, each GPU's health "
+               "transitions", json.dumps(stats(knode.dirs["state"])))
 
         w.cancel()
         pl.close()
@@ -178,6 +189,28 @@ def run(tap, build, emu, api, knode, kc, pb, tmp, uuids):
         rc = agent.stop(signal.SIGTERM, timeout=T)
         tap.ok(rc == 0 and not os.path.exists(agent.sock) and
                not os.path.exists(knode.reg_sock()), "and exits 0 on SIGTERM",
+               agent.log_text()[-3000:])
+
+        # ---- mode dra alone (every GPU): its SLI file too
+        os.unlink(os.path.join(knode.dirs["state"], "acceld-stats.json"))
+        agent = start(build, emu, dp, tmp, 3, knode, kc, ("--mode", "dra"))
+        ok = K.wait_until(lambda: os.path.exists(knode.reg_sock()), T)
+        knode.register()
+        api.call("POST", "/_fake/claim", M.claim_obj("team", "again", UID, k.WHOLE))
+        r = knode.prepare([("team", "again", UID)])
+        ok = ok and r.claims[UID].error == "" and K.wait_until(
+            lambda: (resource(stats(knode.dirs["state"]), k.DRIVER) or
+                     {}).get("allocate", {}).get("ok") == 1, T)
+        st = stats(knode.dirs["state"]) or {}
+        tap.ok(ok and (resource(st, k.DRIVER) or {}).get("registrations", {}).get("ok", 0) >= 1 and
+               sorted(g["uuid"] for g in st.get("gpus", [])) == sorted(uuids) and
+               st.get("deviceInit", {}).get("ok") == 2 and
+               resource(st, "nvidia.com/gpu") is None,
+               "mode dra alone writes acceld-stats.json: its prepare and registration, both GPUs",
+               json.dumps(st))
+        knode.unprepare([("team", "again", UID)])
+        rc = agent.stop(signal.SIGTERM, timeout=T)
+        tap.ok(rc == 0 and not os.path.exists(knode.reg_sock()), "and exits 0 on SIGTERM",
                agent.log_text()[-3000:])
     finally:
         if agent.alive():
