@@ -733,6 +733,15 @@ static int make_providers(struct agent *a)
         if (mode == ACCELD_MODE_DRA) {
             /* the DRA side's alone: never in a provider, whatever the sharing
              * sections select (a GPU is offered by one side only) */
+            const struct sharing_resource *res;
+            unsigned replicas;
+            char err[512];
+            if (a->sharing.mode != SHARING_NONE &&
+                sharing_config_resolve(&a->sharing, sg, total, (size_t)i, &res, &replicas, err,
+                                       sizeof(err)) == 0)
+                log_warn("GPU %d (%s) is in mode dra (gpuModes): the sharing section's replicas "
+                         "do not apply to it; the DRA driver shares it through dra.sharing",
+                         i, d->uuid);
             a->dra_pos[a->n_dra++] = i;
             n++;
             continue;

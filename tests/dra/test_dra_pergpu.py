@@ -17,6 +17,8 @@ API server is tests/kube/fake-apiserver.py.
 - SIGTERM: exit 0, the device-plugin socket, the registration socket and dra.sock removed;
 - restarted as `mode: dra` with GPU 0 an exception: the same split, the claim prepared
   before the restart unprepared after it; exit 0 again;
+- `mode: dra` with GPU 0 an exception time-sliced by NVIDIA's sharing section: its replicas
+  beside gpu-1's slice; one SIGHUP applies dra.taintEffect to the DRA side;
 - `mode: dra` alone (every GPU DRA's, its own loop) writes the SLI file too.
 
 Every wait is bounded; nothing asserts timing. Exits 77 without grpcio/protoc, openssl or
@@ -60,13 +62,27 @@ def resource(st, name):
     return next((r for r in (st or {}).get("resources", []) if r.get("name") == name), None)
 
 
-def start(build, emu, dp, tmp, n, knode, kc, modes):
+def start(build, emu, dp, tmp, n, knode, kc, modes, config=None):
     d = knode.dirs
-    return K.Acceld(build, emu, dp, os.path.join(tmp, "a%d" % n), extra=(
+    return K.Acceld(build, emu, dp, os.path.join(tmp, "a%d" % n), config=config, extra=(
         *modes, "--node-name", NODE, "--kubeconfig", kc,
         "--plugin-registry-dir", d["registry"], "--dra-plugin-dir", d["plugin"],
         "--vcuda-library", knode.lib, "--dra-claim-wait", "2s", "--recover-after", "1s",
         "--state-dir", d["state"], "--cdi-dir", d["cdi"]))
+
+
+SLICING = """\
+mode: dra
+gpuModes: "0=pgpu"
+dra:
+  taintEffect: %s
+version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 2
+"""
 
 
 def split(tap, api, pl, uuids, what):
@@ -191,9 +207,43 @@ def run(tap, build, emu, api, knode, kc, pb, tmp, uuids):
                not os.path.exists(knode.reg_sock()), "and exits 0 on SIGTERM",
                agent.log_text()[-3000:])
 
+        # ---- mode dra, GPU 0 time-sliced (NVIDIA's sharing section), one SIGHUP for both
+        cfg = os.path.join(tmp, "slicing.yaml")
+        with open(cfg, "w") as f:
+            f.write(SLICING % "NoSchedule")
+        agent = start(build, emu, dp, tmp, 3, knode, kc, (), config=cfg)
+        ok = K.wait_until(lambda: kubelet.count() >= 3 and os.path.exists(knode.reg_sock()), T)
+        pl = K.Plugin(pb, agent.sock, own_connection=True)
+        w = pl.watch()
+        first = w.wait_for(lambda u: True, T)
+        tap.ok(ok and first is not None and
+               set(first) == {uuids[0] + "::0", uuids[0] + "::1"} and
+               [x["name"] for x in M.our_slices(api)[0]["spec"]["devices"]] == ["gpu-1"],
+               "mode dra, GPU 0 pgpu with time-slicing: its 2 replicas on nvidia.com/gpu, gpu-1 "
+               "alone in the slice", json.dumps([first, agent.log_text()[-2000:]]))
+        with open(cfg, "w") as f:
+            f.write(SLICING % "NoExecute")
+        agent.proc.send_signal(signal.SIGHUP)
+        ok = K.wait_until(lambda: "dra.taintEffect" in agent.log_text(), T)
+        emu.cmd("xid", 1, 94)
+        ok = ok and K.wait_until(lambda: [t.get("effect") for t in (M.device(api, "gpu-1") or
+                                                                     {}).get("taints", [])] ==
+                                 ["NoExecute"], T)
+        tap.ok(ok and not unhealthy(w.latest()) and
+               agent.log_text().count("SIGHUP: reloading") == 1,
+               "SIGHUP (read once): dra.taintEffect NoExecute reaches the DRA side: an XID on "
+               "GPU 1 taints gpu-1 NoExecute; GPU 0's replicas stay Healthy",
+               json.dumps([M.device(api, "gpu-1"), w.latest()]))
+        w.cancel()
+        pl.close()
+        rc = agent.stop(signal.SIGTERM, timeout=T)
+        tap.ok(rc == 0 and not os.path.exists(agent.sock) and
+               not os.path.exists(knode.reg_sock()), "and exits 0 on SIGTERM",
+               agent.log_text()[-3000:])
+
         # ---- mode dra alone (every GPU): its SLI file too
         os.unlink(os.path.join(knode.dirs["state"], "acceld-stats.json"))
-        agent = start(build, emu, dp, tmp, 3, knode, kc, ("--mode", "dra"))
+        agent = start(build, emu, dp, tmp, 4, knode, kc, ("--mode", "dra"))
         ok = K.wait_until(lambda: os.path.exists(knode.reg_sock()), T)
         knode.register()
         api.call("POST", "/_fake/claim", M.claim_obj("team", "again", UID, k.WHOLE))
