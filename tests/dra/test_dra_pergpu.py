@@ -19,6 +19,8 @@ API server is tests/kube/fake-apiserver.py.
   before the restart unprepared after it; exit 0 again;
 - `mode: dra` with GPU 0 an exception time-sliced by NVIDIA's sharing section: its replicas
   beside gpu-1's slice; one SIGHUP applies dra.taintEffect to the DRA side;
+- GPU 0 vgpu beside GPU 1 dra: vcuda-core has GPU 0's units only, an XID on GPU 1 taints
+  gpu-1 and leaves them Healthy; vgpu/ and the DRA checkpoint share the state dir;
 - `mode: dra` alone (every GPU DRA's, its own loop) writes the SLI file too.
 
 Every wait is bounded; nothing asserts timing. Exits 77 without grpcio/protoc, openssl or
@@ -240,6 +242,40 @@ def run(tap, build, emu, api, knode, kc, pb, tmp, uuids):
         tap.ok(rc == 0 and not os.path.exists(agent.sock) and
                not os.path.exists(knode.reg_sock()), "and exits 0 on SIGTERM",
                agent.log_text()[-3000:])
+
+        # ---- GPU 0 vgpu beside GPU 1 dra: vcuda-core/-memory on GPU 0 only
+        agent = start(build, emu, dp, tmp, 5, knode, kc,
+                      ("--gpu-modes", "0=vgpu,1=dra",
+                       "--pod-resources-socket", os.path.join(tmp, "no-podres.sock")))
+        core_sock = os.path.join(dp, "accel-tencent.com-vcuda-core.sock")
+        mem_sock = os.path.join(dp, "accel-tencent.com-vcuda-memory.sock")
+        ok = K.wait_until(lambda: {"tencent.com/vcuda-core", "tencent.com/vcuda-memory"} <=
+                          {r.resource_name for r in kubelet.registrations} and
+                          os.path.exists(knode.reg_sock()), T)
+        core = K.Plugin(pb, core_sock, own_connection=True)
+        wc = core.watch()
+        units = wc.wait_for(lambda u: len(u) == 100, T)
+        tap.ok(ok and units is not None and all(i.startswith(uuids[0] + "-") for i in units) and
+               not os.path.exists(agent.sock) and
+               [x["name"] for x in M.our_slices(api)[0]["spec"]["devices"]] == ["gpu-1"],
+               "GPU 0 vgpu, GPU 1 dra: vcuda-core has GPU 0's 100 units only, no nvidia.com/gpu, "
+               "gpu-1 alone in the slice", json.dumps([sorted(units or {})[:2],
+                                                       agent.log_text()[-2000:]]))
+        emu.cmd("xid", 1, 94)
+        ok = K.wait_until(lambda: (M.device(api, "gpu-1") or {}).get("taints") == TAINT, T)
+        tap.ok(ok and not unhealthy(wc.latest()),
+               "XID 94 on GPU 1 taints gpu-1; GPU 0's vGPU units stay Healthy",
+               json.dumps(M.device(api, "gpu-1")))
+        wc.cancel()
+        core.close()
+        rc = agent.stop(signal.SIGTERM, timeout=T)
+        socks = [core_sock, mem_sock, knode.reg_sock(),
+                 os.path.join(knode.dirs["plugin"], "dra.sock")]
+        tap.ok(rc == 0 and not [x for x in socks if os.path.exists(x)] and
+               os.path.isdir(os.path.join(knode.dirs["state"], "vgpu")) and
+               os.path.exists(os.path.join(knode.dirs["state"], "dra-checkpoint.json")),
+               "SIGTERM: exit 0, the vGPU and DRA sockets removed; vgpu/ and the DRA "
+               "checkpoint side by side in the state dir", agent.log_text()[-3000:])
 
         # ---- mode dra alone (every GPU): its SLI file too
         os.unlink(os.path.join(knode.dirs["state"], "acceld-stats.json"))
