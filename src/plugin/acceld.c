@@ -1,7 +1,9 @@
 /* acceld.c — the node agent's main program: flags and config file, NVML and
- * the GPU inventory, the pGPU provider, the event loop with its signalfd
- * (SIGTERM/SIGINT: clean exit; SIGHUP: reload), the health monitor's pipe
- * and the recovery timer. Everything but the health thread runs on the loop. */
+ * the GPU inventory, the providers of the device-plugin modes and the DRA side
+ * (dra-mode.h) for the GPUs in mode dra, the event loop with its signalfd
+ * (SIGTERM/SIGINT: clean exit; SIGHUP: reload, both sides), the health
+ * monitor's pipe (events routed to the side that owns the GPU) and the
+ * recovery timer. Everything but the health thread runs on the loop. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
