@@ -18,8 +18,8 @@ nvidia-cuda-mps-control as --mps-control):
 - a second claim (70 % + 8 GiB) of the same GPU gets its own daemon with its own caps;
 - prepared again: the same answer, no second daemon; a fatal error hits a client of the
   claim's daemon (XID 43, ignored by NVML health): its server's FAULT taints gpu-0 and
-  reports it UNHEALTHY on the health stream until the client exits; acceld restarted: the daemon of the
-  prepared claim is started again from the checkpoint, with its caps, and the claim is
+  reports it UNHEALTHY on the health stream until the client exits; acceld restarted: the
+  daemon of the prepared claim is started again from the checkpoint, with its caps, and the claim is
   unprepared after the restart: spec, daemon and its directories gone; a daemon that never
   comes up: the claim's entry is an error after dra.claimWait, nothing stays;
 - SIGHUP (docs/dra.md, "Reloading the config"): dra.gpuSharing changed to make gpu-1 shared
