@@ -1138,6 +1138,14 @@ static int start(struct agent *a)
                  warnings);
     if ((r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
         return r;
+#ifdef ACCELD_HAVE_DRA
+    char node[256];
+    /* a config error of the DRA side stops acceld before anything is served */
+    if (a->n_dra && acceld_dra_node_name(&a->cfg, node, sizeof(node)) < 0) {
+        a->config_error = true;
+        return -EINVAL;
+    }
+#endif
     for (size_t k = 0; k < a->n_served; k++) {
         struct served *s = &a->served[k];
         if ((r = acceld_plugin_new(a->loop, &a->cfg, s->resource, &s->prov, &s->plugin)) < 0) {

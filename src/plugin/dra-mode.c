@@ -676,17 +676,15 @@ void acceld_dra_reload(struct acceld_dra *a, const struct acceld_config *n, bool
 
 /* ------------------------------------------------------------ start-up */
 
-static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
+int acceld_dra_node_name(const struct acceld_config *cfg, char *buf, size_t len)
 {
-    const struct acceld_config *cfg = a->cfg;
-    char err[1024];
     const char *node = cfg->node_name[0] ? cfg->node_name : getenv("NODE_NAME");
     if (!node || !node[0]) {
         log_error("dra: the node name is needed (--node-name or $NODE_NAME)");
         return -EINVAL;
     }
     /* a DNS subdomain: it goes into API paths and field selectors as is */
-    bool dns = strlen(node) <= 253;
+    bool dns = strlen(node) <= 253 && strlen(node) < len;
     for (const char *c = node; *c; c++)
         dns &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '.';
     if (!dns) {
@@ -695,15 +693,24 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
                   node);
         return -EINVAL;
     }
-    snprintf(a->node, sizeof(a->node), "%s", node);
+    snprintf(buf, len, "%s", node);
+    return 0;
+}
+
+static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
+{
+    const struct acceld_config *cfg = a->cfg;
+    char err[1024];
+    int r = acceld_dra_node_name(cfg, a->node, sizeof(a->node));
+    if (r < 0)
+        return r;
     if (cfg->dra_plugin_dir[0])
         snprintf(a->plugin_dir, sizeof(a->plugin_dir), "%s", cfg->dra_plugin_dir);
     else
         snprintf(a->plugin_dir, sizeof(a->plugin_dir), "/var/lib/kubelet/plugins/%s",
                  ACCELD_DRA_DRIVER);
     snprintf(a->status_path, sizeof(a->status_path), "%s/dra-status.json", cfg->state_dir);
-    int r = make_gpus(a, pos, n_pos);
-    if (r < 0)
+    if ((r = make_gpus(a, pos, n_pos)) < 0)
         return r;
     size_t shared = 0, mps = 0;
     for (size_t i = 0; i < a->n; i++) {

@@ -36,6 +36,10 @@ struct acceld_dra_options {
     struct acceld_stats *stats; /* borrowed; NULL: no SLIs counted */
 };
 
+/* The node name the DRA side publishes under (nodeName, else $NODE_NAME),
+ * checked: 0, or -EINVAL with a log line (missing, not a DNS subdomain). */
+int acceld_dra_node_name(const struct acceld_config *cfg, char *buf, size_t len);
+
 /* Starts the DRA side: checkpoint (its MPS claims' daemons started again),
  * API client, slice publisher, kubelet plugin sockets. 0, -EINVAL for a
  * config error (no node name; a log line says which), other -errno when

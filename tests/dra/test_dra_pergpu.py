@@ -23,6 +23,8 @@ API server is tests/kube/fake-apiserver.py.
   gpu-1 and leaves them Healthy; vgpu/ and the DRA checkpoint share the state dir;
 - `mode: dra` alone (every GPU DRA's, its own loop) writes the SLI file too.
 
+- without a node name, a node with a DRA GPU exits 2 before serving anything.
+
 Every wait is bounded; nothing asserts timing. Exits 77 without grpcio/protoc, openssl or
 the emulator."""
 import json
@@ -105,6 +107,17 @@ def run(tap, build, emu, api, knode, kc, pb, tmp, uuids):
     dp = os.path.join(tmp, "dp")
     os.makedirs(dp)
     kubelet = K.FakeKubelet(pb, dp).start()
+    env = dict(emu.env)
+    env.pop("NODE_NAME", None)
+    p = subprocess.run([os.path.join(build, "src/plugin/acceld"), "--gpu-modes", "1=dra",
+                        "--device-plugin-dir", dp, "--sysfs-root", emu.sysfs, "--dev-root",
+                        emu.dev, "--state-dir", os.path.join(tmp, "nonode"), "--kubeconfig", kc,
+                        "--plugin-registry-dir", knode.dirs["registry"]],
+                       env=env, capture_output=True, text=True, timeout=T)
+    tap.ok(p.returncode == 2 and "node name is needed" in p.stderr and kubelet.count() == 0 and
+           "serving" not in p.stderr,
+           "GPU 1 in mode dra without a node name: exit 2 saying so, before serving anything",
+           p.stderr[-2000:])
     agent = start(build, emu, dp, tmp, 1, knode, kc, ("--gpu-modes", uuids[1] + "=dra"))
     try:
         ok = K.wait_until(lambda: kubelet.count() >= 1 and os.path.exists(knode.reg_sock()), T)
