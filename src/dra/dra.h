@@ -223,6 +223,11 @@ struct dra_plugin_config {
     /* after every prepare or unprepare that changed the state (optional) */
     void (*on_change)(void *user_data);
     void *on_change_data;
+    /* SLIs (optional, with on_change_data): each claim of every
+     * NodePrepareResources reply (ok: prepared, not an error entry) and the
+     * time from the call's arrival to its reply; each NotifyRegistrationStatus */
+    void (*on_prepared)(void *user_data, bool ok, uint64_t duration_ns);
+    void (*on_registration)(void *user_data, bool registered);
     /* the devices whose health the resource-health stream reports (borrowed;
      * n_gpus 0: the service answers with an empty list) and their pool */
     const struct dra_gpu *gpus;

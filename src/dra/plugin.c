@@ -10,6 +10,7 @@
 #include "grpc.h"
 #include "log.h"
 #include "pluginregistration.pb-c.h"
+#include "util.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -78,6 +79,8 @@ static void on_notify(struct grpc_call *call, const struct grpc_request *req, vo
     struct dra_plugin *p = ud;
     const Pluginregistration__RegistrationStatus *st = (const void *)req->msg;
     p->registered = st->plugin_registered;
+    if (p->cfg.on_registration)
+        p->cfg.on_registration(p->cfg.on_change_data, st->plugin_registered);
     if (st->plugin_registered)
         log_info("dra: the kubelet registered driver %s", p->cfg.driver_name);
     else
@@ -128,6 +131,7 @@ struct pending {
     struct pending *next;
     size_t n, left;
     struct pending_claim *c;
+    uint64_t arrived_ns; /* when the kubelet's call came (cfg.on_prepared) */
 };
 
 /* A claim source that hands out the one claim a fetch got. */
@@ -159,6 +163,7 @@ struct waiting {
     char **err;  /* NULL: prepared */
     bool *fresh; /* prepared by this call (undone if its daemon never comes up) */
     uint64_t timer;
+    uint64_t arrived_ns; /* when the kubelet's call came (cfg.on_prepared) */
 };
 
 /* Fills one claim's entry from the state (or its error); the strings of a
@@ -199,7 +204,7 @@ static int fill_entry(struct dra_plugin *p, const char *uid, const char *error, 
 
 /* Answers the call: each claim's devices from the state, or its error. */
 static void send_reply(struct dra_plugin *p, struct grpc_call *call, size_t n, char *const *uid,
-                       char *const *err)
+                       char *const *err, uint64_t arrived_ns)
 {
     PrepareResp resp = K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_RESPONSE__INIT;
     int r = 0;
@@ -223,6 +228,9 @@ static void send_reply(struct dra_plugin *p, struct grpc_call *call, size_t n, c
     else
         grpc_call_reply_msg(call, &resp.base);
     free_prepare_resp(&resp);
+    uint64_t took = mono_ns() - arrived_ns;
+    for (size_t i = 0; p->cfg.on_prepared && i < n; i++)
+        p->cfg.on_prepared(p->cfg.on_change_data, r == 0 && !err[i], took);
     if (p->cfg.on_change)
         p->cfg.on_change(p->cfg.on_change_data);
 }
@@ -284,7 +292,7 @@ static void waiting_finish(struct waiting *w)
 {
     waiting_unlink(w);
     w->timer = 0;
-    send_reply(w->p, w->call, w->n, w->uid, w->err);
+    send_reply(w->p, w->call, w->n, w->uid, w->err, w->arrived_ns);
     waiting_free(w);
 }
 
@@ -316,7 +324,7 @@ void dra_plugin_claims_changed(struct dra_plugin *p)
  * prepared claim is usable or the wait for it is over. */
 static void prepare_reply(struct dra_plugin *p, struct grpc_call *call, size_t n,
                           const char *const *ns, const char *const *name, const char *const *uid,
-                          const struct dra_claim_source *srcs)
+                          const struct dra_claim_source *srcs, uint64_t arrived_ns)
 {
     struct waiting *w = calloc(1, sizeof(*w));
     if (!w || !(w->uid = calloc(n ? n : 1, sizeof(char *))) ||
@@ -332,6 +340,7 @@ static void prepare_reply(struct dra_plugin *p, struct grpc_call *call, size_t n
     }
     w->p = p;
     w->call = call;
+    w->arrived_ns = arrived_ns;
     bool nomem = false;
     for (size_t i = 0; i < n; i++) {
         w->n = i + 1;
@@ -363,7 +372,7 @@ static void prepare_reply(struct dra_plugin *p, struct grpc_call *call, size_t n
         return;
     }
     if (!p->cfg.mps.ready || waiting_check(w, false)) {
-        send_reply(p, call, w->n, w->uid, w->err);
+        send_reply(p, call, w->n, w->uid, w->err, arrived_ns);
         waiting_free(w);
         return;
     }
@@ -422,7 +431,7 @@ static void pending_finish(struct pending *pd)
             uid[i] = pd->c[i].uid ? pd->c[i].uid : "";
             srcs[i] = (struct dra_claim_source){source_fetched, &pd->c[i]};
         }
-        prepare_reply(pd->p, pd->call, n, ns, name, uid, srcs);
+        prepare_reply(pd->p, pd->call, n, ns, name, uid, srcs, pd->arrived_ns);
     }
     free(ns);
     free(name);
@@ -455,6 +464,7 @@ static void prepare_async(struct dra_plugin *p, struct grpc_call *call, const Pr
     }
     pd->p = p;
     pd->call = call;
+    pd->arrived_ns = mono_ns();
     pd->next = p->pending;
     p->pending = pd;
     pd->left = 1; /* held until every fetch has started */
@@ -507,7 +517,7 @@ static void on_prepare(struct grpc_call *call, const struct grpc_request *req, v
             uid[i] = rq->claims[i]->uid;
             srcs[i] = p->cfg.source;
         }
-        prepare_reply(p, call, n, ns, name, uid, srcs);
+        prepare_reply(p, call, n, ns, name, uid, srcs, mono_ns());
     }
     free(ns);
     free(name);

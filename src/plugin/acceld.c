@@ -1,7 +1,9 @@
 /* acceld.c — the node agent's main program: flags and config file, NVML and
- * the GPU inventory, the pGPU provider, the event loop with its signalfd
- * (SIGTERM/SIGINT: clean exit; SIGHUP: reload), the health monitor's pipe
- * and the recovery timer. Everything but the health thread runs on the loop. */
+ * the GPU inventory, the providers of the device-plugin modes and the DRA side
+ * (dra-mode.h) for the GPUs in mode dra, the event loop with its signalfd
+ * (SIGTERM/SIGINT: clean exit; SIGHUP: reload, both sides), the health
+ * monitor's pipe (events routed to the side that owns the GPU) and the
+ * recovery timer. Everything but the health thread runs on the loop. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -107,7 +109,15 @@ struct agent {
     uint64_t stats_written_ns; /* CLOCK_MONOTONIC of the last write (0: none yet) */
     bool stats_warned;         /* a failed write was logged (once until one succeeds) */
     bool stats_not_ours;       /* another acceld serves the socket: its file, not ours */
-    int exit_code;
+    /* the DRA side (gpuModes N=dra, or mode dra with exceptions): its GPUs
+     * are in the GPU table (health monitor, SLIs) and in no provider */
+    int *dra_pos; /* inventory positions of the DRA GPUs */
+    size_t n_dra; /* their number */
+    int *dra_of;  /* GPU index -> the DRA side's index, -1 for a device-plugin GPU */
+#ifdef ACCELD_HAVE_DRA
+    struct acceld_dra *dra;
+#endif
+    bool config_error; /* start failed on the config (exit 2) */
 };
 
 /* defaults → file → flags. On error writes why into err; cfg untouched. */
@@ -260,6 +270,10 @@ static void stats_flush(struct agent *a, bool force)
             if (strcmp(shared_gpu_uuid(a->shared[m->sh], m->gpu), a->uuids[g]) == 0)
                 n += mps_sup_restarts(a->mps, k);
         }
+#ifdef ACCELD_HAVE_DRA
+        if (a->dra) /* the DRA side's MPS claims' daemons */
+            n += acceld_dra_mps_restarts(a->dra, a->uuids[g]);
+#endif
         acceld_stats_set_mps_restarts(a->stats, a->uuids[g], n);
     }
     uint64_t now = mono_ns();
@@ -328,6 +342,14 @@ static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *user_
         size_t last = ev.gpu < 0 ? a->n_gpus : first + 1;
         for (size_t i = first; i < last && i < a->n_gpus; i++) {
             bool ignored = false, was_lost = a->hstate[i].lost;
+            if (a->dra_of && a->dra_of[i] >= 0) {
+                /* a DRA GPU: its health is the DRA side's (slice taint, health stream) */
+#ifdef ACCELD_HAVE_DRA
+                if (a->dra)
+                    acceld_dra_health_event(a->dra, a->dra_of[i], &ev);
+#endif
+                continue;
+            }
             if (health_apply(&a->hstate[i], &ev, &a->cfg, now, &ignored)) {
                 set_health(a, i, "");
                 changed = true;
@@ -599,6 +621,10 @@ static void reload(struct agent *a)
     }
     log_set_level(n.log_level);
     a->cfg = n;
+#ifdef ACCELD_HAVE_DRA
+    if (a->dra)
+        acceld_dra_reload(a->dra, &n, true);
+#endif
     a->recovery_timer = (ev_loop_cancel_timer(a->loop, a->recovery_timer), 0);
     recovery_arm(a);
     a->vgpu_check_timer = (ev_loop_cancel_timer(a->loop, a->vgpu_check_timer), 0);
@@ -665,6 +691,8 @@ static int make_providers(struct agent *a)
     a->map = calloc(total ? total : 1, sizeof(int));
     a->uuids = calloc(total ? total : 1, sizeof(char *));
     a->hstate = calloc(total ? total : 1, sizeof(*a->hstate));
+    a->dra_pos = calloc(total ? total : 1, sizeof(int));
+    a->dra_of = calloc(total ? total : 1, sizeof(int));
     uint8_t *pcie = NULL;
     int *nvl = NULL;
     int r = -ENOMEM;
@@ -673,7 +701,8 @@ static int make_providers(struct agent *a)
     size_t *sgroup = calloc(total ? total : 1, sizeof(size_t)), ns = 0;
     char names[SHARING_MAX_RESOURCES][ACCELD_NAME_MAX];
     size_t n_names = 0;
-    if (!g || !vg || !pmap || !a->map || !a->uuids || !a->hstate || !sg || !sd || !sgroup)
+    if (!g || !vg || !pmap || !a->map || !a->uuids || !a->hstate || !sg || !sd || !sgroup ||
+        !a->dra_pos || !a->dra_of)
         goto out;
     for (int i = 0; i < inv->count; i++)
         sg[i] = (struct sharing_gpu){(unsigned)inv->devices[i].index, inv->devices[i].uuid,
@@ -704,6 +733,23 @@ static int make_providers(struct agent *a)
         }
         enum acceld_mode mode = acceld_config_gpu_mode(&a->cfg, i, d->uuid);
         int minor = d->minor >= 0 ? d->minor : d->index;
+        a->dra_of[n] = -1;
+        if (mode == ACCELD_MODE_DRA) {
+            /* the DRA side's alone: never in a provider, whatever the sharing
+             * sections select (a GPU is offered by one side only) */
+            const struct sharing_resource *res;
+            unsigned replicas;
+            char err[512];
+            if (a->sharing.mode != SHARING_NONE &&
+                sharing_config_resolve(&a->sharing, sg, total, (size_t)i, &res, &replicas, err,
+                                       sizeof(err)) == 0)
+                log_warn("GPU %d (%s) is in mode dra (gpuModes): the sharing section's replicas "
+                         "do not apply to it; the DRA driver shares it through dra.sharing",
+                         i, d->uuid);
+            a->dra_pos[a->n_dra++] = i;
+            n++;
+            continue;
+        }
         if (a->sharing.mode != SHARING_NONE) {
             const struct sharing_resource *res;
             unsigned replicas;
@@ -1023,6 +1069,32 @@ static void podres_list(struct agent *a)
                  a->cfg.pod_resources_socket, strerror(-r));
 }
 
+/* The DRA side for the GPUs in mode dra, on this loop (after the
+ * device-plugin sockets: a second acceld stops before touching its slice). */
+static int dra_start(struct agent *a)
+{
+#ifdef ACCELD_HAVE_DRA
+    struct acceld_dra_options o = {a->loop, &a->cfg, a->inv, a->dra_pos, a->n_dra, a->stats};
+    int r = acceld_dra_new(&o, &a->dra);
+    if (r < 0) {
+        a->config_error = r == -EINVAL;
+        log_error("cannot start the DRA side for %zu GPU(s): %s", a->n_dra, strerror(-r));
+        return r;
+    }
+    for (size_t i = 0; i < a->n_gpus; i++)
+        a->dra_of[i] = acceld_dra_find(a->dra, a->uuids[i]);
+    log_info("DRA mode on %zu GPU(s) beside the device-plugin modes: driver %s", a->n_dra,
+             ACCELD_DRA_DRIVER);
+    return 0;
+#else
+    log_error("gpuModes: %zu GPU(s) in mode dra: this acceld is built without the Kubernetes "
+              "client (libcurl)",
+              a->n_dra);
+    a->config_error = true;
+    return -EINVAL;
+#endif
+}
+
 static int start(struct agent *a)
 {
     char err[512];
@@ -1068,6 +1140,14 @@ static int start(struct agent *a)
                  warnings);
     if ((r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
         return r;
+#ifdef ACCELD_HAVE_DRA
+    char node[256];
+    /* a config error of the DRA side stops acceld before anything is served */
+    if (a->n_dra && acceld_dra_node_name(&a->cfg, node, sizeof(node)) < 0) {
+        a->config_error = true;
+        return -EINVAL;
+    }
+#endif
     for (size_t k = 0; k < a->n_served; k++) {
         struct served *s = &a->served[k];
         if ((r = acceld_plugin_new(a->loop, &a->cfg, s->resource, &s->prov, &s->plugin)) < 0) {
@@ -1092,6 +1172,8 @@ static int start(struct agent *a)
     }
     if ((r = mps_start(a)) < 0)
         return r;
+    if (a->n_dra && (r = dra_start(a)) < 0)
+        return r;
     if (a->vgpu) {
         podres_list(a);
         pods_start(a);
@@ -1115,6 +1197,9 @@ static void stop(struct agent *a)
     /* the daemons first: nothing of ours is left running */
     a->mps = mps_sup_free(a->mps);
     free(a->mps_refs);
+#ifdef ACCELD_HAVE_DRA
+    a->dra = acceld_dra_free(a->dra); /* its sockets, its claims' daemons */
+#endif
     for (size_t k = 0; k < a->n_served; k++)
         a->served[k].plugin = acceld_plugin_free(a->served[k].plugin);
     if (a->health && a->loop)
@@ -1149,6 +1234,8 @@ static void stop(struct agent *a)
     free(a->hstate);
     free(a->map);
     free(a->uuids);
+    free(a->dra_pos);
+    free(a->dra_of);
     a->inv = gpu_inventory_free(a->inv);
     a->nvml = gpu_nvml_free(a->nvml);
     if (a->sig_fd >= 0)
@@ -1203,14 +1290,17 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    if (a.cfg.mode == ACCELD_MODE_DRA && a.sharing.mode != SHARING_NONE) {
-        log_error("%s: NVIDIA's sharing section is for the device-plugin modes; mode dra shares "
-                  "GPUs through dra.sharing (docs/dra.md): remove one of the two",
+    /* mode dra with no per-GPU exception: the DRA side alone; otherwise the
+     * device-plugin modes, with the DRA side beside them for the dra GPUs */
+    if (acceld_config_dra_only(&a.cfg) && a.sharing.mode != SHARING_NONE) {
+        log_error("%s: NVIDIA's sharing section is for the device-plugin modes, and every GPU is "
+                  "in mode dra, which shares GPUs through dra.sharing (docs/dra.md): remove one "
+                  "of the two, or give some GPUs another mode (gpuModes)",
                   a.config_path);
         close(a.sig_fd);
         return EXIT_CONFIG;
     }
-    if (a.cfg.mode == ACCELD_MODE_DRA) {
+    if (acceld_config_dra_only(&a.cfg)) {
 #ifdef ACCELD_HAVE_DRA
         int code = acceld_dra_run(&a.cfg, a.sig_fd, dra_reload_config, &a);
 #else
@@ -1236,5 +1326,5 @@ int main(int argc, char **argv)
     stop(&a);
     free(a.stats);
     log_info("stopped");
-    return r < 0 ? 1 : 0;
+    return r < 0 ? (a.config_error ? EXIT_CONFIG : 1) : 0;
 }

@@ -296,7 +296,7 @@ static int gpu_modes_walk(const char *v, char *err, size_t errlen,
         if (!eq || eq == p || mode_parse(eq + 1, len - (size_t)(eq + 1 - p), &m) < 0)
             return fail(err, errlen, -EINVAL,
                         "gpuModes: \"%.*s\" is not SEL=MODE (SEL a GPU index or UUID, MODE "
-                        "pgpu|vgpu)",
+                        "pgpu|vgpu|dra)",
                         (int)len, p);
         int r = fn(p, (size_t)(eq - p), m, u);
         if (r)
@@ -308,12 +308,25 @@ static int gpu_modes_walk(const char *v, char *err, size_t errlen,
     return 0;
 }
 
-static int gpu_modes_ok(const char *sel, size_t sel_len, enum acceld_mode m, void *u)
+static int gpu_modes_not_dra(const char *sel, size_t sel_len, enum acceld_mode m, void *u)
 {
     (void)sel;
     (void)sel_len;
     (void)u;
-    return m == ACCELD_MODE_DRA ? 1 : 0; /* 1: stop, refused */
+    return m != ACCELD_MODE_DRA ? 1 : 0; /* 1: stop, found one */
+}
+
+static int gpu_modes_any(const char *sel, size_t sel_len, enum acceld_mode m, void *u)
+{
+    (void)sel, (void)sel_len, (void)m, (void)u;
+    return 0;
+}
+
+bool acceld_config_dra_only(const struct acceld_config *cfg)
+{
+    char err[8];
+    return cfg->mode == ACCELD_MODE_DRA &&
+           gpu_modes_walk(cfg->gpu_modes, err, sizeof(err), gpu_modes_not_dra, NULL) == 0;
 }
 
 struct gpu_mode_find {
@@ -567,9 +580,8 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
     } else if (strcmp(key, "gpuModes") == 0) {
         if (strlen(v) >= sizeof(c.gpu_modes))
             return fail(err, errlen, -EINVAL, "%s: list too long", key);
-        r = gpu_modes_walk(v, err, errlen, gpu_modes_ok, NULL);
-        if (r == 1)
-            return fail(err, errlen, -EINVAL, "gpuModes: dra is a node mode (mode: dra)");
+        if ((r = gpu_modes_walk(v, err, errlen, gpu_modes_any, NULL)) < 0)
+            return r;
         copy_str(c.gpu_modes, sizeof(c.gpu_modes), v);
     } else {
         return fail(err, errlen, -ENOENT, "unknown key \"%s\"", key);

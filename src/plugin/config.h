@@ -35,7 +35,7 @@ enum acceld_strategy {
 enum acceld_mode {
     ACCELD_MODE_PGPU = 0,
     ACCELD_MODE_VGPU = 1,
-    ACCELD_MODE_DRA = 2, /* a node mode: the DRA driver serves every GPU (docs/dra.md) */
+    ACCELD_MODE_DRA = 2, /* the DRA driver gpu.accel.dev publishes the GPU (docs/dra.md) */
 };
 
 /* DRA mode: how one GPU is published (dra.sharing, dra.gpuSharing). */
@@ -145,6 +145,9 @@ bool acceld_config_xid_ignored(const struct acceld_config *cfg, int xid);
 enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int index,
                                         const char *uuid);
 const char *acceld_mode_name(enum acceld_mode m);
+/* True when every GPU is DRA's whatever the node has: mode dra and no
+ * gpuModes entry naming another mode (acceld then runs the DRA side alone). */
+bool acceld_config_dra_only(const struct acceld_config *cfg);
 
 /* DRA mode: how the GPU with this inventory index and UUID is published: the
  * first dra.gpuSharing entry naming it, else dra.sharing. */

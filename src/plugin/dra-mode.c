@@ -1,7 +1,9 @@
-/* dra-mode.c — `acceld --mode dra`: the inventory's GPUs published as the
+/* dra-mode.c — acceld's DRA side: the GPUs it is given published as the
  * node's ResourceSlice, the kubelet plugin (registration + DRAPlugin) with
  * claims read from the API server, health events turned into device taints,
- * and a status file for `accelctl dra`. See dra-mode.h and docs/dra.md. */
+ * per-claim MPS daemons, and a status file for `accelctl dra`; and
+ * acceld_dra_run, `mode: dra` on its own loop. See dra-mode.h and
+ * docs/dra.md. */
 #define _GNU_SOURCE
 #include "dra-mode.h"
 
@@ -16,6 +18,7 @@
 #include "log.h"
 #include "mps-supervisor.h"
 #include "nvml.h"
+#include "stats.h"
 #include "util.h"
 
 #include <errno.h>
@@ -28,6 +31,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXIT_CONFIG 2
@@ -35,10 +39,13 @@
 /* The MPS control daemon of one prepared MPS claim (docs/dra.md, "MPS
  * shares"): a supervisor of one set, named dra-<uid>. */
 struct mps_claim {
-    struct dra_agent *a;
+    struct acceld_dra *a;
     char uid[72];
     struct mps_sup *sup;
     char why[256]; /* the supervisor's last word on its health */
+    char *uuids;   /* the claim's GPUs, comma-separated */
+    bool was_up;   /* its daemon has answered with the claim's caps once */
+    bool down;     /* and is not serving now (FAULT, dead, hung): its GPUs are unhealthy */
 };
 
 /* Strings behind one struct dra_gpu. */
@@ -48,26 +55,25 @@ struct gpu_strings {
     char architecture[32];
 };
 
-struct dra_agent {
+struct acceld_dra {
     const struct acceld_config *cfg; /* &live */
     struct acceld_config live;       /* what runs: the start config, then SIGHUP's */
-    acceld_dra_reload_fn reload;
-    void *reload_data;
+    struct acceld_stats *stats;      /* borrowed; NULL: not counted */
     int *inv_index; /* per published GPU, its inventory index (dra.gpuSharing's SEL) */
     char node[256];
     char plugin_dir[PATH_MAX];
     char status_path[PATH_MAX];
     char ctl[3][PATH_MAX];
     const char *ctl_ptrs[3];
-    struct ev_loop *loop;
-    struct gpu_nvml *nvml;
-    struct gpu_inventory *inv;
+    struct ev_loop *loop;            /* borrowed */
+    const struct gpu_inventory *inv; /* borrowed */
     size_t n;
     struct dra_gpu *gpus;
     struct gpu_strings *strs;
     const char **uuids;
     struct health_gpu *hstate;
-    struct health_monitor *health;
+    unsigned *mps_down;    /* per GPU: MPS claims on it whose daemon is down (mps_claim.down) */
+    uint64_t *mps_retired; /* per GPU: restarts of the daemons of claims unprepared since */
     uint64_t recovery_timer;
     struct dra_prepare_config pcfg;
     struct dra_state *state;
@@ -104,7 +110,7 @@ static const char *arch_of(int major, int minor)
 
 /* <state_dir>/dra-status.json for `accelctl dra`: the slice, its devices and
  * their health (the prepared claims are in the checkpoint). */
-static void write_status(struct dra_agent *a)
+static void write_status(struct acceld_dra *a)
 {
     struct dra_publisher_stats st;
     dra_publisher_stats(a->pub, &st);
@@ -139,7 +145,7 @@ static void write_status(struct dra_agent *a)
 
 /* ------------------------------------------------------------ health */
 
-static void publish(struct dra_agent *a)
+static void publish(struct acceld_dra *a)
 {
     dra_publisher_set(a->pub, a->gpus, a->n);
     if (a->plugin)
@@ -147,59 +153,62 @@ static void publish(struct dra_agent *a)
     write_status(a);
 }
 
-static void recovery_arm(struct dra_agent *a);
+static void recovery_arm(struct acceld_dra *a);
 
 /* Copies the health state into the slice's device: an unhealthy GPU gets a
  * taint, NoExecute when it is lost (fallen off the bus, XID 79) or had a
- * double-bit ECC error (those kill its work anyway), NoSchedule otherwise. */
-static void health_changed(struct dra_agent *a, size_t i, bool fatal)
+ * double-bit ECC error (those kill its work anyway), NoSchedule otherwise.
+ * A GPU with an MPS claim whose daemon is down (docs/dra.md, "MPS shares")
+ * is unhealthy too, NoSchedule, until the daemon serves again. */
+static void health_changed(struct acceld_dra *a, size_t i, bool fatal)
 {
     struct dra_gpu *g = &a->gpus[i];
-    g->healthy = a->hstate[i].healthy;
-    g->fatal = !g->healthy && (fatal || a->hstate[i].lost || (g->fatal && !g->healthy));
+    bool was = g->healthy;
+    bool nvml_ok = a->hstate[i].healthy;
+    g->healthy = nvml_ok && !a->mps_down[i];
+    g->fatal = !nvml_ok && (fatal || a->hstate[i].lost || (g->fatal && !g->healthy));
+    if (a->stats && was != g->healthy)
+        acceld_stats_health(a->stats, g->uuid, g->healthy);
+    const char *why = !nvml_ok ? a->hstate[i].reason : "an MPS claim's control daemon is down";
     if (g->healthy)
         log_info("dra: GPU %s is Healthy again: taint removed from %s", g->uuid, g->name);
     else
-        log_warn("dra: GPU %s is Unhealthy (%s): device %s %s%s", g->uuid, a->hstate[i].reason,
-                 g->name, dra_gpu_taint_effect(g) ? "tainted " : "not tainted (taint effect None)",
+        log_warn("dra: GPU %s is Unhealthy (%s): device %s %s%s", g->uuid, why, g->name,
+                 dra_gpu_taint_effect(g) ? "tainted " : "not tainted (taint effect None)",
                  dra_gpu_taint_effect(g) ? dra_gpu_taint_effect(g) : "");
 }
 
-static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *ud)
+/* The health monitor's event ev for GPU first..last-1; true when one changed. */
+static bool apply_event(struct acceld_dra *a, size_t first, size_t last,
+                        const struct health_event *ev)
 {
-    (void)events;
-    struct dra_agent *a = ud;
-    struct health_event ev;
+    uint64_t now = mono_ns();
+    bool fatal = ev->kind == HEALTH_EV_LOST || ev->kind == HEALTH_EV_ECC_DBE ||
+                 (ev->kind == HEALTH_EV_XID && (ev->data == 79 || ev->data == 48));
     bool changed = false;
-    int r;
-    while ((r = health_monitor_read(a->health, &ev)) == 1) {
-        uint64_t now = mono_ns();
-        size_t first = ev.gpu < 0 ? 0 : (size_t)ev.gpu;
-        size_t last = ev.gpu < 0 ? a->n : first + 1;
-        bool fatal = ev.kind == HEALTH_EV_LOST || ev.kind == HEALTH_EV_ECC_DBE ||
-                     (ev.kind == HEALTH_EV_XID && (ev.data == 79 || ev.data == 48));
-        for (size_t i = first; i < last && i < a->n; i++) {
-            bool ignored = false;
-            bool was_fatal = a->gpus[i].fatal;
-            if (health_apply(&a->hstate[i], &ev, a->cfg, now, &ignored)) {
-                health_changed(a, i, fatal);
-                changed = true;
-            } else if (!a->hstate[i].healthy && fatal && !was_fatal) {
-                /* already unhealthy, now fatal: NoSchedule becomes NoExecute */
-                health_changed(a, i, true);
-                changed = true;
-            } else if (ignored) {
-                log_info("dra: GPU %s: XID %llu ignored (health.ignoredXids)", a->uuids[i],
-                         (unsigned long long)ev.data);
-            }
+    for (size_t i = first; i < last && i < a->n; i++) {
+        bool ignored = false;
+        bool was_fatal = a->gpus[i].fatal;
+        if (health_apply(&a->hstate[i], ev, a->cfg, now, &ignored)) {
+            health_changed(a, i, fatal);
+            changed = true;
+        } else if (!a->hstate[i].healthy && fatal && !was_fatal) {
+            /* already unhealthy, now fatal: NoSchedule becomes NoExecute */
+            health_changed(a, i, true);
+            changed = true;
+        } else if (ignored) {
+            log_info("dra: GPU %s: XID %llu ignored (health.ignoredXids)", a->uuids[i],
+                     (unsigned long long)ev->data);
         }
     }
-    if (r < 0) {
-        log_error("health monitor pipe failed: %s; health changes are no longer seen",
-                  strerror(-r));
-        ev_loop_del_io(loop, fd);
-    }
-    if (changed) {
+    return changed;
+}
+
+void acceld_dra_health_event(struct acceld_dra *a, int i, const struct health_event *ev)
+{
+    size_t first = i < 0 ? 0 : (size_t)i;
+    size_t last = i < 0 ? a->n : first + 1;
+    if (apply_event(a, first, last, ev)) {
         publish(a);
         recovery_arm(a);
     }
@@ -208,7 +217,7 @@ static void on_health(struct ev_loop *loop, int fd, uint32_t events, void *ud)
 static void on_recovery_tick(struct ev_loop *loop, void *ud)
 {
     (void)loop;
-    struct dra_agent *a = ud;
+    struct acceld_dra *a = ud;
     a->recovery_timer = 0;
     bool changed = false;
     uint64_t now = mono_ns();
@@ -223,7 +232,7 @@ static void on_recovery_tick(struct ev_loop *loop, void *ud)
     recovery_arm(a);
 }
 
-static void recovery_arm(struct dra_agent *a)
+static void recovery_arm(struct acceld_dra *a)
 {
     if (a->recovery_timer || !a->cfg->recover_after_ns)
         return;
@@ -247,7 +256,7 @@ static void recovery_arm(struct dra_agent *a)
  * server's, never raise them (NVIDIA's MPS guide), so the container cannot
  * take more than it was allocated whatever its env says. Claims of one GPU
  * get separate daemons, like NVIDIA's DRA driver's per-claim MPS daemons. */
-static struct mps_claim *mps_find(struct dra_agent *a, const char *uid, size_t *ret_i)
+static struct mps_claim *mps_find(struct acceld_dra *a, const char *uid, size_t *ret_i)
 {
     for (size_t i = 0; i < a->n_mps; i++) {
         if (strcmp(a->mps[i]->uid, uid) == 0) {
@@ -259,6 +268,43 @@ static struct mps_claim *mps_find(struct dra_agent *a, const char *uid, size_t *
     return NULL;
 }
 
+/* Whether the GPU with this UUID is one of m's claim. */
+static bool claim_has(const struct mps_claim *m, const char *uuid)
+{
+    size_t l = strlen(uuid);
+    for (const char *p = m->uuids; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == l && strncmp(p, uuid, l) == 0)
+            return true;
+        p += len + (end ? 1 : 0);
+    }
+    return false;
+}
+
+/* Marks (down) or clears the GPUs of m's claim as held down by its daemon;
+ * the slice, the status file and the health stream follow. */
+static void mps_mark(struct acceld_dra *a, struct mps_claim *m, bool down)
+{
+    if (m->down == down)
+        return;
+    m->down = down;
+    bool changed = false;
+    for (size_t i = 0; i < a->n; i++) {
+        if (!claim_has(m, a->uuids[i]))
+            continue;
+        if (down)
+            a->mps_down[i]++;
+        else if (a->mps_down[i])
+            a->mps_down[i]--;
+        bool was = a->gpus[i].healthy;
+        health_changed(a, i, false);
+        changed |= was != a->gpus[i].healthy;
+    }
+    if (changed)
+        publish(a);
+}
+
 static void on_mps_health(struct mps_sup *sup, size_t set, bool healthy, const char *why, void *ud)
 {
     (void)sup, (void)set;
@@ -266,6 +312,14 @@ static void on_mps_health(struct mps_sup *sup, size_t set, bool healthy, const c
     snprintf(m->why, sizeof(m->why), "%s", why ? why : "");
     log_info("dra: claim %s: its MPS control daemon is %s (%s)", m->uid,
              healthy ? "up with the claim's caps" : "down", m->why);
+    /* a daemon that served the claim and stopped (a fatal XID's FAULT, a
+     * crash, a hang) leaves its clients without their caps or their server:
+     * the claim's devices are unhealthy until it serves again. One that has
+     * not come up yet is the prepare's business (its reply waits for it). */
+    if (healthy)
+        m->was_up = true;
+    if (m->was_up)
+        mps_mark(m->a, m, !healthy);
     if (m->a->plugin)
         dra_plugin_claims_changed(m->a->plugin);
 }
@@ -281,7 +335,7 @@ static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, 
                      uint64_t mem, char *ret_pipe, char *ret_log, size_t len, char *err,
                      size_t errlen)
 {
-    struct dra_agent *a = ctx;
+    struct acceld_dra *a = ctx;
     struct mps_claim *m = mps_find(a, uid, NULL);
     int r;
     if (!m) {
@@ -300,6 +354,10 @@ static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, 
         m->a = a;
         snprintf(m->uid, sizeof(m->uid), "%s", uid);
         snprintf(m->why, sizeof(m->why), "starting");
+        if (!(m->uuids = strdup(uuids))) {
+            free(m);
+            return -ENOMEM;
+        }
         struct mps_sup_opts o = {
             .control_path = a->cfg->mps_control[0] ? a->cfg->mps_control : NULL,
             .run_dir = a->mps_run_dir,
@@ -313,6 +371,7 @@ static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, 
             snprintf(err, errlen, "cannot set up its daemon under %s: %s", a->mps_run_dir,
                      strerror(-r));
             m->sup = mps_sup_free(m->sup);
+            free(m->uuids);
             free(m);
             return r;
         }
@@ -339,11 +398,15 @@ static int mps_ready(void *ctx, const char *uid, char *why, size_t whylen)
 
 static void mps_stop(void *ctx, const char *uid)
 {
-    struct dra_agent *a = ctx;
+    struct acceld_dra *a = ctx;
     size_t i;
     struct mps_claim *m = mps_find(a, uid, &i);
     if (!m)
         return;
+    /* its restarts stay counted (the SLI file's counters never go down) */
+    for (size_t g = 0; g < a->n; g++)
+        if (claim_has(m, a->uuids[g]))
+            a->mps_retired[g] += mps_sup_restarts(m->sup, 0);
     /* quit, then SIGKILL after 2 s: bounded, and only when a claim goes */
     m->sup = mps_sup_free(m->sup);
     char dir[PATH_MAX];
@@ -351,13 +414,15 @@ static void mps_stop(void *ctx, const char *uid)
         access(dir, F_OK) == 0 && nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
         log_warn("dra: claim %s: cannot remove %s", uid, dir);
     log_info("dra: claim %s: its MPS control daemon stopped", uid);
+    mps_mark(a, m, false); /* the claim is gone: so is what held its GPUs down */
+    free(m->uuids);
     free(m);
     memmove(&a->mps[i], &a->mps[i + 1], (a->n_mps - i - 1) * sizeof(*a->mps));
     a->n_mps--;
 }
 
 /* The daemons of the MPS claims in the checkpoint (their containers may run). */
-static void mps_restart_claims(struct dra_agent *a)
+static void mps_restart_claims(struct acceld_dra *a)
 {
     for (size_t i = 0; i < dra_state_count(a->state); i++) {
         const struct dra_prepared *p = dra_state_get(a->state, i);
@@ -380,18 +445,24 @@ static const char *effect_of(enum acceld_taint_effect e)
     return e == ACCELD_TAINT_NONE ? "" : acceld_taint_effect_name(e);
 }
 
-static int make_gpus(struct dra_agent *a)
+static int make_gpus(struct acceld_dra *a, const int *pos, size_t n_pos)
 {
     const struct gpu_inventory *inv = a->inv;
-    size_t total = (size_t)inv->count;
+    size_t total = n_pos;
     a->gpus = calloc(total ? total : 1, sizeof(*a->gpus));
     a->strs = calloc(total ? total : 1, sizeof(*a->strs));
     a->uuids = calloc(total ? total : 1, sizeof(char *));
     a->hstate = calloc(total ? total : 1, sizeof(*a->hstate));
     a->inv_index = calloc(total ? total : 1, sizeof(int));
-    if (!a->gpus || !a->strs || !a->uuids || !a->hstate || !a->inv_index)
+    a->mps_down = calloc(total ? total : 1, sizeof(unsigned));
+    a->mps_retired = calloc(total ? total : 1, sizeof(uint64_t));
+    if (!a->gpus || !a->strs || !a->uuids || !a->hstate || !a->inv_index || !a->mps_down ||
+        !a->mps_retired)
         return -ENOMEM;
-    for (int i = 0; i < inv->count; i++) {
+    for (size_t j = 0; j < n_pos; j++) {
+        int i = pos[j];
+        if (i < 0 || i >= inv->count)
+            continue;
         const struct gpu_device *d = &inv->devices[i];
         bool dup = false;
         for (size_t k = 0; k < a->n; k++)
@@ -448,7 +519,34 @@ static void on_state_change(void *ud)
     write_status(ud);
 }
 
-static int kube_start(struct dra_agent *a)
+/* The SLIs of the DRA side, in the device-plugin modes' families with the
+ * driver's name as the resource: a prepared claim is the DRA Allocate. */
+static void on_prepared(void *ud, bool ok, uint64_t duration_ns)
+{
+    struct acceld_dra *a = ud;
+    if (a->stats)
+        acceld_stats_allocate(a->stats, ACCELD_DRA_DRIVER, ok, duration_ns);
+}
+
+static void on_registration(void *ud, bool registered)
+{
+    struct acceld_dra *a = ud;
+    if (a->stats)
+        acceld_stats_registration(a->stats, ACCELD_DRA_DRIVER, registered);
+}
+
+uint64_t acceld_dra_mps_restarts(const struct acceld_dra *a, const char *uuid)
+{
+    int g = acceld_dra_find(a, uuid);
+    if (g < 0)
+        return 0;
+    uint64_t n = a->mps_retired[g];
+    for (size_t i = 0; i < a->n_mps; i++)
+        if (claim_has(a->mps[i], uuid))
+            n += mps_sup_restarts(a->mps[i]->sup, 0);
+    return n;
+}
+static int kube_start(struct acceld_dra *a)
 {
     char err[1024];
     int r = dra_kube_client_new(a->loop, a->cfg->kubeconfig, &a->client, err, sizeof(err));
@@ -475,7 +573,7 @@ static const char *sharing_name(const struct dra_gpu *g)
 }
 
 /* Prepared claims that hold device name. */
-static size_t claims_on(const struct dra_agent *a, const char *name)
+static size_t claims_on(const struct acceld_dra *a, const char *name)
 {
     size_t n = 0;
     for (size_t i = 0; i < dra_state_count(a->state); i++) {
@@ -492,7 +590,7 @@ static size_t claims_on(const struct dra_agent *a, const char *name)
 /* dra.sharing / dra.gpuSharing applied per GPU; a GPU with prepared claims
  * keeps its sharing (its claims were allocated and prepared as such) until
  * they are gone and a later SIGHUP asks again. Returns whether one changed. */
-static bool apply_sharing(struct dra_agent *a)
+static bool apply_sharing(struct acceld_dra *a)
 {
     bool changed = false;
     for (size_t i = 0; i < a->n; i++) {
@@ -540,47 +638,14 @@ static bool in_list(const char *key, const char *const *list, size_t n)
     return false;
 }
 
-static void config_reload(struct dra_agent *a)
+/* What SIGHUP changes on the DRA side: n has the running value of every
+ * key read at start only. */
+static void apply_config(struct acceld_dra *a, const struct acceld_config *n)
 {
-    struct acceld_config n;
-    char err[1024];
-    if (!a->reload) {
-        log_warn("SIGHUP: no config to reload");
-        return;
-    }
-    if (a->reload(a->reload_data, &n, err, sizeof(err)) < 0) {
-        log_error("config reload refused, keeping the running config: %s", err);
-        return;
-    }
-    size_t changes = 0;
-    for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
-        if (!acceld_config_key_differs(a->cfg, &n, k->key))
-            continue;
-        char ov[1024], nv[1024], msg[256];
-        acceld_config_format(a->cfg, k->key, ov, sizeof(ov));
-        acceld_config_format(&n, k->key, nv, sizeof(nv));
-        if (in_list(k->key, at_start_keys, ARRAY_SIZE(at_start_keys))) {
-            log_warn("config reload: %s: \"%s\" -> \"%s\" refused: DRA mode reads it at start "
-                     "only (restart acceld); keeping \"%s\"",
-                     k->key, ov, nv, ov);
-            if (acceld_config_set(&n, k->key, ov, msg, sizeof(msg)) < 0)
-                log_error("config reload: cannot keep %s: %s", k->key, msg);
-        } else if (in_list(k->key, live_keys, ARRAY_SIZE(live_keys))) {
-            log_info("config reload: %s: \"%s\" -> \"%s\"", k->key, ov, nv);
-            changes++;
-        } else {
-            log_info("config reload: %s: \"%s\" -> \"%s\" (not used in DRA mode)", k->key, ov, nv);
-        }
-    }
-    if (!changes) {
-        log_info("config reload: nothing DRA mode applies changed");
-        return;
-    }
-    a->live = n;
-    log_set_level(n.log_level);
+    a->live = *n;
     for (size_t i = 0; i < a->n; i++) {
-        a->gpus[i].taint_effect = effect_of(n.dra_taint_effect);
-        a->gpus[i].fatal_taint_effect = effect_of(n.dra_fatal_taint_effect);
+        a->gpus[i].taint_effect = effect_of(n->dra_taint_effect);
+        a->gpus[i].fatal_taint_effect = effect_of(n->dra_fatal_taint_effect);
     }
     apply_sharing(a);
     /* the publisher writes only when the rendered slice differs */
@@ -589,33 +654,37 @@ static void config_reload(struct dra_agent *a)
     recovery_arm(a);
 }
 
-static void on_signal(struct ev_loop *loop, int fd, uint32_t events, void *ud)
+void acceld_dra_reload(struct acceld_dra *a, const struct acceld_config *n, bool log_refused)
 {
-    (void)events;
-    struct dra_agent *a = ud;
-    struct signalfd_siginfo si;
-    while (read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-        if (si.ssi_signo == SIGHUP) {
-            log_info("SIGHUP: reloading the config");
-            config_reload(a);
-        } else {
-            log_info("%s: shutting down", strsignal((int)si.ssi_signo));
-            ev_loop_quit(loop);
-        }
+    struct acceld_config c = *n;
+    for (size_t i = 0; i < ARRAY_SIZE(at_start_keys); i++) {
+        const char *key = at_start_keys[i];
+        if (!acceld_config_key_differs(a->cfg, &c, key))
+            continue;
+        char ov[1024], nv[1024], msg[256];
+        acceld_config_format(a->cfg, key, ov, sizeof(ov));
+        acceld_config_format(&c, key, nv, sizeof(nv));
+        if (log_refused)
+            log_warn("config reload: %s: \"%s\" -> \"%s\": the DRA side reads it at start "
+                     "only (restart acceld); it keeps \"%s\"",
+                     key, ov, nv, ov);
+        if (acceld_config_set(&c, key, ov, msg, sizeof(msg)) < 0)
+            log_error("config reload: cannot keep %s: %s", key, msg);
     }
+    apply_config(a, &c);
 }
 
-static int start(struct dra_agent *a, int sig_fd)
+/* ------------------------------------------------------------ start-up */
+
+int acceld_dra_node_name(const struct acceld_config *cfg, char *buf, size_t len)
 {
-    const struct acceld_config *cfg = a->cfg;
-    char err[1024];
     const char *node = cfg->node_name[0] ? cfg->node_name : getenv("NODE_NAME");
     if (!node || !node[0]) {
         log_error("dra: the node name is needed (--node-name or $NODE_NAME)");
         return -EINVAL;
     }
     /* a DNS subdomain: it goes into API paths and field selectors as is */
-    bool dns = strlen(node) <= 253;
+    bool dns = strlen(node) <= 253 && strlen(node) < len;
     for (const char *c = node; *c; c++)
         dns &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '.';
     if (!dns) {
@@ -624,25 +693,24 @@ static int start(struct dra_agent *a, int sig_fd)
                   node);
         return -EINVAL;
     }
-    snprintf(a->node, sizeof(a->node), "%s", node);
+    snprintf(buf, len, "%s", node);
+    return 0;
+}
+
+static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
+{
+    const struct acceld_config *cfg = a->cfg;
+    char err[1024];
+    int r = acceld_dra_node_name(cfg, a->node, sizeof(a->node));
+    if (r < 0)
+        return r;
     if (cfg->dra_plugin_dir[0])
         snprintf(a->plugin_dir, sizeof(a->plugin_dir), "%s", cfg->dra_plugin_dir);
     else
         snprintf(a->plugin_dir, sizeof(a->plugin_dir), "/var/lib/kubelet/plugins/%s",
                  ACCELD_DRA_DRIVER);
     snprintf(a->status_path, sizeof(a->status_path), "%s/dra-status.json", cfg->state_dir);
-    int r =
-        gpu_nvml_open(cfg->nvml_library[0] ? cfg->nvml_library : NULL, &a->nvml, err, sizeof(err));
-    if (r < 0) {
-        log_error("cannot open NVML: %s", err);
-        return r;
-    }
-    struct gpu_inventory_options io = {a->nvml->path, cfg->sysfs_root};
-    if ((r = gpu_inventory_load(&io, a->nvml, &a->inv, err, sizeof(err))) < 0) {
-        log_error("cannot list the GPUs: %s", err);
-        return r;
-    }
-    if ((r = make_gpus(a)) < 0)
+    if ((r = make_gpus(a, pos, n_pos)) < 0)
         return r;
     size_t shared = 0, mps = 0;
     for (size_t i = 0; i < a->n; i++) {
@@ -678,21 +746,8 @@ static int start(struct dra_agent *a, int sig_fd)
         log_error("dra: %s", err);
         return r;
     }
-    if ((r = ev_loop_new(&a->loop)) < 0 ||
-        (r = ev_loop_add_io(a->loop, sig_fd, EPOLLIN, on_signal, a)) < 0)
-        return r;
     mps_restart_claims(a);
     if ((r = kube_start(a)) < 0)
-        return r;
-    size_t warnings = 0;
-    if ((r = health_monitor_start(a->nvml, a->uuids, a->n, &a->health, &warnings)) < 0) {
-        log_error("cannot start the health monitor: %s", strerror(-r));
-        return r;
-    }
-    if (warnings)
-        log_warn("NVML events unavailable for %zu GPU(s): only GPU loss is detected for them",
-                 warnings);
-    if ((r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
         return r;
     struct dra_plugin_config pc = {
         .driver_name = ACCELD_DRA_DRIVER,
@@ -702,6 +757,8 @@ static int start(struct dra_agent *a, int sig_fd)
         .fetcher = dra_kube_claims_fetcher(a->claims),
         .on_change = on_state_change,
         .on_change_data = a,
+        .on_prepared = on_prepared,
+        .on_registration = on_registration,
         .gpus = a->gpus,
         .n_gpus = a->n,
         .pool_name = a->node,
@@ -717,13 +774,10 @@ static int start(struct dra_agent *a, int sig_fd)
     return 0;
 }
 
-static void stop(struct dra_agent *a)
+static void stop(struct acceld_dra *a)
 {
     a->plugin = dra_plugin_free(a->plugin);
-    if (a->health && a->loop)
-        ev_loop_del_io(a->loop, health_monitor_fd(a->health));
-    a->health = health_monitor_stop(a->health);
-    if (a->loop && a->recovery_timer)
+    if (a->recovery_timer)
         ev_loop_cancel_timer(a->loop, a->recovery_timer);
     a->pub = dra_publisher_free(a->pub);
     a->claims = dra_kube_claims_free(a->claims);
@@ -732,39 +786,310 @@ static void stop(struct dra_agent *a)
      * a restarted acceld starts them again from the checkpoint */
     for (size_t i = 0; i < a->n_mps; i++) {
         mps_sup_free(a->mps[i]->sup);
+        free(a->mps[i]->uuids);
         free(a->mps[i]);
     }
     free(a->mps);
-    a->loop = ev_loop_free(a->loop);
     a->state = dra_state_free(a->state);
     free(a->gpus);
     free(a->strs);
     free(a->uuids);
     free(a->hstate);
     free(a->inv_index);
-    a->inv = gpu_inventory_free(a->inv);
-    a->nvml = gpu_nvml_free(a->nvml);
+    free(a->mps_down);
+    free(a->mps_retired);
+}
+
+int acceld_dra_new(const struct acceld_dra_options *o, struct acceld_dra **ret)
+{
+    struct acceld_dra *a = calloc(1, sizeof(*a));
+    if (!a)
+        return -ENOMEM;
+    a->live = *o->cfg;
+    a->cfg = &a->live;
+    a->loop = o->loop;
+    a->inv = o->inv;
+    a->stats = o->stats;
+    log_info("acceld DRA side: driver %s, %zu GPU(s), registry %s, state %s", ACCELD_DRA_DRIVER,
+             o->n_gpus, a->cfg->dra_registry_dir, a->cfg->state_dir);
+    int r = start(a, o->gpus, o->n_gpus);
+    if (r < 0) {
+        stop(a);
+        free(a);
+        return r;
+    }
+    *ret = a;
+    return 0;
+}
+
+struct acceld_dra *acceld_dra_free(struct acceld_dra *a)
+{
+    if (!a)
+        return NULL;
+    if (a->pub)
+        write_status(a);
+    stop(a);
+    free(a);
+    return NULL;
+}
+
+size_t acceld_dra_gpu_count(const struct acceld_dra *a)
+{
+    return a->n;
+}
+
+const char *acceld_dra_gpu_uuid(const struct acceld_dra *a, size_t i)
+{
+    return i < a->n ? a->uuids[i] : NULL;
+}
+
+int acceld_dra_find(const struct acceld_dra *a, const char *uuid)
+{
+    for (size_t i = 0; a && uuid && i < a->n; i++)
+        if (strcmp(a->uuids[i], uuid) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* ------------------------------------------------------------ mode: dra alone */
+
+/* acceld_dra_run's own loop, NVML, inventory and health monitor around the
+ * DRA side serving every GPU. */
+struct dra_run {
+    struct acceld_config cfg; /* the running config, for the reload's comparison */
+    acceld_dra_reload_fn reload;
+    void *reload_data;
+    struct ev_loop *loop;
+    struct gpu_nvml *nvml;
+    struct gpu_inventory *inv;
+    struct health_monitor *health;
+    struct acceld_dra *dra;
+    /* the agent's SLIs (stats.h), written to <stateDir>/acceld-stats.json */
+    struct acceld_stats *stats;
+    uint64_t stats_timer;
+    uint64_t stats_gen;        /* generation last written */
+    uint64_t stats_written_ns; /* CLOCK_MONOTONIC of the last write (0: none yet) */
+    bool stats_warned;         /* a failed write was logged (once until one succeeds) */
+};
+
+static double real_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* As acceld.c's for the device-plugin modes: when something changed, at most
+ * once a second, at least every ACCELD_STATS_HEARTBEAT_NS, and at exit. */
+static void run_stats_flush(struct dra_run *d, bool force)
+{
+    if (!d->stats)
+        return;
+    for (size_t i = 0; d->dra && i < acceld_dra_gpu_count(d->dra); i++) {
+        const char *uuid = acceld_dra_gpu_uuid(d->dra, i);
+        acceld_stats_set_mps_restarts(d->stats, uuid, acceld_dra_mps_restarts(d->dra, uuid));
+    }
+    uint64_t now = mono_ns();
+    if (!force && d->stats_written_ns && d->stats->generation == d->stats_gen &&
+        now - d->stats_written_ns < ACCELD_STATS_HEARTBEAT_NS)
+        return;
+    int r = acceld_stats_write(d->stats, d->cfg.state_dir, real_s());
+    if (r < 0) {
+        if (!d->stats_warned)
+            log_warn("cannot write %s/%s (the agent's SLIs for accel-exporter): %s",
+                     d->cfg.state_dir, ACCELD_STATS_FILE, strerror(-r));
+        d->stats_warned = true;
+        return;
+    }
+    d->stats_warned = false;
+    d->stats_gen = d->stats->generation;
+    d->stats_written_ns = now;
+}
+
+static void on_run_stats_tick(struct ev_loop *loop, void *ud)
+{
+    struct dra_run *d = ud;
+    d->stats_timer = 0;
+    run_stats_flush(d, false);
+    ev_loop_add_timer(loop, 1000000000ull, on_run_stats_tick, d, &d->stats_timer);
+}
+
+static void run_reload(struct dra_run *d)
+{
+    struct acceld_config n;
+    char err[1024];
+    if (!d->reload) {
+        log_warn("SIGHUP: no config to reload");
+        return;
+    }
+    if (d->reload(d->reload_data, &n, err, sizeof(err)) < 0) {
+        log_error("config reload refused, keeping the running config: %s", err);
+        return;
+    }
+    size_t changes = 0;
+    for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
+        if (!acceld_config_key_differs(&d->cfg, &n, k->key))
+            continue;
+        char ov[1024], nv[1024], msg[256];
+        acceld_config_format(&d->cfg, k->key, ov, sizeof(ov));
+        acceld_config_format(&n, k->key, nv, sizeof(nv));
+        if (in_list(k->key, at_start_keys, ARRAY_SIZE(at_start_keys))) {
+            log_warn("config reload: %s: \"%s\" -> \"%s\" refused: DRA mode reads it at start "
+                     "only (restart acceld); keeping \"%s\"",
+                     k->key, ov, nv, ov);
+            if (acceld_config_set(&n, k->key, ov, msg, sizeof(msg)) < 0)
+                log_error("config reload: cannot keep %s: %s", k->key, msg);
+        } else if (in_list(k->key, live_keys, ARRAY_SIZE(live_keys))) {
+            log_info("config reload: %s: \"%s\" -> \"%s\"", k->key, ov, nv);
+            changes++;
+        } else {
+            log_info("config reload: %s: \"%s\" -> \"%s\" (not used in DRA mode)", k->key, ov, nv);
+        }
+    }
+    if (!changes) {
+        log_info("config reload: nothing DRA mode applies changed");
+        return;
+    }
+    d->cfg = n;
+    log_set_level(n.log_level);
+    acceld_dra_reload(d->dra, &n, false);
+}
+
+static void on_run_signal(struct ev_loop *loop, int fd, uint32_t events, void *ud)
+{
+    (void)events;
+    struct dra_run *d = ud;
+    struct signalfd_siginfo si;
+    while (read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGHUP) {
+            log_info("SIGHUP: reloading the config");
+            run_reload(d);
+        } else {
+            log_info("%s: shutting down", strsignal((int)si.ssi_signo));
+            ev_loop_quit(loop);
+        }
+    }
+}
+
+static void on_run_health(struct ev_loop *loop, int fd, uint32_t events, void *ud)
+{
+    (void)events;
+    struct dra_run *d = ud;
+    struct health_event ev;
+    int r;
+    /* the monitor watches the DRA side's GPUs, in its order */
+    while ((r = health_monitor_read(d->health, &ev)) == 1)
+        acceld_dra_health_event(d->dra, ev.gpu < 0 ? -1 : ev.gpu, &ev);
+    if (r < 0) {
+        log_error("health monitor pipe failed: %s; health changes are no longer seen",
+                  strerror(-r));
+        ev_loop_del_io(loop, fd);
+    }
+}
+
+static int run_start(struct dra_run *d, int sig_fd)
+{
+    char err[1024];
+    const struct acceld_config *cfg = &d->cfg;
+    int r =
+        gpu_nvml_open(cfg->nvml_library[0] ? cfg->nvml_library : NULL, &d->nvml, err, sizeof(err));
+    if (r < 0) {
+        log_error("cannot open NVML: %s", err);
+        if (d->stats)
+            acceld_stats_device_init(d->stats, false);
+        return r == -EINVAL ? -EIO : r;
+    }
+    struct gpu_inventory_options io = {d->nvml->path, cfg->sysfs_root};
+    if ((r = gpu_inventory_load(&io, d->nvml, &d->inv, err, sizeof(err))) < 0) {
+        log_error("cannot list the GPUs: %s", err);
+        if (d->stats)
+            acceld_stats_device_init(d->stats, false);
+        return r == -EINVAL ? -EIO : r;
+    }
+    int *pos = calloc(d->inv->count ? (size_t)d->inv->count : 1, sizeof(int));
+    if (!pos)
+        return -ENOMEM;
+    for (int i = 0; i < d->inv->count; i++)
+        pos[i] = i;
+    if ((r = ev_loop_new(&d->loop)) < 0 ||
+        (r = ev_loop_add_io(d->loop, sig_fd, EPOLLIN, on_run_signal, d)) < 0) {
+        free(pos);
+        return r;
+    }
+    struct acceld_dra_options o = {d->loop, cfg, d->inv, pos, (size_t)d->inv->count, d->stats};
+    r = acceld_dra_new(&o, &d->dra);
+    free(pos);
+    if (r < 0) {
+        /* a second acceld refused its sockets leaves the first one's SLI file alone */
+        d->stats = (free(d->stats), NULL);
+        return r;
+    }
+    for (size_t i = 0; d->stats && i < acceld_dra_gpu_count(d->dra); i++) {
+        const char *uuid = acceld_dra_gpu_uuid(d->dra, i);
+        for (int k = 0; k < d->inv->count; k++) {
+            const struct gpu_device *g = &d->inv->devices[k];
+            if (strcmp(g->uuid, uuid) == 0) {
+                acceld_stats_add_gpu(d->stats, (unsigned)g->index, uuid);
+                acceld_stats_device_init(d->stats, g->healthy);
+            }
+        }
+    }
+    /* the GPUs left out (no usable UUID) */
+    for (size_t i = acceld_dra_gpu_count(d->dra); d->stats && i < (size_t)d->inv->count; i++)
+        acceld_stats_device_init(d->stats, false);
+    size_t n = acceld_dra_gpu_count(d->dra), warnings = 0;
+    const char **uuids = calloc(n ? n : 1, sizeof(char *));
+    if (!uuids)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        uuids[i] = acceld_dra_gpu_uuid(d->dra, i);
+    r = health_monitor_start(d->nvml, uuids, n, &d->health, &warnings);
+    free(uuids);
+    if (r < 0) {
+        log_error("cannot start the health monitor: %s", strerror(-r));
+        return r == -EINVAL ? -EIO : r;
+    }
+    if (warnings)
+        log_warn("NVML events unavailable for %zu GPU(s): only GPU loss is detected for them",
+                 warnings);
+    if ((r = ev_loop_add_io(d->loop, health_monitor_fd(d->health), EPOLLIN, on_run_health, d)) < 0)
+        return r;
+    if (d->stats) {
+        run_stats_flush(d, true);
+        ev_loop_add_timer(d->loop, 1000000000ull, on_run_stats_tick, d, &d->stats_timer);
+    }
+    return 0;
 }
 
 int acceld_dra_run(const struct acceld_config *cfg, int sig_fd, acceld_dra_reload_fn reload,
                    void *user_data)
 {
-    struct dra_agent a = {.live = *cfg, .reload = reload, .reload_data = user_data};
-    a.cfg = &a.live;
+    struct dra_run d = {.cfg = *cfg, .reload = reload, .reload_data = user_data};
+    /* NULL (no memory): DRA mode runs without its SLI file */
+    if ((d.stats = malloc(sizeof(*d.stats))))
+        acceld_stats_init(d.stats, real_s());
     log_info("acceld DRA mode: driver %s, registry %s, state %s", ACCELD_DRA_DRIVER,
              cfg->dra_registry_dir, cfg->state_dir);
-    int r = start(&a, sig_fd);
+    int r = run_start(&d, sig_fd);
     int code = r == -EINVAL ? EXIT_CONFIG : r < 0 ? 1 : 0;
     if (r == 0) {
-        r = ev_loop_run(a.loop);
+        r = ev_loop_run(d.loop);
         if (r < 0) {
             log_error("event loop failed: %s", strerror(-r));
             code = 1;
         }
     }
-    if (a.pub)
-        write_status(&a);
-    stop(&a);
+    if (d.health && d.loop)
+        ev_loop_del_io(d.loop, health_monitor_fd(d.health));
+    d.health = health_monitor_stop(d.health);
+    if (d.stats_timer)
+        ev_loop_cancel_timer(d.loop, d.stats_timer);
+    run_stats_flush(&d, true); /* the last counts (a failed start's included) */
+    free(d.stats);
+    d.dra = acceld_dra_free(d.dra);
+    d.loop = ev_loop_free(d.loop);
+    d.inv = gpu_inventory_free(d.inv);
+    d.nvml = gpu_nvml_free(d.nvml);
     log_info("stopped");
     return code;
 }

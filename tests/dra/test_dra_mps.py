@@ -16,8 +16,10 @@ nvidia-cuda-mps-control as --mps-control):
   it raises its own limit, and tests/emu/spin runs on 30 % of the SMs, also when it raises its
   own percentage;
 - a second claim (70 % + 8 GiB) of the same GPU gets its own daemon with its own caps;
-- prepared again: the same answer, no second daemon; acceld restarted: the daemon of the
-  prepared claim is started again from the checkpoint, with its caps, and the claim is
+- prepared again: the same answer, no second daemon; a fatal error hits a client of the
+  claim's daemon (XID 43, ignored by NVML health): its server's FAULT taints gpu-0 and
+  reports it UNHEALTHY on the health stream until the client exits; acceld restarted: the
+  daemon of the prepared claim is started again from the checkpoint, with its caps, and the claim is
   unprepared after the restart: spec, daemon and its directories gone; a daemon that never
   comes up: the claim's entry is an error after dra.claimWait, nothing stays;
 - SIGHUP (docs/dra.md, "Reloading the config"): dra.gpuSharing changed to make gpu-1 shared
@@ -237,6 +239,8 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
     tap.ok(again == r and daemon_pid(pipe) == pid_a,
            "prepared again: the same answer, the same daemon", again)
 
+    fault_checks(tap, build, emu, api, knode, agent, spec, pipe, logd)
+
     # ---- SIGHUP (docs/dra.md, "Reloading the config")
     if not os.environ.get("DRA_MPS_SKIP_HUP"):
         sighup_checks(tap, api, drv, knode, emu, config)
@@ -290,6 +294,49 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
            "claim's entry says so, and no spec, checkpoint entry or directory stays", (err, ck))
     rc = agent.stop(signal.SIGTERM)
     tap.ok(rc == 0, "and acceld exits 0", agent.log_text()[-3000:])
+
+
+def fault_checks(tap, build, emu, api, knode, agent, spec, pipe, logd):
+    """A fatal error hits a client of the claim's daemon (XID 43 on gpu-0 while emu-hold runs
+    under the claim's env: the emulated server goes to FAULT, MPS guide "Error
+    Containment"); XID 43 is in health.ignoredXids, so only the daemon's FAULT, read by the
+    supervisor's probe, can mark gpu-0: tainted NoSchedule and UNHEALTHY on the health stream
+    until the hit client exits and the server is ACTIVE again."""
+    env_, _ = edits_of(spec)
+    env = dict(emu.env, LD_LIBRARY_PATH=os.path.join(build, "src/emu"), **env_)
+    env.pop("LD_PRELOAD", None)
+    env.update(CUDA_MPS_PIPE_DIRECTORY=pipe, CUDA_MPS_LOG_DIRECTORY=logd)
+    hold = subprocess.Popen([os.path.join(build, "tests/emu/emu-hold"), "0", "64"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    hw = m.HealthWatch(os.path.join(knode.dirs["plugin"], "dra.sock"))
+    taint = [{"key": "gpu.accel.dev/unhealthy", "value": "unhealthy", "effect": "NoSchedule"}]
+    try:
+        line = hold.stdout.readline()
+        if not tap.ok(line == "ready %d\n" % hold.pid, "a client of the claim's daemon runs",
+                      line):
+            return
+        ok = K.wait_until(lambda: (hw.last() or {}).get("gpu-0") == "HEALTHY", T)
+        emu.cmd("xid", 0, 43)
+        ok = ok and K.wait_until(lambda: (m.device(api, "gpu-0") or {}).get("taints") == taint,
+                                 T)
+        ok = ok and K.wait_until(lambda: (hw.last() or {}).get("gpu-0") == "UNHEALTHY", T)
+        tap.ok(ok and "an MPS claim's control daemon is down" in agent.log_text() and
+               "fault state" in agent.log_text(),
+               "XID 43 (ignored by NVML health) puts the claim's MPS server in FAULT: gpu-0 "
+               "tainted NoSchedule and UNHEALTHY on the health stream",
+               json.dumps([m.device(api, "gpu-0"), hw.msgs[-2:]]))
+        hold.stdin.close()
+        hold.wait(timeout=T)
+        ok = K.wait_until(lambda: "taints" not in (m.device(api, "gpu-0") or {"taints": 1}), T)
+        ok = ok and K.wait_until(lambda: (hw.last() or {}).get("gpu-0") == "HEALTHY", T)
+        tap.ok(ok, "the hit client exits: the server is ACTIVE, the taint is gone and gpu-0 "
+               "HEALTHY again", json.dumps([m.device(api, "gpu-0"), hw.msgs[-2:]]))
+    finally:
+        hw.close()
+        if hold.poll() is None:
+            hold.kill()
+            hold.wait()
+        hold.stdout.close()
 
 
 def write_config(path, gpu_sharing, taint="NoSchedule", extra=""):

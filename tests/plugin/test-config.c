@@ -424,9 +424,41 @@ TEST(dra_keys)
     CHECK_EQ_INT(acceld_config_set(&c, "dra.taintEffect", "PreferNoSchedule", err, sizeof(err)),
                  -EINVAL);
     CHECK_EQ_INT(c.dra_taint_effect, ACCELD_TAINT_NO_EXECUTE);
-    /* DRA serves the whole node: a per-GPU dra is refused, saying so */
-    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "0=dra", err, sizeof(err)), -EINVAL);
-    CHECK(strstr(err, "node mode") != NULL);
+    /* DRA per GPU beside the device-plugin modes (docs/dra.md, "DRA beside the
+     * device-plugin modes"): gpuModes may name dra, by index or UUID, first entry wins */
+    acceld_config_defaults(&c);
+    CHECK(!acceld_config_dra_only(&c));
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "0=dra", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 0, "GPU-a"), ACCELD_MODE_DRA);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 1, "GPU-b"), ACCELD_MODE_PGPU);
+    CHECK(!acceld_config_dra_only(&c)); /* mode pgpu: GPU 1 and others stay device plugins */
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "GPU-b=dra,1=vgpu,0=dra", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 1, "GPU-b"), ACCELD_MODE_DRA);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 1, "GPU-x"), ACCELD_MODE_VGPU);
+    CHECK_EQ_INT(acceld_config_format(&c, "gpuModes", fmt, sizeof(fmt)), 0);
+    CHECK_EQ_STR(fmt, "GPU-b=dra,1=vgpu,0=dra");
+    /* mode dra: alone when every entry says dra too, beside the plugins otherwise */
+    static const char yaml3[] = "mode: dra\ngpuModes: 1=pgpu,GPU-c=vgpu\n";
+    CHECK_EQ_INT(acceld_config_parse(&c, yaml3, sizeof(yaml3) - 1, "t", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 0, "GPU-a"), ACCELD_MODE_DRA);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 1, "GPU-b"), ACCELD_MODE_PGPU);
+    CHECK_EQ_INT(acceld_config_gpu_mode(&c, 2, "GPU-c"), ACCELD_MODE_VGPU);
+    CHECK(!acceld_config_dra_only(&c));
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "1=dra", err, sizeof(err)), 0);
+    CHECK(acceld_config_dra_only(&c));
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "", err, sizeof(err)), 0);
+    CHECK(acceld_config_dra_only(&c));
+    /* refused, the running value kept: no SEL, an unknown mode, the mode's case */
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "0=pgpu", err, sizeof(err)), 0);
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "=dra", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "pgpu|vgpu|dra") != NULL);
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "0=DRA", err, sizeof(err)), -EINVAL);
+    CHECK_EQ_INT(acceld_config_set(&c, "gpuModes", "1=dra,0=dras", err, sizeof(err)), -EINVAL);
+    CHECK(strstr(err, "\"0=dras\"") != NULL);
+    CHECK_EQ_STR(c.gpu_modes, "0=pgpu");
+    CHECK(!acceld_config_dra_only(&c));
+    static const char yaml4[] = "mode: pgpu\ngpuModes: 0=mps\n"; /* MPS: the sharing sections */
+    CHECK_EQ_INT(acceld_config_parse(&c, yaml4, sizeof(yaml4) - 1, "t", err, sizeof(err)), -EINVAL);
 }
 
 int main(int argc, char **argv)
