@@ -124,6 +124,8 @@ def main():
         cpu_alloc = (cpu_s(agent.proc.pid) - cpu0) / len(lat) * 1e6
         print(f"Allocate round trip, {N} pods pending then admitted ({len(lat)} calls): "
               f"p50 {pct(lat, 0.5):.0f} us, p99 {pct(lat, 0.99):.0f} us, max {max(lat):.0f} us")
+        slow = sorted(range(len(lat)), key=lambda k: -lat[k])[:4]
+        print("slowest calls (index: us): " + ", ".join(f"{k}: {lat[k]:.0f}" for k in slow))
         print(f"acceld CPU per Allocate (utime + stime over the {len(lat)} calls; "
               f"clock ticks of {1e6 / os.sysconf('SC_CLK_TCK'):.0f} us): {cpu_alloc:.0f} us")
         print(f"GetDevicePluginOptions round trip (the Python client's floor): "

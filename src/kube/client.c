@@ -399,7 +399,7 @@ int kube_client_new(struct ev_loop *loop, const struct kube_config *cfg, struct 
     /* Over HTTP/2 (an API server's usual answer to ALPN) every request shares one connection.
      * Over HTTP/1.1 each request in flight needs its own: without a bound, a burst of PATCHes
      * opens a connection (a TLS handshake, ~1 ms of CPU on the loop) per request; bounded,
-     * they queue on the connections kept open. One of them is taken by each watch stream. */
+     * they queue on the connection kept open. A watch stream takes the other one. */
     curl_multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)KUBE_MAX_HOST_CONNECTIONS);
     *ret = c;
     return 0;

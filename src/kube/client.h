@@ -10,8 +10,9 @@
 #include <stddef.h>
 
 /* Connections to the API server at most (see kube_client_new). A watch stream holds one for
- * its life over HTTP/1.1, so a client must not run this many streams at once. */
-#define KUBE_MAX_HOST_CONNECTIONS 4
+ * its life over HTTP/1.1, so a client runs at most one stream; the other connection carries
+ * the requests one after another. */
+#define KUBE_MAX_HOST_CONNECTIONS 2
 
 struct ev_loop;
 struct kube_config;

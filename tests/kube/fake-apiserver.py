@@ -187,6 +187,9 @@ class Handler(BaseHTTPRequestHandler):
         parts = url.path.strip("/").split("/")
         if url.path.startswith(RES):
             return self.resource(method, parts[3:], q, body)
+        if method == "GET" and url.path == "/version":
+            return self.send_json(200, {"major": "1", "minor": "34", "gitVersion": "v1.34.0",
+                                        "platform": "linux/amd64"})
         if method == "GET" and url.path == "/api/v1/pods":
             if q.get("watch") in ("1", "true"):
                 return self.watch(q)

@@ -234,14 +234,27 @@ static void on_pod(struct kube_podwatch *w, enum kube_watch_type type, const str
     k->fresh = false;
 }
 
+static void on_warm(struct kube_client *c, const struct kube_response *resp, void *user_data)
+{
+    if (resp->error)
+        log_debug("vGPU: GET /version: %s", resp->error);
+}
+
 static void on_state(struct kube_podwatch *w, const char *error, void *user_data)
 {
-    if (error)
+    struct vgpu_kube *k = user_data;
+    if (error) {
         log_warn("vGPU: the pod watch is not in step (%s): vGPU Allocates are refused until it "
                  "is",
                  error);
-    else
-        log_info("vGPU: the pod watch is in step");
+        return;
+    }
+    log_info("vGPU: the pod watch is in step");
+    /* Over HTTP/1.1 the watch holds its connection: the first PATCH after an Allocate would
+     * open the requests' one, a TLS handshake on the loop while the kubelet's next Allocate
+     * waits. A request now (GET /version: any authenticated client may) opens it ahead. */
+    if (kube_client_request(k->client, "GET", "/version", NULL, NULL, on_warm, k, NULL) < 0)
+        log_debug("vGPU: cannot send GET /version");
 }
 
 int vgpu_kube_new(struct ev_loop *loop, const struct vgpu_kube_options *opts,
