@@ -86,8 +86,10 @@ struct vgpu {
     struct fs_flusher *flusher; /* borrowed; NULL: fdatasync in place */
     char preload[VGPU_PATH_MAX + 16]; /* <state>/vgpu/ld.so.preload, shared by all */
     char spare_dir[VGPU_PATH_MAX + 32];
-    unsigned *spares; /* names of the ready spare directories (a stack) */
+    unsigned *spares; /* names of the ready spares (a stack) */
     size_t n_spares;
+    unsigned *shells; /* names of spares whose container directory was taken */
+    size_t n_shells;
     unsigned spare_seq;
     void (*spare_hook)(void *ctx);
     void *spare_ctx;
@@ -533,13 +535,15 @@ static int checkpoint_load(struct vgpu *v, char *err, size_t errlen)
  * region/ (0777: the container's user writes its usage region there), and
  * the one ld.so.preload of the state dir. Creating inodes is the costly part
  * of writing them (on ext4 without a journal, over a millisecond each once
- * many were deleted), so acceld keeps spares: .spare/<n>/ with an empty
- * config and region/, made ahead when no Allocate is coming (vgpu_spare_fill);
- * an Allocate fills in a spare's config and renames the spare into place,
- * making only the pod's directory for its first container. Without a spare,
- * or when the container's directory is there already (a restart), the files
- * are made in place. None is fsynced: checkpoint_load rebuilds them from the
- * checkpoint at every start. */
+ * many were deleted), so acceld keeps spares: .spare/<n>/c/ with an empty
+ * config and region/, made ahead when no Allocate is coming (vgpu_spare_fill).
+ * An Allocate fills in a spare's config and renames the spare into place:
+ * .spare/<n> becomes the pod's directory for its first container (then c its
+ * container's), and for the pod's next containers only .spare/<n>/c moves,
+ * leaving a shell that the next fill completes. So an Allocate creates no
+ * inode. Without a spare, or when the container's directory is there already
+ * (a restart), the files are made in place. None is fsynced:
+ * checkpoint_load rebuilds them from the checkpoint at every start. */
 
 static size_t config_text(const struct vgpu *v, const struct assign *as, char *conf, size_t cap)
 {
@@ -573,42 +577,59 @@ static int files_in_place(const struct vgpu *v, const struct assign *as, const c
     return r < 0 ? r : fs_write_replace(as->config, conf, n, 0644);
 }
 
-static void spare_path(const struct vgpu *v, unsigned name, char *out, size_t len)
+static void spare_path(const struct vgpu *v, unsigned name, const char *sub, char *out, size_t len)
 {
-    snprintf(out, len, "%s/%u", v->spare_dir, name);
+    snprintf(out, len, "%s/%u%s", v->spare_dir, name, sub);
 }
 
-/* Takes a spare for as: its config written, the directory renamed into
- * place. 0, or -errno (no spare, or the target exists: the caller makes the
- * files in place). */
+/* Takes a spare for as: its config written, the spare renamed into place.
+ * 0, or -errno (no spare, or the target exists: the caller makes the files
+ * in place). */
 static int spare_take(struct vgpu *v, const struct assign *as, const char *conf, size_t n)
 {
     if (!v->n_spares)
         return -ENOENT;
-    char dir[VGPU_PATH_MAX + 48], path[VGPU_PATH_MAX + 64];
+    char pod_spare[VGPU_PATH_MAX + 48], ctr_spare[VGPU_PATH_MAX + 48], path[VGPU_PATH_MAX + 64];
     unsigned name = v->spares[v->n_spares - 1];
-    spare_path(v, name, dir, sizeof(dir));
-    snprintf(path, sizeof(path), "%s/config", dir);
+    spare_path(v, name, "", pod_spare, sizeof(pod_spare));
+    spare_path(v, name, "/c", ctr_spare, sizeof(ctr_spare));
+    snprintf(path, sizeof(path), "%s/config", ctr_spare);
     /* in place, not tmp + rename: no reader can see the spare before the
-     * rename below, and rename would cost the inode the spare saves */
+     * renames below, and a tmp file would cost the inode the spare saves */
     int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     int r = fs_write_full(fd, conf, n);
     if (close(fd) < 0 && r == 0)
         r = -errno;
-    char pod_dir[VGPU_PATH_MAX];
+    if (r < 0)
+        return r;
+    char pod_dir[VGPU_PATH_MAX], moved[VGPU_PATH_MAX + 8];
     snprintf(pod_dir, sizeof(pod_dir), "%s", as->dir);
     char *slash = strrchr(pod_dir, '/');
-    if (slash)
-        *slash = '\0';
-    if (r == 0 && mkdir(pod_dir, 0755) < 0 && errno != EEXIST)
-        r = -errno;
-    if (r == 0 && rename(dir, as->dir) < 0)
-        r = -errno;
-    if (r < 0)
-        return r; /* the spare stays: its config is rewritten when it is taken */
+    if (!slash)
+        return -EINVAL;
+    *slash = '\0';
+    bool shell = false;
+    /* the pod's first container: the spare becomes the pod's directory (a directory is
+     * renamed onto a path only where nothing, or an empty directory, is) */
+    if (rename(pod_spare, pod_dir) == 0) {
+        snprintf(moved, sizeof(moved), "%s/c", pod_dir);
+        if (rename(moved, as->dir) < 0) {
+            r = -errno;
+            rename(pod_dir, pod_spare); /* as it was */
+            return r;
+        }
+    } else if (errno == EEXIST || errno == ENOTEMPTY) {
+        if (rename(ctr_spare, as->dir) < 0)
+            return -errno;
+        shell = true;
+    } else {
+        return -errno;
+    }
     v->n_spares--;
+    if (shell)
+        v->shells[v->n_shells++] = name;
     if (v->spare_hook)
         v->spare_hook(v->spare_ctx);
     return 0;
@@ -623,17 +644,18 @@ static int write_files(struct vgpu *v, const struct assign *as)
     return files_in_place(v, as, conf, n);
 }
 
-/* Makes one spare. 0 or -errno. */
+/* Makes one spare: a shell completed, or a new one. 0 or -errno. */
 static int spare_make(struct vgpu *v)
 {
     char dir[VGPU_PATH_MAX + 48], path[VGPU_PATH_MAX + 64];
-    unsigned name = v->spare_seq++;
-    spare_path(v, name, dir, sizeof(dir));
+    bool shell = v->n_shells > 0;
+    unsigned name = shell ? v->shells[v->n_shells - 1] : v->spare_seq++;
+    spare_path(v, name, "/c", dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/region", dir);
     int r = make_region(path);
     if (r == 0) {
         snprintf(path, sizeof(path), "%s/config", dir);
-        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0 || fchmod(fd, 0644) < 0)
             r = -errno;
         if (fd >= 0)
@@ -641,6 +663,8 @@ static int spare_make(struct vgpu *v)
     }
     if (r < 0)
         return r;
+    if (shell)
+        v->n_shells--;
     v->spares[v->n_spares++] = name;
     return 0;
 }
@@ -665,8 +689,7 @@ void vgpu_set_spare_hook(struct vgpu *v, void (*fn)(void *ctx), void *ctx)
     v->spare_ctx = ctx;
 }
 
-/* Removes a directory tree of at most two levels below dir (a spare, a
- * container's directory). */
+/* Removes a directory tree of at most depth levels below dir. */
 static void remove_tree(const char *dir, int depth)
 {
     DIR *d = opendir(dir);
@@ -692,9 +715,10 @@ static void remove_tree(const char *dir, int depth)
 static int spares_start(struct vgpu *v, char *err, size_t errlen)
 {
     v->spares = calloc(VGPU_SPARES, sizeof(*v->spares));
-    if (!v->spares)
+    v->shells = calloc(VGPU_SPARES, sizeof(*v->shells));
+    if (!v->spares || !v->shells)
         return -ENOMEM;
-    remove_tree(v->spare_dir, 2);
+    remove_tree(v->spare_dir, 3);
     int r = fs_mkdir_p(v->spare_dir, 0755);
     if (r < 0) {
         snprintf(err, errlen, "cannot create %s: %s", v->spare_dir, strerror(-r));
@@ -1356,6 +1380,7 @@ struct vgpu *vgpu_free(struct vgpu *v)
     if (v->journal_fd >= 0)
         close(v->journal_fd);
     free(v->spares);
+    free(v->shells);
     for (size_t a = 0; a < v->n_as; a++)
         free(v->as[a]);
     free(v->as);

@@ -5,6 +5,7 @@
  * binpack / spread / extender, whole GPUs, a pod that fits nowhere, the API
  * server unreachable, unhealthy GPUs, and restart from the checkpoint
  * (between the two resources' Allocates) plus reconcile. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -691,6 +692,63 @@ TEST(checkpoint_journal)
     struct vgpu_options o = {state, lib, "/nonexistent", UNIT, VGPU_BINPACK};
     CHECK_EQ_INT(vgpu_new(&g, 1, &o, &table_pods, &v, err, sizeof(err)), -EINVAL);
     CHECK(strstr(err, "broken line 1") && strstr(err, "move it away"));
+}
+
+/* Spares: a pod's first container takes a whole spare (it becomes the pod's directory), its
+ * second only the spare's container directory (leaving a shell the next fill completes); both
+ * get their config and a 0777 region; a full refill makes 128 again. */
+TEST(spares_for_a_pods_containers)
+{
+    n_table = 0;
+    add_pod("uid-m", "m", "main", 100, 30, 8, NULL);
+    add_pod("uid-m", "m", "side", 100, 20, 4, NULL);
+    struct node nd;
+    struct vgpu *v = make(1, 16 * GiB, VGPU_BINPACK, false);
+    REQUIRE(v != NULL);
+    CHECK_EQ_U64(vgpu_spare_fill(v, 0), 0);
+    node_open(&nd, v);
+    char err[1024] = "";
+    V1beta1__ContainerAllocateResponse *r;
+    const char *ctrs[] = {"main", "side"};
+    for (int c = 0; c < 2; c++) {
+        REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, c ? 20 : 30, &r, err, sizeof(err)), 0);
+        char *cfg = config_of(r); /* the mounts come with the cores */
+        REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, c ? 4 : 8, &r, err, sizeof(err)), 0);
+        CHECK(cfg && strstr(cfg, c ? "core_limit = 20\n" : "core_limit = 30\n"));
+        free(cfg);
+        char d[900];
+        struct stat st;
+        snprintf(d, sizeof(d), "%s/vgpu/uid-m/%s/region", state, ctrs[c]);
+        REQUIRE_EQ_INT(stat(d, &st), 0);
+        CHECK_EQ_INT(st.st_mode & 0777, 0777);
+        snprintf(d, sizeof(d), "%s/vgpu/uid-m/%s/config", state, ctrs[c]);
+        REQUIRE_EQ_INT(stat(d, &st), 0);
+        CHECK_EQ_INT(st.st_mode & 0777, 0644);
+    }
+    CHECK_EQ_U64(vgpu_spare_fill(v, 0), 2);
+    CHECK_EQ_U64(vgpu_spare_fill(v, 8), 0);
+    /* 127 spares on disk, one of them the completed shell; each has c/config and c/region */
+    char d[900];
+    snprintf(d, sizeof(d), "%s/vgpu/.spare", state);
+    DIR *dir = opendir(d);
+    REQUIRE(dir != NULL);
+    int n = 0, whole = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] == '.')
+            continue;
+        n++;
+        char f[1200];
+        struct stat st;
+        snprintf(f, sizeof(f), "%s/%s/c/config", d, e->d_name);
+        bool ok = stat(f, &st) == 0 && st.st_size == 0;
+        snprintf(f, sizeof(f), "%s/%s/c/region", d, e->d_name);
+        whole += ok && stat(f, &st) == 0 && S_ISDIR(st.st_mode);
+    }
+    closedir(dir);
+    CHECK_EQ_INT(n, VGPU_SPARES);
+    CHECK_EQ_INT(whole, VGPU_SPARES);
+    node_close(&nd);
 }
 
 TEST(bad_options_and_checkpoint)
