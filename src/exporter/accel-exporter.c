@@ -37,6 +37,7 @@
 #include "log.h"
 #include "nvml.h"
 #include "podres.h"
+#include "podutil.h"
 #include "sli.h"
 #include "status.h"
 #include "util.h"
@@ -58,6 +59,7 @@ struct exp_gpu {
     char vbios[64];
     struct exp_xid xids[EXP_MAX_XIDS + 1];
     struct status_xids recent; /* for the status page */
+    struct exporter_util util; /* per-process SM utilization (sampler thread) */
 };
 
 /* A growable text buffer; reused across samples so steady state allocates nothing. */
@@ -200,6 +202,9 @@ struct gpu_sample {
     struct gpu_process procs[64];
     struct kube_cgroup_ref pods[64]; /* pod_uid "" = not in a pod (or its cgroup unreadable) */
     const struct exporter_podres_entry *names[64]; /* NULL = pod-resources cannot say */
+    bool putil_ok;    /* per-process utilization answered (podutil.h) */
+    double putil[64]; /* SM utilization of procs[k], 0..1 */
+    bool mps[64];     /* procs[k] is an MPS client (nvmlDeviceGetMPSComputeRunningProcesses_v3) */
 };
 
 /* Clock-event reason bits (NVML's nvmlClocksEventReason* constants, nvml.h of the driver). */
@@ -220,11 +225,33 @@ static const struct {
 
 #define NVML_OK(call) ((call) == NVML_SUCCESS)
 
+/* MPS clients (with MPS the compute list names the server; its clients are listed apart):
+ * flagged, and added to the processes when the compute list lacks them. */
+static void add_mps_clients(struct gpu_nvml *n, nvmlDevice_t dev, struct gpu_sample *s)
+{
+    struct gpu_process c[64];
+    size_t nc = 0, cap = sizeof s->procs / sizeof s->procs[0];
+    if (gpu_nvml_list_processes(n, dev, GPU_NVML_PROCS_MPS, c, 64, &nc) < 0)
+        return;
+    for (size_t i = 0; i < nc; i++) {
+        size_t k = 0;
+        while (k < s->nprocs && s->procs[k].pid != c[i].pid)
+            k++;
+        if (k == s->nprocs) {
+            if (k == cap)
+                continue;
+            s->procs[s->nprocs++] = c[i];
+        }
+        s->mps[k] = true;
+    }
+}
+
 static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample *s)
 {
     struct gpu_nvml *n = e->nvml;
     memset(s, 0, offsetof(struct gpu_sample, procs));
     memset(s->names, 0, sizeof s->names);
+    memset(s->mps, 0, sizeof s->mps);
     s->util_ok = n->nvmlDeviceGetUtilizationRates &&
                  NVML_OK(n->nvmlDeviceGetUtilizationRates(g->dev, &s->util));
     s->mem_ok = n->nvmlDeviceGetMemoryInfo && NVML_OK(n->nvmlDeviceGetMemoryInfo(g->dev, &s->mem));
@@ -259,6 +286,15 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
     if (gpu_nvml_running_processes(n, g->dev, s->procs, sizeof s->procs / sizeof s->procs[0],
                                    &np) == 0)
         s->nprocs = np;
+    add_mps_clients(n, g->dev, s);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    s->putil_ok = exporter_util_sample(n, g->dev, &g->util,
+                                       (unsigned long long)now.tv_sec * 1000000ull +
+                                           (unsigned long long)now.tv_nsec / 1000ull,
+                                       e->interval_ns / 1000u) == 0;
+    for (size_t k = 0; k < s->nprocs; k++)
+        s->putil[k] = s->putil_ok ? exporter_util_of(&g->util, s->procs[k].pid) : 0;
     for (size_t k = 0; k < s->nprocs; k++)
         if (kube_cgroup_read(e->proc_root, (pid_t)s->procs[k].pid, &s->pods[k]) < 0)
             memset(&s->pods[k], 0, sizeof s->pods[k]);
@@ -342,6 +378,76 @@ static const char *name_labels(const struct gpu_sample *s, size_t k, char *out, 
              esc(x ? x->namespace_ : "", ns, sizeof ns), esc(x ? x->pod : "", pod, sizeof pod),
              esc(x ? x->container : "", ct, sizeof ct));
     return out;
+}
+
+/* Processes j and k of one GPU belong to the same pod's container. */
+static bool same_container(const struct gpu_sample *s, size_t j, size_t k)
+{
+    return !strcmp(s->pods[j].pod_uid, s->pods[k].pod_uid) &&
+           !strcmp(s->pods[j].container_id, s->pods[k].container_id);
+}
+
+/* Process k is the first of its container on this GPU (host processes belong to none). */
+static bool first_of_container(const struct gpu_sample *s, size_t k)
+{
+    if (!s->pods[k].pod_uid[0])
+        return false;
+    for (size_t j = 0; j < k; j++)
+        if (same_container(s, j, k))
+            return false;
+    return true;
+}
+
+/* Per-process and per-container SM utilization (podutil.c) and MPS clients: each
+ * container's own figure, summed over its processes, never the GPU's copied. */
+static void render_pod_usage(struct exporter *e, struct exp_buf *b, bool om,
+                             const struct gpu_sample *ss, char (*l)[160])
+{
+    char nl[900];
+    bool on = family(b, om, "accel_gpu_process_utilization_ratio", "gauge",
+                     "Fraction of the last sample periods in which the process used the GPU's "
+                     "SMs (NVML's per-process samples; 0 when it had none).");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
+        for (size_t k = 0; k < ss[i].nprocs && ss[i].putil_ok; k++)
+            buf_printf(b,
+                       "accel_gpu_process_utilization_ratio{%s,pid=\"%u\",%s,pod_uid=\"%s\","
+                       "container_id=\"%s\"} %.17g\n",
+                       l[i], ss[i].procs[k].pid, name_labels(&ss[i], k, nl, sizeof nl),
+                       ss[i].pods[k].pod_uid, ss[i].pods[k].container_id, ss[i].putil[k]);
+    on = family(b, om, "accel_container_gpu_utilization_ratio", "gauge",
+                "SM utilization of one pod's container on this GPU: the sum over its processes "
+                "(at most 1).");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
+        for (size_t k = 0; k < ss[i].nprocs && ss[i].putil_ok; k++) {
+            if (!first_of_container(&ss[i], k))
+                continue;
+            double sum = 0;
+            for (size_t j = k; j < ss[i].nprocs; j++)
+                if (same_container(&ss[i], j, k))
+                    sum += ss[i].putil[j];
+            buf_printf(b,
+                       "accel_container_gpu_utilization_ratio{%s,%s,pod_uid=\"%s\","
+                       "container_id=\"%s\"} %.17g\n",
+                       l[i], name_labels(&ss[i], k, nl, sizeof nl), ss[i].pods[k].pod_uid,
+                       ss[i].pods[k].container_id, sum > 1 ? 1 : sum);
+        }
+    on = family(b, om, "accel_container_gpu_mps_clients", "gauge",
+                "MPS client processes of one pod's container on this GPU (containers with at "
+                "least one).");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
+        for (size_t k = 0; k < ss[i].nprocs; k++) {
+            if (!first_of_container(&ss[i], k))
+                continue;
+            unsigned c = 0;
+            for (size_t j = k; j < ss[i].nprocs; j++)
+                c += same_container(&ss[i], j, k) && ss[i].mps[j];
+            if (c)
+                buf_printf(b,
+                           "accel_container_gpu_mps_clients{%s,%s,pod_uid=\"%s\","
+                           "container_id=\"%s\"} %u\n",
+                           l[i], name_labels(&ss[i], k, nl, sizeof nl), ss[i].pods[k].pod_uid,
+                           ss[i].pods[k].container_id, c);
+        }
 }
 
 /* Renders one format from the samples. om: OpenMetrics. */
@@ -477,6 +583,8 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
                            l[i], name_labels(&ss[i], k, nl, sizeof nl), pk->pod_uid,
                            pk->container_id, sum);
         }
+
+    render_pod_usage(e, b, om, ss, l);
 
     if (e->podres &&
         family(b, om, "accel_exporter_pod_resources_up", "gauge",
