@@ -26,6 +26,7 @@ EXPORTER = os.path.join(BUILD, "src", "exporter", "accel-exporter")
 NVML = os.path.join(BUILD, "src", "emu", "libnvidia-ml.so.1")
 HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
 FAKE_PODRES = os.path.join(BUILD, "tests", "exporter", "fake-podresources")
+SPIN = os.path.join(BUILD, "tests", "emu", "spin")
 SRC = os.environ.get("ACCEL_SOURCE_ROOT",
                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
@@ -311,6 +312,80 @@ def _():
               f"promtool with pod series: {p.stdout}{p.stderr}")
     # the holders stay until the end: the dashboard's per-pod panels need them in Prometheus
     HOLDS.extend(procs[-6:])
+
+
+@case("two pods on time-sliced GPU 0 at different duty show their own utilization, as NVML says")
+def _():
+    if not os.path.exists(SPIN) or not HOLDS:
+        return "SKIP spin or the pods' holders missing"
+    import ctypes
+
+    class Sample(ctypes.Structure):
+        _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong),
+                    ("smUtil", ctypes.c_uint), ("memUtil", ctypes.c_uint),
+                    ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+    os.environ["ACCEL_EMU_STATE"] = STATE
+    nv = ctypes.CDLL(os.path.abspath(NVML))
+    check(nv.nvmlInit_v2() == 0, "nvmlInit_v2 on the emulator")
+    dev = ctypes.c_void_p()
+    check(nv.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0, "GPU 0 handle")
+
+    def emulator_figures():
+        """The emulator's own per-process SM utilization of its last period, 0..1."""
+        buf, cnt = (Sample * 64)(), ctypes.c_uint(64)
+        r = nv.nvmlDeviceGetProcessUtilization(dev, buf, ctypes.byref(cnt), ctypes.c_ulonglong(0))
+        return {buf[i].pid: buf[i].smUtil / 100 for i in range(cnt.value)} if r == 0 else {}
+    env = dict(ENV, LD_LIBRARY_PATH=os.path.join(BUILD, "src", "emu"))
+    spins = {}
+    # pod A's container busy back to back, pod B's 10 ms in every ~40 ms: on one GPU the
+    # timeline gives A about 3/4 and B about 1/4 (the emulator's kernels run one at a time)
+    for pod, cid, extra in ((POD_A, CID_A, []), (POD_B, CID_B, ["--gap", "30"])):
+        p = subprocess.Popen([SPIN, "10", "--go", "--repeat", "100000"] + extra, env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        d = os.path.join(PROC, str(p.pid))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "cgroup"), "w") as f:
+            f.write(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+                    f"{pod.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n")
+        spins[pod] = p
+    for p in spins.values():
+        line = p.stdout.readline()
+        while line and "ready" not in line:  # "# ready" once its context exists
+            line = p.stdout.readline()
+        check("ready" in line, f"spin {p.pid} did not get ready")
+    for p in spins.values():
+        p.stdin.write("\n")
+        p.stdin.flush()
+    last = {}
+
+    def close_to_nvml():
+        m = metrics()
+        emu_f = emulator_figures()
+        if not m:
+            return None
+        got = {}
+        for pod, p in spins.items():
+            ns, name, ctr = NAMES[pod]
+            per_proc = sample(m, "accel_gpu_process_utilization_ratio", gpu=0, uuid=UUIDS[0],
+                              pid=p.pid, pod_uid=pod)
+            per_ctr = sample(m, "accel_container_gpu_utilization_ratio", gpu=0, pod_uid=pod,
+                             namespace=ns, pod=name, container=ctr)
+            got[pod] = (per_proc, per_ctr, emu_f.get(p.pid))
+        last.update(got)
+        ok = all(a is not None and c is not None and e is not None and abs(a - e) <= 0.1
+                 and abs(c - a) < 1e-9 for a, c, e in got.values())
+        return ok and got[POD_A][0] - got[POD_B][0] >= 0.25 and got[POD_B][0] >= 0.1
+    try:
+        wait_for(close_to_nvml, "per-process utilization within 0.1 of the emulator's", 30)
+    except AssertionError:
+        check(False, f"exporter vs emulator (process, container, emulator): {last}")
+    m = metrics()
+    check(sample(m, "accel_gpu_process_utilization_ratio", gpu=0, pid=HOLDS[0].pid) == 0,
+          "a process holding memory but never launching shows 0")
+    for p in spins.values():
+        p.terminate()
+        p.wait(timeout=30)
 
 
 @case("pod-resources unreachable: accel_exporter_pod_resources_up 0, GPU series still served")
