@@ -38,6 +38,7 @@
 #include "nvml.h"
 #include "podres.h"
 #include "podutil.h"
+#include "regions.h"
 #include "sli.h"
 #include "status.h"
 #include "util.h"
@@ -81,6 +82,7 @@ struct exporter {
     struct exporter_podres *podres; /* the last good List (sampler thread only) */
     bool podres_ok;                 /* the last List succeeded */
     struct exporter_sli *sli;       /* acceld's SLI file (--state-dir); NULL: off */
+    struct exporter_vgpu *vgpu;     /* vGPU assignments and regions (--state-dir); NULL: off */
     uint64_t podres_next_ns;        /* when to ask again */
 
     pthread_mutex_t lock;    /* guards front buffers, xid counters and the flags below */
@@ -187,6 +189,26 @@ static void sli_print(void *ctx, const char *fmt, ...)
     else
         buf_printf(c->b, "%s", line);
 }
+
+/* regions.c's output: like sli_print, with room for its longer label sets. */
+static void vgpu_print(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void vgpu_print(void *ctx, const char *fmt, ...)
+{
+    struct sli_ctx *c = ctx;
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof line)
+        c->b->oom = true;
+    else
+        buf_printf(c->b, "%s", line);
+}
+
+static const struct exporter *vgpu_exporter; /* for vgpu_gpu_index (read-only once running) */
+
+static int vgpu_gpu_index(void *ctx, const char *uuid);
 
 struct gpu_sample {
     bool util_ok, mem_ok, temp_ok, power_ok, energy_ok, limit_ok, sm_ok, memclk_ok, reasons_ok;
@@ -597,11 +619,25 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
         struct exporter_sli_out out = {sli_family, sli_print, &c};
         exporter_sli_render(e->sli, &out);
     }
+    if (e->vgpu) {
+        struct sli_ctx c = {b, om};
+        struct exporter_vgpu_out out = {sli_family, vgpu_print, vgpu_gpu_index, &c};
+        exporter_vgpu_render(e->vgpu, &out);
+    }
     if (om)
         buf_printf(b, "# EOF\n");
 #undef PER_GPU
 #undef GAUGE
 #undef COUNTER
+}
+
+static int vgpu_gpu_index(void *ctx, const char *uuid)
+{
+    (void)ctx;
+    for (unsigned i = 0; i < vgpu_exporter->ngpus; i++)
+        if (!strcmp(vgpu_exporter->gpus[i].uuid, uuid))
+            return (int)i;
+    return -1;
 }
 
 /* The status page's view of GPU i (containers summed over their processes, as in
@@ -674,6 +710,8 @@ static void *sampler_main(void *arg)
             clock_gettime(CLOCK_REALTIME, &now);
             exporter_sli_refresh(e->sli, (double)now.tv_sec + now.tv_nsec / 1e9);
         }
+        if (e->vgpu)
+            exporter_vgpu_refresh(e->vgpu);
         pthread_mutex_lock(&e->lock);
         for (unsigned i = 0; i < e->ngpus; i++) {
             memcpy(xid_copy[i].xids, e->gpus[i].xids, sizeof xid_copy[i].xids);
@@ -875,7 +913,8 @@ static void usage(FILE *f)
         "  --pod-resources-socket  the kubelet's pod-resources API, for namespace, pod and\n"
         "                  container names (default %s; \"\" turns it off)\n"
         "  --state-dir     acceld's state directory: its SLIs from acceld-stats.json\n"
-        "                  (accel_agent_*; default \"\": off)\n"
+        "                  (accel_agent_*) and vGPU usage regions (accel_vgpu_*;\n"
+        "                  default \"\": off)\n"
         "  --disable-metrics  metric families not to serve, comma-separated (config:\n"
         "                  metrics.disable)\n"
         "  --log-level     error, warn, info or debug\n"
@@ -972,7 +1011,9 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    if (cfg.state_dir[0] && exporter_sli_new(cfg.state_dir, &e.sli) < 0) {
+    vgpu_exporter = &e;
+    if (cfg.state_dir[0] && (exporter_sli_new(cfg.state_dir, &e.sli) < 0 ||
+                             exporter_vgpu_new(cfg.state_dir, &e.vgpu) < 0)) {
         log_error("out of memory");
         return 1;
     }
@@ -1055,6 +1096,7 @@ int main(int argc, char **argv)
     gpu_nvml_free(e.nvml);
     free(e.podres);
     e.sli = exporter_sli_free(e.sli);
+    e.vgpu = exporter_vgpu_free(e.vgpu);
     free(e.status);
     free(e.status_back);
     return d ? 0 : 1;

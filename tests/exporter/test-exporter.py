@@ -151,6 +151,61 @@ def write_agent(d):
 
 
 write_agent(agent_stats())
+# acceld's vGPU state in the same directory: status.json (src/plugin/vgpu-status.c) with two
+# containers sharing GPU 0 and a whole GPU (no region), and each container's usage region
+# (src/vcuda/region.h), written by hand as libvcuda would
+POD_V1, POD_V2 = "0b6c4a3e-6666-4c2a-9d5e-000000000006", "0b6c4a3e-7777-4c2a-9d5e-000000000007"
+REGION_SIZE = 4096 + 1024 * 256
+
+
+def vgpu_status(extra=None):
+    a = [{"namespace": "ns-v", "pod": "vgpu-a", "podUID": POD_V1, "container": "main",
+          "gpu": UUIDS[0], "cores": 30, "memoryBytes": 1 << 30, "whole": False, "complete": True},
+         {"namespace": "ns-v", "pod": "vgpu-b", "podUID": POD_V2, "container": "side",
+          "gpu": UUIDS[0], "cores": 50, "memoryBytes": 2 << 30, "whole": False, "complete": True},
+         {"namespace": "ns-v", "pod": "vgpu-w", "podUID": POD_V2, "container": "whole",
+          "gpu": UUIDS[3], "cores": 100, "memoryBytes": 0, "whole": True, "complete": True}]
+    return {"version": 1, "checkTime": 0, "overQuotaAction": "none", "checkIntervalMs": 1000,
+            "gpus": [], "assignments": a + (extra or []), "findings": [], "recentFindings": []}
+
+
+def write_vgpu_status(d):
+    os.makedirs(os.path.join(AGENT, "vgpu"), exist_ok=True)
+    tmp = os.path.join(AGENT, "vgpu", "status.json.tmp")
+    with open(tmp, "w") as f:
+        f.write(d if isinstance(d, str) else json.dumps(d))
+    os.replace(tmp, os.path.join(AGENT, "vgpu", "status.json"))
+
+
+def write_region(pod_uid, container, uuids, slots, gpu_time_ns, throttled_ns, magic=None):
+    """A usage region: slots = [(pid, [bytes per device])]; pacing's GPU and throttled time."""
+    import struct
+    b = bytearray(REGION_SIZE)
+    struct.pack_into("<QIIQIIIII", b, 0, magic or 0x3147455241554356, 1, 4096, REGION_SIZE, 1024,
+                     256, 4096, 16, len(slots))
+    struct.pack_into("<I", b, 192, 30)
+    struct.pack_into("<Q", b, 232, gpu_time_ns)
+    struct.pack_into("<Q", b, 264, throttled_ns)
+    for d, u in enumerate(uuids):
+        b[320 + 64 * d:320 + 64 * d + len(u)] = u.encode()
+    for i, (pid, used) in enumerate(slots):
+        struct.pack_into("<QQ", b, 4096 + 256 * i, pid, 0)
+        for d, n in enumerate(used):
+            struct.pack_into("<Q", b, 4096 + 256 * i + 16 + 8 * d, n)
+    d = os.path.join(AGENT, "vgpu", pod_uid, container, "region")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "usage.tmp"), "wb") as f:
+        f.write(b)
+    os.replace(os.path.join(d, "usage.tmp"), os.path.join(d, "usage"))
+
+
+write_vgpu_status(vgpu_status())
+# pod V1: two processes on GPU 0 (and 5 MiB on a second device); a freed slot (owner 0) with
+# stale bytes must not count; pod V2 over its 2 GiB limit (a tampered or bypassed libvcuda)
+write_region(POD_V1, "main", [UUIDS[0], UUIDS[1]],
+             [(101, [100 << 20, 5 << 20]), (0, [999 << 20]), (102, [28 << 20])],
+             12_500_000_000, 3_250_000_000)
+write_region(POD_V2, "side", [UUIDS[0]], [(201, [(2 << 30) + (64 << 20)])], 40_000_000_000, 0)
 # A fake /proc: the exporter reads <pid>/cgroup from here, so test processes can stand in for
 # containers of two pods (cgroup v2, systemd driver, containerd ids).
 PROC = os.path.join(TMP, "proc")
@@ -386,6 +441,55 @@ def _():
     for p in spins.values():
         p.terminate()
         p.wait(timeout=30)
+
+
+@case("vGPU regions from --state-dir: each container's memory used and limit, share, times")
+def _():
+    def vg(m, name, pod_uid, **kw):
+        return sample(m, name, gpu=0, uuid=UUIDS[0], pod_uid=pod_uid, **kw)
+    m = wait_for(lambda: (m := metrics()) and
+                 vg(m, "accel_vgpu_container_memory_used_bytes", POD_V1) is not None and m,
+                 "accel_vgpu_* series")
+    a = dict(namespace="ns-v", pod="vgpu-a", container="main")
+    check(vg(m, "accel_vgpu_container_memory_used_bytes", POD_V1, **a) == 128 << 20,
+          "V1 memory used: the live slots on its GPU 0 only (100 + 28 MiB)")
+    check(vg(m, "accel_vgpu_container_memory_limit_bytes", POD_V1, **a) == 1 << 30, "V1 limit")
+    check(vg(m, "accel_vgpu_container_core_share_ratio", POD_V1, **a) == 0.3, "V1 share")
+    check(vg(m, "accel_vgpu_container_gpu_time_seconds_total", POD_V1, **a) == 12.5, "V1 GPU time")
+    check(vg(m, "accel_vgpu_container_throttled_seconds_total", POD_V1, **a) == 3.25,
+          "V1 throttled time")
+    b = dict(namespace="ns-v", pod="vgpu-b", container="side")
+    check(vg(m, "accel_vgpu_container_memory_used_bytes", POD_V2, **b) == (2 << 30) + (64 << 20),
+          "V2 memory used, over its limit")
+    check(vg(m, "accel_vgpu_container_memory_limit_bytes", POD_V2, **b) == 2 << 30, "V2 limit")
+    check(vg(m, "accel_vgpu_container_core_share_ratio", POD_V2, **b) == 0.5, "V2 share")
+    check(sample(m, "accel_vgpu_container_memory_limit_bytes", container="whole") is None,
+          "a whole GPU has no vGPU series")
+    check(sample(m, "accel_vgpu_status_up") == 1, "status up")
+    # a region that is not one (bad magic): its usage series go, its limits stay
+    write_region(POD_V2, "side", [UUIDS[0]], [(201, [1 << 20])], 1, 1, magic=0x1234)
+    m = wait_for(lambda: (m := metrics()) and
+                 vg(m, "accel_vgpu_container_memory_used_bytes", POD_V2) is None and m,
+                 "the bad region's series gone")
+    check(vg(m, "accel_vgpu_container_memory_limit_bytes", POD_V2) == 2 << 30,
+          "limits stay without a region")
+    # a bad status.json (cores over 100) keeps the last good assignments, with status_up 0
+    write_vgpu_status(vgpu_status([{"namespace": "x", "pod": "y", "podUID": "z",
+                                    "container": "c", "gpu": UUIDS[1], "cores": 500,
+                                    "memoryBytes": 1, "whole": False, "complete": True}]))
+    m = wait_for(lambda: (m := metrics()) and sample(m, "accel_vgpu_status_up") == 0 and m,
+                 "accel_vgpu_status_up 0")
+    check(vg(m, "accel_vgpu_container_memory_used_bytes", POD_V1) == 128 << 20,
+          "last good assignments kept")
+    check(sample(m, "accel_vgpu_container_core_share_ratio", gpu=1) is None,
+          "the bad file's assignment not taken")
+    st, _, _ = get(BASE + "/healthz")
+    check(st == 200, "healthz")
+    write_vgpu_status(vgpu_status())
+    write_region(POD_V2, "side", [UUIDS[0]], [(201, [(2 << 30) + (64 << 20)])], 40_000_000_000, 0)
+    wait_for(lambda: (m := metrics()) and sample(m, "accel_vgpu_status_up") == 1 and
+             vg(m, "accel_vgpu_container_memory_used_bytes", POD_V2) is not None,
+             "good files read again")
 
 
 @case("pod-resources unreachable: accel_exporter_pod_resources_up 0, GPU series still served")
