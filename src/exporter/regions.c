@@ -181,10 +181,10 @@ out:
 }
 
 struct exporter_vgpu {
-    char dir[4096];     /* <state-dir>/vgpu */
-    bool have;          /* a good status.json was read */
-    bool status_ok;     /* the last read of it was good */
-    struct stat seen;   /* the status.json last parsed (inode, size, mtime) */
+    char dir[4096];      /* <state-dir>/vgpu */
+    bool have;           /* a good status.json was read */
+    bool status_ok;      /* the last read of it was good */
+    struct stat seen;    /* the status.json last parsed (inode, size, mtime) */
     char last_err[5120]; /* the problem last logged */
     size_t n;
     struct exporter_vgpu_assign a[EXPORTER_VGPU_MAX_ASSIGN];
