@@ -492,6 +492,48 @@ def _():
              "good files read again")
 
 
+@case("MPS: with a server for this user, every container's clients counted on its GPU")
+def _():
+    mpsctl = os.path.join(BUILD, "src", "emu", "nvidia-cuda-mps-control")
+    if not os.path.exists(mpsctl) or not HOLDS:
+        return "SKIP the emulator's nvidia-cuda-mps-control or the pods' holders missing"
+    env = dict(ENV, CUDA_MPS_PIPE_DIRECTORY=os.path.join(TMP, "mps", "pipe"),
+               CUDA_MPS_LOG_DIRECTORY=os.path.join(TMP, "mps", "log"))
+    m = metrics()
+    check(sample(m, "accel_container_gpu_mps_clients", gpu=0, pod_uid=POD_A) is None,
+          "no MPS clients before a server runs")
+
+    def ctl(*lines):
+        p = subprocess.run([mpsctl] + ([] if lines else ["-d"]), env=env, timeout=30,
+                           input="".join(x + "\n" for x in lines), capture_output=True,
+                           text=True)
+        check(p.returncode == 0, f"nvidia-cuda-mps-control {lines}: {p.stderr}")
+    ctl()
+    try:
+        # the emulator counts a process as an MPS client while a server runs for its user
+        ctl(f"start_server -uid {os.getuid()}")
+        want = {(0, POD_A): 1, (0, POD_B): 1, (1, POD_A): 1, (2, POD_C): 1, (3, POD_D): 1,
+                (3, POD_E): 1}
+
+        def counted():
+            m = metrics()
+            return m and all(sample(m, "accel_container_gpu_mps_clients", gpu=g, pod_uid=pod)
+                             == n for (g, pod), n in want.items()) and m
+        try:
+            m = wait_for(counted, "one MPS client per container and GPU", 20)
+        except AssertionError:
+            check(False, "MPS clients: " + "".join(
+                x + "\n" for x in (metrics() or "").splitlines() if "mps_clients{" in x))
+        ns, name, ctr = NAMES[POD_B]
+        check(sample(m, "accel_container_gpu_mps_clients", gpu=0, pod_uid=POD_B, namespace=ns,
+                     pod=name, container=ctr) == 1, "named like the memory series")
+    finally:
+        ctl("quit")
+    wait_for(lambda: (m := metrics()) and
+             sample(m, "accel_container_gpu_mps_clients", gpu=0, pod_uid=POD_A) is None,
+             "MPS client series gone with the daemon", 20)
+
+
 @case("pod-resources unreachable: accel_exporter_pod_resources_up 0, GPU series still served")
 def _():
     port = free_port()
