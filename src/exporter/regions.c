@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,8 +63,9 @@ int exporter_region_parse(const unsigned char *buf, size_t len, const char *gpu_
     for (unsigned d = 0; d < VC_REGION_DEVICES && dev == VC_REGION_DEVICES; d++) {
         const char *id =
             (const char *)buf + offsetof(struct vc_region_header, device_uuid) + 64u * d;
-        /* NUL padded: equal only with the NUL right after (a full 64 bytes never matches) */
-        if (ulen && ulen < 64 && memcmp(id, gpu_uuid, ulen) == 0 && id[ulen] == '\0')
+        /* NUL padded: equal only with the NUL right after (a full 64 bytes never matches);
+         * case ignored, as libvcuda compares UUIDs */
+        if (ulen && ulen < 64 && strncasecmp(id, gpu_uuid, ulen) == 0 && id[ulen] == '\0')
             dev = d;
     }
     u.gpu_time_ns = rd64(buf + PACE_AT + offsetof(struct pace_shared, measured_ns));
