@@ -969,6 +969,10 @@ def _():
                     r"cumulative counts must not decrease nor exceed ok \+ error \(1\): keeping "
                     r"the last good values", out) and out.count("cumulative counts") == 1,
           f"no log line for the bad SLI file: {out[-3000:]}")
+    # the bad vGPU status.json too, naming its JSON path; and that it read well again
+    check(out.count("status.json: assignments[3].cores: want an integer 0..100: keeping the "
+                    "last good assignments") == 1 and "status.json reads well again" in out,
+          f"no log line for the bad vGPU status.json: {out[-3000:]}")
 
 
 
