@@ -163,10 +163,11 @@ static bool family(struct exp_buf *b, bool om, const char *name, const char *typ
     return true;
 }
 
-/* sli.c's output, into one exposition buffer. */
+/* sli.c's and regions.c's output, into one exposition buffer. */
 struct sli_ctx {
     struct exp_buf *b;
     bool om;
+    const struct exporter *e; /* regions.c: for the GPU index of a UUID */
 };
 
 static bool sli_family(void *ctx, const char *name, const char *type, const char *help)
@@ -205,8 +206,6 @@ static void vgpu_print(void *ctx, const char *fmt, ...)
     else
         buf_printf(c->b, "%s", line);
 }
-
-static const struct exporter *vgpu_exporter; /* for vgpu_gpu_index (read-only once running) */
 
 static int vgpu_gpu_index(void *ctx, const char *uuid);
 
@@ -615,12 +614,12 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
     if (family(b, om, "accel_exporter_samples_total", "counter", "Sampling rounds completed."))
         buf_printf(b, "accel_exporter_samples_total %" PRIu64 "\n", e->samples + 1);
     if (e->sli) {
-        struct sli_ctx c = {b, om};
+        struct sli_ctx c = {b, om, e};
         struct exporter_sli_out out = {sli_family, sli_print, &c};
         exporter_sli_render(e->sli, &out);
     }
     if (e->vgpu) {
-        struct sli_ctx c = {b, om};
+        struct sli_ctx c = {b, om, e};
         struct exporter_vgpu_out out = {sli_family, vgpu_print, vgpu_gpu_index, &c};
         exporter_vgpu_render(e->vgpu, &out);
     }
@@ -633,9 +632,9 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
 
 static int vgpu_gpu_index(void *ctx, const char *uuid)
 {
-    (void)ctx;
-    for (unsigned i = 0; i < vgpu_exporter->ngpus; i++)
-        if (!strcmp(vgpu_exporter->gpus[i].uuid, uuid))
+    const struct exporter *e = ((const struct sli_ctx *)ctx)->e;
+    for (unsigned i = 0; i < e->ngpus; i++)
+        if (!strcmp(e->gpus[i].uuid, uuid))
             return (int)i;
     return -1;
 }
@@ -1011,7 +1010,6 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    vgpu_exporter = &e;
     if (cfg.state_dir[0] && (exporter_sli_new(cfg.state_dir, &e.sli) < 0 ||
                              exporter_vgpu_new(cfg.state_dir, &e.vgpu) < 0)) {
         log_error("out of memory");
