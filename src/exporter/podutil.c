@@ -34,6 +34,19 @@ static bool acc_add(struct util_acc *a, size_t *n, unsigned pid, unsigned sm)
     return true;
 }
 
+/* No sample period ended since the last one seen: the last figures stand for
+ * EXPORTER_UTIL_HOLD_US after their newest sample, then the GPU counts as idle. */
+static int nothing_new(struct exporter_util *u, unsigned long long now_us, unsigned long long since)
+{
+    u->supported = true;
+    if (!u->last_seen_us || now_us > u->last_seen_us + EXPORTER_UTIL_HOLD_US) {
+        u->n = 0;
+        if (!u->last_seen_us)
+            u->last_seen_us = since;
+    }
+    return 0;
+}
+
 int exporter_util_sample(struct gpu_nvml *nvml, nvmlDevice_t dev, struct exporter_util *u,
                          unsigned long long now_us, unsigned long long interval_us)
 {
@@ -70,16 +83,8 @@ int exporter_util_sample(struct gpu_nvml *nvml, nvmlDevice_t dev, struct exporte
         cnt = UTIL_SAMPLES;
         r = nvml->nvmlDeviceGetProcessUtilization(dev, old, &cnt, since);
     }
-    if (r == NVML_ERROR_NOT_FOUND) {
-        /* no period ended since the last sample: the last figures stand for a while */
-        u->supported = true;
-        if (!u->last_seen_us || now_us > u->last_seen_us + EXPORTER_UTIL_HOLD_US) {
-            u->n = 0;
-            if (!u->last_seen_us)
-                u->last_seen_us = since;
-        }
-        return 0;
-    }
+    if (r == NVML_ERROR_NOT_FOUND)
+        return nothing_new(u, now_us, since);
     if (r != NVML_SUCCESS) {
         u->n = 0;
         u->supported = false;
@@ -110,9 +115,9 @@ int exporter_util_sample(struct gpu_nvml *nvml, nvmlDevice_t dev, struct exporte
             maxk = acc[j].k;
     /* a process missing from a period was idle in it: divide by the periods, not its samples */
     unsigned div = nper > maxk ? (unsigned)nper : maxk;
+    if (n == 0) /* only samples already counted (a driver ignoring lastSeenTimeStamp) */
+        return nothing_new(u, now_us, since);
     u->supported = true;
-    if (newest == u->last_seen_us && u->last_seen_us) /* nothing new after all */
-        return 0;
     u->last_seen_us = newest ? newest : since;
     u->n = n;
     for (size_t j = 0; j < n; j++) {

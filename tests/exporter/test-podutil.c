@@ -119,6 +119,16 @@ static void rounds(struct gpu_nvml *n)
     CHECK_EQ_INT(exporter_util_sample(n, NULL, &u, 10900000 + EXPORTER_UTIL_HOLD_US + 1, 1000000),
                  0);
     CHECK(near(exporter_util_of(&u, 1), 0));
+    /* a driver answering only samples already counted: like NOT_FOUND, the hold then idle */
+    script(NVML_SUCCESS, 2, (const unsigned[][3]){{1, 14000000, 90}, {2, 14000000, 90}});
+    CHECK_EQ_INT(exporter_util_sample(n, NULL, &u, 14100000, 1000000), 0);
+    CHECK(near(exporter_util_of(&u, 1), 0.9));
+    CHECK_EQ_INT(exporter_util_sample(n, NULL, &u, 14200000, 1000000), 0);
+    CHECK_EQ_U64(nv.asked, 14000000);
+    CHECK(near(exporter_util_of(&u, 1), 0.9));
+    CHECK_EQ_INT(exporter_util_sample(n, NULL, &u, 14000000 + EXPORTER_UTIL_HOLD_US + 1, 1000000),
+                 0);
+    CHECK(near(exporter_util_of(&u, 1), 0) && u.supported);
     /* a failing call leaves no figures */
     script(NVML_SUCCESS, 1, (const unsigned[][3]){{1, 20000000, 70}});
     CHECK_EQ_INT(exporter_util_sample(n, NULL, &u, 20000000, 1000000), 0);
