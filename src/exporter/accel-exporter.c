@@ -37,6 +37,8 @@
 #include "log.h"
 #include "nvml.h"
 #include "podres.h"
+#include "podutil.h"
+#include "regions.h"
 #include "sli.h"
 #include "status.h"
 #include "util.h"
@@ -58,6 +60,7 @@ struct exp_gpu {
     char vbios[64];
     struct exp_xid xids[EXP_MAX_XIDS + 1];
     struct status_xids recent; /* for the status page */
+    struct exporter_util util; /* per-process SM utilization (sampler thread) */
 };
 
 /* A growable text buffer; reused across samples so steady state allocates nothing. */
@@ -79,6 +82,7 @@ struct exporter {
     struct exporter_podres *podres; /* the last good List (sampler thread only) */
     bool podres_ok;                 /* the last List succeeded */
     struct exporter_sli *sli;       /* acceld's SLI file (--state-dir); NULL: off */
+    struct exporter_vgpu *vgpu;     /* vGPU assignments and regions (--state-dir); NULL: off */
     uint64_t podres_next_ns;        /* when to ask again */
 
     pthread_mutex_t lock;    /* guards front buffers, xid counters and the flags below */
@@ -159,10 +163,11 @@ static bool family(struct exp_buf *b, bool om, const char *name, const char *typ
     return true;
 }
 
-/* sli.c's output, into one exposition buffer. */
+/* sli.c's and regions.c's output, into one exposition buffer. */
 struct sli_ctx {
     struct exp_buf *b;
     bool om;
+    const struct exporter *e; /* regions.c: for the GPU index of a UUID */
 };
 
 static bool sli_family(void *ctx, const char *name, const char *type, const char *help)
@@ -186,6 +191,24 @@ static void sli_print(void *ctx, const char *fmt, ...)
         buf_printf(c->b, "%s", line);
 }
 
+/* regions.c's output: like sli_print, with room for its longer label sets. */
+static void vgpu_print(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void vgpu_print(void *ctx, const char *fmt, ...)
+{
+    struct sli_ctx *c = ctx;
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof line)
+        c->b->oom = true;
+    else
+        buf_printf(c->b, "%s", line);
+}
+
+static int vgpu_gpu_index(void *ctx, const char *uuid);
+
 struct gpu_sample {
     bool util_ok, mem_ok, temp_ok, power_ok, energy_ok, limit_ok, sm_ok, memclk_ok, reasons_ok;
     bool slowdown_ok;
@@ -200,6 +223,9 @@ struct gpu_sample {
     struct gpu_process procs[64];
     struct kube_cgroup_ref pods[64]; /* pod_uid "" = not in a pod (or its cgroup unreadable) */
     const struct exporter_podres_entry *names[64]; /* NULL = pod-resources cannot say */
+    bool putil_ok;    /* per-process utilization answered (podutil.h) */
+    double putil[64]; /* SM utilization of procs[k], 0..1 */
+    bool mps[64];     /* procs[k] is an MPS client (nvmlDeviceGetMPSComputeRunningProcesses_v3) */
 };
 
 /* Clock-event reason bits (NVML's nvmlClocksEventReason* constants, nvml.h of the driver). */
@@ -220,11 +246,33 @@ static const struct {
 
 #define NVML_OK(call) ((call) == NVML_SUCCESS)
 
+/* MPS clients (with MPS the compute list names the server; its clients are listed apart):
+ * flagged, and added to the processes when the compute list lacks them. */
+static void add_mps_clients(struct gpu_nvml *n, nvmlDevice_t dev, struct gpu_sample *s)
+{
+    struct gpu_process c[64];
+    size_t nc = 0, cap = sizeof s->procs / sizeof s->procs[0];
+    if (gpu_nvml_list_processes(n, dev, GPU_NVML_PROCS_MPS, c, 64, &nc) < 0)
+        return;
+    for (size_t i = 0; i < nc; i++) {
+        size_t k = 0;
+        while (k < s->nprocs && s->procs[k].pid != c[i].pid)
+            k++;
+        if (k == s->nprocs) {
+            if (k == cap)
+                continue;
+            s->procs[s->nprocs++] = c[i];
+        }
+        s->mps[k] = true;
+    }
+}
+
 static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample *s)
 {
     struct gpu_nvml *n = e->nvml;
     memset(s, 0, offsetof(struct gpu_sample, procs));
     memset(s->names, 0, sizeof s->names);
+    memset(s->mps, 0, sizeof s->mps);
     s->util_ok = n->nvmlDeviceGetUtilizationRates &&
                  NVML_OK(n->nvmlDeviceGetUtilizationRates(g->dev, &s->util));
     s->mem_ok = n->nvmlDeviceGetMemoryInfo && NVML_OK(n->nvmlDeviceGetMemoryInfo(g->dev, &s->mem));
@@ -259,6 +307,15 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
     if (gpu_nvml_running_processes(n, g->dev, s->procs, sizeof s->procs / sizeof s->procs[0],
                                    &np) == 0)
         s->nprocs = np;
+    add_mps_clients(n, g->dev, s);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    s->putil_ok = exporter_util_sample(n, g->dev, &g->util,
+                                       (unsigned long long)now.tv_sec * 1000000ull +
+                                           (unsigned long long)now.tv_nsec / 1000ull,
+                                       e->interval_ns / 1000u) == 0;
+    for (size_t k = 0; k < s->nprocs; k++)
+        s->putil[k] = s->putil_ok ? exporter_util_of(&g->util, s->procs[k].pid) : 0;
     for (size_t k = 0; k < s->nprocs; k++)
         if (kube_cgroup_read(e->proc_root, (pid_t)s->procs[k].pid, &s->pods[k]) < 0)
             memset(&s->pods[k], 0, sizeof s->pods[k]);
@@ -342,6 +399,76 @@ static const char *name_labels(const struct gpu_sample *s, size_t k, char *out, 
              esc(x ? x->namespace_ : "", ns, sizeof ns), esc(x ? x->pod : "", pod, sizeof pod),
              esc(x ? x->container : "", ct, sizeof ct));
     return out;
+}
+
+/* Processes j and k of one GPU belong to the same pod's container. */
+static bool same_container(const struct gpu_sample *s, size_t j, size_t k)
+{
+    return !strcmp(s->pods[j].pod_uid, s->pods[k].pod_uid) &&
+           !strcmp(s->pods[j].container_id, s->pods[k].container_id);
+}
+
+/* Process k is the first of its container on this GPU (host processes belong to none). */
+static bool first_of_container(const struct gpu_sample *s, size_t k)
+{
+    if (!s->pods[k].pod_uid[0])
+        return false;
+    for (size_t j = 0; j < k; j++)
+        if (same_container(s, j, k))
+            return false;
+    return true;
+}
+
+/* Per-process and per-container SM utilization (podutil.c) and MPS clients: each
+ * container's own figure, summed over its processes, never the GPU's copied. */
+static void render_pod_usage(struct exporter *e, struct exp_buf *b, bool om,
+                             const struct gpu_sample *ss, char (*l)[160])
+{
+    char nl[900];
+    bool on = family(b, om, "accel_gpu_process_utilization_ratio", "gauge",
+                     "Fraction of the last sample periods in which the process used the GPU's "
+                     "SMs (NVML's per-process samples; 0 when it had none).");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
+        for (size_t k = 0; k < ss[i].nprocs && ss[i].putil_ok; k++)
+            buf_printf(b,
+                       "accel_gpu_process_utilization_ratio{%s,pid=\"%u\",%s,pod_uid=\"%s\","
+                       "container_id=\"%s\"} %.17g\n",
+                       l[i], ss[i].procs[k].pid, name_labels(&ss[i], k, nl, sizeof nl),
+                       ss[i].pods[k].pod_uid, ss[i].pods[k].container_id, ss[i].putil[k]);
+    on = family(b, om, "accel_container_gpu_utilization_ratio", "gauge",
+                "SM utilization of one pod's container on this GPU: the sum over its processes "
+                "(at most 1).");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
+        for (size_t k = 0; k < ss[i].nprocs && ss[i].putil_ok; k++) {
+            if (!first_of_container(&ss[i], k))
+                continue;
+            double sum = 0;
+            for (size_t j = k; j < ss[i].nprocs; j++)
+                if (same_container(&ss[i], j, k))
+                    sum += ss[i].putil[j];
+            buf_printf(b,
+                       "accel_container_gpu_utilization_ratio{%s,%s,pod_uid=\"%s\","
+                       "container_id=\"%s\"} %.17g\n",
+                       l[i], name_labels(&ss[i], k, nl, sizeof nl), ss[i].pods[k].pod_uid,
+                       ss[i].pods[k].container_id, sum > 1 ? 1 : sum);
+        }
+    on = family(b, om, "accel_container_gpu_mps_clients", "gauge",
+                "MPS client processes of one pod's container on this GPU (containers with at "
+                "least one).");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
+        for (size_t k = 0; k < ss[i].nprocs; k++) {
+            if (!first_of_container(&ss[i], k))
+                continue;
+            unsigned c = 0;
+            for (size_t j = k; j < ss[i].nprocs; j++)
+                c += same_container(&ss[i], j, k) && ss[i].mps[j];
+            if (c)
+                buf_printf(b,
+                           "accel_container_gpu_mps_clients{%s,%s,pod_uid=\"%s\","
+                           "container_id=\"%s\"} %u\n",
+                           l[i], name_labels(&ss[i], k, nl, sizeof nl), ss[i].pods[k].pod_uid,
+                           ss[i].pods[k].container_id, c);
+        }
 }
 
 /* Renders one format from the samples. om: OpenMetrics. */
@@ -478,6 +605,8 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
                            pk->container_id, sum);
         }
 
+    render_pod_usage(e, b, om, ss, l);
+
     if (e->podres &&
         family(b, om, "accel_exporter_pod_resources_up", "gauge",
                "1 when the last List from the kubelet's pod-resources API succeeded, else 0."))
@@ -485,15 +614,29 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
     if (family(b, om, "accel_exporter_samples_total", "counter", "Sampling rounds completed."))
         buf_printf(b, "accel_exporter_samples_total %" PRIu64 "\n", e->samples + 1);
     if (e->sli) {
-        struct sli_ctx c = {b, om};
+        struct sli_ctx c = {b, om, e};
         struct exporter_sli_out out = {sli_family, sli_print, &c};
         exporter_sli_render(e->sli, &out);
+    }
+    if (e->vgpu) {
+        struct sli_ctx c = {b, om, e};
+        struct exporter_vgpu_out out = {sli_family, vgpu_print, vgpu_gpu_index, &c};
+        exporter_vgpu_render(e->vgpu, &out);
     }
     if (om)
         buf_printf(b, "# EOF\n");
 #undef PER_GPU
 #undef GAUGE
 #undef COUNTER
+}
+
+static int vgpu_gpu_index(void *ctx, const char *uuid)
+{
+    const struct exporter *e = ((const struct sli_ctx *)ctx)->e;
+    for (unsigned i = 0; i < e->ngpus; i++)
+        if (!strcmp(e->gpus[i].uuid, uuid))
+            return (int)i;
+    return -1;
 }
 
 /* The status page's view of GPU i (containers summed over their processes, as in
@@ -566,6 +709,8 @@ static void *sampler_main(void *arg)
             clock_gettime(CLOCK_REALTIME, &now);
             exporter_sli_refresh(e->sli, (double)now.tv_sec + now.tv_nsec / 1e9);
         }
+        if (e->vgpu)
+            exporter_vgpu_refresh(e->vgpu);
         pthread_mutex_lock(&e->lock);
         for (unsigned i = 0; i < e->ngpus; i++) {
             memcpy(xid_copy[i].xids, e->gpus[i].xids, sizeof xid_copy[i].xids);
@@ -767,7 +912,8 @@ static void usage(FILE *f)
         "  --pod-resources-socket  the kubelet's pod-resources API, for namespace, pod and\n"
         "                  container names (default %s; \"\" turns it off)\n"
         "  --state-dir     acceld's state directory: its SLIs from acceld-stats.json\n"
-        "                  (accel_agent_*; default \"\": off)\n"
+        "                  (accel_agent_*) and vGPU usage regions (accel_vgpu_*;\n"
+        "                  default \"\": off)\n"
         "  --disable-metrics  metric families not to serve, comma-separated (config:\n"
         "                  metrics.disable)\n"
         "  --log-level     error, warn, info or debug\n"
@@ -864,7 +1010,8 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    if (cfg.state_dir[0] && exporter_sli_new(cfg.state_dir, &e.sli) < 0) {
+    if (cfg.state_dir[0] && (exporter_sli_new(cfg.state_dir, &e.sli) < 0 ||
+                             exporter_vgpu_new(cfg.state_dir, &e.vgpu) < 0)) {
         log_error("out of memory");
         return 1;
     }
@@ -947,6 +1094,7 @@ int main(int argc, char **argv)
     gpu_nvml_free(e.nvml);
     free(e.podres);
     e.sli = exporter_sli_free(e.sli);
+    e.vgpu = exporter_vgpu_free(e.vgpu);
     free(e.status);
     free(e.status_back);
     return d ? 0 : 1;

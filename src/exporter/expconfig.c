@@ -39,6 +39,17 @@ const char *const exporter_metric_families[] = {
     "accel_gpu_xid_events_total",
     "accel_gpu_process_memory_used_bytes",
     "accel_container_gpu_memory_used_bytes",
+    /* per-process utilization and MPS clients (podutil.c) */
+    "accel_gpu_process_utilization_ratio",
+    "accel_container_gpu_utilization_ratio",
+    "accel_container_gpu_mps_clients",
+    /* vGPU usage regions, from --state-dir (regions.c) */
+    "accel_vgpu_container_memory_limit_bytes",
+    "accel_vgpu_container_core_share_ratio",
+    "accel_vgpu_container_memory_used_bytes",
+    "accel_vgpu_container_gpu_time_seconds_total",
+    "accel_vgpu_container_throttled_seconds_total",
+    "accel_vgpu_status_up",
     "accel_exporter_pod_resources_up",
     "accel_exporter_samples_total",
     /* acceld's own SLIs, from --state-dir (sli.c) */

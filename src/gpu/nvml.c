@@ -53,6 +53,7 @@ static const struct sym syms[] = {
     SYM(nvmlDeviceGetNvLinkRemotePciInfo_v2, false),
     SYM(nvmlDeviceGetUtilizationRates, false),
     SYM(nvmlDeviceGetProcessUtilization, false),
+    SYM(nvmlDeviceGetProcessesUtilizationInfo, false),
     SYM(nvmlDeviceGetComputeRunningProcesses, false),
     SYM(nvmlDeviceGetComputeRunningProcesses_v2, false),
     SYM(nvmlDeviceGetComputeRunningProcesses_v3, false),

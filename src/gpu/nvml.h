@@ -63,6 +63,7 @@ struct gpu_nvml {
     GPU_NVML_FN(nvmlDeviceGetNvLinkRemotePciInfo_v2);
     GPU_NVML_FN(nvmlDeviceGetUtilizationRates);
     GPU_NVML_FN(nvmlDeviceGetProcessUtilization);
+    GPU_NVML_FN(nvmlDeviceGetProcessesUtilizationInfo);
     GPU_NVML_FN(nvmlDeviceGetComputeRunningProcesses);
     GPU_NVML_FN(nvmlDeviceGetComputeRunningProcesses_v2);
     GPU_NVML_FN(nvmlDeviceGetComputeRunningProcesses_v3);

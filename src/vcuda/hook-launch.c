@@ -138,6 +138,8 @@ static void sleep_cb(void *ud, uint64_t ns)
                           .tv_nsec = (long)(ns % 1000000000u)};
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
         ;
+    /* the container's throttled time, for accel-exporter: the wall time actually slept */
+    atomic_fetch_add_explicit(&region_pace()->throttled_ns, mono_ns() - now, memory_order_relaxed);
 }
 
 static CUresult elapsed(CUevent a, CUevent b, float *ms)

@@ -62,7 +62,9 @@ struct pace_shared {
     _Atomic uint64_t launches;       /* 48: paced launches of all processes, ever */
     _Atomic uint64_t contended_until_ns; /* 56: burst: held at the limit until this time */
     _Atomic uint64_t pending_ns;         /* 64: estimates charged, not settled, all processes */
-    uint64_t reserved[7];                /* 72 */
+    _Atomic uint64_t throttled_ns; /* 72: wall time launches of all processes slept waiting for
+                                    * the budget, ever (read by accel-exporter) */
+    uint64_t reserved[6];          /* 80 */
 };
 
 /* Per process, in the process's region slot (at vc_region_slot.gpu_time_ns, offset 144).
@@ -76,6 +78,8 @@ struct pace_slot {
 
 _Static_assert(sizeof(struct pace_shared) == 128, "pace_shared is ABI");
 _Static_assert(__builtin_offsetof(struct pace_shared, tat_ns) == 32, "pace_shared is ABI");
+_Static_assert(__builtin_offsetof(struct pace_shared, measured_ns) == 40, "pace_shared is ABI");
+_Static_assert(__builtin_offsetof(struct pace_shared, throttled_ns) == 72, "pace_shared is ABI");
 _Static_assert(sizeof(struct pace_slot) == 32, "pace_slot is ABI");
 
 /* Sets up a container's state (the region's creator does this once). limit_pct outside 1..100

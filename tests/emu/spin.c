@@ -19,9 +19,12 @@
  * --repeat N: then N more launches of the same kernel, each waited for, and a comment line
  * "# repeat N p50 X p99 Y total Z" (ms, host clock from launch to completion: the latency a
  * caller sees, queueing behind other processes included) for bench/mps-sharing.py.
+ * --gap MS: sleep MS milliseconds after each repeated launch (a duty cycle below 100 %, for
+ * the exporter's per-process utilization test).
  * --device N: run on device N (default 0). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +101,7 @@ int main(int argc, char **argv)
     unsigned blocks = 1, threads = 1;
     bool go = false;
     int repeat = 0, dev = 0;
+    double gap_ms = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--go") == 0) {
             go = true;
@@ -105,6 +109,8 @@ int main(int argc, char **argv)
             repeat = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             dev = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--gap") == 0 && i + 1 < argc) {
+            gap_ms = atof(argv[++i]);
         } else if (strcmp(argv[i], "--blocks") == 0 && i + 1 < argc) {
             blocks = (unsigned)atoi(argv[++i]);
             threads = 1024;
@@ -112,9 +118,10 @@ int main(int argc, char **argv)
             want_ms = atof(argv[i]);
         }
     }
-    if (want_ms <= 0 || want_ms > 60000 || blocks < 1 || repeat < 0 || repeat > 100000 || dev < 0) {
-        fprintf(stderr,
-                "usage: spin [milliseconds] [--blocks B] [--go] [--repeat N] [--device N]\n");
+    if (want_ms <= 0 || want_ms > 60000 || blocks < 1 || repeat < 0 || repeat > 100000 || dev < 0 ||
+        !(gap_ms >= 0 && gap_ms <= 60000)) {
+        fprintf(stderr, "usage: spin [milliseconds] [--blocks B] [--go] [--repeat N] [--gap MS] "
+                        "[--device N]\n");
         return 2;
     }
 #ifdef SPIN_EMU
@@ -228,6 +235,13 @@ int main(int argc, char **argv)
             CALL(2, "record", record(e1, s));
             CALL(2, "synchronize", event_sync(e1));
             lat[i] = now_ms() - t0;
+            if (gap_ms > 0) {
+                struct timespec ts = {
+                    (time_t)(gap_ms / 1000),
+                    (long)((gap_ms - 1000 * (double)(time_t)(gap_ms / 1000)) * 1e6)};
+                while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                    ;
+            }
         }
         t_all = now_ms() - t_all;
         qsort(lat, (size_t)repeat, sizeof(*lat), cmp_double);

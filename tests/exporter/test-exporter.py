@@ -26,6 +26,7 @@ EXPORTER = os.path.join(BUILD, "src", "exporter", "accel-exporter")
 NVML = os.path.join(BUILD, "src", "emu", "libnvidia-ml.so.1")
 HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
 FAKE_PODRES = os.path.join(BUILD, "tests", "exporter", "fake-podresources")
+SPIN = os.path.join(BUILD, "tests", "emu", "spin")
 SRC = os.environ.get("ACCEL_SOURCE_ROOT",
                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
@@ -150,6 +151,61 @@ def write_agent(d):
 
 
 write_agent(agent_stats())
+# acceld's vGPU state in the same directory: status.json (src/plugin/vgpu-status.c) with two
+# containers sharing GPU 0 and a whole GPU (no region), and each container's usage region
+# (src/vcuda/region.h), written by hand as libvcuda would
+POD_V1, POD_V2 = "0b6c4a3e-6666-4c2a-9d5e-000000000006", "0b6c4a3e-7777-4c2a-9d5e-000000000007"
+REGION_SIZE = 4096 + 1024 * 256
+
+
+def vgpu_status(extra=None):
+    a = [{"namespace": "ns-v", "pod": "vgpu-a", "podUID": POD_V1, "container": "main",
+          "gpu": UUIDS[0], "cores": 30, "memoryBytes": 1 << 30, "whole": False, "complete": True},
+         {"namespace": "ns-v", "pod": "vgpu-b", "podUID": POD_V2, "container": "side",
+          "gpu": UUIDS[0], "cores": 50, "memoryBytes": 2 << 30, "whole": False, "complete": True},
+         {"namespace": "ns-v", "pod": "vgpu-w", "podUID": POD_V2, "container": "whole",
+          "gpu": UUIDS[3], "cores": 100, "memoryBytes": 0, "whole": True, "complete": True}]
+    return {"version": 1, "checkTime": 0, "overQuotaAction": "none", "checkIntervalMs": 1000,
+            "gpus": [], "assignments": a + (extra or []), "findings": [], "recentFindings": []}
+
+
+def write_vgpu_status(d):
+    os.makedirs(os.path.join(AGENT, "vgpu"), exist_ok=True)
+    tmp = os.path.join(AGENT, "vgpu", "status.json.tmp")
+    with open(tmp, "w") as f:
+        f.write(d if isinstance(d, str) else json.dumps(d))
+    os.replace(tmp, os.path.join(AGENT, "vgpu", "status.json"))
+
+
+def write_region(pod_uid, container, uuids, slots, gpu_time_ns, throttled_ns, magic=None):
+    """A usage region: slots = [(pid, [bytes per device])]; pacing's GPU and throttled time."""
+    import struct
+    b = bytearray(REGION_SIZE)
+    struct.pack_into("<QIIQIIIII", b, 0, magic or 0x3147455241554356, 1, 4096, REGION_SIZE, 1024,
+                     256, 4096, 16, len(slots))
+    struct.pack_into("<I", b, 192, 30)
+    struct.pack_into("<Q", b, 232, gpu_time_ns)
+    struct.pack_into("<Q", b, 264, throttled_ns)
+    for d, u in enumerate(uuids):
+        b[320 + 64 * d:320 + 64 * d + len(u)] = u.encode()
+    for i, (pid, used) in enumerate(slots):
+        struct.pack_into("<QQ", b, 4096 + 256 * i, pid, 0)
+        for d, n in enumerate(used):
+            struct.pack_into("<Q", b, 4096 + 256 * i + 16 + 8 * d, n)
+    d = os.path.join(AGENT, "vgpu", pod_uid, container, "region")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "usage.tmp"), "wb") as f:
+        f.write(b)
+    os.replace(os.path.join(d, "usage.tmp"), os.path.join(d, "usage"))
+
+
+write_vgpu_status(vgpu_status())
+# pod V1: two processes on GPU 0 (and 5 MiB on a second device); a freed slot (owner 0) with
+# stale bytes must not count; pod V2 over its 2 GiB limit (a tampered or bypassed libvcuda)
+write_region(POD_V1, "main", [UUIDS[0], UUIDS[1]],
+             [(101, [100 << 20, 5 << 20]), (0, [999 << 20]), (102, [28 << 20])],
+             12_500_000_000, 3_250_000_000)
+write_region(POD_V2, "side", [UUIDS[0]], [(201, [(2 << 30) + (64 << 20)])], 40_000_000_000, 0)
 # A fake /proc: the exporter reads <pid>/cgroup from here, so test processes can stand in for
 # containers of two pods (cgroup v2, systemd driver, containerd ids).
 PROC = os.path.join(TMP, "proc")
@@ -311,6 +367,171 @@ def _():
               f"promtool with pod series: {p.stdout}{p.stderr}")
     # the holders stay until the end: the dashboard's per-pod panels need them in Prometheus
     HOLDS.extend(procs[-6:])
+
+
+@case("two pods on time-sliced GPU 0 at different duty show their own utilization, as NVML says")
+def _():
+    if not os.path.exists(SPIN) or not HOLDS:
+        return "SKIP spin or the pods' holders missing"
+    import ctypes
+
+    class Sample(ctypes.Structure):
+        _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong),
+                    ("smUtil", ctypes.c_uint), ("memUtil", ctypes.c_uint),
+                    ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+    os.environ["ACCEL_EMU_STATE"] = STATE
+    nv = ctypes.CDLL(os.path.abspath(NVML))
+    check(nv.nvmlInit_v2() == 0, "nvmlInit_v2 on the emulator")
+    dev = ctypes.c_void_p()
+    check(nv.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0, "GPU 0 handle")
+
+    def emulator_figures():
+        """The emulator's own per-process SM utilization of its last period, 0..1."""
+        buf, cnt = (Sample * 64)(), ctypes.c_uint(64)
+        r = nv.nvmlDeviceGetProcessUtilization(dev, buf, ctypes.byref(cnt), ctypes.c_ulonglong(0))
+        return {buf[i].pid: buf[i].smUtil / 100 for i in range(cnt.value)} if r == 0 else {}
+    env = dict(ENV, LD_LIBRARY_PATH=os.path.join(BUILD, "src", "emu"))
+    spins = {}
+    # pod A's container busy back to back, pod B's 10 ms in every ~40 ms: on one GPU the
+    # timeline gives A about 3/4 and B about 1/4 (the emulator's kernels run one at a time)
+    for pod, cid, extra in ((POD_A, CID_A, []), (POD_B, CID_B, ["--gap", "30"])):
+        p = subprocess.Popen([SPIN, "10", "--go", "--repeat", "100000"] + extra, env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        d = os.path.join(PROC, str(p.pid))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "cgroup"), "w") as f:
+            f.write(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+                    f"{pod.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n")
+        spins[pod] = p
+    for p in spins.values():
+        line = p.stdout.readline()
+        while line and "ready" not in line:  # "# ready" once its context exists
+            line = p.stdout.readline()
+        check("ready" in line, f"spin {p.pid} did not get ready")
+    for p in spins.values():
+        p.stdin.write("\n")
+        p.stdin.flush()
+    last = {}
+
+    def close_to_nvml():
+        m = metrics()
+        emu_f = emulator_figures()
+        if not m:
+            return None
+        got = {}
+        for pod, p in spins.items():
+            ns, name, ctr = NAMES[pod]
+            per_proc = sample(m, "accel_gpu_process_utilization_ratio", gpu=0, uuid=UUIDS[0],
+                              pid=p.pid, pod_uid=pod)
+            per_ctr = sample(m, "accel_container_gpu_utilization_ratio", gpu=0, pod_uid=pod,
+                             namespace=ns, pod=name, container=ctr)
+            got[pod] = (per_proc, per_ctr, emu_f.get(p.pid))
+        last.update(got)
+        ok = all(a is not None and c is not None and e is not None and abs(a - e) <= 0.1
+                 and abs(c - a) < 1e-9 for a, c, e in got.values())
+        return ok and got[POD_A][0] - got[POD_B][0] >= 0.25 and got[POD_B][0] >= 0.1
+    try:
+        wait_for(close_to_nvml, "per-process utilization within 0.1 of the emulator's", 30)
+    except AssertionError:
+        check(False, f"exporter vs emulator (process, container, emulator): {last}")
+    m = metrics()
+    check(sample(m, "accel_gpu_process_utilization_ratio", gpu=0, pid=HOLDS[0].pid) == 0,
+          "a process holding memory but never launching shows 0")
+    for p in spins.values():
+        p.terminate()
+        p.wait(timeout=30)
+
+
+@case("vGPU regions from --state-dir: each container's memory used and limit, share, times")
+def _():
+    def vg(m, name, pod_uid, **kw):
+        return sample(m, name, gpu=0, uuid=UUIDS[0], pod_uid=pod_uid, **kw)
+    m = wait_for(lambda: (m := metrics()) and
+                 vg(m, "accel_vgpu_container_memory_used_bytes", POD_V1) is not None and m,
+                 "accel_vgpu_* series")
+    a = dict(namespace="ns-v", pod="vgpu-a", container="main")
+    check(vg(m, "accel_vgpu_container_memory_used_bytes", POD_V1, **a) == 128 << 20,
+          "V1 memory used: the live slots on its GPU 0 only (100 + 28 MiB)")
+    check(vg(m, "accel_vgpu_container_memory_limit_bytes", POD_V1, **a) == 1 << 30, "V1 limit")
+    check(vg(m, "accel_vgpu_container_core_share_ratio", POD_V1, **a) == 0.3, "V1 share")
+    check(vg(m, "accel_vgpu_container_gpu_time_seconds_total", POD_V1, **a) == 12.5, "V1 GPU time")
+    check(vg(m, "accel_vgpu_container_throttled_seconds_total", POD_V1, **a) == 3.25,
+          "V1 throttled time")
+    b = dict(namespace="ns-v", pod="vgpu-b", container="side")
+    check(vg(m, "accel_vgpu_container_memory_used_bytes", POD_V2, **b) == (2 << 30) + (64 << 20),
+          "V2 memory used, over its limit")
+    check(vg(m, "accel_vgpu_container_memory_limit_bytes", POD_V2, **b) == 2 << 30, "V2 limit")
+    check(vg(m, "accel_vgpu_container_core_share_ratio", POD_V2, **b) == 0.5, "V2 share")
+    check(sample(m, "accel_vgpu_container_memory_limit_bytes", container="whole") is None,
+          "a whole GPU has no vGPU series")
+    check(sample(m, "accel_vgpu_status_up") == 1, "status up")
+    # a region that is not one (bad magic): its usage series go, its limits stay
+    write_region(POD_V2, "side", [UUIDS[0]], [(201, [1 << 20])], 1, 1, magic=0x1234)
+    m = wait_for(lambda: (m := metrics()) and
+                 vg(m, "accel_vgpu_container_memory_used_bytes", POD_V2) is None and m,
+                 "the bad region's series gone")
+    check(vg(m, "accel_vgpu_container_memory_limit_bytes", POD_V2) == 2 << 30,
+          "limits stay without a region")
+    # a bad status.json (cores over 100) keeps the last good assignments, with status_up 0
+    write_vgpu_status(vgpu_status([{"namespace": "x", "pod": "y", "podUID": "z",
+                                    "container": "c", "gpu": UUIDS[1], "cores": 500,
+                                    "memoryBytes": 1, "whole": False, "complete": True}]))
+    m = wait_for(lambda: (m := metrics()) and sample(m, "accel_vgpu_status_up") == 0 and m,
+                 "accel_vgpu_status_up 0")
+    check(vg(m, "accel_vgpu_container_memory_used_bytes", POD_V1) == 128 << 20,
+          "last good assignments kept")
+    check(sample(m, "accel_vgpu_container_core_share_ratio", gpu=1) is None,
+          "the bad file's assignment not taken")
+    st, _, _ = get(BASE + "/healthz")
+    check(st == 200, "healthz")
+    write_vgpu_status(vgpu_status())
+    write_region(POD_V2, "side", [UUIDS[0]], [(201, [(2 << 30) + (64 << 20)])], 40_000_000_000, 0)
+    wait_for(lambda: (m := metrics()) and sample(m, "accel_vgpu_status_up") == 1 and
+             vg(m, "accel_vgpu_container_memory_used_bytes", POD_V2) is not None,
+             "good files read again")
+
+
+@case("MPS: with a server for this user, every container's clients counted on its GPU")
+def _():
+    mpsctl = os.path.join(BUILD, "src", "emu", "nvidia-cuda-mps-control")
+    if not os.path.exists(mpsctl) or not HOLDS:
+        return "SKIP the emulator's nvidia-cuda-mps-control or the pods' holders missing"
+    env = dict(ENV, CUDA_MPS_PIPE_DIRECTORY=os.path.join(TMP, "mps", "pipe"),
+               CUDA_MPS_LOG_DIRECTORY=os.path.join(TMP, "mps", "log"))
+    m = metrics()
+    check(sample(m, "accel_container_gpu_mps_clients", gpu=0, pod_uid=POD_A) is None,
+          "no MPS clients before a server runs")
+
+    def ctl(*lines):
+        p = subprocess.run([mpsctl] + ([] if lines else ["-d"]), env=env, timeout=30,
+                           input="".join(x + "\n" for x in lines), capture_output=True,
+                           text=True)
+        check(p.returncode == 0, f"nvidia-cuda-mps-control {lines}: {p.stderr}")
+    ctl()
+    try:
+        # the emulator counts a process as an MPS client while a server runs for its user
+        ctl(f"start_server -uid {os.getuid()}")
+        want = {(0, POD_A): 1, (0, POD_B): 1, (1, POD_A): 1, (2, POD_C): 1, (3, POD_D): 1,
+                (3, POD_E): 1}
+
+        def counted():
+            m = metrics()
+            return m and all(sample(m, "accel_container_gpu_mps_clients", gpu=g, pod_uid=pod)
+                             == n for (g, pod), n in want.items()) and m
+        try:
+            m = wait_for(counted, "one MPS client per container and GPU", 20)
+        except AssertionError:
+            check(False, "MPS clients: " + "".join(
+                x + "\n" for x in (metrics() or "").splitlines() if "mps_clients{" in x))
+        ns, name, ctr = NAMES[POD_B]
+        check(sample(m, "accel_container_gpu_mps_clients", gpu=0, pod_uid=POD_B, namespace=ns,
+                     pod=name, container=ctr) == 1, "named like the memory series")
+    finally:
+        ctl("quit")
+    wait_for(lambda: (m := metrics()) and
+             sample(m, "accel_container_gpu_mps_clients", gpu=0, pod_uid=POD_A) is None,
+             "MPS client series gone with the daemon", 20)
 
 
 @case("pod-resources unreachable: accel_exporter_pod_resources_up 0, GPU series still served")
@@ -748,6 +969,10 @@ def _():
                     r"cumulative counts must not decrease nor exceed ok \+ error \(1\): keeping "
                     r"the last good values", out) and out.count("cumulative counts") == 1,
           f"no log line for the bad SLI file: {out[-3000:]}")
+    # the bad vGPU status.json too, naming its JSON path; and that it read well again
+    check(out.count("status.json: assignments[3].cores: want an integer 0..100: keeping the "
+                    "last good assignments") == 1 and "status.json reads well again" in out,
+          f"no log line for the bad vGPU status.json: {out[-3000:]}")
 
 
 

@@ -339,10 +339,13 @@ def run(tap, build, pb, node, api, kc, tmp, pdir, agents):
         tap.ok(False, "kill -9 between the two Allocates: second Allocate answered", e.details())
 
     # ---- the container, for real
-    container_run(tap, build, node, ra)
+    ran = container_run(tap, build, node, ra)
 
     # ---- the host-side check catches a process that bypasses libvcuda
     host_check(tap, build, node, api, kubelet, agent2, tmp)
+
+    # ---- accel-exporter reads acceld's status.json and the container's region
+    exporter_reads(tap, build, node, tmp, ra, ran)
 
     # ---- the API server gone: refused, saying so
     api.add_pod("e", 5, 4, "2026-01-01T00:00:05Z")
@@ -555,10 +558,10 @@ def container_run(tap, build, node, resp):
     demo = os.path.join(build, "demo/cuda-demo")
     if os.geteuid() != 0 or shutil.which("unshare") is None or not os.path.exists(demo):
         tap.skip("container run", "needs root, unshare and build/demo/cuda-demo")
-        return
+        return False
     if subprocess.run(["unshare", "-m", "true"]).returncode != 0:
         tap.skip("container run", "unshare -m is not permitted here")
-        return
+        return False
     p = primary(resp)
     mounts = [(m.host_path, m.container_path, m.read_only) for m in p.mounts]
     env = dict(node.env)
@@ -591,6 +594,65 @@ def container_run(tap, build, node, resp):
            share is not None and abs(share - 30) <= 5,
            "a tenant setting VCUDA_MEMORY_LIMIT=16 GiB and VCUDA_CORE_LIMIT=100 still gets "
            "4 GiB and 30 %", out[-2000:])
+    return True
+
+
+def exporter_reads(tap, build, node, tmp, resp, ran):
+    """accel-exporter --state-dir on this acceld's state directory: pod a's limits from the
+    status.json acceld wrote (4 GiB, 30 %), and, once cuda-demo ran in its container, its GPU
+    time and throttled time from the region libvcuda wrote (both grown; nothing held after it
+    exited)."""
+    exe = os.path.join(build, "src/exporter/accel-exporter")
+    if not os.path.exists(exe):
+        tap.skip("accel-exporter on acceld's state", "accel-exporter is not built")
+        return
+    import socket
+    import urllib.request
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    gpu = primary(resp).envs.get("NVIDIA_VISIBLE_DEVICES")
+    p = subprocess.Popen([exe, "--listen", f"127.0.0.1:{port}", "--interval", "100ms",
+                          "--pod-resources-socket", "", "--state-dir",
+                          os.path.join(tmp, "state")], env=node.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = {}
+
+    def value(text, name):
+        for ln in text.splitlines():
+            if ln.startswith(name + "{") and 'pod="a"' in ln and f'uuid="{gpu}"' in ln \
+                    and 'namespace="default"' in ln and 'container="main"' in ln:
+                return float(ln.rsplit(" ", 1)[1])
+        return None
+
+    def scraped():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                m = r.read().decode()
+        except OSError:
+            return False
+        seen["m"] = m
+        return value(m, "accel_vgpu_container_memory_limit_bytes") is not None and \
+            (not ran or value(m, "accel_vgpu_container_gpu_time_seconds_total") is not None)
+    try:
+        ok = K.wait_until(scraped, T)
+        m = seen.get("m", "")
+        tap.ok(ok and value(m, "accel_vgpu_container_memory_limit_bytes") == 4 << 30
+               and value(m, "accel_vgpu_container_core_share_ratio") == 0.3
+               and "accel_vgpu_status_up 1" in m,
+               "accel-exporter: pod a's limits from acceld's status.json (4 GiB, 30 %)",
+               "\n".join(ln for ln in m.splitlines() if "vgpu" in ln)[-3000:])
+        if ran:
+            tap.ok((value(m, "accel_vgpu_container_gpu_time_seconds_total") or 0) > 0.5
+                   and (value(m, "accel_vgpu_container_throttled_seconds_total") or 0) > 0.5
+                   and value(m, "accel_vgpu_container_memory_used_bytes") == 0,
+                   "accel-exporter: its GPU time and throttled time from libvcuda's region, "
+                   "no memory held after it exited",
+                   "\n".join(ln for ln in m.splitlines() if "vgpu" in ln)[-3000:])
+    finally:
+        p.terminate()
+        p.wait(timeout=T)
 
 
 def demo_share(out):

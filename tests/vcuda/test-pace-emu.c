@@ -7,7 +7,8 @@
  *   - the launches are spread out at least as far as the budget forces: the timeline span from
  *     the first kernel's start to the last one's end can only be longer than that bound, never
  *     shorter, however slow the machine (the bound is halved for slack);
- *   - without a limit nothing is counted (the unthrottled path does not touch the region).
+ *   - without a limit nothing is counted (the unthrottled path does not touch the region);
+ *   - the time launches slept for the budget is added to the region (throttled_ns).
  * Accuracy of the achieved share is measured by bench/vcuda-compute, not here. */
 #include "pace.h"
 #include "region.h"
@@ -119,7 +120,7 @@ static struct span timeline(pid_t pid)
 }
 
 struct books {
-    uint64_t launches, measured, pending, tat;
+    uint64_t launches, measured, pending, tat, throttled;
     uint32_t limit;
 };
 
@@ -144,6 +145,7 @@ static struct books region_books(const char *path)
     b.launches = atomic_load(&p->launches);
     b.measured = atomic_load(&p->measured_ns);
     b.pending = atomic_load(&p->pending_ns);
+    b.throttled = atomic_load(&p->throttled_ns);
     b.tat = atomic_load(&p->tat_ns);
     b.limit = atomic_load(&p->limit_pct);
     munmap(m, VC_REGION_HEADER_SIZE);
@@ -174,8 +176,13 @@ static void check_path(const char *api, bool graph, unsigned limit, unsigned n, 
     if (!limit || limit == 100) {
         CHECK_EQ_U64(b.launches, 0);
         CHECK_EQ_U64(b.measured, 0);
+        CHECK_EQ_U64(b.throttled, 0);
         return;
     }
+    /* The time its launches slept for the budget (accel-exporter's throttled time): some, and
+     * no more than the run's span (plus a timer's slack). */
+    CHECK(b.throttled > 0);
+    CHECK_LE_U64(b.throttled, s.last - s.first + 50 * MS);
     CHECK_EQ_U64(b.launches, n);
     CHECK_EQ_U64(b.pending, 0);
     /* The events measured the kernels' own time: equal to the timeline's, within 1 %. */
