@@ -33,7 +33,8 @@
 #   ACCEL_EMU_STATE=/tmp/gpus LD_LIBRARY_PATH=build/src/emu tests/gpu/dra.sh
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=$(cd "${1:-${ACCEL_BUILD_ROOT:-$root/build}}" 2>/dev/null && pwd) || build=${1:-}
+build=${1:-${ACCEL_BUILD_ROOT:-$root/build}}
+[ -d "$build" ] && build=$(cd "$build" && pwd)
 skip() { echo "SKIP $*"; exit 77; }
 dry=0
 if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
