@@ -336,7 +336,8 @@ def main():
         rc = drv.agent.stop(signal.SIGTERM)
         check(rc == 0, "acceld exits 0 on SIGTERM", drv.agent.log_text()[-3000:])
         if not control:
-            say("SKIP", "MPS claim: no nvidia-cuda-mps-control on PATH")
+            say("SKIP", "MPS claim: no nvidia-cuda-mps-control (on PATH; in the dry run, "
+                "the build's)")
         else:
             drv = Driver(node, knode, kc, tmp, control)
             drv.n = 1  # its own log dir

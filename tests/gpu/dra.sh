@@ -26,7 +26,10 @@
 # python3-grpcio and python3-protobuf, protoc, openssl. Exit 0 = all ran checks passed,
 # 1 = a check failed, 77 = no GPU or a tool missing.
 #
-#   tests/gpu/dra.sh [BUILD_DIR]          (default $ACCEL_BUILD_ROOT, else build)
+#   tests/gpu/dra.sh [BUILD_DIR]
+# BUILD_DIR defaults to $ACCEL_BUILD_ROOT, else build/; when that has no DRA-mode acceld and the
+# agent's -dev libraries are here, the script builds what it runs in build-gpu-agent/ (as
+# acceld.sh does).
 #
 # Dry run without a GPU (make check runs it: the meson test gpu-script-dra):
 #   build/src/emu/accel-emu --state /tmp/gpus init --gpus 1
@@ -38,7 +41,8 @@ build=${1:-${ACCEL_BUILD_ROOT:-$root/build}}
 skip() { echo "SKIP $*"; exit 77; }
 dry=0
 if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
-    [ -n "${ACCEL_EMU_STATE:-}" ] || skip "no NVIDIA GPU here (nvidia-smi -L failed); see the header for a dry run"
+    [ -n "${ACCEL_EMU_STATE:-}" ] ||
+        skip "no NVIDIA GPU here (nvidia-smi -L failed); see the header for a dry run"
     dry=1
     echo "DRY RUN on accel-emu ($ACCEL_EMU_STATE): not a GPU validation, do not record"
 fi
@@ -46,8 +50,20 @@ if [ -n "${ACCEL_GPU_BUNDLE:-}" ]; then
     build=$(cd "$ACCEL_GPU_BUNDLE" && pwd)
     export LD_LIBRARY_PATH=$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
+if [ -z "${ACCEL_GPU_BUNDLE:-}" ] && [ -z "${1:-}" ] && [ ! -d "$build/src/plugin/drasrc" ] &&
+   pkg-config --exists libnghttp2 libprotobuf-c yaml-0.1 jansson libcurl 2>/dev/null; then
+    # not built here yet, but the agent's -dev libraries are: build what this script runs, as
+    # acceld.sh does
+    build=$root/build-gpu-agent
+    if [ ! -f "$build/build.ninja" ]; then
+        meson setup "$build" -Dagent=enabled >/dev/null || { echo "FAIL meson setup"; exit 1; }
+    fi
+    meson compile -C "$build" src/plugin/acceld src/vcuda/vcuda demo/cuda-demo >/dev/null \
+        || { echo "FAIL build"; exit 1; }
+fi
 for f in src/plugin/acceld src/vcuda/libvcuda.so demo/cuda-demo; do
-    [ -e "$build/$f" ] || skip "$build/$f is not built (make build, or carry a bundle: scripts/gpu-bundle.sh)"
+    [ -e "$build/$f" ] ||
+        skip "$build/$f is not built (make build, or carry a bundle: scripts/gpu-bundle.sh)"
 done
 if [ -z "${ACCEL_GPU_BUNDLE:-}" ] && [ ! -d "$build/src/plugin/drasrc" ]; then
     skip "acceld is built without DRA mode (libcurl's -dev package missing)"
@@ -55,7 +71,8 @@ fi
 /usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null \
     || skip "/usr/bin/python3 lacks python3-grpcio / python3-protobuf"
 command -v protoc >/dev/null || skip "protoc is not installed"
-command -v openssl >/dev/null || skip "openssl is not installed (the fake API server's certificates)"
+command -v openssl >/dev/null ||
+    skip "openssl is not installed (the fake API server makes its certificates with it)"
 
 gpu=unknown driver=unknown cuda=unknown
 if [ $dry = 0 ]; then
@@ -68,6 +85,7 @@ echo "GPU: $gpu, driver $driver, CUDA $cuda"
 rc=$?
 [ $rc = 77 ] && exit 77
 echo
-echo "record: | dra.sh | DRA driver: registration, slice vs nvidia-smi, 30 % + 4 GiB claim (libvcuda), MPS claim |" \
+echo "record: | dra.sh | DRA driver: registration, slice vs nvidia-smi, 30 % + 4 GiB claim" \
+     "(libvcuda), MPS claim |" \
      "$(date -u +%F) | $gpu | $driver | $cuda | $([ $rc = 0 ] && echo pass || echo FAIL) |"
 exit $rc
