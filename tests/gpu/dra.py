@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import types
@@ -73,7 +74,8 @@ def facts_nvidia_smi():
     gpus = []
     for line in out.strip().splitlines():
         uuid, name, mem, cc, drv = [x.strip() for x in line.split(",")]
-        gpus.append({"uuid": uuid, "name": name, "mib": int(mem), "cc": cc, "driver": drv})
+        gpus.append({"uuid": uuid, "name": name, "mib": int(mem) if mem.isdigit() else mem,
+                     "cc": cc, "driver": drv})
     return gpus
 
 
@@ -176,7 +178,7 @@ def slice_attributes(api, facts):
                "driver": a.get("driverVersion", {}).get("string")}
         note("gpu-%d: %s" % (i, json.dumps(got)))
         same = all(got[x] == g[x] for x in ("uuid", "name", "cc", "driver")) and \
-            abs(got["mib"] - g["mib"]) <= 1
+            isinstance(g["mib"], int) and abs(got["mib"] - g["mib"]) <= 1
         check(same, "gpu-%d: UUID, product, memory, compute capability, driver version match %s"
               % (i, src), json.dumps({"slice": got, src: g}))
 
@@ -215,6 +217,19 @@ def vgpu_claim(api, knode, demo, facts):
           env.get("NVIDIA_VISIBLE_DEVICES") == facts[0]["uuid"] and
           "/etc/ld.so.preload" in mounts,
           "its CDI spec: libvcuda preloaded, config 4 GiB / 30 % on gpu-0's UUID", spec)
+    nodes = [n["path"] for d in spec.get("devices", [])
+             for n in d.get("containerEdits", {}).get("deviceNodes", [])]
+    if DRY:
+        check(len(nodes) == 1 and re.fullmatch(r"/dev/nvidia\d+", nodes[0]),
+              "its CDI device node: " + ", ".join(nodes), spec)
+    else:
+        q = subprocess.run(["nvidia-smi", "-q", "-i", "0"], capture_output=True, text=True,
+                           timeout=T).stdout
+        minor = re.search(r"Minor Number\s*:\s*(\d+)", q)
+        want = "/dev/nvidia%s" % (minor.group(1) if minor else "?")
+        check(nodes == [want] and os.path.exists(want) and stat.S_ISCHR(os.stat(want).st_mode),
+              "its CDI device node is gpu-0's: %s (nvidia-smi -q: minor number)" % want,
+              (nodes, spec))
     name = "an unmodified CUDA program (cuda-demo) with the claim's CDI edits sees 4096 MiB, " \
         "is refused past it and gets ~30 % of the GPU's time"
     if not can_unshare():
