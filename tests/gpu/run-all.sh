@@ -6,14 +6,15 @@
 #
 #   tests/gpu/run-all.sh [script ...]          (default: all of them)
 #
-# acceld.sh needs the agent's -dev libraries; on a GPU machine without them, carry a bundle made
-# here by scripts/gpu-bundle.sh and set ACCEL_GPU_BUNDLE to its path.
+# acceld.sh and dra.sh need the agent's -dev libraries; on a GPU machine without them, carry a
+# bundle made here by scripts/gpu-bundle.sh and set ACCEL_GPU_BUNDLE to its path (dra.sh also
+# needs /usr/bin/python3 with python3-grpcio and python3-protobuf, protoc and openssl there).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 logs=${OUT:-$(mktemp -d /tmp/accel-gpu-XXXXXX)}
 mkdir -p "$logs"
 scripts=("$@")
-[ ${#scripts[@]} -gt 0 ] || scripts=(spin.sh timeslice.sh inventory.sh nvml-semantics.sh vcuda-memory.sh vcuda-compute.sh acceld.sh exporter-util.sh)
+[ ${#scripts[@]} -gt 0 ] || scripts=(spin.sh timeslice.sh inventory.sh nvml-semantics.sh vcuda-memory.sh vcuda-compute.sh acceld.sh exporter-util.sh dra.sh)
 
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     echo "# date: $(date -u +%Y-%m-%d)"
