@@ -46,6 +46,8 @@ struct mps_claim {
     char *uuids;   /* the claim's GPUs, comma-separated */
     bool was_up;   /* its daemon has answered with the claim's caps once */
     bool down;     /* and is not serving now (FAULT, dead, hung): its GPUs are unhealthy */
+    struct mps_claim *next_stopping; /* on acceld_dra.stopping while its daemon quits */
+    uint64_t free_timer;
 };
 
 /* Strings behind one struct dra_gpu. */
@@ -84,6 +86,7 @@ struct acceld_dra {
     char mps_run_dir[PATH_MAX];
     struct mps_claim **mps;
     size_t n_mps;
+    struct mps_claim *stopping; /* unprepared claims whose daemon is still quitting */
 };
 
 /* The marketing name of an architecture from the compute capability. */
@@ -331,6 +334,15 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return r < 0 && errno != ENOENT ? -errno : 0;
 }
 
+/* An unprepared claim whose daemon is still quitting (a new prepare of it must wait). */
+static bool mps_stopping(const struct acceld_dra *a, const char *uid)
+{
+    for (const struct mps_claim *m = a->stopping; m; m = m->next_stopping)
+        if (strcmp(m->uid, uid) == 0)
+            return true;
+    return false;
+}
+
 static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, unsigned pct,
                      uint64_t mem, char *ret_pipe, char *ret_log, size_t len, char *err,
                      size_t errlen)
@@ -338,6 +350,12 @@ static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, 
     struct acceld_dra *a = ctx;
     struct mps_claim *m = mps_find(a, uid, NULL);
     int r;
+    if (!m && mps_stopping(a, uid)) {
+        snprintf(err, errlen,
+                 "claim %s was unprepared and its MPS control daemon is still quitting; try again",
+                 uid);
+        return -EAGAIN;
+    }
     if (!m) {
         char name[80];
         if (snprintf(name, sizeof(name), "dra-%s", uid) > 64) {
@@ -396,6 +414,35 @@ static int mps_ready(void *ctx, const char *uid, char *why, size_t whylen)
     return 0;
 }
 
+/* After its daemon is gone: the claim's directories removed and its memory freed (from a
+ * timer: the supervisor's callback must not free the supervisor under itself). */
+static void mps_claim_free(struct ev_loop *loop, void *user_data)
+{
+    struct mps_claim *m = user_data;
+    struct acceld_dra *a = m->a;
+    m->free_timer = 0;
+    for (struct mps_claim **pp = &a->stopping; *pp; pp = &(*pp)->next_stopping)
+        if (*pp == m) {
+            *pp = m->next_stopping;
+            break;
+        }
+    m->sup = mps_sup_free(m->sup);
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof(dir), "%s/mps-dra-%s", a->mps_run_dir, m->uid) < (int)sizeof(dir) &&
+        access(dir, F_OK) == 0 && nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
+        log_warn("dra: claim %s: cannot remove %s", m->uid, dir);
+    log_info("dra: claim %s: its MPS control daemon stopped", m->uid);
+    free(m->uuids);
+    free(m);
+}
+
+static void mps_stopped(struct mps_sup *sup, void *user_data)
+{
+    struct mps_claim *m = user_data;
+    if (ev_loop_add_timer(m->a->loop, 0, mps_claim_free, m, &m->free_timer) < 0)
+        log_error("dra: claim %s: out of memory: its directories stay", m->uid);
+}
+
 static void mps_stop(void *ctx, const char *uid)
 {
     struct acceld_dra *a = ctx;
@@ -407,18 +454,16 @@ static void mps_stop(void *ctx, const char *uid)
     for (size_t g = 0; g < a->n; g++)
         if (claim_has(m, a->uuids[g]))
             a->mps_retired[g] += mps_sup_restarts(m->sup, 0);
-    /* quit, then SIGKILL after 2 s: bounded, and only when a claim goes */
-    m->sup = mps_sup_free(m->sup);
-    char dir[PATH_MAX];
-    if (snprintf(dir, sizeof(dir), "%s/mps-dra-%s", a->mps_run_dir, uid) < (int)sizeof(dir) &&
-        access(dir, F_OK) == 0 && nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
-        log_warn("dra: claim %s: cannot remove %s", uid, dir);
-    log_info("dra: claim %s: its MPS control daemon stopped", uid);
     mps_mark(a, m, false); /* the claim is gone: so is what held its GPUs down */
-    free(m->uuids);
-    free(m);
     memmove(&a->mps[i], &a->mps[i + 1], (a->n_mps - i - 1) * sizeof(*a->mps));
     a->n_mps--;
+    /* quit, SIGKILL after 2 s, awaited on the loop: an unprepare never holds it up (the
+     * device-plugin GPUs beside may be answering Allocates) */
+    m->next_stopping = a->stopping;
+    a->stopping = m;
+    int r = mps_sup_stop_async(m->sup, mps_stopped, m);
+    if (r != 0)
+        mps_stopped(m->sup, m); /* nothing ran, or cannot wait: clean up now */
 }
 
 /* The daemons of the MPS claims in the checkpoint (their containers may run). */
@@ -790,6 +835,11 @@ static void stop(struct acceld_dra *a)
         free(a->mps[i]);
     }
     free(a->mps);
+    while (a->stopping) { /* their daemons' quit, waited for in place now */
+        struct mps_claim *m = a->stopping;
+        ev_loop_cancel_timer(a->loop, m->free_timer);
+        mps_claim_free(a->loop, m);
+    }
     a->state = dra_state_free(a->state);
     free(a->gpus);
     free(a->strs);

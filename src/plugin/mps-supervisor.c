@@ -28,8 +28,8 @@ extern char **environ;
 #define DEFAULT_CONTROL "nvidia-cuda-mps-control"
 #define OUT_MAX 4096
 
-enum job_kind { JOB_NONE, JOB_START, JOB_CONFIG, JOB_PROBE, JOB_STATUS };
-enum set_state { ST_IDLE, ST_STARTING, ST_UP, ST_WAIT_RESTART };
+enum job_kind { JOB_NONE, JOB_START, JOB_CONFIG, JOB_PROBE, JOB_STATUS, JOB_QUIT };
+enum set_state { ST_IDLE, ST_STARTING, ST_UP, ST_WAIT_RESTART, ST_STOPPING };
 
 struct job {
     enum job_kind kind;
@@ -65,6 +65,8 @@ struct set {
 struct mps_sup {
     struct ev_loop *loop;
     struct mps_sup_opts opts;
+    mps_sup_stopped_cb stopped_cb; /* mps_sup_stop_async's */
+    void *stopped_ud;
     char *control;
     struct set *sets;
     size_t n_sets;
@@ -278,6 +280,7 @@ static void job_finished(struct set *s, int status)
         }
         break;
     }
+    case JOB_QUIT: /* the daemon's exit, watched on its pidfd, ends the stop */
     case JOB_NONE:
         return;
     }
@@ -308,6 +311,10 @@ static void job_deadline_cb(struct ev_loop *loop, void *user_data)
     (void)loop;
     struct set *s = user_data;
     s->job.deadline_id = 0;
+    if (s->state == ST_STOPPING) { /* the stop's own deadline kills the daemon */
+        job_cancel(s);
+        return;
+    }
     set_fail(s, "the daemon did not answer before the deadline (hung)");
 }
 
@@ -647,6 +654,73 @@ static void set_stop(struct set *s)
         s->daemon_pid = 0;
     }
     s->state = ST_IDLE;
+}
+
+/* A stopping set is stopped: idle, and the supervisor's stop callback runs once all are. */
+static void stop_done(struct set *s)
+{
+    struct mps_sup *sup = s->sup;
+    job_cancel(s);
+    daemon_forget(s, false);
+    ev_loop_cancel_timer(sup->loop, s->timer_id);
+    s->timer_id = 0;
+    s->state = ST_IDLE;
+    for (size_t i = 0; i < sup->n_sets; i++)
+        if (sup->sets[i].state == ST_STOPPING)
+            return;
+    mps_sup_stopped_cb cb = sup->stopped_cb;
+    sup->stopped_cb = NULL;
+    if (cb)
+        cb(sup, sup->stopped_ud); /* last: it may free sup */
+}
+
+static void stopping_exit_cb(struct ev_loop *loop, int fd, uint32_t events, void *user_data)
+{
+    (void)loop, (void)fd, (void)events;
+    stop_done(user_data);
+}
+
+static void stop_deadline_cb(struct ev_loop *loop, void *user_data)
+{
+    (void)loop;
+    struct set *s = user_data;
+    s->timer_id = 0;
+    log_warn("mps: GPU set %s: the daemon did not quit; killing it", s->name);
+    if (pidfd_kill(s->daemon_pidfd, SIGKILL) < 0)
+        stop_done(s); /* gone already */
+}
+
+int mps_sup_stop_async(struct mps_sup *sup, mps_sup_stopped_cb cb, void *user_data)
+{
+    if (!sup)
+        return -EINVAL;
+    bool waiting = false;
+    for (size_t i = 0; i < sup->n_sets; i++) {
+        struct set *s = &sup->sets[i];
+        job_cancel(s);
+        ev_loop_cancel_timer(sup->loop, s->timer_id);
+        s->timer_id = 0;
+        if (s->daemon_pidfd < 0) {
+            s->state = ST_IDLE;
+            continue;
+        }
+        s->state = ST_STOPPING;
+        ev_loop_del_io(sup->loop, s->daemon_pidfd);
+        if (ev_loop_add_io(sup->loop, s->daemon_pidfd, EPOLLIN, stopping_exit_cb, s) < 0 ||
+            ev_loop_add_timer(sup->loop, sup->opts.stop_timeout_ns, stop_deadline_cb, s,
+                              &s->timer_id) < 0) {
+            set_stop(s); /* out of memory: the bounded wait in place */
+            continue;
+        }
+        if (job_spawn(s, JOB_QUIT, NULL, "quit\n") < 0)
+            pidfd_kill(s->daemon_pidfd, SIGTERM);
+        waiting = true;
+    }
+    if (!waiting)
+        return 1;
+    sup->stopped_cb = cb;
+    sup->stopped_ud = user_data;
+    return 0;
 }
 
 void mps_sup_stop(struct mps_sup *sup)

@@ -58,6 +58,12 @@ int mps_sup_start(struct mps_sup *sup);
 /* Stops every daemon: `quit` through the front end, then SIGKILL after stop_timeout_ns.
  * Blocks the caller for at most about twice stop_timeout_ns (shutdown only). No callbacks. */
 void mps_sup_stop(struct mps_sup *sup);
+/* Stops without blocking the loop: each daemon is told to quit (the front end's `quit`) and
+ * its exit is awaited on its pidfd, SIGKILL after stop_timeout_ns. Returns 0: cb runs (from
+ * the loop) once every daemon is gone, and may free sup; 1: none was running, nothing to wait
+ * for (cb is not called); -EINVAL. No restart or health report happens meanwhile. */
+typedef void (*mps_sup_stopped_cb)(struct mps_sup *sup, void *user_data);
+int mps_sup_stop_async(struct mps_sup *sup, mps_sup_stopped_cb cb, void *user_data);
 /* Stops (as mps_sup_stop) and frees. NULL ok; returns NULL. */
 struct mps_sup *mps_sup_free(struct mps_sup *sup);
 

@@ -34,6 +34,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -230,7 +231,12 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
            pct_b.splitlines()[-1:] == ["70.0"],
            "a second claim (70 % + 8 GiB) of gpu-0 gets its own daemon with its caps",
            (rb, env_b, pct_b))
+    t0 = time.monotonic()
     check_unprep = knode.unprepare([("team", "mps-b", CLAIM_B)]).claims[CLAIM_B].error == ""
+    tap.ok(time.monotonic() - t0 < 1.0, "unprepare answers at once (the daemon quits on the "
+           "loop, awaited without blocking it)", time.monotonic() - t0)
+    # the daemon's exit is awaited on the loop: its directories go once it is gone
+    K.wait_until(lambda: not os.path.exists(os.path.dirname(pipe_b)), T)
     tap.ok(check_unprep and not os.path.exists(os.path.dirname(pipe_b)) and
            not os.path.exists(os.path.join(knode.dirs["cdi"], "accel-dra-%s.json" % CLAIM_B)),
            "unprepared: its spec, its daemon and its directories are gone", pipe_b)
@@ -238,6 +244,28 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
     again = knode.prepare([("team", "mps-a", CLAIM_A)])
     tap.ok(again == r and daemon_pid(pipe) == pid_a,
            "prepared again: the same answer, the same daemon", again)
+
+    # ---- a hung daemon (SIGSTOPped) holds up neither its unprepare nor the next call
+    rb2 = knode.prepare([("team", "mps-b", CLAIM_B)])
+    _, mounts_b2 = edits_of(spec_of(knode, CLAIM_B))
+    pipe_b2 = mounts_b2.get("/run/accel-mps/pipe", {}).get("hostPath", "")
+    pid_b = daemon_pid(pipe_b2) if pipe_b2 else 0
+    if tap.ok(rb2.claims[CLAIM_B].error == "" and pid_b > 0,
+              "claim b prepared again: its own daemon", rb2):
+        os.kill(pid_b, signal.SIGSTOP)
+        t0 = time.monotonic()
+        u2 = knode.unprepare([("team", "mps-b", CLAIM_B)])
+        t_unprep = time.monotonic() - t0
+        t0 = time.monotonic()
+        again2 = knode.prepare([("team", "mps-a", CLAIM_A)])
+        t_next = time.monotonic() - t0
+        tap.ok(u2.claims[CLAIM_B].error == "" and t_unprep < 1.0 and again2 == r and
+               t_next < 1.0, "a hung daemon: its unprepare and the next prepare answer at once",
+               (t_unprep, t_next))
+        gone = K.wait_until(lambda: not alive(pid_b) and
+                            not os.path.exists(os.path.dirname(pipe_b2)), T)
+        tap.ok(gone, "and the hung daemon is killed after the stop's bound (2 s), its "
+               "directories removed", agent.log_text()[-1500:])
 
     fault_checks(tap, build, emu, api, knode, agent, spec, pipe, logd)
 
@@ -260,7 +288,8 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
     tap.ok(third == r, "and the claim prepared again gets the same answer", third)
     pid = daemon_pid(pipe)
     u = knode.unprepare([("team", "mps-a", CLAIM_A)])
-    gone = K.wait_until(lambda: not alive(pid), T)
+    gone = K.wait_until(lambda: not alive(pid) and not os.path.exists(os.path.dirname(pipe)),
+                        T)
     tap.ok(u.claims[CLAIM_A].error == "" and gone and
            not os.path.exists(os.path.dirname(pipe)) and not spec_of(knode, CLAIM_A),
            "unprepared after the restart: spec, daemon and directories gone", u)
@@ -287,6 +316,7 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
     err = rc_.claims[bad].error
     state = knode.dirs["state"]
     ck = json.load(open(os.path.join(state, "dra-checkpoint.json")))
+    K.wait_until(lambda: not os.path.exists(os.path.join(state, "mps", "mps-dra-" + bad)), T)
     tap.ok("MPS control daemon is not up after 5.0 s" in err and not rc_.claims[bad].devices and
            not spec_of(knode, bad) and not any(c["uid"] == bad for c in ck["claims"]) and
            not os.path.exists(os.path.join(state, "mps", "mps-dra-" + bad)),
