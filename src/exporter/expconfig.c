@@ -51,6 +51,10 @@ const char *const exporter_metric_families[] = {
     "accel_agent_health_transitions_total",
     "accel_agent_mps_daemon_restarts_total",
     "accel_agent_quota_findings_total",
+    /* acceld's view of each GPU (src/exporter/sli.c) */
+    "accel_gpu_health",
+    "accel_gpu_recoveries_total",
+    "accel_gpu_mps_daemon_state",
     NULL,
 };
 
