@@ -121,10 +121,11 @@ AGENT = os.path.join(TMP, "agent-state")
 BOUNDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
 
-def agent_stats(alloc_ok=5, alloc_err=1, unhealthy=2, restarts=3, killed=1, buckets=None):
+def agent_stats(alloc_ok=5, alloc_err=1, unhealthy=2, restarts=3, killed=1, buckets=None,
+                mps="running"):
     b = buckets or [0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6]
     return {
-        "version": 1, "startTime": 1764000000.5, "writeTime": time.time(),
+        "version": 2, "startTime": 1764000000.5, "writeTime": time.time(),
         "deviceInit": {"ok": 4, "failed": 1},
         "allocateBuckets": BOUNDS,
         "resources": [
@@ -133,7 +134,10 @@ def agent_stats(alloc_ok=5, alloc_err=1, unhealthy=2, restarts=3, killed=1, buck
             {"name": "tencent.com/vcuda-core", "registrations": {"ok": 1, "failed": 0},
              "allocate": {"ok": 0, "error": 0, "sum": 0, "buckets": [0] * len(BOUNDS)}}],
         "gpus": [{"index": i, "uuid": UUIDS[i], "toUnhealthy": unhealthy if i == 1 else 0,
-                  "toHealthy": 1 if i == 1 else 0, "mpsRestarts": restarts if i == 2 else 0}
+                  "toHealthy": 1 if i == 1 else 0, "mpsRestarts": restarts if i == 2 else 0,
+                  # version 2: GPU 1 unhealthy (XID 79), GPU 2 runs MPS
+                  "healthy": i != 1, "reason": "XID 79" if i == 1 else "",
+                  "mps": mps if i == 2 else "none"}
                  for i in range(4)],
         "quotaFindings": {"memory": {"none": 2, "kill": killed, "freeze": 0},
                           "under_report": {"none": 0, "kill": 0, "freeze": 0},
@@ -474,6 +478,18 @@ def _():
         check(got == v, f"{name}{labels}: {got}, want {v}")
     check(agent(m, "accel_agent_quota_findings_total", kind="compute", action="kill") is None,
           "an impossible kind/action pair is served")
+    # version 2: each GPU's current health with its reason, recoveries, MPS daemon state
+    check(agent(m, "accel_gpu_health", gpu=1, uuid=UUIDS[1], reason="XID 79") == 0,
+          "GPU 1 should be unhealthy with reason XID 79")
+    for i in (0, 2, 3):
+        check(agent(m, "accel_gpu_health", gpu=i, uuid=UUIDS[i], reason="") == 1,
+              f"GPU {i} should be healthy with an empty reason")
+    check(agent(m, "accel_gpu_recoveries_total", gpu=1, uuid=UUIDS[1]) == 1, "GPU 1 recoveries")
+    check(agent(m, "accel_gpu_recoveries_total", gpu=0, uuid=UUIDS[0]) == 0, "GPU 0 recoveries")
+    check(agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="running") == 1 and
+          agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="fault") == 0 and
+          agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="down") == 0, "GPU 2 MPS running")
+    check(agent(m, "accel_gpu_mps_daemon_state", gpu=0) is None, "GPU 0 has no MPS: no series")
     check("# TYPE accel_agent_allocate_duration_seconds histogram" in m, "histogram TYPE")
     # a bad file (a bucket above the call count): up 0, the last good values kept
     write_agent(agent_stats(alloc_ok=1, alloc_err=0))
@@ -483,7 +499,7 @@ def _():
           "a bad file changed the values")
     write_agent("{not json")
     write_agent(agent_stats(alloc_ok=7, unhealthy=3, restarts=4, killed=2,
-                            buckets=[0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 8, 8]))
+                            buckets=[0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 8, 8], mps="fault"))
     m = wait_for(lambda: (lambda t: t if t and sample(t, "accel_agent_up") == 1 and sample(
         t, "accel_agent_allocate_total", resource=g, result="ok") == 7 else None)(metrics()),
         "the good file's new values")
@@ -495,6 +511,9 @@ def _():
           "quota findings not updated")
     check(agent(m, "accel_agent_allocate_duration_seconds_count", resource=g) == 8,
           "histogram count not updated")
+    check(agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="fault") == 1 and
+          agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="running") == 0,
+          "MPS state not updated to fault")
     # a stale file (acceld gone: no heartbeat for over 30 s) is not up
     stale = agent_stats(alloc_ok=7, unhealthy=3, restarts=4, killed=2,
                         buckets=[0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 8, 8])
