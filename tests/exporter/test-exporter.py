@@ -25,6 +25,7 @@ EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
 EXPORTER = os.path.join(BUILD, "src", "exporter", "accel-exporter")
 NVML = os.path.join(BUILD, "src", "emu", "libnvidia-ml.so.1")
 HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
+SPIN = os.path.join(BUILD, "tests", "emu", "spin")
 FAKE_PODRES = os.path.join(BUILD, "tests", "exporter", "fake-podresources")
 SRC = os.environ.get("ACCEL_SOURCE_ROOT",
                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -107,7 +108,12 @@ PODRES_SOCK = os.path.join(TMP, "kubelet.sock")
 podres = subprocess.Popen([FAKE_PODRES, PODRES_SOCK, f"ns-a/train-a/main={UUIDS[0]}::0",
                            f"ns-b/train-b/worker={UUIDS[0]}::1", f"ns-a/train-a/main={UUIDS[1]}",
                            f"ns-c/p3/x={UUIDS[2]}::0", f"ns-d/p4/y={UUIDS[2]}::1",
-                           f"ns-e/p5/z={UUIDS[3]}"],
+                           f"ns-e/p5/z={UUIDS[3]}",
+                           # GetAllocatableResources: GPU 0 has 4 replicas (so each holder of
+                           # one holds a share of 0.25), GPU 2 two, GPUs 1 and 3 are whole
+                           "alloc:nvidia.com/gpu=" + ",".join(
+                               [f"{UUIDS[0]}::{k}" for k in range(4)] + [UUIDS[1]] +
+                               [f"{UUIDS[2]}::{k}" for k in range(2)] + [UUIDS[3]])],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 procs.append(podres)
 if podres.stdout.readline() != "ready\n":
@@ -159,8 +165,10 @@ write_agent(agent_stats())
 PROC = os.path.join(TMP, "proc")
 exp = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{PORT}", "--interval", "100ms",
                         "--proc-root", PROC, "--pod-resources-socket", PODRES_SOCK,
-                        "--state-dir", AGENT],
-                       env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                        "--state-dir", AGENT, "--cost-currency", "EUR",
+                        "--cost-gpu-hour-price", "nvidia.com/gpu=3.6"],
+                       # per-process utilization over 100 ms periods (the emulator's window)
+                       env=dict(ENV, ACCEL_EMU_UTIL_WINDOW_MS="100"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 procs.append(exp)
 
 
@@ -315,6 +323,118 @@ def _():
               f"promtool with pod series: {p.stdout}{p.stderr}")
     # the holders stay until the end: the dashboard's per-pod panels need them in Prometheus
     HOLDS.extend(procs[-6:])
+
+
+@case("NVLink error counters and MIG mode follow accel-emu set, per GPU and link")
+def _():
+    emu("set", "1", "nvlink_link=2", "nvlink_replay=5", "nvlink_crc_data=3")
+    emu("set", "0", "mig=on")
+
+    def ok():
+        m = metrics()
+        return m and sample(m, "accel_gpu_nvlink_errors_total", gpu=1, link=2,
+                            type="replay") == 5 and sample(m, "accel_gpu_mig_mode", gpu=0) == 1 \
+            and m
+    m = wait_for(ok, "NVLink replays 5 on GPU 1 link 2 and MIG on GPU 0")
+    check(sample(m, "accel_gpu_nvlink_errors_total", gpu=1, uuid=UUIDS[1], link=2,
+                 type="crc_data") == 3, "crc_data 3")
+    check(sample(m, "accel_gpu_nvlink_errors_total", gpu=1, link=2, type="ecc_data") == 0,
+          "ecc_data 0")
+    check(sample(m, "accel_gpu_nvlink_errors_total", gpu=1, link=0, type="replay") == 0,
+          "link 0 of GPU 1 should read 0")
+    check(sample(m, "accel_gpu_nvlink_errors_total", gpu=0, link=2, type="replay") == 0,
+          "GPU 0 changed")
+    check(sample(m, "accel_gpu_mig_mode", gpu=1, uuid=UUIDS[1]) == 0, "GPU 1 MIG off")
+    check(sample(m, "accel_gpu_mig_mode_pending", gpu=0) == 1, "GPU 0 MIG pending on")
+    emu("set", "0", "mig=off")
+    wait_for(lambda: (m := metrics()) and sample(m, "accel_gpu_mig_mode", gpu=0) == 0,
+             "MIG back off on GPU 0")
+
+
+def cost_series(m, name, **labels):
+    return sample(m, name, **labels)
+
+
+@case("cost: GPU-seconds by share, monotonic, priced; energy split adds up to the GPU's")
+def _():
+    if not HOLDS:
+        return "SKIP the pods of the sharing case are not running"
+    a = dict(gpu=0, namespace="ns-a", pod="train-a", container="main")
+    b = dict(gpu=0, namespace="ns-b", pod="train-b", container="worker")
+    g1 = dict(gpu=1, namespace="ns-a", pod="train-a", container="main")
+    emu("set", "0", "power=400")
+    m1 = wait_for(lambda: (m := metrics()) and cost_series(
+        m, "accel_pod_gpu_allocated_seconds_total", share="0.25", **a) and m,
+        "GPU-seconds for pod A's replica on GPU 0")
+    t1 = time.monotonic()
+    time.sleep(1.5)
+    seen = []
+    for _ in range(5):  # every scrape: never lower than the one before
+        seen.append(cost_series(metrics(), "accel_pod_gpu_allocated_seconds_total",
+                                share="0.25", **a))
+        time.sleep(0.1)
+    m2 = metrics()
+    t2 = time.monotonic()
+    check(seen == sorted(seen), f"GPU-seconds went down between scrapes: {seen}")
+    da = cost_series(m2, "accel_pod_gpu_allocated_seconds_total", share="0.25",
+                     resource="nvidia.com/gpu", **a) - \
+        cost_series(m1, "accel_pod_gpu_allocated_seconds_total", share="0.25", **a)
+    # a replica of 4: a quarter of the wall time between the two snapshots (each up to one
+    # 100 ms interval old)
+    check(abs(da - 0.25 * (t2 - t1)) < 0.25 * 0.3, f"GPU 0 replica: {da} GPU-s in {t2 - t1} s")
+    d1 = cost_series(m2, "accel_pod_gpu_allocated_seconds_total", share="1", **g1) - \
+        cost_series(m1, "accel_pod_gpu_allocated_seconds_total", share="1", **g1)
+    check(abs(d1 - 4 * da) < 0.25 * 0.3 * 4, f"a whole GPU counts 4x a quarter: {d1} vs {da}")
+    check(cost_series(m2, "accel_pod_gpu_allocated_seconds_total", gpu=2, namespace="ns-c",
+                      share="0.5") is not None, "GPU 2's replica of 2: share 0.5")
+    cost = cost_series(m2, "accel_pod_gpu_cost_total", currency="EUR", share="0.25", **a)
+    secs = cost_series(m2, "accel_pod_gpu_allocated_seconds_total", share="0.25", **a)
+    check(cost is not None and abs(cost - secs * 3.6 / 3600) < 1e-9,
+          f"cost {cost} EUR for {secs} GPU-s at 3.6 EUR/GPU-hour")
+    # energy: nobody busy, so GPU 0's energy goes by allocation (0.25 each to A and B, the
+    # other half unattributed); the parts add up to the GPU's counter between snapshots
+
+    def energy(m, **lab):
+        return cost_series(m, "accel_pod_gpu_energy_joules_total", **lab)
+
+    def parts(m):
+        return energy(m, **a) + energy(m, **b) + cost_series(
+            m, "accel_gpu_energy_unattributed_joules_total", gpu=0)
+    dg = sample(m2, "accel_gpu_energy_joules_total", gpu=0) - \
+        sample(m1, "accel_gpu_energy_joules_total", gpu=0)
+    check(dg > 100, f"GPU 0 energy grew {dg} J at 400 W")
+    check(abs(parts(m2) - parts(m1) - dg) < 1e-6 * max(dg, 1), f"parts {parts(m2) - parts(m1)} vs GPU {dg}")
+    ea = energy(m2, **a) - energy(m1, **a)
+    check(abs(ea - 0.25 * dg) < 1e-6 * dg, f"pod A's energy {ea} J, a quarter of {dg} J")
+    # pod B's container runs a kernel on GPU 0: while it is the only busy process, every joule
+    # of GPU 0 is B's
+    if not os.path.exists(SPIN):
+        return
+    env = dict(ENV, LD_LIBRARY_PATH=os.path.join(BUILD, "src", "emu"))
+    s = subprocess.Popen([SPIN, "4000", "--go"], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    procs.append(s)
+    while (line := s.stdout.readline()) and line != "# ready\n":
+        pass
+    d = os.path.join(PROC, str(s.pid))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "cgroup"), "w") as f:
+        f.write(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+                f"{POD_B.replace('-', '_')}.slice/cri-containerd-{CID_B}.scope\n")
+    s.stdin.write("go\n")
+    s.stdin.flush()
+    time.sleep(1.5)  # the first utilization periods with the kernel running
+    m3 = metrics()
+    time.sleep(1.0)
+    m4 = metrics()
+    dg = sample(m4, "accel_gpu_energy_joules_total", gpu=0) - \
+        sample(m3, "accel_gpu_energy_joules_total", gpu=0)
+    eb = energy(m4, **b) - energy(m3, **b)
+    ea = energy(m4, **a) - energy(m3, **a)
+    check(dg > 0 and abs(eb - dg) < 1e-6 * dg and ea == 0,
+          f"while B runs alone: B {eb} J, A {ea} J of {dg} J")
+    s.stdin.close()
+    s.wait(timeout=60)
 
 
 @case("pod-resources unreachable: accel_exporter_pod_resources_up 0, GPU series still served")
