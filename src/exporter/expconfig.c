@@ -141,6 +141,7 @@ static int exporter_config_add_price(struct exporter_config *c, const char *res,
             return say(err, errlen, "cost.gpuHourPrice: %s given twice", res);
     if (c->nprices == EXPORTER_CONFIG_MAX_PRICES)
         return say(err, errlen, "cost.gpuHourPrice: at most %d prices", EXPORTER_CONFIG_MAX_PRICES);
+    memset(&c->prices[c->nprices], 0, sizeof(c->prices[0])); /* whole: configs compare bytes */
     memcpy(c->prices[c->nprices].resource, res, n + 1);
     c->prices[c->nprices++].per_hour = p;
     return 0;
