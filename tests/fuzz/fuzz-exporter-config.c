@@ -4,6 +4,7 @@
  * its field, each disabled family a known one, once) or a refusal that leaves the settings
  * untouched and says where: "fuzz:LINE:COLUMN: ...". */
 #include <errno.h>
+#include <float.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < c.nprices; i++) {
         if (!c.prices[i].resource[0] ||
             !memchr(c.prices[i].resource, 0, sizeof c.prices[i].resource) ||
-            !(c.prices[i].per_hour >= 0) || c.prices[i].per_hour > 1.8e308)
+            !(c.prices[i].per_hour >= 0) || c.prices[i].per_hour > DBL_MAX)
             abort();
         for (size_t j = 0; j < i; j++)
             if (strcmp(c.prices[j].resource, c.prices[i].resource) == 0)
