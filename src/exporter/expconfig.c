@@ -58,6 +58,7 @@ const char *const exporter_metric_families[] = {
     "accel_gpu_mps_daemon_state",
     /* NVLink and MIG (gpuextra.c) */
     "accel_gpu_nvlink_errors_total",
+    "accel_gpu_nvlink_links_active",
     "accel_gpu_mig_mode",
     "accel_gpu_mig_mode_pending",
     /* cost per job (cost.c) */

@@ -16,7 +16,8 @@ struct extra_gpu {
     char uuid[96];
     bool mig_ok;
     unsigned mig_current, mig_pending;
-    uint32_t links;                      /* bit l: link l active and its counters read */
+    uint32_t links; /* bit l: link l active at the last read */
+    uint32_t seen;  /* bit l: link l's counters read at least once (kept in the sums) */
     uint32_t bad[NVML_NVLINK_MAX_LINKS]; /* bit t: counter t of link l unreadable */
     unsigned long long nvlink[NVML_NVLINK_MAX_LINKS][NVML_NVLINK_ERROR_COUNT];
 };
@@ -69,6 +70,7 @@ void exporter_extra_sample(struct exporter_extra *x, struct gpu_nvml *n, unsigne
                                                    &g->nvlink[l][t]) != NVML_SUCCESS)
                 g->bad[l] |= 1u << t;
         g->links |= 1u << l;
+        g->seen |= 1u << l;
     }
 }
 
@@ -89,21 +91,36 @@ void exporter_extra_render(const struct exporter_extra *x, const struct exporter
     void *c = o->ctx;
     char u[200];
     if (o->family(c, "accel_gpu_nvlink_errors_total", "counter",
-                  "NVLink data-link errors per active link, by type (replay, recovery, "
-                  "crc_flit, crc_data, ecc_data), since the driver loaded or the counters "
-                  "were reset."))
-        for (unsigned i = 0; i < x->ngpus; i++)
-            for (unsigned l = 0; l < NVML_NVLINK_MAX_LINKS; l++) {
-                if (!(x->g[i].links & (1u << l)))
-                    continue;
-                esc(x->g[i].uuid, u, sizeof(u));
-                for (unsigned t = 0; t < NVML_NVLINK_ERROR_COUNT; t++)
-                    if (!(x->g[i].bad[l] & (1u << t)))
-                        o->print(c,
-                                 "accel_gpu_nvlink_errors_total{gpu=\"%u\",uuid=\"%s\",link=\"%u\","
-                                 "type=\"%s\"} %llu\n",
-                                 i, u, l, nvlink_types[t], x->g[i].nvlink[l][t]);
+                  "NVLink data-link errors of the GPU, summed over its links, by type (replay, "
+                  "recovery, crc_flit, crc_data, ecc_data), since the driver loaded or the "
+                  "counters were reset."))
+        for (unsigned i = 0; i < x->ngpus; i++) {
+            const struct extra_gpu *g = &x->g[i];
+            if (!g->seen)
+                continue;
+            esc(g->uuid, u, sizeof(u));
+            for (unsigned t = 0; t < NVML_NVLINK_ERROR_COUNT; t++) {
+                unsigned long long sum = 0;
+                bool any = false;
+                for (unsigned l = 0; l < NVML_NVLINK_MAX_LINKS; l++)
+                    if ((g->seen & (1u << l)) && !(g->bad[l] & (1u << t))) {
+                        sum += g->nvlink[l][t];
+                        any = true;
+                    }
+                if (any)
+                    o->print(c,
+                             "accel_gpu_nvlink_errors_total{gpu=\"%u\",uuid=\"%s\",type=\"%s\"} "
+                             "%llu\n",
+                             i, u, nvlink_types[t], sum);
             }
+        }
+    if (o->family(c, "accel_gpu_nvlink_links_active", "gauge",
+                  "NVLink links of the GPU that are up (nvmlDeviceGetNvLinkState); GPUs with "
+                  "NVLink only."))
+        for (unsigned i = 0; i < x->ngpus; i++)
+            if (x->g[i].seen)
+                o->print(c, "accel_gpu_nvlink_links_active{gpu=\"%u\",uuid=\"%s\"} %d\n", i,
+                         esc(x->g[i].uuid, u, sizeof(u)), __builtin_popcount(x->g[i].links));
     if (o->family(c, "accel_gpu_mig_mode", "gauge",
                   "1 while MIG is enabled on the GPU, 0 while disabled (GPUs that support MIG "
                   "only)."))

@@ -1,8 +1,11 @@
 /*
- * gpuextra.h — per-GPU families beyond the basic sensors in accel-exporter: NVLink error
- * counters per link (nvmlDeviceGetNvLinkErrorCounter) and MIG mode (nvmlDeviceGetMigMode).
- * NVLink counters are read every EXPORTER_EXTRA_NVLINK_EVERY rounds (they are many calls and
- * change rarely); MIG mode every round. A GPU or link whose call fails is left out.
+ * gpuextra.h — per-GPU families beyond the basic sensors in accel-exporter: NVLink errors
+ * (nvmlDeviceGetNvLinkErrorCounter, read per link and served per GPU and type, summed over the
+ * links: 5 series per GPU where per link would be 90) with the number of active links, and MIG
+ * mode (nvmlDeviceGetMigMode). NVLink is read every EXPORTER_EXTRA_NVLINK_EVERY rounds (up to
+ * 108 calls a GPU, and the counters change rarely); MIG mode every round. A link that goes
+ * inactive keeps its last counts in the sum, so the sum never goes back; a GPU whose calls
+ * fail is left out.
  *
  * Threads: the sampler thread only.
  */
