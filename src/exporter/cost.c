@@ -62,6 +62,7 @@ struct exporter_cost {
     struct cost_replicas replicas[EXPORTER_COST_MAX_REPLICAS];
     struct cost_series alloc[EXPORTER_COST_MAX_SERIES];
     struct cost_series energy[EXPORTER_COST_MAX_SERIES];
+    int alloc_hw, energy_hw; /* slots past these were never used: scans stop there */
     nvmlProcessUtilizationSample_t samples[UTIL_SAMPLES];
 };
 
@@ -159,14 +160,15 @@ static unsigned replicas_of(const struct exporter_cost *c, const char *res, cons
 
 /* The series for (gpu, container[, resource, share]) in table t, made when missing (a free
  * slot, else one unseen for EXPORTER_COST_KEEP_NS). -1 when the table is full. */
-static int series(struct cost_series *t, unsigned gpu, const struct exporter_podres_entry *x,
-                  const char *resource, const char *share, uint64_t now)
+static int series(struct cost_series *t, int *hw, unsigned gpu,
+                  const struct exporter_podres_entry *x, const char *resource, const char *share,
+                  uint64_t now)
 {
-    int free_slot = -1;
-    for (int i = 0; i < EXPORTER_COST_MAX_SERIES; i++) {
+    int free_slot = *hw < EXPORTER_COST_MAX_SERIES ? *hw : -1;
+    for (int i = 0; i < *hw; i++) {
         struct cost_series *s = &t[i];
         if (!s->used) {
-            if (free_slot < 0)
+            if (free_slot < 0 || free_slot == *hw)
                 free_slot = i;
             continue;
         }
@@ -176,11 +178,13 @@ static int series(struct cost_series *t, unsigned gpu, const struct exporter_pod
             s->seen_ns = now;
             return i;
         }
-        if (free_slot < 0 && now - s->seen_ns > EXPORTER_COST_KEEP_NS)
+        if ((free_slot < 0 || free_slot == *hw) && now - s->seen_ns > EXPORTER_COST_KEEP_NS)
             free_slot = i;
     }
     if (free_slot < 0)
         return -1;
+    if (free_slot == *hw)
+        (*hw)++;
     struct cost_series *s = &t[free_slot];
     memset(s, 0, sizeof(*s));
     s->used = true;
@@ -240,7 +244,7 @@ static void take_utilization(struct exporter_cost *c, struct gpu_nvml *n, unsign
             continue;
         for (size_t k = 0; k < g->nprocs; k++)
             if (g->procs[k].pid == u->pid && g->names[k]) {
-                idx = series(c->energy, i, g->names[k], "", "", now);
+                idx = series(c->energy, &c->energy_hw, i, g->names[k], "", "", now);
                 break;
             }
         size_t w = 0;
@@ -287,7 +291,7 @@ static void split_energy(struct exporter_cost *c, unsigned i, double dj,
         if (strcmp(pr->e[h].gpu_uuid, uuid))
             continue;
         double s = share_of(c, &pr->e[h]) * scale;
-        int idx = s > 0 ? series(c->energy, i, &pr->e[h], "", "", now) : -1;
+        int idx = s > 0 ? series(c->energy, &c->energy_hw, i, &pr->e[h], "", "", now) : -1;
         if (idx < 0)
             continue;
         c->energy[idx].joules += dj * s;
@@ -319,7 +323,7 @@ void exporter_cost_round(struct exporter_cost *c, struct gpu_nvml *nvml,
             if (s <= 0)
                 continue; /* replicas unknown: the share cannot be told */
             snprintf(share, sizeof(share), "%.6g", s);
-            int idx = series(c->alloc, i, x, x->resource, share, now_ns);
+            int idx = series(c->alloc, &c->alloc_hw, i, x, x->resource, share, now_ns);
             if (idx < 0)
                 continue;
             bool priced;
@@ -380,7 +384,7 @@ void exporter_cost_render(const struct exporter_cost *c, const struct exporter_s
                   "GPU-seconds allocated to the container on this GPU: seconds held times the "
                   "share held (1 a whole GPU, IDs held / replicas for a shared one), by resource "
                   "and share."))
-        for (int i = 0; i < EXPORTER_COST_MAX_SERIES; i++) {
+        for (int i = 0; i < c->alloc_hw; i++) {
             const struct cost_series *s = &c->alloc[i];
             if (!s->used)
                 continue;
@@ -392,7 +396,7 @@ void exporter_cost_render(const struct exporter_cost *c, const struct exporter_s
     if (o->family(x, "accel_pod_gpu_energy_joules_total", "counter",
                   "The GPU's energy apportioned to the container: each interval's energy split "
                   "by its processes' SM utilization, or by allocation share while none is busy."))
-        for (int i = 0; i < EXPORTER_COST_MAX_SERIES; i++) {
+        for (int i = 0; i < c->energy_hw; i++) {
             const struct cost_series *s = &c->energy[i];
             if (!s->used)
                 continue;
@@ -410,7 +414,7 @@ void exporter_cost_render(const struct exporter_cost *c, const struct exporter_s
         o->family(x, "accel_pod_gpu_cost_total", "counter",
                   "GPU-seconds allocated times the price table's GPU-hour price of the resource "
                   "(cost.gpuHourPrice) / 3600, in currency."))
-        for (int i = 0; i < EXPORTER_COST_MAX_SERIES; i++) {
+        for (int i = 0; i < c->alloc_hw; i++) {
             const struct cost_series *s = &c->alloc[i];
             bool priced;
             if (!s->used || (price_of(c->cfg, s->resource, &priced), !priced))
