@@ -5,6 +5,7 @@ target on the dashboard's `datasource` variable (a Prometheus data source), ever
 query names defined, and every metric a query names one the exporter, Prometheus or the rule
 file provides. The queries themselves run against a real Prometheus in test-exporter.py.
 Prints TAP."""
+import glob
 import os
 import re
 import sys
@@ -78,14 +79,16 @@ def _():
 @case("every metric a query names is exported, recorded, or Prometheus's own")
 def _():
     src = dashboard.SRC
-    with open(os.path.join(src, "src", "exporter", "accel-exporter.c")) as f:
-        exported = set(re.findall(r'"(accel_[a-z_]+)', f.read()))
+    exported = set()
+    for c in glob.glob(os.path.join(src, "src", "exporter", "*.c")):  # every family's file
+        with open(c) as f:
+            exported |= set(re.findall(r'"(accel_[a-z_]+)', f.read()))
     with open(os.path.join(src, "deploy", "prometheus", "accel-rules.yml")) as f:
         recorded = set(re.findall(r"record: (\S+)", f.read()))
     builtin = {"up", "ALERTS", "ALERTS_FOR_STATE"}
     funcs = {"count", "sum", "max", "min", "avg", "rate", "increase", "by", "on", "group_left",
              "label_values", "instance", "gpu", "uuid", "name", "driver_version",
-             "vbios_version", "xid", "namespace", "alertname", "job"}
+             "vbios_version", "xid", "namespace", "alertname", "job", "pod", "resource"}
     for title, ref, expr in dashboard.queries(D):
         e = re.sub(r'"[^"]*"', '""', dashboard.expand(expr, D))
         e = re.sub(r"\[[^\]]*\]", "", e)
