@@ -929,6 +929,7 @@ int main(int argc, char **argv)
         e.ngpus++;
     }
     if (exporter_cost_new(&cfg, e.ngpus, &e.cost) < 0 ||
+        exporter_cost_set_state_dir(e.cost, cfg.state_dir) < 0 ||
         exporter_extra_new(e.ngpus, &e.extra) < 0) {
         log_error("out of memory");
         return 1;

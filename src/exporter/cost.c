@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "fs.h"
 #include "grpc.h"
 #include "podresources.pb-c.h"
 
@@ -55,6 +58,10 @@ struct cost_gpu_state {
 
 struct exporter_cost {
     const struct exporter_config *cfg;
+    char vgpu_path[4096]; /* <stateDir>/vgpu/status.json; "" = off */
+    uint64_t vgpu_next_ns;
+    size_t nvgpu;
+    struct exporter_podres_entry vgpu[EXPORTER_COST_MAX_VGPU]; /* ids = cores (% of a GPU) */
     unsigned ngpus;
     uint64_t last_ns; /* the previous round (0: none yet) */
     struct cost_gpu_state *gpus;
@@ -156,6 +163,85 @@ static unsigned replicas_of(const struct exporter_cost *c, const char *res, cons
     return 0;
 }
 
+/* ------------------------------------------------------------ vGPU assignments */
+
+int exporter_cost_set_state_dir(struct exporter_cost *c, const char *state_dir)
+{
+    if (!*state_dir) {
+        c->vgpu_path[0] = '\0';
+        return 0;
+    }
+    if ((size_t)snprintf(c->vgpu_path, sizeof(c->vgpu_path), "%s/vgpu/status.json", state_dir) >=
+        sizeof(c->vgpu_path)) {
+        c->vgpu_path[0] = '\0';
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
+static bool vgpu_str(json_t *o, const char *key, char *out, size_t len)
+{
+    json_t *v = json_object_get(o, key);
+    const char *s = json_string_value(v);
+    if (!s || json_string_length(v) >= len || strlen(s) != json_string_length(v))
+        return false;
+    memcpy(out, s, json_string_length(v) + 1);
+    return true;
+}
+
+int exporter_cost_parse_vgpu(struct exporter_cost *c, const char *data, size_t len)
+{
+    json_error_t je;
+    json_t *root = json_loadb(data, len, 0, &je), *arr = json_object_get(root, "assignments");
+    static struct exporter_podres_entry next[EXPORTER_COST_MAX_VGPU];
+    size_t n = 0;
+    if (!json_is_object(root) || !json_is_integer(json_object_get(root, "version")) ||
+        json_integer_value(json_object_get(root, "version")) != 1 || !json_is_array(arr)) {
+        json_decref(root);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < json_array_size(arr) && n < EXPORTER_COST_MAX_VGPU; i++) {
+        json_t *a = json_array_get(arr, i), *cores = json_object_get(a, "cores");
+        json_t *whole = json_object_get(a, "whole"), *complete = json_object_get(a, "complete");
+        struct exporter_podres_entry *x = &next[n];
+        memset(x, 0, sizeof(*x));
+        /* an assignment not yet complete holds nothing yet */
+        if (!json_is_object(a) || !json_is_integer(cores) || json_integer_value(cores) < 0 ||
+            !json_is_boolean(whole) || !json_is_true(complete) ||
+            !vgpu_str(a, "gpu", x->gpu_uuid, sizeof(x->gpu_uuid)) || !x->gpu_uuid[0] ||
+            !vgpu_str(a, "namespace", x->namespace_, sizeof(x->namespace_)) ||
+            !vgpu_str(a, "pod", x->pod, sizeof(x->pod)) ||
+            !vgpu_str(a, "container", x->container, sizeof(x->container)))
+            continue;
+        json_int_t k = json_is_true(whole) ? 100 : json_integer_value(cores);
+        x->ids = k > 100 ? 100 : (unsigned)k;
+        snprintf(x->resource, sizeof(x->resource), "%s", EXPORTER_COST_VGPU_RESOURCE);
+        x->replica = 2; /* a vGPU share: ids are cores */
+        if (x->ids)
+            n++;
+    }
+    json_decref(root);
+    memcpy(c->vgpu, next, n * sizeof(next[0]));
+    c->nvgpu = n;
+    return 0;
+}
+
+static void vgpu_refresh(struct exporter_cost *c, uint64_t now)
+{
+    char *data = NULL;
+    size_t len = 0;
+    if (!c->vgpu_path[0] || now < c->vgpu_next_ns)
+        return;
+    c->vgpu_next_ns = now + 5000000000ull;
+    int r = fs_read_all(c->vgpu_path, EXPORTER_COST_VGPU_MAX_BYTES, &data, &len);
+    if (r == -ENOENT)
+        c->nvgpu = 0; /* no vGPU on this node (or acceld not in that mode any more) */
+    if (r < 0)
+        return;
+    exporter_cost_parse_vgpu(c, data, len); /* a bad file keeps the last assignments */
+    free(data);
+}
+
 /* ------------------------------------------------------------ series */
 
 /* The series for (gpu, container[, resource, share]) in table t, made when missing (a free
@@ -215,6 +301,8 @@ static double share_of(const struct exporter_cost *c, const struct exporter_podr
 {
     if (!x->replica)
         return 1.0;
+    if (x->replica == 2)
+        return x->ids / 100.0;
     unsigned n = replicas_of(c, x->resource, x->gpu_uuid);
     if (!n)
         return 0;
@@ -222,6 +310,19 @@ static double share_of(const struct exporter_cost *c, const struct exporter_podr
 }
 
 /* ------------------------------------------------------------ a round */
+
+/* The holders of GPUs: pod-resources' entries (none while List fails), then vGPU's. */
+static size_t holders_n(const struct exporter_cost *c, const struct exporter_podres *pr)
+{
+    return (pr ? pr->n : 0) + c->nvgpu;
+}
+
+static const struct exporter_podres_entry *holder_at(const struct exporter_cost *c,
+                                                     const struct exporter_podres *pr, size_t h)
+{
+    size_t n = pr ? pr->n : 0;
+    return h < n ? &pr->e[h] : &c->vgpu[h - n];
+}
 
 /* New per-process samples for GPU i: their weights by container (energy series). */
 static void take_utilization(struct exporter_cost *c, struct gpu_nvml *n, unsigned i,
@@ -282,16 +383,17 @@ static void split_energy(struct exporter_cost *c, unsigned i, double dj,
     }
     /* nobody busy: by allocation share; what no one holds stays unattributed */
     double held = 0;
-    for (size_t h = 0; pr && h < pr->n; h++)
-        if (!strcmp(pr->e[h].gpu_uuid, uuid))
-            held += share_of(c, &pr->e[h]);
+    for (size_t h = 0; h < holders_n(c, pr); h++)
+        if (!strcmp(holder_at(c, pr, h)->gpu_uuid, uuid))
+            held += share_of(c, holder_at(c, pr, h));
     double scale = held > 1.0 ? 1.0 / held : 1.0; /* overcommitted replicas: by proportion */
     double given = 0;
-    for (size_t h = 0; pr && h < pr->n; h++) {
-        if (strcmp(pr->e[h].gpu_uuid, uuid))
+    for (size_t h = 0; h < holders_n(c, pr); h++) {
+        const struct exporter_podres_entry *x = holder_at(c, pr, h);
+        if (strcmp(x->gpu_uuid, uuid))
             continue;
-        double s = share_of(c, &pr->e[h]) * scale;
-        int idx = s > 0 ? series(c->energy, &c->energy_hw, i, &pr->e[h], "", "", now) : -1;
+        double s = share_of(c, x) * scale;
+        int idx = s > 0 ? series(c->energy, &c->energy_hw, i, x, "", "", now) : -1;
         if (idx < 0)
             continue;
         c->energy[idx].joules += dj * s;
@@ -306,6 +408,7 @@ void exporter_cost_round(struct exporter_cost *c, struct gpu_nvml *nvml,
 {
     double dt = c->last_ns && now_ns > c->last_ns ? (double)(now_ns - c->last_ns) / 1e9 : 0;
     c->last_ns = now_ns;
+    vgpu_refresh(c, now_ns);
     if (ngpus > c->ngpus)
         ngpus = c->ngpus;
     for (unsigned i = 0; i < ngpus; i++) {
@@ -313,9 +416,9 @@ void exporter_cost_round(struct exporter_cost *c, struct gpu_nvml *nvml,
         struct cost_gpu_state *st = &c->gpus[i];
         if (!st->uuid[0])
             snprintf(st->uuid, sizeof(st->uuid), "%s", g->uuid);
-        /* allocation: every container pod-resources lists on this GPU */
-        for (size_t h = 0; pr && h < pr->n; h++) {
-            const struct exporter_podres_entry *x = &pr->e[h];
+        /* allocation: every container pod-resources lists on this GPU, and vGPU's */
+        for (size_t h = 0; h < holders_n(c, pr); h++) {
+            const struct exporter_podres_entry *x = holder_at(c, pr, h);
             char share[24];
             if (strcmp(x->gpu_uuid, g->uuid))
                 continue;

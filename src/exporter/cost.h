@@ -12,6 +12,10 @@
  *    counted as unattributed, so the parts add up to the GPU's energy;
  *  - with a price table (cost.currency, cost.gpuHourPrice), money: GPU-seconds × price / 3600.
  *
+ * vGPU containers (tencent.com/vcuda-core) are taken from acceld's <stateDir>/vgpu/status.json
+ * (its assignments: GPU, namespace, pod, container, cores), read at most every 5 s: their
+ * share is cores / 100 (a whole-GPU assignment counts 1 on the GPU the file names).
+ *
  * The counters live in a fixed table made at start (no allocation while sampling); a
  * container's series stays while it is seen and for an hour after, so its counters only grow
  * until the exporter restarts.
@@ -31,6 +35,9 @@
 
 #define EXPORTER_COST_MAX_SERIES 1024  /* per table (allocation, energy) */
 #define EXPORTER_COST_MAX_REPLICAS 256 /* (resource, GPU) pairs with replicas */
+#define EXPORTER_COST_MAX_VGPU 256     /* vGPU assignments kept from status.json */
+#define EXPORTER_COST_VGPU_RESOURCE "tencent.com/vcuda-core"
+#define EXPORTER_COST_VGPU_MAX_BYTES (4u << 20) /* a bigger status.json is refused */
 #define EXPORTER_COST_KEEP_NS (3600ull * 1000000000ull)
 /* per-process utilization older than this no longer splits a GPU's energy */
 #define EXPORTER_COST_UTIL_MAX_AGE_NS (2ull * 1000000000ull)
@@ -59,6 +66,11 @@ int exporter_cost_allocatable(struct exporter_cost *c, const char *socket_path,
                               unsigned timeout_ms);
 /* The decoder of a GetAllocatableResources answer (len bytes of protobuf): 0 or -EPROTO. */
 int exporter_cost_parse_allocatable(struct exporter_cost *c, const uint8_t *msg, size_t len);
+
+/* Reads vGPU assignments from state_dir/vgpu/status.json from now on (copied; "" = off). */
+int exporter_cost_set_state_dir(struct exporter_cost *c, const char *state_dir);
+/* The decoder of status.json (len bytes): 0 (the assignments replaced) or -EINVAL (kept). */
+int exporter_cost_parse_vgpu(struct exporter_cost *c, const char *data, size_t len);
 
 /* One sampling round at now_ns (CLOCK_MONOTONIC). pr: the last pod-resources List, NULL when
  * it failed (nothing is allocated then: no GPU-seconds, energy by utilization of named

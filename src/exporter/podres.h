@@ -24,7 +24,7 @@ struct exporter_podres_entry {
      * the container holds, and whether they are replica IDs ("UUID::N") or the GPU itself */
     char resource[128];
     unsigned ids;
-    unsigned replica;
+    unsigned replica; /* 0: the GPU itself; 1: replica IDs; 2 (cost.c's vGPU): ids = cores % */
 };
 
 struct exporter_podres {

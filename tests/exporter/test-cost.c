@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cost.h"
 #include "podresources.pb-c.h"
@@ -246,6 +247,57 @@ TEST(series_stay_an_hour_then_their_slot_is_reused)
     CHECK(isnan(value(c, A3)));
     CHECK(!isnan(value(c, "accel_pod_gpu_allocated_seconds_total{gpu=\"1\",uuid=\"GPU-b\","
                           "namespace=\"many\",pod=\"q510\"")));
+    c = exporter_cost_free(c);
+}
+
+TEST(vgpu_shares_from_acceld_status)
+{
+    struct exporter_cost *c;
+    char dir[512], path[600];
+    setup(&c);
+    pr.n = 0;
+    snprintf(dir, sizeof dir, "%s/state", tap_tmpdir());
+    snprintf(path, sizeof path, "%s/vgpu", dir);
+    REQUIRE_EQ_INT(mkdir(dir, 0755) == 0 || errno == EEXIST, 1);
+    REQUIRE_EQ_INT(mkdir(path, 0755) == 0 || errno == EEXIST, 1);
+    strcat(path, "/status.json");
+    FILE *f = fopen(path, "w");
+    REQUIRE(f != NULL);
+    /* GPU-b: v1 holds 30 cores, v2 the whole GPU-a, v3 is not complete, v4 has no cores */
+    fputs("{\"version\": 1, \"checkTime\": 0, \"gpus\": [], \"assignments\": ["
+          "{\"namespace\": \"vn\", \"pod\": \"v1\", \"podUID\": \"u1\", \"container\": \"c\","
+          " \"gpu\": \"GPU-b\", \"cores\": 30, \"memoryBytes\": 1, \"whole\": false,"
+          " \"complete\": true},"
+          "{\"namespace\": \"vn\", \"pod\": \"v2\", \"podUID\": \"u2\", \"container\": \"c\","
+          " \"gpu\": \"GPU-a\", \"cores\": 0, \"memoryBytes\": 0, \"whole\": true,"
+          " \"complete\": true},"
+          "{\"namespace\": \"vn\", \"pod\": \"v3\", \"podUID\": \"u3\", \"container\": \"c\","
+          " \"gpu\": \"GPU-b\", \"cores\": 50, \"memoryBytes\": 1, \"whole\": false,"
+          " \"complete\": false},"
+          "{\"namespace\": \"vn\", \"pod\": \"v4\", \"podUID\": \"u4\", \"container\": \"c\","
+          " \"gpu\": \"GPU-b\", \"cores\": 0, \"memoryBytes\": 1, \"whole\": false,"
+          " \"complete\": true}]}",
+          f);
+    fclose(f);
+    CHECK_EQ_INT(exporter_cost_set_state_dir(c, dir), 0);
+    exporter_cost_round(c, &nvml, gpus, 2, NULL, 1 * S); /* pod-resources down: vGPU still */
+    exporter_cost_round(c, &nvml, gpus, 2, NULL, 3 * S);
+    CHECK(near(value(c, "accel_pod_gpu_allocated_seconds_total{gpu=\"1\",uuid=\"GPU-b\","
+                        "namespace=\"vn\",pod=\"v1\",container=\"c\",resource=\"tencent.com/"
+                        "vcuda-core\",share=\"0.3\""),
+               0.6));
+    CHECK(near(value(c, "accel_pod_gpu_allocated_seconds_total{gpu=\"0\",uuid=\"GPU-a\","
+                        "namespace=\"vn\",pod=\"v2\",container=\"c\",resource=\"tencent.com/"
+                        "vcuda-core\",share=\"1\""),
+               2.0));
+    CHECK(strstr(out, "pod=\"v3\"") == NULL && strstr(out, "pod=\"v4\"") == NULL);
+    /* a bad file keeps the assignments; the decoder refuses what is not status.json */
+    CHECK_EQ_INT(exporter_cost_parse_vgpu(c, "{\"version\": 2, \"assignments\": []}", 33), -EINVAL);
+    CHECK_EQ_INT(exporter_cost_parse_vgpu(c, "[", 1), -EINVAL);
+    exporter_cost_round(c, &nvml, gpus, 2, NULL, 4 * S);
+    CHECK(near(value(c, "accel_pod_gpu_allocated_seconds_total{gpu=\"1\",uuid=\"GPU-b\","
+                        "namespace=\"vn\",pod=\"v1\""),
+               0.9));
     c = exporter_cost_free(c);
 }
 

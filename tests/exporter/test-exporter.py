@@ -160,6 +160,12 @@ def write_agent(d):
 
 
 write_agent(agent_stats())
+# acceld's vGPU report (src/plugin/vgpu-status.c): a vGPU container holding 40 cores of GPU 3
+os.makedirs(os.path.join(AGENT, "vgpu"))
+with open(os.path.join(AGENT, "vgpu", "status.json"), "w") as f:
+    json.dump({"version": 1, "checkTime": 0, "gpus": [], "assignments": [
+        {"namespace": "ns-v", "pod": "vpod", "podUID": "u-v", "container": "vc", "gpu": UUIDS[3],
+         "cores": 40, "memoryBytes": 1 << 30, "whole": False, "complete": True}]}, f)
 # A fake /proc: the exporter reads <pid>/cgroup from here, so test processes can stand in for
 # containers of two pods (cgroup v2, systemd driver, containerd ids).
 PROC = os.path.join(TMP, "proc")
@@ -385,6 +391,11 @@ def _():
     check(abs(d1 - 4 * da) < 0.25 * 0.3 * 4, f"a whole GPU counts 4x a quarter: {d1} vs {da}")
     check(cost_series(m2, "accel_pod_gpu_allocated_seconds_total", gpu=2, namespace="ns-c",
                       share="0.5") is not None, "GPU 2's replica of 2: share 0.5")
+    v = dict(gpu=3, namespace="ns-v", pod="vpod", container="vc",
+             resource="tencent.com/vcuda-core", share="0.4")
+    dv = cost_series(m2, "accel_pod_gpu_allocated_seconds_total", **v) - \
+        cost_series(m1, "accel_pod_gpu_allocated_seconds_total", **v)
+    check(abs(dv - 0.4 * (t2 - t1)) < 0.4 * 0.3, f"vGPU 40 cores: {dv} GPU-s in {t2 - t1} s")
     cost = cost_series(m2, "accel_pod_gpu_cost_total", currency="EUR", share="0.25", **a)
     secs = cost_series(m2, "accel_pod_gpu_allocated_seconds_total", share="0.25", **a)
     check(cost is not None and abs(cost - secs * 3.6 / 3600) < 1e-9,

@@ -1,8 +1,10 @@
-/* fuzz-exporter-allocatable.c — libFuzzer target for src/exporter/cost.c's decoder of the
- * kubelet's GetAllocatableResources answer (protobuf from the kubelet's socket), which gives
- * the replicas per GPU that cost per job divides by. Checks: 0 or -EPROTO only; a refused
- * answer keeps the last good replicas (a known pair still counts 2); and a round plus a render
- * over any decoded answer stay within their buffers (ASan). */
+/* fuzz-exporter-allocatable.c — libFuzzer target for src/exporter/cost.c's two decoders of
+ * outside data: the kubelet's GetAllocatableResources answer (protobuf from the kubelet's
+ * socket), which gives the replicas per GPU that cost per job divides by, and acceld's
+ * <stateDir>/vgpu/status.json (the vGPU assignments); each input goes to both. Checks: 0 or
+ * -EPROTO / -EINVAL only; a refused answer keeps the last good replicas (a known pair still
+ * counts 2); and a round plus a render over anything decoded stay within their buffers
+ * (ASan). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -72,6 +74,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pr.n = 1;
     int r = exporter_cost_parse_allocatable(c, data, size);
     if (r != 0 && r != -EPROTO)
+        abort();
+    int v = exporter_cost_parse_vgpu(c, (const char *)data, size);
+    if (v != 0 && v != -EINVAL)
         abort();
     struct exporter_cost_gpu g = {"GPU-k", NULL, true, 0, 0, NULL, NULL};
     static struct text t;
