@@ -553,6 +553,7 @@ static void *sampler_main(void *arg)
     static struct gpu_sample ss[EXP_MAX_GPUS];
     static struct exp_gpu xid_copy[EXP_MAX_GPUS];
     static struct exporter_cost_gpu cost_in[EXP_MAX_GPUS];
+    bool alloc_warned = false; /* GetAllocatableResources failing was logged */
     while (!e->stop) {
         uint64_t t0 = mono_ns();
         for (unsigned i = 0; i < e->ngpus; i++) {
@@ -564,8 +565,15 @@ static void *sampler_main(void *arg)
             int r = exporter_podres_list(e->podres_socket, EXP_PODRES_TIMEOUT_MS, e->podres);
             /* the replicas per GPU, for the shares (an older kubelet without the call: the
              * replicas' shares stay unknown, see docs/exporter.md "Cost per job") */
-            if (r == 0)
-                exporter_cost_allocatable(e->cost, e->podres_socket, EXP_PODRES_TIMEOUT_MS);
+            int ra =
+                r == 0 ? exporter_cost_allocatable(e->cost, e->podres_socket, EXP_PODRES_TIMEOUT_MS)
+                       : 0;
+            if (ra < 0 && !alloc_warned)
+                log_warn("pod-resources GetAllocatableResources on %s failed (%s): the shares "
+                         "of time-sliced and MPS replicas are unknown, so their GPU-seconds are "
+                         "not counted",
+                         e->podres_socket, strerror(-ra));
+            alloc_warned = ra < 0;
             if (r < 0 && e->podres_ok)
                 log_warn("pod-resources List on %s failed (%s): pod and container names are left "
                          "empty until it answers again",
