@@ -14,7 +14,12 @@ const char *const emu_args_set_keys =
     "temperature=C power=W power_limit=W sm_clock=MHz mem_clock=MHz fan=% pstate=N "
     "compute_mode=default|exclusive_process|prohibited mig=on|off clocks_event_reasons=MASK "
     "energy=J ecc_mode=on|off remapped_corr=N remapped_unc=N remap_pending=0|1 "
-    "remap_failure=0|1 pcie_replays=N ecc_volatile=clear timeslice=US|default";
+    "remap_failure=0|1 pcie_replays=N ecc_volatile=clear timeslice=US|default nvlink_link=L "
+    "nvlink_replay=N nvlink_recovery=N nvlink_crc_flit=N nvlink_crc_data=N nvlink_ecc_data=N";
+
+/* The NVLink error counter keys, by nvmlNvLinkErrorCounter_t. */
+static const char *const nvlink_error_keys[5] = {
+    "nvlink_replay", "nvlink_recovery", "nvlink_crc_flit", "nvlink_crc_data", "nvlink_ecc_data"};
 
 /* Whole-string decimal in [0, max]. */
 static bool uint_in(const char *s, size_t len, uint64_t max, uint64_t *ret)
@@ -259,6 +264,24 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
             return errbuf_printf(err, errlen, "bad pcie_replays '%s': want 0-4294967295", v);
         r.pcie_replays = (uint32_t)n;
         r.mask |= EMU_SET_PCIE_REPLAYS;
+    } else if (KEY("nvlink_link")) {
+        if (!uint_in(v, strlen(v), 17, &n))
+            return errbuf_printf(err, errlen, "bad nvlink_link '%s': want a link, 0-17", v);
+        r.nvlink_error_link = (uint32_t)n;
+        r.mask |= EMU_SET_NVLINK_ERROR_LINK;
+    } else if (strncmp(kv, "nvlink_", 7) == 0 && kl > 7) {
+        size_t c = 0;
+        while (c < 5 && !KEY(nvlink_error_keys[c]))
+            c++;
+        if (c == 5)
+            return errbuf_printf(err, errlen, "unknown setting '%.*s' (keys: %s)",
+                                 (int)(kl > 40 ? 40 : kl), kv, emu_args_set_keys);
+        if (!uint_in(v, strlen(v), UINT32_MAX, &n))
+            return errbuf_printf(err, errlen, "bad %s '%s': want 0-4294967295",
+                                 nvlink_error_keys[c], v);
+        r.nvlink_errors[c] = (uint32_t)n;
+        r.nvlink_errors_mask |= 1u << c;
+        r.mask |= EMU_SET_NVLINK_ERRORS;
     } else if (KEY("ecc_volatile")) {
         if (strcmp(v, "clear") != 0)
             return errbuf_printf(err, errlen, "bad ecc_volatile '%s': the only value is clear", v);
@@ -328,5 +351,10 @@ int emu_args_set_apply(struct emu_gpu *g, const struct emu_set_req *req, char *e
         g->compute_mode = req->compute_mode;
     if (req->mask & EMU_SET_MIG)
         g->mig_mode = g->mig_mode_pending = req->mig_mode;
+    if (req->mask & EMU_SET_NVLINK_ERROR_LINK)
+        g->nvlink_error_link = req->nvlink_error_link;
+    for (unsigned c = 0; c < 5 && (req->mask & EMU_SET_NVLINK_ERRORS); c++)
+        if (req->nvlink_errors_mask & (1u << c))
+            g->nvlink_errors[c] = req->nvlink_errors[c];
     return 0;
 }

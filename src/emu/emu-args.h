@@ -43,6 +43,8 @@ enum {
     EMU_SET_PCIE_REPLAYS = 1u << 16,
     EMU_SET_ECC_VOLATILE_CLEAR = 1u << 17,
     EMU_SET_TIMESLICE = 1u << 18,
+    EMU_SET_NVLINK_ERROR_LINK = 1u << 19,
+    EMU_SET_NVLINK_ERRORS = 1u << 20, /* nvlink_errors_mask says which */
 };
 struct emu_set_req {
     uint32_t mask;
@@ -52,6 +54,9 @@ struct emu_set_req {
     uint32_t ecc_disabled, remapped_corr, remapped_unc, remap_pending, remap_failure;
     uint32_t pcie_replays;
     uint32_t timeslice_us; /* 0: the default */
+    uint32_t nvlink_error_link;
+    uint32_t nvlink_errors_mask; /* bit c: nvlink_errors[c] set */
+    uint32_t nvlink_errors[5];
 };
 
 /* Adds one "key=value" to req: temperature=C (0-200), power=W and power_limit=W (0-2000,
@@ -60,7 +65,10 @@ struct emu_set_req {
  * clocks_event_reasons=N (NVML's bit mask, decimal or 0x hex), energy=J (the energy counter
  * restarts from J joules), ecc_mode=on|off, remapped_corr=N, remapped_unc=N (0-65535),
  * remap_pending=0|1, remap_failure=0|1, pcie_replays=N (0-4294967295), ecc_volatile=clear,
- * timeslice=US (1-EMU_TIMESLICE_MAX_US, or default: the time slice between processes). */
+ * timeslice=US (1-EMU_TIMESLICE_MAX_US, or default: the time slice between processes),
+ * nvlink_link=L (0-17: the link the NVLink error counters below are on; the others read 0),
+ * nvlink_replay=N, nvlink_recovery=N, nvlink_crc_flit=N, nvlink_crc_data=N, nvlink_ecc_data=N
+ * (0-4294967295). */
 int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errlen);
 /* The keys above, for help text. */
 extern const char *const emu_args_set_keys;

@@ -236,6 +236,26 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned
     return NVML_SUCCESS;
 }
 
+/* The error counters of an active link: those `accel-emu set` gave its link
+ * (nvlink_link=, default 0), 0 on every other link. */
+NVML_EMU_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link,
+                                                          nvmlNvLinkErrorCounter_t counter,
+                                                          unsigned long long *counterValue)
+{
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, NULL);
+    if (!counterValue || link >= NVML_NVLINK_MAX_LINKS || (unsigned)counter >= 5)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned total;
+    int peer = link_peer(g, emu_state_gpu_count(nvml_emu_state()), link, &total);
+    if (total == 0 || peer < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *counterValue = link == __atomic_load_n(&g->nvlink_error_link, __ATOMIC_RELAXED)
+                        ? __atomic_load_n(&g->nvlink_errors[counter], __ATOMIC_RELAXED)
+                        : 0;
+    return NVML_SUCCESS;
+}
+
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,
                                                               unsigned int link, nvmlPciInfo_t *pci)
 {

@@ -171,7 +171,11 @@ struct emu_gpu {
     uint32_t remap_pending; /* 1: a remap waits for the next GPU reset */
     uint32_t remap_failure; /* 1: a remap failed */
     uint32_t pcie_replays;  /* nvmlDeviceGetPcieReplayCounter */
-    uint32_t reserved_u32[9];
+    /* nvmlDeviceGetNvLinkErrorCounter: the counters (by nvmlNvLinkErrorCounter_t) of one
+     * link, nvlink_error_link; every other link reads 0 */
+    uint32_t nvlink_error_link;
+    uint32_t nvlink_errors[5];
+    uint32_t reserved_u32[3];
 
     /* links: nvlinks[j] = NVLink links to GPU j; topo[j] = enum emu_topo_level */
     uint8_t nvlinks[EMU_MAX_GPUS];

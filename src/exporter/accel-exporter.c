@@ -33,7 +33,9 @@
 #include <sys/socket.h>
 
 #include "cgroup.h"
+#include "cost.h"
 #include "expconfig.h"
+#include "gpuextra.h"
 #include "log.h"
 #include "nvml.h"
 #include "podres.h"
@@ -84,6 +86,8 @@ struct exporter {
     struct exporter_sli *sli;       /* acceld's SLI file (--state-dir); NULL: off */
     struct exporter_vgpu *vgpu;     /* vGPU assignments and regions (--state-dir); NULL: off */
     uint64_t podres_next_ns;        /* when to ask again */
+    struct exporter_cost *cost;     /* cost per job (cost.c) */
+    struct exporter_extra *extra;   /* NVLink errors, MIG mode (gpuextra.c) */
 
     pthread_mutex_t lock;    /* guards front buffers, xid counters and the flags below */
     struct exp_buf front[2]; /* [0] Prometheus text, [1] OpenMetrics */
@@ -613,15 +617,15 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
         buf_printf(b, "accel_exporter_pod_resources_up %d\n", e->podres_ok ? 1 : 0);
     if (family(b, om, "accel_exporter_samples_total", "counter", "Sampling rounds completed."))
         buf_printf(b, "accel_exporter_samples_total %" PRIu64 "\n", e->samples + 1);
-    if (e->sli) {
-        struct sli_ctx c = {b, om, e};
-        struct exporter_sli_out out = {sli_family, sli_print, &c};
+    struct sli_ctx c = {b, om, e};
+    struct exporter_sli_out out = {sli_family, sli_print, &c};
+    exporter_extra_render(e->extra, &out);
+    exporter_cost_render(e->cost, &out);
+    if (e->sli)
         exporter_sli_render(e->sli, &out);
-    }
     if (e->vgpu) {
-        struct sli_ctx c = {b, om, e};
-        struct exporter_vgpu_out out = {sli_family, vgpu_print, vgpu_gpu_index, &c};
-        exporter_vgpu_render(e->vgpu, &out);
+        struct exporter_vgpu_out vout = {sli_family, vgpu_print, vgpu_gpu_index, &c};
+        exporter_vgpu_render(e->vgpu, &vout);
     }
     if (om)
         buf_printf(b, "# EOF\n");
@@ -690,12 +694,28 @@ static void *sampler_main(void *arg)
     struct exporter *e = arg;
     static struct gpu_sample ss[EXP_MAX_GPUS];
     static struct exp_gpu xid_copy[EXP_MAX_GPUS];
+    static struct exporter_cost_gpu cost_in[EXP_MAX_GPUS];
+    bool alloc_warned = false; /* GetAllocatableResources failing was logged */
     while (!e->stop) {
         uint64_t t0 = mono_ns();
-        for (unsigned i = 0; i < e->ngpus; i++)
+        for (unsigned i = 0; i < e->ngpus; i++) {
             sample_gpu(e, &e->gpus[i], &ss[i]);
+            exporter_extra_sample(e->extra, e->nvml, i, e->gpus[i].dev, e->gpus[i].uuid,
+                                  e->samples);
+        }
         if (e->podres && t0 >= e->podres_next_ns) {
             int r = exporter_podres_list(e->podres_socket, EXP_PODRES_TIMEOUT_MS, e->podres);
+            /* the replicas per GPU, for the shares (an older kubelet without the call: the
+             * replicas' shares stay unknown, see docs/exporter.md "Cost per job") */
+            int ra =
+                r == 0 ? exporter_cost_allocatable(e->cost, e->podres_socket, EXP_PODRES_TIMEOUT_MS)
+                       : 0;
+            if (ra < 0 && !alloc_warned)
+                log_warn("pod-resources GetAllocatableResources on %s failed (%s): the shares "
+                         "of time-sliced and MPS replicas are unknown, so their GPU-seconds are "
+                         "not counted",
+                         e->podres_socket, strerror(-ra));
+            alloc_warned = ra < 0;
             if (r < 0 && e->podres_ok)
                 log_warn("pod-resources List on %s failed (%s): pod and container names are left "
                          "empty until it answers again",
@@ -704,6 +724,12 @@ static void *sampler_main(void *arg)
             e->podres_next_ns = mono_ns() + EXP_PODRES_REFRESH_NS;
         }
         name_containers(e, ss);
+        for (unsigned i = 0; i < e->ngpus; i++)
+            cost_in[i] = (struct exporter_cost_gpu){
+                e->gpus[i].uuid, e->gpus[i].dev, ss[i].energy_ok, ss[i].energy_mj,
+                ss[i].nprocs,    ss[i].procs,    ss[i].names};
+        exporter_cost_round(e->cost, e->nvml, cost_in, e->ngpus, e->podres_ok ? e->podres : NULL,
+                            mono_ns());
         if (e->sli) {
             struct timespec now;
             clock_gettime(CLOCK_REALTIME, &now);
@@ -902,7 +928,8 @@ static void usage(FILE *f)
         "usage: accel-exporter [--config FILE] [--listen ADDR:PORT] [--nvml-library PATH]\n"
         "                      [--interval DURATION] [--proc-root DIR]\n"
         "                      [--pod-resources-socket PATH] [--state-dir DIR]\n"
-        "                      [--disable-metrics NAMES]\n"
+        "                      [--disable-metrics NAMES] [--cost-currency CUR]\n"
+        "                      [--cost-gpu-hour-price RESOURCE=PRICE,...]\n"
         "                      [--log-level LEVEL] [--check-config]\n"
         "  --config        YAML settings (keys as below, camelCase); flags win over it\n"
         "  --listen        address to serve /, /metrics and /healthz on (default 0.0.0.0:9835)\n"
@@ -916,6 +943,9 @@ static void usage(FILE *f)
         "                  default \"\": off)\n"
         "  --disable-metrics  metric families not to serve, comma-separated (config:\n"
         "                  metrics.disable)\n"
+        "  --cost-currency CUR  the currency of the price table (config: cost.currency)\n"
+        "  --cost-gpu-hour-price RESOURCE=PRICE,...  price of a GPU-hour per resource\n"
+        "                  (config: cost.gpuHourPrice); adds accel_pod_gpu_cost_total\n"
         "  --log-level     error, warn, info or debug\n"
         "  --check-config  print the settings (file and flags) as YAML and exit: 0 when\n"
         "                  valid, 2 with the reason otherwise\n",
@@ -934,6 +964,8 @@ static const struct {
     {"--state-dir", "stateDir"},
     {"--log-level", "logLevel"},
     {"--disable-metrics", "metrics.disable"},
+    {"--cost-currency", "cost.currency"},
+    {"--cost-gpu-hour-price", "cost.gpuHourPrice"},
 };
 
 int main(int argc, char **argv)
@@ -979,6 +1011,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "accel-exporter: %s: %s\n", a, err);
             return 2;
         }
+    }
+    if (exporter_config_check(&cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "accel-exporter: %s\n", err);
+        return 2;
     }
     if (cfg.log_level[0]) {
         enum log_level lv;
@@ -1046,6 +1082,12 @@ int main(int argc, char **argv)
             e.nvml->nvmlDeviceGetVbiosVersion(g->dev, g->vbios, sizeof g->vbios);
         e.ngpus++;
     }
+    if (exporter_cost_new(&cfg, e.ngpus, &e.cost) < 0 ||
+        exporter_cost_set_state_dir(e.cost, cfg.state_dir) < 0 ||
+        exporter_extra_new(e.ngpus, &e.extra) < 0) {
+        log_error("out of memory");
+        return 1;
+    }
     e.status = calloc(e.ngpus ? e.ngpus : 1, sizeof *e.status);
     e.status_back = calloc(e.ngpus ? e.ngpus : 1, sizeof *e.status_back);
     if (!e.status || !e.status_back) {
@@ -1095,6 +1137,8 @@ int main(int argc, char **argv)
     free(e.podres);
     e.sli = exporter_sli_free(e.sli);
     e.vgpu = exporter_vgpu_free(e.vgpu);
+    e.cost = exporter_cost_free(e.cost);
+    e.extra = exporter_extra_free(e.extra);
     free(e.status);
     free(e.status_back);
     return d ? 0 : 1;

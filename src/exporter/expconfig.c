@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,20 @@ const char *const exporter_metric_families[] = {
     "accel_agent_health_transitions_total",
     "accel_agent_mps_daemon_restarts_total",
     "accel_agent_quota_findings_total",
+    /* acceld's view of each GPU (src/exporter/sli.c) */
+    "accel_gpu_health",
+    "accel_gpu_recoveries_total",
+    "accel_gpu_mps_daemon_state",
+    /* NVLink and MIG (gpuextra.c) */
+    "accel_gpu_nvlink_errors_total",
+    "accel_gpu_nvlink_links_active",
+    "accel_gpu_mig_mode",
+    "accel_gpu_mig_mode_pending",
+    /* cost per job (cost.c) */
+    "accel_pod_gpu_allocated_seconds_total",
+    "accel_pod_gpu_energy_joules_total",
+    "accel_gpu_energy_unattributed_joules_total",
+    "accel_pod_gpu_cost_total",
     NULL,
 };
 
@@ -112,6 +127,45 @@ static int set_path(char *dst, size_t len, const char *key, const char *v, char 
     return 0;
 }
 
+/* One cost.gpuHourPrice entry: a resource name (a Kubernetes extended resource: printable, no
+ * '=' or ',' or '"' or '\\') and a price per GPU-hour (a finite decimal, at least 0). */
+static int exporter_config_add_price(struct exporter_config *c, const char *res, const char *price,
+                                     char *err, size_t errlen)
+{
+    size_t n = strlen(res);
+    char *end = NULL;
+    double p;
+    if (n == 0 || n >= sizeof c->prices[0].resource)
+        return say(err, errlen, "cost.gpuHourPrice: a resource name of 1 to %zu characters",
+                   sizeof c->prices[0].resource - 1);
+    for (size_t i = 0; i < n; i++)
+        if (res[i] <= ' ' || res[i] > '~' || strchr("=,\"\\", res[i]))
+            return say(err, errlen, "cost.gpuHourPrice: bad resource name \"%.*s\"", 64, res);
+    errno = 0;
+    p = *price && strspn(price, "0123456789.eE+-") == strlen(price) ? strtod(price, &end) : -1;
+    if (p < 0 || errno || !end || *end || !isfinite(p))
+        return say(err, errlen,
+                   "cost.gpuHourPrice: bad price \"%.*s\" for %s: give a decimal of at least 0, "
+                   "e.g. 2.48",
+                   32, price, res);
+    for (size_t i = 0; i < c->nprices; i++)
+        if (strcmp(c->prices[i].resource, res) == 0)
+            return say(err, errlen, "cost.gpuHourPrice: %s given twice", res);
+    if (c->nprices == EXPORTER_CONFIG_MAX_PRICES)
+        return say(err, errlen, "cost.gpuHourPrice: at most %d prices", EXPORTER_CONFIG_MAX_PRICES);
+    memset(&c->prices[c->nprices], 0, sizeof(c->prices[0])); /* whole: configs compare bytes */
+    memcpy(c->prices[c->nprices].resource, res, n + 1);
+    c->prices[c->nprices++].per_hour = p;
+    return 0;
+}
+
+int exporter_config_check(const struct exporter_config *c, char *err, size_t errlen)
+{
+    if (c->nprices && !c->cost_currency[0])
+        return say(err, errlen, "cost.gpuHourPrice needs cost.currency (e.g. USD)");
+    return 0;
+}
+
 int exporter_config_set(struct exporter_config *c, const char *key, const char *v, char *err,
                         size_t errlen)
 {
@@ -155,6 +209,33 @@ int exporter_config_set(struct exporter_config *c, const char *key, const char *
         *c = t;
         return 0;
     }
+    if (strcmp(key, "cost.currency") == 0) {
+        size_t n = strlen(v);
+        if (n >= sizeof c->cost_currency || strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop"
+                                                      "qrstuvwxyz0123456789_") != n)
+            return say(err, errlen,
+                       "bad cost.currency \"%s\": give up to 15 letters, digits or _, e.g. USD", v);
+        return set_path(c->cost_currency, sizeof c->cost_currency, key, v, err, errlen);
+    }
+    if (strcmp(key, "cost.gpuHourPrice") == 0) { /* the flag's form: RESOURCE=PRICE,... */
+        struct exporter_config t = *c;
+        char buf[4096], *save = NULL;
+        if (strlen(v) >= sizeof buf)
+            return say(err, errlen, "cost.gpuHourPrice is too long");
+        snprintf(buf, sizeof buf, "%s", v);
+        t.nprices = 0;
+        for (char *n = strtok_r(buf, ",", &save); n; n = strtok_r(NULL, ",", &save)) {
+            char *eq = strrchr(n, '=');
+            if (!eq)
+                return say(err, errlen, "cost.gpuHourPrice: give RESOURCE=PRICE, not \"%s\"", n);
+            *eq = '\0';
+            int r = exporter_config_add_price(&t, n, eq + 1, err, errlen);
+            if (r < 0)
+                return r;
+        }
+        *c = t;
+        return 0;
+    }
     if (strcmp(key, "nvmlLibrary") == 0)
         return set_path(c->nvml_library, sizeof c->nvml_library, key, v, err, errlen);
     if (strcmp(key, "procRoot") == 0)
@@ -166,7 +247,7 @@ int exporter_config_set(struct exporter_config *c, const char *key, const char *
         return set_path(c->state_dir, sizeof c->state_dir, key, v, err, errlen);
     return say(err, errlen,
                "unknown key \"%s\" (known: listen, interval, nvmlLibrary, procRoot, "
-               "podResourcesSocket, stateDir, logLevel, metrics)",
+               "podResourcesSocket, stateDir, logLevel, metrics, cost)",
                key);
 }
 
@@ -207,6 +288,15 @@ int exporter_config_write(FILE *f, const struct exporter_config *c)
     for (size_t i = 0; i < c->ndisabled; i++)
         fprintf(f, "%s%s", i ? ", " : "", c->disabled[i]);
     fputs("]\n", f);
+    fputs("cost:\n  ", f);
+    quoted(f, "currency", c->cost_currency);
+    fputs("  gpuHourPrice:", f);
+    fputs(c->nprices ? "\n" : " {}\n", f);
+    for (size_t i = 0; i < c->nprices; i++) {
+        fputs("    ", f);
+        /* %.17g reads back to the same double */
+        fprintf(f, "\"%s\": %.17g\n", c->prices[i].resource, c->prices[i].per_hour);
+    }
     return ferror(f) ? -1 : 0;
 }
 
@@ -330,11 +420,78 @@ static int walk_metrics(struct walk *w)
     return r;
 }
 
+/* cost.gpuHourPrice: a mapping RESOURCE: PRICE (the current event is its MAPPING_START). */
+static int walk_prices(struct walk *w)
+{
+    int r;
+    w->c->nprices = 0;
+    while ((r = next(w)) == 0 && w->ev.type != YAML_MAPPING_END_EVENT) {
+        char res[256], msg[300];
+        yaml_mark_t m = w->ev.start_mark;
+        if (w->ev.type != YAML_SCALAR_EVENT)
+            return at(w, &m, "cost.gpuHourPrice: a resource name must be a scalar, found %s",
+                      kind(w->ev.type));
+        snprintf(res, sizeof res, "%s", (const char *)w->ev.data.scalar.value);
+        if ((r = next(w)) < 0)
+            return r;
+        if (w->ev.type != YAML_SCALAR_EVENT)
+            return at(w, &w->ev.start_mark, "cost.gpuHourPrice: a price must be a scalar, found %s",
+                      kind(w->ev.type));
+        if (exporter_config_add_price(w->c, res, (const char *)w->ev.data.scalar.value, msg,
+                                      sizeof msg) < 0)
+            return at(w, &m, "%s", msg);
+    }
+    return r;
+}
+
+/* cost: a mapping with currency and gpuHourPrice (the current event is its MAPPING_START). */
+static int walk_cost(struct walk *w)
+{
+    int r;
+    bool seen[2] = {false, false};
+    while ((r = next(w)) == 0 && w->ev.type != YAML_MAPPING_END_EVENT) {
+        const char *k = (const char *)w->ev.data.scalar.value;
+        int which = w->ev.type != YAML_SCALAR_EVENT  ? -1
+                    : strcmp(k, "currency") == 0     ? 0
+                    : strcmp(k, "gpuHourPrice") == 0 ? 1
+                                                     : -1;
+        if (which < 0)
+            return at(w, &w->ev.start_mark,
+                      "unknown key under cost (known: currency, "
+                      "gpuHourPrice)");
+        if (seen[which])
+            return at(w, &w->ev.start_mark, "cost.%s given twice",
+                      which ? "gpuHourPrice" : "currency");
+        seen[which] = true;
+        if ((r = next(w)) < 0)
+            return r;
+        if (is_null(&w->ev))
+            continue;
+        if (which == 1) {
+            if (w->ev.type != YAML_MAPPING_START_EVENT)
+                return at(w, &w->ev.start_mark,
+                          "cost.gpuHourPrice must be a mapping RESOURCE: PRICE, found %s",
+                          kind(w->ev.type));
+            if ((r = walk_prices(w)) < 0)
+                return r;
+            continue;
+        }
+        char msg[300];
+        if (w->ev.type != YAML_SCALAR_EVENT)
+            return at(w, &w->ev.start_mark, "cost.currency must be a scalar, found %s",
+                      kind(w->ev.type));
+        if (exporter_config_set(w->c, "cost.currency", (const char *)w->ev.data.scalar.value, msg,
+                                sizeof msg) < 0)
+            return at(w, &w->ev.start_mark, "%s", msg);
+    }
+    return r;
+}
+
 static int walk_root(struct walk *w)
 {
     static const char *const keys[] = {
         "listen",   "interval", "nvmlLibrary", "procRoot", "podResourcesSocket",
-        "stateDir", "logLevel", "metrics"};
+        "stateDir", "logLevel", "metrics",     "cost"};
     bool seen[sizeof keys / sizeof keys[0]] = {false};
     int r;
     while ((r = next(w)) == 0 && w->ev.type != YAML_MAPPING_END_EVENT) {
@@ -355,6 +512,16 @@ static int walk_root(struct walk *w)
         seen[k] = true;
         if ((r = next(w)) < 0)
             return r;
+        if (strcmp(key, "cost") == 0) {
+            if (is_null(&w->ev))
+                continue;
+            if (w->ev.type != YAML_MAPPING_START_EVENT)
+                return at(w, &w->ev.start_mark, "cost must be a mapping, found %s",
+                          kind(w->ev.type));
+            if ((r = walk_cost(w)) < 0)
+                return r;
+            continue;
+        }
         if (strcmp(key, "metrics") == 0) {
             if (is_null(&w->ev))
                 continue;

@@ -17,6 +17,13 @@
 /* the kubelet's pod-resources socket (its --pod-resources-directory default) */
 #define EXPORTER_DEFAULT_PODRES "/var/lib/kubelet/pod-resources/kubelet.sock"
 #define EXPORTER_CONFIG_MAX_BYTES (1u << 20) /* a bigger config file is refused */
+#define EXPORTER_CONFIG_MAX_PRICES 16        /* cost.gpuHourPrice entries */
+
+/* One price of the cost table: a GPU-hour (share 1) of this resource costs per_hour. */
+struct exporter_config_price {
+    char resource[128];
+    double per_hour;
+};
 
 struct exporter_config {
     char listen[64];                /* IPv4ADDR:PORT */
@@ -28,6 +35,9 @@ struct exporter_config {
     char log_level[16];             /* "" = the default (info) */
     size_t ndisabled;               /* metric families turned off (metrics.disable) */
     const char *disabled[EXPORTER_CONFIG_MAX_DISABLED]; /* entries of exporter_metric_families */
+    char cost_currency[16];                             /* cost.currency: [A-Za-z0-9_], "" = off */
+    size_t nprices;                                     /* cost.gpuHourPrice */
+    struct exporter_config_price prices[EXPORTER_CONFIG_MAX_PRICES];
 };
 
 /* Every metric family the exporter can serve, by its name in the Prometheus text format
@@ -38,7 +48,7 @@ void exporter_config_defaults(struct exporter_config *c);
 
 /* Applies a YAML document (len bytes; name is used in messages) over *c. Keys:
  *   listen, interval, nvmlLibrary, procRoot, podResourcesSocket, stateDir, logLevel,
- *   metrics: {disable: [FAMILY, ...]}
+ *   metrics: {disable: [FAMILY, ...]}, cost: {currency: CUR, gpuHourPrice: {RESOURCE: PRICE}}
  * Returns 0, or -EINVAL with err set to "NAME:LINE:COLUMN: what is wrong" (then *c is left as
  * it was), -ENOMEM. */
 int exporter_config_parse(struct exporter_config *c, const char *data, size_t len, const char *name,
@@ -57,7 +67,11 @@ bool exporter_config_disabled(const struct exporter_config *c, const char *name)
 /* IPv4ADDR:PORT into *sa; -EINVAL when it is not one. */
 int exporter_parse_listen(const char *s, struct sockaddr_in *sa);
 
-/* Checks one setting's value as the file or a flag gives it. key: the YAML key. Returns 0, or
+/* Checks what single keys cannot: prices need a currency. 0, or -EINVAL with err set. */
+int exporter_config_check(const struct exporter_config *c, char *err, size_t errlen);
+
+/* Checks one setting's value as the file or a flag gives it. key: the YAML key (nested ones
+ * dotted: metrics.disable, cost.currency, cost.gpuHourPrice as RESOURCE=PRICE,...). Returns 0, or
  * -EINVAL with err set to what to give instead (no location). */
 int exporter_config_set(struct exporter_config *c, const char *key, const char *value, char *err,
                         size_t errlen);

@@ -31,8 +31,8 @@ int exporter_podres_same_container(const struct exporter_podres_entry *a,
            !strcmp(a->container, b->container);
 }
 
-static void add(struct exporter_podres *pr, const char *id, const V1__PodResources *pod,
-                const V1__ContainerResources *ct)
+static void add(struct exporter_podres *pr, const char *id, const char *resource,
+                const V1__PodResources *pod, const V1__ContainerResources *ct)
 {
     struct exporter_podres_entry *x;
     const char *sep;
@@ -46,12 +46,18 @@ static void add(struct exporter_podres *pr, const char *id, const V1__PodResourc
         copy(x->namespace_, sizeof(x->namespace_), pod->namespace_,
              pod->namespace_ ? strlen(pod->namespace_) : 0) < 0 ||
         copy(x->pod, sizeof(x->pod), pod->name, pod->name ? strlen(pod->name) : 0) < 0 ||
-        copy(x->container, sizeof(x->container), ct->name, ct->name ? strlen(ct->name) : 0) < 0)
+        copy(x->container, sizeof(x->container), ct->name, ct->name ? strlen(ct->name) : 0) < 0 ||
+        copy(x->resource, sizeof(x->resource), resource, resource ? strlen(resource) : 0) < 0)
         return;
-    /* one container holding two replicas of one GPU is still one holder */
+    /* one container holding two replicas of one GPU is still one holder (counting both) */
     for (size_t k = 0; k < pr->n; k++)
-        if (!strcmp(pr->e[k].gpu_uuid, x->gpu_uuid) && exporter_podres_same_container(&pr->e[k], x))
+        if (!strcmp(pr->e[k].gpu_uuid, x->gpu_uuid) &&
+            exporter_podres_same_container(&pr->e[k], x)) {
+            pr->e[k].ids++;
             return;
+        }
+    x->ids = 1;
+    x->replica = sep != NULL;
     pr->n++;
 }
 
@@ -68,7 +74,7 @@ int exporter_podres_parse(const uint8_t *msg, size_t len, struct exporter_podres
             const V1__ContainerResources *ct = pod->containers[c];
             for (size_t d = 0; d < ct->n_devices; d++)
                 for (size_t i = 0; i < ct->devices[d]->n_device_ids; i++)
-                    add(ret, ct->devices[d]->device_ids[i], pod, ct);
+                    add(ret, ct->devices[d]->device_ids[i], ct->devices[d]->resource_name, pod, ct);
         }
     }
     v1__list_pod_resources_response__free_unpacked(r, NULL);

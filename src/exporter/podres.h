@@ -20,6 +20,11 @@ struct exporter_podres_entry {
     char namespace_[64]; /* Kubernetes: a namespace and a container name are ≤ 63 characters */
     char pod[254];       /* a pod name ≤ 253 */
     char container[64];
+    /* for cost (cost.c): the resource the devices came as, how many device IDs of this GPU
+     * the container holds, and whether they are replica IDs ("UUID::N") or the GPU itself */
+    char resource[128];
+    unsigned ids;
+    unsigned replica; /* 0: the GPU itself; 1: replica IDs; 2 (cost.c's vGPU): ids = cores % */
 };
 
 struct exporter_podres {

@@ -123,6 +123,45 @@ static bool quota_pair(size_t k, size_t a)
     return a == ACCELD_STATS_ACTION_KILL;
 }
 
+/* The GPUs' current health, recoveries and MPS daemon state (a version 2 file; a GPU of a
+ * version 1 file has none and is left out). u: room for an escaped UUID. */
+static void exporter_sli_render_gpu_state(const struct acceld_stats *st,
+                                          const struct exporter_sli_out *o, char *u, size_t ulen)
+{
+    void *c = o->ctx;
+    char why[2 * ACCELD_STATS_REASON_MAX];
+    if (o->family(c, "accel_gpu_health", "gauge",
+                  "1 while acceld counts the GPU healthy (it advertises it), 0 while unhealthy; "
+                  "reason says why (\"\" while healthy)."))
+        for (size_t i = 0; i < st->n_gpus; i++)
+            if (st->gpus[i].has_state)
+                o->print(c, "accel_gpu_health{gpu=\"%u\",uuid=\"%s\",reason=\"%s\"} %d\n",
+                         st->gpus[i].index, esc(st->gpus[i].uuid, u, ulen),
+                         esc(st->gpus[i].healthy ? "" : st->gpus[i].reason, why, sizeof why),
+                         st->gpus[i].healthy ? 1 : 0);
+    if (o->family(c, "accel_gpu_recoveries_total", "counter",
+                  "Times acceld brought the GPU back to healthy (health.recoverAfter without a "
+                  "fatal event) since acceld started."))
+        for (size_t i = 0; i < st->n_gpus; i++)
+            if (st->gpus[i].has_state)
+                o->print(c, "accel_gpu_recoveries_total{gpu=\"%u\",uuid=\"%s\"} %" PRIu64 "\n",
+                         st->gpus[i].index, esc(st->gpus[i].uuid, u, ulen), st->gpus[i].to_healthy);
+    if (o->family(c, "accel_gpu_mps_daemon_state", "gauge",
+                  "1 for the state of the GPU's MPS control daemons (running, fault: runs but "
+                  "does not answer right, down: not running), 0 for the others; GPUs with MPS "
+                  "only."))
+        for (size_t i = 0; i < st->n_gpus; i++) {
+            const struct acceld_stats_gpu *g = &st->gpus[i];
+            if (!g->has_state || g->mps == ACCELD_STATS_MPS_NONE)
+                continue;
+            esc(g->uuid, u, ulen);
+            for (int k = ACCELD_STATS_MPS_RUNNING; k < ACCELD_STATS_MPS_STATES; k++)
+                o->print(c, "accel_gpu_mps_daemon_state{gpu=\"%u\",uuid=\"%s\",state=\"%s\"} %d\n",
+                         g->index, u, acceld_stats_mps_state_name((enum acceld_stats_mps_state)k),
+                         (int)g->mps == k ? 1 : 0);
+        }
+}
+
 void exporter_sli_render(const struct exporter_sli *s, const struct exporter_sli_out *o)
 {
     void *c = o->ctx;
@@ -199,6 +238,7 @@ void exporter_sli_render(const struct exporter_sli *s, const struct exporter_sli
             o->print(
                 c, "accel_agent_mps_daemon_restarts_total{gpu=\"%u\",uuid=\"%s\"} %" PRIu64 "\n",
                 st->gpus[i].index, esc(st->gpus[i].uuid, u, sizeof u), st->gpus[i].mps_restarts);
+    exporter_sli_render_gpu_state(st, o, u, sizeof u);
     if (o->family(c, "accel_agent_quota_findings_total", "counter",
                   "Findings of acceld's host-side vGPU check, by kind and the action taken."))
         for (size_t k = 0; k < ACCELD_STATS_QUOTA_KINDS; k++)

@@ -81,6 +81,7 @@ static const struct sym syms[] = {
     SYM(nvmlDeviceGetEccMode, false),
     SYM(nvmlDeviceGetRemappedRows, false),
     SYM(nvmlDeviceGetPcieReplayCounter, false),
+    SYM(nvmlDeviceGetNvLinkErrorCounter, false),
 };
 
 int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t errlen)

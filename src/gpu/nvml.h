@@ -91,6 +91,7 @@ struct gpu_nvml {
     GPU_NVML_FN(nvmlDeviceGetEccMode);
     GPU_NVML_FN(nvmlDeviceGetRemappedRows);
     GPU_NVML_FN(nvmlDeviceGetPcieReplayCounter);
+    GPU_NVML_FN(nvmlDeviceGetNvLinkErrorCounter);
 
     /* Process-info stride detected by gpu_nvml_running_processes (0 = not yet known) and the
      * entry point it was detected for; accessed atomically. */

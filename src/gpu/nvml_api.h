@@ -77,6 +77,16 @@ typedef enum nvmlReturn_enum {
 #define NVML_INIT_FLAG_NO_GPUS 1
 #define NVML_INIT_FLAG_NO_ATTACH 2
 
+/* nvmlDeviceGetNvLinkErrorCounter counters (nvmlNvLinkErrorCounter_t). */
+typedef enum {
+    NVML_NVLINK_ERROR_DL_REPLAY = 0,   /* data link transmit replays */
+    NVML_NVLINK_ERROR_DL_RECOVERY = 1, /* data link recoveries */
+    NVML_NVLINK_ERROR_DL_CRC_FLIT = 2, /* CRC errors in flow-control packets */
+    NVML_NVLINK_ERROR_DL_CRC_DATA = 3, /* CRC errors in data packets */
+    NVML_NVLINK_ERROR_DL_ECC_DATA = 4, /* ECC errors in data packets */
+    NVML_NVLINK_ERROR_COUNT
+} nvmlNvLinkErrorCounter_t;
+
 /* nvmlDeviceGetMigMode values. */
 #define NVML_DEVICE_MIG_DISABLE 0x0
 #define NVML_DEVICE_MIG_ENABLE 0x1
@@ -355,6 +365,9 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node);
 
 nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
                                                  nvmlGpuTopologyLevel_t *pathInfo);
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link,
+                                             nvmlNvLinkErrorCounter_t counter,
+                                             unsigned long long *counterValue);
 nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
                                       nvmlEnableState_t *isActive);
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,

@@ -265,16 +265,27 @@ static void stats_flush(struct agent *a, bool force)
         return;
     for (size_t g = 0; g < a->n_gpus && a->uuids; g++) {
         uint64_t n = 0;
+        enum acceld_stats_mps_state st = ACCELD_STATS_MPS_NONE;
         for (size_t k = 0; k < a->n_mps && a->mps; k++) {
             const struct mps_ref *m = &a->mps_refs[k];
-            if (strcmp(shared_gpu_uuid(a->shared[m->sh], m->gpu), a->uuids[g]) == 0)
-                n += mps_sup_restarts(a->mps, k);
+            if (strcmp(shared_gpu_uuid(a->shared[m->sh], m->gpu), a->uuids[g]) != 0)
+                continue;
+            n += mps_sup_restarts(a->mps, k);
+            /* the worst of the GPU's sets: down, else fault, else running */
+            enum acceld_stats_mps_state k_st =
+                mps_sup_daemon_pid(a->mps, k) <= 0 ? ACCELD_STATS_MPS_DOWN
+                : mps_sup_healthy(a->mps, k)       ? ACCELD_STATS_MPS_RUNNING
+                                                   : ACCELD_STATS_MPS_FAULT;
+            if (st == ACCELD_STATS_MPS_NONE || k_st == ACCELD_STATS_MPS_DOWN ||
+                (k_st == ACCELD_STATS_MPS_FAULT && st == ACCELD_STATS_MPS_RUNNING))
+                st = k_st;
         }
 #ifdef ACCELD_HAVE_DRA
         if (a->dra) /* the DRA side's MPS claims' daemons */
             n += acceld_dra_mps_restarts(a->dra, a->uuids[g]);
 #endif
         acceld_stats_set_mps_restarts(a->stats, a->uuids[g], n);
+        acceld_stats_set_mps_state(a->stats, a->uuids[g], st);
     }
     uint64_t now = mono_ns();
     if (!force && a->stats_written_ns && a->stats->generation == a->stats_gen &&
@@ -313,8 +324,11 @@ static void recovery_arm(struct agent *a);
 static void set_health(struct agent *a, size_t i, const char *why)
 {
     bool any = false;
-    if (a->stats)
+    if (a->stats) {
         acceld_stats_health(a->stats, a->uuids[i], a->hstate[i].healthy);
+        acceld_stats_set_health_state(a->stats, a->uuids[i], a->hstate[i].healthy,
+                                      a->hstate[i].reason);
+    }
     for (size_t k = 0; k < a->n_served; k++) {
         struct served *s = &a->served[k];
         if (s->prov.ops->set_gpu_health(s->prov.self, a->uuids[i], a->hstate[i].healthy)) {
@@ -730,6 +744,8 @@ static int make_providers(struct agent *a)
             a->hstate[n].last_fatal_ns = mono_ns();
             snprintf(a->hstate[n].reason, sizeof(a->hstate[n].reason), "%s", d->error);
             log_warn("GPU %s is Unhealthy at start: %s", d->uuid, d->error);
+            if (a->stats)
+                acceld_stats_set_health_state(a->stats, d->uuid, false, a->hstate[n].reason);
         }
         enum acceld_mode mode = acceld_config_gpu_mode(&a->cfg, i, d->uuid);
         int minor = d->minor >= 0 ? d->minor : d->index;

@@ -25,6 +25,13 @@ static const char *const kind_names[ACCELD_STATS_QUOTA_KINDS] = {"memory", "unde
                                                                  "compute"};
 static const char *const action_names[ACCELD_STATS_ACTIONS] = {"none", "kill", "freeze"};
 
+static const char *const mps_names[ACCELD_STATS_MPS_STATES] = {"none", "running", "fault", "down"};
+
+const char *acceld_stats_mps_state_name(enum acceld_stats_mps_state m)
+{
+    return (unsigned)m < ACCELD_STATS_MPS_STATES ? mps_names[m] : "unknown";
+}
+
 const char *acceld_stats_quota_kind_name(enum acceld_stats_quota_kind k)
 {
     return (unsigned)k < ACCELD_STATS_QUOTA_KINDS ? kind_names[k] : "unknown";
@@ -114,6 +121,8 @@ void acceld_stats_add_gpu(struct acceld_stats *s, unsigned index, const char *uu
     memset(g, 0, sizeof(*g));
     g->index = index;
     memcpy(g->uuid, uuid, strlen(uuid) + 1);
+    g->has_state = true;
+    g->healthy = true;
     s->generation++;
 }
 
@@ -126,6 +135,36 @@ void acceld_stats_health(struct acceld_stats *s, const char *uuid, bool healthy)
         g->to_healthy++;
     else
         g->to_unhealthy++;
+    s->generation++;
+}
+
+void acceld_stats_set_health_state(struct acceld_stats *s, const char *uuid, bool healthy,
+                                   const char *reason)
+{
+    struct acceld_stats_gpu *g = gpu(s, uuid);
+    char r[ACCELD_STATS_REASON_MAX] = ""; /* zeroed: the whole buffer is copied */
+    size_t n = 0;
+    if (!g)
+        return;
+    for (; !healthy && reason && reason[n] && n + 1 < sizeof(r); n++)
+        r[n] = (unsigned char)reason[n] < 0x20 || (unsigned char)reason[n] > 0x7e ? '?' : reason[n];
+    r[n] = '\0';
+    if (!healthy && !n)
+        snprintf(r, sizeof(r), "unknown");
+    if (g->healthy == healthy && strcmp(g->reason, r) == 0)
+        return;
+    g->healthy = healthy;
+    memcpy(g->reason, r, sizeof(r));
+    s->generation++;
+}
+
+void acceld_stats_set_mps_state(struct acceld_stats *s, const char *uuid,
+                                enum acceld_stats_mps_state state)
+{
+    struct acceld_stats_gpu *g = gpu(s, uuid);
+    if (!g || (unsigned)state >= ACCELD_STATS_MPS_STATES || g->mps == state)
+        return;
+    g->mps = state;
     s->generation++;
 }
 
@@ -189,9 +228,14 @@ static json_t *to_json(const struct acceld_stats *s, double now)
     for (size_t i = 0; arr && i < s->n_gpus; i++) {
         const struct acceld_stats_gpu *g = &s->gpus[i];
         bad |= json_array_append_new(
-            arr, json_pack("{s:I,s:s,s:o,s:o,s:o}", "index", (json_int_t)g->index, "uuid", g->uuid,
-                           "toUnhealthy", count(g->to_unhealthy), "toHealthy", count(g->to_healthy),
-                           "mpsRestarts", count(g->mps_restarts)));
+            arr,
+            json_pack("{s:I,s:s,s:o,s:o,s:o,s:b,s:s,s:s}", "index", (json_int_t)g->index, "uuid",
+                      g->uuid, "toUnhealthy", count(g->to_unhealthy), "toHealthy",
+                      count(g->to_healthy), "mpsRestarts", count(g->mps_restarts), "healthy",
+                      /* no state (read from a version 1 file): acceld's default */
+                      !g->has_state || g->healthy, "reason",
+                      g->has_state && !g->healthy ? g->reason : "", "mps",
+                      acceld_stats_mps_state_name(g->has_state ? g->mps : ACCELD_STATS_MPS_NONE)));
     }
     json_t *q = json_object();
     bad |= add(root, "quotaFindings", q);
@@ -381,16 +425,51 @@ static int parse_resource(json_t *o, size_t i, struct acceld_stats *s, char *err
     return 0;
 }
 
-static int parse_gpu(json_t *o, size_t i, struct acceld_stats *s, char *err, size_t errlen)
+/* Version 2's current state of a GPU: healthy, reason ("" exactly when healthy), mps. */
+static int parse_gpu_state(json_t *o, const char *path, struct acceld_stats_gpu *g, char *err,
+                           size_t errlen)
 {
-    static const char *const top[] = {"index",     "uuid",        "toUnhealthy",
-                                      "toHealthy", "mpsRestarts", NULL};
+    json_t *h = json_object_get(o, "healthy"), *m = json_object_get(o, "mps");
+    json_t *r = json_object_get(o, "reason");
+    if (!json_is_boolean(h))
+        return fail(err, errlen, "%s.healthy: must be true or false", path);
+    g->healthy = json_is_true(h);
+    if (!json_is_string(r))
+        return fail(err, errlen, "%s.reason: must be a string", path);
+    if (g->healthy && json_string_length(r) != 0)
+        return fail(err, errlen, "%s.reason: must be \"\" while healthy", path);
+    if (!g->healthy) {
+        int e = get_label(o, "reason", path, g->reason, sizeof(g->reason), err, errlen);
+        if (e < 0)
+            return e;
+    }
+    const char *ms = json_string_value(m);
+    g->mps = ACCELD_STATS_MPS_STATES;
+    for (size_t k = 0; ms && k < ACCELD_STATS_MPS_STATES; k++)
+        if (strcmp(ms, mps_names[k]) == 0 && json_string_length(m) == strlen(mps_names[k]))
+            g->mps = (enum acceld_stats_mps_state)k;
+    if (g->mps == ACCELD_STATS_MPS_STATES)
+        return fail(err, errlen, "%s.mps: must be \"none\", \"running\", \"fault\" or \"down\"",
+                    path);
+    g->has_state = true;
+    return 0;
+}
+
+static int parse_gpu(json_t *o, size_t i, int version, struct acceld_stats *s, char *err,
+                     size_t errlen)
+{
+    static const char *const top1[] = {"index",     "uuid",        "toUnhealthy",
+                                       "toHealthy", "mpsRestarts", NULL};
+    static const char *const top2[] = {"index",     "uuid",        "toUnhealthy",
+                                       "toHealthy", "mpsRestarts", "healthy",
+                                       "reason",    "mps",         NULL};
     struct acceld_stats_gpu *g = &s->gpus[i];
     char path[64];
     uint64_t index;
     int e;
     snprintf(path, sizeof(path), "gpus[%zu]", i);
-    if ((e = keys(o, path, top, err, errlen)) < 0 ||
+    if ((e = keys(o, path, version == 1 ? top1 : top2, err, errlen)) < 0 ||
+        (version >= 2 && (e = parse_gpu_state(o, path, g, err, errlen)) < 0) ||
         (e = get_count(o, "index", path, &index, err, errlen)) < 0 ||
         (e = get_label(o, "uuid", path, g->uuid, sizeof(g->uuid), err, errlen)) < 0 ||
         (e = get_count(o, "toUnhealthy", path, &g->to_unhealthy, err, errlen)) < 0 ||
@@ -418,9 +497,11 @@ static int parse_root(json_t *root, struct acceld_stats *s, char *err, size_t er
     if (!json_is_object(root))
         return fail(err, errlen, "the top level must be an object");
     json_t *v = json_object_get(root, "version");
-    if (v && (!json_is_integer(v) || json_integer_value(v) != ACCELD_STATS_VERSION))
-        return fail(err, errlen, "version: this reader knows version %d only",
+    if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
+              json_integer_value(v) > ACCELD_STATS_VERSION))
+        return fail(err, errlen, "version: this reader knows versions 1 to %d only",
                     ACCELD_STATS_VERSION);
+    int version = v ? (int)json_integer_value(v) : 0;
     if ((e = keys(root, "(top)", top, err, errlen)) < 0 ||
         (e = get_real(root, "startTime", "(top)", &s->start_time, err, errlen)) < 0 ||
         (e = get_real(root, "writeTime", "(top)", &s->write_time, err, errlen)) < 0)
@@ -457,7 +538,7 @@ static int parse_root(json_t *root, struct acceld_stats *s, char *err, size_t er
         return fail(err, errlen, "gpus: must be an array of at most %d", ACCELD_STATS_MAX_GPUS);
     s->n_gpus = json_array_size(gpus);
     for (size_t i = 0; i < s->n_gpus; i++)
-        if ((e = parse_gpu(json_array_get(gpus, i), i, s, err, errlen)) < 0)
+        if ((e = parse_gpu(json_array_get(gpus, i), i, version, s, err, errlen)) < 0)
             return e;
     json_t *q = json_object_get(root, "quotaFindings");
     if ((e = keys(q, "quotaFindings", kinds, err, errlen)) < 0)

@@ -25,7 +25,10 @@
 #include <stdint.h>
 
 #define ACCELD_STATS_FILE "acceld-stats.json"
-#define ACCELD_STATS_VERSION 1
+/* Version 2 adds each GPU's current health, its reason and its MPS daemon state; the
+ * reader takes version 1 files too (then has_state is false for every GPU). */
+#define ACCELD_STATS_VERSION 2
+#define ACCELD_STATS_REASON_MAX 128 /* a GPU's unhealthy reason, with its NUL */
 #define ACCELD_STATS_MAX_RESOURCES 16
 #define ACCELD_STATS_MAX_GPUS 64
 #define ACCELD_STATS_MAX_BUCKETS 32
@@ -68,11 +71,27 @@ struct acceld_stats_resource {
     double alloc_sum; /* seconds, all calls */
 };
 
+/* The state of a GPU's MPS control daemons (the supervisor's sets on it). */
+enum acceld_stats_mps_state {
+    ACCELD_STATS_MPS_NONE = 0, /* no MPS on this GPU */
+    ACCELD_STATS_MPS_RUNNING,  /* every daemon answers with its defaults */
+    ACCELD_STATS_MPS_FAULT,    /* a daemon runs but does not answer right (hung, wrong defaults) */
+    ACCELD_STATS_MPS_DOWN,     /* a daemon is not running (waiting for its restart) */
+    ACCELD_STATS_MPS_STATES
+};
+/* "none", "running", "fault", "down" (the file's values and the exporter's label). */
+const char *acceld_stats_mps_state_name(enum acceld_stats_mps_state m);
+
 struct acceld_stats_gpu {
     unsigned index; /* NVML index */
     char uuid[ACCELD_STATS_UUID_MAX];
-    uint64_t to_unhealthy, to_healthy;
+    uint64_t to_unhealthy, to_healthy; /* to_healthy: recoveries (health.recoverAfter) */
     uint64_t mps_restarts;
+    /* version 2: the current state (false in a version 1 file: unknown) */
+    bool has_state;
+    bool healthy;
+    char reason[ACCELD_STATS_REASON_MAX]; /* why unhealthy, printable ASCII; "" when healthy */
+    enum acceld_stats_mps_state mps;
 };
 
 struct acceld_stats {
@@ -101,6 +120,13 @@ void acceld_stats_device_init(struct acceld_stats *s, bool ok);
 /* Declares a GPU (so its series exist at zero from the start). */
 void acceld_stats_add_gpu(struct acceld_stats *s, unsigned index, const char *uuid);
 void acceld_stats_health(struct acceld_stats *s, const char *uuid, bool healthy);
+/* Sets the GPU's current health and reason (NULL or "" when healthy; bytes outside
+ * printable ASCII become '?', a longer one is cut). Counts nothing. */
+void acceld_stats_set_health_state(struct acceld_stats *s, const char *uuid, bool healthy,
+                                   const char *reason);
+/* Sets the GPU's MPS daemon state. */
+void acceld_stats_set_mps_state(struct acceld_stats *s, const char *uuid,
+                                enum acceld_stats_mps_state state);
 /* Sets the GPU's MPS daemon restarts (the supervisor's own counts, summed). */
 void acceld_stats_set_mps_restarts(struct acceld_stats *s, const char *uuid, uint64_t restarts);
 void acceld_stats_quota(struct acceld_stats *s, enum acceld_stats_quota_kind kind,

@@ -117,6 +117,29 @@ def _():
     check(call("nvmlDeviceGetPcieReplayCounter", 0, U) == [0], "GPU 0 changed")
 
 
+def nvlink_err(i, link, counter):
+    v = ULL()
+    r = nvml.nvmlDeviceGetNvLinkErrorCounter(dev(i), U(link), U(counter), ctypes.byref(v))
+    return r, v.value
+
+
+@case("NVLink error counters follow set nvlink_*: on the link set, 0 on the others")
+def _():
+    check(nvlink_err(0, 0, 0) == (0, 0), f"fresh link 0 replay: {nvlink_err(0, 0, 0)}")
+    emu("set", "0", "nvlink_link=1", "nvlink_replay=7", "nvlink_recovery=2",
+        "nvlink_crc_flit=11", "nvlink_crc_data=13", "nvlink_ecc_data=17")
+    got = [nvlink_err(0, 1, c) for c in range(5)]
+    check(got == [(0, 7), (0, 2), (0, 11), (0, 13), (0, 17)], f"link 1 counters: {got}")
+    check(nvlink_err(0, 0, 0) == (0, 0), "link 0 should read 0")
+    check(nvlink_err(1, 1, 0) == (0, 0), "GPU 1 changed")
+    check(nvlink_err(0, 1, 5)[0] == 2, "counter 5 should be INVALID_ARGUMENT")
+    check(nvlink_err(0, 18, 0)[0] == 2, "link 18 (past NVML's 18 links) should be INVALID_ARGUMENT")
+    p = emu("set", "0", "nvlink_link=18", rc=2)
+    check("nvlink_link" in p.stderr, p.stderr)
+    p = emu("set", "0", "nvlink_bogus=1", rc=2)
+    check("unknown setting" in p.stderr, p.stderr)
+
+
 def ecc(i, typ, counter):
     v = ULL()
     r = nvml.nvmlDeviceGetTotalEccErrors(dev(i), U(typ), U(counter), ctypes.byref(v))

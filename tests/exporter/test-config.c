@@ -19,19 +19,30 @@ TEST(every_key_applies)
     struct exporter_config c;
     char err[512];
     exporter_config_defaults(&c);
-    REQUIRE_EQ_INT(
-        parse(&c,
-              "listen: 127.0.0.1:9100\n"
-              "interval: 250ms\n"
-              "nvmlLibrary: /opt/nvml.so\n"
-              "procRoot: /host/proc\n"
-              "podResourcesSocket: ''\n"
-              "stateDir: /var/lib/accel\n"
-              "logLevel: debug\n"
-              "metrics:\n"
-              "  disable: [accel_gpu_info, accel_gpu_xid_events_total, accel_gpu_info]\n",
-              err, sizeof err),
-        0);
+    REQUIRE_EQ_INT(parse(&c,
+                         "listen: 127.0.0.1:9100\n"
+                         "interval: 250ms\n"
+                         "nvmlLibrary: /opt/nvml.so\n"
+                         "procRoot: /host/proc\n"
+                         "podResourcesSocket: ''\n"
+                         "stateDir: /var/lib/accel\n"
+                         "logLevel: debug\n"
+                         "metrics:\n"
+                         "  disable: [accel_gpu_info, accel_gpu_xid_events_total, accel_gpu_info]\n"
+                         "cost:\n"
+                         "  currency: EUR\n"
+                         "  gpuHourPrice:\n"
+                         "    nvidia.com/gpu: 2.48\n"
+                         "    nvidia.com/gpu.shared: 0.5\n",
+                         err, sizeof err),
+                   0);
+    CHECK_EQ_STR(c.cost_currency, "EUR");
+    REQUIRE_EQ_U64(c.nprices, 2);
+    CHECK_EQ_STR(c.prices[0].resource, "nvidia.com/gpu");
+    CHECK(c.prices[0].per_hour == 2.48);
+    CHECK_EQ_STR(c.prices[1].resource, "nvidia.com/gpu.shared");
+    CHECK(c.prices[1].per_hour == 0.5);
+    CHECK_EQ_INT(exporter_config_check(&c, err, sizeof err), 0);
     CHECK_EQ_STR(c.listen, "127.0.0.1:9100");
     CHECK_EQ_U64(c.interval_ns, 250000000ULL);
     CHECK_EQ_STR(c.nvml_library, "/opt/nvml.so");
@@ -81,6 +92,18 @@ static const struct {
     {"a: &x 1\nlisten: *x\n", "x.yaml:1:1: unknown key \"a\""},
     {"listen: &x 0.0.0.0:1\ninterval: *x\n", "x.yaml:2:11: YAML aliases are not supported"},
     {"listen: 0.0.0.0:1\n---\nlisten: 0.0.0.0:2\n", "x.yaml:2:1: more than one YAML document"},
+    {"cost:\n  currency: US$\n", "x.yaml:2:13: bad cost.currency \"US$\""},
+    {"cost:\n  gpuHourPrice:\n    nvidia.com/gpu: cheap\n",
+     "x.yaml:3:5: cost.gpuHourPrice: bad price \"cheap\" for nvidia.com/gpu"},
+    {"cost:\n  gpuHourPrice:\n    nvidia.com/gpu: -1\n",
+     "x.yaml:3:5: cost.gpuHourPrice: bad price"},
+    {"cost:\n  gpuHourPrice:\n    a: 1\n    a: 2\n",
+     "x.yaml:4:5: cost.gpuHourPrice: a given twice"},
+    {"cost:\n  gpuHourPrice:\n    \"a=b\": 1\n",
+     "x.yaml:3:5: cost.gpuHourPrice: bad resource name"},
+    {"cost:\n  gpuHourPrice: [a]\n", "x.yaml:2:17: cost.gpuHourPrice must be a mapping"},
+    {"cost:\n  prices: {}\n", "x.yaml:2:3: unknown key under cost"},
+    {"cost: 1\n", "x.yaml:1:7: cost must be a mapping, found a scalar"},
 };
 
 TEST(refusals_name_line_and_column_and_change_nothing)
@@ -119,6 +142,21 @@ TEST(flag_forms)
     CHECK_EQ_INT(exporter_config_set(&c, "interval", "20ms", err, sizeof err), 0);
     CHECK_EQ_U64(c.interval_ns, 20000000ULL);
     CHECK_EQ_INT(exporter_config_set(&c, "nope", "1", err, sizeof err), -EINVAL);
+    /* the price table's flag form: RESOURCE=PRICE,...; a currency is needed with prices */
+    CHECK_EQ_INT(exporter_config_set(&c, "cost.gpuHourPrice", "nvidia.com/gpu=3.6,x.io/y=0", err,
+                                     sizeof err),
+                 0);
+    REQUIRE_EQ_U64(c.nprices, 2);
+    CHECK(c.prices[0].per_hour == 3.6 && c.prices[1].per_hour == 0);
+    CHECK_EQ_INT(exporter_config_check(&c, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "needs cost.currency"));
+    CHECK_EQ_INT(exporter_config_set(&c, "cost.currency", "USD", err, sizeof err), 0);
+    CHECK_EQ_INT(exporter_config_check(&c, err, sizeof err), 0);
+    CHECK_EQ_INT(exporter_config_set(&c, "cost.gpuHourPrice", "nvidia.com/gpu", err, sizeof err),
+                 -EINVAL);
+    CHECK_EQ_U64(c.nprices, 2); /* a refused value changes nothing */
+    CHECK_EQ_INT(exporter_config_set(&c, "cost.gpuHourPrice", "", err, sizeof err), 0);
+    CHECK_EQ_U64(c.nprices, 0);
 }
 
 TEST(missing_file_says_so)
@@ -139,7 +177,9 @@ TEST(written_settings_parse_back_the_same)
     REQUIRE_EQ_INT(parse(&c,
                          "procRoot: \"/a\\\"b\\\\c\\x01\\u2028\\N\"\n"
                          "logLevel: warn\ninterval: 1500ms\n"
-                         "metrics: {disable: [accel_gpu_info, accel_gpu_power_watts]}\n",
+                         "metrics: {disable: [accel_gpu_info, accel_gpu_power_watts]}\n"
+                         "cost: {currency: EUR, gpuHourPrice: {nvidia.com/gpu: 2.48, "
+                         "\"x.io/y\": 1e-3}}\n",
                          err, sizeof err),
                    0);
     FILE *f = open_memstream(&text, &len);
@@ -149,6 +189,8 @@ TEST(written_settings_parse_back_the_same)
     CHECK(strstr(text, "procRoot: \"/a\\\"b\\\\c\\x01\\L\\N\"\n"));
     CHECK(strstr(text, "interval: 1500000000ns\n"));
     CHECK(strstr(text, "disable: [accel_gpu_info, accel_gpu_power_watts]\n"));
+    CHECK(strstr(text, "currency: \"EUR\"\n"));
+    CHECK(strstr(text, "\"nvidia.com/gpu\": 2.4"));
     exporter_config_defaults(&d);
     CHECK_EQ_INT(parse(&d, text, err, sizeof err), 0);
     CHECK(memcmp(&c, &d, sizeof c) == 0);

@@ -88,7 +88,7 @@ def _():
     builtin = {"up", "ALERTS", "ALERTS_FOR_STATE"}
     funcs = {"count", "sum", "max", "min", "avg", "rate", "increase", "by", "on", "group_left",
              "label_values", "instance", "gpu", "uuid", "name", "driver_version",
-             "vbios_version", "xid", "namespace", "alertname", "job"}
+             "vbios_version", "xid", "namespace", "alertname", "job", "pod", "resource"}
     for title, ref, expr in dashboard.queries(D):
         e = re.sub(r'"[^"]*"', '""', dashboard.expand(expr, D))
         e = re.sub(r"\[[^\]]*\]", "", e)

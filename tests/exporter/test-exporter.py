@@ -25,6 +25,7 @@ EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
 EXPORTER = os.path.join(BUILD, "src", "exporter", "accel-exporter")
 NVML = os.path.join(BUILD, "src", "emu", "libnvidia-ml.so.1")
 HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
+SPIN = os.path.join(BUILD, "tests", "emu", "spin")
 FAKE_PODRES = os.path.join(BUILD, "tests", "exporter", "fake-podresources")
 SPIN = os.path.join(BUILD, "tests", "emu", "spin")
 SRC = os.environ.get("ACCEL_SOURCE_ROOT",
@@ -108,7 +109,12 @@ PODRES_SOCK = os.path.join(TMP, "kubelet.sock")
 podres = subprocess.Popen([FAKE_PODRES, PODRES_SOCK, f"ns-a/train-a/main={UUIDS[0]}::0",
                            f"ns-b/train-b/worker={UUIDS[0]}::1", f"ns-a/train-a/main={UUIDS[1]}",
                            f"ns-c/p3/x={UUIDS[2]}::0", f"ns-d/p4/y={UUIDS[2]}::1",
-                           f"ns-e/p5/z={UUIDS[3]}"],
+                           f"ns-e/p5/z={UUIDS[3]}",
+                           # GetAllocatableResources: GPU 0 has 4 replicas (so each holder of
+                           # one holds a share of 0.25), GPU 2 two, GPUs 1 and 3 are whole
+                           "alloc:nvidia.com/gpu=" + ",".join(
+                               [f"{UUIDS[0]}::{k}" for k in range(4)] + [UUIDS[1]] +
+                               [f"{UUIDS[2]}::{k}" for k in range(2)] + [UUIDS[3]])],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 procs.append(podres)
 if podres.stdout.readline() != "ready\n":
@@ -122,10 +128,11 @@ AGENT = os.path.join(TMP, "agent-state")
 BOUNDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
 
-def agent_stats(alloc_ok=5, alloc_err=1, unhealthy=2, restarts=3, killed=1, buckets=None):
+def agent_stats(alloc_ok=5, alloc_err=1, unhealthy=2, restarts=3, killed=1, buckets=None,
+                mps="running"):
     b = buckets or [0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6]
     return {
-        "version": 1, "startTime": 1764000000.5, "writeTime": time.time(),
+        "version": 2, "startTime": 1764000000.5, "writeTime": time.time(),
         "deviceInit": {"ok": 4, "failed": 1},
         "allocateBuckets": BOUNDS,
         "resources": [
@@ -134,7 +141,10 @@ def agent_stats(alloc_ok=5, alloc_err=1, unhealthy=2, restarts=3, killed=1, buck
             {"name": "tencent.com/vcuda-core", "registrations": {"ok": 1, "failed": 0},
              "allocate": {"ok": 0, "error": 0, "sum": 0, "buckets": [0] * len(BOUNDS)}}],
         "gpus": [{"index": i, "uuid": UUIDS[i], "toUnhealthy": unhealthy if i == 1 else 0,
-                  "toHealthy": 1 if i == 1 else 0, "mpsRestarts": restarts if i == 2 else 0}
+                  "toHealthy": 1 if i == 1 else 0, "mpsRestarts": restarts if i == 2 else 0,
+                  # version 2: GPU 1 unhealthy (XID 79), GPU 2 runs MPS
+                  "healthy": i != 1, "reason": "XID 79" if i == 1 else "",
+                  "mps": mps if i == 2 else "none"}
                  for i in range(4)],
         "quotaFindings": {"memory": {"none": 2, "kill": killed, "freeze": 0},
                           "under_report": {"none": 0, "kill": 0, "freeze": 0},
@@ -164,7 +174,11 @@ def vgpu_status(extra=None):
          {"namespace": "ns-v", "pod": "vgpu-b", "podUID": POD_V2, "container": "side",
           "gpu": UUIDS[0], "cores": 50, "memoryBytes": 2 << 30, "whole": False, "complete": True},
          {"namespace": "ns-v", "pod": "vgpu-w", "podUID": POD_V2, "container": "whole",
-          "gpu": UUIDS[3], "cores": 100, "memoryBytes": 0, "whole": True, "complete": True}]
+          "gpu": UUIDS[3], "cores": 100, "memoryBytes": 0, "whole": True, "complete": True},
+         # the vGPU container of the cost case (listed by the fake pod-resources): 40 cores
+         {"namespace": "ns-v", "pod": "vpod", "podUID": "u-v", "container": "vc",
+          "gpu": UUIDS[3], "cores": 40, "memoryBytes": 1 << 30, "whole": False,
+          "complete": True}]
     return {"version": 1, "checkTime": 0, "overQuotaAction": "none", "checkIntervalMs": 1000,
             "gpus": [], "assignments": a + (extra or []), "findings": [], "recentFindings": []}
 
@@ -211,8 +225,10 @@ write_region(POD_V2, "side", [UUIDS[0]], [(201, [(2 << 30) + (64 << 20)])], 40_0
 PROC = os.path.join(TMP, "proc")
 exp = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{PORT}", "--interval", "100ms",
                         "--proc-root", PROC, "--pod-resources-socket", PODRES_SOCK,
-                        "--state-dir", AGENT],
-                       env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                        "--state-dir", AGENT, "--cost-currency", "EUR",
+                        "--cost-gpu-hour-price", "nvidia.com/gpu=3.6"],
+                       # per-process utilization over 100 ms periods (the emulator's window)
+                       env=dict(ENV, ACCEL_EMU_UTIL_WINDOW_MS="100"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 procs.append(exp)
 
 
@@ -534,6 +550,121 @@ def _():
              "MPS client series gone with the daemon", 20)
 
 
+@case("NVLink error counters and MIG mode follow accel-emu set, per GPU")
+def _():
+    emu("set", "1", "nvlink_link=2", "nvlink_replay=5", "nvlink_crc_data=3")
+    emu("set", "0", "mig=on")
+
+    def ok():
+        m = metrics()
+        return m and sample(m, "accel_gpu_nvlink_errors_total", gpu=1,
+                            type="replay") == 5 and sample(m, "accel_gpu_mig_mode", gpu=0) == 1 \
+            and m
+    m = wait_for(ok, "NVLink replays 5 on GPU 1 and MIG on GPU 0")
+    check(sample(m, "accel_gpu_nvlink_errors_total", gpu=1, uuid=UUIDS[1],
+                 type="crc_data") == 3, "crc_data 3")
+    check(sample(m, "accel_gpu_nvlink_errors_total", gpu=1, type="ecc_data") == 0, "ecc_data 0")
+    check(sample(m, "accel_gpu_nvlink_errors_total", gpu=0, type="replay") == 0, "GPU 0 changed")
+    active = sample(m, "accel_gpu_nvlink_links_active", gpu=1, uuid=UUIDS[1])
+    check(active is not None and active > 0, f"GPU 1 active links: {active}")
+    check(sample(m, "accel_gpu_mig_mode", gpu=1, uuid=UUIDS[1]) == 0, "GPU 1 MIG off")
+    check(sample(m, "accel_gpu_mig_mode_pending", gpu=0) == 1, "GPU 0 MIG pending on")
+    emu("set", "0", "mig=off")
+    wait_for(lambda: (m := metrics()) and sample(m, "accel_gpu_mig_mode", gpu=0) == 0,
+             "MIG back off on GPU 0")
+
+
+def cost_series(m, name, **labels):
+    return sample(m, name, **labels)
+
+
+@case("cost: GPU-seconds by share, monotonic, priced; energy split adds up to the GPU's")
+def _():
+    if not HOLDS:
+        return "SKIP the pods of the sharing case are not running"
+    a = dict(gpu=0, namespace="ns-a", pod="train-a", container="main")
+    b = dict(gpu=0, namespace="ns-b", pod="train-b", container="worker")
+    g1 = dict(gpu=1, namespace="ns-a", pod="train-a", container="main")
+    emu("set", "0", "power=400")
+    m1 = wait_for(lambda: (m := metrics()) and cost_series(
+        m, "accel_pod_gpu_allocated_seconds_total", share="0.25", **a) and m,
+        "GPU-seconds for pod A's replica on GPU 0")
+    t1 = time.monotonic()
+    time.sleep(1.5)
+    seen = []
+    for _ in range(5):  # every scrape: never lower than the one before
+        seen.append(cost_series(metrics(), "accel_pod_gpu_allocated_seconds_total",
+                                share="0.25", **a))
+        time.sleep(0.1)
+    m2 = metrics()
+    t2 = time.monotonic()
+    check(seen == sorted(seen), f"GPU-seconds went down between scrapes: {seen}")
+    da = cost_series(m2, "accel_pod_gpu_allocated_seconds_total", share="0.25",
+                     resource="nvidia.com/gpu", **a) - \
+        cost_series(m1, "accel_pod_gpu_allocated_seconds_total", share="0.25", **a)
+    # a replica of 4: a quarter of the wall time between the two snapshots (each up to one
+    # 100 ms interval old)
+    check(abs(da - 0.25 * (t2 - t1)) < 0.25 * 0.3, f"GPU 0 replica: {da} GPU-s in {t2 - t1} s")
+    d1 = cost_series(m2, "accel_pod_gpu_allocated_seconds_total", share="1", **g1) - \
+        cost_series(m1, "accel_pod_gpu_allocated_seconds_total", share="1", **g1)
+    check(abs(d1 - 4 * da) < 0.25 * 0.3 * 4, f"a whole GPU counts 4x a quarter: {d1} vs {da}")
+    check(cost_series(m2, "accel_pod_gpu_allocated_seconds_total", gpu=2, namespace="ns-c",
+                      share="0.5") is not None, "GPU 2's replica of 2: share 0.5")
+    v = dict(gpu=3, namespace="ns-v", pod="vpod", container="vc",
+             resource="tencent.com/vcuda-core", share="0.4")
+    dv = cost_series(m2, "accel_pod_gpu_allocated_seconds_total", **v) - \
+        cost_series(m1, "accel_pod_gpu_allocated_seconds_total", **v)
+    check(abs(dv - 0.4 * (t2 - t1)) < 0.4 * 0.3, f"vGPU 40 cores: {dv} GPU-s in {t2 - t1} s")
+    cost = cost_series(m2, "accel_pod_gpu_cost_total", currency="EUR", share="0.25", **a)
+    secs = cost_series(m2, "accel_pod_gpu_allocated_seconds_total", share="0.25", **a)
+    check(cost is not None and abs(cost - secs * 3.6 / 3600) < 1e-9,
+          f"cost {cost} EUR for {secs} GPU-s at 3.6 EUR/GPU-hour")
+    # energy: nobody busy, so GPU 0's energy goes by allocation (0.25 each to A and B, the
+    # other half unattributed); the parts add up to the GPU's counter between snapshots
+
+    def energy(m, **lab):
+        return cost_series(m, "accel_pod_gpu_energy_joules_total", **lab)
+
+    def parts(m):
+        return energy(m, **a) + energy(m, **b) + cost_series(
+            m, "accel_gpu_energy_unattributed_joules_total", gpu=0)
+    dg = sample(m2, "accel_gpu_energy_joules_total", gpu=0) - \
+        sample(m1, "accel_gpu_energy_joules_total", gpu=0)
+    check(dg > 100, f"GPU 0 energy grew {dg} J at 400 W")
+    check(abs(parts(m2) - parts(m1) - dg) < 1e-6 * max(dg, 1), f"parts {parts(m2) - parts(m1)} vs GPU {dg}")
+    ea = energy(m2, **a) - energy(m1, **a)
+    check(abs(ea - 0.25 * dg) < 1e-6 * dg, f"pod A's energy {ea} J, a quarter of {dg} J")
+    # pod B's container runs a kernel on GPU 0: while it is the only busy process, every joule
+    # of GPU 0 is B's
+    if not os.path.exists(SPIN):
+        return
+    env = dict(ENV, LD_LIBRARY_PATH=os.path.join(BUILD, "src", "emu"))
+    s = subprocess.Popen([SPIN, "4000", "--go"], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    procs.append(s)
+    while (line := s.stdout.readline()) and line != "# ready\n":
+        pass
+    d = os.path.join(PROC, str(s.pid))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "cgroup"), "w") as f:
+        f.write(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+                f"{POD_B.replace('-', '_')}.slice/cri-containerd-{CID_B}.scope\n")
+    s.stdin.write("go\n")
+    s.stdin.flush()
+    time.sleep(1.5)  # the first utilization periods with the kernel running
+    m3 = metrics()
+    time.sleep(1.0)
+    m4 = metrics()
+    dg = sample(m4, "accel_gpu_energy_joules_total", gpu=0) - \
+        sample(m3, "accel_gpu_energy_joules_total", gpu=0)
+    eb = energy(m4, **b) - energy(m3, **b)
+    ea = energy(m4, **a) - energy(m3, **a)
+    check(dg > 0 and abs(eb - dg) < 1e-6 * dg and ea == 0,
+          f"while B runs alone: B {eb} J, A {ea} J of {dg} J")
+    s.stdin.close()
+    s.wait(timeout=60)
+
+
 @case("pod-resources unreachable: accel_exporter_pod_resources_up 0, GPU series still served")
 def _():
     port = free_port()
@@ -695,6 +826,18 @@ def _():
         check(got == v, f"{name}{labels}: {got}, want {v}")
     check(agent(m, "accel_agent_quota_findings_total", kind="compute", action="kill") is None,
           "an impossible kind/action pair is served")
+    # version 2: each GPU's current health with its reason, recoveries, MPS daemon state
+    check(agent(m, "accel_gpu_health", gpu=1, uuid=UUIDS[1], reason="XID 79") == 0,
+          "GPU 1 should be unhealthy with reason XID 79")
+    for i in (0, 2, 3):
+        check(agent(m, "accel_gpu_health", gpu=i, uuid=UUIDS[i], reason="") == 1,
+              f"GPU {i} should be healthy with an empty reason")
+    check(agent(m, "accel_gpu_recoveries_total", gpu=1, uuid=UUIDS[1]) == 1, "GPU 1 recoveries")
+    check(agent(m, "accel_gpu_recoveries_total", gpu=0, uuid=UUIDS[0]) == 0, "GPU 0 recoveries")
+    check(agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="running") == 1 and
+          agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="fault") == 0 and
+          agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="down") == 0, "GPU 2 MPS running")
+    check(agent(m, "accel_gpu_mps_daemon_state", gpu=0) is None, "GPU 0 has no MPS: no series")
     check("# TYPE accel_agent_allocate_duration_seconds histogram" in m, "histogram TYPE")
     # a bad file (a bucket above the call count): up 0, the last good values kept
     write_agent(agent_stats(alloc_ok=1, alloc_err=0))
@@ -704,7 +847,7 @@ def _():
           "a bad file changed the values")
     write_agent("{not json")
     write_agent(agent_stats(alloc_ok=7, unhealthy=3, restarts=4, killed=2,
-                            buckets=[0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 8, 8]))
+                            buckets=[0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 8, 8], mps="fault"))
     m = wait_for(lambda: (lambda t: t if t and sample(t, "accel_agent_up") == 1 and sample(
         t, "accel_agent_allocate_total", resource=g, result="ok") == 7 else None)(metrics()),
         "the good file's new values")
@@ -716,6 +859,9 @@ def _():
           "quota findings not updated")
     check(agent(m, "accel_agent_allocate_duration_seconds_count", resource=g) == 8,
           "histogram count not updated")
+    check(agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="fault") == 1 and
+          agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="running") == 0,
+          "MPS state not updated to fault")
     # a stale file (acceld gone: no heartbeat for over 30 s) is not up
     stale = agent_stats(alloc_ok=7, unhealthy=3, restarts=4, killed=2,
                         buckets=[0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 8, 8])

@@ -2,8 +2,9 @@
  * acceld-stats.json (acceld's SLI file, which accel-exporter reads from the host's state
  * directory). Checks: 0, -EINVAL (with a message) or -ENOMEM only, *ret untouched on
  * failure; on success every table within its bounds, every string NUL-terminated and
- * printable, the buckets increasing and their counts cumulative and within ok + error;
- * and what acceld_stats_format writes from it parses back to the same stats. */
+ * printable, a GPU's reason there exactly while it is unhealthy, the buckets increasing and their
+ * counts cumulative and within ok + error; and what acceld_stats_format writes from it parses back
+ * to the same stats. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -45,7 +46,14 @@ static void check(const struct acceld_stats *s)
             abort();
     }
     for (size_t i = 0; i < s->n_gpus; i++) {
-        check_label(s->gpus[i].uuid, sizeof(s->gpus[i].uuid));
+        const struct acceld_stats_gpu *g = &s->gpus[i];
+        check_label(g->uuid, sizeof(g->uuid));
+        /* version 2's state: a reason exactly while unhealthy, a known MPS state */
+        if (g->has_state && (g->healthy ? g->reason[0] != '\0'
+                                        : (check_label(g->reason, sizeof(g->reason)), false)))
+            abort();
+        if (g->has_state && (unsigned)g->mps >= ACCELD_STATS_MPS_STATES)
+            abort();
         for (size_t j = 0; j < i; j++)
             if (strcmp(s->gpus[j].uuid, s->gpus[i].uuid) == 0)
                 abort();
@@ -75,6 +83,10 @@ static bool same(const struct acceld_stats *a, const struct acceld_stats *b)
         if (x->index != y->index || strcmp(x->uuid, y->uuid) ||
             x->to_unhealthy != y->to_unhealthy || x->to_healthy != y->to_healthy ||
             x->mps_restarts != y->mps_restarts)
+            return false;
+        /* a version 1 GPU has no state; written back it reads as version 2's default */
+        if (x->has_state && (!y->has_state || x->healthy != y->healthy ||
+                             strcmp(x->reason, y->reason) || x->mps != y->mps))
             return false;
     }
     return true;

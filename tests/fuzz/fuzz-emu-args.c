@@ -65,6 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (emu_args_set_apply(&g, &req, err, sizeof(err)) == 0) {
             if (g.temperature_c > 200 || g.power_mw > 2000000 || g.sm_clock_mhz > 1980 ||
                 g.fan_percent > 100 || g.pstate > 15 || g.mig_mode > 1 ||
+                g.nvlink_error_link >= 18 ||
                 (g.compute_mode != 0 && g.compute_mode != 2 && g.compute_mode != 3))
                 abort();
         }

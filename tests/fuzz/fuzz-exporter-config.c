@@ -4,6 +4,7 @@
  * its field, each disabled family a known one, once) or a refusal that leaves the settings
  * untouched and says where: "fuzz:LINE:COLUMN: ...". */
 #include <errno.h>
+#include <float.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         for (size_t j = 0; j < i; j++)
             if (c.disabled[j] == c.disabled[i])
+                abort();
+    }
+    /* the price table: bounded, named, each price a finite number of at least 0, once */
+    if (c.nprices > EXPORTER_CONFIG_MAX_PRICES ||
+        !memchr(c.cost_currency, 0, sizeof c.cost_currency))
+        abort();
+    for (size_t i = 0; i < c.nprices; i++) {
+        if (!c.prices[i].resource[0] ||
+            !memchr(c.prices[i].resource, 0, sizeof c.prices[i].resource) ||
+            !(c.prices[i].per_hour >= 0) || c.prices[i].per_hour > DBL_MAX)
+            abort();
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(c.prices[j].resource, c.prices[i].resource) == 0)
                 abort();
     }
     /* what --check-config prints parses back to the same settings */

@@ -233,6 +233,10 @@ def sli_file(tap, node, tmp, ids):
     others = [x for x in d["gpus"] if x["uuid"] not in moved]
     tap.ok(all(x["toUnhealthy"] == 0 and x["toHealthy"] == 0 and x["mpsRestarts"] == 0
                for x in others), "SLI file: the other GPUs never changed")
+    # version 2: every GPU back to healthy (no reason left), no MPS in this mode
+    tap.ok(d["version"] == 2 and all(x["healthy"] is True and x["reason"] == "" and
+                                     x["mps"] == "none" for x in d["gpus"]),
+           "SLI file: version 2, every GPU healthy again, no MPS", d["gpus"])
     tap.ok(abs(d["writeTime"] - time.time()) < 60 and
            d["startTime"] <= d["writeTime"], "SLI file: start and write times")
     exporter_reads(tap, build, node, os.path.join(tmp, "state"), d)
@@ -264,6 +268,9 @@ def exporter_reads(tap, build, node, state, d):
     for g in d["gpus"]:
         want['accel_agent_health_transitions_total{gpu="%d",uuid="%s",to="unhealthy"}'
              % (g["index"], g["uuid"])] = g["toUnhealthy"]
+        want['accel_gpu_health{gpu="%d",uuid="%s",reason=""}' % (g["index"], g["uuid"])] = 1
+        want['accel_gpu_recoveries_total{gpu="%d",uuid="%s"}' % (g["index"], g["uuid"])] = \
+            g["toHealthy"]
     seen = {}
 
     def served():
@@ -274,7 +281,7 @@ def exporter_reads(tap, build, node, state, d):
         except OSError:
             return False
         for line in text.splitlines():
-            if line.startswith("accel_agent_"):
+            if line.startswith(("accel_agent_", "accel_gpu_health", "accel_gpu_recoveries")):
                 k, v = line.rsplit(" ", 1)
                 seen[k] = float(v)
         return all(seen.get(k) == v for k, v in want.items())

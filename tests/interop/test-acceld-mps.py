@@ -303,6 +303,28 @@ def mps_run(tap, build, pb, tmp, control, agents):
                open(os.path.join(state, "acceld-stats.json")).read()[-3000:]
                if os.path.exists(os.path.join(state, "acceld-stats.json")) else "no file")
 
+        # version 2's current state: the restarted daemons answer again (running), and GPU 3
+        # is Unhealthy for its XID 79 (or, if it recovered, counted so)
+        def state_v2():
+            try:
+                with open(os.path.join(state, "acceld-stats.json")) as f:
+                    st = json.load(f)
+            except (OSError, ValueError):
+                return None
+            g = {x["uuid"]: x for x in st["gpus"]}
+            g3 = g.get(uuid[3], {})
+            ok = st.get("version") == 2 and \
+                all(g.get(uuid[i], {}).get("mps") == "running" for i in (0, 1, 2)) and \
+                ((g3.get("healthy") is False and g3.get("reason") == "XID 79") or
+                 (g3.get("healthy") is True and g3.get("toHealthy", 0) >= 1))
+            return st if ok else None
+        got = K.wait_until(state_v2, T, 0.05)
+        tap.ok(got is not None, "SLI file: MPS daemons of GPUs 0-2 running again, GPU 3 "
+               "Unhealthy with reason XID 79",
+               [(x["index"], x.get("healthy"), x.get("reason"), x.get("mps"))
+                for x in json.load(open(os.path.join(state, "acceld-stats.json")))["gpus"]]
+               if os.path.exists(os.path.join(state, "acceld-stats.json")) else "no file")
+
         # ---- SIGTERM: every daemon stopped
         running = [daemon_pid(state, n) for n in names]
         rc = agent.stop(signal.SIGTERM, timeout=T)

@@ -31,7 +31,9 @@ static void fill(struct acceld_stats *s)
     acceld_stats_health(s, "GPU-bbbb", true);
     acceld_stats_health(s, "GPU-bbbb", false);
     acceld_stats_health(s, "GPU-none", false); /* unknown GPU: not counted */
+    acceld_stats_set_health_state(s, "GPU-bbbb", false, "XID 79\n(bus)"); /* '\n' becomes '?' */
     acceld_stats_set_mps_restarts(s, "GPU-aaaa", 5);
+    acceld_stats_set_mps_state(s, "GPU-aaaa", ACCELD_STATS_MPS_FAULT);
     acceld_stats_quota(s, ACCELD_STATS_QUOTA_MEMORY, ACCELD_STATS_ACTION_KILL);
     acceld_stats_quota(s, ACCELD_STATS_QUOTA_COMPUTE, ACCELD_STATS_ACTION_FREEZE);
     acceld_stats_quota(s, ACCELD_STATS_QUOTA_COMPUTE, ACCELD_STATS_ACTION_FREEZE);
@@ -61,6 +63,12 @@ TEST(counting)
     CHECK_EQ_U64(s.gpus[1].to_unhealthy, 2);
     CHECK_EQ_U64(s.gpus[1].to_healthy, 1);
     CHECK_EQ_U64(s.gpus[0].mps_restarts, 5);
+    CHECK(s.gpus[0].has_state && s.gpus[0].healthy);
+    CHECK_EQ_STR(s.gpus[0].reason, "");
+    CHECK_EQ_INT(s.gpus[0].mps, ACCELD_STATS_MPS_FAULT);
+    CHECK(s.gpus[1].has_state && !s.gpus[1].healthy);
+    CHECK_EQ_STR(s.gpus[1].reason, "XID 79?(bus)");
+    CHECK_EQ_INT(s.gpus[1].mps, ACCELD_STATS_MPS_NONE);
     CHECK_EQ_U64(s.quota[ACCELD_STATS_QUOTA_MEMORY][ACCELD_STATS_ACTION_KILL], 1);
     CHECK_EQ_U64(s.quota[ACCELD_STATS_QUOTA_COMPUTE][ACCELD_STATS_ACTION_FREEZE], 2);
     /* the same restarts again change nothing: no rewrite is due */
@@ -69,6 +77,21 @@ TEST(counting)
     CHECK_EQ_U64(s.generation, gen);
     acceld_stats_set_mps_restarts(&s, "GPU-aaaa", 6);
     CHECK(s.generation != gen);
+    /* health state: the same again changes nothing; healthy clears the reason; unhealthy
+     * without a reason says "unknown" */
+    gen = s.generation;
+    acceld_stats_set_health_state(&s, "GPU-bbbb", false, "XID 79\n(bus)");
+    acceld_stats_set_mps_state(&s, "GPU-aaaa", ACCELD_STATS_MPS_FAULT);
+    CHECK_EQ_U64(s.generation, gen);
+    acceld_stats_set_health_state(&s, "GPU-bbbb", true, "ignored");
+    CHECK(s.gpus[1].healthy);
+    CHECK_EQ_STR(s.gpus[1].reason, "");
+    CHECK(s.generation != gen);
+    acceld_stats_set_health_state(&s, "GPU-bbbb", false, NULL);
+    CHECK_EQ_STR(s.gpus[1].reason, "unknown");
+    acceld_stats_set_mps_state(&s, "GPU-aaaa", ACCELD_STATS_MPS_STATES); /* refused */
+    CHECK_EQ_INT(s.gpus[0].mps, ACCELD_STATS_MPS_FAULT);
+    CHECK_EQ_STR(acceld_stats_mps_state_name(ACCELD_STATS_MPS_DOWN), "down");
 }
 
 TEST(table_full)
@@ -160,8 +183,18 @@ TEST(strict_reader)
     static const struct {
         const char *from, *to, *msg;
     } cases[] = {
-        {"\"version\": 1", "\"version\": 2", "version"},
-        {"\"version\": 1", "\"versionx\": 1", "unknown key \"versionx\""},
+        {"\"version\": 2", "\"version\": 3", "version"},
+        {"\"version\": 2", "\"version\": 0", "version"},
+        {"\"version\": 2", "\"versionx\": 2", "unknown key \"versionx\""},
+        /* version 1 has no current state: its keys are unknown there */
+        {"\"version\": 2", "\"version\": 1", "gpus[0]: unknown key"},
+        {"\"mps\": \"fault\"", "\"mps\": \"restarting\"", "gpus[0].mps"},
+        {"\"mps\": \"fault\"", "\"mps\": 1", "gpus[0].mps"},
+        {"\"healthy\": true", "\"healthy\": 1", "gpus[0].healthy"},
+        {"\"reason\": \"\"", "\"reason\": \"XID 79\"", "while healthy"},
+        {"\"reason\": \"XID 79?(bus)\"", "\"reason\": \"\"", "gpus[1].reason"},
+        {"\"reason\": \"XID 79?(bus)\"", "\"reason\": \"XID\\t79\"", "printable ASCII"},
+        {"\"reason\": \"XID 79?(bus)\",", "", "gpus[1]: \"reason\" is missing"},
         {"\"ok\": 2,", "\"ok\": -2,", "resources[0].allocate.ok"},
         {"\"ok\": 2,", "\"ok\": 2.5,", "resources[0].allocate.ok"},
         {"\"name\": \"tencent.com/vcuda-core\"", "\"name\": \"nvidia.com/gpu\"", "listed twice"},
@@ -189,6 +222,28 @@ TEST(strict_reader)
     CHECK_EQ_INT(acceld_stats_parse("[]", 2, &r, err, sizeof err), -EINVAL);
     CHECK_EQ_INT(acceld_stats_parse("{", 1, &r, err, sizeof err), -EINVAL);
     CHECK_EQ_INT(acceld_stats_parse("{\"a\"\0:1}", 8, &r, err, sizeof err), -EINVAL);
+}
+
+/* A version 1 file (acceld before the GPUs' current state) still reads: its GPUs have no
+ * state, so the exporter leaves their health out rather than inventing one. */
+TEST(version1_reads)
+{
+    static const char v1[] =
+        "{\"version\": 1, \"startTime\": 1, \"writeTime\": 2, \"deviceInit\": {\"ok\": 1, "
+        "\"failed\": 0}, \"allocateBuckets\": [0.5], \"resources\": [], \"gpus\": [{\"index\": 0, "
+        "\"uuid\": \"GPU-a\", \"toUnhealthy\": 1, \"toHealthy\": 1, \"mpsRestarts\": 0}], "
+        "\"quotaFindings\": {\"memory\": {\"none\": 0, \"kill\": 0, \"freeze\": 0}, "
+        "\"under_report\": {\"none\": 0, \"kill\": 0, \"freeze\": 0}, \"compute\": {\"none\": 0, "
+        "\"kill\": 0, \"freeze\": 0}}}";
+    static struct acceld_stats r;
+    char err[256] = "";
+    int rc = acceld_stats_parse(v1, sizeof v1 - 1, &r, err, sizeof err);
+    if (rc)
+        tap_diag("%s", err);
+    REQUIRE_EQ_INT(rc, 0);
+    REQUIRE_EQ_INT(r.n_gpus, 1);
+    CHECK(!r.gpus[0].has_state);
+    CHECK_EQ_U64(r.gpus[0].to_healthy, 1);
 }
 
 TEST(bucket_over_count_refused)
