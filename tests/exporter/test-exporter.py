@@ -586,6 +586,15 @@ def _():
     b = dict(gpu=0, namespace="ns-b", pod="train-b", container="worker")
     g1 = dict(gpu=1, namespace="ns-a", pod="train-a", container="main")
     emu("set", "0", "power=400")
+
+    def gpu0_idle():
+        m = metrics()
+        busy = [ln for ln in (m or "").splitlines()
+                if ln.startswith("accel_gpu_process_utilization_ratio{") and 'gpu="0"' in ln
+                and float(ln.split()[-1]) > 0]
+        return m and sample(m, "accel_gpu_utilization_ratio", gpu=0) == 0 and not busy
+    # the earlier cases' kernels on GPU 0 are over: energy then goes by allocation
+    wait_for(gpu0_idle, "GPU 0 idle (no process with SM utilization)", 30)
     m1 = wait_for(lambda: (m := metrics()) and cost_series(
         m, "accel_pod_gpu_allocated_seconds_total", share="0.25", **a) and m,
         "GPU-seconds for pod A's replica on GPU 0")
@@ -619,21 +628,44 @@ def _():
     secs = cost_series(m2, "accel_pod_gpu_allocated_seconds_total", share="0.25", **a)
     check(cost is not None and abs(cost - secs * 3.6 / 3600) < 1e-9,
           f"cost {cost} EUR for {secs} GPU-s at 3.6 EUR/GPU-hour")
-    # energy: nobody busy, so GPU 0's energy goes by allocation (0.25 each to A and B, the
-    # other half unattributed); the parts add up to the GPU's counter between snapshots
+    # energy: nobody busy, so GPU 0's energy goes by allocation: 0.25 each to A and B, and
+    # the vGPU containers acceld's status.json puts on GPU 0 (the vGPU case's, 30 and 50
+    # cores): 1.3 GPUs' worth in all, so each gets its share / 1.3 (overcommitted); the parts
+    # add up to the GPU's counter between snapshots
 
     def energy(m, **lab):
         return cost_series(m, "accel_pod_gpu_energy_joules_total", **lab)
 
+    def all_of(m, name, **lab):
+        total = 0.0
+        for line in m.splitlines():
+            mm = re.match(r"([a-z_]+)\{(.*)\} (\S+)$", line)
+            if not mm or mm.group(1) != name:
+                continue
+            got = dict(re.findall(r'([a-z_]+)="((?:[^"\\]|\\.)*)"', mm.group(2)))
+            if all(got.get(k) == str(v) for k, v in lab.items()):
+                total += float(mm.group(3))
+        return total
+
     def parts(m):
-        return energy(m, **a) + energy(m, **b) + cost_series(
+        return all_of(m, "accel_pod_gpu_energy_joules_total", gpu=0) + cost_series(
             m, "accel_gpu_energy_unattributed_joules_total", gpu=0)
     dg = sample(m2, "accel_gpu_energy_joules_total", gpu=0) - \
         sample(m1, "accel_gpu_energy_joules_total", gpu=0)
     check(dg > 100, f"GPU 0 energy grew {dg} J at 400 W")
     check(abs(parts(m2) - parts(m1) - dg) < 1e-6 * max(dg, 1), f"parts {parts(m2) - parts(m1)} vs GPU {dg}")
     ea = energy(m2, **a) - energy(m1, **a)
-    check(abs(ea - 0.25 * dg) < 1e-6 * dg, f"pod A's energy {ea} J, a quarter of {dg} J")
+    # by allocation: each container's part in proportion to its share (A and B 0.25 each,
+    # the vGPU case's containers on GPU 0 0.3 and 0.5: overcommitted, so scaled down), never
+    # more than its share
+    eb = energy(m2, **b) - energy(m1, **b)
+    va = dict(gpu=0, namespace="ns-v", pod="vgpu-a", container="main")
+    vb = dict(gpu=0, namespace="ns-v", pod="vgpu-b", container="side")
+    eva, evb = energy(m2, **va) - energy(m1, **va), energy(m2, **vb) - energy(m1, **vb)
+    check(abs(ea - eb) < 1e-6 * dg and 0 < ea <= 0.25 * dg * (1 + 1e-9),
+          f"A and B (0.25 each) get equal parts, at most a quarter: {ea} {eb} of {dg} J")
+    check(eva > 0 and abs(evb / eva - 0.5 / 0.3) < 1e-6 and abs(eva / ea - 0.3 / 0.25) < 1e-6,
+          f"the vGPU containers' parts in proportion to their shares: {eva} {evb} (A {ea})")
     # pod B's container runs a kernel on GPU 0: while it is the only busy process, every joule
     # of GPU 0 is B's
     if not os.path.exists(SPIN):
@@ -1116,7 +1148,7 @@ def _():
                     r"the last good values", out) and out.count("cumulative counts") == 1,
           f"no log line for the bad SLI file: {out[-3000:]}")
     # the bad vGPU status.json too, naming its JSON path; and that it read well again
-    check(out.count("status.json: assignments[3].cores: want an integer 0..100: keeping the "
+    check(out.count("status.json: assignments[4].cores: want an integer 0..100: keeping the "
                     "last good assignments") == 1 and "status.json reads well again" in out,
           f"no log line for the bad vGPU status.json: {out[-3000:]}")
 
