@@ -700,10 +700,12 @@ static void remove_tree(const char *dir, int depth)
                 continue;
             char p[VGPU_PATH_MAX + 300];
             snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-            if (unlink(p) < 0 && errno == EISDIR && depth > 0)
+            if (unlink(p) == 0 || errno != EISDIR)
+                continue;
+            if (depth > 0)
                 remove_tree(p, depth - 1);
-            else if (errno == EISDIR)
-                rmdir(p);
+            else
+                rmdir(p); /* only when empty */
         }
         closedir(d);
     }
@@ -736,19 +738,7 @@ static int spares_start(struct vgpu *v, char *err, size_t errlen)
 
 static void remove_files(const struct assign *as)
 {
-    DIR *d = opendir(as->region);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char p[VGPU_PATH_MAX + 300];
-            snprintf(p, sizeof(p), "%s/%s", as->region, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(as->region);
+    remove_tree(as->region, 0); /* the region file(s) the container wrote */
     unlink(as->config);
     /* a container's own ld.so.preload, as acceld wrote before it shared one */
     char legacy[VGPU_PATH_MAX + 32];

@@ -57,7 +57,9 @@ int vc_region_attach(const char *path, struct vc_region *ret)
         if (map == MAP_FAILED)
             return -errno;
     } else {
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+        /* others may read (not write): the node's exporter, an unprivileged user, serves
+         * the container's usage from it (docs/exporter.md, "vGPU usage regions") */
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0664);
         if (fd < 0)
             return -errno;
         struct stat st;
@@ -335,8 +337,8 @@ static void heal(struct vc_region *r, int slot, unsigned dev)
     if (have >= want || __atomic_load_n(&r->own_busy, __ATOMIC_SEQ_CST) ||
         __atomic_load_n(&r->own_gen, __ATOMIC_SEQ_CST) != gen)
         return;
-    if (__atomic_compare_exchange_n(&r->slots[slot].used[dev], &have, want, false,
-                                    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+    if (__atomic_compare_exchange_n(&r->slots[slot].used[dev], &have, want, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_RELAXED))
         __atomic_fetch_add(&r->tampered, 1, __ATOMIC_RELAXED);
 }
 

@@ -387,19 +387,26 @@ static int child_main(int argc, char **argv)
             return 14;
         printf("queued\n");
         fflush(stdout);
-        if (read(0, line, 1) != 1)
-            return 0;
-        if (p_cuEventSynchronize(e1) != CUDA_SUCCESS)
-            return 15;
-        uint64_t t1 = emu_state_now_ns();
-        float ms = 0;
-        if (p_cuEventElapsedTime_v2(&ms, e0, e1) != CUDA_SUCCESS)
-            return 16;
-        printf("%llu %llu %.6f\n", (unsigned long long)t0, (unsigned long long)(t1 - t0), ms);
-        fflush(stdout);
-        while (read(0, line, sizeof(line)) > 0)
-            ;
-        return 0;
+        int rc = 0;
+        if (read(0, line, 1) == 1) {
+            float ms = 0;
+            if (p_cuEventSynchronize(e1) != CUDA_SUCCESS)
+                rc = 15;
+            uint64_t t1 = emu_state_now_ns();
+            if (!rc && p_cuEventElapsedTime_v2(&ms, e0, e1) != CUDA_SUCCESS)
+                rc = 16;
+            if (!rc) {
+                printf("%llu %llu %.6f\n", (unsigned long long)t0, (unsigned long long)(t1 - t0),
+                       ms);
+                fflush(stdout);
+                while (read(0, line, sizeof(line)) > 0)
+                    ;
+            }
+        }
+        /* LeakSanitizer counts events never destroyed */
+        p_cuEventDestroy_v2(e0);
+        p_cuEventDestroy_v2(e1);
+        return rc;
     }
     if (!strcmp(mode, "spin") && argc == 5) {
         /* ready, wait for "go", then queue N spin kernels at once and wait for them */

@@ -27,13 +27,24 @@ NVML = os.path.join(BUILD, "src", "emu", "libnvidia-ml.so.1")
 HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
 SPIN = os.path.join(BUILD, "tests", "emu", "spin")
 FAKE_PODRES = os.path.join(BUILD, "tests", "exporter", "fake-podresources")
-SPIN = os.path.join(BUILD, "tests", "emu", "spin")
 SRC = os.environ.get("ACCEL_SOURCE_ROOT",
                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 if not os.path.exists(EXPORTER):
     print("1..0 # SKIP accel-exporter not built (libmicrohttpd missing)")
     sys.exit(77)
+
+# Sanitized build: the utilization case opens the emulated NVML (sanitized) through ctypes, so
+# ASan's runtime must come first in this interpreter; python itself is not leak-clean, so leak
+# checks are off here and back on (the test's own ASAN_OPTIONS) for every program it starts.
+if os.environ.get("EXPORTER_ASAN_RT") and not os.environ.get("LD_PRELOAD"):
+    os.execve(sys.executable, [sys.executable] + sys.argv,
+              dict(os.environ, LD_PRELOAD=os.environ["EXPORTER_ASAN_RT"],
+                   EXPORTER_CHILD_ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", ""),
+                   ASAN_OPTIONS="detect_leaks=0"))
+if "EXPORTER_CHILD_ASAN_OPTIONS" in os.environ:
+    os.environ["ASAN_OPTIONS"] = os.environ.pop("EXPORTER_CHILD_ASAN_OPTIONS")
+    os.environ.pop("LD_PRELOAD")  # loaded here; the sanitized programs link it themselves
 
 TMP = tempfile.mkdtemp(prefix="test-exporter-")
 STATE = os.path.join(TMP, "machine")
