@@ -11,10 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "fs.h"
 #include "grpc.h"
+#include "regions.h"
 #include "podresources.pb-c.h"
 
 #define ALLOC_METHOD "/v1.PodResourcesLister/GetAllocatableResources"
@@ -179,48 +178,42 @@ int exporter_cost_set_state_dir(struct exporter_cost *c, const char *state_dir)
     return 0;
 }
 
-static bool vgpu_str(json_t *o, const char *key, char *out, size_t len)
+/* src into out when it fits (names longer than Kubernetes allows are skipped, not cut). */
+static bool copy_name(char *out, size_t len, const char *src)
 {
-    json_t *v = json_object_get(o, key);
-    const char *s = json_string_value(v);
-    if (!s || json_string_length(v) >= len || strlen(s) != json_string_length(v))
+    size_t n = strlen(src);
+    if (n >= len)
         return false;
-    memcpy(out, s, json_string_length(v) + 1);
+    memcpy(out, src, n + 1);
     return true;
 }
 
+/* acceld's vGPU report, through the exporter's one reader of it (regions.c, strict: a bad
+ * file is refused whole and the last assignments stay). */
 int exporter_cost_parse_vgpu(struct exporter_cost *c, const char *data, size_t len)
 {
-    json_error_t je;
-    json_t *root = json_loadb(data, len, 0, &je), *arr = json_object_get(root, "assignments");
+    static struct exporter_vgpu_assign a[EXPORTER_COST_MAX_VGPU];
     static struct exporter_podres_entry next[EXPORTER_COST_MAX_VGPU];
-    size_t n = 0;
-    if (!json_is_object(root) || !json_is_integer(json_object_get(root, "version")) ||
-        json_integer_value(json_object_get(root, "version")) != 1 || !json_is_array(arr)) {
-        json_decref(root);
-        return -EINVAL;
-    }
-    for (size_t i = 0; i < json_array_size(arr) && n < EXPORTER_COST_MAX_VGPU; i++) {
-        json_t *a = json_array_get(arr, i), *cores = json_object_get(a, "cores");
-        json_t *whole = json_object_get(a, "whole"), *complete = json_object_get(a, "complete");
+    size_t na = 0, n = 0;
+    char err[400];
+    int r = exporter_vgpu_status_parse(data, len, a, EXPORTER_COST_MAX_VGPU, &na, err, sizeof err);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < na; i++) {
         struct exporter_podres_entry *x = &next[n];
         memset(x, 0, sizeof(*x));
         /* an assignment not yet complete holds nothing yet */
-        if (!json_is_object(a) || !json_is_integer(cores) || json_integer_value(cores) < 0 ||
-            !json_is_boolean(whole) || !json_is_true(complete) ||
-            !vgpu_str(a, "gpu", x->gpu_uuid, sizeof(x->gpu_uuid)) || !x->gpu_uuid[0] ||
-            !vgpu_str(a, "namespace", x->namespace_, sizeof(x->namespace_)) ||
-            !vgpu_str(a, "pod", x->pod, sizeof(x->pod)) ||
-            !vgpu_str(a, "container", x->container, sizeof(x->container)))
+        if (!a[i].complete || !copy_name(x->gpu_uuid, sizeof x->gpu_uuid, a[i].gpu_uuid) ||
+            !copy_name(x->namespace_, sizeof x->namespace_, a[i].ns) ||
+            !copy_name(x->pod, sizeof x->pod, a[i].pod) ||
+            !copy_name(x->container, sizeof x->container, a[i].container))
             continue;
-        json_int_t k = json_is_true(whole) ? 100 : json_integer_value(cores);
-        x->ids = k > 100 ? 100 : (unsigned)k;
+        x->ids = a[i].whole ? 100 : (unsigned)a[i].cores;
         snprintf(x->resource, sizeof(x->resource), "%s", EXPORTER_COST_VGPU_RESOURCE);
         x->replica = 2; /* a vGPU share: ids are cores */
         if (x->ids)
             n++;
     }
-    json_decref(root);
     memcpy(c->vgpu, next, n * sizeof(next[0]));
     c->nvgpu = n;
     return 0;

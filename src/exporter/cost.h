@@ -35,7 +35,7 @@
 
 #define EXPORTER_COST_MAX_SERIES 1024  /* per table (allocation, energy) */
 #define EXPORTER_COST_MAX_REPLICAS 256 /* (resource, GPU) pairs with replicas */
-#define EXPORTER_COST_MAX_VGPU 256     /* vGPU assignments kept from status.json */
+#define EXPORTER_COST_MAX_VGPU 1024    /* vGPU assignments kept from status.json */
 #define EXPORTER_COST_VGPU_RESOURCE "tencent.com/vcuda-core"
 #define EXPORTER_COST_VGPU_MAX_BYTES (4u << 20) /* a bigger status.json is refused */
 #define EXPORTER_COST_KEEP_NS (3600ull * 1000000000ull)

@@ -146,9 +146,12 @@ int exporter_vgpu_status_parse(const char *text, size_t len, struct exporter_vgp
     }
     for (size_t i = 0; i < json_array_size(arr); i++) {
         json_t *o = json_array_get(arr, i), *whole = json_object_get(o, "whole");
+        json_t *complete = json_object_get(o, "complete");
         struct exporter_vgpu_assign x;
-        if (!json_is_object(o) || (whole && !json_is_boolean(whole))) {
-            snprintf(err, errlen, "assignments[%zu]: want an object (whole: a boolean)", i);
+        if (!json_is_object(o) || (whole && !json_is_boolean(whole)) ||
+            (complete && !json_is_boolean(complete))) {
+            snprintf(err, errlen, "assignments[%zu]: want an object (whole, complete: booleans)",
+                     i);
             goto out;
         }
         if (str_field(o, "namespace", false, x.ns, sizeof x.ns, i, err, errlen) < 0 ||
@@ -159,8 +162,8 @@ int exporter_vgpu_status_parse(const char *text, size_t len, struct exporter_vgp
             int_field(o, "cores", 100, &x.cores, i, err, errlen) < 0 ||
             int_field(o, "memoryBytes", INT64_MAX, &x.memory_bytes, i, err, errlen) < 0)
             goto out;
-        if (json_is_true(whole))
-            continue; /* a whole GPU: no libvcuda, no region, no limits */
+        x.whole = json_is_true(whole);
+        x.complete = !json_is_false(complete);
         for (size_t k = 0; k < n; k++)
             if (!strcmp(a[k].pod_uid, x.pod_uid) && !strcmp(a[k].container, x.container) &&
                 !strcmp(a[k].gpu_uuid, x.gpu_uuid)) {
@@ -283,8 +286,11 @@ static void read_status(struct exporter_vgpu *v)
     if (v->last_err[0])
         log_info("%s reads well again", path);
     v->last_err[0] = '\0';
-    memcpy(v->a, next, n * sizeof next[0]);
-    v->n = n;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!next[i].whole) /* a whole GPU: no libvcuda, no region, no limits */
+            v->a[m++] = next[i];
+    v->n = m;
     v->seen = st;
     v->have = true;
     v->status_ok = true;

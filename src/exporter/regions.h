@@ -39,17 +39,20 @@ struct exporter_region_usage {
 int exporter_region_parse(const unsigned char *buf, size_t len, const char *gpu_uuid,
                           struct exporter_region_usage *ret);
 
-/* One assignment of status.json (whole-GPU ones are left out: they have no region). */
+/* One assignment of status.json. */
 struct exporter_vgpu_assign {
     char ns[EXPORTER_VGPU_NAME], pod[EXPORTER_VGPU_NAME], pod_uid[EXPORTER_VGPU_NAME];
     char container[EXPORTER_VGPU_NAME], gpu_uuid[96];
     uint64_t cores; /* percent of one GPU */
     uint64_t memory_bytes;
+    bool whole;    /* whole GPUs: no libvcuda, no region, no limits */
+    bool complete; /* both resources' Allocates answered ("complete"; absent: true) */
 };
 
 /* Parses status.json text strictly: version 1, assignments an array of objects whose names
  * are printable ASCII (pod UID and container also usable as path components), cores
- * 0..100, memoryBytes >= 0, no duplicate (pod UID, container, GPU). Writes up to cap
+ * 0..100, memoryBytes >= 0, whole and complete booleans where present, no duplicate (pod
+ * UID, container, GPU); whole-GPU assignments included (flagged). Writes up to cap
  * assignments to a (more: -E2BIG) and their count to *ret_n. Returns 0 or -EINVAL with the
  * reason (and its JSON path) in err. */
 int exporter_vgpu_status_parse(const char *text, size_t len, struct exporter_vgpu_assign *a,
