@@ -69,15 +69,7 @@ def check_cost(agent, seconds=5.0):
 
 def start(node, tmp, pdir, kc, sub, interval):
     """acceld in vGPU mode as the pods test starts it, with this check interval."""
-    d = os.path.join(tmp, sub)
-    os.makedirs(d, exist_ok=True)
-    return K.Acceld(BUILD, node, pdir, d,
-                    extra=("--mode", "vgpu", "--no-register", "--kubeconfig", kc,
-                           "--node-name", "node-a", "--state-dir", os.path.join(tmp, "state"),
-                           "--vcuda-library", os.path.join(BUILD, "src/vcuda/libvcuda.so"),
-                           "--pod-resources-socket", os.path.join(tmp, "none.sock"),
-                           "--proc-root", os.path.join(tmp, "proc"),
-                           "--vgpu-check-interval", interval, "--allocate-wait", "2s"))
+    return P.start_acceld(BUILD, node, tmp, pdir, kc, sub, interval)
 
 
 def main():

@@ -184,28 +184,12 @@ static void sli_print(void *ctx, const char *fmt, ...) __attribute__((format(pri
 static void sli_print(void *ctx, const char *fmt, ...)
 {
     struct sli_ctx *c = ctx;
-    char line[1024];
+    char line[4096]; /* room for regions.c's label sets, the longest */
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     if (n < 0 || (size_t)n >= sizeof line) /* labels are bounded: a full line cannot happen */
-        c->b->oom = true;
-    else
-        buf_printf(c->b, "%s", line);
-}
-
-/* regions.c's output: like sli_print, with room for its longer label sets. */
-static void vgpu_print(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void vgpu_print(void *ctx, const char *fmt, ...)
-{
-    struct sli_ctx *c = ctx;
-    char line[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof line)
         c->b->oom = true;
     else
         buf_printf(c->b, "%s", line);
@@ -624,7 +608,7 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
     if (e->sli)
         exporter_sli_render(e->sli, &out);
     if (e->vgpu) {
-        struct exporter_vgpu_out vout = {sli_family, vgpu_print, vgpu_gpu_index, &c};
+        struct exporter_vgpu_out vout = {sli_family, sli_print, vgpu_gpu_index, &c};
         exporter_vgpu_render(e->vgpu, &vout);
     }
     if (om)

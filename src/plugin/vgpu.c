@@ -534,8 +534,8 @@ static int checkpoint_load(struct vgpu *v, char *err, size_t errlen)
 /* A container's files: <state>/vgpu/<pod-uid>/<container>/ with config and
  * region/ (0777: the container's user writes its usage region there), and
  * the one ld.so.preload of the state dir. Creating inodes is the costly part
- * of writing them (on ext4 without a journal, over a millisecond each once
- * many were deleted), so acceld keeps spares: .spare/<n>/c/ with an empty
+ * of writing them (bench/fs-costs.py: ~0.15 ms each on a quiet ext4, ten times a
+ * rename, and milliseconds on a loaded disk), so acceld keeps spares: .spare/<n>/c/ with an empty
  * config and region/, made ahead when no Allocate is coming (vgpu_spare_fill).
  * An Allocate fills in a spare's config and renames the spare into place:
  * .spare/<n> becomes the pod's directory for its first container (then c its

@@ -92,11 +92,14 @@ def emu(*args):
     return p.stdout
 
 
-def sample(text, name, **labels):
-    """The value of the one series name{labels...} in Prometheus text, or None."""
+def samples(text, name, **labels):
+    """The values of every series name{labels...} (a subset of its labels) in Prometheus
+    text, in order."""
+    out = []
     for line in text.splitlines():
         if not labels and line.startswith(name + " "):
-            return float(line.split()[1])
+            out.append(float(line.split()[1]))
+            continue
         if not line.startswith(name + "{"):
             continue
         m = re.match(r"([a-z_]+)\{(.*)\} (\S+)$", line)
@@ -104,8 +107,14 @@ def sample(text, name, **labels):
             continue
         got = dict(re.findall(r'([a-z_]+)="((?:[^"\\]|\\.)*)"', m.group(2)))
         if all(got.get(k) == str(v) for k, v in labels.items()):
-            return float(m.group(3))
-    return None
+            out.append(float(m.group(3)))
+    return out
+
+
+def sample(text, name, **labels):
+    """The value of the first series name{labels...} in Prometheus text, or None."""
+    v = samples(text, name, **labels)
+    return v[0] if v else None
 
 
 emu("init", "--gpus", "4")
@@ -647,19 +656,8 @@ def _():
     def energy(m, **lab):
         return cost_series(m, "accel_pod_gpu_energy_joules_total", **lab)
 
-    def all_of(m, name, **lab):
-        total = 0.0
-        for line in m.splitlines():
-            mm = re.match(r"([a-z_]+)\{(.*)\} (\S+)$", line)
-            if not mm or mm.group(1) != name:
-                continue
-            got = dict(re.findall(r'([a-z_]+)="((?:[^"\\]|\\.)*)"', mm.group(2)))
-            if all(got.get(k) == str(v) for k, v in lab.items()):
-                total += float(mm.group(3))
-        return total
-
     def parts(m):
-        return all_of(m, "accel_pod_gpu_energy_joules_total", gpu=0) + cost_series(
+        return sum(samples(m, "accel_pod_gpu_energy_joules_total", gpu=0)) + cost_series(
             m, "accel_gpu_energy_unattributed_joules_total", gpu=0)
     dg = sample(m2, "accel_gpu_energy_joules_total", gpu=0) - \
         sample(m1, "accel_gpu_energy_joules_total", gpu=0)

@@ -134,7 +134,9 @@ class Kubelet:
             p.close()
 
 
-def start_acceld(build, node, tmp, pdir, kubeconfig, sub):
+def start_acceld(build, node, tmp, pdir, kubeconfig, sub, interval="100ms"):
+    """acceld in vGPU mode against the fake API server; the host-side check every interval
+    (bench/acceld-vgpu.py starts it too)."""
     d = os.path.join(tmp, sub)
     os.makedirs(d, exist_ok=True)
     return K.Acceld(build, node, pdir, d,
@@ -143,7 +145,7 @@ def start_acceld(build, node, tmp, pdir, kubeconfig, sub):
                            "--vcuda-library", os.path.join(build, "src/vcuda/libvcuda.so"),
                            "--pod-resources-socket", os.path.join(tmp, "none.sock"),
                            "--proc-root", os.path.join(tmp, "proc"),
-                           "--vgpu-check-interval", "100ms", "--allocate-wait", "2s",
+                           "--vgpu-check-interval", interval, "--allocate-wait", "2s",
                            "--vgpu-over-quota-action", "kill",
                            "--vgpu-compute-action", "freeze", "--vgpu-freeze-period", "400ms",
                            "--vgpu-cgroup-root", os.path.join(tmp, "cgroup")))
