@@ -9,6 +9,8 @@
 # acceld.sh and dra.sh need the agent's -dev libraries; on a GPU machine without them, carry a
 # bundle made here by scripts/gpu-bundle.sh and set ACCEL_GPU_BUNDLE to its path (dra.sh also
 # needs /usr/bin/python3 with python3-grpcio and python3-protobuf, protoc and openssl there).
+# ACCEL_GPU_SCRIPT_TIMEOUT=SECONDS stops a script that runs longer (FAIL, exit 124), so one hang
+# does not spend the rest of a lease.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 logs=${OUT:-$(mktemp -d /tmp/accel-gpu-XXXXXX)}
@@ -29,8 +31,13 @@ fi
 failed=0
 for s in "${scripts[@]}"; do
     start=$(date +%s)
-    bash "$here/$s" >"$logs/$s.log" 2>&1
+    if [ -n "${ACCEL_GPU_SCRIPT_TIMEOUT:-}" ]; then
+        timeout -k 5 "$ACCEL_GPU_SCRIPT_TIMEOUT" bash "$here/$s" >"$logs/$s.log" 2>&1
+    else
+        bash "$here/$s" >"$logs/$s.log" 2>&1
+    fi
     rc=$?
+    [ $rc = 124 ] && echo "FAIL: stopped after ${ACCEL_GPU_SCRIPT_TIMEOUT}s (ACCEL_GPU_SCRIPT_TIMEOUT)" >>"$logs/$s.log"
     secs=$(( $(date +%s) - start ))
     case $rc in
         0) verdict=PASS ;;

@@ -8,6 +8,9 @@
 #   3. a CUDA graph (10 spin kernels) replayed         : 0.30 +- 0.03
 #   4. a PyTorch matmul loop (if torch is installed)  : 0.30 +- 0.03
 #   5. two tenants at 30 / 70 running together        : ratio of their throughputs 30/70 +- 10 %
+#   6. the same with 20 ms kernels (longer than a time slice between processes): 30/70 +- 10 %
+#   7. a 30 % tenant with 20 ms kernels beside an unlimited one: its share 0.30 +- 0.03 of its
+#      throughput alone (issue 14: the events around its kernels span the neighbour's slices)
 # Each run lasts $SECONDS_PER_RUN (default 10) seconds. Prints one PASS/FAIL/SKIP line per check,
 # the GPU, driver and CUDA versions, and a `record:` line for docs/gpu-validation.md.
 # Dry run without a GPU (an nvidia-smi stand-in on PATH, the emulator as libcuda.so.1):
@@ -136,10 +139,32 @@ echo "alone unlimited $u kernels/s; together: 30% tenant $a, 70% tenant $b kerne
 echo "shares of the GPU: $(ratio "$a" "$u") and $(ratio "$b" "$u")"
 check "30/70 ratio" "$(ratio "$a" "$b")" 0.429 0.043
 
+echo "== 6. two tenants, 30 / 70, together (20 ms kernels, longer than a time slice)"
+u=$(run 0 u6 "$load" --seconds "$secs" --kernel-us 20000 --depth 2)
+run 30 t30b "$load" --seconds "$secs" --kernel-us 20000 --depth 2 >"$tmp/t30b" &
+p30=$!
+run 70 t70b "$load" --seconds "$secs" --kernel-us 20000 --depth 2 >"$tmp/t70b" &
+p70=$!
+wait $p30 $p70
+a=$(cat "$tmp/t30b")
+b=$(cat "$tmp/t70b")
+echo "alone unlimited $u kernels/s; together: 30% tenant $a, 70% tenant $b kernels/s"
+echo "shares of the GPU: $(ratio "$a" "$u") and $(ratio "$b" "$u")"
+check "30/70 ratio, 20 ms kernels" "$(ratio "$a" "$b")" 0.429 0.043
+
+echo "== 7. a 30 % tenant beside an unlimited one (20 ms kernels)"
+run 0 n7 "$load" --seconds "$((secs + 2))" --kernel-us 20000 --depth 2 >/dev/null &
+pn=$!
+sleep 1
+l=$(run 30 l7 "$load" --seconds "$secs" --kernel-us 20000 --depth 2)
+wait $pn
+echo "alone unlimited $u kernels/s; limit 30 beside an unlimited neighbour: $l kernels/s"
+check "30% beside an unlimited neighbour, 20 ms kernels" "$(ratio "$l" "$u")" 0.30 0.03
+
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
 cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)
-echo "record: | vcuda-compute.sh | compute share at 30 % (spin 50 us / 2 ms, graph, PyTorch, 30/70) |" \
+echo "record: | vcuda-compute.sh | compute share at 30 % (spin 50 us / 2 ms, graph, PyTorch, 30/70 at 50 us and 20 ms, 30 % beside an unlimited tenant) |" \
      "$(date -u +%F) | $gpu | $driver | $cuda | $([ "$fail" = 0 ] && echo pass || echo FAIL) |"
 if [ "$fail" = 0 ]; then
     echo "== all checks that ran passed"
