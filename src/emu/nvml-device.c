@@ -110,12 +110,17 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemor
     return NVML_SUCCESS;
 }
 
+/* A version other than nvmlMemory_v2 is NVML_ERROR_FUNCTION_NOT_FOUND, not the
+ * ARGUMENT_VERSION_MISMATCH the newer versioned calls answer: NVIDIA's NVML dispatches this one
+ * on the version and finds no function for another (version 1: seen on an NVIDIA H200, driver
+ * 580.159.04, 2026-11-26, tests/gpu/nvml-semantics.sh; version 2 instead of nvmlMemory_v2:
+ * NVIDIA/nvidia-settings#78, driver 510.39.01). */
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
     if (!memory)
         return arg_error(device, NVML_ERROR_INVALID_ARGUMENT);
     if (memory->version != nvmlMemory_v2)
-        return arg_error(device, NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        return arg_error(device, NVML_ERROR_FUNCTION_NOT_FOUND);
     uint64_t total, used, reserved;
     nvmlReturn_t r = mem_info(device, &total, &used, &reserved);
     if (r != NVML_SUCCESS)

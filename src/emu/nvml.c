@@ -306,7 +306,7 @@ NVML_EMU_API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int
     return nvml_emu_copy_string(NVML_EMU_DRIVER_VERSION, version, length);
 }
 
-/* Like NVIDIA's, these two answer without nvmlInit: they describe the library itself. */
+/* Like NVIDIA's, this one answers without nvmlInit: it describes the library itself. */
 NVML_EMU_API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 {
     char v[64];
@@ -314,8 +314,13 @@ NVML_EMU_API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int l
     return nvml_emu_copy_string(v, version, length);
 }
 
+/* The CUDA version asks the driver, so it needs nvmlInit: NVIDIA's answered
+ * NVML_ERROR_UNINITIALIZED before init (seen on an NVIDIA H200, driver 580.159.04, 2026-11-26,
+ * tests/gpu/nvml-semantics.sh). */
 NVML_EMU_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
 {
+    if (!nvml_emu_state())
+        return NVML_ERROR_UNINITIALIZED;
     if (!cudaDriverVersion)
         return NVML_ERROR_INVALID_ARGUMENT;
     *cudaDriverVersion = NVML_EMU_CUDA_VERSION;
