@@ -10,9 +10,10 @@
  *
  * The table lists every entry point of the CUDA 13 driver, the ones the emulator does not
  * implement included (marked): symbols are resolved in this library by name, so such a row
- * answers CUDA_ERROR_NOT_FOUND, never an older variant with another signature, and a row can
- * never point at the wrong code. Implementing an entry point needs no change here. The look-up
- * goes to glibc's dlsym directly, so a preloaded dlsym override never changes the answers. */
+ * answers "not found" (a NULL pointer), never an older variant with another signature, and a
+ * row can never point at the wrong code. Implementing an entry point needs no change here.
+ * The look-up goes to glibc's dlsym directly, so a preloaded dlsym override never changes the
+ * answers. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <string.h>
@@ -800,19 +801,22 @@ EMU_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version
     void *fn = h ? real_dlsym()(h, r->symbol) : NULL;
     if (is_stub(fn))
         fn = NULL; /* exported for interposers, but not emulated: the driver has no answer */
-    if (!fn) {
-        if (status)
-            *status = too_new ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
-                              : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-        return CUDA_ERROR_NOT_FOUND;
-    }
+    /* A symbol with no answer is no error: CUDA_SUCCESS with *pfn NULL, the reason in the
+     * optional status (seen on an NVIDIA H200, driver 580.159.04, 2026-11-26,
+     * tests/vcuda/test-vcuda-emu.c through tests/gpu/vcuda-memory.sh; CUDA driver API
+     * reference, cuGetProcAddress). */
     *pfn = fn;
     if (status)
-        *status = CU_GET_PROC_ADDRESS_SUCCESS;
+        *status = fn        ? CU_GET_PROC_ADDRESS_SUCCESS
+                  : too_new ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                            : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return CUDA_SUCCESS;
 }
 
+/* The CUDA 11.3 form, with no status to carry the reason: a symbol with no answer is
+ * CUDA_ERROR_NOT_FOUND, as its reference (CUDA 11.x) states. */
 EMU_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
-    return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
+    CUresult r = cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
+    return r == CUDA_SUCCESS && !*pfn ? CUDA_ERROR_NOT_FOUND : r;
 }
