@@ -148,7 +148,7 @@ EMU_API CUresult cuDriverGetVersion(int *v)
 {
     if (!v)
         return CUDA_ERROR_INVALID_VALUE;
-    *v = 13000;
+    *v = EMU_CUDA_DRIVER_VERSION;
     return CUDA_SUCCESS;
 }
 

@@ -15,6 +15,9 @@
 
 #define EMU_API __attribute__((visibility("default")))
 
+/* The CUDA version the emulated driver is (cuDriverGetVersion): CUDA 13.0's driver branch. */
+#define EMU_CUDA_DRIVER_VERSION 13000
+
 /* Thread-local variables of the emulated driver use the initial-exec model: their offsets are
  * fixed when the library is loaded, so an access is a plain %fs-relative load. The default
  * (global-dynamic) model calls __tls_get_addr, and in a statically linked program that dlopens

@@ -788,10 +788,15 @@ static const struct proc_row *lookup(const char *symbol, int version, bool per_t
     return best;
 }
 
+/* NVIDIA's driver 580.159.04 (CUDA 13.0), seen on an NVIDIA H200 on 2026-11-26 (the probe
+ * recorded in docs/emulator-cuda.md, "Answers corrected on a real GPU"), answers as this does:
+ * a version above its own or an unknown flag is CUDA_ERROR_INVALID_VALUE with *pfn and the
+ * status untouched; a lookup with no answer is CUDA_SUCCESS with *pfn NULL and the reason in
+ * the status, given or not (also the CUDA driver API reference, cuGetProcAddress). */
 EMU_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult *status)
 {
-    if (!symbol || !pfn || flags > 2)
+    if (!symbol || !pfn || flags > 2 || version > EMU_CUDA_DRIVER_VERSION)
         return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
     bool too_new = false;
@@ -801,10 +806,6 @@ EMU_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version
     void *fn = h ? real_dlsym()(h, r->symbol) : NULL;
     if (is_stub(fn))
         fn = NULL; /* exported for interposers, but not emulated: the driver has no answer */
-    /* A symbol with no answer is no error: CUDA_SUCCESS with *pfn NULL, the reason in the
-     * optional status (seen on an NVIDIA H200, driver 580.159.04, 2026-11-26,
-     * tests/vcuda/test-vcuda-emu.c through tests/gpu/vcuda-memory.sh; CUDA driver API
-     * reference, cuGetProcAddress). */
     *pfn = fn;
     if (status)
         *status = fn        ? CU_GET_PROC_ADDRESS_SUCCESS
@@ -813,10 +814,15 @@ EMU_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version
     return CUDA_SUCCESS;
 }
 
-/* The CUDA 11.3 form, with no status to carry the reason: a symbol with no answer is
- * CUDA_ERROR_NOT_FOUND, as its reference (CUDA 11.x) states. */
+/* The CUDA 11.3 form, with no status to carry the reason: a lookup with no answer is
+ * CUDA_ERROR_NOT_FOUND with *pfn untouched (driver 580.159.04, as above; its CUDA 11
+ * reference gives the same code). */
 EMU_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
+    void *keep = pfn ? *pfn : NULL;
     CUresult r = cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
-    return r == CUDA_SUCCESS && !*pfn ? CUDA_ERROR_NOT_FOUND : r;
+    if (r != CUDA_SUCCESS || *pfn)
+        return r;
+    *pfn = keep;
+    return CUDA_ERROR_NOT_FOUND;
 }

@@ -716,8 +716,8 @@ TEST(runtime_style_lookups)
                      want[i].symbol);
     }
 
-    /* no answer is no error: CUDA_SUCCESS with a NULL pointer and the reason in the status
-     * (as NVIDIA's driver 580.159.04 answered; docs/emulator-cuda.md) */
+    /* no answer is no error: CUDA_SUCCESS with a NULL pointer and the reason in the status,
+     * with or without a status pointer (NVIDIA's driver 580.159.04; docs/emulator-cuda.md) */
     void *fn = (void *)1;
     CUdriverProcAddressQueryResult st = 99;
     CHECK_EQ_INT(p_getproc("cuNoSuchEntryPoint", &fn, 13000, 0, &st), CUDA_SUCCESS);
@@ -730,7 +730,15 @@ TEST(runtime_style_lookups)
     CHECK_EQ_INT(p_getproc("cuMemAllocAsync", &fn, 11000, 0, &st), CUDA_SUCCESS);
     CHECK_EQ_INT(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     CHECK(fn == NULL);
+    /* an unknown flag, or a version above the driver's own: INVALID_VALUE, nothing written */
+    fn = (void *)1;
+    st = 99;
     CHECK_EQ_INT(p_getproc("cuInit", &fn, 13000, 7, &st), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ_INT(p_getproc("cuMemAlloc", &fn, 13000, 4, &st), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ_INT(p_getproc("cuMemAlloc", &fn, 99990, 0, &st), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ_INT(p_getproc("cuNoSuchEntryPoint", &fn, 13010, 0, &st), CUDA_ERROR_INVALID_VALUE);
+    CHECK(fn == (void *)1);
+    CHECK_EQ_INT(st, 99);
     /* a real entry point the emulator lacks, and a legacy variant it does not export: not
      * found, never another variant with a different signature */
     fn = (void *)1;
@@ -741,14 +749,18 @@ TEST(runtime_style_lookups)
     CHECK_EQ_INT(p_getproc("cuMemAlloc", &fn, 3010, 0, &st), CUDA_SUCCESS);
     CHECK(fn == NULL);
 
-    /* the 4-argument cuGetProcAddress too; with no status, no answer is CUDA_ERROR_NOT_FOUND */
+    /* the 4-argument cuGetProcAddress too; with no status, no answer is CUDA_ERROR_NOT_FOUND
+     * (NVIDIA's driver 580.159.04) */
     __typeof__(cuGetProcAddress) *v1 = (__typeof__(v1))dlsym(lib, "cuGetProcAddress");
     REQUIRE(v1);
     CHECK_EQ_INT(v1("cuMemFree", &fn, 12000, 0), CUDA_SUCCESS);
     CHECK(fn == dlsym(lib, "cuMemFree_v2"));
     fn = (void *)1;
     CHECK_EQ_INT(v1("cuNoSuchEntryPoint", &fn, 12000, 0), CUDA_ERROR_NOT_FOUND);
-    CHECK(fn == NULL);
+    CHECK(fn == (void *)1); /* untouched, as NVIDIA's driver leaves it */
+    CHECK_EQ_INT(v1("cuMemAllocAsync", &fn, 11000, 0), CUDA_ERROR_NOT_FOUND);
+    CHECK(fn == (void *)1);
+    CHECK_EQ_INT(v1("cuMemAlloc", &fn, 99990, 0), CUDA_ERROR_INVALID_VALUE);
 
     /* an export table the emulator does not know (tests/emu/test-export.c has the known ones) */
     const void *table = (void *)1;

@@ -293,6 +293,24 @@ TEST(get_proc_address_follows_the_drivers_variant)
     CHECK_EQ_INT(getproc("cuNoSuchThing", &p, 12000, 0, &st), CUDA_SUCCESS);
     CHECK_EQ_INT(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     CHECK(p == NULL);
+    p = (void *)1;
+    CHECK_EQ_INT(getproc("cuNoSuchThing", &p, 12000, 0, NULL), CUDA_SUCCESS);
+    CHECK(p == NULL);
+    p = (void *)1;
+    CHECK_EQ_INT(getproc("cuCtxCreate", &p, 1000, 0, &st), CUDA_SUCCESS);
+    CHECK_EQ_INT(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    CHECK(p == NULL);
+    /* a version above the driver's: INVALID_VALUE, nothing written */
+    p = (void *)1;
+    st = CU_GET_PROC_ADDRESS_SUCCESS;
+    CHECK_EQ_INT(getproc("cuMemAlloc", &p, 99990, 0, &st), CUDA_ERROR_INVALID_VALUE);
+    CHECK(p == (void *)1);
+    CHECK_EQ_INT(st, CU_GET_PROC_ADDRESS_SUCCESS);
+    /* the 4-argument form has no status: NOT_FOUND, the pointer left as it was */
+    CHECK_EQ_INT(
+        ((CUresult(*)(const char *, void **, int, cuuint64_t))v1)("cuNoSuchThing", &p, 12000, 0),
+        CUDA_ERROR_NOT_FOUND);
+    CHECK(p == (void *)1);
 }
 
 /* Driver entry points our header does not declare; the runtime asks for
