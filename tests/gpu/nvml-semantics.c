@@ -51,6 +51,7 @@ int main(void)
     LOAD(nvmlSystemGetNVMLVersion);
     LOAD(nvmlSystemGetDriverVersion);
     LOAD(nvmlSystemGetCudaDriverVersion);
+    LOAD(nvmlSystemGetCudaDriverVersion_v2);
     LOAD(nvmlDeviceGetCount_v2);
     LOAD(nvmlDeviceGetHandleByIndex_v2);
     LOAD(nvmlDeviceGetHandleByUUID);
@@ -62,6 +63,7 @@ int main(void)
     LOAD(nvmlDeviceGetMemoryInfo_v2);
     LOAD(nvmlDeviceGetComputeRunningProcesses_v3);
     LOAD(nvmlDeviceGetProcessUtilization);
+    LOAD(nvmlDeviceGetProcessesUtilizationInfo);
     LOAD(nvmlDeviceGetUtilizationRates);
     LOAD(nvmlDeviceGetTemperature);
     LOAD(nvmlDeviceGetClockInfo);
@@ -79,6 +81,7 @@ int main(void)
     EXPECT(p_nvmlSystemGetNVMLVersion(buf, sizeof(buf)), NVML_SUCCESS); /* no init needed */
     /* the CUDA version asks the driver: init first */
     EXPECT(p_nvmlSystemGetCudaDriverVersion(&cuda), NVML_ERROR_UNINITIALIZED);
+    EXPECT(p_nvmlSystemGetCudaDriverVersion_v2(&cuda), NVML_ERROR_UNINITIALIZED);
     if (p_nvmlInit_v2() != NVML_SUCCESS) {
         printf("Bail out! nvmlInit_v2 failed\n");
         return 1;
@@ -90,6 +93,8 @@ int main(void)
     EXPECT(p_nvmlDeviceGetCount_v2(NULL), NVML_ERROR_INVALID_ARGUMENT);
     EXPECT(p_nvmlSystemGetDriverVersion(buf, 4), NVML_ERROR_INSUFFICIENT_SIZE);
     EXPECT(p_nvmlSystemGetDriverVersion(NULL, 80), NVML_ERROR_INVALID_ARGUMENT);
+    EXPECT(p_nvmlSystemGetCudaDriverVersion(&cuda), NVML_SUCCESS);
+    verdict(cuda >= 11000 && cuda % 10 == 0, "CUDA version 1000 * major + 10 * minor (%d)", cuda);
 
     nvmlDevice_t d, d2;
     EXPECT(p_nvmlDeviceGetHandleByIndex_v2(count, &d), NVML_ERROR_INVALID_ARGUMENT);
@@ -130,6 +135,9 @@ int main(void)
     nvmlMemory_v2_t m2 = {.version = 1};
     /* not ARGUMENT_VERSION_MISMATCH: NVML finds no function for that version */
     EXPECT(p_nvmlDeviceGetMemoryInfo_v2(d, &m2), NVML_ERROR_FUNCTION_NOT_FOUND);
+    m2.version = 2; /* "must be 2", as the reference words it, is not nvmlMemory_v2 either */
+    EXPECT(p_nvmlDeviceGetMemoryInfo_v2(d, &m2), NVML_ERROR_FUNCTION_NOT_FOUND);
+    EXPECT(p_nvmlDeviceGetMemoryInfo_v2(NULL, &m2), NVML_ERROR_INVALID_ARGUMENT); /* handle first */
     m2.version = nvmlMemory_v2;
     EXPECT(p_nvmlDeviceGetMemoryInfo_v2(d, &m2), NVML_SUCCESS);
     verdict(m2.total == m.total, "v2 total == v1 total");
@@ -148,6 +156,9 @@ int main(void)
             "process utilization with no buffer: NOT_FOUND or INSUFFICIENT_SIZE with n "
             "(got %d, n %u)",
             (int)r, n);
+    /* the newer versioned calls do answer ARGUMENT_VERSION_MISMATCH */
+    nvmlProcessesUtilizationInfo_t pu = {.version = 0};
+    EXPECT(p_nvmlDeviceGetProcessesUtilizationInfo(d, &pu), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     nvmlUtilization_t u;
     EXPECT(p_nvmlDeviceGetUtilizationRates(d, &u), NVML_SUCCESS);
     verdict(u.gpu <= 100 && u.memory <= 100, "utilization in percent");
