@@ -111,10 +111,11 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemor
 }
 
 /* A version other than nvmlMemory_v2 is NVML_ERROR_FUNCTION_NOT_FOUND, not the
- * ARGUMENT_VERSION_MISMATCH the newer versioned calls answer: NVIDIA's NVML dispatches this one
- * on the version and finds no function for another (version 1: seen on an NVIDIA H200, driver
- * 580.159.04, 2026-11-26, tests/gpu/nvml-semantics.sh; version 2 instead of nvmlMemory_v2:
- * NVIDIA/nvidia-settings#78, driver 510.39.01). */
+ * ARGUMENT_VERSION_MISMATCH the newer versioned calls answer: NVIDIA's NVML picks this call's
+ * implementation by the version and finds none for another. Seen on an NVIDIA H200, driver
+ * 580.159.04, 2026-11-26 (tests/gpu/nvml-semantics.sh: versions 1 and 2; a probe the same day:
+ * 0, the v1 and v3 encodings of this size, the v2 encoding of another size); a bad handle is
+ * INVALID_ARGUMENT first there too. Version 2: also NVIDIA/nvidia-settings#78 (driver 510). */
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
     if (!memory)

@@ -190,7 +190,8 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
 
 /* The versioned form (NVML API reference, nvmlDeviceGetProcessesUtilizationInfo): the same
  * samples as nvmlDeviceGetProcessUtilization, in nvmlProcessUtilizationInfo_v1_t records.
- * "version" must be nvmlProcessesUtilizationInfo_v1 (else ARGUMENT_VERSION_MISMATCH);
+ * "version" must be nvmlProcessesUtilizationInfo_v1 (else ARGUMENT_VERSION_MISMATCH, as NVIDIA's
+ * NVML 580.159.04 answered on an H200 for versions 0, 1 and the v2 encoding: nvml-semantics.c);
  * procUtilArray NULL or processSamplesCount too small → INSUFFICIENT_SIZE with the count
  * needed in processSamplesCount; samples not newer than lastSeenTimeStamp → NOT_FOUND. Memory,
  * encoder, decoder, JPEG and OFA activity are not modelled (0). */
