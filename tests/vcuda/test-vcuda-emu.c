@@ -854,8 +854,8 @@ static void array_charged_and_given_back(enum kind k)
     REQUIRE_EQ_INT(kind_alloc(k, 4 * MiB, &h), CUDA_SUCCESS);
     uint64_t charged = free0 - quota_free();
     CHECK(charged >= 4 * MiB && charged <= 16 * MiB);
-    if (charged < 4 * MiB || charged > 16 * MiB)
-        tap_diag("charged %llu bytes for a 4 MiB array", (unsigned long long)charged);
+    tap_diag("a 4 MiB %s array: %llu bytes charged (the driver's layout: not filled exactly here)",
+             k == K_ARRAY ? "2D" : "3D", (unsigned long long)charged);
     CHECK_EQ_INT(kind_free(k, h), CUDA_SUCCESS);
     CHECK_EQ_U64(quota_free(), free0);
 }
