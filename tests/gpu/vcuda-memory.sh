@@ -10,7 +10,10 @@
 #      cudaMalloc and cudaMallocAsync fail with out-of-memory, 3 GiB succeeds;
 #   2. PyTorch: torch.cuda.mem_get_info() total = 4 GiB, a 5 GiB tensor raises OutOfMemoryError,
 #      with the default caching allocator and with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync;
-#   3. the driver-API cases of tests/vcuda/test-vcuda-emu.c on the real driver (VCUDA_TEST_REAL=1).
+#   3. the driver-API cases of tests/vcuda/test-vcuda-emu.c on the real driver (VCUDA_TEST_REAL=1),
+#      under a quota of their own: 28 MiB + 9 contexts, a context's cost measured first by the
+#      program's launcher (tests/vcuda/vcuda-launch.h); its diagnostics (what a context and a
+#      pool took there) are printed indented.
 # Prints one line per check and a record line for docs/gpu-validation.md. Exit 0 = all ran
 # checks passed, 1 = a check failed, 77 = no GPU here.
 #
@@ -152,7 +155,7 @@ if ACCEL_BUILD_ROOT="$out/fake-build" ACCEL_SOURCE_ROOT="$root" VCUDA_TEST_REAL=
             exec "'"$out"'/test-vcuda-emu"' > "$out/api.tap" 2>&1; then
     pass "driver-API tests on the real driver ($(grep -c '^ok' "$out/api.tap") ok, of which" \
          "$(grep -c '^ok.*# SKIP' "$out/api.tap") skipped there)"
-    grep '^ok.*# SKIP' "$out/api.tap" | sed 's/^/  /'
+    grep -E '^ok.*# SKIP|^# ' "$out/api.tap" | sed 's/^/  /'
 else
     bad "driver-API tests on the real driver:"; grep -E '^(not ok|#)' "$out/api.tap"
 fi
