@@ -6,7 +6,9 @@
 #   1. the PTX spin workload (50 us kernels, async) : throughput vs unlimited = 0.30 +- 0.03
 #   2. the same with 2 ms kernels                     : 0.30 +- 0.03
 #   3. a CUDA graph (10 spin kernels) replayed         : 0.30 +- 0.03
-#   4. a PyTorch matmul loop (if torch is installed)  : 0.30 +- 0.03
+#   4. a PyTorch matmul loop (if torch is installed)  : 0.30 +- 0.03; then with 8192 x 8192
+#      matmuls (work that a neighbour's time slices stretch): 30/70 pair +- 10 %, and 30 % beside
+#      an unlimited tenant 0.30 +- 0.03 (the events' mean time per matmul goes to stderr)
 #   5. two tenants at 30 / 70 running together        : ratio of their throughputs 30/70 +- 10 %
 #   6. the same with 20 ms kernels (longer than a time slice between processes): 30/70 +- 10 %
 #   7. a 30 % tenant with 20 ms kernels beside an unlimited one: its share 0.30 +- 0.03 of its
@@ -103,25 +105,57 @@ echo "== 4. PyTorch matmul loop"
 py=${PYTHON:-python3}
 if "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     cat >"$tmp/mm.py" <<'EOF'
+# mm.py SECONDS [N]: N x N fp32 matmuls in batches of 8 until SECONDS pass; prints rate= on
+# stdout and, on stderr, the mean time per matmul that CUDA events around each batch measured
+# (beside another process's context it spans that context's time slices: work is stretched)
 import sys, time, torch
 secs = float(sys.argv[1])
-a = torch.randn(4096, 4096, device="cuda")
-b = torch.randn(4096, 4096, device="cuda")
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
+a = torch.randn(n, n, device="cuda")
+b = torch.randn(n, n, device="cuda")
 for _ in range(5):
     c = a @ b
 torch.cuda.synchronize()
-n, t0 = 0, time.monotonic()
+e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+k, ev, t0 = 0, 0.0, time.monotonic()
 while time.monotonic() - t0 < secs:
+    e0.record()
     for _ in range(8):
         c = a @ b
-    n += 8
+    e1.record()
+    k += 8
     torch.cuda.synchronize()
-print("rate=%.2f" % (n / (time.monotonic() - t0)))
+    ev += e0.elapsed_time(e1)
+print("rate=%.2f" % (k / (time.monotonic() - t0)))
+print("events %.3f ms per %dx%d matmul" % (ev / max(k, 1), n, n), file=sys.stderr)
 EOF
     u=$(run 0 u4 "$py" "$tmp/mm.py" "$secs")
     l=$(run 30 l4 "$py" "$tmp/mm.py" "$secs")
     echo "unlimited $u matmuls/s, limit 30: $l matmuls/s"
     check "pytorch matmul at 30%" "$(ratio "$l" "$u")" 0.30 0.03
+    echo "== 4b. PyTorch 8192 x 8192 matmuls (work-bound, ~20 ms each): 30/70 pair, 30 % beside unlimited"
+    u=$(run 0 u8 "$py" "$tmp/mm.py" "$secs" 8192)
+    run 0 n8 "$py" "$tmp/mm.py" "$secs" 8192 >"$tmp/n8" &
+    pn=$!
+    v=$(run 0 v8 "$py" "$tmp/mm.py" "$secs" 8192)
+    wait $pn
+    echo "alone unlimited $u matmuls/s; two unlimited together: $v and $(cat "$tmp/n8") matmuls/s"
+    run 30 t30m "$py" "$tmp/mm.py" "$secs" 8192 >"$tmp/t30m" &
+    p30=$!
+    run 70 t70m "$py" "$tmp/mm.py" "$secs" 8192 >"$tmp/t70m" &
+    p70=$!
+    wait $p30 $p70
+    a=$(cat "$tmp/t30m")
+    b=$(cat "$tmp/t70m")
+    echo "together: 30% tenant $a, 70% tenant $b matmuls/s; shares $(ratio "$a" "$u") and $(ratio "$b" "$u")"
+    check "pytorch 30/70 ratio, 8192 matmuls" "$(ratio "$a" "$b")" 0.429 0.043
+    run 0 m8 "$py" "$tmp/mm.py" "$((secs + 8))" 8192 >/dev/null &
+    pn=$!
+    sleep 3
+    l=$(run 30 l8 "$py" "$tmp/mm.py" "$secs" 8192)
+    wait $pn
+    echo "limit 30 beside an unlimited neighbour: $l matmuls/s"
+    check "pytorch 30% beside an unlimited neighbour" "$(ratio "$l" "$u")" 0.30 0.03
 else
     echo "SKIP: PyTorch with CUDA not available to $py"
 fi
