@@ -477,9 +477,16 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (quick) {
-        measure_s = 6;
-        warmup_s = 1;
+    if (quick) { /* shorter windows, unless --seconds / --warmup say otherwise */
+        bool secs_given = false, warm_given = false;
+        for (int i = 1; i + 1 < argc; i++) {
+            secs_given |= !strcmp(argv[i], "--seconds");
+            warm_given |= !strcmp(argv[i], "--warmup");
+        }
+        if (!secs_given)
+            measure_s = 6;
+        if (!warm_given)
+            warmup_s = 1;
     }
     if (!any)
         want[0] = want[1] = want[2] = want[3] = want[4] = true;

@@ -5,7 +5,7 @@
  * LD_PRELOAD=libvcuda.so every launch goes through libvcuda's hooks. libc + libdl only: it builds
  * on a GPU machine with gcc alone and runs on the emulator or a real driver alike.
  *
- *   vcuda-load [--graph] [--kernel-us N] [--nodes K] [--seconds S] [--launches N]
+ *   vcuda-load [--graph] [--kernel-us N] [--nodes K] [--seconds S] [--warmup S] [--launches N]
  *              [--depth K] [--sync-every K] [--overhead N] [--api NAME]
  *
  * --api picks the entry point kernels go through: kernel (cuLaunchKernel, the default),
@@ -158,7 +158,7 @@ static unsigned long long arg_u64(const char *s, const char *opt)
 int main(int argc, char **argv)
 {
     bool graph = false;
-    uint64_t kernel_us = 50, nodes = 10, seconds = 5, max_launches = 0, sync_every = 0;
+    uint64_t kernel_us = 50, nodes = 10, seconds = 5, max_launches = 0, sync_every = 0, warmup = 0;
     uint64_t depth = 16;
     uint64_t overhead = 0;
     for (int i = 1; i < argc; i++) {
@@ -170,7 +170,8 @@ int main(int argc, char **argv)
         }
         if (!v) {
             fprintf(stderr, "usage: vcuda-load [--graph] [--kernel-us N] [--nodes K] "
-                            "[--seconds S] [--launches N] [--sync-every K] [--overhead N]\n");
+                            "[--seconds S] [--warmup S] [--launches N] [--sync-every K] "
+                            "[--overhead N]\n");
             return 2;
         }
         if (!strcmp(a, "--kernel-us"))
@@ -179,6 +180,8 @@ int main(int argc, char **argv)
             nodes = arg_u64(v, a);
         else if (!strcmp(a, "--seconds"))
             seconds = arg_u64(v, a);
+        else if (!strcmp(a, "--warmup"))
+            warmup = arg_u64(v, a);
         else if (!strcmp(a, "--launches"))
             max_launches = arg_u64(v, a);
         else if (!strcmp(a, "--sync-every"))
@@ -309,7 +312,10 @@ int main(int argc, char **argv)
     for (uint64_t i = 0; i < depth; i++)
         check(p_cuEventCreate(&ring[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
 
-    uint64_t launches = 0, t0 = now_ns(), deadline = t0 + seconds * 1000000000ull;
+    /* --warmup S: S seconds run first and are not counted (libvcuda's pacing settles in) */
+    uint64_t launches = 0, t0 = now_ns() + warmup * 1000000000ull, first = 0;
+    uint64_t deadline = t0 + seconds * 1000000000ull;
+    bool counting = warmup == 0 || max_launches;
     for (;;) {
         bool ptsz = strstr(api, "_ptsz") != NULL;
         if (graph && ptsz) {
@@ -330,14 +336,22 @@ int main(int argc, char **argv)
                       "sync");
         }
         launches++;
-        if (max_launches ? launches >= max_launches : now_ns() >= deadline)
+        uint64_t now = now_ns();
+        if (!counting && now >= t0) {
+            counting = true;
+            first = launches;
+            t0 = now;
+        }
+        if (max_launches ? launches >= max_launches : now >= deadline)
             break;
     }
     check(p_cuCtxSynchronize(), "cuCtxSynchronize");
+    if (max_launches)
+        t0 -= warmup * 1000000000ull;
     double secs = (double)(now_ns() - t0) / 1e9;
-    uint64_t kernels = graph ? launches * nodes : launches;
+    uint64_t kernels = graph ? (launches - first) * nodes : launches - first;
     printf("mode=%s launches=%llu kernels=%llu seconds=%.3f rate=%.1f\n",
-           graph ? "graph" : "kernel", (unsigned long long)launches, (unsigned long long)kernels,
+           graph ? "graph" : "kernel", (unsigned long long)(launches - first), (unsigned long long)kernels,
            secs, (double)kernels / secs);
     for (uint64_t i = 0; i < depth; i++)
         p_cuEventDestroy_v2(ring[i]);

@@ -34,8 +34,16 @@ struct pacer {
     pthread_mutex_t sample_lock;
     uint64_t dev_busy_ns;  /* burst: the device's busy time as integrated from NVML */
     uint64_t dev_read_ns;  /* when it was last read */
-    nvmlDevice_t nvml_dev; /* NULL until found; burst only */
+    nvmlDevice_t nvml_dev; /* NULL until found (burst mode, residency calibration) */
     bool nvml_failed;
+    /* residency calibration (pace.h, struct pace_calib): guarded by calib_lock */
+    pthread_mutex_t calib_lock;
+    struct pace_calib calib;
+    uint64_t calib_snap_ns;           /* when the span total was last recorded */
+    uint64_t calib_read_ns;           /* when NVML's samples were last read */
+    unsigned long long calib_seen_us; /* the newest sample timestamp read */
+    uint32_t host_pid;                /* this process as NVML names it; 0: not known yet */
+    int pidns;                        /* 0: not looked at, 1: the host's, 2: another */
     struct {
         CUcontext ctx; /* where start/end were created; NULL = none yet */
         CUevent start, end;
@@ -107,6 +115,7 @@ static struct pacer *pacer_get(void)
             pace_flight_fini(&pacer.flight);
         memset(&pacer, 0, sizeof(pacer));
         pthread_mutex_init(&pacer.sample_lock, NULL);
+        pthread_mutex_init(&pacer.calib_lock, NULL);
         if (pace_flight_init(&pacer.flight, region_pace(), slot_pace()) == 0) {
             pacer.flight.limit_pct = (uint32_t)vc.cfg.core_limit; /* never the region's */
             atomic_store_explicit(&pacer_ready, 1, memory_order_release);
@@ -126,8 +135,11 @@ static uint64_t clock_cb(void *ud)
 #define REAP_INTERVAL_NS 1000000000ull
 static _Atomic uint64_t last_reap_ns;
 
+static void calib_poll(struct pacer *p);
+
 static void sleep_cb(void *ud, uint64_t ns)
 {
+    calib_poll(ud);
     uint64_t now = mono_ns();
     uint64_t last = atomic_load_explicit(&last_reap_ns, memory_order_relaxed);
     if (now - last >= REAP_INTERVAL_NS &&
@@ -168,7 +180,11 @@ static int measure_cb(void *ud, unsigned idx, bool wait, uint64_t *ret_ns)
     float ms = 0;
     if (elapsed(p->ev[idx].start, p->ev[idx].end, &ms) != CUDA_SUCCESS || !(ms >= 0))
         return -EIO;
-    *ret_ns = (uint64_t)((double)ms * 1e6);
+    uint64_t raw = (uint64_t)((double)ms * 1e6);
+    pthread_mutex_lock(&p->calib_lock);
+    pace_calib_span(&p->calib, raw);
+    *ret_ns = pace_calib_apply(&p->calib, mono_ns(), raw);
+    pthread_mutex_unlock(&p->calib_lock);
     return 0;
 }
 
@@ -210,6 +226,92 @@ static bool capturing(CUstream stream, bool ptsz)
     return r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+/* The container's first device (config order) as NVML names it; NULL when NVML cannot be used.
+ * Called under sample_lock or calib_lock; the first caller decides (a race costs one handle
+ * lookup twice, both give the same handle). */
+static nvmlDevice_t nvml_device(struct pacer *p)
+{
+    static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&once);
+    if (!p->nvml_dev && !p->nvml_failed) {
+        p->nvml_failed = true;
+        /* nvmlInit is reference counted: ours does not disturb the program's own use. */
+        if (vc_nvml_ensure() == 0 && vc_real.nvmlInit_v2 && vc_real.nvmlInit_v2() == NVML_SUCCESS) {
+            const char *uuid = vc.cfg.device_uuid[0]; /* the config's, not the region's */
+            if (uuid[0] && vc_real.nvmlDeviceGetHandleByUUID)
+                vc_real.nvmlDeviceGetHandleByUUID(uuid, &p->nvml_dev);
+            else if (vc_real.nvmlDeviceGetHandleByIndex_v2)
+                vc_real.nvmlDeviceGetHandleByIndex_v2(0, &p->nvml_dev);
+            p->nvml_failed = p->nvml_dev == NULL;
+        }
+    }
+    pthread_mutex_unlock(&once);
+    return p->nvml_dev;
+}
+
+/* This process's pid as NVML reports it. In the host's pid namespace that is getpid(); in a
+ * container's the agent writes it into our slot (struct pace_slot.host_pid) when its host-side
+ * check matches our process to the slot; until then 0 (no calibration). The host's namespace is
+ * the initial one, whose /proc/<pid>/ns/pid inode is the kernel's PROC_PID_INIT_INO
+ * (0xEFFFFFFC = 4026531836). */
+static uint32_t own_host_pid(struct pacer *p)
+{
+    if (p->host_pid)
+        return p->host_pid;
+    if (!p->pidns) {
+        char link[64] = "";
+        ssize_t n = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+        p->pidns = n > 0 && strncmp(link, "pid:[4026531836]", (size_t)n) == 0 ? 1 : 2;
+    }
+    if (p->pidns == 1)
+        return p->host_pid = (uint32_t)getpid();
+    uint64_t v = atomic_load_explicit(&slot_pace()->host_pid, memory_order_relaxed);
+    if (v && v <= UINT32_MAX)
+        p->host_pid = (uint32_t)v;
+    return p->host_pid;
+}
+
+#define CALIB_SNAP_NS 20000000ull  /* the span total is recorded at most every 20 ms */
+#define CALIB_READ_NS 100000000ull /* NVML's per-process samples are read at most every 100 ms */
+
+/* Residency calibration: records the span total and feeds NVML's per-process samples of this
+ * process to pace_calib (pace.h). NVML stamps a sample with the CPU time (µs, wall clock) of its
+ * period's end; the span total is interpolated there. */
+static void calib_poll(struct pacer *p)
+{
+    uint64_t now = mono_ns();
+    if (now - p->calib_snap_ns < CALIB_SNAP_NS || pthread_mutex_trylock(&p->calib_lock) != 0)
+        return;
+    p->calib_snap_ns = now;
+    pace_calib_snapshot(&p->calib, now);
+    uint32_t pid;
+    if (now - p->calib_read_ns >= CALIB_READ_NS && (pid = own_host_pid(p)) != 0 &&
+        vc_real.nvmlDeviceGetProcessUtilization && nvml_device(p)) {
+        p->calib_read_ns = now;
+        nvmlProcessUtilizationSample_t smp[64];
+        unsigned n = ARRAY_SIZE(smp);
+        uint64_t wall_us = now_ns(CLOCK_REALTIME) / 1000;
+        if (vc_real.nvmlDeviceGetProcessUtilization(p->nvml_dev, smp, &n, p->calib_seen_us) ==
+            NVML_SUCCESS) {
+            /* this process's samples, oldest first (a handful: insertion order) */
+            for (unsigned k = 0; k < n; k++) {
+                unsigned best = n;
+                for (unsigned i = 0; i < n; i++)
+                    if (smp[i].pid == pid && smp[i].timeStamp > p->calib_seen_us &&
+                        (best == n || smp[i].timeStamp < smp[best].timeStamp))
+                        best = i;
+                if (best == n)
+                    break;
+                unsigned long long ts = smp[best].timeStamp;
+                uint64_t ago_ns = wall_us > ts ? (wall_us - ts) * 1000 : 0;
+                pace_calib_sample(&p->calib, now > ago_ns ? now - ago_ns : 0, smp[best].smUtil);
+                p->calib_seen_us = ts;
+            }
+        }
+    }
+    pthread_mutex_unlock(&p->calib_lock);
+}
+
 /* Burst mode: feeds the device's utilization to the controller once per sample window. The
  * device is the container's first (config order) as NVML names it. */
 static void burst_sample(struct pacer *p, struct pace_shared *s)
@@ -221,21 +323,9 @@ static void burst_sample(struct pacer *p, struct pace_shared *s)
         return;
     if (pthread_mutex_trylock(&p->sample_lock) != 0)
         return; /* another thread is sampling */
-    if (!p->nvml_dev && !p->nvml_failed) {
-        p->nvml_failed = true;
-        /* nvmlInit is reference counted: ours does not disturb the program's own use. */
-        if (vc_nvml_ensure() == 0 && vc_real.nvmlInit_v2 && vc_real.nvmlInit_v2() == NVML_SUCCESS &&
-            vc_real.nvmlDeviceGetUtilizationRates) {
-            const char *uuid = vc.cfg.device_uuid[0]; /* the config's, not the region's */
-            if (uuid[0] && vc_real.nvmlDeviceGetHandleByUUID)
-                vc_real.nvmlDeviceGetHandleByUUID(uuid, &p->nvml_dev);
-            else if (vc_real.nvmlDeviceGetHandleByIndex_v2)
-                vc_real.nvmlDeviceGetHandleByIndex_v2(0, &p->nvml_dev);
-            p->nvml_failed = p->nvml_dev == NULL;
-        }
-    }
     nvmlUtilization_t u;
-    if (p->nvml_dev && vc_real.nvmlDeviceGetUtilizationRates(p->nvml_dev, &u) == NVML_SUCCESS) {
+    if (nvml_device(p) && vc_real.nvmlDeviceGetUtilizationRates &&
+        vc_real.nvmlDeviceGetUtilizationRates(p->nvml_dev, &u) == NVML_SUCCESS) {
         /* NVML gives a percentage over its own recent window: integrate it into a counter. */
         if (p->dev_read_ns)
             p->dev_busy_ns += (now - p->dev_read_ns) * (u.gpu > 100 ? 100 : u.gpu) / 100;
@@ -289,6 +379,7 @@ static CUresult launch_paced(const struct launch *l)
     p->ev[idx].measurable = timed && record(p->ev[idx].end, l->stream, l->ptsz) == CUDA_SUCCESS;
     pace_flight_commit(&p->flight, idx);
     burst_sample(p, p->flight.shared);
+    calib_poll(p);
     return r;
 }
 

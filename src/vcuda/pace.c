@@ -271,3 +271,104 @@ void pace_est_learn(struct pace_est_table *t, uintptr_t key, uint64_t measured_n
         next = 1;
     atomic_store_explicit(&e->ns, next, RLX);
 }
+
+/* ---- residency calibration ---- */
+
+void pace_calib_span(struct pace_calib *c, uint64_t raw_ns)
+{
+    c->raw_ns += raw_ns;
+}
+
+void pace_calib_snapshot(struct pace_calib *c, uint64_t now_ns)
+{
+    if (c->hist_n) {
+        unsigned last = (c->hist_next + PACE_CAL_HIST - 1) % PACE_CAL_HIST;
+        if (now_ns <= c->hist_t[last])
+            return; /* time must move forward */
+    }
+    c->hist_t[c->hist_next] = now_ns;
+    c->hist_raw[c->hist_next] = c->raw_ns;
+    c->hist_next = (c->hist_next + 1) % PACE_CAL_HIST;
+    if (c->hist_n < PACE_CAL_HIST)
+        c->hist_n++;
+}
+
+/* raw_ns at t, interpolated between the snapshots around it; false when t is outside them. */
+static bool raw_at(const struct pace_calib *c, uint64_t t, uint64_t *ret)
+{
+    unsigned first = (c->hist_next + PACE_CAL_HIST - c->hist_n) % PACE_CAL_HIST;
+    for (unsigned k = 0; k + 1 < c->hist_n; k++) {
+        unsigned a = (first + k) % PACE_CAL_HIST, b = (a + 1) % PACE_CAL_HIST;
+        if (t < c->hist_t[a] || t > c->hist_t[b])
+            continue;
+        uint64_t span = c->hist_t[b] - c->hist_t[a], d = c->hist_raw[b] - c->hist_raw[a];
+        *ret = c->hist_raw[a] + (span ? (uint64_t)((double)d * (double)(t - c->hist_t[a]) /
+                                                    (double)span)
+                                      : 0);
+        return true;
+    }
+    /* just after the newest snapshot: what it says (spans settle after their work anyway) */
+    unsigned last = (c->hist_next + PACE_CAL_HIST - 1) % PACE_CAL_HIST;
+    if (c->hist_n && t > c->hist_t[last] && t - c->hist_t[last] <= PACE_CAL_SNAP_GAP_NS) {
+        *ret = c->hist_raw[last];
+        return true;
+    }
+    return false;
+}
+
+void pace_calib_sample(struct pace_calib *c, uint64_t end_ns, unsigned busy_pct)
+{
+    if (end_ns <= c->last_end_ns)
+        return;
+    if (c->last_end_ns) {
+        /* NVML: "The sample period may be between 1 second and 1/6 second" */
+        uint64_t gap = end_ns - c->last_end_ns;
+        if (gap < PACE_CAL_MIN_PERIOD_NS)
+            gap = PACE_CAL_MIN_PERIOD_NS;
+        if (!c->period_ns || gap < c->period_ns)
+            c->period_ns = gap;
+    }
+    c->last_end_ns = end_ns;
+    if (busy_pct > 100)
+        busy_pct = 100;
+    /* the first period's length is not known yet: its end only starts the first window */
+    if (c->period_ns)
+        c->busy_ns += c->period_ns * busy_pct / 100;
+    else
+        c->point_t = 0;
+
+    uint64_t raw;
+    if (!raw_at(c, end_ns, &raw)) {
+        c->point_t = 0; /* the snapshots do not reach back: start a new window */
+        return;
+    }
+    if (!c->point_t || raw < c->point_raw) {
+        c->point_t = end_ns;
+        c->point_raw = raw;
+        c->point_busy = c->busy_ns;
+        return;
+    }
+    uint64_t window = PACE_CAL_WINDOW_NS > c->period_ns ? PACE_CAL_WINDOW_NS : c->period_ns;
+    uint64_t len = end_ns - c->point_t;
+    if (len < window)
+        return;
+    uint64_t draw = raw - c->point_raw, dbusy = c->busy_ns - c->point_busy;
+    c->point_t = end_ns;
+    c->point_raw = raw;
+    c->point_busy = c->busy_ns;
+    if (draw < len / 100 || draw < 1000000)
+        return; /* hardly any work in the window: nothing to learn from */
+    uint64_t ratio = dbusy >= draw ? 1000000u : dbusy * 1000000u / draw;
+    uint64_t next = c->scale_ppm ? (c->scale_ppm + ratio) / 2 : ratio;
+    if (next < PACE_CAL_MIN_PPM)
+        next = PACE_CAL_MIN_PPM;
+    c->scale_ppm = (uint32_t)next;
+    c->scale_at_ns = end_ns;
+}
+
+uint64_t pace_calib_apply(const struct pace_calib *c, uint64_t now_ns, uint64_t raw_ns)
+{
+    if (!c->scale_ppm || now_ns > c->scale_at_ns + PACE_CAL_STALE_NS)
+        return raw_ns;
+    return (uint64_t)((double)raw_ns * c->scale_ppm / 1e6);
+}

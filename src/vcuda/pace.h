@@ -73,7 +73,8 @@ struct pace_slot {
     _Atomic uint64_t measured_ns; /* 0: settled GPU time of this process */
     _Atomic uint64_t launches;    /* 8: paced launches of this process */
     _Atomic uint64_t pending_ns;  /* 16: estimates charged for launches not settled yet */
-    _Atomic uint64_t reserved;    /* 24 */
+    _Atomic uint64_t host_pid;    /* 24: the process's pid in the host's namespace, as the agent
+                                   * found it (0: not known); see struct pace_calib */
 };
 
 _Static_assert(sizeof(struct pace_shared) == 128, "pace_shared is ABI");
@@ -81,6 +82,7 @@ _Static_assert(__builtin_offsetof(struct pace_shared, tat_ns) == 32, "pace_share
 _Static_assert(__builtin_offsetof(struct pace_shared, measured_ns) == 40, "pace_shared is ABI");
 _Static_assert(__builtin_offsetof(struct pace_shared, throttled_ns) == 72, "pace_shared is ABI");
 _Static_assert(sizeof(struct pace_slot) == 32, "pace_slot is ABI");
+_Static_assert(__builtin_offsetof(struct pace_slot, host_pid) == 24, "pace_slot is ABI");
 
 /* Sets up a container's state (the region's creator does this once). limit_pct outside 1..100
  * gives -EINVAL and changes nothing. */
@@ -153,3 +155,49 @@ struct pace_est_table *pace_est_free(struct pace_est_table *t);
 int pace_est_lookup(const struct pace_est_table *t, uintptr_t key, uint64_t *ret_ns);
 /* Folds a measurement into key's estimate (moving average; the first sets it). */
 void pace_est_learn(struct pace_est_table *t, uintptr_t key, uint64_t measured_ns);
+
+/* Residency calibration, per process (not shared). On a GPU that time-slices the contexts of
+ * different processes, the events around a launch also span the other contexts' slices: the
+ * measurement over-charges the container by the time it was not resident (seen on an H200:
+ * 8192^2 matmuls measured 21.5 ms alone and 46-48 ms beside one other busy process;
+ * docs/vcuda-compute.md "On a time-sliced GPU"). NVML's per-process samples say how much of
+ * each sample period the process itself was busy. Over windows of at least PACE_CAL_WINDOW_NS
+ * (and one sample period; a period is the shortest gap between two of the process's samples, at
+ * least 1/6 s),  the ratio of that busy time to the spans the process measured in the
+ * same window is the share of its spans it was resident; every span is then settled at span x
+ * that ratio (a moving average, at most 1: a span is never charged more than itself, and at
+ * least PACE_CAL_MIN_PPM). Without samples for PACE_CAL_STALE_NS the spans count in full again.
+ * The caller feeds it: every settled span (pace_calib_span), the span total now and then
+ * (pace_calib_snapshot, so a window's spans are read at the sample periods' ends), and each
+ * sample period's end with this process's busy percent in it (pace_calib_sample). */
+#define PACE_CAL_WINDOW_NS 1000000000ull
+#define PACE_CAL_STALE_NS 5000000000ull
+#define PACE_CAL_MIN_PPM 50000u
+#define PACE_CAL_HIST 64u
+#define PACE_CAL_MIN_PERIOD_NS 166666666ull
+/* a period end this soon after the newest snapshot of the span total takes that snapshot */
+#define PACE_CAL_SNAP_GAP_NS 100000000ull
+
+struct pace_calib {
+    uint64_t raw_ns;                 /* spans settled by this process, ever */
+    uint64_t hist_t[PACE_CAL_HIST];  /* snapshots of raw_ns: when (CLOCK_MONOTONIC ns) ... */
+    uint64_t hist_raw[PACE_CAL_HIST]; /* ... and how much */
+    unsigned hist_n, hist_next;
+    uint64_t period_ns;      /* the sample period: the shortest gap between two period ends */
+    uint64_t last_end_ns;    /* the last period end seen (any process's sample) */
+    uint64_t busy_ns;        /* this process's busy time from the samples, ever */
+    uint64_t point_t;        /* the window's start: a period end, 0 = none yet */
+    uint64_t point_raw, point_busy;
+    uint32_t scale_ppm;      /* 0: none yet; else the spans' resident share, parts per million */
+    uint64_t scale_at_ns;    /* the period end it was computed at */
+};
+
+/* A launch's span was measured. */
+void pace_calib_span(struct pace_calib *c, uint64_t raw_ns);
+/* Records raw_ns at now_ns (call every few tens of ms; the oldest snapshot is overwritten). */
+void pace_calib_snapshot(struct pace_calib *c, uint64_t now_ns);
+/* A sample period ended at end_ns (CLOCK_MONOTONIC ns); busy_pct: this process's busy share of
+ * it (0 when NVML listed no sample of it). Call once per period end, in increasing order. */
+void pace_calib_sample(struct pace_calib *c, uint64_t end_ns, unsigned busy_pct);
+/* What a span of raw_ns is charged at now_ns. */
+uint64_t pace_calib_apply(const struct pace_calib *c, uint64_t now_ns, uint64_t raw_ns);

@@ -630,6 +630,98 @@ TEST(admit_loop_paces_a_serial_launcher)
     pace_flight_fini(&f);
 }
 
+/* ---- residency calibration (pace_calib) ---- */
+
+/* One process for secs seconds from T0: a launch every 40 ms whose events span span_ns (its own
+ * 20 ms plus what it waited for other contexts' slices), settled 2 ms after it ends; the span
+ * total recorded every 20 ms; an NVML sample at the end of every period_ns saying the process
+ * was busy pct % of it. Returns the calibrator. */
+static void calib_run(struct pace_calib *c, uint64_t secs, uint64_t span_ns, unsigned pct,
+                      uint64_t period_ns)
+{
+    uint64_t next_launch = T0, next_snap = T0, next_sample = T0 + period_ns;
+    for (uint64_t t = T0; t <= T0 + secs * SEC; t += 1 * MS) {
+        if (t >= next_launch + span_ns + 2 * MS) {
+            pace_calib_span(c, span_ns);
+            next_launch += 40 * MS;
+        }
+        if (t >= next_snap) {
+            pace_calib_snapshot(c, t);
+            next_snap += 20 * MS;
+        }
+        if (t >= next_sample) {
+            pace_calib_sample(c, next_sample, pct);
+            next_sample += period_ns;
+        }
+    }
+}
+
+TEST(calib_charges_only_the_resident_share_of_spans)
+{
+    /* spans of 38 ms for 20 ms of own work, 25 launches a second: busy 50 % of the time, spans
+     * 95 % of it; NVML says 50 % */
+    struct pace_calib c = {0};
+    CHECK_EQ_U64(pace_calib_apply(&c, T0, 38 * MS), 38 * MS); /* nothing known yet: in full */
+    calib_run(&c, 10, 38 * MS, 50, SEC);
+    uint64_t at = T0 + 10 * SEC, got = pace_calib_apply(&c, at, 38 * MS);
+    tap_diag("scale %u ppm: a 38 ms span is charged %.2f ms", c.scale_ppm, got / 1e6);
+    CHECK(got >= 19 * MS && got <= 21 * MS);
+    CHECK_EQ_U64(c.period_ns, SEC);
+    /* no sample for longer than PACE_CAL_STALE_NS: spans count in full again */
+    CHECK_EQ_U64(pace_calib_apply(&c, c.scale_at_ns + PACE_CAL_STALE_NS + 1, 38 * MS), 38 * MS);
+}
+
+TEST(calib_learns_short_sample_periods)
+{
+    struct pace_calib c = {0};
+    calib_run(&c, 4, 30 * MS, 25, SEC / 6 + 1);
+    CHECK_EQ_U64(c.period_ns, SEC / 6 + 1);
+    uint64_t got = pace_calib_apply(&c, T0 + 4 * SEC, 30 * MS);
+    tap_diag("1/6 s periods: a 30 ms span is charged %.2f ms", got / 1e6);
+    /* busy 25 % of the time, spans 75 %: a third of each span */
+    CHECK(got >= 9 * MS && got <= 11 * MS);
+}
+
+TEST(calib_never_charges_more_than_the_span)
+{
+    /* NVML says busier than the spans (its rounding, work outside paced launches): in full */
+    struct pace_calib c = {0};
+    calib_run(&c, 6, 20 * MS, 90, SEC);
+    CHECK_EQ_U64(c.scale_ppm, 1000000);
+    CHECK_EQ_U64(pace_calib_apply(&c, T0 + 6 * SEC, 20 * MS), 20 * MS);
+}
+
+TEST(calib_has_a_floor)
+{
+    struct pace_calib c = {0};
+    calib_run(&c, 8, 38 * MS, 1, SEC);
+    CHECK_EQ_U64(c.scale_ppm, PACE_CAL_MIN_PPM);
+}
+
+TEST(calib_period_is_at_least_a_sixth_of_a_second)
+{
+    /* samples closer than NVML's shortest period (1/6 s) do not shrink it below that */
+    struct pace_calib c = {0};
+    pace_calib_sample(&c, T0, 10);
+    pace_calib_sample(&c, T0 + 10 * MS, 10);
+    CHECK_EQ_U64(c.period_ns, PACE_CAL_MIN_PERIOD_NS);
+    /* out of order or repeated: ignored */
+    pace_calib_sample(&c, T0 + 5 * MS, 10);
+    CHECK_EQ_U64(c.last_end_ns, T0 + 10 * MS);
+}
+
+TEST(calib_without_span_history_learns_nothing)
+{
+    /* samples but no snapshots (the process never polled): no window can be measured */
+    struct pace_calib c = {0};
+    for (int i = 1; i <= 10; i++) {
+        pace_calib_span(&c, 38 * MS);
+        pace_calib_sample(&c, T0 + (uint64_t)i * SEC, 50);
+    }
+    CHECK_EQ_U64(c.scale_ppm, 0);
+    CHECK_EQ_U64(pace_calib_apply(&c, T0 + 10 * SEC, 38 * MS), 38 * MS);
+}
+
 int main(int argc, char **argv)
 {
     return tap_main(argc, argv);
