@@ -304,8 +304,14 @@ static void calib_poll(struct pacer *p)
                     break;
                 unsigned long long ts = smp[best].timeStamp;
                 uint64_t ago_ns = wall_us > ts ? (wall_us - ts) * 1000 : 0;
+                uint32_t before = p->calib.scale_ppm;
                 pace_calib_sample(&p->calib, now > ago_ns ? now - ago_ns : 0, smp[best].smUtil);
                 p->calib_seen_us = ts;
+                if (p->calib.scale_ppm != before)
+                    log_debug("residency: %u%% of the measured GPU time was this process's own "
+                              "(NVML sample period %llu ms, pid %u)",
+                              (p->calib.scale_ppm + 5000) / 10000,
+                              (unsigned long long)(p->calib.period_ns / 1000000), pid);
             }
         }
     }
