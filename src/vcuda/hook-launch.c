@@ -43,6 +43,9 @@ struct pacer {
     uint64_t calib_read_ns;           /* when NVML's samples were last read */
     unsigned long long calib_seen_us; /* the newest sample timestamp read */
     uint32_t host_pid;                /* this process as NVML names it; 0: not known yet */
+    /* NVML's samples: an H200 (driver 580) asked with no buffer wanted 72 even when idle, and
+     * refuses a smaller one (INSUFFICIENT_SIZE), as the exporter's 256 are not */
+    nvmlProcessUtilizationSample_t calib_smp[256];
     int pidns;                        /* 0: not looked at, 1: the host's, 2: another */
     struct {
         CUcontext ctx; /* where start/end were created; NULL = none yet */
@@ -288,11 +291,18 @@ static void calib_poll(struct pacer *p)
     if (now - p->calib_read_ns >= CALIB_READ_NS && (pid = own_host_pid(p)) != 0 &&
         vc_real.nvmlDeviceGetProcessUtilization && nvml_device(p)) {
         p->calib_read_ns = now;
-        nvmlProcessUtilizationSample_t smp[64];
-        unsigned n = ARRAY_SIZE(smp);
+        nvmlProcessUtilizationSample_t *smp = p->calib_smp;
+        unsigned n = ARRAY_SIZE(p->calib_smp);
         uint64_t wall_us = now_ns(CLOCK_REALTIME) / 1000;
-        if (vc_real.nvmlDeviceGetProcessUtilization(p->nvml_dev, smp, &n, p->calib_seen_us) ==
-            NVML_SUCCESS) {
+        nvmlReturn_t r =
+            vc_real.nvmlDeviceGetProcessUtilization(p->nvml_dev, smp, &n, p->calib_seen_us);
+        if (r != NVML_SUCCESS && r != NVML_ERROR_NOT_FOUND) {
+            static atomic_int said;
+            if (atomic_exchange_explicit(&said, 1, memory_order_relaxed) == 0)
+                log_debug("residency: nvmlDeviceGetProcessUtilization: error %d (count %u): "
+                          "launches are charged their whole measured time",
+                          (int)r, n);
+        } else if (r == NVML_SUCCESS) {
             /* this process's samples, oldest first (a handful: insertion order) */
             for (unsigned k = 0; k < n; k++) {
                 unsigned best = n;
