@@ -36,10 +36,13 @@ struct pacer {
     uint64_t dev_read_ns;  /* when it was last read */
     nvmlDevice_t nvml_dev; /* NULL until found (burst mode, residency calibration) */
     bool nvml_failed;
-    /* residency calibration (pace.h, struct pace_calib): guarded by calib_lock */
+    pthread_mutex_t nvml_lock; /* guards nvml_dev / nvml_failed while the handle is found */
+    /* residency calibration (pace.h, struct pace_calib): calib under calib_lock (held only for
+     * arithmetic); the fields after it belong to the one thread that set calib_polling */
     pthread_mutex_t calib_lock;
     struct pace_calib calib;
-    uint64_t calib_snap_ns;           /* when the span total was last recorded */
+    atomic_int calib_polling;
+    _Atomic uint64_t calib_snap_ns;   /* when the span total was last recorded */
     uint64_t calib_read_ns;           /* when NVML's samples were last read */
     unsigned long long calib_seen_us; /* the newest sample timestamp read */
     uint32_t host_pid;                /* this process as NVML names it; 0: not known yet */
@@ -119,6 +122,7 @@ static struct pacer *pacer_get(void)
         memset(&pacer, 0, sizeof(pacer));
         pthread_mutex_init(&pacer.sample_lock, NULL);
         pthread_mutex_init(&pacer.calib_lock, NULL);
+        pthread_mutex_init(&pacer.nvml_lock, NULL);
         if (pace_flight_init(&pacer.flight, region_pace(), slot_pace()) == 0) {
             pacer.flight.limit_pct = (uint32_t)vc.cfg.core_limit; /* never the region's */
             atomic_store_explicit(&pacer_ready, 1, memory_order_release);
@@ -230,12 +234,10 @@ static bool capturing(CUstream stream, bool ptsz)
 }
 
 /* The container's first device (config order) as NVML names it; NULL when NVML cannot be used.
- * Called under sample_lock or calib_lock; the first caller decides (a race costs one handle
- * lookup twice, both give the same handle). */
+ * The first caller looks it up, once per process. */
 static nvmlDevice_t nvml_device(struct pacer *p)
 {
-    static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&once);
+    pthread_mutex_lock(&p->nvml_lock);
     if (!p->nvml_dev && !p->nvml_failed) {
         p->nvml_failed = true;
         /* nvmlInit is reference counted: ours does not disturb the program's own use. */
@@ -248,8 +250,9 @@ static nvmlDevice_t nvml_device(struct pacer *p)
             p->nvml_failed = p->nvml_dev == NULL;
         }
     }
-    pthread_mutex_unlock(&once);
-    return p->nvml_dev;
+    nvmlDevice_t d = p->nvml_dev;
+    pthread_mutex_unlock(&p->nvml_lock);
+    return d;
 }
 
 /* This process's pid as NVML reports it. In the host's pid namespace that is getpid(); in a
@@ -283,10 +286,13 @@ static uint32_t own_host_pid(struct pacer *p)
 static void calib_poll(struct pacer *p)
 {
     uint64_t now = mono_ns();
-    if (now - p->calib_snap_ns < CALIB_SNAP_NS || pthread_mutex_trylock(&p->calib_lock) != 0)
-        return;
-    p->calib_snap_ns = now;
+    if (now - atomic_load_explicit(&p->calib_snap_ns, memory_order_relaxed) < CALIB_SNAP_NS ||
+        atomic_exchange_explicit(&p->calib_polling, 1, memory_order_acquire) != 0)
+        return; /* too soon, or another thread is at it */
+    atomic_store_explicit(&p->calib_snap_ns, now, memory_order_relaxed);
+    pthread_mutex_lock(&p->calib_lock);
     pace_calib_snapshot(&p->calib, now);
+    pthread_mutex_unlock(&p->calib_lock);
     uint32_t pid;
     if (now - p->calib_read_ns >= CALIB_READ_NS && (pid = own_host_pid(p)) != 0 &&
         vc_real.nvmlDeviceGetProcessUtilization && nvml_device(p)) {
@@ -294,8 +300,10 @@ static void calib_poll(struct pacer *p)
         nvmlProcessUtilizationSample_t *smp = p->calib_smp;
         unsigned n = ARRAY_SIZE(p->calib_smp);
         uint64_t wall_us = now_ns(CLOCK_REALTIME) / 1000;
+        /* without calib_lock: settling on other threads does not wait for NVML */
         nvmlReturn_t r =
             vc_real.nvmlDeviceGetProcessUtilization(p->nvml_dev, smp, &n, p->calib_seen_us);
+        pthread_mutex_lock(&p->calib_lock);
         if (r != NVML_SUCCESS && r != NVML_ERROR_NOT_FOUND) {
             static atomic_int said;
             if (atomic_exchange_explicit(&said, 1, memory_order_relaxed) == 0)
@@ -324,8 +332,9 @@ static void calib_poll(struct pacer *p)
                               (unsigned long long)(p->calib.period_ns / 1000000), pid);
             }
         }
+        pthread_mutex_unlock(&p->calib_lock);
     }
-    pthread_mutex_unlock(&p->calib_lock);
+    atomic_store_explicit(&p->calib_polling, 0, memory_order_release);
 }
 
 /* Burst mode: feeds the device's utilization to the controller once per sample window. The
