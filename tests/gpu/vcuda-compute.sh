@@ -87,6 +87,19 @@ ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }'
 }
 
+# pair TAG CMD...: a 30 % and a 70 % tenant run CMD together; their rates in $a and $b.
+pair() {
+    local tag=$1 p30 p70
+    shift
+    run 30 "${tag}30" "$@" >"$tmp/${tag}30" &
+    p30=$!
+    run 70 "${tag}70" "$@" >"$tmp/${tag}70" &
+    p70=$!
+    wait $p30 $p70
+    a=$(cat "$tmp/${tag}30")
+    b=$(cat "$tmp/${tag}70")
+}
+
 echo "== 1. spin kernels, 50 us, async"
 u=$(run 0 u1 "$load" --seconds "$secs" --warmup "$warm" --kernel-us 50)
 l=$(run 30 l1 "$load" --seconds "$secs" --warmup "$warm" --kernel-us 50)
@@ -151,13 +164,7 @@ EOF
     v=$(run 0 v8 "$py" "$tmp/mm.py" "$secs" 8192 "$warm")
     wait $pn
     echo "alone unlimited $u matmuls/s; two unlimited together: $v and $(cat "$tmp/n8") matmuls/s"
-    run 30 t30m "$py" "$tmp/mm.py" "$secs" 8192 "$warm" >"$tmp/t30m" &
-    p30=$!
-    run 70 t70m "$py" "$tmp/mm.py" "$secs" 8192 "$warm" >"$tmp/t70m" &
-    p70=$!
-    wait $p30 $p70
-    a=$(cat "$tmp/t30m")
-    b=$(cat "$tmp/t70m")
+    pair tm "$py" "$tmp/mm.py" "$secs" 8192 "$warm"
     echo "together: 30% tenant $a, 70% tenant $b matmuls/s; shares $(ratio "$a" "$u") and $(ratio "$b" "$u")"
     check "pytorch 30/70 ratio, 8192 matmuls" "$(ratio "$a" "$b")" 0.429 0.043
     run 0 m8 "$py" "$tmp/mm.py" "$((secs + warm + 8))" 8192 "$warm" >/dev/null &
@@ -173,26 +180,14 @@ fi
 
 echo "== 5. two tenants, 30 / 70, together (50 us kernels)"
 u=$(run 0 u5 "$load" --seconds "$secs" --warmup "$warm" --kernel-us 50)
-run 30 t30 "$load" --seconds "$secs" --warmup "$warm" --kernel-us 50 >"$tmp/t30" &
-p30=$!
-run 70 t70 "$load" --seconds "$secs" --warmup "$warm" --kernel-us 50 >"$tmp/t70" &
-p70=$!
-wait $p30 $p70
-a=$(cat "$tmp/t30")
-b=$(cat "$tmp/t70")
+pair t "$load" --seconds "$secs" --warmup "$warm" --kernel-us 50
 echo "alone unlimited $u kernels/s; together: 30% tenant $a, 70% tenant $b kernels/s"
 echo "shares of the GPU: $(ratio "$a" "$u") and $(ratio "$b" "$u")"
 check "30/70 ratio" "$(ratio "$a" "$b")" 0.429 0.043
 
 echo "== 6. two tenants, 30 / 70, together (20 ms kernels, longer than a time slice)"
 u=$(run 0 u6 "$load" --seconds "$secs" --warmup "$warm" --kernel-us 20000 --depth 2)
-run 30 t30b "$load" --seconds "$secs" --warmup "$warm" --kernel-us 20000 --depth 2 >"$tmp/t30b" &
-p30=$!
-run 70 t70b "$load" --seconds "$secs" --warmup "$warm" --kernel-us 20000 --depth 2 >"$tmp/t70b" &
-p70=$!
-wait $p30 $p70
-a=$(cat "$tmp/t30b")
-b=$(cat "$tmp/t70b")
+pair tb "$load" --seconds "$secs" --warmup "$warm" --kernel-us 20000 --depth 2
 echo "alone unlimited $u kernels/s; together: 30% tenant $a, 70% tenant $b kernels/s"
 echo "shares of the GPU: $(ratio "$a" "$u") and $(ratio "$b" "$u")"
 # A spin kernel loops on %clock64, which counts on while its context is switched out: beside
