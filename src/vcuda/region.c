@@ -422,11 +422,9 @@ int vc_region_note_host_pid(struct vc_region *r, uint32_t pid, uint32_t host_pid
 {
     if (!r || !r->hdr || !pid)
         return 0;
-    uint32_t hwm = LOAD(&r->hdr->slot_hwm);
-    if (hwm > VC_REGION_SLOTS)
-        hwm = VC_REGION_SLOTS;
     int n = 0;
-    for (uint32_t i = 0; i < hwm; i++) {
+    /* every slot, as the audit reads them: the tenant can write slot_hwm */
+    for (uint32_t i = 0; i < VC_REGION_SLOTS; i++) {
         struct vc_region_slot *s = &r->slots[i];
         uint64_t owner = LOAD(&s->owner);
         if ((owner & VC_OWNER_RECLAIM) || (uint32_t)(owner & VC_OWNER_PID_MASK) != pid)
