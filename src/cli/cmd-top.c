@@ -31,6 +31,9 @@
 
 #define TOP_MAX_GPUS 64
 #define TOP_MAX_PROCS 64
+/* NVML's per-process samples: it refuses a buffer smaller than its own sample buffer
+ * (INSUFFICIENT_SIZE; 72 entries on an H200 with driver 580), however few processes are busy */
+#define TOP_UTIL_SAMPLES 256
 #define TOP_PODRES_TIMEOUT_MS 500
 #define TOP_DEFAULT_PODRES "/var/lib/kubelet/pod-resources/kubelet.sock"
 
@@ -95,8 +98,8 @@ static void sample_procs(struct top *t, nvmlDevice_t dev, struct top_gpu *g)
     size_t n = 0;
     if (gpu_nvml_running_processes(t->nvml, dev, p, TOP_MAX_PROCS, &n) < 0)
         n = 0;
-    nvmlProcessUtilizationSample_t u[TOP_MAX_PROCS];
-    unsigned nu = TOP_MAX_PROCS;
+    nvmlProcessUtilizationSample_t u[TOP_UTIL_SAMPLES];
+    unsigned nu = TOP_UTIL_SAMPLES;
     if (!t->nvml->nvmlDeviceGetProcessUtilization ||
         !NVML_OK(t->nvml->nvmlDeviceGetProcessUtilization(dev, u, &nu, 0)))
         nu = 0;

@@ -11,6 +11,16 @@
 #include "state-mps.h"
 #include "state-nvml.h"
 
+/* The per-process utilization calls answer from the driver's own buffer of samples per GPU,
+ * NVML_EMU_PROC_SAMPLE_BUF entries. NVIDIA's NVML 580.159.04 on an H200 (2026-11-26;
+ * tests/gpu/nvml-semantics.c, "process utilization with no buffer"), asked with no buffer on
+ * an idle GPU, answered INSUFFICIENT_SIZE with a count of 72, from
+ * nvmlDeviceGetProcessUtilization and nvmlDeviceGetProcessesUtilizationInfo alike, and
+ * libvcuda's 64-entry buffer got no sample there while its process was busy. Seen on that one
+ * product and driver: another may keep a buffer of another size, so callers size theirs well
+ * above it (the project's use 256). */
+#define NVML_EMU_PROC_SAMPLE_BUF 72u
+
 /* Writes the process list of the device in records of `stride` bytes: pid (u32 at 0),
  * usedGpuMemory (u64 at 8), then for 24 and 32: gpuInstanceId, computeInstanceId (u32 at 16,
  * 20), then for 32: usedGpuCcProtectedMemory (u64 at 24). Whole records are written,
@@ -145,10 +155,29 @@ static nvmlReturn_t busy_processes(unsigned gi, unsigned long long last_seen_us,
             u[k++] = u[i];
     if (k == 0)
         return NVML_ERROR_NOT_FOUND;
+    /* no more than the driver's buffer holds, so a caller's buffer of that size always fits */
+    if (k > NVML_EMU_PROC_SAMPLE_BUF)
+        k = NVML_EMU_PROC_SAMPLE_BUF;
     *ret_n = k;
     *ret_span = span;
     *ret_stamp_us = stamp_us;
     return NVML_SUCCESS;
+}
+
+/* The size check of both per-process utilization calls, before any sample is looked at: no
+ * buffer, or one of fewer entries than the driver's sample buffer, is INSUFFICIENT_SIZE with
+ * that buffer's size in *count, on an idle GPU as on a busy one. The reference asks callers
+ * to "first determine the size of buffer required to hold the samples by invoking the function
+ * with utilization set to NULL" and to allocate that many; the H200 sized that answer by its
+ * buffer (72 when idle), not by the busy processes. For a buffer smaller than that the H200's
+ * answer was not printed; INSUFFICIENT_SIZE is what libvcuda's 64 entries got there (no sample
+ * ever, while busy), and the count is taken to be the same 72 as for no buffer. */
+static bool too_small(const void *buf, unsigned *count)
+{
+    if (buf && *count >= NVML_EMU_PROC_SAMPLE_BUF)
+        return false;
+    *count = NVML_EMU_PROC_SAMPLE_BUF;
+    return true;
 }
 
 /* "One utilization sample structure is returned per process running, that had some non-zero
@@ -156,8 +185,9 @@ static nvmlReturn_t busy_processes(unsigned gi, unsigned long long last_seen_us,
  * were recorded." and "Return only samples with timestamp greater than lastSeenTimeStamp"
  * (NVML API reference, nvmlDeviceGetProcessUtilization): one sample per process busy in the
  * last completed sample period, smUtil its busy share of that period, stamped with the period's
- * end. None (or none newer than lastSeenTimeStamp) → NOT_FOUND. utilization NULL (or too small)
- * → INSUFFICIENT_SIZE with the count needed, as NVML does. */
+ * end. utilization NULL or processSamplesCount below the driver's buffer → INSUFFICIENT_SIZE
+ * with that buffer's size (too_small); then none (or none newer than lastSeenTimeStamp) →
+ * NOT_FOUND. */
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
     nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
     unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
@@ -168,16 +198,14 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
         return r;
     if (!processSamplesCount)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (too_small(utilization, processSamplesCount))
+        return NVML_ERROR_INSUFFICIENT_SIZE;
     struct emu_proc_util u[EMU_MAX_PROCS];
     size_t k = 0;
     uint64_t span = 0, stamp_us = 0;
     r = busy_processes(gi, lastSeenTimeStamp, u, &k, &span, &stamp_us);
     if (r != NVML_SUCCESS)
         return r;
-    if (!utilization || *processSamplesCount < k) {
-        *processSamplesCount = (unsigned)k;
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    }
     for (size_t i = 0; i < k; i++)
         utilization[i] = (nvmlProcessUtilizationSample_t){
             .pid = (unsigned)u[i].pid,
@@ -192,9 +220,10 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
  * samples as nvmlDeviceGetProcessUtilization, in nvmlProcessUtilizationInfo_v1_t records.
  * "version" must be nvmlProcessesUtilizationInfo_v1 (else ARGUMENT_VERSION_MISMATCH, as NVIDIA's
  * NVML 580.159.04 answered on an H200 for versions 0, 1 and the v2 encoding: nvml-semantics.c);
- * procUtilArray NULL or processSamplesCount too small → INSUFFICIENT_SIZE with the count
- * needed in processSamplesCount; samples not newer than lastSeenTimeStamp → NOT_FOUND. Memory,
- * encoder, decoder, JPEG and OFA activity are not modelled (0). */
+ * then procUtilArray NULL or processSamplesCount below the driver's buffer → INSUFFICIENT_SIZE
+ * with that buffer's size in processSamplesCount (too_small; the H200 answered 72 with no
+ * array, idle); samples not newer than lastSeenTimeStamp → NOT_FOUND. Memory, encoder,
+ * decoder, JPEG and OFA activity are not modelled (0). */
 NVML_EMU_API nvmlReturn_t
 nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProcessesUtilizationInfo_t *info)
 {
@@ -206,16 +235,14 @@ nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProcessesUtilizat
         return NVML_ERROR_INVALID_ARGUMENT;
     if (info->version != nvmlProcessesUtilizationInfo_v1)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (too_small(info->procUtilArray, &info->processSamplesCount))
+        return NVML_ERROR_INSUFFICIENT_SIZE;
     struct emu_proc_util u[EMU_MAX_PROCS];
     size_t k = 0;
     uint64_t span = 0, stamp_us = 0;
     r = busy_processes(gi, info->lastSeenTimeStamp, u, &k, &span, &stamp_us);
     if (r != NVML_SUCCESS)
         return r;
-    if (!info->procUtilArray || info->processSamplesCount < k) {
-        info->processSamplesCount = (unsigned)k;
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    }
     for (size_t i = 0; i < k; i++)
         info->procUtilArray[i] = (nvmlProcessUtilizationInfo_v1_t){
             .timeStamp = stamp_us,

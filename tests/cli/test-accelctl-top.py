@@ -7,6 +7,9 @@ memory (tests/emu/emu-hold), one of them in a pod (its /proc/PID/cgroup faked un
   GPU, the pod's process named by pod UID and container ID, the others "host"; --sort pid
   orders them; bad options exit 2 naming the option; without a terminal the live mode says
   to use --once.
+- A process kept busy on GPU 1 (tests/emu/spin) shows its SM utilization in percent on its
+  row, from NVML's per-process samples (read into a buffer at least as large as the driver's
+  own sample buffer: the emulated NVML, like an H200's, refuses a smaller one).
 - In a real terminal (tmux; skipped where tmux is missing): the frame appears with the GPUs and
   holders; after a resize to 60 columns every line fits and the utilization bar is gone; `s`
   switches the sort key; `q` ends it with exit status 0 and the alternate screen left (the
@@ -31,6 +34,7 @@ ACCELCTL = os.path.join(BUILD, "src", "cli", "accelctl")
 EMU = os.path.join(BUILD, "src", "emu", "accel-emu")
 EMU_NVML = os.path.join(BUILD, "src", "emu", "libnvidia-ml.so.1")
 HOLD = os.path.join(BUILD, "tests", "emu", "emu-hold")
+SPIN = os.path.join(BUILD, "tests", "emu", "spin")
 POD = "7f3a1c2e-5b6d-4e8f-9a0b-1c2d3e4f5a6b"
 CID = "c0ffee" + "0" * 58
 T = 15
@@ -47,7 +51,7 @@ def wait_until(cond, timeout=T):
 
 
 def main():
-    for exe in (ACCELCTL, EMU, EMU_NVML, HOLD):
+    for exe in (ACCELCTL, EMU, EMU_NVML, HOLD, SPIN):
         if not os.path.exists(exe):
             print(f"1..0 # SKIP {exe} is not built")
             return 77
@@ -81,6 +85,7 @@ def main():
                     f.write("0::/user.slice/user-0.slice/session-1.scope\n")
         args = ["top", "--nvml", EMU_NVML, "--proc-root", proc, "--pod-resources-socket", ""]
         once(tap, env, args, pids)
+        busy(tap, env, args)
         live(tap, env, args, pids, tmp)
     finally:
         for h in holds:
@@ -141,6 +146,39 @@ def once(tap, env, args, pids):
                        capture_output=True, text=True, timeout=T)
     tap.ok(p.returncode == 1 and "--once" in p.stderr,
            "live mode without a terminal: exit 1, says to use --once", (p.returncode, p.stderr))
+
+
+def busy(tap, env, args):
+    """A process launching kernels back to back on GPU 1: its row shows a figure in percent
+    once a sample period with its work has ended."""
+    p = subprocess.Popen([SPIN, "10", "--go", "--repeat", "100000", "--device", "1"], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    row = ""
+    try:
+        line = p.stdout.readline()
+        while line and "ready" not in line:  # "# ready" once its context exists
+            line = p.stdout.readline()
+        if "ready" not in line:
+            tap.ok(False, "spin got ready on GPU 1", line)
+            return
+        p.stdin.write("\n")
+        p.stdin.flush()
+
+        def util_row():
+            nonlocal row
+            out = subprocess.run([ACCELCTL, *args, "--once"], env=env, capture_output=True,
+                                 text=True, timeout=T).stdout
+            g1 = out[out.find("GPU 1"):] if "GPU 1" in out else ""
+            row = next((ln for ln in g1.splitlines() if ln.split()[:1] == [str(p.pid)]), "")
+            return any(c.endswith("%") and c[:-1].isdigit() and int(c[:-1]) > 0
+                       for c in row.split()[1:])
+        tap.ok(wait_until(util_row), "a busy process: its SM utilization in percent on its row",
+               row)
+    finally:
+        p.terminate()
+        p.wait(timeout=T)
+        p.stdout.close()
+        p.stdin.close()
 
 
 def tmux(sock, *a):

@@ -516,8 +516,9 @@ TEST(utilization_is_sampled_per_period)
             continue; /* queued behind other work: try the next period */
         REQUIRE(TAP_WAIT_UNTIL(mono_ns() >= b + P + 300000000ull, 3000));
         nvmlUtilization_t u = {0, 0};
-        nvmlProcessUtilizationSample_t smp[4];
-        unsigned cnt = 4;
+        /* NVML wants a buffer of its own sample buffer's size at least (72 on an H200) */
+        static nvmlProcessUtilizationSample_t smp[256];
+        unsigned cnt = 256;
         nvmlReturn_t r1 = nvmlDeviceGetUtilizationRates(n, &u);
         nvmlReturn_t r2 = nvmlDeviceGetProcessUtilization(n, smp, &cnt, 0);
         if (mono_ns() >= b + 2 * P)
@@ -536,7 +537,7 @@ TEST(utilization_is_sampled_per_period)
         uint64_t age_us = (mono_ns() - (b + P)) / 1000ull;
         CHECK(smp[0].timeStamp <= now_us - age_us + 5000 &&
               smp[0].timeStamp + 5000 >= now_us - age_us);
-        cnt = 4;
+        cnt = 256;
         CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(n, smp, &cnt, smp[0].timeStamp),
                      NVML_ERROR_NOT_FOUND);
     }

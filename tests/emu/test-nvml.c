@@ -24,6 +24,10 @@
 #include "tap.h"
 
 #define MiB (1024ull * 1024ull)
+/* The per-process utilization calls: the size NVIDIA's NVML on an H200 asked for with no
+ * buffer (its own sample buffer, idle or busy), and the size the project's callers use. */
+#define DRIVER_SAMPLES 72
+#define SAMPLES 256
 
 static char emu_bin[4096];
 
@@ -468,8 +472,8 @@ static void nvml_machine_done(struct emu_state *st)
  * device's the whole of it (their union). */
 static bool two_halves(unsigned gpu, pid_t a, pid_t b)
 {
-    nvmlProcessUtilizationSample_t s[4];
-    unsigned n = 4;
+    nvmlProcessUtilizationSample_t s[SAMPLES];
+    unsigned n = SAMPLES;
     if (nvmlDeviceGetProcessUtilization(dev(gpu), s, &n, 0) != NVML_SUCCESS || n != 2)
         return false;
     bool sa = false, sb = false;
@@ -527,8 +531,14 @@ TEST(utilization_from_the_timeline)
     CHECK_EQ_INT(nvmlDeviceGetUtilizationRates(dev(1), &u), NVML_SUCCESS);
     CHECK_EQ_INT(u.gpu, 0);
     CHECK_EQ_INT(u.memory, 0);
+    /* the size query of an idle GPU: the driver's buffer, not the (no) busy processes */
     unsigned n = 0;
-    CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), NULL, &n, 0), NVML_ERROR_NOT_FOUND);
+    CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), NULL, &n, 0),
+                 NVML_ERROR_INSUFFICIENT_SIZE);
+    CHECK_EQ_INT(n, DRIVER_SAMPLES);
+    nvmlProcessUtilizationSample_t s[SAMPLES];
+    n = SAMPLES;
+    CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), s, &n, 0), NVML_ERROR_NOT_FOUND);
 
     /* 30 s of work queued on GPU 1 by this process: once 100 ms of it have run, the whole
      * window is busy (a bound on waiting, not a timing assertion) */
@@ -540,14 +550,26 @@ TEST(utilization_from_the_timeline)
     CHECK_EQ_INT(u.gpu, 0);
     CHECK_EQ_INT(nvmlDeviceGetUtilizationRates(dev(1), NULL), NVML_ERROR_INVALID_ARGUMENT);
 
+    /* busy: the same size, and a buffer below it (libvcuda's 64 entries once) is refused with
+     * that size, though one sample would fit */
     n = 0;
     CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), NULL, &n, 0),
                  NVML_ERROR_INSUFFICIENT_SIZE);
-    CHECK_EQ_INT(n, 1);
-    nvmlProcessUtilizationSample_t s[4];
+    CHECK_EQ_INT(n, DRIVER_SAMPLES);
     n = 0;
     CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), s, &n, 0), NVML_ERROR_INSUFFICIENT_SIZE);
-    n = 4;
+    CHECK_EQ_INT(n, DRIVER_SAMPLES);
+    n = 64;
+    CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), s, &n, 0), NVML_ERROR_INSUFFICIENT_SIZE);
+    CHECK_EQ_INT(n, DRIVER_SAMPLES);
+    n = DRIVER_SAMPLES - 1; /* the size is checked before the samples: nothing newer is found */
+    CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), s, &n, ~0ull),
+                 NVML_ERROR_INSUFFICIENT_SIZE);
+    CHECK_EQ_INT(n, DRIVER_SAMPLES);
+    n = DRIVER_SAMPLES; /* exactly the driver's buffer is enough */
+    CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), s, &n, 0), NVML_SUCCESS);
+    CHECK_EQ_INT(n, 1);
+    n = SAMPLES;
     REQUIRE_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), s, &n, 0), NVML_SUCCESS);
     REQUIRE_EQ_INT(n, 1);
     CHECK_EQ_INT(s[0].pid, getpid());
@@ -556,12 +578,14 @@ TEST(utilization_from_the_timeline)
     /* since that sample's timestamp the process has kept the GPU busy the whole time */
     unsigned long long seen = s[0].timeStamp;
     CHECK(TAP_WAIT_UNTIL(
-        (n = 4, nvmlDeviceGetProcessUtilization(dev(1), s, &n, seen) == NVML_SUCCESS) &&
+        (n = SAMPLES, nvmlDeviceGetProcessUtilization(dev(1), s, &n, seen) == NVML_SUCCESS) &&
             s[0].timeStamp > seen,
         5000));
     CHECK_EQ_INT(s[0].smUtil, 100);
     CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), s, NULL, 0), NVML_ERROR_INVALID_ARGUMENT);
+    n = SAMPLES;
     CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(1), s, &n, ~0ull), NVML_ERROR_NOT_FOUND);
+    n = SAMPLES;
     CHECK_EQ_INT(nvmlDeviceGetProcessUtilization(dev(0), s, &n, 0), NVML_ERROR_NOT_FOUND);
     nvml_machine_done(st);
 }
@@ -631,26 +655,36 @@ TEST(processes_utilization_info_v1)
 {
     struct emu_state *st = nvml_machine("procutil", "100");
     REQUIRE(st != NULL);
-    nvmlProcessUtilizationInfo_v1_t s[4];
+    static nvmlProcessUtilizationInfo_v1_t s[SAMPLES];
     nvmlProcessesUtilizationInfo_t info = {.version = nvmlProcessesUtilizationInfo_v1};
     CHECK_EQ_INT(sizeof(nvmlProcessUtilizationInfo_v1_t), 40);
     CHECK_EQ_INT(sizeof(nvmlProcessesUtilizationInfo_t), 24);
+    /* idle: no array asks for the driver's buffer (the H200: processSamplesCount 72) */
+    CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info),
+                 NVML_ERROR_INSUFFICIENT_SIZE);
+    CHECK_EQ_INT(info.processSamplesCount, DRIVER_SAMPLES);
+    info.procUtilArray = s;
+    info.processSamplesCount = SAMPLES;
     CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info), NVML_ERROR_NOT_FOUND);
 
     uint64_t start, end;
     REQUIRE_EQ_INT(emu_state_submit(st, 1, 0, 30ull * 1000000000ull, &start, &end), 0);
-    /* size query: NULL array → the count needed, once a period with the work has ended */
-    CHECK(TAP_WAIT_UNTIL(
-        (info.processSamplesCount = 0, info.procUtilArray = NULL,
-         nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info) == NVML_ERROR_INSUFFICIENT_SIZE),
-        10000));
-    CHECK_EQ_INT(info.processSamplesCount, 1);
-    info.procUtilArray = s;
-    info.processSamplesCount = 0; /* too small an array */
+    /* once a period with the work has ended: a sample for this process */
+    CHECK(TAP_WAIT_UNTIL((info.processSamplesCount = SAMPLES,
+                          nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info) == NVML_SUCCESS),
+                         10000));
+    /* size query while busy: still the driver's buffer, not the one busy process */
+    info.processSamplesCount = 0;
+    info.procUtilArray = NULL;
     CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info),
                  NVML_ERROR_INSUFFICIENT_SIZE);
-    CHECK_EQ_INT(info.processSamplesCount, 1);
-    info.processSamplesCount = 4;
+    CHECK_EQ_INT(info.processSamplesCount, DRIVER_SAMPLES);
+    info.procUtilArray = s;
+    info.processSamplesCount = 64; /* too small an array, though one sample would fit */
+    CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info),
+                 NVML_ERROR_INSUFFICIENT_SIZE);
+    CHECK_EQ_INT(info.processSamplesCount, DRIVER_SAMPLES);
+    info.processSamplesCount = SAMPLES;
     memset(s, 0xff, sizeof(s));
     REQUIRE_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info), NVML_SUCCESS);
     REQUIRE_EQ_INT(info.processSamplesCount, 1);
@@ -662,14 +696,20 @@ TEST(processes_utilization_info_v1)
     /* newer samples than the last seen: the GPU has stayed busy, so 100 % */
     info.lastSeenTimeStamp = s[0].timeStamp;
     unsigned long long seen = s[0].timeStamp;
-    CHECK(TAP_WAIT_UNTIL((info.processSamplesCount = 4,
+    CHECK(TAP_WAIT_UNTIL((info.processSamplesCount = SAMPLES,
                           nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info) == NVML_SUCCESS) &&
                              s[0].timeStamp > seen,
                          5000));
     CHECK_EQ_INT(s[0].smUtil, 100);
     info.lastSeenTimeStamp = ~0ull;
+    info.processSamplesCount = SAMPLES;
     CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info), NVML_ERROR_NOT_FOUND);
+    info.processSamplesCount = DRIVER_SAMPLES - 1; /* the size first, then the samples */
+    CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info),
+                 NVML_ERROR_INSUFFICIENT_SIZE);
+    CHECK_EQ_INT(info.processSamplesCount, DRIVER_SAMPLES);
     info.lastSeenTimeStamp = 0;
+    info.processSamplesCount = SAMPLES;
     CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(0), &info), NVML_ERROR_NOT_FOUND);
     info.version = nvmlProcessesUtilizationInfo_v1 + 1;
     CHECK_EQ_INT(nvmlDeviceGetProcessesUtilizationInfo(dev(1), &info),

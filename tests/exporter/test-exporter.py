@@ -423,7 +423,8 @@ def _():
 
     def emulator_figures():
         """The emulator's own per-process SM utilization of its last period, 0..1."""
-        buf, cnt = (Sample * 64)(), ctypes.c_uint(64)
+        # NVML refuses a buffer below its own sample buffer (72 entries on an H200)
+        buf, cnt = (Sample * 256)(), ctypes.c_uint(256)
         r = nv.nvmlDeviceGetProcessUtilization(dev, buf, ctypes.byref(cnt), ctypes.c_ulonglong(0))
         return {buf[i].pid: buf[i].smUtil / 100 for i in range(cnt.value)} if r == 0 else {}
     env = dict(ENV, LD_LIBRARY_PATH=os.path.join(BUILD, "src", "emu"))
