@@ -193,6 +193,9 @@ TEST(damaged_state_is_refused_with_the_field_named)
         {"time slice 1000001 us", 21},
         {"timeline interval 0", 22},
         {"timeline interval 0", 23},
+        {"timeline interval 0", 24},
+        {"timeline interval 0", 25},
+        {"timeline interval 0", 26},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         memcpy(img, good, sizeof(*img));
@@ -231,7 +234,7 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break;
         case 10:
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){2000, 1000, 1, 1, 0, 0};
+            g->intervals[0] = (struct emu_interval){2000, 1000, 1, 1, 0, 0, 0, 0};
             g->busy_until_ns = 2000;
             break;
         case 11:
@@ -262,7 +265,7 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break;
         case 18:
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0};
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0, 0, 0};
             g->busy_until_ns = 1500;
             break;
         case 19:
@@ -276,12 +279,27 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break;
         case 22: /* a lag longer than the time before the interval */
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 1001, 0};
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 1001, 0, 0, 0};
             g->busy_until_ns = 2000;
             break;
         case 23: /* a wait longer than the lag it is part of */
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 10, 11};
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 10, 11, 0, 0};
+            g->busy_until_ns = 2000;
+            break;
+        case 24: /* a flag this version does not know */
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0, 4, 0};
+            g->busy_until_ns = 2000;
+            break;
+        case 25: /* going on with a clock-bound item, itself work-bound */
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0, EMU_IV_CONT, 0};
+            g->busy_until_ns = 2000;
+            break;
+        case 26: /* the padding set */
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0, EMU_IV_CLOCK, 7};
             g->busy_until_ns = 2000;
             break;
         }
@@ -578,8 +596,8 @@ TEST(live_work_beside_dead_work_is_sliced_then_alone)
     emu_state_lock(st);
     sh->procs[3] = (struct emu_proc){.pid = 999999, .start_time = 1, .pidns = ns};
     struct emu_gpu *g = &sh->gpus[0];
-    g->intervals[0] = (struct emu_interval){base, base + 10 * ms, 999999, 4, 0, 0};
-    g->intervals[1] = (struct emu_interval){base + 10 * ms, base + 20 * ms, 999999, 4, 0, 0};
+    g->intervals[0] = (struct emu_interval){base, base + 10 * ms, 999999, 4, 0, 0, 0, 0};
+    g->intervals[1] = (struct emu_interval){base + 10 * ms, base + 20 * ms, 999999, 4, 0, 0, 0, 0};
     g->interval_count = 2;
     g->busy_until_ns = base + 20 * ms;
     g->busy_total_ns = 20 * ms;
@@ -658,7 +676,7 @@ TEST(timeline_time_slices_between_owners)
     emu_state_lock(st);
     sh->procs[5] = (struct emu_proc){.pid = 999998, .start_time = 1, .pidns = ns + 1};
     /* its run began 0.5 ms before base */
-    g->intervals[0] = (struct emu_interval){base - 500 * us, base + 9500 * us, 999998, 6, 0, 0};
+    g->intervals[0] = (struct emu_interval){base - 500 * us, base + 9500 * us, 999998, 6, 0, 0, 0, 0};
     g->interval_count = 1;
     g->busy_until_ns = base + 9500 * us;
     g->busy_total_ns = 10 * ms;
@@ -763,7 +781,7 @@ TEST(timeline_slices_queued_piecewise_as_whole)
     uint64_t base = emu_state_now_ns() + 200 * ms;
     emu_state_lock(st);
     sh->procs[5] = (struct emu_proc){.pid = 999997, .start_time = 1, .pidns = my_pidns() + 1};
-    g->intervals[0] = (struct emu_interval){base, base + 100 * ms, 999997, 6, 0, 0};
+    g->intervals[0] = (struct emu_interval){base, base + 100 * ms, 999997, 6, 0, 0, 0, 0};
     g->interval_count = 1;
     g->busy_until_ns = base + 100 * ms;
     g->busy_total_ns = 100 * ms;
