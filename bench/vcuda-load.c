@@ -5,8 +5,14 @@
  * LD_PRELOAD=libvcuda.so every launch goes through libvcuda's hooks. libc + libdl only: it builds
  * on a GPU machine with gcc alone and runs on the emulator or a real driver alike.
  *
- *   vcuda-load [--graph] [--kernel-us N] [--nodes K] [--seconds S] [--launches N]
+ *   vcuda-load [--graph] [--work] [--kernel-us N] [--nodes K] [--seconds S] [--launches N]
  *              [--depth K] [--sync-every K] [--overhead N] [--api NAME]
+ *
+ * --work launches a kernel that is not a spin kernel (`work`, empty) instead: the emulator runs
+ * it for ACCEL_EMU_KERNEL_US (the caller sets it to --kernel-us) as work-bound time, which
+ * another process's time slices stretch, where a spin kernel is clock-bound
+ * (docs/emulator-cuda.md, "Time slicing between processes"). Emulator only: on a real GPU the
+ * empty kernel takes microseconds.
  *
  * --api picks the entry point kernels go through: kernel (cuLaunchKernel, the default),
  * kernel_ptsz, ex (cuLaunchKernelEx), ex_ptsz, coop (cuLaunchCooperativeKernel), coop_ptsz; with
@@ -47,6 +53,10 @@ static const char spin_ptx[] = ".version 7.0\n"
                                "    sub.u64 %rd4, %rd3, %rd2;\n"
                                "    setp.lt.u64 %p, %rd4, %rd1;\n"
                                "    @%p bra LOOP;\n"
+                               "    ret;\n"
+                               "}\n"
+                               ".visible .entry work(.param .u64 unused)\n"
+                               "{\n"
                                "    ret;\n"
                                "}\n";
 
@@ -157,7 +167,7 @@ static unsigned long long arg_u64(const char *s, const char *opt)
 
 int main(int argc, char **argv)
 {
-    bool graph = false;
+    bool graph = false, work = false;
     uint64_t kernel_us = 50, nodes = 10, seconds = 5, max_launches = 0, sync_every = 0;
     uint64_t depth = 16;
     uint64_t overhead = 0;
@@ -168,8 +178,12 @@ int main(int argc, char **argv)
             graph = true;
             continue;
         }
+        if (!strcmp(a, "--work")) {
+            work = true;
+            continue;
+        }
         if (!v) {
-            fprintf(stderr, "usage: vcuda-load [--graph] [--kernel-us N] [--nodes K] "
+            fprintf(stderr, "usage: vcuda-load [--graph] [--work] [--kernel-us N] [--nodes K] "
                             "[--seconds S] [--launches N] [--sync-every K] [--overhead N]\n");
             return 2;
         }
@@ -262,7 +276,7 @@ int main(int argc, char **argv)
     check(p_cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
     check(p_cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
     check(p_cuModuleLoadData(&mod, spin_ptx), "cuModuleLoadData");
-    check(p_cuModuleGetFunction(&spin, mod, "spin"), "cuModuleGetFunction");
+    check(p_cuModuleGetFunction(&spin, mod, work ? "work" : "spin"), "cuModuleGetFunction");
     check(p_cuStreamCreate(&stream, 0), "cuStreamCreate");
 
     /* One block per SM: the whole GPU is busy while a kernel runs. */
