@@ -14,6 +14,11 @@
  * (docs/emulator-cuda.md, "Time slicing between processes"). Emulator only: on a real GPU the
  * empty kernel takes microseconds.
  *
+ * --marks: SIGUSR1 marks the start of a measuring window and SIGTERM ends the run (instead of
+ * killing it); the line then adds window_kernel_ms (the kernels launched in the window times
+ * their length: the GPU time they stand for, as a rate on a real GPU measures it) and
+ * window_seconds.
+ *
  * --api picks the entry point kernels go through: kernel (cuLaunchKernel, the default),
  * kernel_ptsz, ex (cuLaunchKernelEx), ex_ptsz, coop (cuLaunchCooperativeKernel), coop_ptsz; with
  * --graph: graph (cuGraphLaunch, the default) or graph_ptsz. The _ptsz forms use the per-thread
@@ -30,6 +35,7 @@
 #include "cuda_api.h"
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -125,6 +131,19 @@ static uint64_t now_ns(void)
 }
 
 static const char *api = "";
+static volatile sig_atomic_t mark_req, stop_req;
+
+static void on_mark(int sig)
+{
+    (void)sig;
+    mark_req = 1;
+}
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    stop_req = 1;
+}
 static CUfunction spin;
 static CUstream stream;
 static int sms = 1;
@@ -167,7 +186,7 @@ static unsigned long long arg_u64(const char *s, const char *opt)
 
 int main(int argc, char **argv)
 {
-    bool graph = false, work = false;
+    bool graph = false, work = false, marks = false;
     uint64_t kernel_us = 50, nodes = 10, seconds = 5, max_launches = 0, sync_every = 0;
     uint64_t depth = 16;
     uint64_t overhead = 0;
@@ -180,6 +199,14 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "--work")) {
             work = true;
+            continue;
+        }
+        if (!strcmp(a, "--marks")) {
+            struct sigaction sa = {.sa_handler = on_mark};
+            sigaction(SIGUSR1, &sa, NULL);
+            sa.sa_handler = on_stop;
+            sigaction(SIGTERM, &sa, NULL);
+            marks = true;
             continue;
         }
         if (!v) {
@@ -324,7 +351,16 @@ int main(int argc, char **argv)
         check(p_cuEventCreate(&ring[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
 
     uint64_t launches = 0, t0 = now_ns(), deadline = t0 + seconds * 1000000000ull;
+    uint64_t mark_launches = 0, mark_t = 0, stop_t = 0;
     for (;;) {
+        if (mark_req && !mark_t) {
+            mark_launches = launches;
+            mark_t = now_ns();
+        }
+        if (stop_req) {
+            stop_t = now_ns();
+            break;
+        }
         bool ptsz = strstr(api, "_ptsz") != NULL;
         if (graph && ptsz) {
             check(p_cuGraphLaunch_ptsz(exec, NULL), "cuGraphLaunch_ptsz");
@@ -350,9 +386,16 @@ int main(int argc, char **argv)
     check(p_cuCtxSynchronize(), "cuCtxSynchronize");
     double secs = (double)(now_ns() - t0) / 1e9;
     uint64_t kernels = graph ? launches * nodes : launches;
-    printf("mode=%s launches=%llu kernels=%llu seconds=%.3f rate=%.1f\n",
+    printf("mode=%s launches=%llu kernels=%llu seconds=%.3f rate=%.1f",
            graph ? "graph" : "kernel", (unsigned long long)launches, (unsigned long long)kernels,
            secs, (double)kernels / secs);
+    if (marks && mark_t && stop_t > mark_t) {
+        uint64_t win = launches - mark_launches;
+        printf(" window_kernel_ms=%.3f window_seconds=%.3f",
+               (double)(graph ? win * nodes : win) * (double)per_kernel_us / 1000.0,
+               (double)(stop_t - mark_t) / 1e9);
+    }
+    printf("\n");
     for (uint64_t i = 0; i < depth; i++)
         p_cuEventDestroy_v2(ring[i]);
     if (graph) {
