@@ -4,7 +4,9 @@
  *
  * A launch computes the kernel's duration (a `spin*` kernel: its first u64 parameter in SM
  * cycles at the GPU's SM clock; any other: ACCEL_EMU_KERNEL_US) and queues it on the GPU's
- * shared timeline (emu_state_submit) after the stream's previous work; it returns at once.
+ * shared timeline (emu_state_submit_kind) after the stream's previous work; it returns at once.
+ * Spin kernels are clock-bound beside other processes (their SM clock runs on while their
+ * context is switched out), any other kernel work-bound (see emu_state_submit_kind).
  * Times kept here (streams, contexts, events) are on this process's clock of that GPU, which
  * runs behind the GPU's by the time it waited for other processes' time slices (state.h);
  * synchronization and queries turn them into GPU time when they ask (cuda_wall_of), and
