@@ -186,7 +186,8 @@ static int run_scenario(struct container *cs, int n)
         FILE *f = fopen(out, "r");
         if (f) {
             while (fgets(line, sizeof(line), f)) {
-                const char *k = strstr(line, "window_kernel_ms="), *w = strstr(line, "window_seconds=");
+                const char *k = strstr(line, "window_kernel_ms="),
+                           *w = strstr(line, "window_seconds=");
                 double km = 0, ws = 0;
                 if (k && w && sscanf(k, "window_kernel_ms=%lf", &km) == 1 &&
                     sscanf(w, "window_seconds=%lf", &ws) == 1 && ws > 0)
@@ -266,10 +267,11 @@ static void bench_pair(void)
             double a = share(&cs[0]), b = share(&cs[1]);
             double want = (double)pairs[p][0] / pairs[p][1], got = b > 0 ? a / b : 0;
             double ka = cs[0].kernel_share, kb = cs[1].kernel_share, kg = kb > 0 ? ka / kb : 0;
-            printf("| %u / %u | %s | %.2f %% / %.2f %% | %.3f | %.3f | %+.1f %% | %.2f %% / %.2f %% "
-                   "| %+.1f %% |\n",
-                   pairs[p][0], pairs[p][1], load_name(loads[w]), a, b, got, want,
-                   100.0 * (got - want) / want, ka, kb, 100.0 * (kg - want) / want);
+            printf(
+                "| %u / %u | %s | %.2f %% / %.2f %% | %.3f | %.3f | %+.1f %% | %.2f %% / %.2f %% "
+                "| %+.1f %% |\n",
+                pairs[p][0], pairs[p][1], load_name(loads[w]), a, b, got, want,
+                100.0 * (got - want) / want, ka, kb, 100.0 * (kg - want) / want);
             fflush(stdout);
         }
     printf("\n| paced container | neighbour | kernels | achieved (busy) | error | by kernel time "

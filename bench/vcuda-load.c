@@ -386,9 +386,8 @@ int main(int argc, char **argv)
     check(p_cuCtxSynchronize(), "cuCtxSynchronize");
     double secs = (double)(now_ns() - t0) / 1e9;
     uint64_t kernels = graph ? launches * nodes : launches;
-    printf("mode=%s launches=%llu kernels=%llu seconds=%.3f rate=%.1f",
-           graph ? "graph" : "kernel", (unsigned long long)launches, (unsigned long long)kernels,
-           secs, (double)kernels / secs);
+    printf("mode=%s launches=%llu kernels=%llu seconds=%.3f rate=%.1f", graph ? "graph" : "kernel",
+           (unsigned long long)launches, (unsigned long long)kernels, secs, (double)kernels / secs);
     if (marks && mark_t && stop_t > mark_t) {
         uint64_t win = launches - mark_launches;
         printf(" window_kernel_ms=%.3f window_seconds=%.3f",

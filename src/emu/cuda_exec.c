@@ -308,8 +308,8 @@ static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, u
     if (group && from == UINT64_MAX)
         from = nb > now ? nb : now;
     /* the shared lock nests inside ours; nobody takes them the other way round */
-    int r = emu_state_submit_kind(cuda_state, (unsigned)s->ctx->dev, nb, from, duration_ns,
-                                  group, clock, &start, &end);
+    int r = emu_state_submit_kind(cuda_state, (unsigned)s->ctx->dev, nb, from, duration_ns, group,
+                                  clock, &start, &end);
     if (!r && duration_ns) {
         const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)s->ctx->dev);
         sm_note_locked(s->ctx, sms ? sms : cuda_mps_sms_locked(g ? g->sm_count : 1), end);

@@ -979,14 +979,13 @@ static void emit_locked(struct emu_gpu *g, int32_t pid, uint32_t tag, uint64_t s
         tail->end_ns > tail->start_ns && !((tail->flags ^ flags) & EMU_IV_CLOCK)) {
         tail->end_ns = e;
     } else {
-        *ring_at(g, g->interval_count) =
-            (struct emu_interval){.start_ns = s,
-                                  .end_ns = e,
-                                  .pid = pid,
-                                  .slot = tag,
-                                  .lag_ns = lag,
-                                  .wait_ns = wait,
-                                  .flags = flags};
+        *ring_at(g, g->interval_count) = (struct emu_interval){.start_ns = s,
+                                                               .end_ns = e,
+                                                               .pid = pid,
+                                                               .slot = tag,
+                                                               .lag_ns = lag,
+                                                               .wait_ns = wait,
+                                                               .flags = flags};
         g->interval_count++;
     }
     if (tag && tag <= EMU_MAX_PROCS)
@@ -1028,11 +1027,11 @@ static pthread_mutex_t sim_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 struct lane_sim {
     int32_t pid;
     uint32_t tag;
-    uint64_t rem;         /* all its pending work, on its clock */
-    uint32_t head, tail;  /* its pieces (SIM_NONE: none) */
-    bool started;         /* its first piece, clock-bound, has been resident: its clock runs */
-    bool seen;            /* reconstruction: an interval of it was read */
-    uint64_t seen_end;    /* reconstruction: where the last one read ends */
+    uint64_t rem;        /* all its pending work, on its clock */
+    uint32_t head, tail; /* its pieces (SIM_NONE: none) */
+    bool started;        /* its first piece, clock-bound, has been resident: its clock runs */
+    bool seen;           /* reconstruction: an interval of it was read */
+    uint64_t seen_end;   /* reconstruction: where the last one read ends */
     uint64_t lag, waited;
     uint64_t turn;  /* when its next slice was due (0: running; UINT64_MAX: newly come) */
     uint64_t ready; /* GPU time from which it has work to run */
@@ -1298,8 +1297,7 @@ static int reschedule_pieces_locked(struct emu_gpu *g, uint64_t t, const struct 
         if (h->clock && l->started && !h->len) {
             /* its clock ran out while it was switched out: the item completes now that it
              * is resident (a mark), and what follows it runs in the rest of the slice */
-            emit_locked(g, l->pid, l->tag, now, now, l->lag, l->waited,
-                        EMU_IV_CLOCK | EMU_IV_CONT);
+            emit_locked(g, l->pid, l->tag, now, now, l->lag, l->waited, EMU_IV_CLOCK | EMU_IV_CONT);
             l->waited = 0;
             sim_pop(l);
             done = l->head == SIM_NONE;

@@ -1881,8 +1881,8 @@ static void slice_case(unsigned timeslice_us, const char *path, bool work)
     uint64_t first = q - queued_at % q;      /* the rest of the neighbour's slice */
     tap_diag("%s, slice %.0f ms: 20 ms kernel queued %.1f ms into a 2 s one: done after %.3f ms, "
              "events %.3f ms; neighbour's end moved %.3f ms",
-             work ? "work-bound" : "spin (clock-bound)", q / 1e6, queued_at / 1e6, wall / 1e6,
-             ev, (double)(g->busy_until_ns - a_end) / 1e6);
+             work ? "work-bound" : "spin (clock-bound)", q / 1e6, queued_at / 1e6, wall / 1e6, ev,
+             (double)(g->busy_until_ns - a_end) / 1e6);
     uint64_t own = 20 * ms, others = q >= own ? 0 : (own / q - 1) * q;
     /* the short kernel's resident time: all of its 20 ms when work-bound; when clock-bound,
      * its slices in the 20 ms from its first one (every other slice) */

@@ -676,7 +676,8 @@ TEST(timeline_time_slices_between_owners)
     emu_state_lock(st);
     sh->procs[5] = (struct emu_proc){.pid = 999998, .start_time = 1, .pidns = ns + 1};
     /* its run began 0.5 ms before base */
-    g->intervals[0] = (struct emu_interval){base - 500 * us, base + 9500 * us, 999998, 6, 0, 0, 0, 0};
+    g->intervals[0] =
+        (struct emu_interval){base - 500 * us, base + 9500 * us, 999998, 6, 0, 0, 0, 0};
     g->interval_count = 1;
     g->busy_until_ns = base + 9500 * us;
     g->busy_total_ns = 10 * ms;
@@ -792,7 +793,8 @@ TEST(timeline_clock_bound_items_run_on_the_clock)
     uint64_t base = emu_state_now_ns() + 200 * ms; /* in the future: "now" never interferes */
     emu_state_lock(st);
     sh->procs[5] = (struct emu_proc){.pid = 999996, .start_time = 1, .pidns = ns + 1};
-    g->intervals[0] = (struct emu_interval){base - 500 * us, base + 9500 * us, 999996, 6, 0, 0, 0, 0};
+    g->intervals[0] =
+        (struct emu_interval){base - 500 * us, base + 9500 * us, 999996, 6, 0, 0, 0, 0};
     g->interval_count = 1;
     g->busy_until_ns = base + 9500 * us;
     g->busy_total_ns = 10 * ms;
@@ -812,7 +814,7 @@ TEST(timeline_clock_bound_items_run_on_the_clock)
     REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, first, last, getpid(), &busy, NULL), 0);
     CHECK_EQ_U64(busy, 2 * ms); /* resident in two of its slices */
     REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, first, last, 0, &busy, NULL), 0);
-    CHECK_EQ_U64(busy, 3 * ms); /* the device: busy throughout */
+    CHECK_EQ_U64(busy, 3 * ms);                        /* the device: busy throughout */
     CHECK_EQ_U64(g->busy_until_ns, base + 11500 * us); /* the work stretched by our 2 ms */
 
     uint64_t s2 = 0, e2 = 0;
