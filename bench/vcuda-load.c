@@ -5,8 +5,19 @@
  * LD_PRELOAD=libvcuda.so every launch goes through libvcuda's hooks. libc + libdl only: it builds
  * on a GPU machine with gcc alone and runs on the emulator or a real driver alike.
  *
- *   vcuda-load [--graph] [--kernel-us N] [--nodes K] [--seconds S] [--warmup S] [--launches N]
- *              [--depth K] [--sync-every K] [--overhead N] [--api NAME]
+ *   vcuda-load [--graph] [--work] [--kernel-us N] [--nodes K] [--seconds S] [--warmup S]
+ *              [--launches N] [--depth K] [--sync-every K] [--overhead N] [--api NAME]
+ *
+ * --work launches a kernel that is not a spin kernel (`work`, empty) instead: the emulator runs
+ * it for ACCEL_EMU_KERNEL_US (the caller sets it to --kernel-us) as work-bound time, which
+ * another process's time slices stretch, where a spin kernel is clock-bound
+ * (docs/emulator-cuda.md, "Time slicing between processes"). Emulator only: on a real GPU the
+ * empty kernel takes microseconds.
+ *
+ * --marks: SIGUSR1 marks the start of a measuring window and SIGTERM ends the run (instead of
+ * killing it); the line then adds window_kernel_ms (the kernels launched in the window times
+ * their length: the GPU time they stand for, as a rate on a real GPU measures it) and
+ * window_seconds.
  *
  * --api picks the entry point kernels go through: kernel (cuLaunchKernel, the default),
  * kernel_ptsz, ex (cuLaunchKernelEx), ex_ptsz, coop (cuLaunchCooperativeKernel), coop_ptsz; with
@@ -24,6 +35,7 @@
 #include "cuda_api.h"
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,6 +59,10 @@ static const char spin_ptx[] = ".version 7.0\n"
                                "    sub.u64 %rd4, %rd3, %rd2;\n"
                                "    setp.lt.u64 %p, %rd4, %rd1;\n"
                                "    @%p bra LOOP;\n"
+                               "    ret;\n"
+                               "}\n"
+                               ".visible .entry work(.param .u64 unused)\n"
+                               "{\n"
                                "    ret;\n"
                                "}\n";
 
@@ -115,6 +131,19 @@ static uint64_t now_ns(void)
 }
 
 static const char *api = "";
+static volatile sig_atomic_t mark_req, stop_req;
+
+static void on_mark(int sig)
+{
+    (void)sig;
+    mark_req = 1;
+}
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    stop_req = 1;
+}
 static CUfunction spin;
 static CUstream stream;
 static int sms = 1;
@@ -157,7 +186,7 @@ static unsigned long long arg_u64(const char *s, const char *opt)
 
 int main(int argc, char **argv)
 {
-    bool graph = false;
+    bool graph = false, work = false, marks = false;
     uint64_t kernel_us = 50, nodes = 10, seconds = 5, max_launches = 0, sync_every = 0, warmup = 0;
     uint64_t depth = 16;
     uint64_t overhead = 0;
@@ -168,8 +197,20 @@ int main(int argc, char **argv)
             graph = true;
             continue;
         }
+        if (!strcmp(a, "--work")) {
+            work = true;
+            continue;
+        }
+        if (!strcmp(a, "--marks")) {
+            struct sigaction sa = {.sa_handler = on_mark};
+            sigaction(SIGUSR1, &sa, NULL);
+            sa.sa_handler = on_stop;
+            sigaction(SIGTERM, &sa, NULL);
+            marks = true;
+            continue;
+        }
         if (!v) {
-            fprintf(stderr, "usage: vcuda-load [--graph] [--kernel-us N] [--nodes K] "
+            fprintf(stderr, "usage: vcuda-load [--graph] [--work] [--kernel-us N] [--nodes K] "
                             "[--seconds S] [--warmup S] [--launches N] [--sync-every K] "
                             "[--overhead N]\n");
             return 2;
@@ -265,7 +306,7 @@ int main(int argc, char **argv)
     check(p_cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
     check(p_cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
     check(p_cuModuleLoadData(&mod, spin_ptx), "cuModuleLoadData");
-    check(p_cuModuleGetFunction(&spin, mod, "spin"), "cuModuleGetFunction");
+    check(p_cuModuleGetFunction(&spin, mod, work ? "work" : "spin"), "cuModuleGetFunction");
     check(p_cuStreamCreate(&stream, 0), "cuStreamCreate");
 
     /* One block per SM: the whole GPU is busy while a kernel runs. */
@@ -316,7 +357,16 @@ int main(int argc, char **argv)
     uint64_t launches = 0, t0 = now_ns() + warmup * 1000000000ull, first = 0;
     uint64_t deadline = t0 + seconds * 1000000000ull;
     bool counting = warmup == 0 || max_launches;
+    uint64_t mark_launches = 0, mark_t = 0, stop_t = 0;
     for (;;) {
+        if (mark_req && !mark_t) {
+            mark_launches = launches;
+            mark_t = now_ns();
+        }
+        if (stop_req) {
+            stop_t = now_ns();
+            break;
+        }
         bool ptsz = strstr(api, "_ptsz") != NULL;
         if (graph && ptsz) {
             check(p_cuGraphLaunch_ptsz(exec, NULL), "cuGraphLaunch_ptsz");
@@ -350,9 +400,16 @@ int main(int argc, char **argv)
         t0 -= warmup * 1000000000ull;
     double secs = (double)(now_ns() - t0) / 1e9;
     uint64_t kernels = graph ? (launches - first) * nodes : launches - first;
-    printf("mode=%s launches=%llu kernels=%llu seconds=%.3f rate=%.1f\n",
-           graph ? "graph" : "kernel", (unsigned long long)(launches - first), (unsigned long long)kernels,
-           secs, (double)kernels / secs);
+    printf("mode=%s launches=%llu kernels=%llu seconds=%.3f rate=%.1f", graph ? "graph" : "kernel",
+           (unsigned long long)(launches - first), (unsigned long long)kernels, secs,
+           (double)kernels / secs);
+    if (marks && mark_t && stop_t > mark_t) {
+        uint64_t win = launches - mark_launches;
+        printf(" window_kernel_ms=%.3f window_seconds=%.3f",
+               (double)(graph ? win * nodes : win) * (double)per_kernel_us / 1000.0,
+               (double)(stop_t - mark_t) / 1e9);
+    }
+    printf("\n");
     for (uint64_t i = 0; i < depth; i++)
         p_cuEventDestroy_v2(ring[i]);
     if (graph) {

@@ -4,7 +4,9 @@
  *
  * A launch computes the kernel's duration (a `spin*` kernel: its first u64 parameter in SM
  * cycles at the GPU's SM clock; any other: ACCEL_EMU_KERNEL_US) and queues it on the GPU's
- * shared timeline (emu_state_submit) after the stream's previous work; it returns at once.
+ * shared timeline (emu_state_submit_kind) after the stream's previous work; it returns at once.
+ * Spin kernels are clock-bound beside other processes (their SM clock runs on while their
+ * context is switched out), any other kernel work-bound (see emu_state_submit_kind).
  * Times kept here (streams, contexts, events) are on this process's clock of that GPU, which
  * runs behind the GPU's by the time it waited for other processes' time slices (state.h);
  * synchronization and queries turn them into GPU time when they ask (cuda_wall_of), and
@@ -285,9 +287,10 @@ static void sm_note_locked(struct CUctx_st *ctx, uint32_t sms, uint64_t end)
 
 /* Queues duration_ns of work (0: an event) on s; returns its start and end. sms: the SMs a
  * kernel asks for (it may run beside the context's other kernels); 0: whole-GPU work that runs
- * alone (graphs, host-ordered work). */
+ * alone (graphs, host-ordered work). clock: spin kernels, bound by the SM clock rather than by
+ * resident time (emu_state_submit_kind). */
 static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, uint32_t sms,
-                                  uint64_t *ret_start, uint64_t *ret_end)
+                                  bool clock, uint64_t *ret_start, uint64_t *ret_end)
 {
     pthread_mutex_lock(&cuda_lock);
     uint64_t nb = not_before_locked(s), start, end;
@@ -305,8 +308,8 @@ static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, u
     if (group && from == UINT64_MAX)
         from = nb > now ? nb : now;
     /* the shared lock nests inside ours; nobody takes them the other way round */
-    int r = emu_state_submit_as(cuda_state, (unsigned)s->ctx->dev, nb, from, duration_ns, group,
-                                &start, &end);
+    int r = emu_state_submit_kind(cuda_state, (unsigned)s->ctx->dev, nb, from, duration_ns, group,
+                                  clock, &start, &end);
     if (!r && duration_ns) {
         const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)s->ctx->dev);
         sm_note_locked(s->ctx, sms ? sms : cuda_mps_sms_locked(g ? g->sm_count : 1), end);
@@ -327,12 +330,6 @@ static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, u
     if (ret_end)
         *ret_end = end;
     return CUDA_SUCCESS;
-}
-
-static CUresult stream_submit(struct CUstream_st *s, uint64_t duration_ns, uint64_t *ret_start,
-                              uint64_t *ret_end)
-{
-    return stream_submit_sms(s, duration_ns, 0, ret_start, ret_end);
 }
 
 static uint64_t stream_done_at(struct CUstream_st *s)
@@ -1035,7 +1032,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         s,
         duration_ns(f, has, cycles, s->ctx->dev,
                     waves_of(s->ctx->dev, (uint64_t)gx * gy * gz, (uint64_t)bx * by * bz)),
-        sms_needed(s->ctx->dev, (uint64_t)gx * gy * gz, (uint64_t)bx * by * bz), NULL, NULL);
+        sms_needed(s->ctx->dev, (uint64_t)gx * gy * gz, (uint64_t)bx * by * bz), f->spin && has,
+        NULL, NULL);
 }
 
 EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -1302,8 +1300,10 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool pt)
         return r;
     if (s->capture)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    /* the graph's kernels run back to back: one item on the timeline */
+    /* the graph's kernels run back to back: one item on the timeline, clock-bound when every
+     * kernel in it is a spin kernel */
     uint64_t total = 0;
+    bool clock = true;
     for (size_t i = 0; i < e->n; i++) {
         const struct CUgraphNode_st *n = &e->nodes[i];
         if (n->func && n->func->magic != EMU_MAGIC_FUNC)
@@ -1311,12 +1311,13 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool pt)
     }
     for (size_t i = 0; i < e->n; i++) {
         const struct CUgraphNode_st *n = &e->nodes[i];
-        if (n->func)
+        if (n->func) {
             total += duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev, 1);
-        else
+            clock = clock && n->func->spin && n->has_cycles;
+        } else
             run_mem_node(n); /* at once, like any asynchronous copy */
     }
-    return total ? stream_submit(s, total, NULL, NULL) : CUDA_SUCCESS;
+    return total ? stream_submit_sms(s, total, 0, clock, NULL, NULL) : CUDA_SUCCESS;
 }
 
 EMU_API CUresult cuGraphLaunch(CUgraphExec e, CUstream h)

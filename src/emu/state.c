@@ -335,7 +335,9 @@ static int validate_gpu(const struct emu_gpu *g, unsigned i, unsigned n, char *e
     for (uint64_t k = cnt - kept; k < cnt; k++) {
         const struct emu_interval *iv = &g->intervals[k % EMU_TIMELINE_RING];
         if (iv->end_ns < iv->start_ns || iv->start_ns < prev_end || iv->slot > EMU_MAX_PROCS ||
-            iv->lag_ns > iv->start_ns || iv->wait_ns > iv->lag_ns)
+            iv->lag_ns > iv->start_ns || iv->wait_ns > iv->lag_ns || iv->flags_pad ||
+            (iv->flags & ~(EMU_IV_CLOCK | EMU_IV_CONT)) ||
+            ((iv->flags & EMU_IV_CONT) && !(iv->flags & EMU_IV_CLOCK)))
             return BAD("GPU %u: timeline interval %" PRIu64 " is malformed", i, k);
         prev_end = iv->end_ns;
     }
@@ -966,16 +968,24 @@ static bool lane_at_locked(struct emu_gpu *g, int32_t pid, uint32_t tag, uint64_
     return pending;
 }
 
-/* Appends (or extends the tail with) [s, e) of an owner at lag, after a wait of `wait`. */
+/* Appends (or extends the tail with) [s, e) of an owner at lag, after a wait of `wait`, with
+ * the EMU_IV_* flags. Work of one kind extends the tail it follows; a completion mark (zero
+ * length) is never extended, so that it stays where its item completed. */
 static void emit_locked(struct emu_gpu *g, int32_t pid, uint32_t tag, uint64_t s, uint64_t e,
-                        uint64_t lag, uint64_t wait)
+                        uint64_t lag, uint64_t wait, uint32_t flags)
 {
     struct emu_interval *tail = ring_tail(g);
-    if (tail && owned_by(tail, pid, tag) && tail->end_ns == s && tail->lag_ns == lag && !wait) {
+    if (tail && owned_by(tail, pid, tag) && tail->end_ns == s && tail->lag_ns == lag && !wait &&
+        tail->end_ns > tail->start_ns && !((tail->flags ^ flags) & EMU_IV_CLOCK)) {
         tail->end_ns = e;
     } else {
-        *ring_at(g, g->interval_count) = (struct emu_interval){
-            .start_ns = s, .end_ns = e, .pid = pid, .slot = tag, .lag_ns = lag, .wait_ns = wait};
+        *ring_at(g, g->interval_count) = (struct emu_interval){.start_ns = s,
+                                                               .end_ns = e,
+                                                               .pid = pid,
+                                                               .slot = tag,
+                                                               .lag_ns = lag,
+                                                               .wait_ns = wait,
+                                                               .flags = flags};
         g->interval_count++;
     }
     if (tag && tag <= EMU_MAX_PROCS)
@@ -997,10 +1007,32 @@ static void ring_pop_locked(struct emu_gpu *g)
     }
 }
 
+/* An owner's pending work in reschedule_locked: its items in order, each work-bound or
+ * clock-bound (see EMU_IV_CLOCK), consecutive work-bound ones as one. */
+struct sim_piece {
+    uint64_t len; /* what it has left to run, on its owner's clock */
+    uint32_t next;
+    bool clock;
+};
+
+#define SIM_NONE UINT32_MAX
+#define SIM_PIECES (RING + 8)
+
+/* One table for all the pieces of a rescheduling (too big for a stack), used under the state
+ * lock; its own mutex covers two state files used at once by one process. */
+static struct sim_piece sim_pool[SIM_PIECES];
+static unsigned sim_pool_n;
+static pthread_mutex_t sim_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
 struct lane_sim {
     int32_t pid;
     uint32_t tag;
-    uint64_t rem, lag, waited;
+    uint64_t rem;        /* all its pending work, on its clock */
+    uint32_t head, tail; /* its pieces (SIM_NONE: none) */
+    bool started;        /* its first piece, clock-bound, has been resident: its clock runs */
+    bool seen;           /* reconstruction: an interval of it was read */
+    uint64_t seen_end;   /* reconstruction: where the last one read ends */
+    uint64_t lag, waited;
     uint64_t turn;  /* when its next slice was due (0: running; UINT64_MAX: newly come) */
     uint64_t ready; /* GPU time from which it has work to run */
 };
@@ -1016,8 +1048,35 @@ static struct lane_sim *sim_lane(struct lane_sim *ls, unsigned *n, int32_t pid, 
             return &ls[i];
     if (*n == SIM_LANES)
         return &ls[SIM_LANES - 1];
-    ls[*n] = (struct lane_sim){.pid = pid, .tag = tag, .turn = UINT64_MAX};
+    ls[*n] = (struct lane_sim){
+        .pid = pid, .tag = tag, .turn = UINT64_MAX, .head = SIM_NONE, .tail = SIM_NONE};
     return &ls[(*n)++];
+}
+
+/* Appends len of work of a kind to l's pieces (work-bound after work-bound: one piece; a full
+ * table: added to its last piece). */
+static void sim_push(struct lane_sim *l, uint64_t len, bool clock)
+{
+    l->rem += len;
+    if (l->tail != SIM_NONE && ((!clock && !sim_pool[l->tail].clock) || sim_pool_n == SIM_PIECES)) {
+        sim_pool[l->tail].len += len;
+        return;
+    }
+    unsigned i = sim_pool_n++;
+    sim_pool[i] = (struct sim_piece){.len = len, .next = SIM_NONE, .clock = clock};
+    if (l->tail == SIM_NONE)
+        l->head = i;
+    else
+        sim_pool[l->tail].next = i;
+    l->tail = i;
+}
+
+static void sim_pop(struct lane_sim *l)
+{
+    l->head = sim_pool[l->head].next;
+    if (l->head == SIM_NONE)
+        l->tail = SIM_NONE;
+    l->started = false;
 }
 
 /* Queues (at the tail of rq) the owners with work that are ready by `now` and not queued yet,
@@ -1031,7 +1090,7 @@ static uint64_t sim_enqueue(struct lane_sim *ls, const unsigned *order, unsigned
         uint64_t next = UINT64_MAX;
         for (unsigned j = 0; j < m; j++) {
             const struct lane_sim *o = &ls[order[j]];
-            if (!o->rem || in_q[order[j]])
+            if (o->head == SIM_NONE || in_q[order[j]])
                 continue;
             if (o->ready <= now && (best < 0 || o->ready < ls[best].ready))
                 best = (int)order[j];
@@ -1045,65 +1104,130 @@ static uint64_t sim_enqueue(struct lane_sim *ls, const unsigned *order, unsigned
     }
 }
 
+/* Where the slice of the owner of interval k (running, or ending where its queue grows) began:
+ * back over its intervals that run on without a gap (items of different kinds are intervals
+ * of their own). */
+static uint64_t run_start_locked(struct emu_gpu *g, uint64_t k)
+{
+    uint64_t cnt = g->interval_count;
+    const struct emu_interval *iv = ring_at(g, k);
+    uint64_t from = iv->start_ns;
+    while (k > 0 && cnt - k < RING && !iv->wait_ns) {
+        const struct emu_interval *p = ring_at(g, k - 1);
+        if (!owned_by(p, iv->pid, iv->slot) || p->end_ns != from)
+            break;
+        from = p->start_ns;
+        iv = p;
+        k--;
+    }
+    return from;
+}
+
+static int reschedule_pieces_locked(struct emu_gpu *g, uint64_t t, const struct emu_interval *extra,
+                                    uint64_t extra_ns, uint64_t extra_ready,
+                                    uint64_t extra_run_from, uint32_t drop_tag);
+
 /* Recomputes g's schedule from t on: every owner's work pending after t (plus extra_ns of work
  * for the owner in extra, ready at GPU time extra_ready, with the lag and wait in extra when it
  * had none pending after t — or, extra_run_from not 0, running at t since then: its queue ran
  * out at t and grows; none of drop_tag's) runs in turn, a time slice each, in the order the
  * turns had (the one running at t first, finishing its slice), newcomers last; an owner alone
  * runs until its work is done or another's becomes ready. The timeline before t does not
- * change. Each owner's lag grows while it is ready and waits for another's slice. */
+ * change. Each owner's lag grows while it is ready and waits for another's slice — except
+ * while a clock-bound item of it that has been resident waits: its clock (and the item) runs
+ * on; once the item's time is up it completes at the owner's next slice. */
 static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_interval *extra,
                              uint64_t extra_ns, uint64_t extra_ready, uint64_t extra_run_from,
                              uint32_t drop_tag)
 {
+    pthread_mutex_lock(&sim_pool_lock);
+    sim_pool_n = 0;
+    int r = reschedule_pieces_locked(g, t, extra, extra_ns, extra_ready, extra_run_from, drop_tag);
+    pthread_mutex_unlock(&sim_pool_lock);
+    return r;
+}
+
+static int reschedule_pieces_locked(struct emu_gpu *g, uint64_t t, const struct emu_interval *extra,
+                                    uint64_t extra_ns, uint64_t extra_ready,
+                                    uint64_t extra_run_from, uint32_t drop_tag)
+{
     struct lane_sim ls[SIM_LANES];
     unsigned n = 0;
     int cur = -1;
-    uint64_t cur_from = 0, cnt = g->interval_count;
-    for (uint64_t k = 0; k < cnt && k < RING; k++) {
-        const struct emu_interval *iv = ring_at(g, cnt - 1 - k);
-        if (iv->end_ns <= t)
-            break;
+    uint64_t cur_from = 0, cnt = g->interval_count, pend = 0;
+    while (pend < cnt && pend < RING && ring_at(g, cnt - 1 - pend)->end_ns > t)
+        pend++;
+    /* the pending intervals, oldest first: each owner's items */
+    for (uint64_t k = cnt - pend; k < cnt; k++) {
+        const struct emu_interval *iv = ring_at(g, k);
         if (drop_tag && iv->slot == drop_tag)
             continue;
         struct lane_sim *l = sim_lane(ls, &n, iv->pid, iv->slot);
-        l->rem += iv->end_ns - (iv->start_ns > t ? iv->start_ns : t);
-        if (iv->start_ns < t) {
+        bool clock = iv->flags & EMU_IV_CLOCK, cont = iv->flags & EMU_IV_CONT;
+        uint64_t len = iv->end_ns - (iv->start_ns > t ? iv->start_ns : t);
+        /* the clock of its item that ran in the gap before this (after t) */
+        uint64_t gap_to = iv->start_ns - iv->wait_ns, gap_from = l->seen ? l->seen_end : t;
+        uint64_t ran = cont && gap_to > gap_from ? gap_to - gap_from : 0;
+        if (!l->seen && iv->start_ns < t) {
+            sim_push(l, len, clock);
+            l->started = true;
             l->lag = iv->lag_ns;
             l->waited = 0;
             l->turn = 0;
             l->ready = 0; /* running: first in the queue */
             cur = (int)(l - ls);
-            cur_from = iv->start_ns;
-        } else { /* walking back: the oldest of its pending intervals is seen last */
+            cur_from = run_start_locked(g, k);
+        } else if (!l->seen) {
             uint64_t ahead = iv->start_ns - t, w = iv->wait_ns;
+            if (cont) { /* its item's clock runs at t */
+                sim_push(l, ran + len, true);
+                l->started = true;
+                l->ready = t;
+            } else {
+                sim_push(l, len, clock);
+                l->ready = ahead > w ? iv->start_ns - w : t; /* it began waiting then */
+            }
             l->turn = iv->start_ns;
-            l->ready = ahead > w ? iv->start_ns - w : t; /* it began waiting then */
             if (ahead > w)
                 ahead = w;
             l->lag = iv->lag_ns - ahead;
             l->waited = w - ahead;
+        } else if (cont && l->tail != SIM_NONE && sim_pool[l->tail].clock) {
+            sim_pool[l->tail].len += ran + len;
+            l->rem += ran + len;
+        } else {
+            sim_push(l, len, clock);
         }
+        l->seen = true;
+        l->seen_end = iv->end_ns;
     }
     if (extra && extra_ns) {
         struct lane_sim *l = sim_lane(ls, &n, extra->pid, extra->slot);
-        if (!l->rem && extra_run_from) { /* goes on from its interval ending at t */
+        bool clock = extra->flags & EMU_IV_CLOCK;
+        if (l->head == SIM_NONE && extra_run_from) { /* goes on from its interval ending at t */
             l->lag = extra->lag_ns;
             l->waited = 0;
             l->turn = 0;
             l->ready = 0;
             cur = (int)(l - ls);
             cur_from = extra_run_from;
-        } else if (!l->rem) {
+        } else if (l->head == SIM_NONE) {
             l->lag = extra->lag_ns;
             l->waited = extra->wait_ns;
             l->ready = extra_ready > t ? extra_ready : t;
         }
-        l->rem += extra_ns;
+        if (clock && (extra->flags & EMU_IV_CONT) && l->tail != SIM_NONE &&
+            sim_pool[l->tail].clock) { /* beside its running spin: on the same clock */
+            sim_pool[l->tail].len += extra_ns;
+            l->rem += extra_ns;
+        } else {
+            sim_push(l, extra_ns, clock);
+        }
     }
     /* the past stays: cut what runs across t, drop what starts after it */
     uint64_t cut = 0;
-    while (g->interval_count && ring_tail(g)->start_ns >= t && cnt - g->interval_count < RING) {
+    while (g->interval_count && ring_tail(g)->start_ns >= t && cnt - g->interval_count < RING &&
+           !(ring_tail(g)->start_ns == t && ring_tail(g)->end_ns == t)) {
         cut += ring_tail(g)->end_ns - ring_tail(g)->start_ns;
         ring_pop_locked(g);
     }
@@ -1119,7 +1243,7 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
     uint64_t q = slice_ns(g), total = 0;
     unsigned active = 0;
     for (unsigned i = 0; i < n; i++)
-        if (ls[i].rem) {
+        if (ls[i].head != SIM_NONE) {
             active++;
             total += ls[i].rem;
         }
@@ -1128,7 +1252,7 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
     if (total / q > RING / 4)
         q = total / (RING / 4) + 1;
     g->multi_until_ns = t;
-    if (cur >= 0 && ls[cur].rem && t > cur_from && (t - cur_from) % q == 0) {
+    if (cur >= 0 && ls[cur].head != SIM_NONE && t > cur_from && (t - cur_from) % q == 0) {
         /* its slice ends at t: to the back of the queue, behind those waiting */
         ls[cur].ready = t;
         ls[cur].turn = UINT64_MAX - 1;
@@ -1137,7 +1261,7 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
     /* the turns go on in the order they had (the one running first), newcomers last */
     unsigned order[SIM_LANES] = {0}, m = 0;
     for (unsigned k = 0; k < n; k++) {
-        if (!ls[k].rem)
+        if (ls[k].head == SIM_NONE)
             continue;
         unsigned j = m++;
         for (; j > 0 && ls[order[j - 1]].turn > ls[k].turn; j--)
@@ -1150,7 +1274,7 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
     bool in_q[SIM_LANES] = {false};
     uint64_t left = q, now = t, run_from = t;
     int last = -1;
-    if (cur >= 0 && ls[cur].rem) {
+    if (cur >= 0 && ls[cur].head != SIM_NONE) {
         left = q - (t - cur_from) % q;
         run_from = cur_from;
         last = cur;
@@ -1167,29 +1291,58 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
         struct lane_sim *l = &ls[k];
         if ((int)k != last)
             run_from = now;
-        bool cut_short = false;
-        uint64_t d = l->rem < left ? l->rem : left;
-        if (qn == 1) { /* alone: on until done, or until another is ready */
-            d = l->rem;
-            if (next != UINT64_MAX && d > next - now) {
-                d = next - now;
-                cut_short = true;
+        last = (int)k;
+        struct sim_piece *h = &sim_pool[l->head];
+        bool done = false;
+        if (h->clock && l->started && !h->len) {
+            /* its clock ran out while it was switched out: the item completes now that it
+             * is resident (a mark), and what follows it runs in the rest of the slice */
+            emit_locked(g, l->pid, l->tag, now, now, l->lag, l->waited, EMU_IV_CLOCK | EMU_IV_CONT);
+            l->waited = 0;
+            sim_pop(l);
+            done = l->head == SIM_NONE;
+            if (!done)
+                continue;
+        }
+        bool cut_short = false, alone = qn == 1;
+        uint64_t d = 0;
+        if (!done) {
+            d = h->len < left ? h->len : left;
+            if (alone) { /* on until done, or until another is ready */
+                d = h->len;
+                if (next != UINT64_MAX && d > next - now) {
+                    d = next - now;
+                    cut_short = true;
+                }
+            }
+            uint32_t fl = h->clock ? EMU_IV_CLOCK | (l->started ? EMU_IV_CONT : 0) : 0;
+            emit_locked(g, l->pid, l->tag, now, now + d, l->lag, l->waited, fl);
+            l->waited = 0;
+            l->started = true;
+            for (unsigned j = 0; j < m; j++) {
+                struct lane_sim *o = &ls[order[j]];
+                if (order[j] == k || o->head == SIM_NONE || o->ready >= now + d)
+                    continue;
+                uint64_t w = now + d - (o->ready > now ? o->ready : now);
+                struct sim_piece *oh = &sim_pool[o->head];
+                if (oh->clock && o->started) { /* its clock runs on: no lag while it does */
+                    uint64_t p = w < oh->len ? w : oh->len;
+                    oh->len -= p;
+                    o->rem -= p;
+                    w -= p;
+                }
+                o->lag += w;
+                o->waited += w;
+            }
+            now += d;
+            h->len -= d;
+            l->rem -= d;
+            if (!h->len) {
+                sim_pop(l);
+                done = l->head == SIM_NONE;
             }
         }
-        emit_locked(g, l->pid, l->tag, now, now + d, l->lag, l->waited);
-        l->waited = 0;
-        for (unsigned j = 0; j < m; j++) {
-            struct lane_sim *o = &ls[order[j]];
-            if (order[j] == k || !o->rem || o->ready >= now + d)
-                continue;
-            uint64_t w = now + d - (o->ready > now ? o->ready : now);
-            o->lag += w;
-            o->waited += w;
-        }
-        now += d;
-        l->rem -= d;
-        last = (int)k;
-        if (!l->rem) {
+        if (done) {
             qh = (qh + 1) % SIM_LANES;
             qn--;
             in_q[k] = false;
@@ -1197,17 +1350,25 @@ static int reschedule_locked(struct emu_gpu *g, uint64_t t, const struct emu_int
                 g->multi_until_ns = now;
             next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
             left = q;
-        } else if (cut_short && (now - run_from) % q) {
-            /* newcomers queue behind it; it finishes its slice */
-            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
-            left = q - (now - run_from) % q;
-        } else {
-            qh = (qh + 1) % SIM_LANES;
-            qn--;
-            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
-            rq[(qh + qn++) % SIM_LANES] = k;
-            left = q;
+            continue;
         }
+        if (alone || cut_short) {
+            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+            uint64_t at = (now - run_from) % q;
+            if (qn == 1 || at) { /* still alone, or it finishes its slice */
+                left = q - at;
+                continue;
+            }
+        } else if (d < left) { /* an item done inside its slice: the next one goes on */
+            left -= d;
+            next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+            continue;
+        }
+        qh = (qh + 1) % SIM_LANES;
+        qn--;
+        next = sim_enqueue(ls, order, m, rq, &qh, &qn, in_q, now);
+        rq[(qh + qn++) % SIM_LANES] = k;
+        left = q;
     }
     for (unsigned k = 0; k < n; k++) {
         uint64_t *w = lane_lag_word(g, ls[k].pid, ls[k].tag, true);
@@ -1277,7 +1438,17 @@ int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_
                         uint64_t overlap_from_ns, uint64_t duration_ns, int32_t as_pid,
                         uint64_t *ret_start_ns, uint64_t *ret_end_ns)
 {
+    return emu_state_submit_kind(st, gpu, not_before_ns, overlap_from_ns, duration_ns, as_pid,
+                                 false, ret_start_ns, ret_end_ns);
+}
+
+int emu_state_submit_kind(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
+                          uint64_t overlap_from_ns, uint64_t duration_ns, int32_t as_pid,
+                          bool clock_bound, uint64_t *ret_start_ns, uint64_t *ret_end_ns)
+{
     struct emu_shared *sh = st->sh;
+    /* an MPS server's context runs its clients' work side by side: work-bound, as before */
+    uint32_t kind = clock_bound && !as_pid ? EMU_IV_CLOCK : 0;
     if (gpu >= st->gpu_count)
         return -EINVAL;
     int32_t pid = as_pid ? as_pid : (int32_t)my_pid();
@@ -1321,13 +1492,15 @@ int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_
     uint64_t end = start + duration_ns;
     if (duration_ns && !shared) {
         uint64_t ws = start + pos.lag, we = end + pos.lag;
-        if (mine && pending && tail->end_ns >= ws && tail->start_ns <= ws) {
+        if (mine && pending && tail->start_ns <= ws &&
+            (tail->end_ns > ws || (tail->end_ns == ws && tail->end_ns > tail->start_ns &&
+                                   (tail->flags & EMU_IV_CLOCK) == kind))) {
             if (we > tail->end_ns) { /* union: overlapping work of ours is one busy interval */
                 g->busy_total_ns += we - tail->end_ns;
                 tail->end_ns = we;
             }
         } else {
-            emit_locked(g, pid, tag, ws, we, pos.lag, 0);
+            emit_locked(g, pid, tag, ws, we, pos.lag, 0, kind);
             if (!tag)
                 lane_lag_word(g, pid, tag, true);
         }
@@ -1338,7 +1511,9 @@ int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_
          * future is dealt out again. With work pending (a gap before this counts as ours),
          * nothing changes until our queue would have run out: from then on; without, it is
          * ready at its start: from now on. */
-        struct emu_interval x = {.pid = pid, .slot = tag};
+        struct emu_interval x = {.pid = pid, .slot = tag, .flags = kind};
+        if (kind && pending && start < pos.end)
+            x.flags |= EMU_IV_CONT; /* beside a spin of ours: on its clock */
         if (pending && end > pos.end) {
             x.lag_ns = pos.last_lag;
             reschedule_locked(g, pos.last_end, &x, end - pos.end, pos.last_end, pos.last_from, 0);
@@ -1389,7 +1564,9 @@ uint64_t emu_state_wall_ns(struct emu_state *st, unsigned gpu, int32_t as_pid, u
             if (!owned_by(iv, pid, tag))
                 continue;
             uint64_t own = iv->start_ns - iv->lag_ns;
-            if (own < t_ns || (at_start && own == t_ns)) {
+            /* a mark: a clock-bound item ending at t_ns completed there, at its next slice */
+            bool mark = (iv->flags & EMU_IV_CONT) && iv->end_ns == iv->start_ns;
+            if (own < t_ns || ((at_start || mark) && own == t_ns)) {
                 lag = iv->lag_ns;
                 found = true;
             }

@@ -30,7 +30,7 @@
 #include <sys/types.h>
 
 #define EMU_STATE_MAGIC 0x3154534d45434341ull /* "ACCEMST1" little-endian */
-#define EMU_STATE_VERSION 2u
+#define EMU_STATE_VERSION 3u
 
 #define EMU_MAX_GPUS 16
 #define EMU_MAX_PROCS 128
@@ -124,12 +124,23 @@ struct emu_event {
  * has spent waiting, with work pending, while other processes ran in their time slices (see
  * emu_state_submit). The owner's clock reads start_ns - lag_ns at the interval's start.
  * wait_ns: how much of lag_ns it gained waiting just before this interval (the last part of the
- * gap since its previous interval). */
+ * gap since its previous interval).
+ * flags: EMU_IV_CLOCK: the work is clock-bound (a spin kernel: it ends when its SM clock has
+ * run its cycles, and that clock runs on while the owner is switched out), else work-bound
+ * (it needs its whole duration of resident time). EMU_IV_CONT: the interval goes on with the
+ * owner's clock-bound item of its previous interval: the part of the gap before it that is not
+ * wait_ns was that item's clock running (the owner's clock ran with it: no lag gained); a
+ * zero-length interval with it marks where an item whose clock ran out while the owner was
+ * switched out completed: the owner's next slice. */
+#define EMU_IV_CLOCK 1u
+#define EMU_IV_CONT 2u
 struct emu_interval {
     uint64_t start_ns, end_ns;
     int32_t pid;
     uint32_t slot;
     uint64_t lag_ns, wait_ns;
+    uint32_t flags;
+    uint32_t flags_pad;
 };
 
 /* A GPU as it lives in the shared file. Identity fields are written once by create; sensor
@@ -417,6 +428,15 @@ int emu_state_submit_overlap(struct emu_state *st, unsigned gpu, uint64_t not_be
 int emu_state_submit_as(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
                         uint64_t overlap_from_ns, uint64_t duration_ns, int32_t as_pid,
                         uint64_t *ret_start_ns, uint64_t *ret_end_ns);
+/* As emu_state_submit_as; clock_bound: the work is a spin kernel (or a graph of them) that
+ * ends at the first moment its owner is resident once duration_ns has passed on the GPU's
+ * clock since it first became resident, however many slices other owners took meanwhile (the
+ * SM clock it reads runs on while its context is switched out); it is busy only while
+ * resident. Otherwise (and for MPS owners, as_pid not 0) it is work-bound: it needs
+ * duration_ns of resident time. Alone on the GPU the two are the same. */
+int emu_state_submit_kind(struct emu_state *st, unsigned gpu, uint64_t not_before_ns,
+                          uint64_t overlap_from_ns, uint64_t duration_ns, int32_t as_pid,
+                          bool clock_bound, uint64_t *ret_start_ns, uint64_t *ret_end_ns);
 /* The GPU (CLOCK_MONOTONIC) time at which the owner's clock (as_pid as in submit_as) reads
  * t_ns on gpu, by the schedule as it stands: a completion time of submit is done when this is
  * at or before emu_state_now_ns(). at_start: t_ns is where work begins (an event recorded

@@ -60,6 +60,17 @@ static const char spin_ptx[] = ".version 7.0\n"
                                "    ret;\n"
                                "}\n";
 
+/* A kernel that is not a spin kernel: it lasts ACCEL_EMU_KERNEL_US (work-bound). */
+static const char work_ptx[] = ".version 7.0\n"
+                               ".target sm_70\n"
+                               ".address_size 64\n"
+                               ".visible .entry work(\n"
+                               "    .param .u64 work_param_0\n"
+                               ")\n"
+                               "{\n"
+                               "    ret;\n"
+                               "}\n";
+
 /* ---- the driver, as the runtime finds it ---- */
 
 static void *lib;
@@ -333,6 +344,25 @@ static CUfunction spin_fn(void)
     return f;
 }
 
+static CUfunction work_fn(void)
+{
+    static CUmodule mod;
+    static CUfunction f;
+    if (!f && (p_cuModuleLoadData(&mod, work_ptx) != CUDA_SUCCESS ||
+               p_cuModuleGetFunction(&f, mod, "work") != CUDA_SUCCESS))
+        return NULL;
+    return f;
+}
+
+/* The kernel a helper runs for its cycles argument: "wN" a work-bound kernel (its time is the
+ * child's ACCEL_EMU_KERNEL_US), else a spin kernel of N cycles (clock-bound). */
+static CUfunction child_fn(const char *arg, uint64_t *cycles)
+{
+    bool work = arg[0] == 'w';
+    *cycles = strtoull(arg + work, NULL, 10);
+    return work ? work_fn() : spin_fn();
+}
+
 /* Mappings of emulated device memory arenas in this process (/proc/self/maps). */
 static int arena_maps(void)
 {
@@ -368,9 +398,9 @@ static int child_main(int argc, char **argv)
         /* ready; on a byte: record, launch one spin kernel, record, say "queued"; on a
          * second byte: wait for it and print when it was launched and the host time from then
          * to completion (ns) and the events' elapsed time (ms); on EOF instead: leave without
-         * waiting */
-        uint64_t cycles = strtoull(argv[3], NULL, 10);
-        CUfunction f = spin_fn();
+         * waiting (argv[3]: as child_fn reads it) */
+        uint64_t cycles = 0;
+        CUfunction f = child_fn(argv[3], &cycles);
         CUevent e0, e1;
         if (!f || p_cuEventCreate(&e0, 0) != CUDA_SUCCESS ||
             p_cuEventCreate(&e1, 0) != CUDA_SUCCESS)
@@ -409,10 +439,11 @@ static int child_main(int argc, char **argv)
         return rc;
     }
     if (!strcmp(mode, "spin") && argc == 5) {
-        /* ready, wait for "go", then queue N spin kernels at once and wait for them */
-        uint64_t cycles = strtoull(argv[3], NULL, 10);
+        /* ready, wait for "go", then queue N kernels (argv[3]: as child_fn reads it) at once
+         * and wait for them */
+        uint64_t cycles = 0;
         int n = atoi(argv[4]);
-        CUfunction f = spin_fn();
+        CUfunction f = child_fn(argv[3], &cycles);
         if (!f)
             return 12;
         printf("ready\n");
@@ -1712,16 +1743,22 @@ TEST(ipc_maps_the_same_memory_uncharged)
 TEST(timeline_is_shared_and_serialized)
 {
     REQUIRE(driver_up());
-    /* two processes each queue 10 spin kernels of 5 ms at once, while this one times its own
-     * kernel with events */
+    /* two processes each queue 10 work-bound kernels of 5 ms at once (they need 5 ms of the
+     * GPU each however they are sliced), while this one times its own kernel with events */
     enum { N = 10 };
-    uint64_t cycles = 5 * 1410000ull, d = 5000000;
-    char cyc[32];
-    snprintf(cyc, sizeof(cyc), "%llu", (unsigned long long)cycles);
-    const char *args[] = {"spin", cyc, "10", NULL};
+    uint64_t d = 5000000;
+    const char *args[] = {"spin", "w0", "10", NULL};
     struct child a, b;
-    REQUIRE(spawn(&a, args));
-    REQUIRE(spawn(&b, args));
+    char saved[64] = "";
+    const char *was = getenv("ACCEL_EMU_KERNEL_US");
+    snprintf(saved, sizeof(saved), "%s", was ? was : "");
+    setenv("ACCEL_EMU_KERNEL_US", "5000", 1);
+    bool spawned = spawn(&a, args) && spawn(&b, args);
+    if (was)
+        setenv("ACCEL_EMU_KERNEL_US", saved, 1);
+    else
+        unsetenv("ACCEL_EMU_KERNEL_US");
+    REQUIRE(spawned);
     REQUIRE(child_ready(&a));
     REQUIRE(child_ready(&b));
     uint64_t t0 = emu_state_now_ns();
@@ -1799,14 +1836,24 @@ TEST(timeline_is_shared_and_serialized)
 }
 
 /* Processes share the GPU in time slices (issue 14): a 20 ms kernel queued 10 ms after another
- * process's 2 s kernel does not wait for it to end. The two take turns, a slice each: the
- * short one ends ~40 ms after it was queued (its own 20 ms, the neighbour's 9 slices between
- * its 10, and the rest of the neighbour's slice running when it came), its events span its
- * first slice to its end (38 ms: they include the neighbour's slices, as cuEventElapsedTime
- * does on a GPU), the neighbour's end moves 20 ms later, and each process is busy in its own
- * slices only. With a 50 ms slice the short kernel waits for the neighbour's slice to end,
- * then runs in one go. */
-static void slice_case(unsigned timeslice_us, const char *path)
+ * process's 2 s kernel does not wait for it to end. The two take turns, a slice each, each
+ * process busy in its own slices only.
+ *
+ * Spin kernels (work = false) are clock-bound: they spin until %clock64 has counted their
+ * cycles, and that clock runs on while their context is switched out, so the short one ends
+ * 20 ms after its first slice (its events: 20 ms, not the neighbour's slices on top), and the
+ * long one is not stretched by the short one — as an NVIDIA H200 showed
+ * (tests/gpu/timeslice.sh: 2000.023 ms and 20.004 ms). The short one is resident only in its
+ * own slices: 10 of the 20 ms with 2 ms slices.
+ *
+ * Work-bound kernels (work = true: not spin kernels, ACCEL_EMU_KERNEL_US) need their time
+ * resident: the short one ends ~40 ms after it was queued (its own 20 ms, the neighbour's 9
+ * slices between its 10, and the rest of the neighbour's slice running when it came), its
+ * events span its first slice to its end (38 ms: they include the neighbour's slices, as
+ * cuEventElapsedTime "may be greater than expected"), and the neighbour's end moves 20 ms
+ * later. With a 50 ms slice the short kernel waits for the neighbour's slice to end, then runs
+ * in one go, either kind. */
+static void slice_case(unsigned timeslice_us, const char *path, bool work)
 {
     const uint64_t ms = 1000000;
     struct emu_state *st = NULL;
@@ -1818,12 +1865,21 @@ static void slice_case(unsigned timeslice_us, const char *path)
     const uint64_t q = emu_state_timeslice_ns(st, 0);
     char saved[4096], cl[32], cs[32];
     snprintf(saved, sizeof(saved), "%s", getenv("ACCEL_EMU_STATE"));
-    snprintf(cl, sizeof(cl), "%llu", 2000 * 1410000ull); /* 2 s at the A100's 1410 MHz */
-    snprintf(cs, sizeof(cs), "%llu", 20 * 1410000ull);   /* 20 ms */
+    if (work) {
+        snprintf(cl, sizeof(cl), "w0");
+        snprintf(cs, sizeof(cs), "w0");
+    } else {
+        snprintf(cl, sizeof(cl), "%llu", 2000 * 1410000ull); /* 2 s at the A100's 1410 MHz */
+        snprintf(cs, sizeof(cs), "%llu", 20 * 1410000ull);   /* 20 ms */
+    }
     setenv("ACCEL_EMU_STATE", path, 1);
     struct child a, b;
     const char *la[] = {"slice", cl, NULL}, *lb[] = {"slice", cs, NULL};
-    bool ok = spawn(&a, la) && spawn(&b, lb);
+    setenv("ACCEL_EMU_KERNEL_US", "2000000", 1);
+    bool ok = spawn(&a, la);
+    setenv("ACCEL_EMU_KERNEL_US", "20000", 1);
+    ok = ok && spawn(&b, lb);
+    setenv("ACCEL_EMU_KERNEL_US", "250", 1); /* main's */
     setenv("ACCEL_EMU_STATE", saved, 1);
     REQUIRE(ok);
     REQUIRE(child_ready(&a));
@@ -1846,20 +1902,37 @@ static void slice_case(unsigned timeslice_us, const char *path)
     REQUIRE(sscanf(line, "%llu %llu %f", &launched, &wall, &ev) == 3);
     uint64_t queued_at = launched - a_start; /* about 10 ms into the long kernel */
     uint64_t first = q - queued_at % q;      /* the rest of the neighbour's slice */
-    tap_diag("slice %.0f ms: 20 ms kernel queued %.1f ms into a 2 s one: done after %.3f ms, "
+    tap_diag("%s, slice %.0f ms: 20 ms kernel queued %.1f ms into a 2 s one: done after %.3f ms, "
              "events %.3f ms; neighbour's end moved %.3f ms",
-             q / 1e6, queued_at / 1e6, wall / 1e6, ev, (double)(g->busy_until_ns - a_end) / 1e6);
+             work ? "work-bound" : "spin (clock-bound)", q / 1e6, queued_at / 1e6, wall / 1e6, ev,
+             (double)(g->busy_until_ns - a_end) / 1e6);
     uint64_t own = 20 * ms, others = q >= own ? 0 : (own / q - 1) * q;
-    /* queued to done: the rest of the neighbour's slice, then ours and theirs in turn (the
-     * microseconds from the child's clock reading to its launch, and host time on top) */
-    CHECK(wall + ms / 2 >= first + own + others);
-    CHECK(wall <= first + own + others + 25 * ms);
-    /* the events: from our first slice to our end, the neighbour's slices between */
-    CHECK(fabsf(ev - (float)(own + others) / 1e6f) < 0.01f);
-    if (q < own)
-        CHECK(ev > 20.5f);
-    /* the long kernel ends later by the short one's 20 ms */
-    CHECK_EQ_U64(g->busy_until_ns, a_end + own);
+    /* the short kernel's resident time: all of its 20 ms when work-bound; when clock-bound,
+     * its slices in the 20 ms from its first one (every other slice) */
+    uint64_t resident = own;
+    if (!work && q < own)
+        resident = own / (2 * q) * q + (own % (2 * q) < q ? own % (2 * q) : q);
+    if (work) {
+        /* queued to done: the rest of the neighbour's slice, then ours and theirs in turn (the
+         * microseconds from the child's clock reading to its launch, and host time on top) */
+        CHECK(wall + ms / 2 >= first + own + others);
+        CHECK(wall <= first + own + others + 25 * ms);
+        /* the events: from our first slice to our end, the neighbour's slices between */
+        CHECK(fabsf(ev - (float)(own + others) / 1e6f) < 0.01f);
+        if (q < own)
+            CHECK(ev > 20.5f);
+        /* the long kernel ends later by the short one's 20 ms */
+        CHECK_EQ_U64(g->busy_until_ns, a_end + own);
+    } else {
+        /* queued to done: the rest of the neighbour's slice, then 20 ms on the clock (it is
+         * resident again exactly then: 20 ms is a whole number of 2-slice turns) */
+        CHECK(wall + ms / 2 >= first + own);
+        CHECK(wall <= first + own + 25 * ms);
+        /* the events: its own 20 ms, however many slices the neighbour took meanwhile */
+        CHECK(fabsf(ev - (float)own / 1e6f) < 0.01f);
+        /* the long kernel is not stretched by the short one's: it ends where it would alone */
+        CHECK_EQ_U64(g->busy_until_ns, a_end);
+    }
     /* per process (what NVML's process utilization reads): each busy in its own slices; the
      * device busy throughout, the union */
     struct emu_proc_util pu[8];
@@ -1872,8 +1945,9 @@ static void slice_case(unsigned timeslice_us, const char *path)
         if (pu[k].pid == b.pid)
             ub = pu[k].busy_ns;
     }
-    CHECK_EQ_U64(ub, own);
-    CHECK(ua >= others && ua <= t1 - t0);
+    CHECK_EQ_U64(ub, resident);
+    /* the neighbour ran in every slice of the short one's span that was not the short one's */
+    CHECK((double)ua + (double)resident + 1e4 >= (double)ev * 1e6 && ua <= t1 - t0);
     uint64_t busy = 0;
     REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, t0, t1, 0, &busy, NULL), 0);
     CHECK_EQ_U64(busy, ua + ub);
@@ -1888,15 +1962,18 @@ TEST(processes_share_the_gpu_in_time_slices)
     char path[4096];
     snprintf(path, sizeof(path), "%s/slice.state", tap_tmpdir());
     make_state(path, 1);
-    slice_case(0, path);     /* the default: 2 ms */
-    slice_case(50000, path); /* 50 ms: the short kernel waits for the neighbour's slice */
+    slice_case(0, path, false);     /* the default: 2 ms; spin kernels */
+    slice_case(50000, path, false); /* 50 ms: the short kernel waits for the neighbour's slice */
+    slice_case(0, path, true);      /* work-bound kernels: stretched by the neighbour's slices */
+    slice_case(50000, path, true);
 }
 
 int main(int argc, char **argv)
 {
     setenv("ACCEL_EMU_CTX_OVERHEAD", "16Mi", 1);
-    setenv("ACCEL_EMU_KERNEL_US", "250", 1);
-    if (argc >= 3 && strcmp(argv[1], "--child") == 0) {
+    bool child = argc >= 3 && strcmp(argv[1], "--child") == 0;
+    setenv("ACCEL_EMU_KERNEL_US", "250", !child); /* a helper keeps what it was given */
+    if (child) {
         snprintf(state_path, sizeof(state_path), "%s", getenv("ACCEL_EMU_STATE"));
         return child_main(argc, argv);
     }

@@ -193,6 +193,9 @@ TEST(damaged_state_is_refused_with_the_field_named)
         {"time slice 1000001 us", 21},
         {"timeline interval 0", 22},
         {"timeline interval 0", 23},
+        {"timeline interval 0", 24},
+        {"timeline interval 0", 25},
+        {"timeline interval 0", 26},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         memcpy(img, good, sizeof(*img));
@@ -231,7 +234,7 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break;
         case 10:
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){2000, 1000, 1, 1, 0, 0};
+            g->intervals[0] = (struct emu_interval){2000, 1000, 1, 1, 0, 0, 0, 0};
             g->busy_until_ns = 2000;
             break;
         case 11:
@@ -262,7 +265,7 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break;
         case 18:
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0};
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0, 0, 0};
             g->busy_until_ns = 1500;
             break;
         case 19:
@@ -276,12 +279,27 @@ TEST(damaged_state_is_refused_with_the_field_named)
             break;
         case 22: /* a lag longer than the time before the interval */
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 1001, 0};
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 1001, 0, 0, 0};
             g->busy_until_ns = 2000;
             break;
         case 23: /* a wait longer than the lag it is part of */
             g->interval_count = 1;
-            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 10, 11};
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 10, 11, 0, 0};
+            g->busy_until_ns = 2000;
+            break;
+        case 24: /* a flag this version does not know */
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0, 4, 0};
+            g->busy_until_ns = 2000;
+            break;
+        case 25: /* going on with a clock-bound item, itself work-bound */
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0, EMU_IV_CONT, 0};
+            g->busy_until_ns = 2000;
+            break;
+        case 26: /* the padding set */
+            g->interval_count = 1;
+            g->intervals[0] = (struct emu_interval){1000, 2000, 1, 1, 0, 0, EMU_IV_CLOCK, 7};
             g->busy_until_ns = 2000;
             break;
         }
@@ -578,8 +596,8 @@ TEST(live_work_beside_dead_work_is_sliced_then_alone)
     emu_state_lock(st);
     sh->procs[3] = (struct emu_proc){.pid = 999999, .start_time = 1, .pidns = ns};
     struct emu_gpu *g = &sh->gpus[0];
-    g->intervals[0] = (struct emu_interval){base, base + 10 * ms, 999999, 4, 0, 0};
-    g->intervals[1] = (struct emu_interval){base + 10 * ms, base + 20 * ms, 999999, 4, 0, 0};
+    g->intervals[0] = (struct emu_interval){base, base + 10 * ms, 999999, 4, 0, 0, 0, 0};
+    g->intervals[1] = (struct emu_interval){base + 10 * ms, base + 20 * ms, 999999, 4, 0, 0, 0, 0};
     g->interval_count = 2;
     g->busy_until_ns = base + 20 * ms;
     g->busy_total_ns = 20 * ms;
@@ -658,7 +676,8 @@ TEST(timeline_time_slices_between_owners)
     emu_state_lock(st);
     sh->procs[5] = (struct emu_proc){.pid = 999998, .start_time = 1, .pidns = ns + 1};
     /* its run began 0.5 ms before base */
-    g->intervals[0] = (struct emu_interval){base - 500 * us, base + 9500 * us, 999998, 6, 0, 0};
+    g->intervals[0] =
+        (struct emu_interval){base - 500 * us, base + 9500 * us, 999998, 6, 0, 0, 0, 0};
     g->interval_count = 1;
     g->busy_until_ns = base + 9500 * us;
     g->busy_total_ns = 10 * ms;
@@ -750,6 +769,73 @@ TEST(timeline_time_slices_between_owners)
     emu_state_close(st);
 }
 
+/* Clock-bound items (spin kernels) beside a neighbour's work, 1 ms slices: the item's clock
+ * starts at its first slice and runs on while the neighbour has the GPU, so 3 ms of it end 3 ms
+ * after its first slice (ours [0.5, 1.5), the neighbour's [1.5, 2.5), ours [2.5, 3.5)), not
+ * 5 ms as work-bound time would; it is busy in its own slices only (2 ms), and the neighbour's
+ * work is stretched by those 2 ms. A second item of 1.5 ms queued behind it waits for our next
+ * slice (4.5), and its clock runs out at 6.0 while the neighbour runs: it completes when we are
+ * resident again, at 6.5 (its end event reads that). */
+TEST(timeline_clock_bound_items_run_on_the_clock)
+{
+    struct emu_config cfg;
+    emu_config_init(&cfg);
+    cfg.gpus = 1;
+    cfg.timeslice_us = 1000;
+    const char *p = state_path("clk");
+    REQUIRE_EQ_INT(emu_state_create(p, &cfg), 0);
+    struct emu_state *st = NULL;
+    REQUIRE_EQ_INT(emu_state_open(p, &st), 0);
+    struct emu_shared *sh = emu_state_shared(st);
+    struct emu_gpu *g = emu_state_gpu(st, 0);
+    const uint64_t us = 1000, ms = 1000000;
+    uint64_t ns = my_pidns();
+    uint64_t base = emu_state_now_ns() + 200 * ms; /* in the future: "now" never interferes */
+    emu_state_lock(st);
+    sh->procs[5] = (struct emu_proc){.pid = 999996, .start_time = 1, .pidns = ns + 1};
+    g->intervals[0] =
+        (struct emu_interval){base - 500 * us, base + 9500 * us, 999996, 6, 0, 0, 0, 0};
+    g->interval_count = 1;
+    g->busy_until_ns = base + 9500 * us;
+    g->busy_total_ns = 10 * ms;
+    g->pending_slots[0] = 1ull << 5;
+    emu_state_unlock(st);
+    uint64_t s = 0, e = 0;
+    REQUIRE_EQ_INT(emu_state_submit_kind(st, 0, base, UINT64_MAX, 3 * ms, 0, true, &s, &e), 0);
+    CHECK_EQ_U64(e - s, 3 * ms);
+    uint64_t first = emu_state_wall_ns(st, 0, 0, s, true);
+    uint64_t last = emu_state_wall_ns(st, 0, 0, e, false);
+    tap_diag("clock-bound 3 ms beside 10 ms of work in 1 ms slices: first slice at +%.3f ms, "
+             "done at +%.3f ms",
+             ((double)first - (double)base) / 1e6, ((double)last - (double)base) / 1e6);
+    CHECK_EQ_U64(first, base + 500 * us);
+    CHECK_EQ_U64(last, base + 3500 * us); /* work-bound: 5.5 */
+    uint64_t busy = 0;
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, first, last, getpid(), &busy, NULL), 0);
+    CHECK_EQ_U64(busy, 2 * ms); /* resident in two of its slices */
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, first, last, 0, &busy, NULL), 0);
+    CHECK_EQ_U64(busy, 3 * ms);                        /* the device: busy throughout */
+    CHECK_EQ_U64(g->busy_until_ns, base + 11500 * us); /* the work stretched by our 2 ms */
+
+    uint64_t s2 = 0, e2 = 0;
+    REQUIRE_EQ_INT(emu_state_submit_kind(st, 0, 0, UINT64_MAX, 1500 * us, 0, true, &s2, &e2), 0);
+    CHECK_EQ_U64(s2, e);
+    uint64_t first2 = emu_state_wall_ns(st, 0, 0, s2, true);
+    uint64_t last2 = emu_state_wall_ns(st, 0, 0, e2, false);
+    tap_diag("then 1.5 ms: first slice at +%.3f ms, done at +%.3f ms",
+             ((double)first2 - (double)base) / 1e6, ((double)last2 - (double)base) / 1e6);
+    CHECK_EQ_U64(first2, base + 4500 * us);
+    CHECK_EQ_U64(last2, base + 6500 * us); /* its clock ran out at 6.0, switched out */
+    CHECK_EQ_U64(emu_state_wall_ns(st, 0, 0, e, false), last); /* the first one's end stays */
+    REQUIRE_EQ_INT(emu_state_busy_ns(st, 0, base, last2, getpid(), &busy, NULL), 0);
+    CHECK_EQ_U64(busy, 3 * ms);
+    CHECK_EQ_U64(g->busy_until_ns, base + 12500 * us);
+    /* the state file holds what the scheduler needs: it validates */
+    char err[256] = "";
+    CHECK_EQ_INT(emu_state_validate(sh, sizeof(*sh), err, sizeof(err)), 0);
+    emu_state_close(st);
+}
+
 /* Ten 1 ms kernels queued one by one beside a neighbour are dealt out as one 10 ms kernel would
  * be (each submit after the first only reschedules from where our queue ran out): with the
  * default 2 ms slices, ours are the second, fourth, ... tenth 2 ms of the neighbour's run. */
@@ -763,7 +849,7 @@ TEST(timeline_slices_queued_piecewise_as_whole)
     uint64_t base = emu_state_now_ns() + 200 * ms;
     emu_state_lock(st);
     sh->procs[5] = (struct emu_proc){.pid = 999997, .start_time = 1, .pidns = my_pidns() + 1};
-    g->intervals[0] = (struct emu_interval){base, base + 100 * ms, 999997, 6, 0, 0};
+    g->intervals[0] = (struct emu_interval){base, base + 100 * ms, 999997, 6, 0, 0, 0, 0};
     g->interval_count = 1;
     g->busy_until_ns = base + 100 * ms;
     g->busy_total_ns = 100 * ms;
