@@ -1175,6 +1175,81 @@ TEST(threads_allocate_within_the_quota)
     unsqueeze(ballast);
 }
 
+/* Threads allocating stream-ordered memory from the one default pool, each on its per-thread
+ * stream: allocations meet the quota (and, with large pool chunks, each other's growth and
+ * undos) often; none ends in another error, the pool never holds more than was free as far as
+ * the quota can see, and everything comes back. */
+struct athr {
+    uint64_t room;
+    atomic_int *errors;
+    unsigned seed;
+    int ok, refused;
+};
+
+static void *async_thread(void *arg)
+{
+    struct athr *t = arg;
+    if (cu.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+        return NULL;
+    CUdeviceptr mine[4] = {0};
+    for (int i = 0; i < 400; i++) {
+        int k = (int)(rand_r(&t->seed) % 4);
+        if (mine[k]) {
+            if (cu.cuMemFreeAsync(mine[k], CU_STREAM_PER_THREAD) != CUDA_SUCCESS)
+                atomic_fetch_add(t->errors, 1);
+            mine[k] = 0;
+            if (i % 7 == 0)
+                cu.cuStreamSynchronize(CU_STREAM_PER_THREAD);
+            continue;
+        }
+        uint64_t size = (1 + rand_r(&t->seed) % 24) * 512 * 1024;
+        CUresult r = cu.cuMemAllocAsync_ptsz(&mine[k], size, NULL);
+        if (r == CUDA_SUCCESS) {
+            t->ok++;
+        } else {
+            mine[k] = 0;
+            if (r == CUDA_ERROR_OUT_OF_MEMORY)
+                t->refused++;
+            else
+                atomic_fetch_add(t->errors, 1);
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        if (mine[k])
+            cu.cuMemFreeAsync(mine[k], CU_STREAM_PER_THREAD);
+    cu.cuStreamSynchronize(CU_STREAM_PER_THREAD);
+    return NULL;
+}
+
+TEST(threads_allocate_stream_ordered_within_the_quota)
+{
+    setup();
+    CUdeviceptr ballast = squeeze();
+    uint64_t free0 = quota_free(), emu0 = emu_used();
+    atomic_int errors = 0;
+    pthread_t th[4];
+    struct athr t[4];
+    for (int i = 0; i < 4; i++) {
+        t[i] = (struct athr){free0, &errors, (unsigned)i * 17u + 3u, 0, 0};
+        pthread_create(&th[i], NULL, async_thread, &t[i]);
+    }
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ok += t[i].ok;
+        refused += t[i].refused;
+    }
+    tap_diag("%d stream-ordered allocations, %d refused", ok, refused);
+    CHECK_EQ_INT(atomic_load(&errors), 0);
+    CHECK(ok > 100);
+    CHECK(refused > 0); /* the quota was met */
+    CHECK_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    CHECK_EQ_U64(pool_reserved(NULL), 0);
+    CHECK_EQ_U64(quota_free(), free0);
+    EMU_CHECK_EQ_U64(emu_used(), emu0);
+    unsqueeze(ballast);
+}
+
 /* ---- other processes ----------------------------------------------------- */
 
 static int wait_exit(pid_t pid)
