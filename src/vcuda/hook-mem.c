@@ -189,6 +189,7 @@ struct pool_rec {
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER; /* VMM reference counts */
 static struct pool_rec pools[MAX_POOLS];
+static int pool_records; /* records in use (pool_lock; read relaxed by the synchronizations) */
 
 static struct pool_rec *pool_find_locked(CUmemoryPool pool, unsigned index, bool create)
 {
@@ -201,6 +202,7 @@ static struct pool_rec *pool_find_locked(CUmemoryPool pool, unsigned index, bool
     }
     if (!create || !empty)
         return NULL;
+    __atomic_add_fetch(&pool_records, 1, __ATOMIC_RELAXED);
     empty->pool = pool;
     empty->index = index;
     empty->charge = 0;
@@ -319,6 +321,7 @@ static void pool_forget(CUmemoryPool pool)
     if (p) {
         vc_region_release(&vc.region, vc.slot, p->index, p->charge);
         memset(p, 0, sizeof(*p));
+        __atomic_sub_fetch(&pool_records, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&pool_lock);
 }
@@ -328,6 +331,7 @@ void vc_mem_atfork_child(void)
     pthread_mutex_init(&pool_lock, NULL);
     pthread_mutex_init(&vmm_lock, NULL);
     memset(pools, 0, sizeof(pools));
+    pool_records = 0;
     memset(ordinal_index, 0, sizeof(ordinal_index));
     vc_managed_atfork_child();
 }
@@ -754,6 +758,49 @@ CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     if (r == CUDA_SUCCESS)
         pool_reconcile(pool);
     return r;
+}
+
+/* A synchronization is where a pool holding more than its release threshold gives memory back
+ * to the driver ("the allocator will try to release memory back to the OS on the next call to
+ * stream, event or context synchronize": CU_MEMPOOL_ATTR_RELEASE_THRESHOLD): after one, the
+ * pools that hold more than their live allocations are settled on what they still hold, so the
+ * quota (and the container's other processes) get it back at once. A process without pools
+ * pays one relaxed load. */
+static inline CUresult synced(CUresult r)
+{
+    if (r == CUDA_SUCCESS && __atomic_load_n(&pool_records, __ATOMIC_RELAXED) > 0)
+        vc_pools_refresh();
+    return r;
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+{
+    VC_NEED_REAL(cuStreamSynchronize); /* no setup of ours: nothing here is charged */
+    return synced(vc_real.cuStreamSynchronize(hStream));
+}
+
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    VC_NEED_REAL(cuStreamSynchronize_ptsz); /* no setup of ours: nothing here is charged */
+    return synced(vc_real.cuStreamSynchronize_ptsz(hStream));
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
+{
+    VC_NEED_REAL(cuEventSynchronize); /* no setup of ours: nothing here is charged */
+    return synced(vc_real.cuEventSynchronize(hEvent));
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void)
+{
+    VC_NEED_REAL(cuCtxSynchronize); /* no setup of ours: nothing here is charged */
+    return synced(vc_real.cuCtxSynchronize());
+}
+
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
+{
+    VC_NEED_REAL(cuCtxSynchronize_v2); /* no setup of ours: nothing here is charged */
+    return synced(vc_real.cuCtxSynchronize_v2(ctx));
 }
 
 /* ---- virtual memory management ----------------------------------------- */

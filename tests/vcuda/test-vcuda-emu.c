@@ -368,8 +368,13 @@ static const struct {
     {"cuMemcpy2D", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpy2D_v2_ptds",
      true},
     {"cuStreamQuery", 12000, 0, "cuStreamQuery", false},
+    /* synchronizations: where pools give memory back */
     {"cuStreamSynchronize", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-     "cuStreamSynchronize_ptsz", false},
+     "cuStreamSynchronize_ptsz", true},
+    {"cuStreamSynchronize", 12000, 0, "cuStreamSynchronize", true},
+    {"cuCtxSynchronize", 12000, 0, "cuCtxSynchronize", true},
+    {"cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2", true},
+    {"cuEventSynchronize", 12000, 0, "cuEventSynchronize", true},
     {"cuInit", 12000, 0, "cuInit", false},
 };
 
@@ -1634,6 +1639,34 @@ TEST(views_never_wrap_when_use_exceeds_the_quota)
     if (!strstr(out, "total=33554432 free=0 alloc=2"))
         tap_diag("got: %s / %s", out, err);
     CHECK_EQ_INT(cu.cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
+/* Memory a pool gives back at a synchronization (release threshold 0) is back for the
+ * container's other processes at once: another process's view right after the synchronize
+ * sees it free, before this process looks at its own quota again. */
+TEST(pool_memory_released_at_sync_is_free_for_other_processes)
+{
+    setup();
+    char out[256], err[2048], cfg[1200];
+    snprintf(cfg, sizeof(cfg), "memory_limit = %llu\ncontext_memory = 0\nregion = %s\n",
+             (unsigned long long)quota_total, getenv("VCUDA_REGION"));
+    unsigned long long t0 = 0, f0 = 0, t1 = 0, f1 = 0;
+    run_info(cfg, "1Gi", out, sizeof(out), err, sizeof(err));
+    REQUIRE(sscanf(out, "total=%llu free=%llu", &t0, &f0) == 2);
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAllocAsync(&p, 16 * MiB, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    /* no view of ours in between: what the other process sees was given back by the sync */
+    run_info(cfg, "1Gi", out, sizeof(out), err, sizeof(err));
+    REQUIRE(sscanf(out, "total=%llu free=%llu", &t1, &f1) == 2);
+    tap_diag("another process saw %llu free before, %llu after", f0, f1);
+    CHECK_EQ_U64(t1, quota_total);
+    CHECK_EQ_U64(pool_reserved(NULL), 0);
+    if (real_gpu())
+        CHECK(f1 + 8 * MiB > f0); /* its own context is measured anew: within a few MiB */
+    else
+        CHECK_EQ_U64(f1, f0);
 }
 
 TEST(broken_config_fails_closed_with_a_message)
