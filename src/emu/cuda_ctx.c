@@ -22,7 +22,8 @@ uint64_t cuda_kernel_ns = 10000;
 
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static bool init_done;
-static uint64_t ctx_overhead = UINT64_MAX; /* ACCEL_EMU_CTX_OVERHEAD; UINT64_MAX: the model's */
+uint64_t cuda_pool_granularity = 2ull << 20; /* ACCEL_EMU_POOL_GRANULARITY */
+static uint64_t ctx_overhead = UINT64_MAX;   /* ACCEL_EMU_CTX_OVERHEAD; UINT64_MAX: the model's */
 static struct CUctx_st *primary[EMU_MAX_GPUS];
 static struct CUctx_st *contexts; /* created with cuCtxCreate */
 
@@ -83,6 +84,10 @@ EMU_API CUresult cuInit(unsigned int flags)
         } else {
             cuda_kernel_ns = env_u64("ACCEL_EMU_KERNEL_US", 10, 1000);
             ctx_overhead = env_size("ACCEL_EMU_CTX_OVERHEAD", UINT64_MAX);
+            uint64_t g = env_size("ACCEL_EMU_POOL_GRANULARITY", 2ull << 20);
+            /* whole 2 MiB pages, as pool blocks are; at most 1 GiB */
+            g = (g + (2ull << 20) - 1) / (2ull << 20) * (2ull << 20);
+            cuda_pool_granularity = g == 0 || g > (1ull << 30) ? 2ull << 20 : g;
             init_result = CUDA_SUCCESS;
         }
     }

@@ -130,8 +130,11 @@ struct CUmemPoolHandle_st {
     uint32_t magic;
     int dev;
     uint64_t release_threshold;
-    uint64_t held;   /* bytes the pool holds (charged to the GPU) */
-    uint64_t in_use; /* bytes handed out */
+    uint64_t held;     /* bytes of the pool's blocks (handed out and cached) */
+    uint64_t reserved; /* what the pool reserves on the GPU (charged): held in whole chunks of
+                        * cuda_pool_granularity; RESERVED_MEM_CURRENT */
+    uint64_t extra;    /* reserved - held: charged for the chunks beyond the blocks' pages */
+    uint64_t in_use;   /* bytes handed out */
     uint64_t held_high, used_high;
     struct emu_pool_block *free_blocks; /* cached, still charged */
     struct CUmemPoolHandle_st *next;
@@ -147,6 +150,9 @@ struct emu_pool_block {
 extern pthread_mutex_t cuda_lock;
 extern struct emu_state *cuda_state;
 extern uint64_t cuda_kernel_ns; /* ACCEL_EMU_KERNEL_US */
+/* ACCEL_EMU_POOL_GRANULARITY: the chunk a memory pool reserves device memory in (a multiple of
+ * 2 MiB; 2 MiB by default) */
+extern uint64_t cuda_pool_granularity;
 /* True when the program is statically linked (its program headers have no PT_INTERP): pthread
  * keys of our libc.so.6 then share the thread's key slots with the program's own libc, so the
  * emulator registers no key destructors there. */

@@ -1765,17 +1765,48 @@ static struct CUmemPoolHandle_st *pool_of(CUmemoryPool p)
     return p && p->magic == EMU_MAGIC_POOL ? p : NULL;
 }
 
-/* cuda_lock held. Releases cached blocks until the pool holds at most keep bytes. */
+/* cuda_lock held. Makes the pool's reservation its blocks in whole chunks of
+ * cuda_pool_granularity: the GPU (and an MPS client's limit) is charged for the chunks beyond
+ * what the blocks' own pages cost, and given back what is no longer needed. -ENOMEM (nothing
+ * changed) when a growth does not fit. With the default 2 MiB granularity the reservation is
+ * the blocks exactly. */
+static int pool_fit_locked(struct CUmemPoolHandle_st *p)
+{
+    uint64_t want = ROUND_UP(p->held, cuda_pool_granularity);
+    uint64_t extra = want - p->held;
+    if (extra > p->extra) {
+        uint64_t more = extra - p->extra;
+        if (!cuda_mps_charge_locked(p->dev, more))
+            return -ENOMEM;
+        if (emu_state_mem_charge(cuda_state, (unsigned)p->dev, more) < 0) {
+            cuda_mps_uncharge_locked(p->dev, more);
+            return -ENOMEM;
+        }
+    } else if (extra < p->extra) {
+        uint64_t less = p->extra - extra;
+        emu_state_mem_uncharge(cuda_state, (unsigned)p->dev, less);
+        cuda_mps_uncharge_locked(p->dev, less);
+    }
+    p->extra = extra;
+    p->reserved = want;
+    if (p->reserved > p->held_high)
+        p->held_high = p->reserved;
+    return 0;
+}
+
+/* cuda_lock held. Releases cached blocks until the pool reserves at most keep bytes (or has
+ * none cached); the chunks left empty go back with them. */
 static void pool_trim_locked(struct CUmemPoolHandle_st *p, uint64_t keep)
 {
     struct emu_pool_block **bp = &p->free_blocks;
-    while (*bp && p->held > keep) {
+    while (*bp && p->reserved > keep) {
         struct emu_pool_block *b = *bp;
         *bp = b->next;
         struct alloc *a = reg_find(b->ptr);
         if (a && a->kind == K_POOL_FREE) {
             p->held -= a->size;
             dev_free_locked(a);
+            (void)pool_fit_locked(p); /* shrinks: cannot fail */
         }
         free(b);
     }
@@ -1785,9 +1816,26 @@ void cuda_pools_release_to_threshold(int dev)
 {
     pthread_mutex_lock(&cuda_lock);
     for (struct CUmemPoolHandle_st *p = pools; p; p = p->next)
-        if (p->dev == dev && p->held > p->release_threshold)
+        if (p->dev == dev && p->reserved > p->release_threshold)
             pool_trim_locked(p, p->release_threshold);
     pthread_mutex_unlock(&cuda_lock);
+}
+
+/* cuda_lock held. A new block of len bytes for the pool, its chunks reserved. */
+static CUresult pool_grow_locked(struct CUmemPoolHandle_st *p, uint64_t len, struct alloc **ret)
+{
+    struct alloc *a = NULL;
+    CUresult r = dev_alloc_locked(p->dev, len, K_POOL, p, 0, &a);
+    if (r)
+        return r;
+    p->held += a->size;
+    if (pool_fit_locked(p) < 0) {
+        p->held -= a->size;
+        dev_free_locked(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *ret = a;
+    return CUDA_SUCCESS;
 }
 
 static CUresult pool_alloc(struct CUmemPoolHandle_st *p, size_t bytes, CUdeviceptr *ret)
@@ -1807,19 +1855,16 @@ static CUresult pool_alloc(struct CUmemPoolHandle_st *p, size_t bytes, CUdevicep
         }
     }
     if (!a) {
-        r = dev_alloc_locked(p->dev, len, K_POOL, p, 0, &a);
+        r = pool_grow_locked(p, len, &a);
         if (r == CUDA_ERROR_OUT_OF_MEMORY && p->free_blocks) {
             pool_trim_locked(p, 0); /* cached blocks are given back before failing */
-            r = dev_alloc_locked(p->dev, len, K_POOL, p, 0, &a);
+            r = pool_grow_locked(p, len, &a);
         }
         if (r)
             goto out;
-        p->held += a->size;
     }
     a->kind = K_POOL;
     p->in_use += a->size;
-    if (p->held > p->held_high)
-        p->held_high = p->held;
     if (p->in_use > p->used_high)
         p->used_high = p->in_use;
     *ret = a->ptr;
@@ -1991,7 +2036,7 @@ EMU_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
             p->release_threshold = *(uint64_t *)value;
             break;
         case 6:
-            p->held_high = p->held;
+            p->held_high = p->reserved;
             break; /* reset high-water marks */
         case 8:
             p->used_high = p->in_use;
@@ -2022,7 +2067,7 @@ EMU_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute at
             *(uint64_t *)value = p->release_threshold;
             break;
         case 5:
-            *(uint64_t *)value = p->held;
+            *(uint64_t *)value = p->reserved;
             break;
         case 6:
             *(uint64_t *)value = p->held_high;

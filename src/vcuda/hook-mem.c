@@ -6,7 +6,9 @@
  *
  * Pools: a pool's charge is what it holds, max(live allocations, the pool's
  * own reserved size as the driver reports it), so memory freed into a pool
- * stays charged until the pool trims or gives it back. */
+ * stays charged until the pool trims or gives it back. A driver may grow a
+ * pool by more than was asked (its own chunks): that growth must fit the
+ * quota too, or the allocation is undone and refused. */
 #include "vcuda.h"
 
 #include "cuda_array.h"
@@ -182,10 +184,12 @@ struct pool_rec {
     unsigned index;
     uint64_t charge; /* bytes reserved in the region for this pool */
     uint64_t live;   /* bytes of allocations from it not yet freed (incl. in flight) */
+    unsigned busy;   /* allocations between their reservation and pool_settle */
 };
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER; /* VMM reference counts */
 static struct pool_rec pools[MAX_POOLS];
+static int pool_records; /* records in use (pool_lock; read relaxed by the synchronizations) */
 
 static struct pool_rec *pool_find_locked(CUmemoryPool pool, unsigned index, bool create)
 {
@@ -198,21 +202,28 @@ static struct pool_rec *pool_find_locked(CUmemoryPool pool, unsigned index, bool
     }
     if (!create || !empty)
         return NULL;
+    __atomic_add_fetch(&pool_records, 1, __ATOMIC_RELAXED);
     empty->pool = pool;
     empty->index = index;
     empty->charge = 0;
     empty->live = 0;
+    empty->busy = 0;
     return empty;
 }
 
-/* Makes a pool's charge max(live, held) where held is what the driver says
- * the pool holds now (unknown → live). */
-static void pool_reconcile(CUmemoryPool pool)
+/* Makes a pool's charge max(live, held) where held is what the driver says the pool holds now
+ * (unknown → live). Growth past the charge is reserved against the quota; when it does not fit,
+ * strict (an allocation settling what it made the pool take) leaves the charge alone and fails
+ * with -ENOSPC, for the caller to undo. Otherwise (a free, a trim, a view) growth that no
+ * allocation is settling is charged as it is, since the driver already holds it; while one is,
+ * it is left to that allocation. */
+static int pool_settle(CUmemoryPool pool, bool strict)
 {
     uint64_t held = 0;
     bool known = vc_real.cuMemPoolGetAttribute &&
                  vc_real.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &held) ==
                      CUDA_SUCCESS;
+    int r = 0;
     pthread_mutex_lock(&pool_lock);
     struct pool_rec *p = pool_find_locked(pool, 0, false);
     if (p) {
@@ -220,16 +231,27 @@ static void pool_reconcile(CUmemoryPool pool)
         if (known && held > target)
             target = held;
         if (target > p->charge) {
-            /* The pool grew past what was reserved (its growth granularity):
-             * the driver already holds it, so it is charged; later requests
-             * see it. */
-            vc_region_charge(&vc.region, vc.slot, p->index, target - p->charge);
+            uint64_t more = target - p->charge;
+            if (vc_region_reserve(&vc.region, vc.slot, p->index, more, vc.cfg.memory_limit) == 0)
+                p->charge = target;
+            else if (strict || p->busy)
+                r = -ENOSPC;
+            else {
+                vc_region_charge(&vc.region, vc.slot, p->index, more);
+                p->charge = target;
+            }
         } else if (target < p->charge) {
             vc_region_release(&vc.region, vc.slot, p->index, p->charge - target);
+            p->charge = target;
         }
-        p->charge = target;
     }
     pthread_mutex_unlock(&pool_lock);
+    return r;
+}
+
+static void pool_reconcile(CUmemoryPool pool)
+{
+    (void)pool_settle(pool, false);
 }
 
 void vc_pools_refresh(void)
@@ -246,9 +268,10 @@ void vc_pools_refresh(void)
 }
 
 /* Reserves what an allocation of size from pool needs beyond the pool's
- * current charge. 0, -ENOSPC, or -EMFILE when the pool cannot be tracked
- * (then the caller accounts the allocation on its own). */
-static int pool_alloc_begin(CUmemoryPool pool, unsigned index, uint64_t size)
+ * current charge (which it was before: *ret_before), and marks an allocation
+ * in flight until pool_alloc_done. 0, -ENOSPC, or -EMFILE when the pool cannot
+ * be tracked (then the caller accounts the allocation on its own). */
+static int pool_alloc_begin(CUmemoryPool pool, unsigned index, uint64_t size, uint64_t *ret_before)
 {
     pthread_mutex_lock(&pool_lock);
     struct pool_rec *p = pool_find_locked(pool, index, true);
@@ -256,6 +279,7 @@ static int pool_alloc_begin(CUmemoryPool pool, unsigned index, uint64_t size)
         pthread_mutex_unlock(&pool_lock);
         return -EMFILE;
     }
+    *ret_before = p->charge;
     uint64_t want = p->live + size;
     if (want > p->charge) {
         uint64_t need = want - p->charge;
@@ -267,8 +291,18 @@ static int pool_alloc_begin(CUmemoryPool pool, unsigned index, uint64_t size)
         p->charge += need;
     }
     p->live += size;
+    p->busy++;
     pthread_mutex_unlock(&pool_lock);
     return 0;
+}
+
+static void pool_alloc_done(CUmemoryPool pool)
+{
+    pthread_mutex_lock(&pool_lock);
+    struct pool_rec *p = pool_find_locked(pool, 0, false);
+    if (p && p->busy)
+        p->busy--;
+    pthread_mutex_unlock(&pool_lock);
 }
 
 static void pool_alloc_end(CUmemoryPool pool, uint64_t size)
@@ -287,6 +321,7 @@ static void pool_forget(CUmemoryPool pool)
     if (p) {
         vc_region_release(&vc.region, vc.slot, p->index, p->charge);
         memset(p, 0, sizeof(*p));
+        __atomic_sub_fetch(&pool_records, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&pool_lock);
 }
@@ -296,6 +331,7 @@ void vc_mem_atfork_child(void)
     pthread_mutex_init(&pool_lock, NULL);
     pthread_mutex_init(&vmm_lock, NULL);
     memset(pools, 0, sizeof(pools));
+    pool_records = 0;
     memset(ordinal_index, 0, sizeof(ordinal_index));
     vc_managed_atfork_child();
 }
@@ -559,24 +595,53 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr)
 typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
 typedef CUresult (*alloc_pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 
-static CUresult alloc_stream_ordered(alloc_async_fn fa, alloc_pool_fn fp, CUdeviceptr *dptr,
-                                     size_t size, CUmemoryPool pool, CUstream stream)
+/* An allocation whose pool growth did not fit: free it on its stream, wait until the free has
+ * happened (the driver cannot give back memory whose free it has not seen complete: CUDA driver
+ * API, cuMemPoolTrimTo), and trim the pool back to what it was charged before. Not waited for on
+ * a stream being captured (a synchronize would end the capture): there the pool keeps what it
+ * took, charged, until it trims. */
+static void pool_undo(CUmemoryPool pool, uint64_t keep, CUdeviceptr dptr, uint64_t charged,
+                      CUstream stream, bool ptsz)
+{
+    struct pending_free pf = free_begin(VC_TRACK_DPTR, dptr);
+    CUresult r =
+        ptsz ? vc_real.cuMemFreeAsync_ptsz(dptr, stream) : vc_real.cuMemFreeAsync(dptr, stream);
+    if (r == CUDA_SUCCESS) {
+        CUstream s = ptsz && !stream ? CU_STREAM_PER_THREAD : stream;
+        CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        if (vc_real.cuStreamIsCapturing && vc_real.cuStreamIsCapturing(s, &cap) == CUDA_SUCCESS &&
+            cap == CU_STREAM_CAPTURE_STATUS_NONE && vc_real.cuStreamSynchronize &&
+            vc_real.cuStreamSynchronize(s) == CUDA_SUCCESS && vc_real.cuMemPoolTrimTo)
+            vc_real.cuMemPoolTrimTo(pool, keep);
+    }
+    pool_alloc_done(pool);
+    if (!pf.had && r == CUDA_SUCCESS) { /* never tracked (track() warned) */
+        pool_alloc_end(pool, charged);
+        pool_reconcile(pool);
+    }
+    free_end(&pf, r); /* gives the allocation back and settles the pool on what it still holds */
+}
+
+static CUresult alloc_stream_ordered(alloc_async_fn fa, alloc_pool_fn fp, bool ptsz,
+                                     CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                     CUstream stream)
 {
     CUcontext ctx;
     CUdevice dev;
     unsigned index;
+    const char *what = fa ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync";
     if (size == 0 || current_full(&ctx, &dev, &index) != CUDA_SUCCESS)
         return fa ? fa(dptr, size, stream) : fp(dptr, size, pool, stream);
     if (!pool && vc_real.cuDeviceGetMemPool &&
         vc_real.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS)
         pool = NULL;
     /* A pool grows by whole 512-byte units at least: charge those. */
-    uint64_t units = ((uint64_t)size + 511) / 512 * 512;
-    int rr = pool ? pool_alloc_begin(pool, index, units) : -EMFILE;
+    uint64_t units = ((uint64_t)size + 511) / 512 * 512, before = 0;
+    int rr = pool ? pool_alloc_begin(pool, index, units, &before) : -EMFILE;
     if (rr == -ENOSPC) {
         vc_region_reap(&vc.region);
         vc_pools_refresh();
-        rr = pool_alloc_begin(pool, index, units);
+        rr = pool_alloc_begin(pool, index, units, &before);
     }
     if (rr == -EMFILE) {
         /* Untracked pool: account the allocation on its own. */
@@ -584,12 +649,13 @@ static CUresult alloc_stream_ordered(alloc_async_fn fa, alloc_pool_fn fp, CUdevi
         rr = vc_mem_reserve(index, size);
     }
     if (rr < 0)
-        return vc_mem_oom(index, size, fa ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync");
+        return vc_mem_oom(index, size, what);
     uint64_t charged = pool ? units : size;
     CUresult r = fa ? fa(dptr, size, stream) : fp(dptr, size, pool, stream);
     if (r != CUDA_SUCCESS) {
         if (pool) {
             pool_alloc_end(pool, charged);
+            pool_alloc_done(pool);
             pool_reconcile(pool);
         } else {
             vc_mem_release(index, charged);
@@ -598,21 +664,34 @@ static CUresult alloc_stream_ordered(alloc_async_fn fa, alloc_pool_fn fp, CUdevi
     }
     /* Stream-ordered memory belongs to its pool, not to the context. */
     track(VC_TRACK_DPTR, *dptr, charged, index, NULL, pool);
-    if (pool)
-        pool_reconcile(pool);
+    if (!pool)
+        return r;
+    /* What the pool took for it (the driver's chunks, maybe more than asked) must fit too. */
+    if (pool_settle(pool, true) < 0) {
+        vc_region_reap(&vc.region);
+        vc_pools_refresh();
+        if (pool_settle(pool, true) < 0) {
+            pool_undo(pool, before, *dptr, charged, stream, ptsz);
+            *dptr = 0;
+            return vc_mem_oom(index, size, what);
+        }
+    }
+    pool_alloc_done(pool);
     return r;
 }
 
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     VC_PREAMBLE(cuMemAllocAsync);
-    return alloc_stream_ordered(vc_real.cuMemAllocAsync, NULL, dptr, bytesize, NULL, hStream);
+    return alloc_stream_ordered(vc_real.cuMemAllocAsync, NULL, false, dptr, bytesize, NULL,
+                                hStream);
 }
 
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     VC_PREAMBLE(cuMemAllocAsync_ptsz);
-    return alloc_stream_ordered(vc_real.cuMemAllocAsync_ptsz, NULL, dptr, bytesize, NULL, hStream);
+    return alloc_stream_ordered(vc_real.cuMemAllocAsync_ptsz, NULL, true, dptr, bytesize, NULL,
+                                hStream);
 }
 
 CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
@@ -621,7 +700,7 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
     VC_PREAMBLE(cuMemAllocFromPoolAsync);
     if (!pool)
         return vc_real.cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
-    return alloc_stream_ordered(NULL, vc_real.cuMemAllocFromPoolAsync, dptr, bytesize, pool,
+    return alloc_stream_ordered(NULL, vc_real.cuMemAllocFromPoolAsync, false, dptr, bytesize, pool,
                                 hStream);
 }
 
@@ -631,8 +710,8 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
     VC_PREAMBLE(cuMemAllocFromPoolAsync_ptsz);
     if (!pool)
         return vc_real.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream);
-    return alloc_stream_ordered(NULL, vc_real.cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool,
-                                hStream);
+    return alloc_stream_ordered(NULL, vc_real.cuMemAllocFromPoolAsync_ptsz, true, dptr, bytesize,
+                                pool, hStream);
 }
 
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
@@ -679,6 +758,49 @@ CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     if (r == CUDA_SUCCESS)
         pool_reconcile(pool);
     return r;
+}
+
+/* A synchronization is where a pool holding more than its release threshold gives memory back
+ * to the driver ("the allocator will try to release memory back to the OS on the next call to
+ * stream, event or context synchronize": CU_MEMPOOL_ATTR_RELEASE_THRESHOLD): after one, the
+ * pools that hold more than their live allocations are settled on what they still hold, so the
+ * quota (and the container's other processes) get it back at once. A process without pools
+ * pays one relaxed load. */
+static inline CUresult synced(CUresult r)
+{
+    if (r == CUDA_SUCCESS && __atomic_load_n(&pool_records, __ATOMIC_RELAXED) > 0)
+        vc_pools_refresh();
+    return r;
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+{
+    VC_NEED_REAL(cuStreamSynchronize); /* no setup of ours: nothing here is charged */
+    return synced(vc_real.cuStreamSynchronize(hStream));
+}
+
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    VC_NEED_REAL(cuStreamSynchronize_ptsz); /* no setup of ours: nothing here is charged */
+    return synced(vc_real.cuStreamSynchronize_ptsz(hStream));
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
+{
+    VC_NEED_REAL(cuEventSynchronize); /* no setup of ours: nothing here is charged */
+    return synced(vc_real.cuEventSynchronize(hEvent));
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void)
+{
+    VC_NEED_REAL(cuCtxSynchronize); /* no setup of ours: nothing here is charged */
+    return synced(vc_real.cuCtxSynchronize());
+}
+
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
+{
+    VC_NEED_REAL(cuCtxSynchronize_v2); /* no setup of ours: nothing here is charged */
+    return synced(vc_real.cuCtxSynchronize_v2(ctx));
 }
 
 /* ---- virtual memory management ----------------------------------------- */

@@ -544,6 +544,59 @@ static int child_main(int argc, char **argv)
         /* back on the primary context: the handle is closed already */
         return p_cuIpcCloseMemHandle(p) == CUDA_ERROR_INVALID_VALUE ? 0 : 22;
     }
+    if (!strcmp(mode, "pool-chunks")) {
+        /* ACCEL_EMU_POOL_GRANULARITY=32Mi: the default pool reserves in 32 MiB chunks, as an
+         * H200's did (docs/emulator-cuda.md, "Pools") */
+        uint64_t base = state_used(0), v = 0;
+        CUmemoryPool pool;
+        CUdeviceptr p, q, ballast;
+        if (p_cuDeviceGetDefaultMemPool(&pool, 0) != CUDA_SUCCESS)
+            return 30;
+#define RESERVED()                                                                                 \
+    (p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) == CUDA_SUCCESS ? v   \
+                                                                                             : 0)
+        /* 60 MiB: two chunks, and the GPU is charged for both */
+        if (p_cuMemAllocAsync(&p, 60 * MiB, NULL) != CUDA_SUCCESS)
+            return 31;
+        if (RESERVED() != 64 * MiB || state_used(0) - base != 64 * MiB)
+            return 32;
+        /* 512 bytes more come from what the chunks hold beyond the blocks */
+        if (p_cuMemAllocAsync(&q, 512, NULL) != CUDA_SUCCESS)
+            return 33;
+        if (RESERVED() != 64 * MiB || state_used(0) - base != 64 * MiB)
+            return 34;
+        /* the 60 MiB freed, release threshold 0: one chunk stays around the 512 bytes */
+        if (p_cuMemFreeAsync(p, NULL) != CUDA_SUCCESS ||
+            p_cuStreamSynchronize(NULL) != CUDA_SUCCESS)
+            return 35;
+        if (RESERVED() != 32 * MiB || state_used(0) - base != 32 * MiB)
+            return 36;
+        if (p_cuMemFreeAsync(q, NULL) != CUDA_SUCCESS ||
+            p_cuStreamSynchronize(NULL) != CUDA_SUCCESS)
+            return 37;
+        if (RESERVED() != 0 || state_used(0) != base)
+            return 38;
+        /* 40 MiB free on the GPU: a 34 MiB allocation needs two chunks and is refused with
+         * nothing kept; 30 MiB fits in one */
+        size_t free_, total;
+        if (p_cuMemGetInfo_v2(&free_, &total) != CUDA_SUCCESS || free_ < 40 * MiB ||
+            p_cuMemAlloc_v2(&ballast, free_ - 40 * MiB) != CUDA_SUCCESS)
+            return 39;
+        uint64_t before = state_used(0);
+        if (p_cuMemAllocAsync(&p, 34 * MiB, NULL) != CUDA_ERROR_OUT_OF_MEMORY)
+            return 40;
+        if (RESERVED() != 0 || state_used(0) != before)
+            return 41;
+        if (p_cuMemAllocAsync(&p, 30 * MiB, NULL) != CUDA_SUCCESS || RESERVED() != 32 * MiB ||
+            state_used(0) - before != 32 * MiB)
+            return 42;
+        if (p_cuMemFreeAsync(p, NULL) != CUDA_SUCCESS ||
+            p_cuStreamSynchronize(NULL) != CUDA_SUCCESS || RESERVED() != 0 ||
+            p_cuMemFree_v2(ballast) != CUDA_SUCCESS || state_used(0) != base)
+            return 43;
+#undef RESERVED
+        return 0;
+    }
     return 2;
 }
 
@@ -1075,6 +1128,20 @@ TEST(pools_hold_memory_until_trimmed)
     CHECK_EQ_U64(state_used(0), base);
     CHECK_EQ_INT(p_cuMemPoolDestroy(pool), CUDA_SUCCESS);
     CHECK_EQ_INT(p_cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+/* ACCEL_EMU_POOL_GRANULARITY: pools reserve in whole chunks (a process of its own, since the
+ * variable is read by cuInit); the child's exit code names the step that failed. */
+TEST(pools_reserve_in_chunks_of_the_configured_granularity)
+{
+    REQUIRE(driver_up());
+    struct child c;
+    setenv("ACCEL_EMU_POOL_GRANULARITY", "32Mi", 1);
+    const char *const args[] = {"pool-chunks", NULL};
+    bool ok = spawn(&c, args);
+    unsetenv("ACCEL_EMU_POOL_GRANULARITY");
+    REQUIRE(ok);
+    CHECK_EQ_INT(child_wait(&c), 0);
 }
 
 TEST(vmm_maps_memfd_backed_handles)

@@ -154,6 +154,7 @@ static void load(void)
 }
 
 static CUcontext ctx;
+static void pool_reset(void);
 
 static uint64_t quota_free(void)
 {
@@ -170,6 +171,7 @@ static void setup(void)
     load();
     if (ctx) {
         REQUIRE_EQ_INT(cu.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+        pool_reset();
         return;
     }
     REQUIRE(cu.cuInit && cu.cuDevicePrimaryCtxRetain && cu.cuCtxSetCurrent);
@@ -216,6 +218,11 @@ static bool real_gpu(void)
         if (!real_gpu())                                                                           \
             CHECK_EQ_U64(a, b);                                                                    \
     } while (0)
+#define EMU_CHECK_EQ_INT(a, b)                                                                     \
+    do {                                                                                           \
+        if (!real_gpu())                                                                           \
+            CHECK_EQ_INT(a, b);                                                                    \
+    } while (0)
 
 static struct emu_state *emu_state(void)
 {
@@ -261,6 +268,36 @@ static uint64_t pool_reserved(CUmemoryPool pool)
         cu.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS)
         return UINT64_MAX;
     return v;
+}
+
+/* The chunk the emulated pools reserve in: the launcher's ACCEL_EMU_POOL_GRANULARITY ("NMi"),
+ * else the emulator's default, whole 2 MiB pages (docs/emulator-cuda.md, "Pools"). */
+static uint64_t emu_pool_gran(void)
+{
+    const char *g = getenv("ACCEL_EMU_POOL_GRANULARITY");
+    if (!g)
+        return 2 * MiB;
+    char *end;
+    uint64_t v = strtoull(g, &end, 10);
+    return strcmp(end, "Mi") == 0 ? v * MiB : UINT64_MAX;
+}
+
+static uint64_t round_up(uint64_t n, uint64_t unit)
+{
+    return (n + unit - 1) / unit * unit;
+}
+
+/* Every case starts from a default pool that keeps nothing (release threshold 0, trimmed), as a
+ * fresh process has it: a case that stopped halfway leaves the next one no pool memory. */
+static void pool_reset(void)
+{
+    CUmemoryPool pool = NULL;
+    uint64_t zero = 0;
+    if (cu.cuDeviceGetMemPool && cu.cuDeviceGetMemPool(&pool, 0) == CUDA_SUCCESS) {
+        cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero);
+        cu.cuStreamSynchronize(NULL);
+        cu.cuMemPoolTrimTo(pool, 0);
+    }
 }
 
 static bool in_lib(void *fn, const char *lib_part, const char **ret_sym)
@@ -331,8 +368,13 @@ static const struct {
     {"cuMemcpy2D", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpy2D_v2_ptds",
      true},
     {"cuStreamQuery", 12000, 0, "cuStreamQuery", false},
+    /* synchronizations: where pools give memory back */
     {"cuStreamSynchronize", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-     "cuStreamSynchronize_ptsz", false},
+     "cuStreamSynchronize_ptsz", true},
+    {"cuStreamSynchronize", 12000, 0, "cuStreamSynchronize", true},
+    {"cuCtxSynchronize", 12000, 0, "cuCtxSynchronize", true},
+    {"cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2", true},
+    {"cuEventSynchronize", 12000, 0, "cuEventSynchronize", true},
     {"cuInit", 12000, 0, "cuInit", false},
 };
 
@@ -702,8 +744,14 @@ static CUresult kind_free(enum kind k, uint64_t h)
     }
 }
 
+static void async_at_quota(enum kind k);
+
 static void exact_at_quota(enum kind k, uint64_t unit)
 {
+    if (k == K_ASYNC || k == K_ASYNC_PTSZ) {
+        async_at_quota(k);
+        return;
+    }
     setup();
     CUdeviceptr ballast = squeeze();
     uint64_t free0 = quota_free();
@@ -712,25 +760,10 @@ static void exact_at_quota(enum kind k, uint64_t unit)
     uint64_t fill = free0 / unit * unit;
     uint64_t h = 0, h2 = 0;
     REQUIRE_EQ_INT(kind_alloc(k, fill, &h), CUDA_SUCCESS);
-    /* A pool is charged for what it holds (docs/vcuda.md, "What is charged"): on the emulator
-     * exactly the fill (whole 2 MiB pages, and the fill is whole pages); a real pool may grow
-     * by more, which is charged too, and the view stops at 0. */
-    uint64_t charge = fill;
-    if (k == K_ASYNC || k == K_ASYNC_PTSZ) {
-        uint64_t held = pool_reserved(NULL);
-        CHECK(held != UINT64_MAX);
-        if (held != UINT64_MAX && held > charge)
-            charge = held;
-        if (real_gpu() && charge != fill)
-            tap_diag("a %llu-byte stream-ordered fill: the pool holds %llu",
-                     (unsigned long long)fill, (unsigned long long)charge);
-        EMU_CHECK_EQ_U64(charge, fill);
-    }
-    CHECK_EQ_U64(quota_free(), charge >= free0 ? 0 : free0 - charge);
-    uint64_t on_gpu = fill;
-    EMU_CHECK_EQ_U64(emu_used(), emu0 + on_gpu);
+    CHECK_EQ_U64(quota_free(), free0 - fill);
+    EMU_CHECK_EQ_U64(emu_used(), emu0 + fill);
     CHECK_EQ_INT(kind_alloc(k, unit, &h2), CUDA_ERROR_OUT_OF_MEMORY);
-    EMU_CHECK_EQ_U64(emu_used(), emu0 + on_gpu);
+    EMU_CHECK_EQ_U64(emu_used(), emu0 + fill);
     CHECK_EQ_INT(kind_free(k, h), CUDA_SUCCESS);
     CHECK_EQ_U64(quota_free(), free0);
     EMU_CHECK_EQ_U64(emu_used(), emu0);
@@ -740,6 +773,104 @@ static void exact_at_quota(enum kind k, uint64_t unit)
     REQUIRE_EQ_INT(kind_alloc(k, fill, &h), CUDA_SUCCESS);
     CHECK_EQ_INT(kind_free(k, h), CUDA_SUCCESS);
     CHECK_EQ_U64(quota_free(), free0);
+    unsqueeze(ballast);
+}
+
+/* A stream-ordered allocation of bytes from pool (NULL: the device's, through kind k) when
+ * free0 is free to the pool, which holds held0 and has live bytes handed out (in one block, or
+ * none). It fits only if what the pool then reserves fits the quota: either it succeeds, the
+ * pool holds no more than free0 and the quota charges what it holds; or it is refused with
+ * OUT_OF_MEMORY and nothing more is kept, by the pool or the quota. On the emulator the outcome
+ * is exact: the new block takes whole 2 MiB pages, the pool reserves its blocks in whole chunks
+ * of its granularity (docs/emulator-cuda.md, "Pools"). */
+static CUresult pool_try(enum kind k, CUmemoryPool pool, uint64_t bytes, uint64_t free0,
+                         uint64_t held0, uint64_t live, CUdeviceptr *ret)
+{
+    CUdeviceptr p = 0;
+    CUresult r = pool ? cu.cuMemAllocFromPoolAsync(&p, bytes, pool, NULL)
+                      : kind_alloc(k, bytes, (uint64_t *)&p);
+    uint64_t held = pool_reserved(pool);
+    uint64_t emu_held =
+        round_up(round_up(live, 2 * MiB) + round_up(bytes, 2 * MiB), emu_pool_gran());
+    if (emu_held < held0)
+        emu_held = held0;
+    EMU_CHECK_EQ_INT(r, emu_held <= free0 && live + round_up(bytes, 512) <= free0
+                            ? CUDA_SUCCESS
+                            : CUDA_ERROR_OUT_OF_MEMORY);
+    if (r == CUDA_SUCCESS) {
+        CHECK_LE_U64(held, free0);
+        EMU_CHECK_EQ_U64(held, emu_held);
+        uint64_t charge = held > live + bytes ? held : live + bytes;
+        CHECK_EQ_U64(quota_free(), charge >= free0 ? 0 : free0 - charge);
+    } else {
+        CHECK_EQ_INT(r, CUDA_ERROR_OUT_OF_MEMORY);
+        CHECK_EQ_U64(held, held0);
+        uint64_t charge = held0 > live ? held0 : live;
+        CHECK_EQ_U64(quota_free(), charge >= free0 ? 0 : free0 - charge);
+    }
+    *ret = p;
+    return r;
+}
+
+/* The largest allocation from a drained pool, in 2 MiB steps down from all of free0, whose pool
+ * growth fits: on the emulator all of free0 when its chunks allow, else a whole number of
+ * chunks; on a real GPU whatever the driver's chunks allow. Each refusal on the way is checked
+ * to keep nothing. 0 when nothing fits. */
+static uint64_t pool_fill(enum kind k, CUmemoryPool pool, uint64_t free0, CUdeviceptr *ret)
+{
+    uint64_t all = free0 / 512 * 512, fill = all;
+    while (pool_try(k, pool, fill, free0, 0, 0, ret) != CUDA_SUCCESS) {
+        if (fill <= 2 * MiB)
+            return 0;
+        fill = (fill - 1) / (2 * MiB) * (2 * MiB);
+    }
+    if (real_gpu() && fill != all)
+        tap_diag("a stream-ordered fill with %llu free: %llu fit, the pool holds %llu",
+                 (unsigned long long)free0, (unsigned long long)fill,
+                 (unsigned long long)pool_reserved(pool));
+    uint64_t g = emu_pool_gran();
+    EMU_CHECK_EQ_U64(fill, round_up(all, g) <= free0 ? all : free0 / g * g);
+    return fill;
+}
+
+/* Stream-ordered memory stops exactly where the pool's reservation meets the quota: what the
+ * pool reserves (its RESERVED_MEM_CURRENT, in the driver's own chunks: the H200 took 64 MiB for
+ * a 60 MiB allocation) never passes the quota, an allocation that would make it is refused and
+ * leaves nothing behind, and freeing gives everything back (release threshold 0: at the
+ * synchronization). */
+static void async_at_quota(enum kind k)
+{
+    setup();
+    CUdeviceptr ballast = squeeze();
+    uint64_t free0 = quota_free(), emu0 = emu_used(), unit = 512;
+    REQUIRE(free0 != UINT64_MAX && free0 >= 4 * MiB);
+    CHECK_EQ_U64(pool_reserved(NULL), 0);
+    CUdeviceptr h = 0, h2 = 0;
+    uint64_t fill = pool_fill(k, NULL, free0, &h);
+    REQUIRE(fill > 0);
+    uint64_t held = pool_reserved(NULL);
+    EMU_CHECK_EQ_U64(emu_used(), emu0 + held);
+    /* one unit more: served from what the pool holds beyond the fill, or refused (what it
+     * would take from the driver does not fit) */
+    CUresult r = pool_try(k, NULL, unit, free0, held, fill, &h2);
+    if (r == CUDA_SUCCESS) {
+        tap_diag("%llu bytes more came from what the pool holds", (unsigned long long)unit);
+        CHECK_EQ_INT(kind_free(k, h2), CUDA_SUCCESS);
+    }
+    EMU_CHECK_EQ_INT(r, CUDA_ERROR_OUT_OF_MEMORY);
+    EMU_CHECK_EQ_U64(emu_used(), emu0 + held);
+    CHECK_EQ_INT(kind_free(k, h), CUDA_SUCCESS);
+    CHECK_EQ_U64(pool_reserved(NULL), 0);
+    CHECK_EQ_U64(quota_free(), free0);
+    EMU_CHECK_EQ_U64(emu_used(), emu0);
+    /* a whole 2 MiB step more than fit is refused, and keeps nothing */
+    CHECK_EQ_INT(pool_try(k, NULL, fill + 2 * MiB, free0, 0, 0, &h2), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ_U64(quota_free(), free0);
+    /* what fit fits again */
+    REQUIRE_EQ_INT(pool_try(k, NULL, fill, free0, 0, 0, &h), CUDA_SUCCESS);
+    CHECK_EQ_INT(kind_free(k, h), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), free0);
+    EMU_CHECK_EQ_U64(emu_used(), emu0);
     unsqueeze(ballast);
 }
 
@@ -791,11 +922,11 @@ TEST(pool_is_charged_for_what_it_holds)
     REQUIRE_EQ_INT(cu.cuMemAllocAsync(&p, 16 * MiB, NULL), CUDA_SUCCESS);
     REQUIRE_EQ_INT(cu.cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
     REQUIRE_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
-    /* freed into the pool, still held by it: 16 MiB on the emulator, what the driver says the
-     * pool holds on a real GPU (it may grow by more) */
+    /* freed into the pool, still held by it: 16 MiB in whole chunks on the emulator, what the
+     * driver says the pool holds on a real GPU (it may grow by more) */
     uint64_t held = pool_reserved(pool);
     REQUIRE(held != UINT64_MAX && held >= 16 * MiB && held < free0);
-    EMU_CHECK_EQ_U64(held, 16 * MiB);
+    EMU_CHECK_EQ_U64(held, round_up(16 * MiB, emu_pool_gran()));
     CHECK_EQ_U64(quota_free(), free0 - held);
     CUdeviceptr q;
     CHECK_EQ_INT(cu.cuMemAlloc_v2(&q, free0 - held + 512), CUDA_ERROR_OUT_OF_MEMORY);
@@ -824,28 +955,26 @@ TEST(created_pool_is_given_back_when_destroyed)
     REQUIRE_EQ_INT(cu.cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
     uint64_t keep = UINT64_MAX;
     cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
-    CUdeviceptr p;
-    REQUIRE_EQ_INT(cu.cuMemAllocFromPoolAsync(&p, free0, pool, NULL), CUDA_SUCCESS);
-    CHECK_EQ_U64(quota_free(), 0);
-    /* The pool holds the fill: exactly on the emulator. A real pool may grow by more than was
-     * asked (its own granularity): that is charged too, and what it holds beyond its
-     * allocations it may hand out again without a new charge. */
+    /* as much as its chunks let the pool take: all that is free on the emulator's default
+     * 2 MiB granularity */
+    CUdeviceptr p = 0, p2 = 0;
+    uint64_t fill = pool_fill(K_ASYNC, pool, free0, &p);
+    CHECK(fill > 0);
     uint64_t held = pool_reserved(pool);
-    EMU_CHECK_EQ_U64(held, free0);
-    CUdeviceptr p2;
-    CUresult r2 = cu.cuMemAllocFromPoolAsync(&p2, 512, pool, NULL);
-    if (real_gpu() && held != UINT64_MAX && held >= free0 + 512) {
-        tap_diag("the pool holds %llu bytes for a %llu-byte allocation: 512 more %s",
-                 (unsigned long long)held, (unsigned long long)free0,
-                 r2 == CUDA_SUCCESS ? "came from it" : "refused");
-        if (r2 == CUDA_SUCCESS)
-            CHECK_EQ_INT(cu.cuMemFreeAsync(p2, NULL), CUDA_SUCCESS);
-    } else {
-        CHECK_EQ_INT(r2 == CUDA_SUCCESS, 0);
+    /* 512 bytes more come from what the pool holds beyond the fill, or are refused (the
+     * growth would pass the quota) */
+    if (fill && pool_try(K_ASYNC, pool, 512, free0, held, fill, &p2) == CUDA_SUCCESS) {
+        tap_diag("the pool holds %llu bytes for a %llu-byte allocation: 512 more came from it",
+                 (unsigned long long)held, (unsigned long long)fill);
+        CHECK_EQ_INT(cu.cuMemFreeAsync(p2, NULL), CUDA_SUCCESS);
     }
-    REQUIRE_EQ_INT(cu.cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
-    REQUIRE_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
-    CHECK_EQ_U64(quota_free(), 0); /* the pool keeps it */
+    if (fill)
+        CHECK_EQ_INT(cu.cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+    CHECK_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    /* the pool keeps it, charged */
+    held = pool_reserved(pool);
+    CHECK(held >= fill);
+    CHECK_EQ_U64(quota_free(), held >= free0 ? 0 : free0 - held);
     REQUIRE_EQ_INT(cu.cuMemPoolDestroy(pool), CUDA_SUCCESS);
     CHECK_EQ_U64(quota_free(), free0);
     EMU_CHECK_EQ_U64(emu_used(), quota_total - free0);
@@ -1048,6 +1177,81 @@ TEST(threads_allocate_within_the_quota)
     CHECK_EQ_INT(atomic_load(&violations), 0);
     CHECK(ok > 100);
     CHECK_EQ_U64(quota_free(), free0);
+    unsqueeze(ballast);
+}
+
+/* Threads allocating stream-ordered memory from the one default pool, each on its per-thread
+ * stream: allocations meet the quota (and, with large pool chunks, each other's growth and
+ * undos) often; none ends in another error, the pool never holds more than was free as far as
+ * the quota can see, and everything comes back. */
+struct athr {
+    uint64_t room;
+    atomic_int *errors;
+    unsigned seed;
+    int ok, refused;
+};
+
+static void *async_thread(void *arg)
+{
+    struct athr *t = arg;
+    if (cu.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+        return NULL;
+    CUdeviceptr mine[4] = {0};
+    for (int i = 0; i < 400; i++) {
+        int k = (int)(rand_r(&t->seed) % 4);
+        if (mine[k]) {
+            if (cu.cuMemFreeAsync(mine[k], CU_STREAM_PER_THREAD) != CUDA_SUCCESS)
+                atomic_fetch_add(t->errors, 1);
+            mine[k] = 0;
+            if (i % 7 == 0)
+                cu.cuStreamSynchronize(CU_STREAM_PER_THREAD);
+            continue;
+        }
+        uint64_t size = (1 + rand_r(&t->seed) % 24) * 512 * 1024;
+        CUresult r = cu.cuMemAllocAsync_ptsz(&mine[k], size, NULL);
+        if (r == CUDA_SUCCESS) {
+            t->ok++;
+        } else {
+            mine[k] = 0;
+            if (r == CUDA_ERROR_OUT_OF_MEMORY)
+                t->refused++;
+            else
+                atomic_fetch_add(t->errors, 1);
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        if (mine[k])
+            cu.cuMemFreeAsync(mine[k], CU_STREAM_PER_THREAD);
+    cu.cuStreamSynchronize(CU_STREAM_PER_THREAD);
+    return NULL;
+}
+
+TEST(threads_allocate_stream_ordered_within_the_quota)
+{
+    setup();
+    CUdeviceptr ballast = squeeze();
+    uint64_t free0 = quota_free(), emu0 = emu_used();
+    atomic_int errors = 0;
+    pthread_t th[4];
+    struct athr t[4];
+    for (int i = 0; i < 4; i++) {
+        t[i] = (struct athr){free0, &errors, (unsigned)i * 17u + 3u, 0, 0};
+        pthread_create(&th[i], NULL, async_thread, &t[i]);
+    }
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ok += t[i].ok;
+        refused += t[i].refused;
+    }
+    tap_diag("%d stream-ordered allocations, %d refused", ok, refused);
+    CHECK_EQ_INT(atomic_load(&errors), 0);
+    CHECK(ok > 100);
+    CHECK(refused > 0); /* the quota was met */
+    CHECK_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    CHECK_EQ_U64(pool_reserved(NULL), 0);
+    CHECK_EQ_U64(quota_free(), free0);
+    EMU_CHECK_EQ_U64(emu_used(), emu0);
     unsqueeze(ballast);
 }
 
@@ -1437,6 +1641,34 @@ TEST(views_never_wrap_when_use_exceeds_the_quota)
     CHECK_EQ_INT(cu.cuMemFree_v2(p), CUDA_SUCCESS);
 }
 
+/* Memory a pool gives back at a synchronization (release threshold 0) is back for the
+ * container's other processes at once: another process's view right after the synchronize
+ * sees it free, before this process looks at its own quota again. */
+TEST(pool_memory_released_at_sync_is_free_for_other_processes)
+{
+    setup();
+    char out[256], err[2048], cfg[1200];
+    snprintf(cfg, sizeof(cfg), "memory_limit = %llu\ncontext_memory = 0\nregion = %s\n",
+             (unsigned long long)quota_total, getenv("VCUDA_REGION"));
+    unsigned long long t0 = 0, f0 = 0, t1 = 0, f1 = 0;
+    run_info(cfg, "1Gi", out, sizeof(out), err, sizeof(err));
+    REQUIRE(sscanf(out, "total=%llu free=%llu", &t0, &f0) == 2);
+    CUdeviceptr p;
+    REQUIRE_EQ_INT(cu.cuMemAllocAsync(&p, 16 * MiB, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    /* no view of ours in between: what the other process sees was given back by the sync */
+    run_info(cfg, "1Gi", out, sizeof(out), err, sizeof(err));
+    REQUIRE(sscanf(out, "total=%llu free=%llu", &t1, &f1) == 2);
+    tap_diag("another process saw %llu free before, %llu after", f0, f1);
+    CHECK_EQ_U64(t1, quota_total);
+    CHECK_EQ_U64(pool_reserved(NULL), 0);
+    if (real_gpu())
+        CHECK(f1 + 8 * MiB > f0); /* its own context is measured anew: within a few MiB */
+    else
+        CHECK_EQ_U64(f1, f0);
+}
+
 TEST(broken_config_fails_closed_with_a_message)
 {
     char out[256], err[2048];
@@ -1492,13 +1724,20 @@ static int role_ctx_cost(void)
 
 /* --emu-model=NAME (meson test vcuda-emu-model): the emulated GPU is that model, whose
  * contexts cost what a real one's do (hundreds of MiB), so the sizing a real GPU needs runs in
- * make check. */
+ * make check. --emu-pool-granularity=NMi (meson test vcuda-emu-pools): the emulated pools
+ * reserve in chunks of N MiB, as an H200's did (docs/emulator-cuda.md, "Pools"). */
 static int launcher(int argc, char **argv)
 {
-    if (argc >= 2 && strncmp(argv[1], "--emu-model=", 12) == 0) {
-        setenv("VCUDA_TEST_EMU_MODEL", argv[1] + 12, 1);
+    for (;;) {
+        if (argc >= 2 && strncmp(argv[1], "--emu-model=", 12) == 0)
+            setenv("VCUDA_TEST_EMU_MODEL", argv[1] + 12, 1);
+        else if (argc >= 2 && strncmp(argv[1], "--emu-pool-granularity=", 23) == 0)
+            setenv("ACCEL_EMU_POOL_GRANULARITY", argv[1] + 23, 1);
+        else
+            break;
         argv[1] = argv[0];
         argv++;
+        argc--;
     }
     return vcuda_test_launch_sized(argv, WORK, CONTEXTS, 1ull << 30);
 }
