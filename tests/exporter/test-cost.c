@@ -217,6 +217,127 @@ TEST(energy_by_utilization_then_by_allocation)
     c = exporter_cost_free(c);
 }
 
+TEST(an_ended_process_holds_no_energy)
+{
+    struct exporter_cost *c;
+    setup(&c);
+    allocatable(c);
+    gpus[0].energy_mj = 1000000;
+    exporter_cost_round(c, &nvml, gpus, 2, &pr, 1 * S);
+    /* p1's process 30%, a host process 10%: 100 J split 3:1 */
+    util[0] = (nvmlProcessUtilizationSample_t){101, 10, 30, 0, 0, 0};
+    util[1] = (nvmlProcessUtilizationSample_t){103, 10, 10, 0, 0, 0};
+    nutil = 2;
+    gpus[0].energy_mj = 1100000;
+    exporter_cost_round(c, &nvml, gpus, 2, &pr, 2 * S);
+    CHECK(near(value(c, E1), 75));
+    CHECK(near(value(c, U0), 25));
+    /* the host process ended, nothing newer: p1's process, still running, takes it all */
+    gpus[0].nprocs = 2;
+    gpus[0].energy_mj = 1200000;
+    exporter_cost_round(c, &nvml, gpus, 2, &pr, 2 * S + S / 2);
+    CHECK(near(value(c, E1), 175));
+    CHECK(near(value(c, U0), 25));
+    /* p1's process ended too (only p2's, idle, left), well within 2 s of the samples: nobody
+     * busy, so by allocation: p1 0.25, p2 0.5, 0.25 unheld */
+    gpus[0].procs = &procs[1], gpus[0].names = &names[1], gpus[0].nprocs = 1;
+    gpus[0].energy_mj = 1300000;
+    exporter_cost_round(c, &nvml, gpus, 2, &pr, 3 * S);
+    CHECK(near(value(c, E1), 200));
+    CHECK(near(value(c, E2), 50));
+    CHECK(near(value(c, U0), 50));
+    /* a sample that comes in the round its process ends still counts for that round (its
+     * period overlaps it): a process no longer listed is in no named container */
+    util[0] = (nvmlProcessUtilizationSample_t){101, 20, 50, 0, 0, 0};
+    nutil = 1;
+    gpus[0].energy_mj = 1400000;
+    exporter_cost_round(c, &nvml, gpus, 2, &pr, 4 * S);
+    CHECK(near(value(c, E1), 200));
+    CHECK(near(value(c, U0), 150));
+    gpus[0].procs = procs, gpus[0].names = names;
+    c = exporter_cost_free(c);
+}
+
+/* GPU-a shared by vGPU containers: pod-resources lists each container's vcuda-core and
+ * vcuda-memory unit IDs ("<uuid>-<k>", src/plugin/vgpu.c), status.json the same containers
+ * with their cores. Each container counts once on GPU-a, with cores / 100: the unit IDs are
+ * no GPU of their own, and memory units hold no share of the GPU's time or energy. */
+TEST(vgpu_containers_count_once_whatever_pod_resources_lists)
+{
+    struct exporter_cost *c;
+    static struct exporter_podres list;
+    setup(&c);
+    allocatable(c);
+    char *core1[30], *mem1[4], *core2[50], *mem2[8], b[100][24];
+    size_t nb = 0;
+    for (int k = 0; k < 30; k++)
+        snprintf(b[nb], sizeof b[nb], "GPU-a-%d", k), core1[k] = b[nb++];
+    for (int k = 0; k < 4; k++)
+        snprintf(b[nb], sizeof b[nb], "GPU-a-%d", k), mem1[k] = b[nb++];
+    for (int k = 0; k < 50; k++)
+        snprintf(b[nb], sizeof b[nb], "GPU-a-%d", 30 + k), core2[k] = b[nb++];
+    for (int k = 0; k < 8; k++)
+        snprintf(b[nb], sizeof b[nb], "GPU-a-%d", 4 + k), mem2[k] = b[nb++];
+    V1__ContainerDevices d[4], *dp[4];
+    const char *res[4] = {"tencent.com/vcuda-core", "tencent.com/vcuda-memory",
+                          "tencent.com/vcuda-core", "tencent.com/vcuda-memory"};
+    char **ids[4] = {core1, mem1, core2, mem2};
+    size_t nids[4] = {30, 4, 50, 8};
+    for (int k = 0; k < 4; k++) {
+        v1__container_devices__init(&d[k]);
+        d[k].resource_name = (char *)res[k];
+        d[k].device_ids = ids[k], d[k].n_device_ids = nids[k];
+        dp[k] = &d[k];
+    }
+    V1__ContainerResources ct[2], *ctp[2];
+    V1__PodResources pod[2], *podp[2];
+    const char *pods[2] = {"v1", "v2"};
+    for (int k = 0; k < 2; k++) {
+        v1__container_resources__init(&ct[k]);
+        ct[k].name = "c", ct[k].devices = &dp[2 * k], ct[k].n_devices = 2;
+        ctp[k] = &ct[k];
+        v1__pod_resources__init(&pod[k]);
+        pod[k].namespace_ = "vn", pod[k].name = (char *)pods[k];
+        pod[k].containers = &ctp[k], pod[k].n_containers = 1;
+        podp[k] = &pod[k];
+    }
+    V1__ListPodResourcesResponse r = V1__LIST_POD_RESOURCES_RESPONSE__INIT;
+    r.pod_resources = podp, r.n_pod_resources = 2;
+    static uint8_t msg[8192];
+    size_t len = v1__list_pod_resources_response__get_packed_size(&r);
+    REQUIRE(len <= sizeof msg);
+    v1__list_pod_resources_response__pack(&r, msg);
+    REQUIRE_EQ_INT(exporter_podres_parse(msg, len, &list), 0);
+    static const char status[] =
+        "{\"version\": 1, \"checkTime\": 0, \"gpus\": [], \"assignments\": ["
+        "{\"namespace\": \"vn\", \"pod\": \"v1\", \"podUID\": \"u1\", \"container\": \"c\","
+        " \"gpu\": \"GPU-a\", \"cores\": 30, \"memoryBytes\": 1, \"whole\": false,"
+        " \"complete\": true},"
+        "{\"namespace\": \"vn\", \"pod\": \"v2\", \"podUID\": \"u2\", \"container\": \"c\","
+        " \"gpu\": \"GPU-a\", \"cores\": 50, \"memoryBytes\": 1, \"whole\": false,"
+        " \"complete\": true}]}";
+    REQUIRE_EQ_INT(exporter_cost_parse_vgpu(c, status, sizeof status - 1), 0);
+    gpus[0].energy_mj = 1000000, gpus[0].nprocs = 0;
+    exporter_cost_round(c, &nvml, gpus, 2, &list, 1 * S);
+    gpus[0].energy_mj = 1100000;
+    exporter_cost_round(c, &nvml, gpus, 2, &list, 2 * S);
+    /* 0.3 + 0.5 held: 30 J and 50 J of 100, 20 J unheld */
+    CHECK(near(value(c, "accel_pod_gpu_energy_joules_total{gpu=\"0\",uuid=\"GPU-a\","
+                        "namespace=\"vn\",pod=\"v1\""),
+               30));
+    CHECK(near(value(c, "accel_pod_gpu_energy_joules_total{gpu=\"0\",uuid=\"GPU-a\","
+                        "namespace=\"vn\",pod=\"v2\""),
+               50));
+    CHECK(near(value(c, U0), 20));
+    CHECK(near(value(c, "accel_pod_gpu_allocated_seconds_total{gpu=\"0\",uuid=\"GPU-a\","
+                        "namespace=\"vn\",pod=\"v1\",container=\"c\",resource=\"tencent.com/"
+                        "vcuda-core\",share=\"0.3\""),
+               0.3));
+    CHECK(strstr(out, "vcuda-memory") == NULL);
+    gpus[0].nprocs = 3;
+    c = exporter_cost_free(c);
+}
+
 TEST(series_stay_an_hour_then_their_slot_is_reused)
 {
     struct exporter_cost *c;
