@@ -258,52 +258,60 @@ TEST(an_ended_process_holds_no_energy)
     c = exporter_cost_free(c);
 }
 
+/* Unit IDs "GPU-a-<first>" .. "GPU-a-<first + n - 1>" into the pool, as a device entry. */
+static char unit_pool[1024][16];
+static char *unit_ids[1024];
+static size_t unit_n;
+
+static void units(V1__ContainerDevices *d, const char *resource, int first, int n)
+{
+    v1__container_devices__init(d);
+    d->resource_name = (char *)resource;
+    d->device_ids = &unit_ids[unit_n];
+    d->n_device_ids = (size_t)n;
+    for (int k = 0; k < n; k++, unit_n++) {
+        snprintf(unit_pool[unit_n], sizeof unit_pool[unit_n], "GPU-a-%d", first + k);
+        unit_ids[unit_n] = unit_pool[unit_n];
+    }
+}
+
 /* GPU-a shared by vGPU containers: pod-resources lists each container's vcuda-core and
  * vcuda-memory unit IDs ("<uuid>-<k>", src/plugin/vgpu.c), status.json the same containers
  * with their cores. Each container counts once on GPU-a, with cores / 100: the unit IDs are
- * no GPU of their own, and memory units hold no share of the GPU's time or energy. */
+ * no GPU of their own, memory units hold no share of the GPU's time or energy, and however
+ * many there are they leave room for the holders of GPUs listed after them (p9, GPU-b). */
 TEST(vgpu_containers_count_once_whatever_pod_resources_lists)
 {
     struct exporter_cost *c;
     static struct exporter_podres list;
     setup(&c);
     allocatable(c);
-    char *core1[30], *mem1[4], *core2[50], *mem2[8], b[100][24];
-    size_t nb = 0;
-    for (int k = 0; k < 30; k++)
-        snprintf(b[nb], sizeof b[nb], "GPU-a-%d", k), core1[k] = b[nb++];
-    for (int k = 0; k < 4; k++)
-        snprintf(b[nb], sizeof b[nb], "GPU-a-%d", k), mem1[k] = b[nb++];
-    for (int k = 0; k < 50; k++)
-        snprintf(b[nb], sizeof b[nb], "GPU-a-%d", 30 + k), core2[k] = b[nb++];
-    for (int k = 0; k < 8; k++)
-        snprintf(b[nb], sizeof b[nb], "GPU-a-%d", 4 + k), mem2[k] = b[nb++];
-    V1__ContainerDevices d[4], *dp[4];
-    const char *res[4] = {"tencent.com/vcuda-core", "tencent.com/vcuda-memory",
-                          "tencent.com/vcuda-core", "tencent.com/vcuda-memory"};
-    char **ids[4] = {core1, mem1, core2, mem2};
-    size_t nids[4] = {30, 4, 50, 8};
-    for (int k = 0; k < 4; k++) {
-        v1__container_devices__init(&d[k]);
-        d[k].resource_name = (char *)res[k];
-        d[k].device_ids = ids[k], d[k].n_device_ids = nids[k];
+    unit_n = 0;
+    V1__ContainerDevices d[5], *dp[5];
+    units(&d[0], "tencent.com/vcuda-core", 0, 30);
+    units(&d[1], "tencent.com/vcuda-memory", 0, 4);
+    units(&d[2], "tencent.com/vcuda-core", 30, 50);
+    units(&d[3], "tencent.com/vcuda-memory", 4, 600); /* more than EXPORTER_PODRES_MAX */
+    static char *whole[] = {"GPU-b"};
+    v1__container_devices__init(&d[4]);
+    d[4].resource_name = "nvidia.com/gpu", d[4].device_ids = whole, d[4].n_device_ids = 1;
+    for (int k = 0; k < 5; k++)
         dp[k] = &d[k];
-    }
-    V1__ContainerResources ct[2], *ctp[2];
-    V1__PodResources pod[2], *podp[2];
-    const char *pods[2] = {"v1", "v2"};
-    for (int k = 0; k < 2; k++) {
+    V1__ContainerResources ct[3], *ctp[3];
+    V1__PodResources pod[3], *podp[3];
+    const char *pods[3] = {"v1", "v2", "p9"};
+    for (int k = 0; k < 3; k++) {
         v1__container_resources__init(&ct[k]);
-        ct[k].name = "c", ct[k].devices = &dp[2 * k], ct[k].n_devices = 2;
+        ct[k].name = "c", ct[k].devices = &dp[2 * k], ct[k].n_devices = k < 2 ? 2 : 1;
         ctp[k] = &ct[k];
         v1__pod_resources__init(&pod[k]);
-        pod[k].namespace_ = "vn", pod[k].name = (char *)pods[k];
+        pod[k].namespace_ = k < 2 ? "vn" : "ns", pod[k].name = (char *)pods[k];
         pod[k].containers = &ctp[k], pod[k].n_containers = 1;
         podp[k] = &pod[k];
     }
     V1__ListPodResourcesResponse r = V1__LIST_POD_RESOURCES_RESPONSE__INIT;
-    r.pod_resources = podp, r.n_pod_resources = 2;
-    static uint8_t msg[8192];
+    r.pod_resources = podp, r.n_pod_resources = 3;
+    static uint8_t msg[32768];
     size_t len = v1__list_pod_resources_response__get_packed_size(&r);
     REQUIRE(len <= sizeof msg);
     v1__list_pod_resources_response__pack(&r, msg);
@@ -334,6 +342,11 @@ TEST(vgpu_containers_count_once_whatever_pod_resources_lists)
                         "vcuda-core\",share=\"0.3\""),
                0.3));
     CHECK(strstr(out, "vcuda-memory") == NULL);
+    CHECK(near(value(c, "accel_pod_gpu_allocated_seconds_total{gpu=\"1\",uuid=\"GPU-b\","
+                        "namespace=\"ns\",pod=\"p9\",container=\"c\",resource=\"nvidia.com/"
+                        "gpu\",share=\"1\""),
+               1.0));
+    CHECK_EQ_INT(exporter_podres_holders(&list, "GPU-b", NULL), 1);
     gpus[0].nprocs = 3;
     c = exporter_cost_free(c);
 }
