@@ -52,7 +52,7 @@ struct cost_gpu_state {
     unsigned long long last_util_ts; /* NVML's timestamp (µs) of the newest sample used */
     uint64_t util_ns;                /* when those samples came (CLOCK_MONOTONIC) */
     size_t nweights;
-    struct cost_weight weights[128];
+    struct cost_weight weights[64]; /* busy processes: more than MPS's 48 clients a GPU */
     double unattributed_j;
     char uuid[96]; /* the GPU's, from its first round */
 };
