@@ -38,9 +38,11 @@ struct cost_replicas {
     unsigned n;
 };
 
-/* What splits a GPU's energy: the weights of the last per-process samples, by energy series. */
+/* What splits a GPU's energy: the weights of the last per-process samples, by process (a
+ * held weight counts only while its process still runs on the GPU). */
 struct cost_weight {
-    int series; /* index in energy[]; -1: processes in no named container */
+    unsigned pid;
+    int series; /* index in energy[]; -1: a process in no named container */
     double w;
 };
 
@@ -50,7 +52,7 @@ struct cost_gpu_state {
     unsigned long long last_util_ts; /* NVML's timestamp (µs) of the newest sample used */
     uint64_t util_ns;                /* when those samples came (CLOCK_MONOTONIC) */
     size_t nweights;
-    struct cost_weight weights[64];
+    struct cost_weight weights[64]; /* busy processes: more than MPS's 48 clients a GPU */
     double unattributed_j;
     char uuid[96]; /* the GPU's, from its first round */
 };
@@ -317,7 +319,8 @@ static const struct exporter_podres_entry *holder_at(const struct exporter_cost 
     return h < n ? &pr->e[h] : &c->vgpu[h - n];
 }
 
-/* New per-process samples for GPU i: their weights by container (energy series). */
+/* New per-process samples for GPU i: their weights by process, each with its container's
+ * energy series. */
 static void take_utilization(struct exporter_cost *c, struct gpu_nvml *n, unsigned i,
                              const struct exporter_cost_gpu *g, uint64_t now)
 {
@@ -342,12 +345,12 @@ static void take_utilization(struct exporter_cost *c, struct gpu_nvml *n, unsign
                 break;
             }
         size_t w = 0;
-        while (w < st->nweights && st->weights[w].series != idx)
+        while (w < st->nweights && st->weights[w].pid != u->pid)
             w++;
         if (w == st->nweights) {
             if (st->nweights == sizeof(st->weights) / sizeof(st->weights[0]))
                 continue;
-            st->weights[st->nweights++] = (struct cost_weight){idx, 0};
+            st->weights[st->nweights++] = (struct cost_weight){u->pid, idx, 0};
         }
         st->weights[w].w += u->smUtil;
     }
@@ -355,17 +358,42 @@ static void take_utilization(struct exporter_cost *c, struct gpu_nvml *n, unsign
     st->util_ns = now;
 }
 
+static bool runs_on(const struct exporter_cost_gpu *g, unsigned pid)
+{
+    for (size_t k = 0; k < g->nprocs; k++)
+        if (g->procs[k].pid == pid)
+            return true;
+    return false;
+}
+
+/* Whether weight w splits this round's energy: samples that came this round always (their
+ * period overlaps the round, even when their process has ended since); samples kept from an
+ * earlier round (NVML had nothing newer) for EXPORTER_COST_UTIL_MAX_AGE_NS, and only while
+ * their process still runs: an ended process draws nothing, and its last weights would
+ * otherwise hold the GPU's energy away from its holders after the work is over. */
+static bool weighs(const struct cost_gpu_state *st, const struct cost_weight *w,
+                   const struct exporter_cost_gpu *g, uint64_t now)
+{
+    if (now == st->util_ns)
+        return true;
+    return now - st->util_ns <= EXPORTER_COST_UTIL_MAX_AGE_NS && runs_on(g, w->pid);
+}
+
 /* Splits GPU i's energy delta (joules) over its containers. */
 static void split_energy(struct exporter_cost *c, unsigned i, double dj,
-                         const struct exporter_podres *pr, const char *uuid, uint64_t now)
+                         const struct exporter_podres *pr, const struct exporter_cost_gpu *g,
+                         uint64_t now)
 {
     struct cost_gpu_state *st = &c->gpus[i];
+    const char *uuid = g->uuid;
     double total = 0;
-    if (now - st->util_ns <= EXPORTER_COST_UTIL_MAX_AGE_NS)
-        for (size_t w = 0; w < st->nweights; w++)
+    for (size_t w = 0; w < st->nweights; w++)
+        if (weighs(st, &st->weights[w], g, now))
             total += st->weights[w].w;
     if (total > 0) {
         for (size_t w = 0; w < st->nweights; w++) {
+            if (!weighs(st, &st->weights[w], g, now))
+                continue;
             double part = dj * st->weights[w].w / total;
             if (st->weights[w].series >= 0)
                 c->energy[st->weights[w].series].joules += part;
@@ -435,7 +463,7 @@ void exporter_cost_round(struct exporter_cost *c, struct gpu_nvml *nvml,
             continue;
         }
         if (st->have_energy && g->energy_mj >= st->last_mj && dt > 0)
-            split_energy(c, i, (double)(g->energy_mj - st->last_mj) / 1000.0, pr, g->uuid, now_ns);
+            split_energy(c, i, (double)(g->energy_mj - st->last_mj) / 1000.0, pr, g, now_ns);
         st->have_energy = true; /* a counter that went back (driver reload): a new baseline */
         st->last_mj = g->energy_mj;
     }

@@ -8,7 +8,9 @@
  *    time-sliced or MPS replica (the replicas from the kubelet's GetAllocatableResources);
  *  - energy, per container and GPU: each round's energy delta of the GPU (NVML's energy
  *    counter) split by the SM utilization of the container's processes (NVML's per-process
- *    samples); with no process busy, split by the allocation shares; what nobody holds is
+ *    samples; the last ones kept while NVML has nothing newer, up to 2 s and only while their
+ *    process runs); with no process busy, split by the allocation shares (each container's
+ *    once per GPU; by share / total where they add up to more than 1); what nobody holds is
  *    counted as unattributed, so the parts add up to the GPU's energy;
  *  - with a price table (cost.currency, cost.gpuHourPrice), money: GPU-seconds × price / 3600.
  *

@@ -6,6 +6,7 @@
 #include "podres.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,13 +32,24 @@ int exporter_podres_same_container(const struct exporter_podres_entry *a,
            !strcmp(a->container, b->container);
 }
 
+/* acceld's vGPU resources (its default names): their device IDs are units, "<uuid>-<k>"
+ * (src/plugin/vgpu.c), one per core percent or memory unit, hundreds per container. They name
+ * no GPU and say nothing the exporter uses (a vGPU container's GPU and cores come from
+ * acceld's vgpu/status.json, cost.c), and kept they would fill the table and push out the
+ * holders of GPUs listed after them. */
+static bool vgpu_units(const char *resource)
+{
+    return resource && (!strcmp(resource, "tencent.com/vcuda-core") ||
+                        !strcmp(resource, "tencent.com/vcuda-memory"));
+}
+
 static void add(struct exporter_podres *pr, const char *id, const char *resource,
                 const V1__PodResources *pod, const V1__ContainerResources *ct)
 {
     struct exporter_podres_entry *x;
     const char *sep;
 
-    if (!id || pr->n == EXPORTER_PODRES_MAX)
+    if (!id || pr->n == EXPORTER_PODRES_MAX || vgpu_units(resource))
         return;
     x = &pr->e[pr->n];
     sep = strstr(id, "::");

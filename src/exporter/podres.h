@@ -4,7 +4,9 @@
  *
  * The API names pods and containers (namespace, pod, container) and the device IDs a device
  * plugin handed them: for acceld's pGPU mode the GPU's UUID, for its time-slicing replicas
- * "UUID::N" (src/plugin/sharing.c), both filed here under the GPU's UUID. It names no pod UID
+ * "UUID::N" (src/plugin/sharing.c), both filed here under the GPU's UUID; its vGPU resources'
+ * unit IDs ("<uuid>-<k>", tencent.com/vcuda-core and -memory) are skipped (no GPU of their
+ * own; cost.c takes vGPU containers from acceld's status.json). It names no pod UID
  * or container ID, so the exporter joins it with /proc/<pid>/cgroup only where that is
  * unambiguous (accel-exporter.c, docs/exporter.md "Pod and container names").
  */

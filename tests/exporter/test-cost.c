@@ -217,6 +217,140 @@ TEST(energy_by_utilization_then_by_allocation)
     c = exporter_cost_free(c);
 }
 
+TEST(an_ended_process_holds_no_energy)
+{
+    struct exporter_cost *c;
+    setup(&c);
+    allocatable(c);
+    gpus[0].energy_mj = 1000000;
+    exporter_cost_round(c, &nvml, gpus, 2, &pr, 1 * S);
+    /* p1's process 30%, a host process 10%: 100 J split 3:1 */
+    util[0] = (nvmlProcessUtilizationSample_t){101, 10, 30, 0, 0, 0};
+    util[1] = (nvmlProcessUtilizationSample_t){103, 10, 10, 0, 0, 0};
+    nutil = 2;
+    gpus[0].energy_mj = 1100000;
+    exporter_cost_round(c, &nvml, gpus, 2, &pr, 2 * S);
+    CHECK(near(value(c, E1), 75));
+    CHECK(near(value(c, U0), 25));
+    /* the host process ended, nothing newer: p1's process, still running, takes it all */
+    gpus[0].nprocs = 2;
+    gpus[0].energy_mj = 1200000;
+    exporter_cost_round(c, &nvml, gpus, 2, &pr, 2 * S + S / 2);
+    CHECK(near(value(c, E1), 175));
+    CHECK(near(value(c, U0), 25));
+    /* p1's process ended too (only p2's, idle, left), well within 2 s of the samples: nobody
+     * busy, so by allocation: p1 0.25, p2 0.5, 0.25 unheld */
+    gpus[0].procs = &procs[1], gpus[0].names = &names[1], gpus[0].nprocs = 1;
+    gpus[0].energy_mj = 1300000;
+    exporter_cost_round(c, &nvml, gpus, 2, &pr, 3 * S);
+    CHECK(near(value(c, E1), 200));
+    CHECK(near(value(c, E2), 50));
+    CHECK(near(value(c, U0), 50));
+    /* a sample that comes in the round its process ends still counts for that round (its
+     * period overlaps it): a process no longer listed is in no named container */
+    util[0] = (nvmlProcessUtilizationSample_t){101, 20, 50, 0, 0, 0};
+    nutil = 1;
+    gpus[0].energy_mj = 1400000;
+    exporter_cost_round(c, &nvml, gpus, 2, &pr, 4 * S);
+    CHECK(near(value(c, E1), 200));
+    CHECK(near(value(c, U0), 150));
+    gpus[0].procs = procs, gpus[0].names = names;
+    c = exporter_cost_free(c);
+}
+
+/* Unit IDs "GPU-a-<first>" .. "GPU-a-<first + n - 1>" into the pool, as a device entry. */
+static char unit_pool[1024][16];
+static char *unit_ids[1024];
+static size_t unit_n;
+
+static void units(V1__ContainerDevices *d, const char *resource, int first, int n)
+{
+    v1__container_devices__init(d);
+    d->resource_name = (char *)resource;
+    d->device_ids = &unit_ids[unit_n];
+    d->n_device_ids = (size_t)n;
+    for (int k = 0; k < n; k++, unit_n++) {
+        snprintf(unit_pool[unit_n], sizeof unit_pool[unit_n], "GPU-a-%d", first + k);
+        unit_ids[unit_n] = unit_pool[unit_n];
+    }
+}
+
+/* GPU-a shared by vGPU containers: pod-resources lists each container's vcuda-core and
+ * vcuda-memory unit IDs ("<uuid>-<k>", src/plugin/vgpu.c), status.json the same containers
+ * with their cores. Each container counts once on GPU-a, with cores / 100: the unit IDs are
+ * no GPU of their own, memory units hold no share of the GPU's time or energy, and however
+ * many there are they leave room for the holders of GPUs listed after them (p9, GPU-b). */
+TEST(vgpu_containers_count_once_whatever_pod_resources_lists)
+{
+    struct exporter_cost *c;
+    static struct exporter_podres list;
+    setup(&c);
+    allocatable(c);
+    unit_n = 0;
+    V1__ContainerDevices d[5], *dp[5];
+    units(&d[0], "tencent.com/vcuda-core", 0, 30);
+    units(&d[1], "tencent.com/vcuda-memory", 0, 4);
+    units(&d[2], "tencent.com/vcuda-core", 30, 50);
+    units(&d[3], "tencent.com/vcuda-memory", 4, 600); /* more than EXPORTER_PODRES_MAX */
+    static char *whole[] = {"GPU-b"};
+    v1__container_devices__init(&d[4]);
+    d[4].resource_name = "nvidia.com/gpu", d[4].device_ids = whole, d[4].n_device_ids = 1;
+    for (int k = 0; k < 5; k++)
+        dp[k] = &d[k];
+    V1__ContainerResources ct[3], *ctp[3];
+    V1__PodResources pod[3], *podp[3];
+    const char *pods[3] = {"v1", "v2", "p9"};
+    for (int k = 0; k < 3; k++) {
+        v1__container_resources__init(&ct[k]);
+        ct[k].name = "c", ct[k].devices = &dp[2 * k], ct[k].n_devices = k < 2 ? 2 : 1;
+        ctp[k] = &ct[k];
+        v1__pod_resources__init(&pod[k]);
+        pod[k].namespace_ = k < 2 ? "vn" : "ns", pod[k].name = (char *)pods[k];
+        pod[k].containers = &ctp[k], pod[k].n_containers = 1;
+        podp[k] = &pod[k];
+    }
+    V1__ListPodResourcesResponse r = V1__LIST_POD_RESOURCES_RESPONSE__INIT;
+    r.pod_resources = podp, r.n_pod_resources = 3;
+    static uint8_t msg[32768];
+    size_t len = v1__list_pod_resources_response__get_packed_size(&r);
+    REQUIRE(len <= sizeof msg);
+    v1__list_pod_resources_response__pack(&r, msg);
+    REQUIRE_EQ_INT(exporter_podres_parse(msg, len, &list), 0);
+    static const char status[] =
+        "{\"version\": 1, \"checkTime\": 0, \"gpus\": [], \"assignments\": ["
+        "{\"namespace\": \"vn\", \"pod\": \"v1\", \"podUID\": \"u1\", \"container\": \"c\","
+        " \"gpu\": \"GPU-a\", \"cores\": 30, \"memoryBytes\": 1, \"whole\": false,"
+        " \"complete\": true},"
+        "{\"namespace\": \"vn\", \"pod\": \"v2\", \"podUID\": \"u2\", \"container\": \"c\","
+        " \"gpu\": \"GPU-a\", \"cores\": 50, \"memoryBytes\": 1, \"whole\": false,"
+        " \"complete\": true}]}";
+    REQUIRE_EQ_INT(exporter_cost_parse_vgpu(c, status, sizeof status - 1), 0);
+    gpus[0].energy_mj = 1000000, gpus[0].nprocs = 0;
+    exporter_cost_round(c, &nvml, gpus, 2, &list, 1 * S);
+    gpus[0].energy_mj = 1100000;
+    exporter_cost_round(c, &nvml, gpus, 2, &list, 2 * S);
+    /* 0.3 + 0.5 held: 30 J and 50 J of 100, 20 J unheld */
+    CHECK(near(value(c, "accel_pod_gpu_energy_joules_total{gpu=\"0\",uuid=\"GPU-a\","
+                        "namespace=\"vn\",pod=\"v1\""),
+               30));
+    CHECK(near(value(c, "accel_pod_gpu_energy_joules_total{gpu=\"0\",uuid=\"GPU-a\","
+                        "namespace=\"vn\",pod=\"v2\""),
+               50));
+    CHECK(near(value(c, U0), 20));
+    CHECK(near(value(c, "accel_pod_gpu_allocated_seconds_total{gpu=\"0\",uuid=\"GPU-a\","
+                        "namespace=\"vn\",pod=\"v1\",container=\"c\",resource=\"tencent.com/"
+                        "vcuda-core\",share=\"0.3\""),
+               0.3));
+    CHECK(strstr(out, "vcuda-memory") == NULL);
+    CHECK(near(value(c, "accel_pod_gpu_allocated_seconds_total{gpu=\"1\",uuid=\"GPU-b\","
+                        "namespace=\"ns\",pod=\"p9\",container=\"c\",resource=\"nvidia.com/"
+                        "gpu\",share=\"1\""),
+               1.0));
+    CHECK_EQ_INT(exporter_podres_holders(&list, "GPU-b", NULL), 1);
+    gpus[0].nprocs = 3;
+    c = exporter_cost_free(c);
+}
+
 TEST(series_stay_an_hour_then_their_slot_is_reused)
 {
     struct exporter_cost *c;

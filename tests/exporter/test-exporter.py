@@ -649,10 +649,12 @@ def _():
     secs = cost_series(m2, "accel_pod_gpu_allocated_seconds_total", share="0.25", **a)
     check(cost is not None and abs(cost - secs * 3.6 / 3600) < 1e-9,
           f"cost {cost} EUR for {secs} GPU-s at 3.6 EUR/GPU-hour")
-    # energy: nobody busy, so GPU 0's energy goes by allocation: 0.25 each to A and B, and
-    # the vGPU containers acceld's status.json puts on GPU 0 (the vGPU case's, 30 and 50
-    # cores): 1.3 GPUs' worth in all, so each gets its share / 1.3 (overcommitted); the parts
-    # add up to the GPU's counter between snapshots
+    # energy: nobody busy (the earlier cases' kernels are over and their processes gone: the
+    # last samples of an ended process hold no energy), so GPU 0's energy goes by allocation:
+    # 0.25 each to A and B, and the vGPU containers acceld's status.json puts on GPU 0 (the
+    # vGPU case's, 30 and 50 cores): 1.3 GPUs' worth in all, so each gets its share / 1.3
+    # (overcommitted) and nothing is unattributed; the parts add up to the GPU's counter
+    # between snapshots
 
     def energy(m, **lab):
         return cost_series(m, "accel_pod_gpu_energy_joules_total", **lab)
@@ -664,18 +666,18 @@ def _():
         sample(m1, "accel_gpu_energy_joules_total", gpu=0)
     check(dg > 100, f"GPU 0 energy grew {dg} J at 400 W")
     check(abs(parts(m2) - parts(m1) - dg) < 1e-6 * max(dg, 1), f"parts {parts(m2) - parts(m1)} vs GPU {dg}")
-    ea = energy(m2, **a) - energy(m1, **a)
-    # by allocation: each container's part in proportion to its share (A and B 0.25 each,
-    # the vGPU case's containers on GPU 0 0.3 and 0.5: overcommitted, so scaled down), never
-    # more than its share
-    eb = energy(m2, **b) - energy(m1, **b)
+    held = 0.25 + 0.25 + 0.3 + 0.5
     va = dict(gpu=0, namespace="ns-v", pod="vgpu-a", container="main")
     vb = dict(gpu=0, namespace="ns-v", pod="vgpu-b", container="side")
-    eva, evb = energy(m2, **va) - energy(m1, **va), energy(m2, **vb) - energy(m1, **vb)
-    check(abs(ea - eb) < 1e-6 * dg and 0 < ea <= 0.25 * dg * (1 + 1e-9),
-          f"A and B (0.25 each) get equal parts, at most a quarter: {ea} {eb} of {dg} J")
-    check(eva > 0 and abs(evb / eva - 0.5 / 0.3) < 1e-6 and abs(eva / ea - 0.3 / 0.25) < 1e-6,
-          f"the vGPU containers' parts in proportion to their shares: {eva} {evb} (A {ea})")
+    for who, lab, share in (("A", a, 0.25), ("B", b, 0.25), ("vGPU a", va, 0.3),
+                            ("vGPU b", vb, 0.5)):
+        e = energy(m2, **lab) - energy(m1, **lab)
+        check(abs(e - share / held * dg) < 1e-6 * dg,
+              f"{who} (share {share}) gets {share}/{held} of GPU 0's {dg} J: {e} J "
+              f"(as if held {share * dg / e if e else float('inf'):.3f})")
+    du = cost_series(m2, "accel_gpu_energy_unattributed_joules_total", gpu=0) - \
+        cost_series(m1, "accel_gpu_energy_unattributed_joules_total", gpu=0)
+    check(abs(du) < 1e-6 * dg, f"held {held} > 1: nothing unattributed, got {du} of {dg} J")
     # pod B's container runs a kernel on GPU 0: while it is the only busy process, every joule
     # of GPU 0 is B's
     if not os.path.exists(SPIN):
