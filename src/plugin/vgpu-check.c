@@ -94,11 +94,6 @@ static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info
     }
     struct vc_audit_proc ap[GPU_NVML_MAX_PROCS];
     size_t map[GPU_NVML_MAX_PROCS], k = 0;
-    /* Processes known to be this container's (by runtime id: pids are unique only within one
-     * container's namespace) tell libvcuda their host pid, for its compute pacing. */
-    for (size_t i = 0; i < np; i++)
-        if (p[i].exact == (int)ti)
-            vc_region_note_host_pid(&r, p[i].ns_pid, p[i].pid);
     for (size_t i = 0; i < np; i++)
         if ((p[i].exact >= 0 ? p[i].exact : p[i].target) == (int)ti) {
             ap[k] = (struct vc_audit_proc){p[i].ns_pid, p[i].used};

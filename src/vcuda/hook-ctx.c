@@ -10,6 +10,7 @@
  * figure stays. See docs/vcuda.md, "Context memory", for the limits. */
 #include "vcuda.h"
 
+#include "pace.h"
 #include "track.h"
 
 #include <pthread.h>
@@ -25,7 +26,15 @@
  * does not disturb the program's own use. */
 struct dev_sample {
     uint64_t mine, used;
+    /* NVML's compute-process list as it answered (records of a size it does not tell) */
+    unsigned nprocs;
+    bool procs_ok;
+    unsigned char procs[64 * 32];
 };
+
+/* The pid NVML names this process by, once a context creation showed it (pace_host_pid); 0
+ * until then. Compute pacing reads it (hook-launch.c); a forked child learns its own. */
+atomic_uint vc_host_pid;
 
 /* This pid's usedGpuMemory in a process list of n records whose size NVML
  * does not tell (16, 24 or 32 bytes across drivers: docs/inventory.md); pid
@@ -54,7 +63,7 @@ static uint64_t own_bytes(const unsigned char *buf, size_t buflen, unsigned n, u
 
 static struct dev_sample device_sample(CUdevice dev)
 {
-    struct dev_sample smp = {UINT64_MAX, UINT64_MAX};
+    struct dev_sample smp = {.mine = UINT64_MAX, .used = UINT64_MAX};
     static atomic_int state; /* 0 not tried, 1 usable, -1 not available */
     int st = atomic_load_explicit(&state, memory_order_acquire);
     if (st < 0)
@@ -75,11 +84,13 @@ static struct dev_sample device_sample(CUdevice dev)
     nvmlMemory_t m;
     if (vc_real.nvmlDeviceGetMemoryInfo(h, &m) == NVML_SUCCESS)
         smp.used = m.used;
-    unsigned char buf[64 * 32];
+    unsigned char *buf = smp.procs;
     unsigned n = 64;
     if (vc_real.nvmlDeviceGetComputeRunningProcesses &&
         vc_real.nvmlDeviceGetComputeRunningProcesses(h, &n, (void *)buf) == NVML_SUCCESS) {
-        smp.mine = own_bytes(buf, sizeof(buf), n, vc.pid);
+        smp.nprocs = n;
+        smp.procs_ok = true;
+        smp.mine = own_bytes(buf, sizeof(smp.procs), n, vc.pid);
         if (smp.mine == UINT64_MAX && smp.used != UINT64_MAX)
             smp.mine = UINT64_MAX - 1; /* listed nothing for us: 0 held, if NVML sees our pid */
     }
@@ -98,6 +109,12 @@ static uint64_t ctx_settle(CUdevice dev, unsigned index, uint64_t reserved,
                            struct dev_sample before)
 {
     struct dev_sample after = device_sample(dev);
+    if (before.procs_ok && after.procs_ok && !atomic_load_explicit(&vc_host_pid, memory_order_relaxed)) {
+        uint32_t hp = pace_host_pid(before.procs, before.nprocs, after.procs, after.nprocs,
+                                    sizeof(after.procs), vc.pid);
+        if (hp)
+            atomic_store_explicit(&vc_host_pid, hp, memory_order_relaxed);
+    }
     uint64_t measured = 0;
     uint64_t b0 = before.mine == UINT64_MAX - 1 ? 0 : before.mine;
     if (after.mine < UINT64_MAX - 1 && before.mine != UINT64_MAX && after.mine > b0)
@@ -128,6 +145,7 @@ static struct {
 
 void vc_ctx_atfork_child(void)
 {
+    atomic_store_explicit(&vc_host_pid, 0, memory_order_relaxed);
     pthread_mutex_init(&prim_lock, NULL);
     memset(prim, 0, sizeof(prim));
 }
@@ -167,7 +185,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         vc_mem_release(index, bytes);
     }
 
-    struct dev_sample before = {UINT64_MAX, UINT64_MAX};
+    struct dev_sample before = {.mine = UINT64_MAX, .used = UINT64_MAX};
     if (charged_now)
         before = device_sample(dev);
     CUresult r = vc_real.cuDevicePrimaryCtxRetain(pctx, dev);
@@ -288,7 +306,7 @@ static CUresult ctx_end(CUresult r, CUdevice dev, unsigned index, struct dev_sam
             return vc_real.fn(__VA_ARGS__);                                                        \
         if (b < 0)                                                                                 \
             return vc_mem_oom(index, vc.cfg.context_memory, #fn " (context memory)");              \
-        struct dev_sample before = {UINT64_MAX, UINT64_MAX};                                       \
+        struct dev_sample before = {.mine = UINT64_MAX, .used = UINT64_MAX};                       \
         if (vc.cfg.context_memory)                                                                 \
             before = device_sample(dev);                                                           \
         return ctx_end(vc_real.fn(__VA_ARGS__), dev, index, before, pctx);                         \

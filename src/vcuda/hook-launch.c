@@ -255,11 +255,11 @@ static nvmlDevice_t nvml_device(struct pacer *p)
     return d;
 }
 
-/* This process's pid as NVML reports it. In the host's pid namespace that is getpid(); in a
- * container's the agent writes it into our slot (struct pace_slot.host_pid) when its host-side
- * check matches our process to the slot; until then 0 (no calibration). The host's namespace is
- * the initial one, whose /proc/<pid>/ns/pid inode is the kernel's PROC_PID_INIT_INO
- * (0xEFFFFFFC = 4026531836). */
+/* This process's pid as NVML reports it. In the host's pid namespace that is getpid(): that
+ * namespace is the initial one, whose /proc/<pid>/ns/pid inode is the kernel's
+ * PROC_PID_INIT_INO (0xEFFFFFFC = 4026531836). In a container's, the pid NVML's process list
+ * gained when this process created its context (vc_host_pid, hook-ctx.c); until then 0 (no
+ * calibration). Never from the usage region, which the tenant can write. */
 static uint32_t own_host_pid(struct pacer *p)
 {
     if (p->host_pid)
@@ -271,10 +271,7 @@ static uint32_t own_host_pid(struct pacer *p)
     }
     if (p->pidns == 1)
         return p->host_pid = (uint32_t)getpid();
-    uint64_t v = atomic_load_explicit(&slot_pace()->host_pid, memory_order_relaxed);
-    if (v && v <= UINT32_MAX)
-        p->host_pid = (uint32_t)v;
-    return p->host_pid;
+    return p->host_pid = atomic_load_explicit(&vc_host_pid, memory_order_relaxed);
 }
 
 #define CALIB_SNAP_NS 20000000ull  /* the span total is recorded at most every 20 ms */

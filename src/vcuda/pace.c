@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define RLX memory_order_relaxed
 #define ACQ memory_order_acquire
@@ -371,4 +372,59 @@ uint64_t pace_calib_apply(const struct pace_calib *c, uint64_t now_ns, uint64_t 
     if (!c->scale_ppm || now_ns > c->scale_at_ns + PACE_CAL_STALE_NS)
         return raw_ns;
     return (uint64_t)((double)raw_ns * c->scale_ppm / 1e6);
+}
+
+/* ---- which pid NVML names us by ---- */
+
+#define PID_MAX_LIMIT 4194304u /* the kernel's largest pid_max (64-bit) */
+
+/* The pids of n records of stride bytes in buf into out; false when one is not a plausible
+ * pid or the records do not fit. */
+static bool pid_list(const unsigned char *buf, size_t buflen, unsigned n, size_t stride,
+                     uint32_t *out)
+{
+    if ((size_t)n * stride > buflen)
+        return false;
+    for (unsigned i = 0; i < n; i++) {
+        uint32_t p;
+        memcpy(&p, buf + i * stride, sizeof(p));
+        if (p == 0 || p > PID_MAX_LIMIT)
+            return false;
+        out[i] = p;
+    }
+    return true;
+}
+
+static bool has_pid(const uint32_t *list, unsigned n, uint32_t p)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (list[i] == p)
+            return true;
+    return false;
+}
+
+uint32_t pace_host_pid(const unsigned char *before, unsigned nb, const unsigned char *after,
+                       unsigned na, size_t buflen, uint32_t self)
+{
+    static const size_t strides[] = {24, 16, 32};
+    uint32_t b[256], a[256];
+    if (nb > 256 || na > 256 || !after || (nb && !before))
+        return 0;
+    for (size_t k = 0; k < sizeof(strides) / sizeof(strides[0]); k++) {
+        if (!pid_list(before, buflen, nb, strides[k], b) ||
+            !pid_list(after, buflen, na, strides[k], a))
+            continue;
+        if (has_pid(a, na, self))
+            return self;
+        uint32_t found = 0;
+        for (unsigned i = 0; i < na; i++) {
+            if (has_pid(b, nb, a[i]) || a[i] == found)
+                continue;
+            if (found)
+                return 0; /* two newcomers: which is us is not known */
+            found = a[i];
+        }
+        return found;
+    }
+    return 0;
 }

@@ -24,6 +24,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Control period: how often burst mode samples the device, and the bound on how long a burst
@@ -73,8 +74,7 @@ struct pace_slot {
     _Atomic uint64_t measured_ns; /* 0: settled GPU time of this process */
     _Atomic uint64_t launches;    /* 8: paced launches of this process */
     _Atomic uint64_t pending_ns;  /* 16: estimates charged for launches not settled yet */
-    _Atomic uint64_t host_pid;    /* 24: the process's pid in the host's namespace, as the agent
-                                   * found it (0: not known); see struct pace_calib */
+    _Atomic uint64_t reserved;    /* 24 */
 };
 
 _Static_assert(sizeof(struct pace_shared) == 128, "pace_shared is ABI");
@@ -82,7 +82,6 @@ _Static_assert(__builtin_offsetof(struct pace_shared, tat_ns) == 32, "pace_share
 _Static_assert(__builtin_offsetof(struct pace_shared, measured_ns) == 40, "pace_shared is ABI");
 _Static_assert(__builtin_offsetof(struct pace_shared, throttled_ns) == 72, "pace_shared is ABI");
 _Static_assert(sizeof(struct pace_slot) == 32, "pace_slot is ABI");
-_Static_assert(__builtin_offsetof(struct pace_slot, host_pid) == 24, "pace_slot is ABI");
 
 /* Sets up a container's state (the region's creator does this once). limit_pct outside 1..100
  * gives -EINVAL and changes nothing. */
@@ -201,3 +200,14 @@ void pace_calib_snapshot(struct pace_calib *c, uint64_t now_ns);
 void pace_calib_sample(struct pace_calib *c, uint64_t end_ns, unsigned busy_pct);
 /* What a span of raw_ns is charged at now_ns. */
 uint64_t pace_calib_apply(const struct pace_calib *c, uint64_t now_ns, uint64_t raw_ns);
+
+/* The pid NVML names this process by (it lists host pids; a container's process has another
+ * one): from NVML's compute-process lists of the device just before and just after this process
+ * created a context there — nb / na records each of a size NVML does not tell (16, 24 or 32
+ * bytes across drivers, pid at offset 0; the first size at which every record of both lists
+ * holds a plausible pid is used). self when the after-list has it (the same pid namespace);
+ * else the one pid the after-list has and the before-list lacks; 0 when that is not exactly one
+ * (another process made a context meanwhile) or the lists cannot be read. Nothing a tenant can
+ * write enters it: only the driver's answers. */
+uint32_t pace_host_pid(const unsigned char *before, unsigned nb, const unsigned char *after,
+                       unsigned na, size_t buflen, uint32_t self);

@@ -418,25 +418,6 @@ int vc_region_reserve(struct vc_region *r, int slot, unsigned dev, uint64_t byte
     return -ENOSPC;
 }
 
-int vc_region_note_host_pid(struct vc_region *r, uint32_t pid, uint32_t host_pid)
-{
-    if (!r || !r->hdr || !pid)
-        return 0;
-    int n = 0;
-    /* every slot, as the audit reads them: the tenant can write slot_hwm */
-    for (uint32_t i = 0; i < VC_REGION_SLOTS; i++) {
-        struct vc_region_slot *s = &r->slots[i];
-        uint64_t owner = LOAD(&s->owner);
-        if ((owner & VC_OWNER_RECLAIM) || (uint32_t)(owner & VC_OWNER_PID_MASK) != pid)
-            continue;
-        struct pace_slot *ps = slot_pace(s);
-        if (atomic_load_explicit(&ps->host_pid, memory_order_relaxed) != host_pid)
-            atomic_store_explicit(&ps->host_pid, host_pid, memory_order_relaxed);
-        n++;
-    }
-    return n;
-}
-
 int vc_region_audit(const struct vc_region *r, unsigned dev, const struct vc_audit_proc *procs,
                     size_t nprocs, uint64_t slack, struct vc_audit_finding *ret, size_t max)
 {

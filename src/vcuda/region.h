@@ -162,11 +162,6 @@ struct vc_audit_finding {
 int vc_region_audit(const struct vc_region *r, unsigned dev, const struct vc_audit_proc *procs,
                     size_t nprocs, uint64_t slack, struct vc_audit_finding *ret, size_t max);
 
-/* For the agent: the slot(s) owned by pid (as the container sees it) learn that process's pid
- * in the host's namespace (struct pace_slot.host_pid), which libvcuda's compute pacing needs to
- * find its own NVML utilization samples. Returns how many slots matched. */
-int vc_region_note_host_pid(struct vc_region *r, uint32_t pid, uint32_t host_pid);
-
 /* Zeroes the slots of processes that no longer exist (or whose pid was
  * reused: start time differs). Returns how many slots were reclaimed. */
 int vc_region_reap(struct vc_region *r);

@@ -117,6 +117,7 @@ void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint
                    uint64_t *ret_total, uint64_t *ret_used);
 /* Managed memory charged by residency (hook-managed.c). */
 struct managed;
+extern atomic_uint vc_host_pid;        /* this process as NVML names it, 0: unknown (hook-ctx.c) */
 extern atomic_uint vc_managed_live;    /* tracked managed allocations */
 extern atomic_uint vc_managed_pending; /* of which with pages a touch could still bring */
 /* Tracks a new managed allocation (nothing charged). False when it cannot be tracked. */

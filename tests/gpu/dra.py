@@ -298,9 +298,13 @@ def mps_claim(api, knode, demo, control, facts):
             check(p.returncode == 0 and alloc is not None and 1024 <= alloc <= 4096,
                   name + what, p.stdout + p.stderr)
     r = knode.unprepare([("team", "mps", CLAIM_M)])
-    gone = K.wait_until(lambda: not mps.alive(pid), T) if pid else True
-    check(r.claims[CLAIM_M].error == "" and gone and not mps.spec_of(knode, CLAIM_M) and
-          not (pipe and os.path.exists(os.path.dirname(pipe))),
+
+    def unprepared():
+        # acceld answers before the daemon has gone (it stops it without blocking its loop)
+        # and removes the claim's directories once it sees the daemon exit: wait for all three
+        return ((not pid or not mps.alive(pid)) and not mps.spec_of(knode, CLAIM_M) and
+                not (pipe and os.path.exists(os.path.dirname(pipe))))
+    check(r.claims[CLAIM_M].error == "" and K.wait_until(unprepared, T),
           "MPS claim unprepared: its daemon stopped, its spec and directories gone", r)
     return pipe
 

@@ -14,7 +14,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "pace.h"
 #include "region.h"
 #include "state.h"
 #include "tap.h"
@@ -314,69 +313,6 @@ TEST(region_that_under_reports_is_flagged)
     CHECK(alive(honest.pid));
     stop(&honest);
     vc_region_detach(&r);
-}
-
-/* Writes /proc/<pid>/status in the fake /proc with the pid as its container sees it. */
-static void fake_nspid(pid_t pid, unsigned ns_pid)
-{
-    char f[420];
-    snprintf(f, sizeof(f), "%s/%d/status", proc_root, (int)pid);
-    FILE *st = fopen(f, "w");
-    REQUIRE(st != NULL);
-    fprintf(st, "Name:\temu-hold\nNSpid:\t%d\t%u\nPPid:\t1\n", (int)pid, ns_pid);
-    fclose(st);
-}
-
-/* libvcuda's pacing reads its own NVML utilization samples, which name host pids: the check
- * writes each slot's host pid for processes it knows by their container's runtime id, and for
- * no other (container pids repeat across the containers of a pod). */
-TEST(host_pids_reach_the_slots_of_known_containers)
-{
-    setup();
-    char region_a[400], region_b[400];
-    snprintf(region_a, sizeof(region_a), "%s/region-pid-a", dir);
-    snprintf(region_b, sizeof(region_b), "%s/region-pid-b", dir);
-    struct vc_region ra, rb;
-    REQUIRE_EQ_INT(vc_region_attach(region_a, &ra), 0);
-    REQUIRE_EQ_INT(vc_region_attach(region_b, &rb), 0);
-    next_cid = 7;
-    struct hold known = start(POD_A, 4);
-    next_cid = 8;
-    struct hold other = start(POD_B, 4);
-    next_cid = 1;
-    fake_nspid(known.pid, 7);
-    fake_nspid(other.pid, 7);
-    /* both are pid 7 in their containers; each region has a slot of pid 7 */
-    int sa = vc_region_claim_slot(&ra, 7, 0), sb = vc_region_claim_slot(&rb, 7, 0);
-    REQUIRE(sa >= 0 && sb >= 0);
-    char id[80];
-    snprintf(id, sizeof(id), "%064d", 7);
-    struct vgpu_check_target t[] = {target(POD_A, "main", 256 * MiB, region_a),
-                                    target(POD_B, "main", 256 * MiB, region_b)};
-    t[0].container_id = id; /* POD_B's container is known only by its pod */
-    struct vgpu_check_options o = {.proc_root = proc_root, .action = VGPU_OVER_QUOTA_NONE};
-    struct vgpu_check_finding f[8];
-    size_t n = 0;
-    REQUIRE_EQ_INT(vgpu_check_run(nvml, t, 2, &o, f, 8, &n), 0);
-    const struct pace_slot *pa = (const struct pace_slot *)(const void *)&ra.slots[sa].gpu_time_ns;
-    const struct pace_slot *pb = (const struct pace_slot *)(const void *)&rb.slots[sb].gpu_time_ns;
-    CHECK_EQ_U64(atomic_load(&pa->host_pid), (uint64_t)known.pid);
-    CHECK_EQ_U64(atomic_load(&pb->host_pid), 0);
-    /* a slot given back and claimed again starts without one */
-    vc_region_release_slot(&ra, sa, 7);
-    sa = vc_region_claim_slot(&ra, 7, 0);
-    REQUIRE(sa >= 0);
-    pa = (const struct pace_slot *)(const void *)&ra.slots[sa].gpu_time_ns;
-    CHECK_EQ_U64(atomic_load(&pa->host_pid), 0);
-    char fs[420];
-    snprintf(fs, sizeof(fs), "%s/%d/status", proc_root, (int)known.pid);
-    remove(fs);
-    snprintf(fs, sizeof(fs), "%s/%d/status", proc_root, (int)other.pid);
-    remove(fs);
-    stop(&known);
-    stop(&other);
-    vc_region_detach(&ra);
-    vc_region_detach(&rb);
 }
 
 /* A process of POD_A that keeps GPU 0 busy (tests/emu/spin: one 60 s kernel on the

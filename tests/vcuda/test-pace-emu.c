@@ -53,8 +53,17 @@ static void setup(void)
     REQUIRE_EQ_INT(emu_state_open(state_path, &st), 0);
 }
 
+static pid_t spawn_in(unsigned limit, const char *region, const char *const *args, bool pidns);
+
 /* Starts vcuda-load with args under libvcuda (limit 0: none configured) on region. */
 static pid_t spawn(unsigned limit, const char *region, const char *const *args)
+{
+    return spawn_in(limit, region, args, false);
+}
+
+/* The same, in a pid namespace of its own when pidns (unshare --pid --fork, as a container
+ * runs: its pid is not the one the driver's process lists name). */
+static pid_t spawn_in(unsigned limit, const char *region, const char *const *args, bool pidns)
 {
     pid_t pid = fork();
     if (pid != 0)
@@ -76,14 +85,25 @@ static pid_t spawn(unsigned limit, const char *region, const char *const *args)
         setenv("VCUDA_CORE_LIMIT", lim, 1);
     else
         unsetenv("VCUDA_CORE_LIMIT");
-    const char *argv[24] = {exe};
-    int n = 1;
-    for (; args[n - 1] && n < 23; n++)
-        argv[n] = args[n - 1];
+    const char *argv[28];
+    int n = 0;
+    if (pidns) {
+        argv[n++] = "unshare";
+        argv[n++] = "--pid";
+        argv[n++] = "--fork";
+        argv[n++] = "--mount-proc"; /* its own /proc, as a container has */
+        argv[n++] = "--";
+    }
+    argv[n++] = exe;
+    for (int i = 0; args[i] && n < 27; i++)
+        argv[n++] = args[i];
     argv[n] = NULL;
     if (!freopen("/dev/null", "w", stdout))
         _exit(127);
-    execv(exe, (char *const *)argv);
+    if (pidns)
+        execvp("unshare", (char *const *)argv);
+    else
+        execv(exe, (char *const *)argv);
     _exit(127);
 }
 
@@ -303,26 +323,46 @@ TEST(core_limit_written_into_the_region_is_ignored)
  * libvcuda has a window of NVML's per-process samples, it settles only the share of each span
  * its process was resident: the region's measured time then follows the process's own busy
  * time on the timeline, where charging whole spans would count it about twice. */
-TEST(spans_are_settled_at_the_resident_share_beside_a_neighbour)
+/* One run of the case below; pidns: the paced process in a pid namespace of its own. */
+static void resident_share_case(bool pidns)
 {
     setup();
     char region[PATH_MAX], nregion[PATH_MAX];
-    snprintf(region, sizeof(region), "%s/sliced.region", tap_tmpdir());
-    snprintf(nregion, sizeof(nregion), "%s/neighbour.region", tap_tmpdir());
+    snprintf(region, sizeof(region), "%s/sliced%s.region", tap_tmpdir(), pidns ? "-ns" : "");
+    snprintf(nregion, sizeof(nregion), "%s/neighbour%s.region", tap_tmpdir(), pidns ? "-ns" : "");
     /* NVML sample periods of 200 ms (real products: 1/6 s to 1 s): a first window within ~1.5 s */
     setenv("ACCEL_EMU_UTIL_WINDOW_MS", "200", 1);
     const char *nargs[] = {"--seconds", "7", "--kernel-us", "20000", "--depth", "2", NULL};
     const char *args[] = {"--seconds", "5", "--kernel-us", "20000", "--depth", "2", NULL};
     pid_t nb = spawn(0, nregion, nargs);
-    pid_t a = spawn(30, region, args);
+    pid_t a = spawn_in(30, region, args, pidns);
     unsetenv("ACCEL_EMU_UTIL_WINDOW_MS");
     REQUIRE(TAP_WAIT_UNTIL(region_ready(region) && region_books(region).launches >= 1, 10000));
+    /* the pid the emulator's timeline (and NVML) names it by: in its namespace, its own */
+    pid_t on = a;
+    if (pidns) {
+        const struct vc_region_header *h = NULL;
+        int fd = open(region, O_RDONLY);
+        REQUIRE(fd >= 0);
+        void *m = mmap(NULL, VC_REGION_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        REQUIRE(m != MAP_FAILED);
+        h = m;
+        const struct vc_region_slot *slot =
+            (const struct vc_region_slot *)(const void *)((const char *)m + h->slot_offset);
+        on = 0;
+        for (unsigned i = 0; i < VC_REGION_SLOTS && !on; i++)
+            on = (pid_t)(atomic_load((_Atomic uint64_t *)&slot[i].owner) & VC_OWNER_PID_MASK);
+        tap_diag("in its own pid namespace: pid %d there, %d here", (int)on, (int)a);
+        munmap(m, VC_REGION_SIZE);
+        CHECK(on != a);
+    }
     usleep(2500000);
     struct books b1 = region_books(region);
-    struct span s1 = timeline(a);
+    struct span s1 = timeline(on);
     REQUIRE(wait_ok(a));
     struct books b2 = region_books(region);
-    struct span s2 = timeline(a);
+    struct span s2 = timeline(on);
     kill(nb, SIGTERM);
     waitpid(nb, NULL, 0);
     uint64_t settled = b2.measured - b1.measured, busy = s2.busy - s1.busy;
@@ -331,6 +371,23 @@ TEST(spans_are_settled_at_the_resident_share_beside_a_neighbour)
     REQUIRE(busy > 100 * MS);
     CHECK(settled * 100 >= busy * 80);
     CHECK(settled * 100 <= busy * 125);
+}
+
+TEST(spans_are_settled_at_the_resident_share_beside_a_neighbour)
+{
+    resident_share_case(false);
+}
+
+/* The same in a pid namespace of its own, as in a container: the process finds the pid NVML
+ * names it by from the driver's process list around its context's creation (pace_host_pid),
+ * never from the tenant-writable region. */
+TEST(spans_are_settled_at_the_resident_share_in_a_pid_namespace)
+{
+    if (system("unshare --pid --fork --mount-proc true >/dev/null 2>&1") != 0) {
+        tap_skip_case("unshare --pid is not allowed here (needs root)");
+        return;
+    }
+    resident_share_case(true);
 }
 
 int main(int argc, char **argv)

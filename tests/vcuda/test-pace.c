@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define US 1000ull
 #define MS 1000000ull
@@ -720,6 +721,60 @@ TEST(calib_without_span_history_learns_nothing)
     }
     CHECK_EQ_U64(c.scale_ppm, 0);
     CHECK_EQ_U64(pace_calib_apply(&c, T0 + 10 * SEC, 38 * MS), 38 * MS);
+}
+
+/* ---- which pid NVML names us by (pace_host_pid) ---- */
+
+/* NVML process records of stride bytes: pid at 0, usedGpuMemory at 8, the rest as a v3 record
+ * has it (instance ids "not applicable": 0xFFFFFFFF). */
+static size_t records(unsigned char *buf, size_t stride, const uint32_t *pids, unsigned n)
+{
+    memset(buf, 0, 64 * 32);
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t used = (512ull + i) << 20;
+        uint32_t na = 0xFFFFFFFFu;
+        memcpy(buf + i * stride, &pids[i], 4);
+        memcpy(buf + i * stride + 8, &used, 8);
+        if (stride >= 24) {
+            memcpy(buf + i * stride + 16, &na, 4);
+            memcpy(buf + i * stride + 20, &na, 4);
+        }
+    }
+    return 64 * 32;
+}
+
+TEST(host_pid_is_the_one_the_driver_listed_when_our_context_came)
+{
+    static const size_t strides[] = {16, 24, 32};
+    unsigned char b[64 * 32], a[64 * 32];
+    for (size_t k = 0; k < 3; k++) {
+        size_t st = strides[k];
+        uint32_t before[] = {4101, 9000}, after[] = {4101, 9000, 123456};
+        records(b, st, before, 2);
+        size_t len = records(a, st, after, 3);
+        /* in a container: our pid (7) is not listed; the newcomer is us */
+        CHECK_EQ_INT(pace_host_pid(b, 2, a, 3, len, 7), 123456);
+        /* the same namespace as the driver's: our own pid */
+        uint32_t same[] = {4101, 9000, 7};
+        records(a, st, same, 3);
+        CHECK_EQ_INT(pace_host_pid(b, 2, a, 3, len, 7), 7);
+        /* two newcomers (another container made a context meanwhile): not known */
+        uint32_t two[] = {4101, 123456, 9000, 123999};
+        records(a, st, two, 4);
+        CHECK_EQ_INT(pace_host_pid(b, 2, a, 4, len, 7), 0);
+        /* none new (the list did not change): not known */
+        records(a, st, before, 2);
+        CHECK_EQ_INT(pace_host_pid(b, 2, a, 2, len, 7), 0);
+        /* the first context on the GPU: before is empty */
+        uint32_t one[] = {555};
+        records(a, st, one, 1);
+        CHECK_EQ_INT(pace_host_pid(b, 0, a, 1, len, 7), 555);
+    }
+    /* records that hold no plausible pid at any size: not known */
+    memset(a, 0xff, sizeof(a));
+    CHECK_EQ_INT(pace_host_pid(b, 0, a, 2, sizeof(a), 7), 0);
+    /* more records than fit: not known */
+    CHECK_EQ_INT(pace_host_pid(b, 0, a, 300, sizeof(a), 7), 0);
 }
 
 int main(int argc, char **argv)
