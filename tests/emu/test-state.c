@@ -655,6 +655,24 @@ TEST(live_work_beside_dead_work_is_sliced_then_alone)
  * turns: the rest of its slice, ours, its, ours, its, ours. Our times are on our clock; turned
  * into GPU time, a start marker reads our first slice, an end our last one's end. What has run
  * never changes when a third owner comes; the newcomer takes its turn after those waiting. */
+
+/* Another pid namespace's process (proc slot 5, owner tag 6) runs 10 ms of work on GPU 0 from
+ * 0.5 ms before base: the neighbour of the time-slicing cases. */
+static void foreign_run(struct emu_state *st, uint64_t base, int32_t pid)
+{
+    const uint64_t us = 1000, ms = 1000000;
+    struct emu_shared *sh = emu_state_shared(st);
+    struct emu_gpu *g = emu_state_gpu(st, 0);
+    emu_state_lock(st);
+    sh->procs[5] = (struct emu_proc){.pid = pid, .start_time = 1, .pidns = my_pidns() + 1};
+    g->intervals[0] = (struct emu_interval){base - 500 * us, base + 9500 * us, pid, 6, 0, 0, 0, 0};
+    g->interval_count = 1;
+    g->busy_until_ns = base + 9500 * us;
+    g->busy_total_ns = 10 * ms;
+    g->pending_slots[0] = 1ull << 5;
+    emu_state_unlock(st);
+}
+
 TEST(timeline_time_slices_between_owners)
 {
     struct emu_config cfg;
@@ -667,22 +685,11 @@ TEST(timeline_time_slices_between_owners)
     REQUIRE_EQ_INT(emu_state_open(p, &st), 0);
     cfg.timeslice_us = EMU_TIMESLICE_MAX_US + 1;
     CHECK_EQ_INT(emu_state_create(state_path("ts-bad"), &cfg), -EINVAL);
-    struct emu_shared *sh = emu_state_shared(st);
     struct emu_gpu *g = emu_state_gpu(st, 0);
     const uint64_t us = 1000, ms = 1000000;
     CHECK_EQ_U64(emu_state_timeslice_ns(st, 0), ms);
-    uint64_t ns = my_pidns();
     uint64_t base = emu_state_now_ns() + 200 * ms; /* in the future: "now" never interferes */
-    emu_state_lock(st);
-    sh->procs[5] = (struct emu_proc){.pid = 999998, .start_time = 1, .pidns = ns + 1};
-    /* its run began 0.5 ms before base */
-    g->intervals[0] =
-        (struct emu_interval){base - 500 * us, base + 9500 * us, 999998, 6, 0, 0, 0, 0};
-    g->interval_count = 1;
-    g->busy_until_ns = base + 9500 * us;
-    g->busy_total_ns = 10 * ms;
-    g->pending_slots[0] = 1ull << 5;
-    emu_state_unlock(st);
+    foreign_run(st, base, 999998);
     /* our work is queued at base (not_before: our clock has not waited yet, it is the GPU's) */
     uint64_t s = 0, e = 0;
     REQUIRE_EQ_INT(emu_state_submit(st, 0, base, 3 * ms, &s, &e), 0);
@@ -789,17 +796,8 @@ TEST(timeline_clock_bound_items_run_on_the_clock)
     struct emu_shared *sh = emu_state_shared(st);
     struct emu_gpu *g = emu_state_gpu(st, 0);
     const uint64_t us = 1000, ms = 1000000;
-    uint64_t ns = my_pidns();
     uint64_t base = emu_state_now_ns() + 200 * ms; /* in the future: "now" never interferes */
-    emu_state_lock(st);
-    sh->procs[5] = (struct emu_proc){.pid = 999996, .start_time = 1, .pidns = ns + 1};
-    g->intervals[0] =
-        (struct emu_interval){base - 500 * us, base + 9500 * us, 999996, 6, 0, 0, 0, 0};
-    g->interval_count = 1;
-    g->busy_until_ns = base + 9500 * us;
-    g->busy_total_ns = 10 * ms;
-    g->pending_slots[0] = 1ull << 5;
-    emu_state_unlock(st);
+    foreign_run(st, base, 999996);
     uint64_t s = 0, e = 0;
     REQUIRE_EQ_INT(emu_state_submit_kind(st, 0, base, UINT64_MAX, 3 * ms, 0, true, &s, &e), 0);
     CHECK_EQ_U64(e - s, 3 * ms);
