@@ -33,16 +33,11 @@ import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import test_kubelet as k  # noqa: E402  (exits 77 itself without grpcio/protoc)
-sys.path.insert(0, os.path.join(HERE, "..", "interop"))
-import kubelet as K  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-import fakeapi  # noqa: E402
-import mountns  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import drasetup as D  # noqa: E402  (exits 77 itself without grpcio/protoc)
+from drasetup import K, T, k  # noqa: E402
+import mountns  # noqa: E402  (tests/lib, on the path drasetup set)
 
-T = 20
 GiB = 1 << 30
 # the kubelet's DRA resource-health API (dra-health v1alpha1)
 shutil.copy(os.path.join(k.SRC, "proto/dra-health/v1alpha1/api.proto"),
@@ -440,35 +435,12 @@ def container_run(tap, build, emu, spec, mib):
 
 def main():
     build = os.path.abspath(k.BUILD)
-    if not K.Node.available(build):
-        K.skip_all("the emulator is not built")
-    if not os.path.isdir(os.path.join(build, "src/plugin/drasrc")):
-        K.skip_all("acceld is built without DRA mode (libcurl missing)")
-    if shutil.which("openssl") is None:
-        K.skip_all("openssl CLI missing (the fake API server makes its certificates with it)")
+    D.require_dra(build)
     tap = K.Tap()
     tmp = k.TMP
-    emu = K.Node(build, tmp, gpus=2, numa="0,0")
-    out = subprocess.check_output([emu.emu, "status", "--json"], env=emu.env, text=True)
-    uuids = [g["uuid"] for g in json.loads(out)["gpus"]]
-    knode = k.Node(os.path.join(tmp, "n"), lib=os.path.join(build, "src/vcuda/libvcuda.so"))
-    api = fakeapi.ApiServer(k.SRC, tmp, token="dra-test-token", node=NODE, timeout=T)
-    kc = os.path.join(tmp, "kubeconfig")
-    api.kubeconfig(kc)
+    emu, uuids, knode, api, kc = D.start_node(build, tmp, NODE)
     drv = Driver(build, emu, knode, kc, tmp)
-    try:
-        run(tap, build, emu, api, drv, knode, uuids)
-    except Exception as e:  # noqa: BLE001 - a crash is a failed case, with the logs
-        import traceback
-        tap.ok(False, "no exception", traceback.format_exc() + str(e))
-    finally:
-        if drv.agent and drv.agent.alive():
-            drv.agent.stop(signal.SIGKILL)
-        api.stop()
-        if tap.failed and drv.agent:
-            tap.diag("acceld log:\n" + drv.agent.log_text()[-6000:])
-        shutil.rmtree(tmp, ignore_errors=True)
-    tap.done()
+    D.guarded(tap, lambda: run(tap, build, emu, api, drv, knode, uuids), api, tmp, drv)
 
 
 if __name__ == "__main__":

@@ -37,17 +37,12 @@ import subprocess
 import time
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import test_kubelet as k  # noqa: E402  (exits 77 itself without grpcio/protoc)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import drasetup as D  # noqa: E402  (exits 77 itself without grpcio/protoc)
+from drasetup import K, T, k  # noqa: E402
 import test_dra_mode as m  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "..", "interop"))
-import kubelet as K  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-import fakeapi  # noqa: E402
-import mountns  # noqa: E402
+import mountns  # noqa: E402  (tests/lib, on the path drasetup set)
 
-T = 20
 GiB = 1 << 30
 NODE = m.NODE
 CLAIM_A = "0f3c6a8e-1111-4a1b-9c2d-aaaaaaaaaaaa"
@@ -441,40 +436,18 @@ def sighup_checks(tap, api, drv, knode, emu, config):
 
 def main():
     build = os.path.abspath(k.BUILD)
-    if not K.Node.available(build):
-        K.skip_all("the emulator is not built")
-    if not os.path.isdir(os.path.join(build, "src/plugin/drasrc")):
-        K.skip_all("acceld is built without DRA mode (libcurl missing)")
-    if shutil.which("openssl") is None:
-        K.skip_all("openssl CLI missing (the fake API server makes its certificates with it)")
+    D.require_dra(build)
     control = os.path.join(build, "src/emu/nvidia-cuda-mps-control")
     if not os.path.exists(control):
         K.skip_all("the emulator's nvidia-cuda-mps-control is not built")
     tap = K.Tap()
     tmp = k.TMP
-    emu = K.Node(build, tmp, gpus=2, numa="0,0")
-    out = subprocess.check_output([emu.emu, "status", "--json"], env=emu.env, text=True)
-    uuids = [g["uuid"] for g in json.loads(out)["gpus"]]
-    knode = k.Node(os.path.join(tmp, "n"), lib=os.path.join(build, "src/vcuda/libvcuda.so"))
-    api = fakeapi.ApiServer(k.SRC, tmp, token="dra-test-token", node=NODE, timeout=T)
-    kc = os.path.join(tmp, "kubeconfig")
-    api.kubeconfig(kc)
+    emu, uuids, knode, api, kc = D.start_node(build, tmp, NODE)
     config = os.path.join(tmp, "acceld.yaml")
     write_config(config, "1=exclusive")
     drv = Driver(build, emu, knode, kc, tmp, control, config)
-    try:
-        run(tap, build, emu, api, drv, knode, uuids, control, config)
-    except Exception as e:  # noqa: BLE001 - a crash is a failed case, with the logs
-        import traceback
-        tap.ok(False, "no exception", traceback.format_exc() + str(e))
-    finally:
-        if drv.agent and drv.agent.alive():
-            drv.agent.stop(signal.SIGKILL)
-        api.stop()
-        if tap.failed and drv.agent:
-            tap.diag("acceld log:\n" + drv.agent.log_text()[-6000:])
-        shutil.rmtree(tmp, ignore_errors=True)
-    tap.done()
+    D.guarded(tap, lambda: run(tap, build, emu, api, drv, knode, uuids, control, config),
+              api, tmp, drv)
 
 
 if __name__ == "__main__":

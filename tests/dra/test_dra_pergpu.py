@@ -29,21 +29,15 @@ Every wait is bounded; nothing asserts timing. Exits 77 without grpcio/protoc, o
 the emulator."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import test_kubelet as k  # noqa: E402  (exits 77 itself without grpcio/protoc)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import drasetup as D  # noqa: E402  (exits 77 itself without grpcio/protoc)
+from drasetup import K, T, k  # noqa: E402
 import test_dra_mode as M  # noqa: E402  (HealthWatch, our_slices, device, claim_obj)
-sys.path.insert(0, os.path.join(HERE, "..", "interop"))
-import kubelet as K  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-import fakeapi  # noqa: E402
 
-T = 20
 NODE = M.NODE
 UID = "0f3c6a8e-7777-4a1b-9c2d-777777777777"
 BAD = "0f3c6a8e-8888-4a1b-9c2d-888888888888"
@@ -321,32 +315,13 @@ def run(tap, build, emu, api, knode, kc, pb, tmp, uuids):
 
 def main():
     build = os.path.abspath(k.BUILD)
-    if not K.Node.available(build):
-        K.skip_all("the emulator is not built")
-    if not os.path.isdir(os.path.join(build, "src/plugin/drasrc")):
-        K.skip_all("acceld is built without DRA mode (libcurl missing)")
-    if shutil.which("openssl") is None:
-        K.skip_all("openssl CLI missing (the fake API server makes its certificates with it)")
+    D.require_dra(build)
     tap = K.Tap()
     tmp = k.TMP
     src = os.path.abspath(k.SRC)
     pb = K.gen_pb2(src, os.path.join(tmp, "pb"))
-    emu = K.Node(build, tmp, gpus=2, numa="0,0")
-    out = subprocess.check_output([emu.emu, "status", "--json"], env=emu.env, text=True)
-    uuids = [g["uuid"] for g in json.loads(out)["gpus"]]
-    knode = k.Node(os.path.join(tmp, "n"), lib=os.path.join(build, "src/vcuda/libvcuda.so"))
-    api = fakeapi.ApiServer(k.SRC, tmp, token="dra-test-token", node=NODE, timeout=T)
-    kc = os.path.join(tmp, "kubeconfig")
-    api.kubeconfig(kc)
-    try:
-        run(tap, build, emu, api, knode, kc, pb, tmp, uuids)
-    except Exception as e:  # noqa: BLE001 - a crash is a failed case, with the logs
-        import traceback
-        tap.ok(False, "no exception", traceback.format_exc() + str(e))
-    finally:
-        api.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    tap.done()
+    emu, uuids, knode, api, kc = D.start_node(build, tmp, NODE)
+    D.guarded(tap, lambda: run(tap, build, emu, api, knode, kc, pb, tmp, uuids), api, tmp)
 
 
 if __name__ == "__main__":
