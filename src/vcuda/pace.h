@@ -162,7 +162,7 @@ void pace_est_learn(struct pace_est_table *t, uintptr_t key, uint64_t measured_n
  * docs/vcuda-compute.md "On a time-sliced GPU"). NVML's per-process samples say how much of
  * each sample period the process itself was busy. Over windows of at least PACE_CAL_WINDOW_NS
  * (and one sample period; a period is the shortest gap between two of the process's samples, at
- * least 1/6 s),  the ratio of that busy time to the spans the process measured in the
+ * least 1/6 s), the ratio of that busy time to the spans the process measured in the
  * same window is the share of its spans it was resident; every span is then settled at span x
  * that ratio (a moving average, at most 1: a span is never charged more than itself, and at
  * least PACE_CAL_MIN_PPM). Without samples for PACE_CAL_STALE_NS the spans count in full again.

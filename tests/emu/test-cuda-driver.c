@@ -334,24 +334,27 @@ static uint64_t state_used(unsigned gpu)
 
 /* ---- helper processes ---- */
 
+/* Kernel name of module ptx, loaded once into *mod / *f (NULL when it cannot be). */
+static CUfunction kernel_once(const char *ptx, const char *name, CUmodule *mod, CUfunction *f)
+{
+    if (!*f && (p_cuModuleLoadData(mod, ptx) != CUDA_SUCCESS ||
+                p_cuModuleGetFunction(f, *mod, name) != CUDA_SUCCESS))
+        return NULL;
+    return *f;
+}
+
 static CUfunction spin_fn(void)
 {
     static CUmodule mod;
     static CUfunction f;
-    if (!f && (p_cuModuleLoadData(&mod, spin_ptx) != CUDA_SUCCESS ||
-               p_cuModuleGetFunction(&f, mod, "spin") != CUDA_SUCCESS))
-        return NULL;
-    return f;
+    return kernel_once(spin_ptx, "spin", &mod, &f);
 }
 
 static CUfunction work_fn(void)
 {
     static CUmodule mod;
     static CUfunction f;
-    if (!f && (p_cuModuleLoadData(&mod, work_ptx) != CUDA_SUCCESS ||
-               p_cuModuleGetFunction(&f, mod, "work") != CUDA_SUCCESS))
-        return NULL;
-    return f;
+    return kernel_once(work_ptx, "work", &mod, &f);
 }
 
 /* The kernel a helper runs for its cycles argument: "wN" a work-bound kernel (its time is the

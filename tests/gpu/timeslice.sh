@@ -70,27 +70,27 @@ if [ -z "$ta" ] || [ -z "$tb" ]; then
 fi
 echo "# long kernel (events): $ta ms; short kernel (events): $tb ms; short program from go to exit: $wall ms (its 3 repeats p50: ${rep:-?} ms)"
 rc=0
+# verdict AWK_CONDITION PASS_TEXT FAIL_TEXT: the condition over a (long), b (short), l, s
+verdict() {
+    if awk -v a="$ta" -v b="$tb" -v l="$long" -v s="$short" "BEGIN { exit !($1) }"; then
+        echo "PASS: $2"
+    else
+        echo "FAIL: $3"
+        rc=1
+    fi
+}
 # the short kernel did not wait for the long one to end
-if awk -v b="$tb" -v l="$long" 'BEGIN { exit !(b < l / 2) }'; then
-    echo "PASS: the ${short} ms kernel beside a ${long} ms one of another process took $tb ms (events), not queued behind it"
-else
-    echo "FAIL: the ${short} ms kernel took $tb ms (events): it waited for the ${long} ms one"
-    rc=1
-fi
+verdict "b < l / 2" \
+    "the ${short} ms kernel beside a ${long} ms one of another process took $tb ms (events), not queued behind it" \
+    "the ${short} ms kernel took $tb ms (events): it waited for the ${long} ms one"
 # clock-bound: its events are its own time, plus at most the wait for its context to be
 # resident when its clock runs out (a generous bound for two slices: a quarter of it)
-if awk -v b="$tb" -v s="$short" 'BEGIN { exit !(b >= s * 0.99 && b <= s * 1.25) }'; then
-    echo "PASS: its events say $tb ms: its own ${short} ms (clock-bound), not stretched by the other context's slices"
-else
-    echo "FAIL: its events say $tb ms, outside [${short}, ${short} x 1.25] ms"
-    rc=1
-fi
+verdict "b >= s * 0.99 && b <= s * 1.25" \
+    "its events say $tb ms: its own ${short} ms (clock-bound), not stretched by the other context's slices" \
+    "its events say $tb ms, outside [${short}, ${short} x 1.25] ms"
 # the long kernel is not stretched by the short one's work either
-if awk -v a="$ta" -v l="$long" 'BEGIN { exit !(a >= l * 0.99 && a < l * 1.02) }'; then
-    echo "PASS: the ${long} ms kernel took $ta ms (events): not stretched by the ${short} ms ones beside it"
-else
-    echo "FAIL: the ${long} ms kernel took $ta ms (events): stretched (or short) beside the ${short} ms ones"
-    rc=1
-fi
+verdict "a >= l * 0.99 && a < l * 1.02" \
+    "the ${long} ms kernel took $ta ms (events): not stretched by the ${short} ms ones beside it" \
+    "the ${long} ms kernel took $ta ms (events): stretched (or short) beside the ${short} ms ones"
 echo "record: timeslice.sh long ${ta} ms, short ${tb} ms (events), repeats p50 ${rep:-?} ms"
 exit $rc
