@@ -1769,7 +1769,11 @@ static struct CUmemPoolHandle_st *pool_of(CUmemoryPool p)
  * cuda_pool_granularity: the GPU (and an MPS client's limit) is charged for the chunks beyond
  * what the blocks' own pages cost, and given back what is no longer needed. -ENOMEM (nothing
  * changed) when a growth does not fit. With the default 2 MiB granularity the reservation is
- * the blocks exactly. */
+ * the blocks exactly. Larger chunks (ACCEL_EMU_POOL_GRANULARITY) model what an NVIDIA H200
+ * (driver 580.159.04, 2026-11-26, tests/gpu/vcuda-memory.sh) did: its default pool held 64 MiB
+ * after a 60 MiB cuMemAllocAsync and 32 MiB around one live 512-byte allocation (32 MiB chunks
+ * fit both); NVIDIA documents only that "the OS allocations may happen at different
+ * granularity from the user allocations" (cuMemPoolTrimTo). */
 static int pool_fit_locked(struct CUmemPoolHandle_st *p)
 {
     uint64_t want = ROUND_UP(p->held, cuda_pool_granularity);
