@@ -145,11 +145,11 @@ struct dra_prepare_config {
 };
 
 /* Container paths of an MPS claim's daemon directories: the device-plugin MPS
- * mode's (src/plugin/shared.h). */
+ * mode's (src/modes/replicas.h). */
 #define DRA_CONTAINER_MPS_PIPE "/run/accel-mps/pipe"
 #define DRA_CONTAINER_MPS_LOG "/run/accel-mps/log"
 
-/* Container paths of a share's files: the vGPU mode's (src/plugin/vgpu.h),
+/* Container paths of a share's files: the vGPU mode's (src/modes/vgpu.h),
  * so a container looks the same whichever mode served it. */
 #define DRA_CONTAINER_VCUDA "/usr/local/vcuda/libvcuda.so"
 #define DRA_CONTAINER_CONFIG "/etc/vcuda/config"

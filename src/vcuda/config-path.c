@@ -3,7 +3,7 @@
  * (libvcuda-agenttest.so, tests only) can be linked from the same objects with
  * a path in the build tree: no run-time input, least of all the environment of
  * the process being limited, can move it. See config.h. */
-#include "config.h"
+#include "vcuda-config.h"
 
 #ifndef VC_CONFIG_AGENT_PATH
 #define VC_CONFIG_AGENT_PATH VC_CONFIG_DEFAULT_PATH

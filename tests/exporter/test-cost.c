@@ -276,7 +276,7 @@ static void units(V1__ContainerDevices *d, const char *resource, int first, int 
 }
 
 /* GPU-a shared by vGPU containers: pod-resources lists each container's vcuda-core and
- * vcuda-memory unit IDs ("<uuid>-<k>", src/plugin/vgpu.c), status.json the same containers
+ * vcuda-memory unit IDs ("<uuid>-<k>", src/modes/vgpu.c), status.json the same containers
  * with their cores. Each container counts once on GPU-a, with cores / 100: the unit IDs are
  * no GPU of their own, memory units hold no share of the GPU's time or energy, and however
  * many there are they leave room for the holders of GPUs listed after them (p9, GPU-b). */

@@ -1,4 +1,4 @@
-/* fuzz-exporter-podres.c — libFuzzer target for src/exporter/podres.c, the decoder of the
+/* fuzz-exporter-podres.c — libFuzzer target for src/nodestate/podres.c, the decoder of the
  * kubelet's pod-resources List answer (protobuf from the kubelet's socket). Checks: 0 or
  * -EPROTO only (and *ret untouched on -EPROTO), at most EXPORTER_PODRES_MAX pairs, every kept
  * string NUL-terminated inside its field, no empty GPU UUID or "::" left in one, each
