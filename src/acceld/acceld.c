@@ -1,6 +1,6 @@
 /* acceld.c — the node agent's main program: flags and config file, NVML and
  * the GPU inventory, the providers of the device-plugin modes and the DRA side
- * (dra-mode.h) for the GPUs in mode dra, the event loop with its signalfd
+ * (dra-acceld.h) for the GPUs in mode dra, the event loop with its signalfd
  * (SIGTERM/SIGINT: clean exit; SIGHUP: reload, both sides), the health
  * monitor's pipe (events routed to the side that owns the GPU) and the
  * recovery timer. Everything but the health thread runs on the loop. */
@@ -78,7 +78,7 @@ struct agent {
     size_t n_served;
     /* NVIDIA's sharing sections of the config file (docs/mps.md) */
     struct sharing_config sharing;
-    struct shared *shared[SHARING_MAX_RESOURCES]; /* time-slicing / MPS, one per resource */
+    struct replicas *shared[SHARING_MAX_RESOURCES]; /* time-slicing / MPS, one per resource */
     size_t n_shared;
     struct mps_sup *mps;
     struct mps_ref {
@@ -102,7 +102,7 @@ struct agent {
     struct vgpu_status_recent *vgpu_recent; /* its last findings (accelctl vgpu) */
     struct vgpu_check_state *vgpu_cstate;   /* its compute half's memory (NULL: off) */
     uint64_t vgpu_thaw_timer;               /* thaws what vgpu.computeAction froze */
-    /* the agent's SLIs (stats.h), written to <stateDir>/acceld-stats.json */
+    /* the agent's SLIs (acceld-stats.h), written to <stateDir>/acceld-stats.json */
     struct acceld_stats *stats;
     uint64_t stats_timer;
     uint64_t stats_gen;        /* generation last written */
@@ -268,7 +268,7 @@ static void stats_flush(struct agent *a, bool force)
         enum acceld_stats_mps_state st = ACCELD_STATS_MPS_NONE;
         for (size_t k = 0; k < a->n_mps && a->mps; k++) {
             const struct mps_ref *m = &a->mps_refs[k];
-            if (strcmp(shared_gpu_uuid(a->shared[m->sh], m->gpu), a->uuids[g]) != 0)
+            if (strcmp(replicas_gpu_uuid(a->shared[m->sh], m->gpu), a->uuids[g]) != 0)
                 continue;
             n += mps_sup_restarts(a->mps, k);
             /* the worst of the GPU's sets: down, else fault, else running */
@@ -711,7 +711,7 @@ static int make_providers(struct agent *a)
     int *nvl = NULL;
     int r = -ENOMEM;
     struct sharing_gpu *sg = calloc(total ? total : 1, sizeof(*sg));
-    struct shared_gpu_desc *sd = calloc(total ? total : 1, sizeof(*sd));
+    struct replicas_gpu_desc *sd = calloc(total ? total : 1, sizeof(*sd));
     size_t *sgroup = calloc(total ? total : 1, sizeof(size_t)), ns = 0;
     char names[SHARING_MAX_RESOURCES][ACCELD_NAME_MAX];
     size_t n_names = 0;
@@ -785,8 +785,8 @@ static int make_providers(struct agent *a)
                 if (grp == n_names)
                     snprintf(names[n_names++], sizeof(names[0]), "%s", name);
                 sgroup[ns] = grp;
-                sd[ns++] = (struct shared_gpu_desc){d->uuid,    minor,    d->numa_node,
-                                                    d->healthy, replicas, d->memory_total_bytes};
+                sd[ns++] = (struct replicas_gpu_desc){d->uuid,    minor,    d->numa_node,
+                                                      d->healthy, replicas, d->memory_total_bytes};
                 n++;
                 continue;
             }
@@ -865,7 +865,7 @@ static int make_providers(struct agent *a)
                  a->cfg.vgpu_memory_resource);
     }
     for (size_t grp = 0; r == 0 && grp < n_names; grp++) {
-        struct shared_gpu_desc *mine = calloc(ns ? ns : 1, sizeof(*mine));
+        struct replicas_gpu_desc *mine = calloc(ns ? ns : 1, sizeof(*mine));
         size_t nm = 0;
         if (!mine) {
             r = -ENOMEM;
@@ -878,14 +878,14 @@ static int make_providers(struct agent *a)
         char cls[ACCELD_NAME_MAX];
         snprintf(cls, sizeof(cls), grp ? "%.100s-shared%zu" : "%.100s-shared", a->cfg.cdi_class,
                  grp);
-        struct shared_options so = {a->sharing.mode == SHARING_MPS,
-                                    a->sharing.fail_requests_greater_than_one,
-                                    names[grp],
-                                    a->cfg.dev_root,
-                                    a->cfg.strategy,
-                                    a->cfg.cdi_vendor,
-                                    cls};
-        r = shared_new(mine, nm, &so, &a->shared[a->n_shared]);
+        struct replicas_options so = {a->sharing.mode == SHARING_MPS,
+                                      a->sharing.fail_requests_greater_than_one,
+                                      names[grp],
+                                      a->cfg.dev_root,
+                                      a->cfg.strategy,
+                                      a->cfg.cdi_vendor,
+                                      cls};
+        r = replicas_new(mine, nm, &so, &a->shared[a->n_shared]);
         free(mine);
         if (r < 0) {
             log_error("cannot build the shared resource %s: %s", names[grp], strerror(-r));
@@ -893,7 +893,7 @@ static int make_providers(struct agent *a)
         }
         struct served *s = &a->served[a->n_served++];
         s->kind = SERVED_SHARED;
-        s->prov = shared_provider(a->shared[a->n_shared++]);
+        s->prov = replicas_provider(a->shared[a->n_shared++]);
         snprintf(s->resource, sizeof(s->resource), "%s", names[grp]);
         log_info("%s mode on %zu GPU(s): %s",
                  a->sharing.mode == SHARING_MPS ? "MPS" : "time-slicing", nm, names[grp]);
@@ -918,16 +918,16 @@ static void on_mps_health(struct mps_sup *sup, size_t set, bool healthy, const c
     struct agent *a = user_data;
     (void)sup;
     const struct mps_ref *m = &a->mps_refs[set];
-    struct shared *sh = a->shared[m->sh];
-    if (!shared_set_daemon_health(sh, m->gpu, m->k, healthy))
+    struct replicas *sh = a->shared[m->sh];
+    if (!replicas_set_daemon_health(sh, m->gpu, m->k, healthy))
         return;
     acceld_plugin_devices_changed(a->served[m->served].plugin);
     if (healthy)
-        log_info("MPS: every replica of GPU %s is Healthy again", shared_gpu_uuid(sh, m->gpu));
+        log_info("MPS: every replica of GPU %s is Healthy again", replicas_gpu_uuid(sh, m->gpu));
     else
         log_warn("MPS: every replica of GPU %s is Unhealthy: its daemon for %u-replica requests "
                  "is not serving (%s)",
-                 shared_gpu_uuid(sh, m->gpu), m->k, why);
+                 replicas_gpu_uuid(sh, m->gpu), m->k, why);
 }
 
 /* One daemon per (MPS GPU, request size k) with defaults k/n (docs/mps.md). */
@@ -937,8 +937,8 @@ static int mps_start(struct agent *a)
         return 0;
     size_t n = 0;
     for (size_t i = 0; i < a->n_shared; i++)
-        for (size_t g = 0; g < shared_gpu_count(a->shared[i]); g++)
-            n += shared_max_request(a->shared[i], g);
+        for (size_t g = 0; g < replicas_gpu_count(a->shared[i]); g++)
+            n += replicas_max_request(a->shared[i], g);
     if (n == 0)
         return 0;
     struct mps_sup_set_cfg *sets = calloc(n, sizeof(*sets));
@@ -949,17 +949,17 @@ static int mps_start(struct agent *a)
         goto out;
     size_t k = 0, served = 0;
     for (size_t i = 0; i < a->n_shared; i++) {
-        struct shared *sh = a->shared[i];
+        struct replicas *sh = a->shared[i];
         while (a->served[served].prov.self != sh)
             served++;
-        for (size_t g = 0; g < shared_gpu_count(sh); g++) {
-            const char *uuid = shared_gpu_uuid(sh, g);
+        for (size_t g = 0; g < replicas_gpu_count(sh); g++) {
+            const char *uuid = replicas_gpu_uuid(sh, g);
             int inv = -1;
             for (int d = 0; d < a->inv->count && inv < 0; d++)
                 if (strcmp(a->inv->devices[d].uuid, uuid) == 0)
                     inv = d;
-            unsigned replicas = shared_gpu_replicas(sh, g);
-            for (unsigned req = 1; req <= shared_max_request(sh, g); req++, k++) {
+            unsigned replicas = replicas_gpu_replicas(sh, g);
+            for (unsigned req = 1; req <= replicas_max_request(sh, g); req++, k++) {
                 unsigned pct;
                 uint64_t mem;
                 sharing_mps_caps(req, replicas, a->inv->devices[inv].memory_total_bytes, &pct,
@@ -984,8 +984,8 @@ static int mps_start(struct agent *a)
     a->n_mps = n;
     for (size_t s = 0; s < n; s++) {
         const struct mps_ref *m = &a->mps_refs[s];
-        shared_set_mps_dirs(a->shared[m->sh], m->gpu, m->k, mps_sup_pipe_dir(a->mps, s),
-                            mps_sup_log_dir(a->mps, s));
+        replicas_set_mps_dirs(a->shared[m->sh], m->gpu, m->k, mps_sup_pipe_dir(a->mps, s),
+                              mps_sup_log_dir(a->mps, s));
     }
     r = mps_sup_start(a->mps);
     if (r < 0)
@@ -1181,7 +1181,7 @@ static int start(struct agent *a)
         return r;
     }
     for (size_t i = 0; a->cfg.strategy == ACCELD_STRATEGY_CDI && i < a->n_shared; i++) {
-        if ((r = shared_write_cdi(a->shared[i], a->cfg.cdi_dir)) < 0) {
+        if ((r = replicas_write_cdi(a->shared[i], a->cfg.cdi_dir)) < 0) {
             log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
             return r;
         }
@@ -1242,7 +1242,7 @@ static void stop(struct agent *a)
     a->pgpu = pgpu_free(a->pgpu);
     a->vgpu = vgpu_free(a->vgpu);
     for (size_t i = 0; i < a->n_shared; i++)
-        a->shared[i] = shared_free(a->shared[i]);
+        a->shared[i] = replicas_free(a->shared[i]);
     free(a->vgpu_recent);
     a->vgpu_recent = NULL;
     /* never leave a container frozen behind us */

@@ -1,5 +1,5 @@
-/* config.c — acceld's settings: defaults, per-key validation, the YAML file
- * walker (libyaml events, so every error can name its line). See config.h. */
+/* acceld-config.c — acceld's settings: defaults, per-key validation, the YAML file
+ * walker (libyaml events, so every error can name its line). See acceld-config.h. */
 #include "acceld-config.h"
 
 #include <ctype.h>
@@ -645,7 +645,7 @@ static bool is_known_section(const char *k)
 }
 
 /* NVIDIA's device-plugin config format (version: v1, sharing:, flags:,
- * resources:) in the same file: parsed by sharing.c (docs/mps.md). */
+ * resources:) in the same file: parsed by sharing-config.c (docs/mps.md). */
 static bool is_nvidia_section(const char *k)
 {
     return strcmp(k, "version") == 0 || strcmp(k, "sharing") == 0 || strcmp(k, "flags") == 0 ||
@@ -767,7 +767,7 @@ static int walk_mapping(struct walker *w, const char *prefix)
         if ((r = next_event(w)) < 0)
             return r;
         if (nvidia) {
-            /* NVIDIA's device-plugin sections: sharing.c parses them */
+            /* NVIDIA's device-plugin sections: sharing-config.c parses them */
             w->cfg->nvidia_sharing = true;
             if ((r = skip_node(w)) < 0)
                 return r;

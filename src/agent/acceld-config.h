@@ -1,4 +1,4 @@
-/* config.h — acceld's settings: defaults, the YAML config file (libyaml) and
+/* acceld-config.h — acceld's settings: defaults, the YAML config file (libyaml) and
  * the command-line flags that override it.
  *
  * Every setting has one key (the YAML path, e.g. "health.recoverAfter") and
@@ -97,7 +97,7 @@ struct acceld_config {
     enum acceld_taint_effect dra_fatal_taint_effect; /* dra.fatalTaintEffect (fatal XID, lost) */
     char mps_control[ACCELD_PATH_MAX];               /* mpsControl; "" = found on PATH */
     /* The file holds NVIDIA's device-plugin sections (version, sharing, flags,
-     * resources): acceld.c parses them with sharing.c. Not a key. */
+     * resources): acceld.c parses them with sharing-config.c. Not a key. */
     bool nvidia_sharing;
 };
 

@@ -1,7 +1,7 @@
-/* plugin.c — the DevicePlugin service for one resource (any number of
+/* dp-service.c — the DevicePlugin service for one resource (any number of
  * these run side by side, one per provider), its watchers, and the
- * registration state machine with inotify on the plugin dir; see plugin.h.
- * Messages go to and from the provider through wire.c. */
+ * registration state machine with inotify on the plugin dir; see dp-service.h.
+ * Messages go to and from the provider through dp-wire.c. */
 #include "dp-service.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* plugin.h — one kubelet device-plugin endpoint: the DevicePlugin gRPC
+/* dp-service.h — one kubelet device-plugin endpoint: the DevicePlugin gRPC
  * service on `<plugin dir>/<socket>` for one resource served by one provider
  * (provider.h), its ListAndWatch watchers, and its registration with the
  * kubelet. acceld runs one per resource (pGPU: one; vGPU: cores and memory).

@@ -1,5 +1,5 @@
-/* wire.c — DevicePlugin messages to and from provider calls, and the checks
- * every mode shares; see wire.h. Allocate's answer is built in one reused
+/* dp-wire.c — DevicePlugin messages to and from provider calls, and the checks
+ * every mode shares; see dp-wire.h. Allocate's answer is built in one reused
  * block whose size is computed first (the arena below). */
 #include "dp-wire.h"
 

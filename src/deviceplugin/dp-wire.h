@@ -1,4 +1,4 @@
-/* wire.h — the protobuf side of the provider seam: turns the kubelet's
+/* dp-wire.h — the protobuf side of the provider seam: turns the kubelet's
  * DevicePlugin messages into provider calls (provider.h) and the answers back
  * into messages. Holds the checks every mode shares: request caps (no more
  * IDs or containers than the provider has devices, refused before any ID is

@@ -1,12 +1,13 @@
-/* provider.h — the seam between the device-plugin transport (plugin.c,
- * wire.c: sockets, registration, protobuf) and a mode's device logic (pgpu.c,
- * later vgpu.c, mps, DRA). A provider serves one resource: it owns a device
+/* provider.h — the seam between the device-plugin transport (dp-service.c,
+ * dp-wire.c: sockets, registration, protobuf) and a mode's device logic
+ * (src/modes: pgpu.c, replicas.c, vgpu.c; DRA has a transport of its own, src/dra).
+ * A provider serves one resource: it owns a device
  * list with health and NUMA topology, answers GetPreferredAllocation and
  * Allocate in plain C structs, and takes GPU health events. It never sees a
  * wire type; the transport never sees a mode's rules.
  *
  * What the transport guarantees before calling allocate (the hardening that
- * holds for every mode, in wire.c): the request names at least one container,
+ * holds for every mode, in dp-wire.c): the request names at least one container,
  * each with at least one ID; the whole request names no more IDs than the
  * provider has devices; every ID is known (find), healthy, and named once in
  * the whole request. The provider gets device indices, not strings.

@@ -1,8 +1,8 @@
-/* dra-mode.c — acceld's DRA side: the GPUs it is given published as the
+/* dra-acceld.c — acceld's DRA side: the GPUs it is given published as the
  * node's ResourceSlice, the kubelet plugin (registration + DRAPlugin) with
  * claims read from the API server, health events turned into device taints,
  * per-claim MPS daemons, and a status file for `accelctl dra`; and
- * acceld_dra_run, `mode: dra` on its own loop. See dra-mode.h and
+ * acceld_dra_run, `mode: dra` on its own loop. See dra-acceld.h and
  * docs/dra.md. */
 #define _GNU_SOURCE
 #include "dra-acceld.h"
@@ -914,7 +914,7 @@ struct dra_run {
     struct gpu_inventory *inv;
     struct health_monitor *health;
     struct acceld_dra *dra;
-    /* the agent's SLIs (stats.h), written to <stateDir>/acceld-stats.json */
+    /* the agent's SLIs (acceld-stats.h), written to <stateDir>/acceld-stats.json */
     struct acceld_stats *stats;
     uint64_t stats_timer;
     uint64_t stats_gen;        /* generation last written */

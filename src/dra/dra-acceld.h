@@ -1,4 +1,4 @@
-/* dra-mode.h — acceld's DRA side (docs/dra.md): GPUs of the inventory
+/* dra-acceld.h — acceld's DRA side (docs/dra.md): GPUs of the inventory
  * published as the node's ResourceSlice by the driver gpu.accel.dev, the
  * kubelet plugin (registration + DRAPlugin) with claims read from the API
  * server, health events turned into device taints and the kubelet's health

@@ -1,4 +1,4 @@
-/* plugin.c — the DRA kubelet plugin's sockets on the event loop: the
+/* dra-plugin.c — the DRA kubelet plugin's sockets on the event loop: the
  * registration service (pluginregistration.Registration) on
  * <registry_dir>/<driver>-reg.sock and the DRAPlugin service, v1 and v1beta1
  * (same messages), on <plugin_dir>/dra.sock; inotify on the registry dir

@@ -3,7 +3,7 @@
  * claim-source seam the API client will fill (claim.c has a source backed by
  * JSON files), NodePrepare/NodeUnprepare with CDI specs, libvcuda configs and
  * a checkpoint (prepare.c), the registration + DRA gRPC service on the event
- * loop (plugin.c) and the ResourceSlice renderer (slice.c). See docs/dra.md.
+ * loop (dra-plugin.c) and the ResourceSlice renderer (slice.c). See docs/dra.md.
  *
  * Threads: everything runs on the event loop's thread (the claim source is
  * called from it too; a source that goes to the network answers from a cache

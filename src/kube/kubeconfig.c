@@ -1,4 +1,4 @@
-/* config.c — owns reading the API server's address and credentials: the in-cluster
+/* kubeconfig.c — owns reading the API server's address and credentials: the in-cluster
  * service-account files and kubeconfig files.
  *
  * kubeconfig fields (the format kubectl documents at

@@ -1,4 +1,4 @@
-/* config.h — where the API server is and how acceld proves who it is: the in-cluster
+/* kubeconfig.h — where the API server is and how acceld proves who it is: the in-cluster
  * service-account files or a standard kubeconfig file (YAML, read with libyaml).
  *
  * Strings are owned by struct kube_config and freed by kube_config_free. File paths are kept

@@ -1,4 +1,4 @@
-/* shared.c — see shared.h. */
+/* replicas.c — the time-slicing and MPS replica providers; see replicas.h. */
 #include "replicas.h"
 
 #include <errno.h>
@@ -42,8 +42,8 @@ struct answer {
     char mem[48];
 };
 
-struct shared {
-    struct shared_options o;
+struct replicas {
+    struct replicas_options o;
     char resource[ACCELD_NAME_MAX];
     char dev_root[ACCELD_PATH_MAX];
     char cdi_vendor[ACCELD_NAME_MAX];
@@ -70,7 +70,7 @@ static bool gpu_up(const struct sgpu *g, bool mps)
     return true;
 }
 
-static void answers_free(struct shared *s)
+static void answers_free(struct replicas *s)
 {
     for (size_t i = 0; i < s->n_ans; i++) {
         free(s->ans[i].nodes);
@@ -82,7 +82,7 @@ static void answers_free(struct shared *s)
     s->n_ans = 0;
 }
 
-struct shared *shared_free(struct shared *s)
+struct replicas *replicas_free(struct replicas *s)
 {
     if (!s)
         return NULL;
@@ -99,13 +99,13 @@ struct shared *shared_free(struct shared *s)
     return NULL;
 }
 
-int shared_new(const struct shared_gpu_desc *gpus, size_t n, const struct shared_options *o,
-               struct shared **ret)
+int replicas_new(const struct replicas_gpu_desc *gpus, size_t n, const struct replicas_options *o,
+                 struct replicas **ret)
 {
     if (strlen(o->resource) >= ACCELD_NAME_MAX || strlen(o->dev_root) >= ACCELD_PATH_MAX ||
         strlen(o->cdi_vendor) >= ACCELD_NAME_MAX || strlen(o->cdi_class) >= ACCELD_NAME_MAX)
         return -ENAMETOOLONG;
-    struct shared *s = calloc(1, sizeof(*s));
+    struct replicas *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     s->o = *o;
@@ -166,32 +166,32 @@ int shared_new(const struct shared_gpu_desc *gpus, size_t n, const struct shared
     *ret = s;
     return 0;
 fail:
-    shared_free(s);
+    replicas_free(s);
     return r;
 }
 
-size_t shared_gpu_count(const struct shared *s)
+size_t replicas_gpu_count(const struct replicas *s)
 {
     return s->n_gpus;
 }
 
-const char *shared_gpu_uuid(const struct shared *s, size_t gpu)
+const char *replicas_gpu_uuid(const struct replicas *s, size_t gpu)
 {
     return s->gpus[gpu].uuid;
 }
 
-unsigned shared_gpu_replicas(const struct shared *s, size_t gpu)
+unsigned replicas_gpu_replicas(const struct replicas *s, size_t gpu)
 {
     return s->gpus[gpu].replicas;
 }
 
-unsigned shared_max_request(const struct shared *s, size_t gpu)
+unsigned replicas_max_request(const struct replicas *s, size_t gpu)
 {
     return s->gpus[gpu].max_k;
 }
 
-int shared_set_mps_dirs(struct shared *s, size_t gpu, unsigned k, const char *pipe_dir,
-                        const char *log_dir)
+int replicas_set_mps_dirs(struct replicas *s, size_t gpu, unsigned k, const char *pipe_dir,
+                          const char *log_dir)
 {
     struct sgpu *g = &s->gpus[gpu];
     if (k == 0 || k > g->max_k)
@@ -203,7 +203,7 @@ int shared_set_mps_dirs(struct shared *s, size_t gpu, unsigned k, const char *pi
     return 0;
 }
 
-bool shared_set_daemon_health(struct shared *s, size_t gpu, unsigned k, bool healthy)
+bool replicas_set_daemon_health(struct replicas *s, size_t gpu, unsigned k, bool healthy)
 {
     struct sgpu *g = &s->gpus[gpu];
     if (k == 0 || k > g->max_k || g->daemon_ok[k - 1] == healthy)
@@ -220,17 +220,17 @@ bool shared_set_daemon_health(struct shared *s, size_t gpu, unsigned k, bool hea
 
 static size_t op_count(void *self)
 {
-    return ((struct shared *)self)->n_devs;
+    return ((struct replicas *)self)->n_devs;
 }
 
 static void op_device(void *self, size_t idx, struct acceld_device *out)
 {
-    struct shared *s = self;
+    struct replicas *s = self;
     const struct sgpu *g = &s->gpus[s->dev_gpu[idx]];
     *out = (struct acceld_device){s->ids[idx], gpu_up(g, s->o.mps), g->numa};
 }
 
-static int gpu_find(const struct shared *s, const char *uuid)
+static int gpu_find(const struct replicas *s, const char *uuid)
 {
     for (size_t i = 0; i < s->n_gpus; i++)
         if (strcmp(s->gpus[i].uuid, uuid) == 0)
@@ -240,7 +240,7 @@ static int gpu_find(const struct shared *s, const char *uuid)
 
 static int op_find(void *self, const char *id)
 {
-    struct shared *s = self;
+    struct replicas *s = self;
     char uuid[ACCELD_ID_MAX];
     unsigned n;
     if (sharing_replica_id_parse(id, uuid, sizeof(uuid), &n) < 0)
@@ -253,7 +253,7 @@ static int op_find(void *self, const char *id)
 
 static uint64_t op_generation(void *self)
 {
-    return ((struct shared *)self)->generation;
+    return ((struct replicas *)self)->generation;
 }
 
 /* Prefers replicas of one GPU (an MPS container needs all its replicas on one
@@ -262,7 +262,7 @@ static uint64_t op_generation(void *self)
 static int op_prefer(void *self, const struct acceld_prefer_req *req, const char **out, char *err,
                      size_t errlen)
 {
-    struct shared *s = self;
+    struct replicas *s = self;
     size_t *avail = calloc(s->n_gpus ? s->n_gpus : 1, sizeof(size_t));
     if (!avail)
         return -ENOMEM;
@@ -309,7 +309,7 @@ static int op_prefer(void *self, const struct acceld_prefer_req *req, const char
     return 0;
 }
 
-static int answer_fill(struct shared *s, const struct acceld_alloc_req *req, struct answer *a,
+static int answer_fill(struct replicas *s, const struct acceld_alloc_req *req, struct answer *a,
                        struct acceld_alloc *out, char *err, size_t errlen)
 {
     /* the GPUs of this container, each once, in request order */
@@ -382,16 +382,16 @@ static int answer_fill(struct shared *s, const struct acceld_alloc_req *req, str
             goto out;
         }
         snprintf(a->pct, sizeof(a->pct), "%u", pct);
-        a->env[ne++] = (struct acceld_kv){"CUDA_MPS_PIPE_DIRECTORY", SHARED_MPS_PIPE_PATH};
-        a->env[ne++] = (struct acceld_kv){"CUDA_MPS_LOG_DIRECTORY", SHARED_MPS_LOG_PATH};
+        a->env[ne++] = (struct acceld_kv){"CUDA_MPS_PIPE_DIRECTORY", REPLICAS_MPS_PIPE_PATH};
+        a->env[ne++] = (struct acceld_kv){"CUDA_MPS_LOG_DIRECTORY", REPLICAS_MPS_LOG_PATH};
         a->env[ne++] = (struct acceld_kv){"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", a->pct};
         if (mem) {
             /* the client sees its one GPU as device 0 */
             snprintf(a->mem, sizeof(a->mem), "0=%lluM", (unsigned long long)(mem >> 20));
             a->env[ne++] = (struct acceld_kv){"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", a->mem};
         }
-        a->mounts[0] = (struct acceld_mount){SHARED_MPS_PIPE_PATH, g->pipe[k - 1], false};
-        a->mounts[1] = (struct acceld_mount){SHARED_MPS_LOG_PATH, g->log[k - 1], false};
+        a->mounts[0] = (struct acceld_mount){REPLICAS_MPS_PIPE_PATH, g->pipe[k - 1], false};
+        a->mounts[1] = (struct acceld_mount){REPLICAS_MPS_LOG_PATH, g->log[k - 1], false};
         a->mounts[2] = (struct acceld_mount){"/dev/shm", "/dev/shm", false};
         out->mounts = a->mounts;
         out->n_mounts = N_MOUNT;
@@ -407,7 +407,7 @@ out:
 static int op_allocate(void *self, const struct acceld_alloc_req *reqs, size_t n,
                        struct acceld_alloc *out, char *err, size_t errlen)
 {
-    struct shared *s = self;
+    struct replicas *s = self;
     answers_free(s);
     s->ans = calloc(n ? n : 1, sizeof(*s->ans));
     if (!s->ans)
@@ -425,7 +425,7 @@ static int op_allocate(void *self, const struct acceld_alloc_req *reqs, size_t n
 
 static bool op_set_gpu_health(void *self, const char *uuid, bool healthy)
 {
-    struct shared *s = self;
+    struct replicas *s = self;
     int g = gpu_find(s, uuid);
     if (g < 0 || s->gpus[g].healthy == healthy)
         return false;
@@ -437,7 +437,7 @@ static bool op_set_gpu_health(void *self, const char *uuid, bool healthy)
     return true;
 }
 
-static const struct acceld_provider_ops shared_ops = {
+static const struct acceld_provider_ops replicas_ops = {
     .count = op_count,
     .device = op_device,
     .find = op_find,
@@ -447,12 +447,12 @@ static const struct acceld_provider_ops shared_ops = {
     .set_gpu_health = op_set_gpu_health,
 };
 
-struct acceld_provider shared_provider(struct shared *s)
+struct acceld_provider replicas_provider(struct replicas *s)
 {
-    return (struct acceld_provider){&shared_ops, s};
+    return (struct acceld_provider){&replicas_ops, s};
 }
 
-int shared_write_cdi(const struct shared *s, const char *dir)
+int replicas_write_cdi(const struct replicas *s, const char *dir)
 {
     struct cdi_device *devs = calloc(s->n_gpus ? s->n_gpus : 1, sizeof(*devs));
     const char **nodes = calloc(s->n_gpus ? s->n_gpus : 1, sizeof(char *));

@@ -1,7 +1,7 @@
-/* shared.h — the time-slicing and MPS providers: each GPU selected by the
- * sharing config (sharing.h) is advertised as `replicas` devices with IDs
+/* replicas.h — the time-slicing and MPS providers: each GPU selected by the
+ * sharing config (sharing-config.h) is advertised as `replicas` devices with IDs
  * `<uuid>::<n>` (NVIDIA's form), served through the provider seam
- * (provider.h; shared_provider). One struct shared serves one advertised
+ * (provider.h; replicas_provider). One struct replicas serves one advertised
  * resource name (a rename gives another).
  *
  * Time-slicing: Allocate answers the GPUs' device nodes and
@@ -27,10 +27,10 @@
 #include "provider.h"
 
 /* Container paths of an MPS daemon's directories. */
-#define SHARED_MPS_PIPE_PATH "/run/accel-mps/pipe"
-#define SHARED_MPS_LOG_PATH "/run/accel-mps/log"
+#define REPLICAS_MPS_PIPE_PATH "/run/accel-mps/pipe"
+#define REPLICAS_MPS_LOG_PATH "/run/accel-mps/log"
 
-struct shared_gpu_desc {
+struct replicas_gpu_desc {
     const char *uuid;
     int minor;     /* /dev/nvidia<minor> */
     int numa_node; /* -1 unknown */
@@ -39,7 +39,7 @@ struct shared_gpu_desc {
     uint64_t mem_bytes; /* MPS pinned memory base; 0 unknown (no memory cap) */
 };
 
-struct shared_options {
+struct replicas_options {
     bool mps;
     bool fail_requests_greater_than_one;
     const char *resource; /* advertised name, for messages */
@@ -49,26 +49,26 @@ struct shared_options {
     const char *cdi_class; /* the spec's class (docs/mps.md, "CDI") */
 };
 
-struct shared;
+struct replicas;
 
-int shared_new(const struct shared_gpu_desc *gpus, size_t n, const struct shared_options *opts,
-               struct shared **ret);
-struct shared *shared_free(struct shared *s);
+int replicas_new(const struct replicas_gpu_desc *gpus, size_t n,
+                 const struct replicas_options *opts, struct replicas **ret);
+struct replicas *replicas_free(struct replicas *s);
 
-size_t shared_gpu_count(const struct shared *s);
-const char *shared_gpu_uuid(const struct shared *s, size_t gpu);
-unsigned shared_gpu_replicas(const struct shared *s, size_t gpu);
+size_t replicas_gpu_count(const struct replicas *s);
+const char *replicas_gpu_uuid(const struct replicas *s, size_t gpu);
+unsigned replicas_gpu_replicas(const struct replicas *s, size_t gpu);
 /* MPS: the largest request size a daemon is run for (1 or replicas). */
-unsigned shared_max_request(const struct shared *s, size_t gpu);
+unsigned replicas_max_request(const struct replicas *s, size_t gpu);
 
 /* MPS: the daemon for (gpu, k)'s host directories (copied). */
-int shared_set_mps_dirs(struct shared *s, size_t gpu, unsigned k, const char *pipe_dir,
-                        const char *log_dir);
+int replicas_set_mps_dirs(struct replicas *s, size_t gpu, unsigned k, const char *pipe_dir,
+                          const char *log_dir);
 /* MPS: the daemon for (gpu, k) is healthy or not. Returns true when the
  * device list changed (all of the GPU's replicas at once). */
-bool shared_set_daemon_health(struct shared *s, size_t gpu, unsigned k, bool healthy);
+bool replicas_set_daemon_health(struct replicas *s, size_t gpu, unsigned k, bool healthy);
 
-struct acceld_provider shared_provider(struct shared *s);
+struct acceld_provider replicas_provider(struct replicas *s);
 
 /* Writes the CDI spec (one device per GPU, named by UUID) under dir. */
-int shared_write_cdi(const struct shared *s, const char *dir);
+int replicas_write_cdi(const struct replicas *s, const char *dir);

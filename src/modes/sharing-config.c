@@ -1,8 +1,8 @@
-/* sharing.c — NVIDIA's sharing config (time-slicing / MPS) and acceld's
+/* sharing-config.c — NVIDIA's sharing config (time-slicing / MPS) and acceld's
  * per-GPU replica counts: libyaml document tree, validated node by node so
  * every error names its line. Facts on NVIDIA's format are from its
  * k8s-device-plugin README ("Shared Access to GPUs"); the replica limits from
- * NVIDIA's MPS guide (docs.nvidia.com/deploy/mps). See sharing.h. */
+ * NVIDIA's MPS guide (docs.nvidia.com/deploy/mps). See sharing-config.h. */
 #include "sharing-config.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* sharing.h — the GPU-sharing config: NVIDIA's device-plugin format
+/* sharing-config.h — the GPU-sharing config: NVIDIA's device-plugin format
  * (`version: v1`, `sharing.timeSlicing` / `sharing.mps`) plus acceld's own
  * per-GPU replica counts, parsed with libyaml into a fixed-size struct; the
  * replica limits by compute capability; replica device IDs `<uuid>::<n>`; the

@@ -1,5 +1,5 @@
-/* stats.c — acceld's SLI counters and the acceld-stats.json format (writer and
- * strict reader, on jansson); see stats.h. */
+/* acceld-stats.c — acceld's SLI counters and the acceld-stats.json format (writer and
+ * strict reader, on jansson); see acceld-stats.h. */
 #define _GNU_SOURCE
 #include "acceld-stats.h"
 

@@ -1,4 +1,4 @@
-/* stats.h — acceld's own SLIs (docs/exporter.md, "The agent's SLIs"): counters the
+/* acceld-stats.h — acceld's own SLIs (docs/exporter.md, "The agent's SLIs"): counters the
  * agent keeps in memory since it started, and the file that carries them to
  * accel-exporter, <stateDir>/acceld-stats.json.
  *

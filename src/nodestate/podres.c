@@ -25,8 +25,7 @@ static int copy(char *dst, size_t cap, const char *src, size_t n)
     return 0;
 }
 
-int exporter_podres_same_container(const struct exporter_podres_entry *a,
-                                   const struct exporter_podres_entry *b)
+int podres_same_container(const struct podres_entry *a, const struct podres_entry *b)
 {
     return !strcmp(a->namespace_, b->namespace_) && !strcmp(a->pod, b->pod) &&
            !strcmp(a->container, b->container);
@@ -43,13 +42,13 @@ static bool vgpu_units(const char *resource)
                         !strcmp(resource, "tencent.com/vcuda-memory"));
 }
 
-static void add(struct exporter_podres *pr, const char *id, const char *resource,
+static void add(struct podres *pr, const char *id, const char *resource,
                 const V1__PodResources *pod, const V1__ContainerResources *ct)
 {
-    struct exporter_podres_entry *x;
+    struct podres_entry *x;
     const char *sep;
 
-    if (!id || pr->n == EXPORTER_PODRES_MAX || vgpu_units(resource))
+    if (!id || pr->n == PODRES_MAX || vgpu_units(resource))
         return;
     x = &pr->e[pr->n];
     sep = strstr(id, "::");
@@ -63,8 +62,7 @@ static void add(struct exporter_podres *pr, const char *id, const char *resource
         return;
     /* one container holding two replicas of one GPU is still one holder (counting both) */
     for (size_t k = 0; k < pr->n; k++)
-        if (!strcmp(pr->e[k].gpu_uuid, x->gpu_uuid) &&
-            exporter_podres_same_container(&pr->e[k], x)) {
+        if (!strcmp(pr->e[k].gpu_uuid, x->gpu_uuid) && podres_same_container(&pr->e[k], x)) {
             pr->e[k].ids++;
             return;
         }
@@ -73,7 +71,7 @@ static void add(struct exporter_podres *pr, const char *id, const char *resource
     pr->n++;
 }
 
-int exporter_podres_parse(const uint8_t *msg, size_t len, struct exporter_podres *ret)
+int podres_parse(const uint8_t *msg, size_t len, struct podres *ret)
 {
     V1__ListPodResourcesResponse *r = v1__list_pod_resources_response__unpack(NULL, len, msg);
 
@@ -93,8 +91,7 @@ int exporter_podres_parse(const uint8_t *msg, size_t len, struct exporter_podres
     return 0;
 }
 
-int exporter_podres_list(const char *socket_path, unsigned int timeout_ms,
-                         struct exporter_podres *ret)
+int podres_list(const char *socket_path, unsigned int timeout_ms, struct podres *ret)
 {
     V1__ListPodResourcesRequest req = V1__LIST_POD_RESOURCES_REQUEST__INIT;
     uint8_t buf[16];
@@ -111,14 +108,14 @@ int exporter_podres_list(const char *socket_path, unsigned int timeout_ms,
     if (status != 0)
         r = -EIO;
     else
-        r = exporter_podres_parse(resp ? resp : buf, resp_len, ret);
+        r = podres_parse(resp ? resp : buf, resp_len, ret);
     free(message);
     free(resp);
     return r;
 }
 
-size_t exporter_podres_holders(const struct exporter_podres *pr, const char *gpu_uuid,
-                               const struct exporter_podres_entry **ret_first)
+size_t podres_holders(const struct podres *pr, const char *gpu_uuid,
+                      const struct podres_entry **ret_first)
 {
     size_t n = 0;
 

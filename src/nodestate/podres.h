@@ -15,9 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define EXPORTER_PODRES_MAX 512 /* (GPU, container) pairs kept from one List */
+#define PODRES_MAX 512 /* (GPU, container) pairs kept from one List */
 
-struct exporter_podres_entry {
+struct podres_entry {
     char gpu_uuid[96];   /* the device ID up to its "::" replica suffix */
     char namespace_[64]; /* Kubernetes: a namespace and a container name are ≤ 63 characters */
     char pod[254];       /* a pod name ≤ 253 */
@@ -29,25 +29,23 @@ struct exporter_podres_entry {
     unsigned replica; /* 0: the GPU itself; 1: replica IDs; 2 (cost.c's vGPU): ids = cores % */
 };
 
-struct exporter_podres {
-    struct exporter_podres_entry e[EXPORTER_PODRES_MAX]; /* each (GPU, container) once */
+struct podres {
+    struct podres_entry e[PODRES_MAX]; /* each (GPU, container) once */
     size_t n;
 };
 
 /* Fills *ret from a List response (len bytes of protobuf). Returns 0 or -EPROTO when it does
- * not decode (then *ret is left as it was); pairs past EXPORTER_PODRES_MAX and names too long
+ * not decode (then *ret is left as it was); pairs past PODRES_MAX and names too long
  * for their field are dropped. */
-int exporter_podres_parse(const uint8_t *msg, size_t len, struct exporter_podres *ret);
+int podres_parse(const uint8_t *msg, size_t len, struct podres *ret);
 
 /* Calls List on the kubelet's socket (at most timeout_ms) and parses the answer. Returns 0,
  * -errno when the socket cannot be reached, -EPROTO / -EIO on a bad or failed call. */
-int exporter_podres_list(const char *socket_path, unsigned int timeout_ms,
-                         struct exporter_podres *ret);
+int podres_list(const char *socket_path, unsigned int timeout_ms, struct podres *ret);
 
 /* How many containers hold gpu_uuid; *ret_first (may be NULL) gets the first of them. */
-size_t exporter_podres_holders(const struct exporter_podres *pr, const char *gpu_uuid,
-                               const struct exporter_podres_entry **ret_first);
+size_t podres_holders(const struct podres *pr, const char *gpu_uuid,
+                      const struct podres_entry **ret_first);
 
 /* 1 when a and b name the same container (namespace, pod, container), else 0. */
-int exporter_podres_same_container(const struct exporter_podres_entry *a,
-                                   const struct exporter_podres_entry *b);
+int podres_same_container(const struct podres_entry *a, const struct podres_entry *b);

@@ -1,4 +1,4 @@
-/* config.c — parsing of libvcuda's config file and environment; see config.h
+/* vcuda-config.c — parsing of libvcuda's config file and environment; see vcuda-config.h
  * and docs/vcuda.md for the format. libc only: this runs inside every process
  * of a container, so no libyaml here. */
 #include "vcuda-config.h"

@@ -1,4 +1,4 @@
-/* config.h — libvcuda's configuration: the agent's file (/etc/vcuda/config,
+/* vcuda-config.h — libvcuda's configuration: the agent's file (/etc/vcuda/config,
  * fixed at build time, mounted read-only), which the environment may only
  * tighten; without it (standalone use) $VCUDA_CONFIG or the VCUDA_*
  * environment. Format and rules: docs/vcuda.md.

@@ -1,4 +1,4 @@
-/* test-shared.c — the time-slicing and MPS providers (src/modes/replicas.c)
+/* test-replicas.c — the time-slicing and MPS providers (src/modes/replicas.c)
  * through the provider seam: replica IDs and lookup, health of every replica
  * of a GPU at once (GPU health and each MPS daemon's), Allocate's contents
  * and refusals, GetPreferredAllocation on one GPU. */
@@ -14,17 +14,17 @@
 
 #define MIB (1ull << 20)
 
-static const struct shared_gpu_desc gpus[] = {
+static const struct replicas_gpu_desc gpus[] = {
     {"GPU-aaaa", 0, 0, true, 2, 1000 * MIB},
     {"GPU-bbbb", 3, 1, true, 3, 900 * MIB},
 };
 
-static struct shared *make(bool mps, bool fail_gt_one, enum acceld_strategy strategy)
+static struct replicas *make(bool mps, bool fail_gt_one, enum acceld_strategy strategy)
 {
-    struct shared_options o = {mps,      fail_gt_one,  "nvidia.com/gpu", "/nonexistent-dev",
-                               strategy, "nvidia.com", "gpu-shared"};
-    struct shared *s = NULL;
-    if (shared_new(gpus, 2, &o, &s) < 0)
+    struct replicas_options o = {mps,      fail_gt_one,  "nvidia.com/gpu", "/nonexistent-dev",
+                                 strategy, "nvidia.com", "gpu-shared"};
+    struct replicas *s = NULL;
+    if (replicas_new(gpus, 2, &o, &s) < 0)
         return NULL;
     return s;
 }
@@ -50,9 +50,9 @@ static size_t healthy_count(struct acceld_provider p)
 
 TEST(ids_and_find)
 {
-    struct shared *s = make(false, false, ACCELD_STRATEGY_ENVVAR);
+    struct replicas *s = make(false, false, ACCELD_STRATEGY_ENVVAR);
     REQUIRE(s != NULL);
-    struct acceld_provider p = shared_provider(s);
+    struct acceld_provider p = replicas_provider(s);
     REQUIRE_EQ_INT(p.ops->count(p.self), 5);
     struct acceld_device d;
     p.ops->device(p.self, 0, &d);
@@ -65,60 +65,60 @@ TEST(ids_and_find)
     CHECK_EQ_INT(p.ops->find(p.self, "GPU-aaaa"), -1);
     CHECK_EQ_INT(p.ops->find(p.self, "GPU-cccc::0"), -1);
     CHECK_EQ_INT(healthy_count(p), 5); /* time-slicing: no daemon to wait for */
-    shared_free(s);
+    replicas_free(s);
 }
 
 TEST(health_of_every_replica_at_once)
 {
-    struct shared *s = make(true, false, ACCELD_STRATEGY_ENVVAR);
+    struct replicas *s = make(true, false, ACCELD_STRATEGY_ENVVAR);
     REQUIRE(s != NULL);
-    struct acceld_provider p = shared_provider(s);
-    CHECK_EQ_INT(shared_max_request(s, 0), 2);
-    CHECK_EQ_INT(shared_max_request(s, 1), 3);
+    struct acceld_provider p = replicas_provider(s);
+    CHECK_EQ_INT(replicas_max_request(s, 0), 2);
+    CHECK_EQ_INT(replicas_max_request(s, 1), 3);
     CHECK_EQ_INT(healthy_count(p), 0); /* until the daemons answer */
     uint64_t g0 = p.ops->generation(p.self);
-    CHECK(!shared_set_daemon_health(s, 0, 1, true)); /* k = 2 still down */
-    CHECK(shared_set_daemon_health(s, 0, 2, true));
+    CHECK(!replicas_set_daemon_health(s, 0, 1, true)); /* k = 2 still down */
+    CHECK(replicas_set_daemon_health(s, 0, 2, true));
     CHECK_EQ_INT(healthy_count(p), 2);
     CHECK(p.ops->generation(p.self) != g0);
     for (unsigned k = 1; k <= 3; k++)
-        shared_set_daemon_health(s, 1, k, true);
+        replicas_set_daemon_health(s, 1, k, true);
     CHECK_EQ_INT(healthy_count(p), 5);
     /* one daemon of GPU 1 down: its three replicas, nothing else */
-    CHECK(shared_set_daemon_health(s, 1, 2, false));
+    CHECK(replicas_set_daemon_health(s, 1, 2, false));
     CHECK_EQ_INT(healthy_count(p), 2);
-    CHECK(!shared_set_daemon_health(s, 1, 2, false));
-    CHECK(!shared_set_daemon_health(s, 1, 9, true)); /* no such daemon */
-    CHECK(shared_set_daemon_health(s, 1, 2, true));
+    CHECK(!replicas_set_daemon_health(s, 1, 2, false));
+    CHECK(!replicas_set_daemon_health(s, 1, 9, true)); /* no such daemon */
+    CHECK(replicas_set_daemon_health(s, 1, 2, true));
     /* an XID on GPU 0: both its replicas */
     CHECK(p.ops->set_gpu_health(p.self, "GPU-aaaa", false));
     CHECK_EQ_INT(healthy_count(p), 3);
     CHECK(!p.ops->set_gpu_health(p.self, "GPU-zzzz", false));
     CHECK(p.ops->set_gpu_health(p.self, "GPU-aaaa", true));
     CHECK_EQ_INT(healthy_count(p), 5);
-    shared_free(s);
+    replicas_free(s);
 }
 
 TEST(mps_allocate)
 {
-    struct shared *s = make(true, false, ACCELD_STRATEGY_ENVVAR);
+    struct replicas *s = make(true, false, ACCELD_STRATEGY_ENVVAR);
     REQUIRE(s != NULL);
-    struct acceld_provider p = shared_provider(s);
+    struct acceld_provider p = replicas_provider(s);
     for (unsigned k = 1; k <= 3; k++) {
         char pipe[64], log[64];
         snprintf(pipe, sizeof(pipe), "/run/x/b%u/pipe", k);
         snprintf(log, sizeof(log), "/run/x/b%u/log", k);
-        CHECK_EQ_INT(shared_set_mps_dirs(s, 1, k, pipe, log), 0);
+        CHECK_EQ_INT(replicas_set_mps_dirs(s, 1, k, pipe, log), 0);
     }
-    CHECK_EQ_INT(shared_set_mps_dirs(s, 1, 4, "/p", "/l"), -EINVAL);
+    CHECK_EQ_INT(replicas_set_mps_dirs(s, 1, 4, "/p", "/l"), -EINVAL);
     size_t two[] = {2, 4}; /* GPU-bbbb::0 and ::2 */
     struct acceld_alloc_req req = {two, 2};
     struct acceld_alloc out;
     char err[512] = "";
     REQUIRE_EQ_INT(p.ops->allocate(p.self, &req, 1, &out, err, sizeof(err)), 0);
     CHECK_EQ_STR(env_of(&out, "NVIDIA_VISIBLE_DEVICES"), "GPU-bbbb");
-    CHECK_EQ_STR(env_of(&out, "CUDA_MPS_PIPE_DIRECTORY"), SHARED_MPS_PIPE_PATH);
-    CHECK_EQ_STR(env_of(&out, "CUDA_MPS_LOG_DIRECTORY"), SHARED_MPS_LOG_PATH);
+    CHECK_EQ_STR(env_of(&out, "CUDA_MPS_PIPE_DIRECTORY"), REPLICAS_MPS_PIPE_PATH);
+    CHECK_EQ_STR(env_of(&out, "CUDA_MPS_LOG_DIRECTORY"), REPLICAS_MPS_LOG_PATH);
     CHECK_EQ_STR(env_of(&out, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "66");
     CHECK_EQ_STR(env_of(&out, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=600M");
     REQUIRE_EQ_INT(out.n_mounts, 3);
@@ -132,14 +132,14 @@ TEST(mps_allocate)
     req = (struct acceld_alloc_req){across, 2};
     CHECK_EQ_INT(p.ops->allocate(p.self, &req, 1, &out, err, sizeof(err)), -EINVAL);
     CHECK(strstr(err, "one GPU") != NULL);
-    shared_free(s);
+    replicas_free(s);
 }
 
 TEST(fail_requests_greater_than_one)
 {
-    struct shared *s = make(false, true, ACCELD_STRATEGY_CDI);
+    struct replicas *s = make(false, true, ACCELD_STRATEGY_CDI);
     REQUIRE(s != NULL);
-    struct acceld_provider p = shared_provider(s);
+    struct acceld_provider p = replicas_provider(s);
     size_t two[] = {0, 1};
     struct acceld_alloc_req req = {two, 2};
     struct acceld_alloc out;
@@ -152,14 +152,14 @@ TEST(fail_requests_greater_than_one)
     CHECK_EQ_STR(out.cdi_devices[0], "nvidia.com/gpu-shared=GPU-aaaa");
     CHECK(env_of(&out, "NVIDIA_VISIBLE_DEVICES") == NULL);
     CHECK_EQ_INT(out.n_mounts, 0);
-    shared_free(s);
+    replicas_free(s);
 }
 
 TEST(time_slicing_across_gpus_and_prefer)
 {
-    struct shared *s = make(false, false, ACCELD_STRATEGY_ENVVAR);
+    struct replicas *s = make(false, false, ACCELD_STRATEGY_ENVVAR);
     REQUIRE(s != NULL);
-    struct acceld_provider p = shared_provider(s);
+    struct acceld_provider p = replicas_provider(s);
     size_t across[] = {1, 3};
     struct acceld_alloc_req req = {across, 2};
     struct acceld_alloc out;
@@ -182,30 +182,30 @@ TEST(time_slicing_across_gpus_and_prefer)
     REQUIRE_EQ_INT(p.ops->prefer(p.self, &pr, picked, err, sizeof(err)), 0);
     CHECK_EQ_STR(picked[0], "GPU-aaaa::1");
     CHECK_EQ_STR(picked[1], "GPU-aaaa::0");
-    shared_free(s);
+    replicas_free(s);
 }
 
 TEST(bad_descriptions)
 {
-    struct shared_options o = {true, false, "r", "/dev", ACCELD_STRATEGY_ENVVAR, "v", "c"};
-    struct shared *s = NULL;
-    struct shared_gpu_desc g = {"GPU-x", 0, -1, true, 0, 0};
-    CHECK_EQ_INT(shared_new(&g, 1, &o, &s), -EINVAL); /* 0 replicas */
+    struct replicas_options o = {true, false, "r", "/dev", ACCELD_STRATEGY_ENVVAR, "v", "c"};
+    struct replicas *s = NULL;
+    struct replicas_gpu_desc g = {"GPU-x", 0, -1, true, 0, 0};
+    CHECK_EQ_INT(replicas_new(&g, 1, &o, &s), -EINVAL); /* 0 replicas */
     g.replicas = 49;
-    CHECK_EQ_INT(shared_new(&g, 1, &o, &s), -EINVAL);
+    CHECK_EQ_INT(replicas_new(&g, 1, &o, &s), -EINVAL);
     g.replicas = 1;
-    REQUIRE_EQ_INT(shared_new(&g, 1, &o, &s), 0);
-    CHECK_EQ_INT(shared_max_request(s, 0), 1);
-    shared_free(s);
+    REQUIRE_EQ_INT(replicas_new(&g, 1, &o, &s), 0);
+    CHECK_EQ_INT(replicas_max_request(s, 0), 1);
+    replicas_free(s);
 }
 
 TEST(cdi_spec)
 {
     char dir[] = "/tmp/test-shared-XXXXXX";
     REQUIRE(mkdtemp(dir) != NULL);
-    struct shared *s = make(true, true, ACCELD_STRATEGY_CDI);
+    struct replicas *s = make(true, true, ACCELD_STRATEGY_CDI);
     REQUIRE(s != NULL);
-    CHECK_EQ_INT(shared_write_cdi(s, dir), 0);
+    CHECK_EQ_INT(replicas_write_cdi(s, dir), 0);
     char path[256];
     snprintf(path, sizeof(path), "%s/accel-nvidia.com-gpu-shared.json", dir);
     FILE *f = fopen(path, "r");
@@ -218,7 +218,7 @@ TEST(cdi_spec)
     CHECK(strstr(buf, "GPU-bbbb") != NULL && strstr(buf, "/dev/nvidia3") != NULL);
     unlink(path);
     rmdir(dir);
-    shared_free(s);
+    replicas_free(s);
 }
 
 int main(int argc, char **argv)

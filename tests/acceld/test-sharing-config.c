@@ -1,4 +1,4 @@
-/* test-sharing.c — the sharing config (src/modes/sharing-config.c): NVIDIA's
+/* test-sharing-config.c — the sharing config (src/modes/sharing-config.c): NVIDIA's
  * documented time-slicing and MPS examples, acceld's perGpuReplicas,
  * replicas: 1, the replica limit by compute capability, the ".shared"
  * rename, replica IDs and the k/n MPS caps; every refused file names its
