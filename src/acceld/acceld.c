@@ -105,6 +105,7 @@ struct agent {
     /* the agent's SLIs (acceld-stats.h), written to <stateDir>/acceld-stats.json */
     struct acceld_stats *stats;
     uint64_t stats_timer;
+    uint64_t stats_due_ns;     /* when stats_timer fires */
     uint64_t stats_gen;        /* generation last written */
     uint64_t stats_written_ns; /* CLOCK_MONOTONIC of the last write (0: none yet) */
     bool stats_warned;         /* a failed write was logged (once until one succeeds) */
@@ -257,13 +258,11 @@ static double real_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Writes the SLI file when something changed, or the heartbeat is due, or
- * force. The MPS supervisor keeps its own restart counts: summed per GPU here. */
-static void stats_flush(struct agent *a, bool force)
+/* The MPS supervisor keeps its own restart counts and daemon states: copied into the SLIs
+ * per GPU (at each write and on each MPS health change). */
+static void stats_pull_mps(struct agent *a)
 {
-    if (!a->stats || a->stats_not_ours)
-        return;
-    for (size_t g = 0; g < a->n_gpus && a->uuids; g++) {
+    for (size_t g = 0; a->stats && g < a->n_gpus && a->uuids; g++) {
         uint64_t n = 0;
         enum acceld_stats_mps_state st = ACCELD_STATS_MPS_NONE;
         for (size_t k = 0; k < a->n_mps && a->mps; k++) {
@@ -287,6 +286,14 @@ static void stats_flush(struct agent *a, bool force)
         acceld_stats_set_mps_restarts(a->stats, a->uuids[g], n);
         acceld_stats_set_mps_state(a->stats, a->uuids[g], st);
     }
+}
+
+/* Writes the SLI file when something changed, or the heartbeat is due, or force. */
+static void stats_flush(struct agent *a, bool force)
+{
+    if (!a->stats || a->stats_not_ours)
+        return;
+    stats_pull_mps(a);
     uint64_t now = mono_ns();
     if (!force && a->stats_written_ns && a->stats->generation == a->stats_gen &&
         now - a->stats_written_ns < ACCELD_STATS_HEARTBEAT_NS)
@@ -307,12 +314,37 @@ static void stats_flush(struct agent *a, bool force)
 /* At most one write a second (never from the Allocate path itself). */
 #define STATS_TICK_NS 1000000000ull
 
+static void on_stats_tick(struct ev_loop *loop, void *user_data);
+
+/* Arms the one write timer: a second after the last write when something changed since,
+ * else at the heartbeat. Nothing wakes acceld while nothing changes (but the heartbeat). */
+static void stats_schedule(struct agent *a)
+{
+    if (!a->stats || a->stats_not_ours || !a->loop)
+        return;
+    uint64_t now = mono_ns();
+    bool dirty = a->stats->generation != a->stats_gen;
+    uint64_t due = a->stats_written_ns + (dirty ? STATS_TICK_NS : ACCELD_STATS_HEARTBEAT_NS);
+    due = due > now ? due : now;
+    if (a->stats_timer && a->stats_due_ns <= due)
+        return;
+    ev_loop_cancel_timer(a->loop, a->stats_timer);
+    a->stats_timer = 0;
+    if (ev_loop_add_timer(a->loop, due - now, on_stats_tick, a, &a->stats_timer) == 0)
+        a->stats_due_ns = due;
+}
+
 static void on_stats_tick(struct ev_loop *loop, void *user_data)
 {
     struct agent *a = user_data;
     a->stats_timer = 0;
     stats_flush(a, false);
-    ev_loop_add_timer(loop, STATS_TICK_NS, on_stats_tick, a, &a->stats_timer);
+    stats_schedule(a);
+}
+
+static void on_stats_change(void *ctx)
+{
+    stats_schedule(ctx);
 }
 
 /* ------------------------------------------------------------ health */
@@ -919,6 +951,7 @@ static void on_mps_health(struct mps_sup *sup, size_t set, bool healthy, const c
     (void)sup;
     const struct mps_ref *m = &a->mps_refs[set];
     struct replicas *sh = a->shared[m->sh];
+    stats_pull_mps(a); /* its state and restarts in the SLIs */
     if (!replicas_set_daemon_health(sh, m->gpu, m->k, healthy))
         return;
     acceld_plugin_devices_changed(a->served[m->served].plugin);
@@ -1203,7 +1236,8 @@ static int start(struct agent *a)
     vgpu_check_arm(a);
     if (a->stats) {
         stats_flush(a, true);
-        ev_loop_add_timer(a->loop, STATS_TICK_NS, on_stats_tick, a, &a->stats_timer);
+        acceld_stats_set_change_hook(a->stats, on_stats_change, a);
+        stats_schedule(a);
     }
     return 0;
 }
@@ -1220,7 +1254,8 @@ static void stop(struct agent *a)
         a->served[k].plugin = acceld_plugin_free(a->served[k].plugin);
     if (a->health && a->loop)
         ev_loop_del_io(a->loop, health_monitor_fd(a->health));
-    a->health = health_monitor_stop(a->health);
+    bool nvml_busy;
+    a->health = health_monitor_stop(a->health, &nvml_busy);
     if (a->loop && a->recovery_timer)
         ev_loop_cancel_timer(a->loop, a->recovery_timer);
     if (a->loop && a->vgpu_check_timer)
@@ -1253,7 +1288,9 @@ static void stop(struct agent *a)
     free(a->dra_pos);
     free(a->dra_of);
     a->inv = gpu_inventory_free(a->inv);
-    a->nvml = gpu_nvml_free(a->nvml);
+    /* the health thread still waits in NVML: the exit ends it, NVML stays loaded till then */
+    if (!nvml_busy)
+        a->nvml = gpu_nvml_free(a->nvml);
     if (a->sig_fd >= 0)
         close(a->sig_fd);
 }
@@ -1338,6 +1375,8 @@ int main(int argc, char **argv)
         if (r < 0)
             log_error("event loop failed: %s", strerror(-r));
     }
+    if (a.stats)
+        acceld_stats_set_change_hook(a.stats, NULL, NULL);
     stats_flush(&a, true); /* the last counts (a failed start's included) */
     stop(&a);
     free(a.stats);

@@ -1,18 +1,21 @@
 /* health-monitor.c — the NVML event thread: waits for XID / double-bit ECC
- * events, probes each GPU between waits (every HEALTH_PROBE_INTERVAL_NS, and
- * at once after XID 79 or a wait failing with GPU_IS_LOST) for GPU_IS_LOST
- * and its return, and reports through a pipe; see health.h. The only thread acceld starts. */
+ * events (HEALTH_WAIT_MS a wait), probes each GPU after a wait that timed out,
+ * at once after XID 79 or a wait failing with GPU_IS_LOST, and every
+ * HEALTH_LOST_PROBE_MS while a GPU is lost, for GPU_IS_LOST and its return,
+ * and reports through a pipe; see health.h. The only thread acceld starts. */
 #define _GNU_SOURCE /* pipe2 */
 #include "health.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,9 +36,13 @@ struct health_monitor {
     size_t n;
     nvmlEventSet_t set;
     int pipe_r, pipe_w;
+    int wake_fd; /* eventfd: health_monitor_stop wakes the thread's naps */
     pthread_t thread;
     bool started;
     atomic_bool stop;
+    atomic_bool in_wait;    /* the thread is inside nvmlEventSetWait_v2 */
+    atomic_bool handed_off; /* set by the thread at its end and by a stop that leaves it:
+                             * whichever comes second frees the monitor */
 };
 
 /* Writes one record; the pipe is non-blocking so that a stalled loop cannot
@@ -133,57 +140,79 @@ static int gpu_of(const struct health_monitor *m, nvmlDevice_t dev)
  * cannot "recover" while it does not answer). */
 #define XID_FALLEN_OFF_BUS 79
 
+/* Sleeps up to ms on the wake eventfd. Returns true when told to stop. */
+static bool nap(struct health_monitor *m, unsigned ms)
+{
+    struct pollfd p = {.fd = m->wake_fd, .events = POLLIN};
+    if (!atomic_load_explicit(&m->stop, memory_order_acquire))
+        poll(&p, 1, (int)ms);
+    return atomic_load_explicit(&m->stop, memory_order_acquire);
+}
+
+static bool any_lost(const struct health_monitor *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->gpus[i].lost)
+            return true;
+    return false;
+}
+
+static void monitor_free(struct health_monitor *m);
+
+/* One long wait at a time (HEALTH_WAIT_MS, as NVIDIA's plugin waits): an idle node costs one
+ * wakeup per wait plus one probe of every GPU. A wait that ends on its timeout probes; an
+ * event wakes it at once. While a GPU is lost the wait answers GPU_IS_LOST at once, so the
+ * thread naps HEALTH_LOST_PROBE_MS between probes until the GPU answers again. */
 static void *monitor_main(void *arg)
 {
     struct health_monitor *m = arg;
     struct gpu_nvml *nv = m->nvml;
-    uint64_t next_probe = 0;
     bool lost_wait = false; /* the last wait failed with GPU_IS_LOST */
+    probe_all(m);
     while (!atomic_load_explicit(&m->stop, memory_order_acquire)) {
-        uint64_t now = mono_ns();
-        if (now >= next_probe) {
-            probe_all(m);
-            now = mono_ns();
-            next_probe = now + HEALTH_PROBE_INTERVAL_NS;
-        }
-        /* A wait never outlasts the next probe: a GPU lost without any
-         * event is found within one interval. */
-        uint64_t until = (next_probe - now + 999999ull) / 1000000ull;
-        unsigned wait_ms = until < HEALTH_WAIT_MS ? (unsigned)until : HEALTH_WAIT_MS;
-        if (wait_ms == 0)
-            wait_ms = 1;
-        struct timespec nap = {0, (long)wait_ms * 1000000L};
         if (!m->set) {
-            nanosleep(&nap, NULL);
+            if (nap(m, any_lost(m) ? HEALTH_LOST_PROBE_MS : HEALTH_WAIT_MS))
+                break;
+            probe_all(m);
             continue;
         }
         nvmlEventData_t d;
         memset(&d, 0, sizeof(d));
-        nvmlReturn_t r = nv->nvmlEventSetWait_v2(m->set, &d, wait_ms);
+        atomic_store_explicit(&m->in_wait, true, memory_order_seq_cst);
+        if (atomic_load_explicit(&m->stop, memory_order_seq_cst)) {
+            atomic_store_explicit(&m->in_wait, false, memory_order_release);
+            break;
+        }
+        nvmlReturn_t r = nv->nvmlEventSetWait_v2(m->set, &d, HEALTH_WAIT_MS);
+        atomic_store_explicit(&m->in_wait, false, memory_order_release);
         if (r == NVML_SUCCESS) {
             lost_wait = false;
             int gpu = gpu_of(m, d.device);
             if (d.eventType & nvmlEventTypeXidCriticalError) {
                 emit(m, gpu, HEALTH_EV_XID, d.eventData);
                 if (d.eventData == XID_FALLEN_OFF_BUS)
-                    next_probe = 0;
+                    probe_all(m);
             }
             if (d.eventType & nvmlEventTypeDoubleBitEccError)
                 emit(m, gpu, HEALTH_EV_ECC_DBE, 0);
         } else if (r == NVML_ERROR_GPU_IS_LOST) {
             /* Find out which one now; if the wait keeps failing so, do not
-             * spin: wait for the next probe instead. */
-            if (lost_wait)
-                nanosleep(&nap, NULL);
-            else
-                next_probe = 0;
+             * spin: nap between probes until the GPU answers again. */
+            if (lost_wait && nap(m, HEALTH_LOST_PROBE_MS))
+                break;
+            probe_all(m);
             lost_wait = true;
-        } else if (r != NVML_ERROR_TIMEOUT) {
-            /* A broken wait must not spin the CPU. */
+        } else {
             lost_wait = false;
-            nanosleep(&nap, NULL);
+            /* A broken wait must not spin the CPU. */
+            if (r != NVML_ERROR_TIMEOUT && nap(m, HEALTH_LOST_PROBE_MS))
+                break;
+            probe_all(m);
         }
     }
+    /* health_monitor_stop left the thread inside a wait: its memory is the thread's to free */
+    if (atomic_exchange_explicit(&m->handed_off, true, memory_order_acq_rel))
+        monitor_free(m);
     return NULL;
 }
 
@@ -197,7 +226,7 @@ int health_monitor_start(struct gpu_nvml *nvml, const char *const *uuids, size_t
         return -ENOMEM;
     m->nvml = nvml;
     m->n = n;
-    m->pipe_r = m->pipe_w = -1;
+    m->pipe_r = m->pipe_w = m->wake_fd = -1;
     m->gpus = calloc(n ? n : 1, sizeof(*m->gpus));
     if (!m->gpus) {
         r = -ENOMEM;
@@ -210,6 +239,10 @@ int health_monitor_start(struct gpu_nvml *nvml, const char *const *uuids, size_t
     }
     m->pipe_r = fds[0];
     m->pipe_w = fds[1];
+    if ((m->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        r = -errno;
+        goto fail;
+    }
     if (nvml->nvmlEventSetCreate && nvml->nvmlEventSetWait_v2 && nvml->nvmlDeviceRegisterEvents &&
         nvml->nvmlEventSetCreate(&m->set) != NVML_SUCCESS)
         m->set = NULL;
@@ -245,7 +278,7 @@ int health_monitor_start(struct gpu_nvml *nvml, const char *const *uuids, size_t
     *ret = m;
     return 0;
 fail:
-    health_monitor_stop(m);
+    health_monitor_stop(m, NULL);
     return r;
 }
 
@@ -264,20 +297,62 @@ int health_monitor_read(struct health_monitor *m, struct health_event *ret_ev)
     return n < 0 ? -errno : (n == 0 ? -EPIPE : -EIO);
 }
 
-struct health_monitor *health_monitor_stop(struct health_monitor *m)
+static void monitor_free(struct health_monitor *m)
 {
-    if (!m)
-        return NULL;
-    atomic_store_explicit(&m->stop, true, memory_order_release);
-    if (m->started)
-        pthread_join(m->thread, NULL);
     if (m->set && m->nvml->nvmlEventSetFree)
         m->nvml->nvmlEventSetFree(m->set);
     if (m->pipe_r >= 0)
         close(m->pipe_r);
     if (m->pipe_w >= 0)
         close(m->pipe_w);
+    if (m->wake_fd >= 0)
+        close(m->wake_fd);
     free(m->gpus);
     free(m);
+}
+
+/* How long stop waits for a thread that is not inside an NVML wait (it naps on the eventfd
+ * or is between calls, so it ends at once). */
+#define STOP_JOIN_MS 100
+
+struct health_monitor *health_monitor_stop(struct health_monitor *m, bool *ret_nvml_busy)
+{
+    if (ret_nvml_busy)
+        *ret_nvml_busy = false;
+    if (!m)
+        return NULL;
+    atomic_store_explicit(&m->stop, true, memory_order_seq_cst);
+    uint64_t one = 1;
+    if (m->wake_fd >= 0 && write(m->wake_fd, &one, sizeof(one)) < 0) {
+        /* the counter cannot overflow from one write: nothing to do */
+    }
+    if (!m->started) {
+        monitor_free(m);
+        return NULL;
+    }
+    /* NVML's wait cannot be woken (NVIDIA documents no way to end nvmlEventSetWait_v2 early):
+     * a thread inside it is left to finish its wait alone, and frees the monitor then. */
+    if (!atomic_load_explicit(&m->in_wait, memory_order_seq_cst)) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += STOP_JOIN_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        if (pthread_timedjoin_np(m->thread, NULL, &until) == 0) {
+            monitor_free(m);
+            return NULL;
+        }
+    }
+    if (atomic_exchange_explicit(&m->handed_off, true, memory_order_acq_rel)) {
+        /* it ended meanwhile */
+        pthread_join(m->thread, NULL);
+        monitor_free(m);
+        return NULL;
+    }
+    pthread_detach(m->thread);
+    if (ret_nvml_busy)
+        *ret_nvml_busy = true;
     return NULL;
 }

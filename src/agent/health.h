@@ -3,8 +3,8 @@
  *
  * The monitor thread blocks in nvmlEventSetWait_v2 on one event set with
  * every GPU registered for XID critical errors and double-bit ECC errors,
- * and between events probes each GPU with a cheap NVML query to notice a GPU
- * that fell off the bus (GPU_IS_LOST) or came back. XID 79 (fallen off the
+ * and after each wait that timed out probes each GPU with a cheap NVML query
+ * to notice a GPU that fell off the bus (GPU_IS_LOST) or came back. XID 79 (fallen off the
  * bus) and a wait that fails with GPU_IS_LOST trigger a probe at once. It never touches the
  * loop's data: it writes fixed-size struct health_event records to a pipe
  * the loop watches (health_monitor_fd) and that is all.
@@ -56,14 +56,17 @@ bool health_recovered(struct health_gpu *s, uint64_t recover_after_ns, uint64_t 
 struct gpu_nvml;
 struct health_monitor;
 
-/* How often a running monitor probes each GPU, and the longest one wait
- * lasts (the bound on how long health_monitor_stop takes). A GPU that is
- * lost without any event (no XID 79, no GPU_IS_LOST from the wait) is found
- * by the probe: the interval keeps that under the 100 ms the issue asks for
- * end to end. One probe is one cheap NVML query per GPU (memory info), so
- * 8 GPUs cost 160 queries a second. */
-#define HEALTH_PROBE_INTERVAL_NS (50ull * 1000000ull)
-#define HEALTH_WAIT_MS 50
+/* How long one wait lasts (NVIDIA's device plugin waits 5 s per nvmlEventSetWait as well):
+ * an idle node costs one wakeup of the thread per wait, and one cheap NVML query per GPU
+ * (memory info) after it. An event ends the wait at once (XID to Unhealthy on the wire is
+ * the event's own latency). A GPU that falls off the bus posts XID 79, and NVML's wait then
+ * fails with GPU_IS_LOST ("if a GPU has fallen off the bus or is otherwise inaccessible",
+ * NVML API reference, nvmlEventSetWait_v2): either makes the thread probe at once. A GPU lost
+ * with neither is found by the probe after the next wait (HEALTH_WAIT_MS). While a GPU is
+ * lost the wait fails at once, so the thread probes every HEALTH_LOST_PROBE_MS until it
+ * answers again. */
+#define HEALTH_WAIT_MS 5000
+#define HEALTH_LOST_PROBE_MS 50
 
 /* Starts the thread for the n GPUs with these UUIDs (index = position).
  * nvml is borrowed and must outlive the monitor. A GPU whose events cannot
@@ -75,5 +78,9 @@ int health_monitor_start(struct gpu_nvml *nvml, const char *const *uuids, size_t
 int health_monitor_fd(const struct health_monitor *m);
 /* Reads one record. Returns 1 (got one), 0 (none pending) or -errno. */
 int health_monitor_read(struct health_monitor *m, struct health_event *ret_ev);
-/* Stops and joins the thread, closes the pipe. NULL ok; returns NULL. */
-struct health_monitor *health_monitor_stop(struct health_monitor *m);
+/* Stops the thread and frees the monitor. NULL ok; returns NULL. A thread napping or between
+ * calls ends at once (an eventfd wakes it). NVML's wait cannot be ended early, so a thread
+ * inside it is left to finish that wait alone (at most HEALTH_WAIT_MS) and frees the monitor
+ * then: *ret_nvml_busy (optional) is set, and the caller must not unload NVML (the process
+ * is about to exit; its end ends the wait). */
+struct health_monitor *health_monitor_stop(struct health_monitor *m, bool *ret_nvml_busy);

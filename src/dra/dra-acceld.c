@@ -1131,7 +1131,8 @@ int acceld_dra_run(const struct acceld_config *cfg, int sig_fd, acceld_dra_reloa
     }
     if (d.health && d.loop)
         ev_loop_del_io(d.loop, health_monitor_fd(d.health));
-    d.health = health_monitor_stop(d.health);
+    bool nvml_busy;
+    d.health = health_monitor_stop(d.health, &nvml_busy);
     if (d.stats_timer)
         ev_loop_cancel_timer(d.loop, d.stats_timer);
     run_stats_flush(&d, true); /* the last counts (a failed start's included) */
@@ -1139,7 +1140,8 @@ int acceld_dra_run(const struct acceld_config *cfg, int sig_fd, acceld_dra_reloa
     d.dra = acceld_dra_free(d.dra);
     d.loop = ev_loop_free(d.loop);
     d.inv = gpu_inventory_free(d.inv);
-    d.nvml = gpu_nvml_free(d.nvml);
+    if (!nvml_busy) /* else the health thread still waits in NVML: the exit ends it */
+        d.nvml = gpu_nvml_free(d.nvml);
     log_info("stopped");
     return code;
 }

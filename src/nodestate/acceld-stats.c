@@ -74,6 +74,20 @@ static struct acceld_stats_gpu *gpu(struct acceld_stats *s, const char *uuid)
     return NULL;
 }
 
+/* Every change bumps the generation and tells the owner (acceld arms its write timer). */
+static void changed(struct acceld_stats *s)
+{
+    s->generation++;
+    if (s->on_change)
+        s->on_change(s->on_change_ctx);
+}
+
+void acceld_stats_set_change_hook(struct acceld_stats *s, void (*fn)(void *ctx), void *ctx)
+{
+    s->on_change = fn;
+    s->on_change_ctx = ctx;
+}
+
 void acceld_stats_registration(struct acceld_stats *s, const char *res, bool ok)
 {
     struct acceld_stats_resource *r = resource(s, res);
@@ -83,7 +97,7 @@ void acceld_stats_registration(struct acceld_stats *s, const char *res, bool ok)
         r->reg_ok++;
     else
         r->reg_failed++;
-    s->generation++;
+    changed(s);
 }
 
 void acceld_stats_allocate(struct acceld_stats *s, const char *res, bool ok, uint64_t duration_ns)
@@ -100,7 +114,7 @@ void acceld_stats_allocate(struct acceld_stats *s, const char *res, bool ok, uin
     for (size_t i = 0; i < s->nbuckets; i++)
         if (d <= s->bounds[i])
             r->bucket[i]++;
-    s->generation++;
+    changed(s);
 }
 
 void acceld_stats_device_init(struct acceld_stats *s, bool ok)
@@ -109,7 +123,7 @@ void acceld_stats_device_init(struct acceld_stats *s, bool ok)
         s->init_ok++;
     else
         s->init_failed++;
-    s->generation++;
+    changed(s);
 }
 
 void acceld_stats_add_gpu(struct acceld_stats *s, unsigned index, const char *uuid)
@@ -123,7 +137,7 @@ void acceld_stats_add_gpu(struct acceld_stats *s, unsigned index, const char *uu
     memcpy(g->uuid, uuid, strlen(uuid) + 1);
     g->has_state = true;
     g->healthy = true;
-    s->generation++;
+    changed(s);
 }
 
 void acceld_stats_health(struct acceld_stats *s, const char *uuid, bool healthy)
@@ -135,7 +149,7 @@ void acceld_stats_health(struct acceld_stats *s, const char *uuid, bool healthy)
         g->to_healthy++;
     else
         g->to_unhealthy++;
-    s->generation++;
+    changed(s);
 }
 
 void acceld_stats_set_health_state(struct acceld_stats *s, const char *uuid, bool healthy,
@@ -155,7 +169,7 @@ void acceld_stats_set_health_state(struct acceld_stats *s, const char *uuid, boo
         return;
     g->healthy = healthy;
     memcpy(g->reason, r, sizeof(r));
-    s->generation++;
+    changed(s);
 }
 
 void acceld_stats_set_mps_state(struct acceld_stats *s, const char *uuid,
@@ -165,7 +179,7 @@ void acceld_stats_set_mps_state(struct acceld_stats *s, const char *uuid,
     if (!g || (unsigned)state >= ACCELD_STATS_MPS_STATES || g->mps == state)
         return;
     g->mps = state;
-    s->generation++;
+    changed(s);
 }
 
 void acceld_stats_set_mps_restarts(struct acceld_stats *s, const char *uuid, uint64_t restarts)
@@ -174,7 +188,7 @@ void acceld_stats_set_mps_restarts(struct acceld_stats *s, const char *uuid, uin
     if (!g || g->mps_restarts == restarts)
         return;
     g->mps_restarts = restarts;
-    s->generation++;
+    changed(s);
 }
 
 void acceld_stats_quota(struct acceld_stats *s, enum acceld_stats_quota_kind kind,
@@ -183,7 +197,7 @@ void acceld_stats_quota(struct acceld_stats *s, enum acceld_stats_quota_kind kin
     if ((unsigned)kind >= ACCELD_STATS_QUOTA_KINDS || (unsigned)action >= ACCELD_STATS_ACTIONS)
         return;
     s->quota[kind][action]++;
-    s->generation++;
+    changed(s);
 }
 
 /* ------------------------------------------------------------ writing */

@@ -106,10 +106,17 @@ struct acceld_stats {
     struct acceld_stats_gpu gpus[ACCELD_STATS_MAX_GPUS];
     uint64_t quota[ACCELD_STATS_QUOTA_KINDS][ACCELD_STATS_ACTIONS];
     uint64_t generation; /* in memory only: bumped by every change */
+    /* in memory only: called after every change (acceld_stats_set_change_hook) */
+    void (*on_change)(void *ctx);
+    void *on_change_ctx;
 };
 
 /* Zeroes s, with acceld's buckets and start_time (Unix seconds). */
 void acceld_stats_init(struct acceld_stats *s, double start_time);
+
+/* fn(ctx) is called after every change (NULL: none), so the owner writes the file when
+ * something changed instead of looking every second. */
+void acceld_stats_set_change_hook(struct acceld_stats *s, void (*fn)(void *ctx), void *ctx);
 
 /* Counting (the loop thread). A resource or GPU beyond the table's size is not
  * counted (the tables hold more than acceld serves). */

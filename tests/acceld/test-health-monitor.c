@@ -1,9 +1,11 @@
 /* test-health-monitor.c — the NVML event thread against an injected NVML
- * table: a GPU lost without any event is found by the periodic probe, and a
- * wait that fails with GPU_IS_LOST or delivers XID 79 makes the thread probe
- * at once (before its next wait), so a lost GPU does not wait for the next
- * probe interval. Nothing here measures time: the fake records the order of
- * the calls. */
+ * table: every wait asks NVML for HEALTH_WAIT_MS (one long wait, not a short
+ * poll); a GPU lost without any event is found by the probe after a wait that
+ * timed out, and a wait that fails with GPU_IS_LOST or delivers XID 79 makes
+ * the thread probe at once (before its next wait); stopping a monitor whose
+ * thread is inside a wait leaves the thread to end alone (it frees the
+ * monitor), and one whose thread naps (no event set) is woken and joined.
+ * Nothing here measures time: the fake records the order of the calls. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -14,7 +16,7 @@
 
 #define NGPU 2
 
-enum inject { INJECT_NONE, INJECT_WAIT_LOST, INJECT_XID79, INJECT_XID_ON_LOST };
+enum inject { INJECT_NONE, INJECT_WAIT_LOST, INJECT_XID79, INJECT_XID_ON_LOST, INJECT_BLOCK };
 
 static atomic_bool lost[NGPU];
 static atomic_uint waits; /* wait calls so far */
@@ -22,6 +24,9 @@ static atomic_uint max_wait_ms;
 static atomic_int inject;      /* what the next wait returns */
 static atomic_uint inject_at;  /* the wait call that returned it */
 static atomic_uint lost_probe; /* waits done when a probe first saw GPU 1 lost */
+static atomic_bool blocked;    /* a wait is blocked (INJECT_BLOCK) */
+static atomic_bool release;    /* ends the blocked wait */
+static atomic_uint set_frees;  /* nvmlEventSetFree calls */
 static const char *const uuids[NGPU] = {"GPU-fake-0", "GPU-fake-1"};
 
 static nvmlDevice_t handle(unsigned i)
@@ -57,14 +62,20 @@ static nvmlReturn_t fake_meminfo(nvmlDevice_t dev, nvmlMemory_t *mem)
     return NVML_ERROR_GPU_IS_LOST;
 }
 
+/* each monitor gets a set of its own: a thread an earlier test left in its wait frees its
+ * own set, which is not counted */
+static atomic_uint set_gen;
+
 static nvmlReturn_t fake_set_create(nvmlEventSet_t *set)
 {
-    *set = (nvmlEventSet_t)(uintptr_t)0x42;
+    *set = (nvmlEventSet_t)(uintptr_t)(0x42 + atomic_fetch_add(&set_gen, 1) + 1);
     return NVML_SUCCESS;
 }
 
 static nvmlReturn_t fake_set_free(nvmlEventSet_t set)
 {
+    if ((uintptr_t)set == 0x42 + atomic_load(&set_gen))
+        atomic_fetch_add(&set_frees, 1);
     return NVML_SUCCESS;
 }
 
@@ -80,6 +91,15 @@ static nvmlReturn_t fake_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigne
     while (ms > prev && !atomic_compare_exchange_weak(&max_wait_ms, &prev, ms))
         ;
     int what = atomic_exchange(&inject, INJECT_NONE);
+    if (what == INJECT_BLOCK) {
+        /* a wait NVML does not end early: only the test ends it */
+        atomic_store(&blocked, true);
+        while (!atomic_load(&release)) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        return NVML_ERROR_TIMEOUT;
+    }
     if (what == INJECT_XID_ON_LOST) {
         /* another event of GPU 1, already lost: NVML names its old handle */
         data->device = handle(1);
@@ -121,6 +141,9 @@ static void reset(void)
     atomic_store(&inject, INJECT_NONE);
     atomic_store(&inject_at, 0);
     atomic_store(&lost_probe, 0);
+    atomic_store(&blocked, false);
+    atomic_store(&release, false);
+    atomic_store(&set_frees, 0);
 }
 
 /* Per GPU: the last LOST/BACK seen, and whether an XID 79 came. */
@@ -158,7 +181,7 @@ static struct health_monitor *start(struct seen *s)
     /* the first probe reports every GPU either way */
     if (!TAP_WAIT_UNTIL(
             drain(m, s) && s->state[0] == HEALTH_EV_BACK && s->state[1] == HEALTH_EV_BACK, 10000))
-        return health_monitor_stop(m);
+        return health_monitor_stop(m, NULL);
     return m;
 }
 
@@ -170,11 +193,11 @@ TEST(lost_without_event_found_by_probe)
     atomic_store(&lost[0], true);
     CHECK(TAP_WAIT_UNTIL(drain(m, &s) && s.state[0] == HEALTH_EV_LOST, 10000));
     CHECK_EQ_INT(s.state[1], HEALTH_EV_BACK);
-    /* no wait outlasts the probe interval, so a silent loss is found within it */
-    CHECK_LE_INT(atomic_load(&max_wait_ms), HEALTH_PROBE_INTERVAL_NS / 1000000);
+    /* every wait asks for the long wait: nothing polls */
+    CHECK_EQ_INT(atomic_load(&max_wait_ms), HEALTH_WAIT_MS);
     atomic_store(&lost[0], false);
     CHECK(TAP_WAIT_UNTIL(drain(m, &s) && s.state[0] == HEALTH_EV_BACK, 10000));
-    health_monitor_stop(m);
+    health_monitor_stop(m, NULL);
 }
 
 TEST(wait_gpu_is_lost_probes_at_once)
@@ -188,7 +211,7 @@ TEST(wait_gpu_is_lost_probes_at_once)
     /* the probe that found it ran right after the failed wait, before another */
     CHECK_NE_INT(atomic_load(&inject_at), 0);
     CHECK_EQ_INT(atomic_load(&lost_probe), atomic_load(&inject_at));
-    health_monitor_stop(m);
+    health_monitor_stop(m, NULL);
 }
 
 TEST(xid79_probes_at_once)
@@ -206,7 +229,43 @@ TEST(xid79_probes_at_once)
     atomic_store(&inject, INJECT_XID_ON_LOST);
     CHECK(TAP_WAIT_UNTIL(drain(m, &s) && s.xid48_gpu != -2, 10000));
     CHECK_EQ_INT(s.xid48_gpu, 1);
-    health_monitor_stop(m);
+    health_monitor_stop(m, NULL);
+}
+
+TEST(stop_leaves_a_thread_inside_a_wait)
+{
+    struct seen s;
+    struct health_monitor *m = start(&s);
+    REQUIRE(m);
+    atomic_store(&inject, INJECT_BLOCK);
+    REQUIRE(TAP_WAIT_UNTIL(atomic_load(&blocked), 10000));
+    bool busy = false;
+    /* returns while the wait goes on (a join here would never end: release comes after) */
+    health_monitor_stop(m, &busy);
+    CHECK(busy);
+    CHECK_EQ_INT(atomic_load(&set_frees), 0);
+    atomic_store(&release, true);
+    /* the thread ends its wait, sees the stop and frees the monitor (its event set) */
+    CHECK(TAP_WAIT_UNTIL(atomic_load(&set_frees) == 1, 10000));
+}
+
+TEST(stop_wakes_a_napping_thread)
+{
+    /* no event set: the thread naps HEALTH_WAIT_MS between probes, on its eventfd */
+    struct gpu_nvml probe_only = fake;
+    probe_only.nvmlEventSetCreate = NULL;
+    reset();
+    struct health_monitor *m = NULL;
+    size_t warnings = 0;
+    REQUIRE(health_monitor_start(&probe_only, (const char *const *)uuids, NGPU, &m, &warnings) ==
+            0);
+    CHECK_EQ_INT(warnings, NGPU);
+    struct seen s = {.xid48_gpu = -2};
+    CHECK(TAP_WAIT_UNTIL(drain(m, &s) && s.state[1] == HEALTH_EV_BACK, 10000));
+    bool busy = true;
+    health_monitor_stop(m, &busy);
+    CHECK(!busy); /* woken and joined, not left in a nap */
+    CHECK_EQ_INT(atomic_load(&waits), 0);
 }
 
 int main(int argc, char **argv)
