@@ -67,6 +67,8 @@ struct agent {
     struct vgpu *vgpu;          /* the GPUs in vgpu mode (may be none) */
     struct fs_flusher *flusher; /* flushes the vGPU journal off the loop (vgpu.h) */
     uint64_t spare_timer;       /* makes spare container directories once Allocates pause */
+    uint64_t spare_backoff_ns;  /* while making them fails */
+    bool spare_failing;         /* the last try failed (logged once) */
     struct grpc_client *podres; /* the start-up pod-resources List (vGPU restart safety) */
     /* one per resource served: provider and its endpoint */
     struct served {
@@ -454,21 +456,52 @@ static void recovery_arm(struct agent *a)
 static void vgpu_check_arm(struct agent *a);
 
 /* Spares (vgpu.h) are made back in small batches once no Allocate has taken
- * one for a while, so that making them never delays an Allocate of a burst. */
+ * one for a while, so that making them never delays an Allocate of a burst. A
+ * failure (read-only or full state dir, the inode reserve reached) backs off
+ * from 1 s, doubling up to a minute, with one log line when it starts failing
+ * and one when it works again. */
 #define SPARE_QUIET_NS 300000000ull
 #define SPARE_BATCH 4
+#define SPARE_NEXT_NS 10000000ull
+#define SPARE_BACKOFF_MIN_NS 1000000000ull
+#define SPARE_BACKOFF_MAX_NS 60000000000ull
 
 static void on_spare_fill(struct ev_loop *loop, void *user_data)
 {
     struct agent *a = user_data;
     a->spare_timer = 0;
-    if (vgpu_spare_fill(a->vgpu, SPARE_BATCH) > 0)
-        ev_loop_add_timer(loop, 10000000, on_spare_fill, a, &a->spare_timer);
+    int err = 0;
+    size_t missing = vgpu_spare_fill(a->vgpu, SPARE_BATCH, &err);
+    if (err < 0) {
+        if (!a->spare_failing)
+            log_warn("vGPU: cannot make spare container directories under %s/vgpu/.spare: %s "
+                     "(%zu of %d missing; Allocate makes the files itself meanwhile; retrying "
+                     "with backoff)",
+                     a->cfg.state_dir,
+                     err == -ENOSPC ? "the filesystem is down to the inodes or space kept for "
+                                      "the checkpoint and the containers' configs"
+                                    : strerror(-err),
+                     missing, VGPU_SPARES);
+        a->spare_failing = true;
+        a->spare_backoff_ns = a->spare_backoff_ns ? a->spare_backoff_ns * 2 : SPARE_BACKOFF_MIN_NS;
+        if (a->spare_backoff_ns > SPARE_BACKOFF_MAX_NS)
+            a->spare_backoff_ns = SPARE_BACKOFF_MAX_NS;
+        ev_loop_add_timer(loop, a->spare_backoff_ns, on_spare_fill, a, &a->spare_timer);
+        return;
+    }
+    if (a->spare_failing)
+        log_info("vGPU: spare container directories are made again (%zu missing)", missing);
+    a->spare_failing = false;
+    a->spare_backoff_ns = 0;
+    if (missing > 0)
+        ev_loop_add_timer(loop, SPARE_NEXT_NS, on_spare_fill, a, &a->spare_timer);
 }
 
 static void on_spare_taken(void *ctx)
 {
     struct agent *a = ctx;
+    if (a->spare_failing)
+        return; /* the backoff's timer stays */
     ev_loop_cancel_timer(a->loop, a->spare_timer);
     a->spare_timer = 0;
     ev_loop_add_timer(a->loop, SPARE_QUIET_NS, on_spare_fill, a, &a->spare_timer);
@@ -1177,6 +1210,9 @@ static int start(struct agent *a)
             return r;
         vgpu_set_flusher(a->vgpu, a->flusher);
         vgpu_set_spare_hook(a->vgpu, on_spare_taken, a);
+        /* vgpu_new made what it could; the rest (and why not) from the loop */
+        if (vgpu_spare_fill(a->vgpu, 0, NULL) > 0)
+            ev_loop_add_timer(a->loop, 0, on_spare_fill, a, &a->spare_timer);
     }
     size_t warnings = 0;
     r = health_monitor_start(a->nvml, a->uuids, a->n_gpus, &a->health, &warnings);

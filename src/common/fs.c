@@ -1,9 +1,11 @@
 /* fs.c — see fs.h. */
 #include "fs.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,4 +159,46 @@ int fs_mkdir_p(const char *path, mode_t mode)
     if (stat(buf, &st) < 0)
         return -errno;
     return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+/* "<digits>" as a pid, else 0. */
+static pid_t tmp_pid(const char *s)
+{
+    long v = 0;
+    if (!*s)
+        return 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > 4194304)
+            return 0;
+        v = v * 10 + (*s - '0');
+    }
+    return (pid_t)v;
+}
+
+int fs_remove_stale_tmp(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? 0 : -errno;
+    size_t plen = strlen(prefix);
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *mark = strstr(e->d_name, ".tmp.");
+        if (!mark || strncmp(e->d_name, prefix, plen) != 0 || (size_t)(mark - e->d_name) < plen)
+            continue;
+        while (strstr(mark + 1, ".tmp."))
+            mark = strstr(mark + 1, ".tmp.");
+        pid_t pid = tmp_pid(mark + 5);
+        if (pid <= 0)
+            continue;
+        /* a pid of ours (reused: we wrote nothing yet) or of no process: left by a writer
+         * killed between the write and its rename; a live other process's is its own */
+        if (pid != getpid() && !(kill(pid, 0) < 0 && errno == ESRCH))
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
 }

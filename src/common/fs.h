@@ -26,3 +26,10 @@ int fs_read_all(const char *path, size_t max, char **ret_data, size_t *ret_len);
 
 /* mkdir -p with mode for created components. Returns 0 or -errno. */
 int fs_mkdir_p(const char *path, mode_t mode);
+
+/* Removes what interrupted atomic writes left in dir: "<prefix>*.tmp.<pid>" entries (the
+ * temporary names fs_write_atomic and fs_write_replace use) whose pid is this process's (a
+ * restarted daemon may get its old pid back, and wrote nothing yet) or no live process's. A
+ * live other process's are its own and stay. Returns how many were removed (0 when dir does
+ * not exist) or -errno when dir cannot be read. */
+int fs_remove_stale_tmp(const char *dir, const char *prefix);

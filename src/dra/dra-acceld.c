@@ -564,6 +564,19 @@ static void on_state_change(void *ud)
     write_status(ud);
 }
 
+/* After each publishing round: the first slice in step makes the driver ready, and only
+ * then is the registration socket served (the kubelet registers what it finds there and
+ * sends claims at once; before a slice exists no claim can name these GPUs anyway). */
+static void on_round(void *ud)
+{
+    struct acceld_dra *a = ud;
+    write_status(a);
+    if (a->plugin && dra_publisher_synced(a->pub) && !dra_plugin_registration_served(a->plugin) &&
+        dra_plugin_register(a->plugin) == 0)
+        log_info("dra: the first ResourceSlice is published: the driver registers with the "
+                 "kubelet");
+}
+
 /* The SLIs of the DRA side, in the device-plugin modes' families with the
  * driver's name as the resource: a prepared claim is the DRA Allocate. */
 static void on_prepared(void *ud, bool ok, uint64_t duration_ns)
@@ -604,7 +617,7 @@ static int kube_start(struct acceld_dra *a)
     if (r == 0)
         r = dra_publisher_new(a->loop, a->client, ACCELD_DRA_DRIVER, a->node, &a->pub);
     if (r == 0)
-        dra_publisher_on_round(a->pub, on_state_change, a);
+        dra_publisher_on_round(a->pub, on_round, a);
     if (r < 0)
         log_error("dra: cannot start the API client: %s", strerror(-r));
     return r;
@@ -809,12 +822,14 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
         .pool_name = a->node,
         .mps = a->pcfg.mps,
         .mps_ready_wait_ns = cfg->dra_claim_wait_ns,
+        .defer_registration = true,
     };
     if ((r = dra_plugin_new(a->loop, &pc, &a->plugin)) < 0) {
         log_error("dra: cannot serve the kubelet plugin sockets: %s", strerror(-r));
         return r;
     }
     publish(a);
+    on_round(a); /* a round that ended before the plugin existed */
     recovery_arm(a);
     return 0;
 }

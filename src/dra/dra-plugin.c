@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +47,9 @@ struct dra_plugin {
     char reg_name[NAME_MAX + 1];
     int ino_fd;
     bool registered;
+    bool reg_serving;        /* the registration socket is served (dra_plugin_register) */
+    dev_t reg_dev;           /* the registration socket this process bound: a deletion */
+    ino_t reg_ino;           /* event while the path still names it was not of it */
     struct pending *pending; /* prepare calls waiting for the API server */
     struct waiting *waiting; /* prepare replies waiting for MPS daemons */
     /* resource-health streams (NodeWatchResources), and per device its last
@@ -670,11 +674,29 @@ size_t dra_plugin_health_watchers(const struct dra_plugin *p)
 static int listen_registration(struct dra_plugin *p)
 {
     int r = grpc_server_listen_unix(p->server, p->reg_path);
-    if (r < 0)
+    struct stat sb;
+    if (r < 0) {
         log_error("dra: cannot serve the registration socket %s: %s", p->reg_path, strerror(-r));
-    else
-        log_info("dra: registration socket %s (endpoint %s)", p->reg_path, p->endpoint);
-    return r;
+        return r;
+    }
+    if (lstat(p->reg_path, &sb) == 0) {
+        p->reg_dev = sb.st_dev;
+        p->reg_ino = sb.st_ino;
+    }
+    p->reg_serving = true;
+    log_info("dra: registration socket %s (endpoint %s)", p->reg_path, p->endpoint);
+    return 0;
+}
+
+/* Whether the registration socket this process serves is still at its path. A deletion
+ * event while it is was of another file of that name: a stale socket replaced at start
+ * (grpc_server_listen_unix unlinks it, then renames ours into place), not the kubelet's or
+ * an admin's doing. */
+static bool reg_still_ours(const struct dra_plugin *p)
+{
+    struct stat sb;
+    return lstat(p->reg_path, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_dev == p->reg_dev &&
+           sb.st_ino == p->reg_ino;
 }
 
 static void on_inotify(struct ev_loop *loop, int fd, uint32_t events, void *ud)
@@ -692,21 +714,31 @@ static void on_inotify(struct ev_loop *loop, int fd, uint32_t events, void *ud)
                 strcmp(e->name, p->reg_name) == 0)
                 gone = true;
             if (e->mask & IN_Q_OVERFLOW)
-                gone = access(p->reg_path, F_OK) != 0;
+                gone = true;
             q += sizeof(*e) + e->len;
         }
     }
-    if (gone) {
-        /* The registration socket was removed: a new one is what the
-         * kubelet's plugin watcher reacts to. The endpoint keeps serving. */
-        log_warn("dra: registration socket %s was removed: serving it again", p->reg_path);
-        p->registered = false;
-        grpc_server_close_listeners(p->server, false);
-        int r = grpc_server_listen_unix(p->server, p->endpoint);
-        if (r < 0)
-            log_error("dra: cannot serve %s again: %s", p->endpoint, strerror(-r));
-        listen_registration(p);
-    }
+    if (!gone || !p->reg_serving || reg_still_ours(p))
+        return;
+    /* The registration socket was removed: a new one is what the
+     * kubelet's plugin watcher reacts to. The endpoint keeps serving. */
+    log_warn("dra: registration socket %s was removed: serving it again", p->reg_path);
+    p->registered = false;
+    grpc_server_close_listeners(p->server, false);
+    int r = grpc_server_listen_unix(p->server, p->endpoint);
+    if (r < 0)
+        log_error("dra: cannot serve %s again: %s", p->endpoint, strerror(-r));
+    listen_registration(p);
+}
+
+int dra_plugin_register(struct dra_plugin *p)
+{
+    return p->reg_serving ? 0 : listen_registration(p);
+}
+
+bool dra_plugin_registration_served(const struct dra_plugin *p)
+{
+    return p->reg_serving;
 }
 
 int dra_plugin_new(struct ev_loop *loop, const struct dra_plugin_config *cfg,
@@ -789,7 +821,7 @@ int dra_plugin_new(struct ev_loop *loop, const struct dra_plugin_config *cfg,
         log_error("dra: cannot serve %s: %s", p->endpoint, strerror(-r));
         goto fail;
     }
-    if ((r = listen_registration(p)) < 0)
+    if (!cfg->defer_registration && (r = listen_registration(p)) < 0)
         goto fail;
     *ret = p;
     return 0;

@@ -169,6 +169,7 @@ struct dra_prepared {
     char *uid;
     struct dra_prepared_device *devices;
     size_t n_devices;
+    bool share; /* libvcuda shares: claims/<uid>/ holds config, ld.so.preload, region/ */
     /* an MPS claim: its daemon's GPUs and caps (checkpointed, so that a
      * restarted acceld starts the daemon again) */
     bool mps;
@@ -182,24 +183,28 @@ struct dra_state;
 
 /* Loads the checkpoint (<state_dir>/dra-checkpoint.json) if any. cfg and what
  * it points to are borrowed and must outlive the state. A corrupt checkpoint
- * is an error (-EINVAL, message in err): nothing is guessed. */
+ * is an error (-EINVAL, message in err): nothing is guessed. Then removes what
+ * no prepared claim owns: the temporary files of interrupted writes, and the
+ * CDI specs and claims/<uid>/ directories of claims the checkpoint does not
+ * name (prepare records a claim before it writes a file of it). */
 int dra_state_new(const struct dra_prepare_config *cfg, struct dra_state **ret, char *err,
                   size_t errlen);
 struct dra_state *dra_state_free(struct dra_state *st);
 
-/* Prepares one claim: an already prepared uid gets its checkpointed answer
- * again; otherwise the claim is read from src, its results for this driver
- * resolved to GPUs, per-share files and the claim's CDI spec written, then
- * the checkpoint. On failure nothing of the claim is left on disk and
- * -errno is returned with the message for the claim's entry in err.
+/* Prepares one claim: an already prepared uid whose files are all there gets
+ * its checkpointed answer again; otherwise the claim is read from src, its
+ * results for this driver resolved to GPUs, the checkpoint written, then the
+ * per-share files and the claim's CDI spec. On failure nothing of the claim
+ * is left on disk and -errno is returned with the message for the claim's
+ * entry in err.
  * *ret is borrowed from the state (valid until the claim is unprepared). */
 int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const char *namespace_,
                 const char *name, const char *uid, const struct dra_prepared **ret, char *err,
                 size_t errlen);
 
 /* Undoes dra_prepare for uid: removes the CDI spec, stops an MPS claim's
- * daemon, removes the claim's files and its checkpoint entry. An unknown uid
- * succeeds. */
+ * daemon, removes the claim's files and then its checkpoint entry. An unknown
+ * uid succeeds, having removed any file named after it. */
 int dra_unprepare(struct dra_state *st, const char *uid, char *err, size_t errlen);
 
 /* Number of prepared claims; the i-th (borrowed). */
@@ -239,6 +244,10 @@ struct dra_plugin_config {
      * then gets an error (and is unprepared if this call prepared it). */
     struct dra_mps_ops mps;
     uint64_t mps_ready_wait_ns;
+    /* true: the registration socket is served only once dra_plugin_register is called
+     * (acceld: after its first ResourceSlice is published, so that the kubelet never
+     * registers a driver that cannot prepare yet); false: at once */
+    bool defer_registration;
 };
 
 struct dra_plugin;
@@ -247,11 +256,18 @@ struct dra_plugin;
  * socket (<registry_dir>/<driver_name>-reg.sock) on loop, and watches the
  * registry dir: when the registration socket disappears (the kubelet or an
  * admin wiped the dir) it is created again, which the kubelet's plugin
- * watcher sees as a new plugin. A restarted kubelet finds the socket that
- * is still there and registers it again by itself. */
+ * watcher sees as a new plugin (a deletion while the path still names the
+ * socket this process bound is not: that was a stale file replaced at
+ * start). A restarted kubelet finds the socket that is still there and
+ * registers it again by itself. */
 int dra_plugin_new(struct ev_loop *loop, const struct dra_plugin_config *cfg,
                    struct dra_plugin **ret);
 struct dra_plugin *dra_plugin_free(struct dra_plugin *p);
+/* Serves the registration socket (defer_registration); once is enough, later calls do
+ * nothing. 0 or -errno. */
+int dra_plugin_register(struct dra_plugin *p);
+/* Whether the registration socket is served (readiness for accelctl and the SLIs). */
+bool dra_plugin_registration_served(const struct dra_plugin *p);
 /* The devices' health changed (cfg.gpus[i].healthy): every open
  * NodeWatchResources stream (dra-health v1alpha1) gets the full list again. */
 void dra_plugin_health_changed(struct dra_plugin *p);

@@ -12,6 +12,7 @@
 #include "fs.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <jansson.h>
@@ -90,6 +91,8 @@ static json_t *prepared_to_json(const struct dra_prepared *p)
                                               d->pool, "device", d->device, "cdi", d->cdi_id));
     }
     json_t *o = json_pack("{s:s,s:o}", "uid", p->uid, "devices", devs);
+    if (o && p->share)
+        json_object_set_new(o, "share", json_true());
     if (o && p->mps)
         json_object_set_new(o, "mps",
                             json_pack("{s:s,s:i,s:i,s:I}", "uuids", p->mps_uuids, "n",
@@ -153,6 +156,7 @@ static int prepared_from_json(json_t *o, struct dra_prepared *p)
                 return -EINVAL;
         }
     }
+    p->share = json_is_true(json_object_get(o, "share"));
     json_t *mps = json_object_get(o, "mps");
     if (mps) {
         json_t *nv = json_object_get(mps, "n"), *pv = json_object_get(mps, "cores"),
@@ -215,6 +219,47 @@ bad:
     return r;
 }
 
+static struct dra_prepared *find(struct dra_state *st, const char *uid);
+static int remove_claim_files(const struct dra_state *st, const char *uid);
+
+/* What no prepared claim owns goes: temporary files of interrupted writes, and the specs and
+ * directories of claims the checkpoint does not name. */
+static void sweep(struct dra_state *st)
+{
+    char dir[PATH_MAX];
+    fs_remove_stale_tmp(st->cfg->state_dir, "dra-");
+    fs_remove_stale_tmp(st->cfg->cdi_dir, "accel-dra-");
+    static const char spec_prefix[] = "accel-dra-";
+    DIR *d = opendir(st->cfg->cdi_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char uid[80];
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, spec_prefix, sizeof(spec_prefix) - 1) != 0 || n < 16 ||
+            strcmp(e->d_name + n - 5, ".json") != 0 ||
+            n - 5 - (sizeof(spec_prefix) - 1) >= sizeof(uid))
+            continue;
+        memcpy(uid, e->d_name + sizeof(spec_prefix) - 1, n - 5 - (sizeof(spec_prefix) - 1));
+        uid[n - 5 - (sizeof(spec_prefix) - 1)] = '\0';
+        if (uid_ok(uid) && !find(st, uid))
+            remove_claim_files(st, uid);
+    }
+    if (d)
+        closedir(d);
+    if (join(dir, sizeof(dir), st->cfg->state_dir, "claims") < 0 || !(d = opendir(dir)))
+        return;
+    while ((e = readdir(d))) {
+        char sub[PATH_MAX];
+        if (!uid_ok(e->d_name))
+            continue;
+        if (!find(st, e->d_name))
+            remove_claim_files(st, e->d_name);
+        else if (join(sub, sizeof(sub), dir, e->d_name) == 0)
+            fs_remove_stale_tmp(sub, "");
+    }
+    closedir(d);
+}
+
 int dra_state_new(const struct dra_prepare_config *cfg, struct dra_state **ret, char *err,
                   size_t errlen)
 {
@@ -227,6 +272,7 @@ int dra_state_new(const struct dra_prepare_config *cfg, struct dra_state **ret, 
         dra_state_free(st);
         return r;
     }
+    sweep(st);
     *ret = st;
     return 0;
 }
@@ -596,6 +642,7 @@ static int record(struct dra_state *st, const struct dra_claim *c, const struct 
         if (!d->pool || !d->device || !d->cdi_id)
             goto nomem;
     }
+    p->share = pl->share && !pl->mps;
     if (pl->mps) {
         p->mps = true;
         p->mps_n = (unsigned)pl->n;
@@ -612,12 +659,45 @@ nomem:
     return -ENOMEM;
 }
 
+/* Whether what prepare writes for p is all there (a crash may have left the checkpoint
+ * ahead of the files, or an unprepare may have removed them before it was cut short). */
+static bool files_ok(const struct dra_state *st, const struct dra_prepared *p)
+{
+    char path[PATH_MAX];
+    if (p->n_devices == 0)
+        return true; /* nothing of ours in the claim: no files */
+    if (snprintf(path, sizeof(path), "%s/accel-dra-%s.json", st->cfg->cdi_dir, p->uid) >=
+            (int)sizeof(path) ||
+        access(path, F_OK) != 0)
+        return false;
+    static const char *const share_files[] = {"config", "ld.so.preload", "region"};
+    for (size_t i = 0; p->share && i < sizeof(share_files) / sizeof(share_files[0]); i++)
+        if (snprintf(path, sizeof(path), "%s/claims/%s/%s", st->cfg->state_dir, p->uid,
+                     share_files[i]) >= (int)sizeof(path) ||
+            access(path, F_OK) != 0)
+            return false;
+    return true;
+}
+
+static void forget(struct dra_state *st, struct dra_prepared *p)
+{
+    size_t i = (size_t)(p - st->claims);
+    prepared_clear(p);
+    memmove(&st->claims[i], &st->claims[i + 1], (st->n_claims - i - 1) * sizeof(*p));
+    st->n_claims--;
+}
+
+/* The order makes prepare and unprepare safe to cut at any point: the checkpoint names a
+ * claim before any file of it is written (prepare) and until every file of it is removed
+ * (unprepare), so no file of a claim exists that the checkpoint does not name (dra_state_new
+ * removes any such file left by an older acceld), and a claim the checkpoint names whose
+ * files are not all there is prepared again (files_ok) instead of answered "prepared". */
 int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const char *ns,
                 const char *name, const char *uid, const struct dra_prepared **ret, char *err,
                 size_t errlen)
 {
     struct dra_prepared *have = find(st, uid);
-    if (have) {
+    if (have && files_ok(st, have)) {
         *ret = have;
         return 0;
     }
@@ -634,10 +714,27 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
     bool mps_started = false;
     if ((r = make_plan(st, c, &pl, err, errlen)) < 0)
         goto out;
-    /* nothing of ours in the claim (only other drivers' devices): no files, an
-     * empty answer, still checkpointed so that the answer stays the same */
+    /* a claim whose files went missing is prepared again from the claim as it is now */
+    have = find(st, uid);
+    if (have)
+        forget(st, have);
+    /* the record first (see above); nothing of ours in the claim (only other drivers'
+     * devices): no files, an empty answer, still checkpointed so the answer stays the same */
+    struct dra_prepared *p = NULL;
+    if ((r = record(st, c, &pl, &p)) < 0) {
+        errbuf_printf(err, errlen, "claim %s: out of memory", uid);
+        goto out;
+    }
+    if ((r = checkpoint_write(st)) < 0) {
+        errbuf_printf(err, errlen, "claim %s: cannot write the checkpoint in %s: %s", uid,
+                      st->cfg->state_dir, strerror(-r));
+        forget(st, p);
+        /* the checkpoint may still name it (from before): its files go, the kubelet retries */
+        remove_claim_files(st, uid);
+        goto out;
+    }
     if (pl.n == 0)
-        goto record;
+        goto done;
     if (pl.mps) {
         const struct dra_mps_ops *m = &st->cfg->mps;
         char why[256] = "";
@@ -664,26 +761,18 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
                       st->cfg->cdi_dir, strerror(-r));
         goto undo;
     }
-    struct dra_prepared *p;
-record:
-    p = NULL;
-    if ((r = record(st, c, &pl, &p)) < 0) {
-        errbuf_printf(err, errlen, "claim %s: out of memory", uid);
-        goto undo;
-    }
-    if ((r = checkpoint_write(st)) < 0) {
-        errbuf_printf(err, errlen, "claim %s: cannot write the checkpoint in %s: %s", uid,
-                      st->cfg->state_dir, strerror(-r));
-        prepared_clear(p);
-        st->n_claims--;
-        goto undo;
-    }
-    *ret = p;
+done:
+    *ret = find(st, uid);
     goto out;
 undo:
+    /* the files first, the record after (the same order as unprepare) */
     remove_claim_files(st, uid);
     if (mps_started && st->cfg->mps.stop)
         st->cfg->mps.stop(st->cfg->mps.ctx, uid);
+    if ((p = find(st, uid))) {
+        forget(st, p);
+        checkpoint_write(st); /* failing, the record stays: unprepare or a retry fixes it */
+    }
 out:
     dra_claim_free(c);
     return r;
@@ -692,16 +781,20 @@ out:
 int dra_unprepare(struct dra_state *st, const char *uid, char *err, size_t errlen)
 {
     struct dra_prepared *p = find(st, uid);
-    if (!p)
-        return 0; /* never prepared here, or already undone */
+    if (!p && !uid_ok(uid))
+        return 0; /* no file can be named after it */
+    /* an unknown uid too: a prepare cut short before its record (an older acceld wrote the
+     * files first) may have left files, and only this call will ever name them */
     int r = remove_claim_files(st, uid);
     if (r < 0) {
         errbuf_printf(err, errlen, "claim %s: cannot remove its files: %s", uid, strerror(-r));
         return r;
     }
     /* after the spec: no new container can get the daemon's directories */
-    if (p->mps && st->cfg->mps.stop)
+    if ((!p || p->mps) && st->cfg->mps.stop)
         st->cfg->mps.stop(st->cfg->mps.ctx, uid);
+    if (!p)
+        return 0;
     size_t i = (size_t)(p - st->claims);
     struct dra_prepared gone = *p;
     memmove(&st->claims[i], &st->claims[i + 1], (st->n_claims - i - 1) * sizeof(*p));

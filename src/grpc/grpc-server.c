@@ -16,6 +16,7 @@
 #define _GNU_SOURCE /* accept4 */
 #include "grpc-internal.h"
 
+#include "fs.h"
 #include "util.h"
 
 #include <errno.h>
@@ -884,10 +885,18 @@ int grpc_server_listen_unix(struct grpc_server *server, const char *path)
     /* Bind and listen under a temporary name, then rename onto the path: the
      * path never names a socket that is not yet listening, so a peer that sees
      * the file (the kubelet, a test, a second daemon probing for a live socket)
-     * never gets ECONNREFUSED from a server that is starting. */
+     * never gets ECONNREFUSED from a server that is starting. A temporary name
+     * an earlier process was killed with (between bind and rename) goes first. */
     struct sockaddr_un tmp = {.sun_family = AF_UNIX};
-    bool renamed = snprintf(tmp.sun_path, sizeof(tmp.sun_path), "%s.%ld.tmp", path,
+    bool renamed = snprintf(tmp.sun_path, sizeof(tmp.sun_path), "%s.tmp.%ld", path,
                             (long)getpid()) < (int)sizeof(tmp.sun_path);
+    char dir[sizeof(sa.sun_path)];
+    memcpy(dir, path, strlen(path) + 1);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        fs_remove_stale_tmp(dir, slash + 1);
+    }
     const struct sockaddr_un *bind_sa = renamed ? &tmp : &sa;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)

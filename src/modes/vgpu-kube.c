@@ -131,7 +131,8 @@ static int op_pending(void *self, const struct vgpu_pending **ret, size_t *ret_n
             n++;
         }
     }
-    qsort(k->list, n, sizeof(*k->list), cmp_pending);
+    if (n > 1) /* qsort's array must not be NULL, even for 0 elements (C17 7.22.5) */
+        qsort(k->list, n, sizeof(*k->list), cmp_pending);
     k->n = n;
     k->fresh = true;
     *ret = k->list;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "flush.h"
@@ -669,17 +670,29 @@ static int spare_make(struct vgpu *v)
     return 0;
 }
 
-size_t vgpu_spare_fill(struct vgpu *v, size_t max)
+/* -ENOSPC when making one more spare would leave the filesystem fewer than the reserve
+ * of inodes or bytes the essential files need (checkpoint, journal, configs). */
+static int spare_room(const struct vgpu *v)
 {
-    for (size_t k = 0; k < max && v->n_spares < VGPU_SPARES; k++) {
-        int r = spare_make(v);
-        if (r < 0) {
-            log_warn("vGPU: cannot make a spare container directory under %s: %s (Allocate "
-                     "makes the files itself)",
-                     v->spare_dir, strerror(-r));
-            break;
-        }
-    }
+    struct statvfs st;
+    if (statvfs(v->spare_dir, &st) < 0)
+        return 0; /* unknown: making the spare will tell */
+    /* f_files 0: the filesystem has no inode limit (btrfs reports so) */
+    if (st.f_files && st.f_favail < VGPU_SPARE_INODES + VGPU_SPARE_RESERVE_INODES)
+        return -ENOSPC;
+    if ((uint64_t)st.f_bavail * st.f_frsize < VGPU_SPARE_RESERVE_BYTES)
+        return -ENOSPC;
+    return 0;
+}
+
+size_t vgpu_spare_fill(struct vgpu *v, size_t max, int *ret_err)
+{
+    int r = 0;
+    for (size_t k = 0; k < max && v->n_spares < VGPU_SPARES && r == 0; k++)
+        if ((r = spare_room(v)) == 0)
+            r = spare_make(v);
+    if (ret_err)
+        *ret_err = r;
     return VGPU_SPARES - v->n_spares;
 }
 
@@ -712,8 +725,9 @@ static void remove_tree(const char *dir, int depth)
     rmdir(dir);
 }
 
-/* The spares left by an earlier run are removed (their count is unknown);
- * then VGPU_SPARES new ones are made. 0 or -errno. */
+/* The spares left by an earlier run are removed (their count is unknown) and the preload
+ * file written; the new spares come after the checkpoint (vgpu_new), so that they never
+ * take the inodes or space the essential files need. 0 or -errno. */
 static int spares_start(struct vgpu *v, char *err, size_t errlen)
 {
     v->spares = calloc(VGPU_SPARES, sizeof(*v->spares));
@@ -726,7 +740,6 @@ static int spares_start(struct vgpu *v, char *err, size_t errlen)
         snprintf(err, errlen, "cannot create %s: %s", v->spare_dir, strerror(-r));
         return r;
     }
-    vgpu_spare_fill(v, VGPU_SPARES);
     char pre[VGPU_PATH_MAX];
     int n = snprintf(pre, sizeof(pre), "%s\n", VGPU_CONTAINER_LIBRARY);
     if ((r = fs_write_atomic(v->preload, pre, (size_t)n, 0644)) < 0) {
@@ -740,6 +753,7 @@ static void remove_files(const struct assign *as)
 {
     remove_tree(as->region, 0); /* the region file(s) the container wrote */
     unlink(as->config);
+    fs_remove_stale_tmp(as->dir, ""); /* an interrupted config write: else rmdir fails */
     /* a container's own ld.so.preload, as acceld wrote before it shared one */
     char legacy[VGPU_PATH_MAX + 32];
     snprintf(legacy, sizeof(legacy), "%s/ld.so.preload", as->dir);
@@ -1354,8 +1368,12 @@ int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_optio
         snprintf(err, errlen, "cannot create %s: %s", v->state_dir, strerror(-r));
         goto fail;
     }
+    /* what an interrupted atomic write left (checkpoint, preload, status) */
+    fs_remove_stale_tmp(v->state_dir, "");
     if ((r = spares_start(v, err, errlen)) < 0 || (r = checkpoint_load(v, err, errlen)) < 0)
         goto fail;
+    /* the spares last: the essential files are written by now */
+    vgpu_spare_fill(v, VGPU_SPARES, NULL);
     *ret = v;
     return 0;
 fail:

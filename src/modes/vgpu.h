@@ -108,11 +108,16 @@ void vgpu_set_flusher(struct vgpu *v, struct fs_flusher *f);
 
 /* Spare container directories (vgpu.c "files"): an Allocate takes one
  * instead of creating its files; fill makes up to max of the missing ones
- * and returns how many are still missing. The hook (NULL: none) is called
+ * and returns how many are still missing, with *ret_err (optional) 0 or the
+ * -errno that stopped it (-ENOSPC: the filesystem is down to the reserve
+ * below, which spares never take). The hook (NULL: none) is called
  * when an Allocate took one, so the agent can fill again once Allocates
  * stop coming. */
 #define VGPU_SPARES 128
-size_t vgpu_spare_fill(struct vgpu *v, size_t max);
+#define VGPU_SPARE_INODES 4 /* <n>/, c/, c/config, c/region/ */
+#define VGPU_SPARE_RESERVE_INODES 1024
+#define VGPU_SPARE_RESERVE_BYTES (16ull << 20)
+size_t vgpu_spare_fill(struct vgpu *v, size_t max, int *ret_err);
 void vgpu_set_spare_hook(struct vgpu *v, void (*fn)(void *ctx), void *ctx);
 
 /* Sets the pod source (borrowed; ops NULL: none, every Allocate is refused

@@ -630,9 +630,9 @@ TEST(checkpoint_journal)
     REQUIRE(conf_before != NULL);
     REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 40, &r, err, sizeof(err)), 0); /* b: cores only */
     /* two containers took two spare directories; making them back */
-    CHECK_EQ_U64(vgpu_spare_fill(v, 0), 2);
-    CHECK_EQ_U64(vgpu_spare_fill(v, 1), 1);
-    CHECK_EQ_U64(vgpu_spare_fill(v, 8), 0);
+    CHECK_EQ_U64(vgpu_spare_fill(v, 0, NULL), 2);
+    CHECK_EQ_U64(vgpu_spare_fill(v, 1, NULL), 1);
+    CHECK_EQ_U64(vgpu_spare_fill(v, 8, NULL), 0);
     /* three changes, three lines; the snapshot is the one written at start */
     CHECK_EQ_INT((int)count_lines(jr), 3);
     char *snap = slurp(cp);
@@ -705,7 +705,7 @@ TEST(spares_for_a_pods_containers)
     struct node nd;
     struct vgpu *v = make(1, 16 * GiB, VGPU_BINPACK, false);
     REQUIRE(v != NULL);
-    CHECK_EQ_U64(vgpu_spare_fill(v, 0), 0);
+    CHECK_EQ_U64(vgpu_spare_fill(v, 0, NULL), 0);
     node_open(&nd, v);
     char err[1024] = "";
     V1beta1__ContainerAllocateResponse *r;
@@ -725,8 +725,8 @@ TEST(spares_for_a_pods_containers)
         REQUIRE_EQ_INT(stat(d, &st), 0);
         CHECK_EQ_INT(st.st_mode & 0777, 0644);
     }
-    CHECK_EQ_U64(vgpu_spare_fill(v, 0), 2);
-    CHECK_EQ_U64(vgpu_spare_fill(v, 8), 0);
+    CHECK_EQ_U64(vgpu_spare_fill(v, 0, NULL), 2);
+    CHECK_EQ_U64(vgpu_spare_fill(v, 8, NULL), 0);
     /* 127 spares on disk, one of them the completed shell; each has c/config and c/region */
     char d[900];
     snprintf(d, sizeof(d), "%s/vgpu/.spare", state);

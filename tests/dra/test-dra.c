@@ -1,6 +1,7 @@
 /* test-dra.c — src/dra without sockets: ResourceClaim parsing and its
  * rejections, Quantity parsing, the ResourceSlice renderer's shape, and an
  * MPS claim's CDI spec and checkpoint (with a stand-in MPS supervisor). */
+#include <stdarg.h>
 #include "dra.h"
 #include "tap.h"
 
@@ -439,6 +440,115 @@ TEST(mps_claim_spec_and_checkpoint)
     char cmd[700];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     CHECK_EQ_INT(system(cmd), 0);
+}
+
+static __attribute__((format(printf, 1, 2))) bool exists(const char *fmt, ...)
+{
+    char path[800];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(path, sizeof(path), fmt, ap);
+    va_end(ap);
+    return access(path, F_OK) == 0;
+}
+
+static __attribute__((format(printf, 1, 2))) void touch(const char *fmt, ...)
+{
+    char path[800];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(path, sizeof(path), fmt, ap);
+    va_end(ap);
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+}
+
+/* Issue 23, finding 6: prepare and unprepare cut by a crash at any point. A claim's files
+ * without its checkpoint entry (a prepare cut between the files and the record, as acceld
+ * wrote them before) are removed by an unprepare of that unknown UID, and by the next start;
+ * a checkpointed claim whose files are gone (an unprepare cut between the files and the
+ * record) is prepared again, never answered "prepared" without them; temporary files of
+ * interrupted writes are removed at start. */
+TEST(prepare_unprepare_survive_a_cut)
+{
+    char tmp[] = "/tmp/test-dra-cut-XXXXXX";
+    REQUIRE(mkdtemp(tmp) != NULL);
+    char cdi[200], state[200], claims[200], path[1400];
+    snprintf(cdi, sizeof(cdi), "%s/cdi", tmp);
+    snprintf(state, sizeof(state), "%s/state", tmp);
+    snprintf(claims, sizeof(claims), "%s/claims", tmp);
+    REQUIRE(mkdir(claims, 0755) == 0 && mkdir(state, 0755) == 0 && mkdir(cdi, 0755) == 0);
+    const struct dra_gpu g[] = {{.name = "gpu-0",
+                                 .uuid = "GPU-a",
+                                 .dev_node = "/dev/nvidia0",
+                                 .memory = 16ull << 30,
+                                 .shared = true,
+                                 .healthy = true}};
+    const char *ctl[] = {"/dev/nvidiactl"};
+    struct dra_prepare_config pc = {
+        "gpu.accel.dev", "node-a", cdi, state, "/lib/libvcuda.so", ctl, 1, g, 1, {0}};
+    const char *uid = "0b5e6a1c-0000-4000-8000-0000000000c1";
+    write_claim(claims, "share", uid,
+                "{\"request\":\"gpu\",\"driver\":\"gpu.accel.dev\",\"pool\":\"node-a\","
+                "\"device\":\"gpu-0\",\"shareID\":\"s1\",\"consumedCapacity\":{\"memory\":"
+                "\"4Gi\",\"cores\":\"30\"}}");
+    struct dra_claim_source src = dra_claim_source_dir(claims);
+    struct dra_state *st = NULL;
+    char err[512] = "";
+    REQUIRE(dra_state_new(&pc, &st, err, sizeof(err)) == 0);
+    const struct dra_prepared *pr = NULL;
+    REQUIRE(dra_prepare(st, &src, "ns", "share", uid, &pr, err, sizeof(err)) == 0);
+    CHECK(exists("%s/accel-dra-%s.json", cdi, uid));
+    CHECK(exists("%s/claims/%s/config", state, uid));
+    /* an unprepare cut after the files went, before the record did: the files are gone and
+     * the checkpoint still names the claim; the next prepare writes them again */
+    snprintf(path, sizeof(path), "rm -rf %s/accel-dra-%s.json %s/claims/%s", cdi, uid, state, uid);
+    REQUIRE(system(path) == 0);
+    st = dra_state_free(st);
+    REQUIRE(dra_state_new(&pc, &st, err, sizeof(err)) == 0);
+    REQUIRE(dra_state_find(st, uid) != NULL);
+    CHECK_EQ_INT(dra_prepare(st, &src, "ns", "share", uid, &pr, err, sizeof(err)), 0);
+    CHECK(exists("%s/accel-dra-%s.json", cdi, uid));
+    CHECK(exists("%s/claims/%s/config", state, uid));
+    CHECK(exists("%s/claims/%s/ld.so.preload", state, uid));
+    CHECK_EQ_INT((int)dra_state_count(st), 1);
+    /* a prepare cut after its files, before its record (acceld before issue 23 wrote the
+     * files first): files of a UID the checkpoint does not name; the kubelet's unprepare of
+     * it removes them */
+    const char *ghost = "0b5e6a1c-0000-4000-8000-0000000000c2";
+    snprintf(path, sizeof(path), "%s/claims/%s", state, ghost);
+    REQUIRE(mkdir(path, 0755) == 0);
+    touch("%s/claims/%s/config", state, ghost);
+    touch("%s/accel-dra-%s.json", cdi, ghost);
+    CHECK_EQ_INT(dra_unprepare(st, ghost, err, sizeof(err)), 0);
+    CHECK(!exists("%s/accel-dra-%s.json", cdi, ghost));
+    CHECK(!exists("%s/claims/%s", state, ghost));
+    /* the same left for no unprepare to name, and temporary files of interrupted writes
+     * (a pid no process has): the next start removes them, and keeps the prepared claim's */
+    REQUIRE(mkdir(path, 0755) == 0);
+    touch("%s/claims/%s/config", state, ghost);
+    touch("%s/accel-dra-%s.json", cdi, ghost);
+    touch("%s/%s", state, "dra-checkpoint.json.tmp.4194303");
+    touch("%s/%s", cdi, "accel-dra-x.json.tmp.4194303");
+    touch("%s/claims/%s/config.tmp.4194303", state, uid);
+    st = dra_state_free(st);
+    REQUIRE(dra_state_new(&pc, &st, err, sizeof(err)) == 0);
+    CHECK(!exists("%s/accel-dra-%s.json", cdi, ghost));
+    CHECK(!exists("%s/claims/%s", state, ghost));
+    CHECK(!exists("%s/%s", state, "dra-checkpoint.json.tmp.4194303"));
+    CHECK(!exists("%s/%s", cdi, "accel-dra-x.json.tmp.4194303"));
+    CHECK(!exists("%s/claims/%s/config.tmp.4194303", state, uid));
+    CHECK(exists("%s/accel-dra-%s.json", cdi, uid));
+    CHECK(exists("%s/claims/%s/config", state, uid));
+    /* and the prepared claim unprepares whole */
+    CHECK_EQ_INT(dra_unprepare(st, uid, err, sizeof(err)), 0);
+    CHECK(!exists("%s/accel-dra-%s.json", cdi, uid));
+    CHECK(!exists("%s/claims/%s", state, uid));
+    CHECK_EQ_INT((int)dra_state_count(st), 0);
+    st = dra_state_free(st);
+    snprintf(path, sizeof(path), "rm -rf %s", tmp);
+    CHECK_EQ_INT(system(path), 0);
 }
 
 int main(int argc, char **argv)
