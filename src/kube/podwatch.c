@@ -5,9 +5,10 @@
  * line (ADDED / MODIFIED / DELETED with the object, BOOKMARK with only a newer
  * resourceVersion, ERROR with a Status). A version the server no longer has answers 410 Gone,
  * as an HTTP status or an ERROR event: then only a new LIST helps. A stream that ends cleanly
- * (the server's timeoutSeconds) is resumed at once from the last version seen; one that breaks
- * or fails, or ended without any event, is resumed after a backoff (min doubling to max, reset
- * by the next good event).
+ * (the server's timeoutSeconds) is resumed at once from the last version seen (after a backoff
+ * when it brought no event at all). One that breaks or fails may have lost events: the cache is
+ * not in step until a LIST, made at once the first time in QUICK_RELIST_NS, after a backoff
+ * (min doubling to max, reset by the next good event) when streams keep breaking.
  *
  * The cache is an array searched linearly: a node runs at most a few hundred pods. */
 #define _GNU_SOURCE
@@ -23,6 +24,8 @@
 #include "util.h"
 
 #define WATCH_TIMEOUT_S 300 /* the server ends each watch after this; we resume from the rv */
+/* A stream that breaks at most this often is relisted at once; more often, after a backoff. */
+#define QUICK_RELIST_NS (5ull * 1000000000ull)
 
 enum pw_phase { PW_IDLE, PW_LISTING, PW_WATCHING, PW_WAITING };
 
@@ -43,6 +46,7 @@ struct kube_podwatch {
     size_t n_pods, cap_pods;
     struct kube_podwatch_stats stats;
     uint64_t events_at_watch; /* stats.events when the running watch started */
+    uint64_t last_break_ns;   /* CLOCK_MONOTONIC of the last stream that broke */
 };
 
 static void do_list(struct kube_podwatch *w);
@@ -384,11 +388,17 @@ static void on_watch_end(struct kube_client *c, const struct kube_response *resp
         return;
     }
     if (resp->error) {
-        if (!w->error || resp->status != 0)
-            set_error(w, resp->error);
-        if (resp->status >= 400)
-            w->need_list = true; /* 401/403/...: relist once it works again */
-        retry(w, true);
+        /* A stream that broke or failed: events may have been missed, so the cache is not in
+         * step until a LIST says what is. The first break in a while relists at once (a pod
+         * admitted meanwhile waits milliseconds, not a backoff); breaks in a row back off. */
+        uint64_t now = mono_ns();
+        bool quick = !w->last_break_ns || now - w->last_break_ns > QUICK_RELIST_NS;
+        w->last_break_ns = now;
+        set_error(w, resp->error);
+        w->need_list = true;
+        if (quick)
+            w->stats.failures++;
+        retry(w, !quick);
         return;
     }
     /* the server's timeoutSeconds: resume from w->rv at once; a watch that ended without a
@@ -408,6 +418,23 @@ static void do_watch(struct kube_podwatch *w)
         retry(w, true);
     }
     free(path);
+}
+
+int kube_podwatch_relist(struct kube_podwatch *w)
+{
+    if (w->phase == PW_IDLE)
+        return -EINVAL;
+    if (w->phase == PW_LISTING)
+        return -EALREADY;
+    if (w->phase == PW_WATCHING) {
+        kube_request_cancel(w->client, w->req);
+        w->req = NULL;
+    }
+    ev_loop_cancel_timer(w->loop, w->retry_timer);
+    w->retry_timer = 0;
+    w->need_list = true;
+    do_list(w);
+    return 0;
 }
 
 int kube_podwatch_start(struct kube_podwatch *w)

@@ -1,7 +1,8 @@
 /* podwatch.h — the watch cache of this node's pods: LIST then WATCH of
  * /api/v1/pods?fieldSelector=spec.nodeName=<node> through a struct kube_client, kept in step
- * with resourceVersion and bookmarks, relisting after 410 Gone, resuming a broken stream after
- * a backoff. acceld answers Allocate from this cache without an API call.
+ * with resourceVersion and bookmarks, relisting after 410 Gone and after a stream that broke
+ * (at once, then with a backoff while it keeps breaking). acceld answers Allocate from this cache
+ * without an API call.
  *
  * Threads: the loop's thread only. Callbacks run from the loop; from them, the cache may be
  * read and requests started, but the watch must not be freed. Pods handed to callbacks and
@@ -45,6 +46,10 @@ int kube_podwatch_new(struct ev_loop *loop, struct kube_client *client, const ch
 struct kube_podwatch *kube_podwatch_free(struct kube_podwatch *w);
 /* Starts the first LIST. Returns 0 or -errno of the request. */
 int kube_podwatch_start(struct kube_podwatch *w);
+/* Lists again now (the cache may be behind a watch that lags or hangs without breaking): the
+ * running watch, if any, is dropped and restarted from the new LIST. 0, -EALREADY (a LIST
+ * runs), -EINVAL (not started). Not from the watch's own callbacks. */
+int kube_podwatch_relist(struct kube_podwatch *w);
 /* Retry delays after a failure: min_ns doubling up to max_ns (defaults 500 ms, 30 s). */
 void kube_podwatch_set_backoff(struct kube_podwatch *w, uint64_t min_ns, uint64_t max_ns);
 
