@@ -18,6 +18,7 @@
 #include "acceld-config.h"
 #include "evloop.h"
 #include "flush.h"
+#include "fs.h"
 #include "health.h"
 #include "inventory.h"
 #include "log.h"
@@ -69,7 +70,16 @@ struct agent {
     uint64_t spare_timer;       /* makes spare container directories once Allocates pause */
     uint64_t spare_backoff_ns;  /* while making them fails */
     bool spare_failing;         /* the last try failed (logged once) */
-    struct grpc_client *podres; /* the start-up pod-resources List (vGPU restart safety) */
+    struct grpc_client *podres; /* the kubelet's pod-resources API (vGPU books) */
+    bool podres_busy;           /* a List is in flight */
+    bool podres_again;          /* another was asked for meanwhile */
+    bool podres_broken;         /* the last List failed: a new connection next time */
+    bool podres_failing;        /* said so in the log (once until it answers) */
+    uint64_t books_timer;       /* the next settling of the books */
+    uint64_t books_due_ns;
+    uint64_t books_doubt_ns; /* the last settling an unmatched Allocate asked for */
+    bool books_started;      /* the start's settling was asked for */
+    bool books_ready;        /* it ran: Allocates are answered */
     /* one per resource served: provider and its endpoint */
     struct served {
         enum { SERVED_PGPU, SERVED_VGPU_CORES, SERVED_VGPU_MEMORY, SERVED_SHARED } kind;
@@ -101,6 +111,7 @@ struct agent {
 #endif
     uint64_t recovery_timer;
     uint64_t vgpu_check_timer;              /* the host-side check (vgpu.checkInterval) */
+    uint64_t vgpu_check_due_ns;             /* when it fires */
     struct vgpu_status_recent *vgpu_recent; /* its last findings (accelctl vgpu) */
     struct vgpu_check_state *vgpu_cstate;   /* its compute half's memory (NULL: off) */
     uint64_t vgpu_thaw_timer;               /* thaws what vgpu.computeAction froze */
@@ -625,13 +636,32 @@ static void on_vgpu_check(struct ev_loop *loop, void *user_data)
     vgpu_check_arm(a);
 }
 
-/* Runs the check every vgpu.checkInterval while vGPU mode serves some GPU. */
+/* Runs the check every vgpu.checkInterval while the books hold shares (an idle node does
+ * nothing: the pass after the last share went wrote the status file without it). */
 static void vgpu_check_arm(struct agent *a)
 {
-    if (a->vgpu_check_timer || !a->vgpu || a->cfg.vgpu_check_interval_ns == 0)
+    if (a->vgpu_check_timer || !a->vgpu || a->cfg.vgpu_check_interval_ns == 0 ||
+        vgpu_assignment_count(a->vgpu) == 0)
         return;
-    ev_loop_add_timer(a->loop, a->cfg.vgpu_check_interval_ns, on_vgpu_check, a,
-                      &a->vgpu_check_timer);
+    if (ev_loop_add_timer(a->loop, a->cfg.vgpu_check_interval_ns, on_vgpu_check, a,
+                          &a->vgpu_check_timer) == 0)
+        a->vgpu_check_due_ns = mono_ns() + a->cfg.vgpu_check_interval_ns;
+}
+
+/* The books changed: a pass (and the status file it writes) within a second, so accelctl
+ * vgpu and accel-exporter show them, then the usual interval. */
+#define VGPU_STATUS_DELAY_NS 1000000000ull
+
+static void vgpu_check_soon(struct agent *a)
+{
+    uint64_t due = mono_ns() + VGPU_STATUS_DELAY_NS;
+    if (!a->vgpu || !a->loop || (a->vgpu_check_timer && a->vgpu_check_due_ns <= due))
+        return;
+    ev_loop_cancel_timer(a->loop, a->vgpu_check_timer);
+    a->vgpu_check_timer = 0;
+    if (ev_loop_add_timer(a->loop, VGPU_STATUS_DELAY_NS, on_vgpu_check, a, &a->vgpu_check_timer) ==
+        0)
+        a->vgpu_check_due_ns = due;
 }
 
 /* ------------------------------------------------------------ SIGHUP */
@@ -985,7 +1015,10 @@ static void on_mps_health(struct mps_sup *sup, size_t set, bool healthy, const c
     const struct mps_ref *m = &a->mps_refs[set];
     struct replicas *sh = a->shared[m->sh];
     stats_pull_mps(a); /* its state and restarts in the SLIs */
-    if (!replicas_set_daemon_health(sh, m->gpu, m->k, healthy))
+    bool changed = replicas_set_daemon_health(sh, m->gpu, m->k, healthy);
+    /* the resource registers once every daemon answered (or failed to) */
+    acceld_plugin_ready_changed(a->served[m->served].plugin);
+    if (!changed)
         return;
     acceld_plugin_devices_changed(a->served[m->served].plugin);
     if (healthy)
@@ -1066,51 +1099,211 @@ out:
     return r;
 }
 
-/* ------------------------------------------------------------ vGPU restart safety */
+/* ------------------------------------------------------------ vGPU books */
 
+/* The books (vgpu.h: the shares handed out) follow the kubelet: the pod-resources List says
+ * which container holds which IDs (vgpu_reconcile). It runs at start (once the first LIST of
+ * the pods is in), at once when the watch says a pod with a share is gone or terminal, when
+ * an Allocate finds no pod, and every vgpu.reconcileInterval while the books hold shares. */
 #define PODRES_TIMEOUT_NS (10ull * 1000000000ull)
+#define PODRES_RETRY_NS (1000000000ull)
+
+static void books_list(struct agent *a);
+
+static void on_books_timer(struct ev_loop *loop, void *user_data)
+{
+    struct agent *a = user_data;
+    a->books_timer = 0;
+    books_list(a);
+}
+
+/* Settles the books now (on the loop's next turn: never from inside a callback of the
+ * pod-resources client or the watch). */
+static void books_soon(struct agent *a, uint64_t delay_ns)
+{
+    if (!a->vgpu || !a->loop)
+        return;
+    if (a->books_timer && a->books_due_ns <= mono_ns() + delay_ns)
+        return;
+    ev_loop_cancel_timer(a->loop, a->books_timer);
+    a->books_timer = 0;
+    if (ev_loop_add_timer(a->loop, delay_ns, on_books_timer, a, &a->books_timer) == 0)
+        a->books_due_ns = mono_ns() + delay_ns;
+}
+
+/* The periodic settling, while the books hold a share (an idle node does nothing). */
+static void books_arm(struct agent *a)
+{
+    if (a->cfg.vgpu_reconcile_interval_ns && vgpu_assignment_count(a->vgpu) > 0)
+        books_soon(a, a->cfg.vgpu_reconcile_interval_ns);
+}
+
+/* Readiness of the vGPU resources may have changed: each registers once it is ready. */
+static void vgpu_ready_changed(struct agent *a)
+{
+    for (size_t k = 0; k < a->n_served; k++)
+        if ((a->served[k].kind == SERVED_VGPU_CORES || a->served[k].kind == SERVED_VGPU_MEMORY) &&
+            a->served[k].plugin)
+            acceld_plugin_ready_changed(a->served[k].plugin);
+}
+
+static void books_settled(struct agent *a)
+{
+    if (!a->books_ready) {
+        a->books_ready = true;
+        vgpu_set_books_ready(a->vgpu, true);
+        vgpu_ready_changed(a);
+    }
+    books_arm(a);
+}
+
+/* The List failed: frees only what the watch cache says is gone. A record the start found
+ * missing or over-committed waits for the List (nothing is handed out meanwhile). */
+static void books_without_list(struct agent *a, const char *why)
+{
+    if (!a->podres_failing)
+        log_warn("vGPU: the kubelet's pod-resources List at %s failed (%s): the books free the "
+                 "shares of pods the watch says are gone or terminal, and take nothing back, "
+                 "until it answers",
+                 a->cfg.pod_resources_socket, why);
+    a->podres_failing = true;
+    a->podres_broken = true;
+    size_t freed = vgpu_reconcile_pods(a->vgpu);
+    if (freed)
+        log_info("vGPU: %zu share(s) of gone or terminal pods freed (watch)", freed);
+    if (!a->books_ready && vgpu_books_need_list(a->vgpu)) {
+        books_soon(a, PODRES_RETRY_NS);
+        return;
+    }
+    books_settled(a);
+}
 
 static void on_podres(int status, const char *message, const uint8_t *resp, size_t len,
                       void *user_data)
 {
     struct agent *a = user_data;
-    if (status != GRPC_STATUS_OK) {
-        log_warn("vGPU: the kubelet's pod-resources List at %s failed (%s%s%s): keeping every "
-                 "checkpointed assignment (shares of containers that are gone stay taken until "
-                 "the next start)",
-                 a->cfg.pod_resources_socket, grpc_status_name(status), message ? ": " : "",
-                 message ? message : "");
-        return;
-    }
-    V1__ListPodResourcesResponse *m = v1__list_pod_resources_response__unpack(NULL, len, resp);
+    uint64_t now = mono_ns();
+    a->podres_busy = false;
+    V1__ListPodResourcesResponse *m =
+        status == GRPC_STATUS_OK ? v1__list_pod_resources_response__unpack(NULL, len, resp) : NULL;
     if (!m) {
-        log_warn("vGPU: the kubelet's pod-resources answer cannot be parsed: keeping every "
-                 "checkpointed assignment");
-        return;
+        char why[512];
+        snprintf(why, sizeof(why), "%s%s%s",
+                 status == GRPC_STATUS_OK ? "its answer cannot be parsed"
+                                          : grpc_status_name(status),
+                 message ? ": " : "", message ? message : "");
+        books_without_list(a, why);
+        goto again;
     }
+    if (a->podres_failing)
+        log_info("vGPU: the kubelet's pod-resources List answers again");
+    a->podres_failing = false;
     size_t n = 0;
     for (size_t i = 0; i < m->n_pod_resources; i++)
         n += m->pod_resources[i]->n_containers;
-    char **live = calloc(n ? n : 1, sizeof(char *));
+    struct vgpu_live *live = calloc(n ? n : 1, sizeof(*live));
     size_t k = 0;
     for (size_t i = 0; live && i < m->n_pod_resources; i++) {
         const V1__PodResources *p = m->pod_resources[i];
         for (size_t c = 0; c < p->n_containers; c++) {
-            size_t l = strlen(p->namespace_) + strlen(p->name) + strlen(p->containers[c]->name) + 3;
-            if ((live[k] = malloc(l)))
-                snprintf(live[k++], l, "%s/%s/%s", p->namespace_, p->name, p->containers[c]->name);
+            const V1__ContainerResources *ct = p->containers[c];
+            vgpu_live_init(&live[k], p->namespace_, p->name, ct->name);
+            for (size_t d = 0; d < ct->n_devices; d++) {
+                const V1__ContainerDevices *dev = ct->devices[d];
+                int r = strcmp(dev->resource_name, a->cfg.vgpu_core_resource) == 0     ? 0
+                        : strcmp(dev->resource_name, a->cfg.vgpu_memory_resource) == 0 ? 1
+                                                                                       : -1;
+                for (size_t j = 0; r >= 0 && j < dev->n_device_ids; j++)
+                    vgpu_live_add_id(a->vgpu, &live[k], (enum vgpu_resource)r, dev->device_ids[j]);
+            }
+            if (live[k].n_ids[0] || live[k].n_ids[1])
+                k++;
         }
     }
-    int r = live ? vgpu_reconcile(a->vgpu, (const char *const *)live, k) : -ENOMEM;
+    struct vgpu_reconcile_result res = {0};
+    int r = live ? vgpu_reconcile(a->vgpu, live, k, now, &res) : -ENOMEM;
     if (r < 0)
-        log_error("vGPU: reconciling with the kubelet failed: %s", strerror(-r));
-    else
-        log_info("vGPU: %d assignment(s) of containers that no longer exist dropped (%zu live)", r,
-                 k);
-    for (size_t i = 0; i < k; i++)
-        free(live[i]);
+        log_error("vGPU: settling the books with the kubelet failed: %s", strerror(-r));
+    else if (res.freed || res.adopted || res.renamed || res.orphans || res.unmatched)
+        log_info("vGPU: books settled with the kubelet (%zu live container(s) with vGPU IDs): "
+                 "%zu freed, %zu taken back, %zu found to be another container's, %zu "
+                 "director%s of no share removed, %zu not placed",
+                 k, res.freed, res.adopted, res.renamed, res.orphans,
+                 res.orphans == 1 ? "y" : "ies", res.unmatched);
     free(live);
     v1__list_pod_resources_response__free_unpacked(m, NULL);
+    books_settled(a);
+again:
+    if (a->podres_again) {
+        a->podres_again = false;
+        books_soon(a, 0);
+    }
+}
+
+/* Asks the kubelet which containers exist and which IDs each holds (pod-resources v1 List);
+ * one List at a time (a request meanwhile runs after it). The connection is kept. */
+static void books_list(struct agent *a)
+{
+    if (a->podres_busy) {
+        a->podres_again = true;
+        return;
+    }
+    if (a->podres_broken)
+        a->podres = grpc_client_free(a->podres);
+    a->podres_broken = false;
+    int r = a->podres ? 0 : grpc_client_new(a->loop, a->cfg.pod_resources_socket, NULL, &a->podres);
+    V1__ListPodResourcesRequest req = V1__LIST_POD_RESOURCES_REQUEST__INIT;
+    if (r == 0)
+        r = grpc_client_unary_msg(a->podres, "/v1.PodResourcesLister/List", &req.base,
+                                  PODRES_TIMEOUT_NS, on_podres, a, NULL);
+    if (r == 0) {
+        a->podres_busy = true;
+        return;
+    }
+    books_without_list(a, strerror(-r));
+}
+
+#ifdef ACCELD_HAVE_KUBE
+/* The watch says a pod is gone or terminal: its shares are settled with the kubelet now. */
+static void on_pod_gone(void *ctx, const char *pod_uid)
+{
+    struct agent *a = ctx;
+    if (vgpu_has_pod(a->vgpu, pod_uid))
+        books_soon(a, 0);
+}
+
+static void on_pods_state(void *ctx, bool in_step)
+{
+    struct agent *a = ctx;
+    vgpu_ready_changed(a);
+    /* the start's settling, once the pods are listed (the watch cache tells gone from pending) */
+    if (in_step && !a->books_started) {
+        a->books_started = true;
+        books_soon(a, 0);
+    }
+}
+#endif
+
+static void vgpu_check_soon(struct agent *a);
+
+/* The books changed: the status file (accelctl vgpu, accel-exporter) follows within a
+ * second, and the periodic settling runs while they hold shares. */
+static void on_books_changed(void *ctx)
+{
+    struct agent *a = ctx;
+    vgpu_check_soon(a);
+    books_arm(a);
+}
+
+/* An Allocate found no pod: the books may hold a share the kubelet forgot (it admits that
+ * container again), and the watch may be behind (vgpu-kube relists). */
+static void on_books_doubt(void *ctx)
+{
+    struct agent *a = ctx;
+    if (!a->books_doubt_ns || mono_ns() - a->books_doubt_ns > PODRES_RETRY_NS) {
+        a->books_doubt_ns = mono_ns();
+        books_soon(a, 0);
+    }
 }
 
 /* Connects the vGPU provider to the API server's watch cache of this node's
@@ -1118,6 +1311,7 @@ static void on_podres(int status, const char *message, const uint8_t *resp, size
  * Allocate is refused, saying so: acceld never guesses the pod. */
 static void pods_start(struct agent *a)
 {
+    vgpu_set_hooks(a->vgpu, on_books_changed, on_books_doubt, a);
 #ifdef ACCELD_HAVE_KUBE
     char err[1024];
     struct vgpu_kube_options o = {a->cfg.node_name, a->cfg.kubeconfig, a->cfg.vgpu_core_resource,
@@ -1129,26 +1323,15 @@ static void pods_start(struct agent *a)
                   err);
         return;
     }
+    vgpu_kube_set_hooks(a->kube, on_pod_gone, on_pods_state, a);
     a->pods = vgpu_kube_pods(a->kube);
     vgpu_set_pods(a->vgpu, &a->pods);
+    /* Allocates wait, and the resources register, once the start's settling ran */
+    vgpu_set_books_ready(a->vgpu, false);
 #else
     log_error("vGPU: this acceld is built without the Kubernetes client (libcurl missing at "
               "build time): every vGPU Allocate is refused");
 #endif
-}
-
-/* Asks the kubelet which containers exist (pod-resources v1 List). */
-static void podres_list(struct agent *a)
-{
-    int r = grpc_client_new(a->loop, a->cfg.pod_resources_socket, NULL, &a->podres);
-    V1__ListPodResourcesRequest req = V1__LIST_POD_RESOURCES_REQUEST__INIT;
-    if (r == 0)
-        r = grpc_client_unary_msg(a->podres, "/v1.PodResourcesLister/List", &req.base,
-                                  PODRES_TIMEOUT_NS, on_podres, a, NULL);
-    if (r < 0)
-        log_warn("vGPU: cannot reach the kubelet's pod-resources socket %s (%s): keeping every "
-                 "checkpointed assignment",
-                 a->cfg.pod_resources_socket, strerror(-r));
 }
 
 /* The DRA side for the GPUs in mode dra, on this loop (after the
@@ -1233,6 +1416,9 @@ static int start(struct agent *a)
         return -EINVAL;
     }
 #endif
+    /* the pod source before the sockets: a vGPU resource registers once its pods are listed */
+    if (a->vgpu)
+        pods_start(a);
     for (size_t k = 0; k < a->n_served; k++) {
         struct served *s = &a->served[k];
         if ((r = acceld_plugin_new(a->loop, &a->cfg, s->resource, &s->prov, &s->plugin)) < 0) {
@@ -1259,9 +1445,14 @@ static int start(struct agent *a)
         return r;
     if (a->n_dra && (r = dra_start(a)) < 0)
         return r;
+    /* after the sockets are ours (a second acceld stopped above): what interrupted writes left */
+    fs_remove_stale_tmp(a->cfg.cdi_dir, "accel-");
     if (a->vgpu) {
-        podres_list(a);
-        pods_start(a);
+        /* without a watch the start's settling runs now (else after the first LIST) */
+        if (!a->pods.ops) {
+            a->books_started = true;
+            books_soon(a, 0);
+        }
         /* accelctl vgpu sees the GPUs and restored shares before the first pass */
         struct vgpu_status_pass none = {.action = a->cfg.vgpu_over_quota_kill ? "kill" : "none",
                                         .interval_ms = a->cfg.vgpu_check_interval_ns / 1000000};
@@ -1300,6 +1491,8 @@ static void stop(struct agent *a)
         ev_loop_cancel_timer(a->loop, a->vgpu_thaw_timer);
     if (a->loop && a->spare_timer)
         ev_loop_cancel_timer(a->loop, a->spare_timer);
+    if (a->loop && a->books_timer)
+        ev_loop_cancel_timer(a->loop, a->books_timer);
     if (a->loop && a->stats_timer)
         ev_loop_cancel_timer(a->loop, a->stats_timer);
     /* everything that registered with the loop goes before it */

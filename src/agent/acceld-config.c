@@ -74,6 +74,9 @@ const struct acceld_config_key acceld_config_keys[] = {
     {"vgpu.freezePeriod", "vgpu-freeze-period",
      "the period of the freeze duty cycle (vgpu.computeAction freeze)"},
     {"vgpu.cgroupRoot", "vgpu-cgroup-root", "where the host's cgroup v2 tree is mounted"},
+    {"vgpu.reconcileInterval", "vgpu-reconcile-interval",
+     "how often vGPU's books are settled with the kubelet's pod-resources List while they hold "
+     "shares (0 = only at start and when a pod ends)"},
     {NULL, NULL, NULL},
 };
 
@@ -107,6 +110,7 @@ void acceld_config_defaults(struct acceld_config *cfg)
     cfg->vgpu_check_interval_ns = 10ull * 1000000000ull;
     cfg->vgpu_freeze_period_ns = 1000000000ull;
     cfg->allocate_wait_ns = 5000000000ull;
+    cfg->vgpu_reconcile_interval_ns = 10ull * 1000000000ull;
     copy_str(cfg->vgpu_cgroup_root, sizeof(cfg->vgpu_cgroup_root), "/sys/fs/cgroup");
     cfg->strategy = ACCELD_STRATEGY_ENVVAR;
     copy_str(cfg->cdi_dir, sizeof(cfg->cdi_dir), "/var/run/cdi");
@@ -538,6 +542,8 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
             return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of none|freeze", key, v);
     } else if (strcmp(key, "allocateWait") == 0) {
         r = set_duration(&c.allocate_wait_ns, key, v, true, err, errlen);
+    } else if (strcmp(key, "vgpu.reconcileInterval") == 0) {
+        r = set_duration(&c.vgpu_reconcile_interval_ns, key, v, true, err, errlen);
     } else if (strcmp(key, "vgpu.freezePeriod") == 0) {
         r = set_duration(&c.vgpu_freeze_period_ns, key, v, false, err, errlen);
     } else if (strcmp(key, "vgpu.cgroupRoot") == 0) {
@@ -938,6 +944,8 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         snprintf(buf, len, "%s", cfg->vgpu_compute_freeze ? "freeze" : "none");
     } else if (strcmp(key, "allocateWait") == 0) {
         format_duration(cfg->allocate_wait_ns, buf, len);
+    } else if (strcmp(key, "vgpu.reconcileInterval") == 0) {
+        format_duration(cfg->vgpu_reconcile_interval_ns, buf, len);
     } else if (strcmp(key, "vgpu.freezePeriod") == 0) {
         format_duration(cfg->vgpu_freeze_period_ns, buf, len);
     } else if (strcmp(key, "vgpu.cgroupRoot") == 0) {

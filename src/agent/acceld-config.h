@@ -83,9 +83,10 @@ struct acceld_config {
     int vgpu_policy;                            /* vgpu.policy: 0 binpack, 1 spread */
     bool vgpu_over_quota_kill;                  /* vgpu.overQuotaAction: kill (else none) */
     uint64_t vgpu_check_interval_ns;            /* vgpu.checkInterval; 0 = never */
-    uint64_t allocate_wait_ns;      /* allocateWait: how long an Allocate waits for its pod */
-    bool vgpu_compute_freeze;       /* vgpu.computeAction: freeze (else none) */
-    uint64_t vgpu_freeze_period_ns; /* vgpu.freezePeriod */
+    uint64_t allocate_wait_ns;           /* allocateWait: how long an Allocate waits for its pod */
+    uint64_t vgpu_reconcile_interval_ns; /* vgpu.reconcileInterval; 0 = start and pod ends only */
+    bool vgpu_compute_freeze;            /* vgpu.computeAction: freeze (else none) */
+    uint64_t vgpu_freeze_period_ns;      /* vgpu.freezePeriod */
     char vgpu_cgroup_root[ACCELD_PATH_MAX];    /* vgpu.cgroupRoot */
     char gpu_modes[ACCELD_PATH_MAX];           /* gpuModes: "SEL=MODE,..." (SEL: index or UUID) */
     char dra_registry_dir[ACCELD_PATH_MAX];    /* dra.registryDir */

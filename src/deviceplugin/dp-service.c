@@ -66,6 +66,9 @@ struct acceld_plugin {
 
     /* Allocates waiting for the provider's data (allocateWait) */
     struct parked *parked;
+    /* the provider can answer Allocates (provider.h, ready): registered only then */
+    bool ready;
+    bool ready_known;           /* ready was evaluated once (the first line is logged either way) */
     struct acceld_stats *stats; /* SLI counters (borrowed; NULL: not counted) */
 
     /* inotify */
@@ -467,9 +470,37 @@ static void on_register_done(int status, const char *message, const uint8_t *res
     backoff_next(p);
 }
 
+/* Asks the provider whether Allocates can be answered; a change is logged and goes to the
+ * SLIs. Returns it. */
+static bool check_ready(struct acceld_plugin *p)
+{
+    char why[256] = "";
+    const struct acceld_provider *prov = acceld_wire_provider(p->wire);
+    bool ready = !prov->ops->ready || prov->ops->ready(prov->self, why, sizeof(why));
+    if (!p->ready_known || ready != p->ready) {
+        if (ready && p->ready_known)
+            log_info("%s is ready: its Allocates can be answered", p->cfg.resource_name);
+        else if (!ready)
+            log_info("%s is not ready yet (%s): it registers with the kubelet once it is",
+                     p->cfg.resource_name, why);
+    }
+    p->ready = ready;
+    p->ready_known = true;
+    if (p->stats)
+        acceld_stats_set_ready(p->stats, p->cfg.resource_name, ready, why);
+    return ready;
+}
+
 static void reg_attempt(struct acceld_plugin *p)
 {
     client_drop(p);
+    /* a kubelet that registers a plugin may Allocate at once, and a refused Allocate fails
+     * the pod for good: only a resource that can answer registers (acceld_plugin_ready_changed
+     * comes back here) */
+    if (!check_ready(p)) {
+        p->reg = REG_WAITING;
+        return;
+    }
     if (p->ino_wd < 0 && p->dir_timer && !path_exists(p->cfg.plugin_dir)) {
         /* no dir, no kubelet: on_dir_poll serves and registers once it is back */
         p->reg = REG_WAITING;
@@ -508,6 +539,20 @@ static void reg_attempt(struct acceld_plugin *p)
         client_drop(p);
         backoff_next(p);
     }
+}
+
+void acceld_plugin_ready_changed(struct acceld_plugin *p)
+{
+    bool was = p->ready;
+    if (!check_ready(p) || was || p->cfg.no_register)
+        return;
+    if (p->reg == REG_WAITING && !p->retry_timer)
+        reg_attempt(p);
+}
+
+bool acceld_plugin_ready(const struct acceld_plugin *p)
+{
+    return p->ready;
 }
 
 static void on_retry(struct ev_loop *loop, void *user_data)
@@ -623,14 +668,19 @@ static void on_inotify(struct ev_loop *loop, int fd, uint32_t events, void *user
     }
     /* Our own re-bind also unlinks the old file: only a socket that is really
      * missing now counts. */
+    const struct acceld_provider *prov = acceld_wire_provider(p->wire);
     if (ours_gone && !path_exists(p->sock_path)) {
         log_info("socket %s was removed (kubelet restart?): serving again", p->sock_path);
+        if (prov->ops->kubelet_restarted)
+            prov->ops->kubelet_restarted(prov->self);
         serve(p);
         reg_restart(p);
         return;
     }
     if (kubelet_new) {
         log_info("kubelet socket %s created: registering again", p->kubelet_path);
+        if (prov->ops->kubelet_restarted)
+            prov->ops->kubelet_restarted(prov->self);
         reg_restart(p);
     }
 }
@@ -775,6 +825,8 @@ int acceld_plugin_reconfigure(struct acceld_plugin *p, const struct acceld_confi
 void acceld_plugin_set_stats(struct acceld_plugin *p, struct acceld_stats *stats)
 {
     p->stats = stats;
+    if (stats)
+        check_ready(p); /* the resource's readiness in the SLIs from the start */
 }
 
 bool acceld_plugin_registered(const struct acceld_plugin *p)

@@ -4,7 +4,8 @@
  * kubelet. acceld runs one per resource (pGPU: one; vGPU: cores and memory).
  *
  * Lifecycle: serve first, then Register (v1beta1, bare socket name, resource
- * name, options). Kubelet absent or refusing: retry with capped backoff,
+ * name, options) once the provider is ready (provider.h: its Allocates can be
+ * answered). Kubelet absent or refusing: retry with capped backoff,
  * logging once per state change. Kubelet restart, seen with inotify on the
  * plugin dir (kubelet.sock created, our socket deleted, the dir removed and
  * made again): re-serve and re-register at once. Free: sockets removed.
@@ -57,6 +58,11 @@ int acceld_plugin_reconfigure(struct acceld_plugin *p, const struct acceld_confi
  * outlive the plugin; NULL: stop counting). */
 struct acceld_stats;
 void acceld_plugin_set_stats(struct acceld_plugin *p, struct acceld_stats *stats);
+
+/* The provider's readiness may have changed (provider.h, ready): a resource that became
+ * ready registers now (registration waits for it). */
+void acceld_plugin_ready_changed(struct acceld_plugin *p);
+bool acceld_plugin_ready(const struct acceld_plugin *p);
 
 bool acceld_plugin_registered(const struct acceld_plugin *p);
 unsigned acceld_plugin_watcher_count(const struct acceld_plugin *p);

@@ -62,6 +62,11 @@ static size_t count(const struct acceld_wire *w)
 
 /* ------------------------------------------------------------ list */
 
+const struct acceld_provider *acceld_wire_provider(const struct acceld_wire *w)
+{
+    return &w->prov;
+}
+
 int acceld_wire_list_bytes(struct acceld_wire *w, const uint8_t **ret_data, size_t *ret_len)
 {
     uint64_t gen = w->prov.ops->generation(w->prov.self);

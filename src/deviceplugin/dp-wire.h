@@ -22,6 +22,8 @@ struct acceld_wire;
 
 int acceld_wire_new(const struct acceld_provider *prov, struct acceld_wire **ret);
 struct acceld_wire *acceld_wire_free(struct acceld_wire *w);
+/* The provider w serves (borrowed). */
+const struct acceld_provider *acceld_wire_provider(const struct acceld_wire *w);
 
 /* The packed ListAndWatchResponse for the provider's current generation
  * (packed once per generation). Borrowed until the list changes. 0 or -ENOMEM. */

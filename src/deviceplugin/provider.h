@@ -104,6 +104,14 @@ struct acceld_provider_ops {
     /* A GPU's health changed (uuid of the physical GPU; unknown ones are
      * ignored). Returns true when this provider's device list changed. */
     bool (*set_gpu_health)(void *self, const char *gpu_uuid, bool healthy);
+    /* Optional (NULL: always). Whether an Allocate can be answered now (vGPU: its pods
+     * listed; MPS: the daemons answer); why not in why. The transport registers the
+     * resource with the kubelet only once it is: a kubelet that registers a plugin may
+     * Allocate at once, and a refusal fails the pod for good. */
+    bool (*ready)(void *self, char *why, size_t whylen);
+    /* Optional. The kubelet restarted (its socket made again, or ours removed): it forgets
+     * the admissions it had not finished, and will Allocate those containers again. */
+    void (*kubelet_restarted)(void *self);
 };
 
 struct acceld_provider {

@@ -57,6 +57,7 @@ const char *const exporter_metric_families[] = {
     "accel_agent_up",
     "accel_agent_start_time_seconds",
     "accel_agent_registrations_total",
+    "accel_agent_resource_ready",
     "accel_agent_allocate_total",
     "accel_agent_allocate_duration_seconds",
     "accel_agent_device_init_total",

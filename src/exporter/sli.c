@@ -1,7 +1,7 @@
 /*
  * sli.c — accel-exporter's reader of acceld's SLI file and the accel_agent_* families; see
- * sli.h. The file is parsed and validated by src/nodestate/acceld-stats.c, the one definition of the
- * format.
+ * sli.h. The file is parsed and validated by src/nodestate/acceld-stats.c, the one definition of
+ * the format.
  */
 #include "sli.h"
 
@@ -185,6 +185,18 @@ void exporter_sli_render(const struct exporter_sli *s, const struct exporter_sli
                      "\naccel_agent_registrations_total{resource=\"%s\",result=\"failed\"} "
                      "%" PRIu64 "\n",
                      r, st->res[i].reg_ok, r, st->res[i].reg_failed);
+        }
+    if (o->family(c, "accel_agent_resource_ready", "gauge",
+                  "1 while the resource can answer Allocates (acceld registers it with the "
+                  "kubelet only then), 0 while not; reason says why not. Resources of an older "
+                  "acceld (no readiness in its file) are left out."))
+        for (size_t i = 0; i < st->n_resources; i++) {
+            const struct acceld_stats_resource *x = &st->res[i];
+            char why[2 * ACCELD_STATS_REASON_MAX];
+            if (x->has_ready)
+                o->print(c, "accel_agent_resource_ready{resource=\"%s\",reason=\"%s\"} %d\n",
+                         esc(x->name, r, sizeof r),
+                         esc(x->ready ? "" : x->not_ready, why, sizeof why), x->ready ? 1 : 0);
         }
     if (o->family(c, "accel_agent_allocate_total", "counter",
                   "Allocate calls answered since acceld started, by resource and result."))

@@ -26,7 +26,8 @@ struct sgpu {
     unsigned max_k; /* daemons for k = 1..max_k (MPS) */
     size_t first;   /* index of replica 0 */
     uint64_t mem;
-    bool *daemon_ok; /* [max_k] */
+    bool *daemon_ok;   /* [max_k] */
+    bool *daemon_seen; /* [max_k]: its supervisor reported once (healthy or not) */
     char (*pipe)[ACCELD_PATH_MAX];
     char (*log)[ACCELD_PATH_MAX];
 };
@@ -89,6 +90,7 @@ struct replicas *replicas_free(struct replicas *s)
     answers_free(s);
     for (size_t i = 0; s->gpus && i < s->n_gpus; i++) {
         free(s->gpus[i].daemon_ok);
+        free(s->gpus[i].daemon_seen);
         free(s->gpus[i].pipe);
         free(s->gpus[i].log);
     }
@@ -142,6 +144,7 @@ int replicas_new(const struct replicas_gpu_desc *gpus, size_t n, const struct re
         g->max_k = !o->mps ? 0 : o->fail_requests_greater_than_one ? 1 : g->replicas;
         r = -ENOMEM;
         if (g->max_k && (!(g->daemon_ok = calloc(g->max_k, sizeof(bool))) ||
+                         !(g->daemon_seen = calloc(g->max_k, sizeof(bool))) ||
                          !(g->pipe = calloc(g->max_k, sizeof(*g->pipe))) ||
                          !(g->log = calloc(g->max_k, sizeof(*g->log)))))
             goto fail;
@@ -206,7 +209,10 @@ int replicas_set_mps_dirs(struct replicas *s, size_t gpu, unsigned k, const char
 bool replicas_set_daemon_health(struct replicas *s, size_t gpu, unsigned k, bool healthy)
 {
     struct sgpu *g = &s->gpus[gpu];
-    if (k == 0 || k > g->max_k || g->daemon_ok[k - 1] == healthy)
+    if (k == 0 || k > g->max_k)
+        return false;
+    g->daemon_seen[k - 1] = true;
+    if (g->daemon_ok[k - 1] == healthy)
         return false;
     bool before = gpu_up(g, true);
     g->daemon_ok[k - 1] = healthy;
@@ -437,6 +443,25 @@ static bool op_set_gpu_health(void *self, const char *uuid, bool healthy)
     return true;
 }
 
+/* MPS: ready once every daemon has answered, or failed to (its supervisor's first report):
+ * before, a container given a replica could find no daemon behind its pipe directory. A
+ * daemon that failed keeps its GPU's replicas Unhealthy, which the kubelet does not hand
+ * out. Time-slicing is always ready. */
+static bool op_ready(void *self, char *why, size_t whylen)
+{
+    struct replicas *s = self;
+    for (size_t i = 0; s->o.mps && i < s->n_gpus; i++)
+        for (unsigned k = 0; k < s->gpus[i].max_k; k++)
+            if (!s->gpus[i].daemon_seen[k]) {
+                snprintf(why, whylen,
+                         "the MPS control daemon of GPU %s for %u-replica requests has not "
+                         "answered yet",
+                         s->gpus[i].uuid, k + 1);
+                return false;
+            }
+    return true;
+}
+
 static const struct acceld_provider_ops replicas_ops = {
     .count = op_count,
     .device = op_device,
@@ -445,6 +470,7 @@ static const struct acceld_provider_ops replicas_ops = {
     .prefer = op_prefer,
     .allocate = op_allocate,
     .set_gpu_health = op_set_gpu_health,
+    .ready = op_ready,
 };
 
 struct acceld_provider replicas_provider(struct replicas *s)

@@ -31,6 +31,11 @@ struct vgpu_kube {
     /* annotation keys of the list (one per entry) */
     char (*keys)[VGPU_NAME_MAX + 32];
     char node[VGPU_NAME_MAX];
+    /* the agent's hooks: a pod gone or terminal; the watch in step or not */
+    void (*gone_hook)(void *ctx, const char *pod_uid);
+    void (*state_hook)(void *ctx, bool in_step);
+    void *hook_ctx;
+    uint64_t last_doubt_ns; /* the last relist an unmatched Allocate asked for */
     /* Events posted lately: "<pod uid>/<container>/<reason>" and when */
     struct posted {
         char key[2 * VGPU_NAME_MAX + 64];
@@ -225,7 +230,69 @@ const char *vgpu_kube_container_id(struct vgpu_kube *k, const char *pod_uid, con
     return NULL;
 }
 
-static const struct vgpu_pods_ops kube_pods_ops = {op_pending, op_annotate};
+static bool terminal(const struct kube_pod *p)
+{
+    return strcmp(p->phase, "Succeeded") == 0 || strcmp(p->phase, "Failed") == 0;
+}
+
+static enum vgpu_pod_state op_pod_state(void *self, const char *uid)
+{
+    struct vgpu_kube *k = self;
+    if (!kube_podwatch_synced(k->watch))
+        return VGPU_POD_UNKNOWN;
+    const struct kube_pod *p = kube_podwatch_get(k->watch, uid);
+    if (!p) /* it was in the cache when matched: a DELETED event or a relist took it out */
+        return VGPU_POD_DONE;
+    if (terminal(p))
+        return VGPU_POD_DONE;
+    if (p->phase[0] == '\0' || strcmp(p->phase, "Pending") == 0)
+        return VGPU_POD_PENDING;
+    return strcmp(p->phase, "Running") == 0 ? VGPU_POD_RUNNING : VGPU_POD_UNKNOWN;
+}
+
+static const char *op_pod_uid(void *self, const char *ns, const char *name)
+{
+    struct vgpu_kube *k = self;
+    size_t n;
+    const struct kube_pod *const *pods = kube_podwatch_pods(k->watch, &n);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(pods[i]->namespace, ns) == 0 && strcmp(pods[i]->name, name) == 0)
+            return pods[i]->uid;
+    return NULL;
+}
+
+static const char *op_annotation(void *self, const char *uid, const char *key)
+{
+    struct vgpu_kube *k = self;
+    const struct kube_pod *p = kube_podwatch_get(k->watch, uid);
+    return p ? kube_pod_annotation(p, key) : NULL;
+}
+
+/* At most one relist a second for Allocates that found no pod. */
+#define DOUBT_RELIST_NS 1000000000ull
+
+static void op_doubt(void *self)
+{
+    struct vgpu_kube *k = self;
+    uint64_t now = mono_ns();
+    if (k->last_doubt_ns && now - k->last_doubt_ns < DOUBT_RELIST_NS)
+        return;
+    k->last_doubt_ns = now;
+    if (kube_podwatch_relist(k->watch) == 0)
+        log_info("vGPU: an Allocate found no pending pod for it: listing the pods again in case "
+                 "the watch is behind");
+}
+
+static const struct vgpu_pods_ops kube_pods_ops = {op_pending, op_annotate,   op_pod_state,
+                                                   op_pod_uid, op_annotation, op_doubt};
+
+void vgpu_kube_set_hooks(struct vgpu_kube *k, void (*gone)(void *ctx, const char *pod_uid),
+                         void (*state)(void *ctx, bool in_step), void *ctx)
+{
+    k->gone_hook = gone;
+    k->state_hook = state;
+    k->hook_ctx = ctx;
+}
 
 /* The cached list points into the cache's pods: any change makes it stale. */
 static void on_pod(struct kube_podwatch *w, enum kube_watch_type type, const struct kube_pod *pod,
@@ -233,6 +300,9 @@ static void on_pod(struct kube_podwatch *w, enum kube_watch_type type, const str
 {
     struct vgpu_kube *k = user_data;
     k->fresh = false;
+    /* a share of this pod may be free now (the agent asks the kubelet which) */
+    if (k->gone_hook && (type == KUBE_WATCH_DELETED || terminal(pod)))
+        k->gone_hook(k->hook_ctx, pod->uid);
 }
 
 static void on_warm(struct kube_client *c, const struct kube_response *resp, void *user_data)
@@ -244,9 +314,11 @@ static void on_warm(struct kube_client *c, const struct kube_response *resp, voi
 static void on_state(struct kube_podwatch *w, const char *error, void *user_data)
 {
     struct vgpu_kube *k = user_data;
+    if (k->state_hook)
+        k->state_hook(k->hook_ctx, !error);
     if (error) {
-        log_warn("vGPU: the pod watch is not in step (%s): vGPU Allocates are refused until it "
-                 "is",
+        log_warn("vGPU: the pod watch is not in step (%s): vGPU Allocates wait for it (up to "
+                 "allocateWait)",
                  error);
         return;
     }

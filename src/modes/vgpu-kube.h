@@ -2,7 +2,8 @@
  * Kubernetes client's watch cache of this node's pods (src/kube): Allocate
  * reads the cache, never the API server; a cache that is not in step (API
  * server down, token refused, watch broken) makes the source answer
- * -EHOSTUNREACH with the reason, so vgpu refuses instead of guessing.
+ * -EHOSTUNREACH with the reason, so vgpu waits (allocateWait) and then
+ * refuses instead of guessing.
  *
  * Threads: the event loop thread only. */
 #pragma once
@@ -48,6 +49,12 @@ int vgpu_kube_event(struct vgpu_kube *k, const char *ns, const char *pod, const 
  * status.containerStatuses (borrowed until the loop runs again), or NULL when not known
  * (the pod or container not seen, not started yet). */
 const char *vgpu_kube_container_id(struct vgpu_kube *k, const char *pod_uid, const char *container);
+
+/* The agent's hooks (NULL: none): gone(ctx, uid) when a pod is deleted or reaches a terminal
+ * phase (Succeeded, Failed), so its shares can be settled with the kubelet at once;
+ * state(ctx, in_step) after each LIST or failure of the watch. */
+void vgpu_kube_set_hooks(struct vgpu_kube *k, void (*gone)(void *ctx, const char *pod_uid),
+                         void (*state)(void *ctx, bool in_step), void *ctx);
 
 /* The pod source over k (k must outlive its use). */
 struct vgpu_pods vgpu_kube_pods(struct vgpu_kube *k);

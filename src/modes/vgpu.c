@@ -16,105 +16,24 @@
 #include <unistd.h>
 
 #include "flush.h"
+#include "vgpu-internal.h"
 #include "fs.h"
 #include "log.h"
 #include "util.h"
 
 #define CHECKPOINT_VERSION 1
 #define CHECKPOINT_MAX (16u << 20)
-#define VGPU_PATH_MAX 1024
-/* A unit ID is "<uuid>-<k>": the UUID leaves room for the unit number. */
-#define VGPU_UUID_MAX (ACCELD_ID_MAX - 8)
-#define VGPU_MAX_UNITS 999999 /* six digits after the dash */
 
 static const char *const control_nodes[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
-#define N_CONTROL ARRAY_SIZE(control_nodes)
+_Static_assert(ARRAY_SIZE(control_nodes) == VGPU_N_CONTROL, "control nodes");
 
-static const char *const resource_label[] = {"vcuda-core", "vcuda-memory"};
-
-struct gpu {
-    char uuid[VGPU_UUID_MAX];
-    int minor;
-    int numa;
-    uint64_t mem_units;
-    bool healthy;
-    char node[32];
-    size_t base[2]; /* index of its first unit in each resource's list */
-    uint64_t used_cores, used_mem;
-};
-
-/* One container's share. */
-struct assign {
-    char pod_uid[VGPU_NAME_MAX];
-    char ns[VGPU_NAME_MAX];
-    char pod[VGPU_NAME_MAX];
-    char container[VGPU_NAME_MAX];
-    uint64_t amount[2]; /* cores, memory units requested */
-    bool done[2];       /* this resource's Allocate answered */
-    bool whole;         /* 100·k cores: k whole GPUs, no libvcuda */
-    size_t gpus[VGPU_MAX_GPUS];
-    size_t n_gpus;
-    /* answer strings */
-    char dir[VGPU_PATH_MAX];
-    char config[VGPU_PATH_MAX + 16];
-    char preload[VGPU_PATH_MAX + 16];
-    char region[VGPU_PATH_MAX + 16];
-    char visible[VGPU_MAX_GPUS * VGPU_UUID_MAX];
-};
-
-/* One resource's view: its own health flags and generation, so each of the
- * two endpoints learns of a health change. */
-struct view {
-    struct vgpu *v;
-    enum vgpu_resource r;
-    size_t count;
-    bool healthy[VGPU_MAX_GPUS];
-    uint64_t generation;
-};
-
-struct vgpu {
-    struct gpu gpus[VGPU_MAX_GPUS];
-    size_t n;
-    struct view views[2];
-    char (*ids[2])[ACCELD_ID_MAX];
-    uint16_t *id_gpu[2]; /* unit index -> GPU index */
-
-    char state_dir[VGPU_PATH_MAX];
-    char checkpoint[VGPU_PATH_MAX + 32];
-    char journal_path[VGPU_PATH_MAX + 32];
-    int journal_fd;             /* checkpoint.journal, O_APPEND; -1 before vgpu_new opens it */
-    size_t journal_records;     /* lines in it since the last snapshot */
-    struct fs_flusher *flusher; /* borrowed; NULL: fdatasync in place */
-    char preload[VGPU_PATH_MAX + 16]; /* <state>/vgpu/ld.so.preload, shared by all */
-    char spare_dir[VGPU_PATH_MAX + 32];
-    unsigned *spares; /* names of the ready spares (a stack) */
-    size_t n_spares;
-    unsigned *shells; /* names of spares whose container directory was taken */
-    size_t n_shells;
-    unsigned spare_seq;
-    void (*spare_hook)(void *ctx);
-    void *spare_ctx;
-    char library[VGPU_PATH_MAX];
-    uint64_t unit_bytes;
-    enum vgpu_policy policy;
-    char common_paths[N_CONTROL][32];
-    size_t n_common;
-    struct vgpu_pods pods;
-
-    struct assign **as; /* in creation order */
-    size_t n_as, cap_as;
-
-    /* Allocate's answer (borrowed by the transport until the next call) */
-    struct acceld_kv env;
-    struct acceld_mount mounts[4];
-    struct acceld_devnode nodes[VGPU_MAX_GPUS + N_CONTROL];
-};
+const char *const vgpu_resource_label[2] = {"vcuda-core", "vcuda-memory"};
 
 /* ------------------------------------------------------------ helpers */
 
 /* A pod UID or container name used as a path component: no '/', no leading
  * '.', only the characters Kubernetes allows in either. */
-static bool safe_component(const char *s)
+bool vgpu_safe_component(const char *s)
 {
     size_t len = strlen(s);
     if (len == 0 || len >= VGPU_NAME_MAX || s[0] == '.')
@@ -126,7 +45,7 @@ static bool safe_component(const char *s)
     return true;
 }
 
-static int find_gpu(const struct vgpu *v, const char *uuid, size_t len)
+int vgpu_find_gpu(const struct vgpu *v, const char *uuid, size_t len)
 {
     for (size_t i = 0; i < v->n; i++)
         if (strlen(v->gpus[i].uuid) == len && strncmp(v->gpus[i].uuid, uuid, len) == 0)
@@ -139,7 +58,7 @@ static uint64_t gpu_units(const struct gpu *g, enum vgpu_resource r)
     return r == VGPU_CORES ? VGPU_CORES_PER_GPU : g->mem_units;
 }
 
-static void recount(struct vgpu *v)
+void vgpu_recount(struct vgpu *v)
 {
     for (size_t i = 0; i < v->n; i++)
         v->gpus[i].used_cores = v->gpus[i].used_mem = 0;
@@ -186,7 +105,7 @@ size_t vgpu_assignment_count(const struct vgpu *v)
 }
 
 /* Room for one more assignment. 0 or -ENOMEM. */
-static int reserve_slot(struct vgpu *v)
+int vgpu_reserve_slot(struct vgpu *v)
 {
     if (v->n_as < v->cap_as)
         return 0;
@@ -220,15 +139,27 @@ static json_t *assign_json(const struct vgpu *v, const struct assign *as)
     json_t *gpus = json_array();
     for (size_t k = 0; k < as->n_gpus; k++)
         json_array_append_new(gpus, json_string(v->gpus[as->gpus[k]].uuid));
-    return json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:b,s:b,s:b,s:o}", "podUID", as->pod_uid,
-                     "namespace", as->ns, "pod", as->pod, "container", as->container, "cores",
-                     (json_int_t)as->amount[VGPU_CORES], "memory",
-                     (json_int_t)as->amount[VGPU_MEMORY], "coresDone", as->done[VGPU_CORES],
-                     "memoryDone", as->done[VGPU_MEMORY], "whole", as->whole, "gpus", gpus);
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:b,s:b,s:b,s:o}", "podUID", as->pod_uid,
+                          "namespace", as->ns, "pod", as->pod, "container", as->container, "cores",
+                          (json_int_t)as->amount[VGPU_CORES], "memory",
+                          (json_int_t)as->amount[VGPU_MEMORY], "coresDone", as->done[VGPU_CORES],
+                          "memoryDone", as->done[VGPU_MEMORY], "whole", as->whole, "gpus", gpus);
+    /* the IDs' sums as hex (JSON integers are signed 64-bit), and a directory kept by a
+     * container that turned out to be another's than the one matched (vgpu-books.c) */
+    static const char *const ids_key[2] = {"coreIds", "memoryIds"};
+    for (int r = 0; o && r < 2; r++) {
+        char hex[20];
+        snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)as->ids[r]);
+        if (as->ids[r])
+            json_object_set_new(o, ids_key[r], json_string(hex));
+    }
+    if (o && as->own_dir)
+        json_object_set_new(o, "dir", json_string(as->dir));
+    return o;
 }
 
 /* Writes a snapshot of every assignment and empties the journal. */
-static int checkpoint_write(struct vgpu *v)
+int vgpu_checkpoint_write(struct vgpu *v)
 {
     json_t *root = json_object(), *arr = json_array();
     if (!root || !arr) {
@@ -266,7 +197,7 @@ static int journal_append(struct vgpu *v, const char *op, json_t *body)
 {
     if (v->journal_fd < 0 || v->journal_records > 4 * v->n_as + 256) {
         json_decref(body);
-        return checkpoint_write(v);
+        return vgpu_checkpoint_write(v);
     }
     json_t *rec = json_pack("{s:o}", op, body);
     char *line = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
@@ -291,13 +222,13 @@ static int journal_append(struct vgpu *v, const char *op, json_t *body)
     return 0;
 }
 
-static int journal_set(struct vgpu *v, const struct assign *as)
+int vgpu_journal_set(struct vgpu *v, const struct assign *as)
 {
     json_t *o = assign_json(v, as);
     return o ? journal_append(v, "set", o) : -ENOMEM;
 }
 
-static int journal_drop(struct vgpu *v, const struct assign *as)
+int vgpu_journal_drop(struct vgpu *v, const struct assign *as)
 {
     json_t *o = json_pack("{s:s,s:s}", "podUID", as->pod_uid, "container", as->container);
     return o ? journal_append(v, "drop", o) : -ENOMEM;
@@ -308,10 +239,11 @@ void vgpu_set_flusher(struct vgpu *v, struct fs_flusher *f)
     v->flusher = f;
 }
 
-static int assign_paths(const struct vgpu *v, struct assign *as)
+int vgpu_assign_paths(const struct vgpu *v, struct assign *as)
 {
-    int n =
-        snprintf(as->dir, sizeof(as->dir), "%s/%s/%s", v->state_dir, as->pod_uid, as->container);
+    int n = as->own_dir ? (int)strlen(as->dir)
+                        : snprintf(as->dir, sizeof(as->dir), "%s/%s/%s", v->state_dir, as->pod_uid,
+                                   as->container);
     if (n < 0 || (size_t)n >= sizeof(as->dir))
         return -ENAMETOOLONG;
     snprintf(as->config, sizeof(as->config), "%s/config", as->dir);
@@ -336,7 +268,7 @@ static const char *jstr(json_t *o, const char *k)
 }
 
 /* The index of the assignment of pod_uid's container, or -1. */
-static ssize_t find_assign(const struct vgpu *v, const char *pod_uid, const char *container)
+ssize_t vgpu_find_assign(const struct vgpu *v, const char *pod_uid, const char *container)
 {
     for (size_t a = 0; a < v->n_as; a++)
         if (strcmp(v->as[a]->pod_uid, pod_uid) == 0 && strcmp(v->as[a]->container, container) == 0)
@@ -363,34 +295,55 @@ static int restore_one(struct vgpu *v, json_t *e)
     as->done[VGPU_CORES] = json_is_true(json_object_get(e, "coresDone"));
     as->done[VGPU_MEMORY] = json_is_true(json_object_get(e, "memoryDone"));
     as->whole = json_is_true(json_object_get(e, "whole"));
+    static const char *const ids_key[2] = {"coreIds", "memoryIds"};
+    for (int r = 0; r < 2; r++)
+        as->ids[r] = strtoull(jstr(e, ids_key[r]), NULL, 16);
+    as->epoch[VGPU_CORES] = as->epoch[VGPU_MEMORY] = v->epoch;
+    const char *dir = jstr(e, "dir");
     json_t *gpus = json_object_get(e, "gpus"), *g;
     size_t k;
-    bool ok = safe_component(as->pod_uid) && safe_component(as->container) && json_is_array(gpus) &&
-              json_array_size(gpus) > 0 && json_array_size(gpus) <= VGPU_MAX_GPUS;
+    bool ok = vgpu_safe_component(as->pod_uid) && vgpu_safe_component(as->container) &&
+              json_is_array(gpus) && json_array_size(gpus) > 0 &&
+              json_array_size(gpus) <= VGPU_MAX_GPUS;
+    if (*dir) {
+        /* a directory of its own: <state>/vgpu/<component>/<component>, nothing else */
+        size_t sl = strlen(v->state_dir);
+        char a[VGPU_PATH_MAX], *slash;
+        ok = ok && strncmp(dir, v->state_dir, sl) == 0 && dir[sl] == '/' &&
+             strlen(dir + sl + 1) < sizeof(a);
+        if (ok) {
+            snprintf(a, sizeof(a), "%s", dir + sl + 1);
+            slash = strchr(a, '/');
+            ok = slash && (*slash = '\0', vgpu_safe_component(a)) &&
+                 vgpu_safe_component(slash + 1) && a[0] != '.';
+        }
+        as->own_dir = true;
+        snprintf(as->dir, sizeof(as->dir), "%s", dir);
+    }
     json_array_foreach(gpus, k, g)
     {
         const char *u = json_string_value(g);
-        int gi = u ? find_gpu(v, u, strlen(u)) : -1;
+        int gi = u ? vgpu_find_gpu(v, u, strlen(u)) : -1;
         if (gi < 0 || !ok) {
             ok = false;
             break;
         }
         as->gpus[as->n_gpus++] = (size_t)gi;
     }
-    if (!ok || assign_paths(v, as) < 0) {
+    if (!ok || vgpu_assign_paths(v, as) < 0) {
         log_warn("vGPU checkpoint: dropping the assignment of %s/%s container %s: its GPU "
                  "is not on this node in vgpu mode, or the entry is malformed",
                  as->ns, as->pod, as->container);
         free(as);
         return 1;
     }
-    ssize_t at = find_assign(v, as->pod_uid, as->container);
+    ssize_t at = vgpu_find_assign(v, as->pod_uid, as->container);
     if (at >= 0) {
         free(v->as[at]);
         v->as[at] = as;
         return 0;
     }
-    if (reserve_slot(v) < 0) {
+    if (vgpu_reserve_slot(v) < 0) {
         free(as);
         return -ENOMEM;
     }
@@ -441,7 +394,7 @@ static int journal_replay(struct vgpu *v, char *err, size_t errlen)
             r = restore_one(v, set);
             r = r > 0 ? 0 : r;
         } else if (json_is_object(drop) && !set) {
-            ssize_t i = find_assign(v, jstr(drop, "podUID"), jstr(drop, "container"));
+            ssize_t i = vgpu_find_assign(v, jstr(drop, "podUID"), jstr(drop, "container"));
             if (i >= 0) {
                 free(v->as[i]);
                 memmove(&v->as[i], &v->as[i + 1], (v->n_as - (size_t)i - 1) * sizeof(*v->as));
@@ -481,6 +434,7 @@ static int checkpoint_load(struct vgpu *v, char *err, size_t errlen)
                  strerror(-r));
         return r;
     }
+    bool had_record = r == 0 || access(v->journal_path, F_OK) == 0;
     if (r == 0) {
         json_error_t je;
         json_t *root = json_loadb(text, len, 0, &je);
@@ -505,24 +459,42 @@ static int checkpoint_load(struct vgpu *v, char *err, size_t errlen)
     }
     if ((r = journal_replay(v, err, errlen)) < 0)
         return r;
-    recount(v);
+    /* A container between its two Allocates when acceld stopped: the kubelet's second call
+     * found no acceld and failed the pod for good (it never calls again; a kubelet restart
+     * admits it anew, both resources). Its share is freed, and its pod is no candidate for
+     * the next identical pod's call while its Failed status is on its way. */
+    for (size_t a = 0; a < v->n_as;) {
+        struct assign *as = v->as[a];
+        if (vgpu_complete(as)) {
+            a++;
+            continue;
+        }
+        log_warn("vGPU: %s/%s container %s was between its two Allocates when acceld stopped "
+                 "(its admission failed): its share on %s is free again",
+                 as->ns, as->pod, as->container, as->visible);
+        vgpu_refusal_add(v, as->pod_uid, as->container);
+        if (!as->whole)
+            vgpu_remove_files(as);
+        memmove(&v->as[a], &v->as[a + 1], (v->n_as - a - 1) * sizeof(*v->as));
+        v->n_as--;
+        free(as);
+    }
+    vgpu_recount(v);
     log_info("vGPU checkpoint: %zu assignment(s) restored", v->n_as);
-    char conf[2048];
     for (size_t a = 0; a < v->n_as; a++) {
         const struct assign *as = v->as[a];
-        if (as->whole)
-            continue;
-        if ((r = files_in_place(v, as, conf, config_text(v, as, conf, sizeof(conf)))) < 0)
+        if (!as->whole && (r = vgpu_files_rewrite(v, as)) < 0)
             log_warn("vGPU: cannot rewrite the files of %s/%s container %s under %s: %s", as->ns,
                      as->pod, as->container, as->dir, strerror(-r));
     }
+    vgpu_books_check_load(v, had_record);
     v->journal_fd = open(v->journal_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (v->journal_fd < 0) {
         r = -errno;
         snprintf(err, errlen, "cannot open the vGPU journal %s: %s", v->journal_path, strerror(-r));
         return r;
     }
-    if ((r = checkpoint_write(v)) < 0) {
+    if ((r = vgpu_checkpoint_write(v)) < 0) {
         snprintf(err, errlen, "cannot write the vGPU checkpoint %s: %s", v->checkpoint,
                  strerror(-r));
         return r;
@@ -561,6 +533,13 @@ static size_t config_text(const struct vgpu *v, const struct assign *as, char *c
         n += snprintf(conf + n, cap - (size_t)n, "core_limit = %llu\n",
                       (unsigned long long)as->amount[VGPU_CORES]);
     return (size_t)n;
+}
+
+int vgpu_files_rewrite(const struct vgpu *v, const struct assign *as)
+{
+    char conf[2048];
+    fs_remove_stale_tmp(as->dir, "");
+    return files_in_place(v, as, conf, config_text(v, as, conf, sizeof(conf)));
 }
 
 static int make_region(const char *region)
@@ -749,7 +728,7 @@ static int spares_start(struct vgpu *v, char *err, size_t errlen)
     return 0;
 }
 
-static void remove_files(const struct assign *as)
+void vgpu_remove_files(const struct assign *as)
 {
     remove_tree(as->region, 0); /* the region file(s) the container wrote */
     unlink(as->config);
@@ -769,14 +748,6 @@ static void remove_files(const struct assign *as)
 }
 
 /* ------------------------------------------------------------ matching */
-
-static bool assigned(const struct vgpu *v, const char *pod_uid, const char *container)
-{
-    for (size_t a = 0; a < v->n_as; a++)
-        if (strcmp(v->as[a]->pod_uid, pod_uid) == 0 && strcmp(v->as[a]->container, container) == 0)
-            return true;
-    return false;
-}
 
 static bool fits(const struct vgpu *v, size_t i, uint64_t cores, uint64_t mem)
 {
@@ -815,7 +786,7 @@ static int choose(const struct vgpu *v, const struct vgpu_pending *p, struct ass
         return -EINVAL;
     }
     if (p->chosen_gpu) {
-        int i = find_gpu(v, p->chosen_gpu, strlen(p->chosen_gpu));
+        int i = vgpu_find_gpu(v, p->chosen_gpu, strlen(p->chosen_gpu));
         if (i < 0 || !fits(v, (size_t)i, c, m)) {
             snprintf(err, errlen,
                      "%s/%s container %s: the scheduler extender chose GPU %s, which %s",
@@ -879,33 +850,65 @@ static int choose(const struct vgpu *v, const struct vgpu_pending *p, struct ass
     return -ENOSPC;
 }
 
-static bool complete(const struct assign *as)
+bool vgpu_complete(const struct assign *as)
 {
     return (as->done[VGPU_CORES] || !as->amount[VGPU_CORES]) &&
            (as->done[VGPU_MEMORY] || !as->amount[VGPU_MEMORY]);
 }
 
+void vgpu_drop(struct vgpu *v, size_t i, bool remove_files)
+{
+    struct assign *as = v->as[i];
+    if (remove_files && !as->whole)
+        vgpu_remove_files(as);
+    memmove(&v->as[i], &v->as[i + 1], (v->n_as - i - 1) * sizeof(*v->as));
+    v->n_as--;
+    vgpu_journal_drop(v, as); /* logged if it fails: the next reconcile drops it again */
+    free(as);
+    vgpu_recount(v);
+    vgpu_changed(v);
+}
+
+void vgpu_changed(struct vgpu *v)
+{
+    if (v->change_hook)
+        v->change_hook(v->change_ctx);
+}
+
+void vgpu_set_hooks(struct vgpu *v, void (*changed)(void *ctx), void (*doubt)(void *ctx), void *ctx)
+{
+    v->change_hook = changed;
+    v->doubt_hook = doubt;
+    v->change_ctx = ctx;
+}
+
+/* Whether as's Allocate of r was answered in this kubelet session (the kubelet has not
+ * restarted since). */
+static bool answered_now(const struct vgpu *v, const struct assign *as, enum vgpu_resource r)
+{
+    return as->done[r] && as->epoch[r] == v->epoch;
+}
+
 /* The kubelet allocates every resource of a container before it moves to the
  * next container; so when a new container's first Allocate comes, an
- * assignment still waiting for its second resource will never get it (that
- * admission failed). Dropping it frees its share and keeps it from catching
- * another container's call. */
+ * assignment of this kubelet session still waiting for its second resource
+ * will never get it (that admission failed). Dropping it frees its share and
+ * keeps it from catching another container's call. One from before a kubelet
+ * restart stays: the kubelet admits that container again. */
 static void drop_abandoned(struct vgpu *v)
 {
     for (size_t a = 0; a < v->n_as;) {
         struct assign *as = v->as[a];
-        if (complete(as)) {
+        if (vgpu_complete(as) ||
+            !(answered_now(v, as, VGPU_CORES) || answered_now(v, as, VGPU_MEMORY))) {
             a++;
             continue;
         }
         log_warn("vGPU: %s/%s container %s never got its second Allocate (its admission "
                  "failed): its share on %s is free again",
                  as->ns, as->pod, as->container, as->visible);
-        remove_files(as);
-        memmove(&v->as[a], &v->as[a + 1], (v->n_as - a - 1) * sizeof(*v->as));
-        v->n_as--;
-        journal_drop(v, as); /* logged if it fails: a restart then drops it again */
-        free(as);
+        vgpu_refusal_add(v, as->pod_uid, as->container);
+        vgpu_drop(v, a, true);
     }
 }
 
@@ -926,12 +929,55 @@ static bool still_pending(struct vgpu *v, const struct assign *as)
     return false;
 }
 
-/* The first call for a container: the oldest pending container asking for
- * exactly `amount` of r, not yet assigned. */
-static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, struct assign **ret,
-                     char *err, size_t errlen)
+/* The second call for a container in this kubelet session: the assignment whose other
+ * resource was answered in it and that waits for r (not answered in it: never, or before a
+ * kubelet restart), of a container still pending and not refused. */
+static struct assign *second_call(struct vgpu *v, enum vgpu_resource r, uint64_t amount)
 {
-    const char *res = resource_label[r];
+    enum vgpu_resource o = r == VGPU_CORES ? VGPU_MEMORY : VGPU_CORES;
+    for (size_t a = 0; a < v->n_as; a++) {
+        struct assign *x = v->as[a];
+        if (!answered_now(v, x, r) && answered_now(v, x, o) && x->amount[r] == amount &&
+            !vgpu_refused(v, x->pod_uid, x->container) && still_pending(v, x))
+            return x;
+    }
+    return NULL;
+}
+
+/* The container a container's first Allocate (amount of r) is for: the oldest pending
+ * container that asks for exactly that, was not refused, and has had nothing answered in
+ * this kubelet session: one with no assignment (a new one, *ret_as NULL), or one whose
+ * assignment the kubelet forgot in a restart and admits again (*ret_as it): one still
+ * waiting for a resource, or a complete one a reconcile since found no container holding.
+ * Returns its index in list, or -1. */
+static ssize_t first_call(const struct vgpu *v, enum vgpu_resource r, uint64_t amount,
+                          const struct vgpu_pending *list, size_t n, struct assign **ret_as)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t want = r == VGPU_CORES ? list[i].cores : list[i].memory;
+        if (want != amount || vgpu_refused(v, list[i].pod_uid, list[i].container))
+            continue;
+        ssize_t a = vgpu_find_assign(v, list[i].pod_uid, list[i].container);
+        if (a < 0) {
+            *ret_as = NULL;
+            return (ssize_t)i;
+        }
+        struct assign *x = v->as[a];
+        if (answered_now(v, x, VGPU_CORES) || answered_now(v, x, VGPU_MEMORY) ||
+            (vgpu_complete(x) && !x->unheld) || x->amount[r] != amount)
+            continue;
+        *ret_as = x;
+        return (ssize_t)i;
+    }
+    return -1;
+}
+
+/* The first call for a container (first_call). A new container gets its GPU and files; one
+ * admitted again keeps its GPU, directory and share. *ret_fresh: a new assignment. */
+static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, struct assign **ret,
+                     bool *ret_fresh, char *err, size_t errlen)
+{
+    const char *res = vgpu_resource_label[r];
     if (!v->pods.ops) {
         snprintf(err, errlen,
                  "cannot tell which pod this Allocate of %llu %s is for: acceld has no API "
@@ -939,7 +985,6 @@ static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, stru
                  (unsigned long long)amount, res);
         return -EHOSTUNREACH;
     }
-    drop_abandoned(v);
     const struct vgpu_pending *list;
     size_t n;
     char why[512];
@@ -949,25 +994,46 @@ static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, stru
                  "cannot tell which pod this Allocate of %llu %s is for: the API server's pod "
                  "list is not available (%s); acceld does not guess",
                  (unsigned long long)amount, res, why);
-        return r2;
+        /* the watch may come back in step: the transport waits up to allocateWait */
+        return -EAGAIN;
     }
-    const struct vgpu_pending *p = NULL;
-    for (size_t i = 0; i < n && !p; i++) {
-        uint64_t want = r == VGPU_CORES ? list[i].cores : list[i].memory;
-        if (want == amount && !assigned(v, list[i].pod_uid, list[i].container))
-            p = &list[i];
+    if (!v->books_ready) {
+        snprintf(err, errlen,
+                 "cannot answer this Allocate of %llu %s yet: acceld has not reconciled its "
+                 "records with the kubelet's pod-resources List since it started",
+                 (unsigned long long)amount, res);
+        return -EAGAIN;
     }
-    if (!p) {
+    vgpu_refusals_prune(v, list, n);
+    drop_abandoned(v);
+    struct assign *again = NULL;
+    ssize_t at = first_call(v, r, amount, list, n, &again);
+    if (at < 0) {
         snprintf(err, errlen,
                  "no pending pod on this node has a container asking for exactly %llu %s that is "
                  "not assigned yet (is the pod bound to this node, and is the watch of the API "
                  "server current?)",
                  (unsigned long long)amount, res);
         /* the pod may not have reached the watch cache yet: the transport
-         * tries again until allocateWait has passed, then sends err */
+         * tries again until allocateWait has passed, then sends err; the
+         * cache may be behind a watch that lags or hangs: relist */
+        if (v->pods.ops->doubt)
+            v->pods.ops->doubt(v->pods.self);
+        if (v->doubt_hook)
+            v->doubt_hook(v->change_ctx);
         return -EAGAIN;
     }
-    if (!safe_component(p->pod_uid) || !safe_component(p->container) ||
+    const struct vgpu_pending *p = &list[at];
+    if (again) {
+        log_info("vGPU: %s/%s container %s is admitted again (the kubelet restarted): it keeps "
+                 "its share on %s",
+                 again->ns, again->pod, again->container, again->visible);
+        again->unheld = false;
+        *ret = again;
+        *ret_fresh = false;
+        return 0;
+    }
+    if (!vgpu_safe_component(p->pod_uid) || !vgpu_safe_component(p->container) ||
         strlen(p->namespace) >= VGPU_NAME_MAX || strlen(p->pod_name) >= VGPU_NAME_MAX) {
         snprintf(err, errlen, "pod %s/%s: its UID or container name cannot name a directory",
                  p->namespace, p->pod_name);
@@ -984,28 +1050,42 @@ static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, stru
     as->amount[VGPU_MEMORY] = p->memory;
     int rc = choose(v, p, as, err, errlen);
     if (rc == 0)
-        rc = assign_paths(v, as);
+        rc = vgpu_assign_paths(v, as);
     if (rc == 0 && !as->whole) {
         rc = write_files(v, as);
         if (rc < 0) {
             snprintf(err, errlen, "cannot write the vGPU files of %s/%s container %s under %s: %s",
                      p->namespace, p->pod_name, p->container, as->dir, strerror(-rc));
-            remove_files(as);
+            vgpu_remove_files(as);
         }
     }
     if (rc == 0)
-        rc = reserve_slot(v);
+        rc = vgpu_reserve_slot(v);
     if (rc < 0) {
+        /* the kubelet fails this pod for good: it is no candidate for the next pod's call
+         * while its Failed status is on its way */
+        vgpu_refusal_add(v, p->pod_uid, p->container);
         free(as);
         return rc;
     }
     v->as[v->n_as++] = as;
-    recount(v);
+    vgpu_recount(v);
     char key[VGPU_NAME_MAX + 32];
     snprintf(key, sizeof(key), "%s%s", VGPU_ANNOTATION_PREFIX, as->container);
     v->pods.ops->annotate(v->pods.self, as->ns, as->pod, key, as->visible);
     *ret = as;
+    *ret_fresh = true;
     return 0;
+}
+
+/* The sum of the IDs' terms (vgpu_id_hash, precomputed per unit). */
+static uint64_t request_ids(const struct vgpu *v, enum vgpu_resource r,
+                            const struct acceld_alloc_req *req)
+{
+    uint64_t h = 0;
+    for (size_t i = 0; i < req->n_devs; i++)
+        h += v->id_hash[r][req->devs[i]];
+    return h ? h : 1;
 }
 
 static int vgpu_allocate(void *self, const struct acceld_alloc_req *reqs, size_t n,
@@ -1013,45 +1093,47 @@ static int vgpu_allocate(void *self, const struct acceld_alloc_req *reqs, size_t
 {
     struct view *w = self;
     struct vgpu *v = w->v;
-    enum vgpu_resource r = w->r, o = r == VGPU_CORES ? VGPU_MEMORY : VGPU_CORES;
+    enum vgpu_resource r = w->r;
     if (n != 1) {
         snprintf(err, errlen,
                  "an Allocate of %s names %zu containers; the kubelet sends one per call and "
                  "acceld matches each to its pod one at a time",
-                 resource_label[r], n);
+                 vgpu_resource_label[r], n);
         return -EINVAL;
     }
     uint64_t amount = reqs[0].n_devs;
-    /* The second call for a container: the assignment waiting for r. */
-    struct assign *as = NULL;
-    for (size_t a = 0; a < v->n_as && !as; a++) {
-        struct assign *x = v->as[a];
-        if (!x->done[r] && x->done[o] && x->amount[r] == amount && still_pending(v, x))
-            as = x;
-    }
-    bool fresh = !as;
+    struct assign *as = second_call(v, r, amount);
+    bool fresh = false;
     if (!as) {
-        int rc = match_new(v, r, amount, &as, err, errlen);
+        int rc = match_new(v, r, amount, &as, &fresh, err, errlen);
         if (rc < 0) {
-            log_warn("vGPU Allocate refused: %s", err);
+            if (rc != -EAGAIN)
+                log_warn("vGPU Allocate refused: %s", err);
             return rc;
         }
     }
+    struct assign saved = *as;
     as->done[r] = true;
-    if (journal_set(v, as) < 0) {
-        as->done[r] = false;
+    as->epoch[r] = v->epoch;
+    as->ids[r] = request_ids(v, r, &reqs[0]);
+    as->answered_ns = mono_ns();
+    if (vgpu_journal_set(v, as) < 0) {
         if (fresh) {
-            remove_files(as);
+            vgpu_remove_files(as);
             free(as);
             v->n_as--;
-            recount(v);
+            vgpu_recount(v);
+        } else {
+            *as = saved;
         }
+        vgpu_refusal_add(v, saved.pod_uid, saved.container);
         snprintf(err, errlen, "cannot record the vGPU assignment in %s; check the state dir",
                  v->checkpoint);
         return -EIO;
     }
+    vgpu_changed(v);
     log_info("vGPU: %s/%s container %s: %llu %s on %s%s", as->ns, as->pod, as->container,
-             (unsigned long long)amount, resource_label[r], as->visible,
+             (unsigned long long)amount, vgpu_resource_label[r], as->visible,
              as->whole ? " (whole GPUs, no limits)" : "");
 
     /* Both responses set the same env; the mounts and device nodes come
@@ -1084,36 +1166,6 @@ static int vgpu_allocate(void *self, const struct acceld_alloc_req *reqs, size_t
     return 0;
 }
 
-/* ------------------------------------------------------------ reconcile */
-
-int vgpu_reconcile(struct vgpu *v, const char *const *live, size_t n)
-{
-    int dropped = 0;
-    for (size_t a = 0; a < v->n_as;) {
-        struct assign *as = v->as[a];
-        bool alive = !complete(as);
-        char key[3 * VGPU_NAME_MAX + 4];
-        snprintf(key, sizeof(key), "%s/%s/%s", as->ns, as->pod, as->container);
-        for (size_t i = 0; i < n && !alive; i++)
-            alive = strcmp(live[i], key) == 0;
-        if (alive) {
-            a++;
-            continue;
-        }
-        log_info("vGPU: %s no longer exists: its share on %s is free again", key, as->visible);
-        remove_files(as);
-        free(as);
-        memmove(&v->as[a], &v->as[a + 1], (v->n_as - a - 1) * sizeof(*v->as));
-        v->n_as--;
-        dropped++;
-    }
-    if (!dropped)
-        return 0;
-    recount(v);
-    int r = checkpoint_write(v);
-    return r < 0 ? r : dropped;
-}
-
 /* ------------------------------------------------------------ provider ops */
 
 static size_t op_count(void *self)
@@ -1144,7 +1196,7 @@ static int op_find(void *self, const char *id)
     }
     if (dash[1] == '0' && dash[2])
         return -1; /* one spelling per ID */
-    int g = find_gpu(w->v, id, (size_t)(dash - id));
+    int g = vgpu_find_gpu(w->v, id, (size_t)(dash - id));
     if (g < 0 || k >= gpu_units(&w->v->gpus[g], w->r))
         return -1;
     return (int)(w->v->gpus[g].base[w->r] + k);
@@ -1162,26 +1214,17 @@ static int op_prefer(void *self, const struct acceld_prefer_req *req, const char
 {
     struct view *w = self;
     struct vgpu *v = w->v;
-    enum vgpu_resource r = w->r, o = r == VGPU_CORES ? VGPU_MEMORY : VGPU_CORES;
+    enum vgpu_resource r = w->r;
     bool target[VGPU_MAX_GPUS] = {false};
-    bool known = false;
-    for (size_t a = 0; a < v->n_as && !known; a++) {
-        const struct assign *x = v->as[a];
-        if (!x->done[r] && x->done[o] && x->amount[r] == req->size) {
-            for (size_t k = 0; k < x->n_gpus; k++)
-                target[x->gpus[k]] = true;
-            known = true;
-        }
-    }
+    const struct assign *x = second_call(v, r, req->size);
     const struct vgpu_pending *list;
     size_t n;
     char why[256];
-    if (!known && v->pods.ops &&
-        v->pods.ops->pending(v->pods.self, &list, &n, why, sizeof(why)) == 0) {
-        for (size_t i = 0; i < n && !known; i++) {
-            uint64_t want = r == VGPU_CORES ? list[i].cores : list[i].memory;
-            if (want != req->size || assigned(v, list[i].pod_uid, list[i].container))
-                continue;
+    if (!x && v->pods.ops && v->pods.ops->pending(v->pods.self, &list, &n, why, sizeof(why)) == 0) {
+        struct assign *again = NULL;
+        ssize_t i = first_call(v, r, req->size, list, n, &again);
+        x = again;
+        if (i >= 0 && !again) {
             struct assign *tmp = calloc(1, sizeof(*tmp));
             if (!tmp)
                 return -ENOMEM;
@@ -1189,10 +1232,11 @@ static int op_prefer(void *self, const struct acceld_prefer_req *req, const char
             if (choose(v, &list[i], tmp, e2, sizeof(e2)) == 0)
                 for (size_t k = 0; k < tmp->n_gpus; k++)
                     target[tmp->gpus[k]] = true;
-            free(tmp);
-            known = true; /* a container that fits nowhere: any IDs, Allocate says why */
+            free(tmp); /* a container that fits nowhere: any IDs, Allocate says why */
         }
     }
+    for (size_t k = 0; x && k < x->n_gpus; k++)
+        target[x->gpus[k]] = true;
     /* GPU order: the target ones, then by free units of r, most first */
     size_t order[VGPU_MAX_GPUS], no = 0;
     for (size_t i = 0; i < v->n; i++)
@@ -1229,7 +1273,7 @@ static int op_prefer(void *self, const struct acceld_prefer_req *req, const char
         }
     if (got < req->size) {
         snprintf(err, errlen, "only %zu of the %zu %s IDs asked for are available", got, req->size,
-                 resource_label[r]);
+                 vgpu_resource_label[r]);
         return -EINVAL;
     }
     return 0;
@@ -1243,7 +1287,7 @@ static uint64_t op_generation(void *self)
 static bool op_set_gpu_health(void *self, const char *uuid, bool healthy)
 {
     struct view *w = self;
-    int g = find_gpu(w->v, uuid, strlen(uuid));
+    int g = vgpu_find_gpu(w->v, uuid, strlen(uuid));
     if (g < 0)
         return false;
     w->v->gpus[g].healthy = healthy; /* both views agree; each reports its own change */
@@ -1254,6 +1298,47 @@ static bool op_set_gpu_health(void *self, const char *uuid, bool healthy)
     return true;
 }
 
+/* Ready once the pods are listed (the first LIST of the watch) and the start's reconcile ran:
+ * an Allocate can then be matched, and nothing it hands out is a lost record's share. */
+static bool op_ready(void *self, char *why, size_t whylen)
+{
+    struct vgpu *v = ((struct view *)self)->v;
+    const struct vgpu_pending *list;
+    size_t n;
+    char e[256];
+    if (!v->pods.ops) {
+        snprintf(why, whylen, "no API server connection");
+        return true; /* never better: Allocates are refused saying so */
+    }
+    if (v->pods.ops->pending(v->pods.self, &list, &n, e, sizeof(e)) < 0) {
+        snprintf(why, whylen, "the pods of this node are not listed yet (%s)", e);
+        return false;
+    }
+    if (!v->books_ready) {
+        snprintf(why, whylen, "the records are not reconciled with the kubelet yet");
+        return false;
+    }
+    return true;
+}
+
+/* Both endpoints see a kubelet restart: the session moves on once per restart. */
+static void op_kubelet_restarted(void *self)
+{
+    struct view *w = self;
+    struct vgpu *v = w->v;
+    w->kubelet_restarts++;
+    uint32_t most = v->views[0].kubelet_restarts > v->views[1].kubelet_restarts
+                        ? v->views[0].kubelet_restarts
+                        : v->views[1].kubelet_restarts;
+    if (most + 1 != v->epoch) {
+        v->epoch = most + 1;
+        for (size_t a = 0; a < v->n_as; a++)
+            v->as[a]->unheld = false; /* the next reconcile looks again */
+        log_info("vGPU: the kubelet restarted: containers it had not finished admitting are "
+                 "admitted again with their shares");
+    }
+}
+
 static const struct acceld_provider_ops vgpu_ops = {
     .count = op_count,
     .device = op_device,
@@ -1262,7 +1347,14 @@ static const struct acceld_provider_ops vgpu_ops = {
     .prefer = op_prefer,
     .allocate = vgpu_allocate,
     .set_gpu_health = op_set_gpu_health,
+    .ready = op_ready,
+    .kubelet_restarted = op_kubelet_restarted,
 };
+
+void vgpu_set_books_ready(struct vgpu *v, bool ready)
+{
+    v->books_ready = ready;
+}
 
 void vgpu_set_pods(struct vgpu *v, const struct vgpu_pods *pods)
 {
@@ -1296,6 +1388,8 @@ int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_optio
     if (!v)
         return -ENOMEM;
     v->journal_fd = -1;
+    v->epoch = 1;
+    v->books_ready = true; /* the agent says otherwise until its first reconcile */
     v->n = n;
     v->unit_bytes = opts->memory_unit_bytes;
     v->policy = opts->policy;
@@ -1312,7 +1406,7 @@ int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_optio
     for (size_t i = 0; i < n; i++) {
         struct gpu *g = &v->gpus[i];
         if (!gpus[i].uuid || !gpus[i].uuid[0] || strlen(gpus[i].uuid) >= sizeof(g->uuid) ||
-            find_gpu(v, gpus[i].uuid, strlen(gpus[i].uuid)) >= 0) {
+            vgpu_find_gpu(v, gpus[i].uuid, strlen(gpus[i].uuid)) >= 0) {
             snprintf(err, errlen, "GPU %zu: UUID empty, repeated or longer than %d characters", i,
                      VGPU_UUID_MAX - 1);
             goto fail;
@@ -1344,7 +1438,8 @@ int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_optio
             v->views[k].healthy[i] = v->gpus[i].healthy;
         v->ids[k] = calloc(total[k] ? total[k] : 1, sizeof(*v->ids[k]));
         v->id_gpu[k] = calloc(total[k] ? total[k] : 1, sizeof(*v->id_gpu[k]));
-        if (!v->ids[k] || !v->id_gpu[k])
+        v->id_hash[k] = calloc(total[k] ? total[k] : 1, sizeof(*v->id_hash[k]));
+        if (!v->ids[k] || !v->id_gpu[k] || !v->id_hash[k])
             goto fail;
         for (size_t i = 0; i < n; i++)
             for (uint64_t u = 0; u < gpu_units(&v->gpus[i], (enum vgpu_resource)k); u++) {
@@ -1355,9 +1450,10 @@ int vgpu_new(const struct vgpu_gpu_desc *gpus, size_t n, const struct vgpu_optio
                 memcpy(v->ids[k][at], v->gpus[i].uuid, lu); /* ≤ 55 + 7 < 64: checked above */
                 memcpy(v->ids[k][at] + lu, num, (size_t)ln + 1);
                 v->id_gpu[k][at] = (uint16_t)i;
+                v->id_hash[k][at] = vgpu_id_hash(v->ids[k][at]);
             }
     }
-    for (size_t i = 0; i < N_CONTROL; i++) {
+    for (size_t i = 0; i < VGPU_N_CONTROL; i++) {
         char host[VGPU_PATH_MAX + 32];
         snprintf(host, sizeof(host), "%s/%s", opts->dev_root, control_nodes[i]);
         if (access(host, F_OK) == 0)
@@ -1395,6 +1491,7 @@ struct vgpu *vgpu_free(struct vgpu *v)
     for (int k = 0; k < 2; k++) {
         free(v->ids[k]);
         free(v->id_gpu[k]);
+        free(v->id_hash[k]);
     }
     free(v);
     return NULL;
@@ -1414,6 +1511,6 @@ int vgpu_assignment_get(const struct vgpu *v, size_t i, struct vgpu_assignment_i
                                          as->amount[VGPU_MEMORY] * v->unit_bytes,
                                          as->region,
                                          as->whole,
-                                         complete(as)};
+                                         vgpu_complete(as)};
     return 0;
 }

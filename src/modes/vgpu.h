@@ -57,6 +57,14 @@ struct vgpu_pending {
     const char *chosen_gpu; /* a scheduler extender's GPU UUID for it, or NULL */
 };
 
+/* A pod as the watch cache sees it (vgpu_pods_ops.pod_state). */
+enum vgpu_pod_state {
+    VGPU_POD_UNKNOWN = 0, /* the cache cannot say (not in step) */
+    VGPU_POD_PENDING,     /* Pending (its containers are being admitted or started) */
+    VGPU_POD_RUNNING,     /* Running */
+    VGPU_POD_DONE,        /* Succeeded or Failed, deleted, or not on this node */
+};
+
 /* The pods bound to this node, as the API server's watch cache sees them. */
 struct vgpu_pods_ops {
     /* The pending containers asking for vGPU resources, oldest pod first.
@@ -68,6 +76,15 @@ struct vgpu_pods_ops {
      * logged by the source: the checkpoint holds the assignment anyway). */
     void (*annotate)(void *self, const char *namespace, const char *pod_name, const char *key,
                      const char *value);
+    /* Optional (NULL: the books rely on pod-resources alone). The pod with this uid. */
+    enum vgpu_pod_state (*pod_state)(void *self, const char *pod_uid);
+    /* Optional. The uid of namespace/name in the cache (borrowed until the cache changes), or
+     * NULL; and the value of its annotation key, or NULL. */
+    const char *(*pod_uid)(void *self, const char *namespace, const char *pod_name);
+    const char *(*annotation)(void *self, const char *pod_uid, const char *key);
+    /* Optional. A first Allocate found no pending container for it: the cache may be behind
+     * (a watch that lags or hangs without breaking): relist soon. */
+    void (*doubt)(void *self);
 };
 
 struct vgpu_pods {
@@ -121,18 +138,68 @@ size_t vgpu_spare_fill(struct vgpu *v, size_t max, int *ret_err);
 void vgpu_set_spare_hook(struct vgpu *v, void (*fn)(void *ctx), void *ctx);
 
 /* Sets the pod source (borrowed; ops NULL: none, every Allocate is refused
- * saying acceld has no API server connection). */
+ * saying acceld has no API server connection). Allocates are answered (ready) once the
+ * source has listed the pods (pending() answers) and, with set_podres_done, the first
+ * reconcile has run. */
 void vgpu_set_pods(struct vgpu *v, const struct vgpu_pods *pods);
+
+/* The start's reconcile is done (or cannot be): the provider is ready once the pod source is
+ * too. Until then Allocates wait (provider -EAGAIN) and the resources are not registered. */
+void vgpu_set_books_ready(struct vgpu *v, bool ready);
 
 /* The provider of one resource over v (two providers share v). */
 struct acceld_provider vgpu_provider(struct vgpu *v, enum vgpu_resource r);
 
-/* Restart safety: live lists the containers the kubelet has now (from the
- * pod-resources API List) as "namespace/pod/container". Complete
- * assignments of containers not listed are dropped and their directories
- * removed; live ones and those still waiting for their second resource are
- * kept. Returns the number dropped, or -errno (checkpoint not written). */
-int vgpu_reconcile(struct vgpu *v, const char *const *live, size_t n);
+/* The books follow the kubelet (vgpu-books.c; docs/vgpu.md, "Keeping the books").
+ *
+ * A container the kubelet has now, from the pod-resources API's List, with the vGPU device
+ * IDs it holds of each resource summed by vgpu_ids_hash (0 and 0: none of them). */
+struct vgpu_live {
+    const char *ns, *pod, *container; /* borrowed */
+    uint64_t ids[2]; /* the sum of vgpu_id_hash over the IDs of each resource it holds */
+    size_t n_ids[2]; /* how many (0: none of that resource) */
+    int gpu_hint[2]; /* the GPU index every ID of the resource names; -1 none, -2 several */
+};
+/* The term one ID adds to a container's sum (order does not matter: IDs are summed). */
+uint64_t vgpu_id_hash(const char *id);
+void vgpu_live_init(struct vgpu_live *l, const char *ns, const char *pod, const char *container);
+/* Counts one of the container's IDs of resource r (any string: IDs of other GPUs count too). */
+void vgpu_live_add_id(const struct vgpu *v, struct vgpu_live *l, enum vgpu_resource r,
+                      const char *id);
+/* An Allocate that ends within this of a List may not be in it yet. */
+#define VGPU_RECONCILE_GRACE_NS (5ull * 1000000000ull)
+
+struct vgpu_reconcile_result {
+    size_t freed;     /* shares no live container holds, of gone or terminal pods */
+    size_t adopted;   /* live containers' shares the books had lost, taken back */
+    size_t renamed;   /* shares found to be another container's than they were matched to */
+    size_t orphans;   /* directories of no share removed */
+    size_t unmatched; /* live containers holding vGPU IDs the books cannot place */
+};
+
+/* Settles the books against live (the kubelet's List, taken at now_ns, CLOCK_MONOTONIC):
+ * a share whose IDs a live container holds is that container's (renamed if it was matched
+ * to another; its directory stays where the container mounts it); a complete share no live
+ * container holds, answered more than VGPU_RECONCILE_GRACE_NS before, is freed and its
+ * directory removed; a share still waiting for its second Allocate is kept while its pod is
+ * pending; a live container holding vGPU IDs the books do not know is adopted back from its
+ * directory (the config acceld wrote names it) or its pod's annotation; directories no share
+ * owns are removed. Every change is journaled. Returns 0 or -errno. */
+int vgpu_reconcile(struct vgpu *v, const struct vgpu_live *live, size_t n, uint64_t now_ns,
+                   struct vgpu_reconcile_result *ret);
+/* Without pod-resources: frees the shares of pods the watch cache says are gone or terminal
+ * (never a pending or running pod's). Returns the number freed. */
+size_t vgpu_reconcile_pods(struct vgpu *v);
+/* Whether the books hold a share of the pod with this uid. */
+bool vgpu_has_pod(const struct vgpu *v, const char *pod_uid);
+/* changed(ctx) after every change of the books (an Allocate, a free, a reconcile); doubt(ctx)
+ * when a container's first Allocate found no pending container for it (the books may hold a
+ * share the kubelet forgot and admits again: worth a reconcile). Either may be NULL. */
+void vgpu_set_hooks(struct vgpu *v, void (*changed)(void *ctx), void (*doubt)(void *ctx),
+                    void *ctx);
+/* Whether the start found the record missing or a GPU over-committed: the books must be
+ * settled with pod-resources before an Allocate is answered. */
+bool vgpu_books_need_list(const struct vgpu *v);
 
 /* Inspection (tests, logs). */
 size_t vgpu_assignment_count(const struct vgpu *v);

@@ -117,6 +117,33 @@ void acceld_stats_allocate(struct acceld_stats *s, const char *res, bool ok, uin
     changed(s);
 }
 
+/* Printable ASCII, cut to fit; "unknown" when empty and required. */
+static void printable(char *out, size_t cap, const char *in, bool required)
+{
+    size_t n = 0;
+    for (; in && in[n] && n + 1 < cap; n++)
+        out[n] = (unsigned char)in[n] < 0x20 || (unsigned char)in[n] > 0x7e ? '?' : in[n];
+    out[n] = '\0';
+    if (required && !n)
+        snprintf(out, cap, "unknown");
+}
+
+void acceld_stats_set_ready(struct acceld_stats *s, const char *res, bool ready, const char *why)
+{
+    struct acceld_stats_resource *r = resource(s, res);
+    char w[ACCELD_STATS_REASON_MAX] = ""; /* zeroed: the whole buffer is copied */
+    if (!r)
+        return;
+    if (!ready)
+        printable(w, sizeof(w), why, true);
+    if (r->has_ready && r->ready == ready && strcmp(r->not_ready, w) == 0)
+        return;
+    r->has_ready = true;
+    r->ready = ready;
+    memcpy(r->not_ready, w, sizeof(w));
+    changed(s);
+}
+
 void acceld_stats_device_init(struct acceld_stats *s, bool ok)
 {
     if (ok)
@@ -157,14 +184,10 @@ void acceld_stats_set_health_state(struct acceld_stats *s, const char *uuid, boo
 {
     struct acceld_stats_gpu *g = gpu(s, uuid);
     char r[ACCELD_STATS_REASON_MAX] = ""; /* zeroed: the whole buffer is copied */
-    size_t n = 0;
     if (!g)
         return;
-    for (; !healthy && reason && reason[n] && n + 1 < sizeof(r); n++)
-        r[n] = (unsigned char)reason[n] < 0x20 || (unsigned char)reason[n] > 0x7e ? '?' : reason[n];
-    r[n] = '\0';
-    if (!healthy && !n)
-        snprintf(r, sizeof(r), "unknown");
+    if (!healthy)
+        printable(r, sizeof(r), reason, true);
     if (g->healthy == healthy && strcmp(g->reason, r) == 0)
         return;
     g->healthy = healthy;
@@ -232,11 +255,14 @@ static json_t *to_json(const struct acceld_stats *s, double now)
         json_t *b = json_array();
         for (size_t k = 0; b && k < s->nbuckets; k++)
             bad |= json_array_append_new(b, count(r->bucket[k]));
+        /* no readiness known (read from an older file): ready, acceld's usual state */
+        bool ready = !r->has_ready || r->ready;
         bad |= json_array_append_new(
-            arr, json_pack("{s:s,s:{s:o,s:o},s:{s:o,s:o,s:o,s:o}}", "name", r->name,
+            arr, json_pack("{s:s,s:{s:o,s:o},s:{s:o,s:o,s:o,s:o},s:b,s:s}", "name", r->name,
                            "registrations", "ok", count(r->reg_ok), "failed", count(r->reg_failed),
                            "allocate", "ok", count(r->alloc_ok), "error", count(r->alloc_error),
-                           "sum", json_real(r->alloc_sum), "buckets", b));
+                           "sum", json_real(r->alloc_sum), "buckets", b, "ready", ready, "notReady",
+                           ready ? "" : r->not_ready));
     }
     bad |= add(root, "gpus", arr = json_array());
     for (size_t i = 0; arr && i < s->n_gpus; i++) {
@@ -390,18 +416,33 @@ static int get_label(json_t *o, const char *key, const char *path, char *out, si
     return 0;
 }
 
-static int parse_resource(json_t *o, size_t i, struct acceld_stats *s, char *err, size_t errlen)
+static int parse_resource(json_t *o, size_t i, int version, struct acceld_stats *s, char *err,
+                          size_t errlen)
 {
     static const char *const top[] = {"name", "registrations", "allocate", NULL};
+    static const char *const top3[] = {"name",  "registrations", "allocate",
+                                       "ready", "notReady",      NULL};
     static const char *const reg[] = {"ok", "failed", NULL};
     static const char *const alloc[] = {"ok", "error", "sum", "buckets", NULL};
     struct acceld_stats_resource *r = &s->res[i];
     char path[64], sub[96];
     int e;
     snprintf(path, sizeof(path), "resources[%zu]", i);
-    if ((e = keys(o, path, top, err, errlen)) < 0 ||
+    if ((e = keys(o, path, version >= 3 ? top3 : top, err, errlen)) < 0 ||
         (e = get_label(o, "name", path, r->name, sizeof(r->name), err, errlen)) < 0)
         return e;
+    if (version >= 3) {
+        json_t *rd = json_object_get(o, "ready"), *why = json_object_get(o, "notReady");
+        if (!json_is_boolean(rd))
+            return fail(err, errlen, "%s.ready: must be true or false", path);
+        if (!json_is_string(why) || (json_is_true(rd) && json_string_length(why) != 0))
+            return fail(err, errlen, "%s.notReady: must be a string, \"\" while ready", path);
+        r->has_ready = true;
+        r->ready = json_is_true(rd);
+        if (!r->ready && (e = get_label(o, "notReady", path, r->not_ready, sizeof(r->not_ready),
+                                        err, errlen)) < 0)
+            return e;
+    }
     for (size_t k = 0; k < i; k++)
         if (strcmp(s->res[k].name, r->name) == 0)
             return fail(err, errlen, "%s.name: \"%s\" is listed twice", path, r->name);
@@ -545,7 +586,7 @@ static int parse_root(json_t *root, struct acceld_stats *s, char *err, size_t er
                     ACCELD_STATS_MAX_RESOURCES);
     s->n_resources = json_array_size(res);
     for (size_t i = 0; i < s->n_resources; i++)
-        if ((e = parse_resource(json_array_get(res, i), i, s, err, errlen)) < 0)
+        if ((e = parse_resource(json_array_get(res, i), i, version, s, err, errlen)) < 0)
             return e;
     json_t *gpus = json_object_get(root, "gpus");
     if (!json_is_array(gpus) || json_array_size(gpus) > ACCELD_STATS_MAX_GPUS)

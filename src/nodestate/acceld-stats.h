@@ -25,9 +25,11 @@
 #include <stdint.h>
 
 #define ACCELD_STATS_FILE "acceld-stats.json"
-/* Version 2 adds each GPU's current health, its reason and its MPS daemon state; the
- * reader takes version 1 files too (then has_state is false for every GPU). */
-#define ACCELD_STATS_VERSION 2
+/* Version 2 adds each GPU's current health, its reason and its MPS daemon state; version 3
+ * each resource's readiness (registered with the kubelet only once ready). The reader takes
+ * version 1 and 2 files too (then has_state is false for every GPU, has_ready for every
+ * resource). */
+#define ACCELD_STATS_VERSION 3
 #define ACCELD_STATS_REASON_MAX 128 /* a GPU's unhealthy reason, with its NUL */
 #define ACCELD_STATS_MAX_RESOURCES 16
 #define ACCELD_STATS_MAX_GPUS 64
@@ -69,6 +71,10 @@ struct acceld_stats_resource {
      * (alloc_ok + alloc_error) */
     uint64_t bucket[ACCELD_STATS_MAX_BUCKETS];
     double alloc_sum; /* seconds, all calls */
+    /* version 3: whether its Allocates can be answered now (false in an older file: unknown) */
+    bool has_ready;
+    bool ready;
+    char not_ready[ACCELD_STATS_REASON_MAX]; /* why not, printable ASCII; "" when ready */
 };
 
 /* The state of a GPU's MPS control daemons (the supervisor's sets on it). */
@@ -124,6 +130,10 @@ void acceld_stats_registration(struct acceld_stats *s, const char *resource, boo
 void acceld_stats_allocate(struct acceld_stats *s, const char *resource, bool ok,
                            uint64_t duration_ns);
 void acceld_stats_device_init(struct acceld_stats *s, bool ok);
+/* Sets a resource's readiness and why not (NULL or "" when ready; bytes outside printable
+ * ASCII become '?', a longer one is cut). Counts nothing. */
+void acceld_stats_set_ready(struct acceld_stats *s, const char *resource, bool ready,
+                            const char *why);
 /* Declares a GPU (so its series exist at zero from the start). */
 void acceld_stats_add_gpu(struct acceld_stats *s, unsigned index, const char *uuid);
 void acceld_stats_health(struct acceld_stats *s, const char *uuid, bool healthy);

@@ -37,6 +37,8 @@ static void fill(struct acceld_stats *s)
     acceld_stats_quota(s, ACCELD_STATS_QUOTA_MEMORY, ACCELD_STATS_ACTION_KILL);
     acceld_stats_quota(s, ACCELD_STATS_QUOTA_COMPUTE, ACCELD_STATS_ACTION_FREEZE);
     acceld_stats_quota(s, ACCELD_STATS_QUOTA_COMPUTE, ACCELD_STATS_ACTION_FREEZE);
+    acceld_stats_set_ready(s, "nvidia.com/gpu", true, NULL);
+    acceld_stats_set_ready(s, "tencent.com/vcuda-core", false, "pods\tnot listed yet");
 }
 
 TEST(counting)
@@ -183,11 +185,15 @@ TEST(strict_reader)
     static const struct {
         const char *from, *to, *msg;
     } cases[] = {
-        {"\"version\": 2", "\"version\": 3", "version"},
-        {"\"version\": 2", "\"version\": 0", "version"},
-        {"\"version\": 2", "\"versionx\": 2", "unknown key \"versionx\""},
-        /* version 1 has no current state: its keys are unknown there */
-        {"\"version\": 2", "\"version\": 1", "gpus[0]: unknown key"},
+        {"\"version\": 3", "\"version\": 4", "version"},
+        {"\"version\": 3", "\"version\": 0", "version"},
+        {"\"version\": 3", "\"versionx\": 3", "unknown key \"versionx\""},
+        /* versions 1 and 2 have no readiness: its keys are unknown there */
+        {"\"version\": 3", "\"version\": 1", "resources[0]: unknown key \"ready\""},
+        {"\"version\": 3", "\"version\": 2", "resources[0]: unknown key \"ready\""},
+        {"\"ready\": true", "\"ready\": 1", "resources[0].ready"},
+        {"\"notReady\": \"\"", "\"notReady\": \"x\"", "resources[0].notReady"},
+        {"\"notReady\": \"pods?not listed yet\"", "\"notReady\": \"\"", "resources[1].notReady"},
         {"\"mps\": \"fault\"", "\"mps\": \"restarting\"", "gpus[0].mps"},
         {"\"mps\": \"fault\"", "\"mps\": 1", "gpus[0].mps"},
         {"\"healthy\": true", "\"healthy\": 1", "gpus[0].healthy"},
@@ -244,6 +250,34 @@ TEST(version1_reads)
     REQUIRE_EQ_INT(r.n_gpus, 1);
     CHECK(!r.gpus[0].has_state);
     CHECK_EQ_U64(r.gpus[0].to_healthy, 1);
+}
+
+/* A version 2 file (acceld before readiness) still reads: its resources' readiness is
+ * unknown (has_ready false), and a write of it says ready, acceld's state then. */
+TEST(version2_reads)
+{
+    static const char v2[] =
+        "{\"version\": 2, \"startTime\": 1, \"writeTime\": 2, \"deviceInit\": {\"ok\": 1, "
+        "\"failed\": 0}, \"allocateBuckets\": [0.5], \"resources\": [{\"name\": "
+        "\"nvidia.com/gpu\", "
+        "\"registrations\": {\"ok\": 1, \"failed\": 0}, \"allocate\": {\"ok\": 0, \"error\": 0, "
+        "\"sum\": 0, \"buckets\": [0]}}], \"gpus\": [], "
+        "\"quotaFindings\": {\"memory\": {\"none\": 0, \"kill\": 0, \"freeze\": 0}, "
+        "\"under_report\": {\"none\": 0, \"kill\": 0, \"freeze\": 0}, \"compute\": {\"none\": 0, "
+        "\"kill\": 0, \"freeze\": 0}}}";
+    static struct acceld_stats r;
+    char err[256] = "";
+    int rc = acceld_stats_parse(v2, sizeof v2 - 1, &r, err, sizeof err);
+    if (rc)
+        tap_diag("%s", err);
+    REQUIRE_EQ_INT(rc, 0);
+    REQUIRE_EQ_INT(r.n_resources, 1);
+    CHECK(!r.res[0].has_ready);
+    char *text;
+    size_t len;
+    REQUIRE_EQ_INT(acceld_stats_format(&r, 3, &text, &len), 0);
+    CHECK(strstr(text, "\"ready\": true") != NULL);
+    free(text);
 }
 
 TEST(bucket_over_count_refused)

@@ -152,14 +152,17 @@ def agent_stats(alloc_ok=5, alloc_err=1, unhealthy=2, restarts=3, killed=1, buck
                 mps="running"):
     b = buckets or [0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6]
     return {
-        "version": 2, "startTime": 1764000000.5, "writeTime": time.time(),
+        "version": 3, "startTime": 1764000000.5, "writeTime": time.time(),
         "deviceInit": {"ok": 4, "failed": 1},
         "allocateBuckets": BOUNDS,
         "resources": [
             {"name": "nvidia.com/gpu", "registrations": {"ok": 3, "failed": 1},
-             "allocate": {"ok": alloc_ok, "error": alloc_err, "sum": 4.25, "buckets": b}},
+             "allocate": {"ok": alloc_ok, "error": alloc_err, "sum": 4.25, "buckets": b},
+             "ready": True, "notReady": ""},
+            # version 3: a resource not ready (registered with the kubelet only once it is)
             {"name": "tencent.com/vcuda-core", "registrations": {"ok": 1, "failed": 0},
-             "allocate": {"ok": 0, "error": 0, "sum": 0, "buckets": [0] * len(BOUNDS)}}],
+             "allocate": {"ok": 0, "error": 0, "sum": 0, "buckets": [0] * len(BOUNDS)},
+             "ready": False, "notReady": "the pods of this node are not listed yet"}],
         "gpus": [{"index": i, "uuid": UUIDS[i], "toUnhealthy": unhealthy if i == 1 else 0,
                   "toHealthy": 1 if i == 1 else 0, "mpsRestarts": restarts if i == 2 else 0,
                   # version 2: GPU 1 unhealthy (XID 79), GPU 2 runs MPS
@@ -870,6 +873,10 @@ def _():
         check(got == v, f"{name}{labels}: {got}, want {v}")
     check(agent(m, "accel_agent_quota_findings_total", kind="compute", action="kill") is None,
           "an impossible kind/action pair is served")
+    # version 3: each resource's readiness, with why not
+    check(agent(m, "accel_agent_resource_ready", resource=g, reason="") == 1, "gpu ready")
+    check(agent(m, "accel_agent_resource_ready", resource="tencent.com/vcuda-core",
+                reason="the pods of this node are not listed yet") == 0, "vcuda-core not ready")
     # version 2: each GPU's current health with its reason, recoveries, MPS daemon state
     check(agent(m, "accel_gpu_health", gpu=1, uuid=UUIDS[1], reason="XID 79") == 0,
           "GPU 1 should be unhealthy with reason XID 79")

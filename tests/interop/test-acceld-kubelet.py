@@ -233,10 +233,13 @@ def sli_file(tap, node, tmp, ids):
     others = [x for x in d["gpus"] if x["uuid"] not in moved]
     tap.ok(all(x["toUnhealthy"] == 0 and x["toHealthy"] == 0 and x["mpsRestarts"] == 0
                for x in others), "SLI file: the other GPUs never changed")
-    # version 2: every GPU back to healthy (no reason left), no MPS in this mode
-    tap.ok(d["version"] == 2 and all(x["healthy"] is True and x["reason"] == "" and
-                                     x["mps"] == "none" for x in d["gpus"]),
-           "SLI file: version 2, every GPU healthy again, no MPS", d["gpus"])
+    # version 2: every GPU back to healthy (no reason left), no MPS in this mode; version 3:
+    # the resource is ready (it registered)
+    tap.ok(d["version"] == 3 and all(x["healthy"] is True and x["reason"] == "" and
+                                     x["mps"] == "none" for x in d["gpus"]) and
+           all(x["ready"] is True and x["notReady"] == "" for x in d["resources"]),
+           "SLI file: version 3, every GPU healthy again, no MPS, the resource ready",
+           (d["gpus"], d["resources"]))
     tap.ok(abs(d["writeTime"] - time.time()) < 60 and
            d["startTime"] <= d["writeTime"], "SLI file: start and write times")
     exporter_reads(tap, build, node, os.path.join(tmp, "state"), d)

@@ -303,7 +303,7 @@ def mps_run(tap, build, pb, tmp, control, agents):
                open(os.path.join(state, "acceld-stats.json")).read()[-3000:]
                if os.path.exists(os.path.join(state, "acceld-stats.json")) else "no file")
 
-        # version 2's current state: the restarted daemons answer again (running), and GPU 3
+        # version 2+'s current state: the restarted daemons answer again (running), and GPU 3
         # is Unhealthy for its XID 79 (or, if it recovered, counted so)
         def state_v2():
             try:
@@ -313,7 +313,7 @@ def mps_run(tap, build, pb, tmp, control, agents):
                 return None
             g = {x["uuid"]: x for x in st["gpus"]}
             g3 = g.get(uuid[3], {})
-            ok = st.get("version") == 2 and \
+            ok = st.get("version") == 3 and \
                 all(g.get(uuid[i], {}).get("mps") == "running" for i in (0, 1, 2)) and \
                 ((g3.get("healthy") is False and g3.get("reason") == "XID 79") or
                  (g3.get("healthy") is True and g3.get("toHealthy", 0) >= 1))
