@@ -1233,6 +1233,10 @@ static void on_podres(int status, const char *message, const uint8_t *resp, size
     free(live);
     v1__list_pod_resources_response__free_unpacked(m, NULL);
     books_settled(a);
+    /* a gone pod's share answered moments ago (the List may not show it yet): settled again
+     * once that grace is over */
+    if (res.waiting)
+        books_soon(a, VGPU_RECONCILE_GRACE_NS);
 again:
     if (a->podres_again) {
         a->podres_again = false;

@@ -483,7 +483,8 @@ static void prepare_async(struct dra_plugin *p, struct grpc_call *call, const Pr
             pc->error = -ENOMEM;
             continue;
         }
-        if (!c->uid[0] || !c->namespace_[0] || !c->name[0] || dra_state_find(p->cfg.state, c->uid))
+        if (!c->uid[0] || !c->namespace_[0] || !c->name[0] ||
+            dra_state_prepared(p->cfg.state, c->uid))
             continue; /* answered without a read: an error, or the checkpointed answer */
         pd->left++;
         int r = p->cfg.fetcher.start(p->cfg.fetcher.ctx, c->namespace_, c->name, c->uid, on_fetched,

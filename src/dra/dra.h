@@ -212,6 +212,9 @@ size_t dra_state_count(const struct dra_state *st);
 /* The prepared claim with this uid, or NULL (borrowed). */
 const struct dra_prepared *dra_state_find(const struct dra_state *st, const char *uid);
 const struct dra_prepared *dra_state_get(const struct dra_state *st, size_t i);
+/* Whether uid is prepared with all its files there (dra_prepare answers it from the
+ * checkpoint without reading the claim). */
+bool dra_state_prepared(const struct dra_state *st, const char *uid);
 
 /* The CDI kind of claim devices: "<driver_name>/claim". */
 int dra_cdi_kind(const char *driver_name, char *buf, size_t len);

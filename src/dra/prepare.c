@@ -679,6 +679,12 @@ static bool files_ok(const struct dra_state *st, const struct dra_prepared *p)
     return true;
 }
 
+bool dra_state_prepared(const struct dra_state *st, const char *uid)
+{
+    const struct dra_prepared *p = dra_state_find(st, uid);
+    return p && files_ok(st, p);
+}
+
 static void forget(struct dra_state *st, struct dra_prepared *p)
 {
     size_t i = (size_t)(p - st->claims);

@@ -433,6 +433,7 @@ int vgpu_reconcile(struct vgpu *v, const struct vgpu_live *live, size_t n, uint6
                 drop = !grace || !vgpu_complete(x);
             else if (!have_pods)
                 drop = vgpu_complete(x) && !grace;
+            res.waiting += st == VGPU_POD_DONE && !drop;
             x->unheld = !drop && vgpu_complete(x) && !grace;
             if (drop)
                 log_info("vGPU: %s/%s container %s no longer exists: its share on %s is free "

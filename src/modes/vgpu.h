@@ -167,7 +167,7 @@ void vgpu_live_init(struct vgpu_live *l, const char *ns, const char *pod, const 
 void vgpu_live_add_id(const struct vgpu *v, struct vgpu_live *l, enum vgpu_resource r,
                       const char *id);
 /* An Allocate that ends within this of a List may not be in it yet. */
-#define VGPU_RECONCILE_GRACE_NS (5ull * 1000000000ull)
+#define VGPU_RECONCILE_GRACE_NS (2ull * 1000000000ull)
 
 struct vgpu_reconcile_result {
     size_t freed;     /* shares no live container holds, of gone or terminal pods */
@@ -175,6 +175,7 @@ struct vgpu_reconcile_result {
     size_t renamed;   /* shares found to be another container's than they were matched to */
     size_t orphans;   /* directories of no share removed */
     size_t unmatched; /* live containers holding vGPU IDs the books cannot place */
+    size_t waiting;   /* shares of gone pods kept for now: answered less than the grace ago */
 };
 
 /* Settles the books against live (the kubelet's List, taken at now_ns, CLOCK_MONOTONIC):

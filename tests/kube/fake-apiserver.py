@@ -30,6 +30,10 @@ Errors are Status objects: 401 for a missing or wrong token, 404, 409, 410, 415,
 
 Test controls (same token): POST /_fake/pod {"op":"add"|"modify"|"delete", ...},
 /_fake/compact {"http410":bool}, /_fake/break, /_fake/bookmark, /_fake/reject {"on":bool};
+pod API faults (tests/faults): /_fake/lag {"ms":N} (watch events go out N ms after they
+happen), /_fake/hang {"on":bool} (watches stay open and send nothing; LIST still answers),
+/_fake/fail {"n":K,"code":C} (the next K pod LIST/WATCH requests answer C, 503 by default),
+/_fake/listdelay {"ms":N} (pod LIST answers N ms late);
 GET /_fake/log (every request: method, path, content type, body), /_fake/events, /_fake/state.
 DRA: POST /_fake/claim (a ResourceClaim as `kubectl get -o json` prints it; replaces one of the
 same namespace/name; {"op":"delete","namespace":..,"name":..} removes), /_fake/deviceclass,
@@ -69,6 +73,13 @@ STATE = {
     "classes": {},       # name -> DeviceClass
     "conflicts": 0,      # slice writes still to answer 409
     "down": False,       # resource.k8s.io answers 503
+    # pod API faults (tests/faults): watch events held back ms, watches that stop sending,
+    # pod LIST/WATCH requests answered with an error, LIST answers delayed
+    "lag_ms": 0,
+    "hang": False,
+    "fail": 0,
+    "fail_code": 503,
+    "list_delay_ms": 0,
 }
 RES = "/apis/resource.k8s.io/v1/"
 ARGS = None
@@ -122,7 +133,7 @@ def make_pod(d):
 def record(kind, pod):
     rv = next_rv()
     pod["metadata"]["resourceVersion"] = rv
-    STATE["history"].append((int(rv), kind, json.loads(json.dumps(pod))))
+    STATE["history"].append((int(rv), kind, json.loads(json.dumps(pod)), time.monotonic()))
     LOCK.notify_all()
 
 
@@ -191,6 +202,14 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"major": "1", "minor": "34", "gitVersion": "v1.34.0",
                                         "platform": "linux/amd64"})
         if method == "GET" and url.path == "/api/v1/pods":
+            with LOCK:
+                failing = STATE["fail"] > 0
+                if failing:
+                    STATE["fail"] -= 1
+                code = STATE["fail_code"]
+            if failing:
+                return self.send_json(code, status(code, "ServiceUnavailable",
+                                                   "injected by the test (/_fake/fail)"))
             if q.get("watch") in ("1", "true"):
                 return self.watch(q)
             return self.list(q)
@@ -334,6 +353,10 @@ class Handler(BaseHTTPRequestHandler):
     def list(self, q):
         node = self.node_of(q)
         with LOCK:
+            delay = STATE["list_delay_ms"]
+        if delay:
+            time.sleep(delay / 1000)
+        with LOCK:
             items = [p for p in STATE["pods"].values()
                      if node is None or p["spec"]["nodeName"] == node]
             rv = str(STATE["rv"])
@@ -380,11 +403,17 @@ class Handler(BaseHTTPRequestHandler):
                             410, "Expired", "too old resource version: %d (%d)" %
                             (since, STATE["oldest"]))})
                         break
-                    evs = [(rv, t, p) for rv, t, p in STATE["history"] if rv > since]
+                    # lag: only events older than lag_ms go out; hang: none does
+                    ripe = time.monotonic() - STATE["lag_ms"] / 1000
+                    evs = [] if STATE["hang"] else \
+                        [(rv, t, p) for rv, t, p, at in STATE["history"] if rv > since]
+                    held = [at for rv, t, p, at in STATE["history"] if rv > since and at > ripe]
+                    if held and not STATE["hang"]:
+                        evs = evs[:len(evs) - len(held)]
                     cmd = STATE["command"] if STATE["gen"] != gen else None
                     gen = STATE["gen"]
                     if not evs and cmd is None:
-                        LOCK.wait(0.1)
+                        LOCK.wait(min(0.1, max(0.001, min(held) - ripe)) if held else 0.1)
                         if self.peer_gone():
                             break
                         continue
@@ -476,7 +505,18 @@ class Handler(BaseHTTPRequestHandler):
                             p["status"]["phase"] = d["phase"]
                         record("MODIFIED", p)
                 return self.send_json(200, p)
-            if what == "compact":
+            if what == "lag":
+                STATE["lag_ms"] = int(d.get("ms", 0))
+                LOCK.notify_all()
+            elif what == "hang":
+                STATE["hang"] = bool(d.get("on"))
+                LOCK.notify_all()
+            elif what == "fail":
+                STATE["fail"] = int(d.get("n", 0))
+                STATE["fail_code"] = int(d.get("code", 503))
+            elif what == "listdelay":
+                STATE["list_delay_ms"] = int(d.get("ms", 0))
+            elif what == "compact":
                 STATE["http410"] = bool(d.get("http410"))
                 # every version so far is gone; a relist returns a new, watchable one
                 STATE["oldest"] = int(next_rv())

@@ -1,0 +1,484 @@
+#!/usr/bin/python3
+"""test-findings.py — one case per finding of issue 23's fault campaign, black-box against the
+acceld binary (so that each fails on the acceld before the fix and passes after): an emulated
+node, the fake API server, the kubelet model of faultlib.py (pod-resources included), and the
+killat shim for cuts at exact writes.
+
+1. A deleted pod's vGPU share is freed at once: on a 1-GPU node a 60-core pod deleted leaves
+   room for the next 60-core pod.
+2. DRA: a stale registration socket left by an unclean exit is replaced once; acceld does not
+   take its own replacement for the kubelet removing it (no re-serve loop).
+3. A pod whose Allocate acceld refused, its Failed status 2 s late: the next identical pod gets
+   its own directory, not the refused pod's, and keeps it once that status arrives.
+4. The kubelet restarts after a pod's first Allocate and admits it again in the other resource
+   order: the pod keeps its own directory and share; the identical pod after it gets its own.
+5. A broken watch on a quiet node: an Allocate right after is answered (the cache is relisted
+   at once); and a kubelet that Allocates as soon as acceld registers (the pod LIST answering
+   1.5 s late) never sees a not-ready refusal.
+6. DRA: a prepare cut after its files (acceld killed there) is undone by the kubelet's
+   unprepare; an unprepare cut between its files and the checkpoint leaves a claim the next
+   prepare writes again instead of answering "prepared" without files.
+7. acceld killed between writing its checkpoint's temporary file and renaming it: the next
+   start leaves no *.tmp.* behind.
+8. The checkpoint deleted while a container lives: its share is taken back before the next pod
+   is admitted (no GPU over-committed); a checkpoint with 3 x 60 cores on one GPU, one of them
+   live, settles to that one.
+9. Spare directories that cannot be made (their directory replaced by a file) are retried with
+   backoff, one log line; a state dir of 300 inodes (a tmpfs, when this runs as root with
+   unshare) still starts; no UBSan report from an Allocate with no pod at all.
+
+Every wait is bounded; nothing asserts timing."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import faultlib as F  # noqa: E402
+from faultlib import K, CORE, MEM  # noqa: E402
+
+T = 20
+GiB = 1 << 30
+
+
+class Rig:
+    """A node with vGPU GPUs, the fake API server, pod-resources, the kubelet model, acceld."""
+
+    def __init__(self, build, src, pb, gpus=1, late=0.0, extra=(), register=True, shim=False,
+                 api_faults=None):
+        self.build, self.src = build, src
+        self.tmp = K.tmpdir()
+        self.node = F.emu_node(build, self.tmp, gpus)
+        self.api = F.Api(src, self.tmp)
+        if api_faults:
+            for what, body in api_faults:
+                self.api.fault(what, **body)
+        self.kc = os.path.join(self.tmp, "kubeconfig")
+        self.api.kubeconfig(self.kc)
+        self.pdir = os.path.join(self.tmp, "dp")
+        os.makedirs(self.pdir)
+        self.state = os.path.join(self.tmp, "state")
+        self.rng, _ = F.new_rng(23)
+        self.kubelet = F.DPKubelet(pb, self.pdir, self.api, self.rng, late_s=late)
+        pr = F.pod_resources_pb(src, self.tmp)
+        self.prsock = os.path.join(self.tmp, "podres.sock")
+        self.podres = F.PodResources(pr, self.prsock, self.kubelet.live)
+        args = ["--mode", "vgpu", "--device-plugin-dir", self.pdir,
+                "--sysfs-root", self.node.sysfs, "--dev-root", self.node.dev,
+                "--state-dir", self.state, "--cdi-dir", os.path.join(self.tmp, "cdi"),
+                "--kubeconfig", self.kc, "--node-name", F.NODE,
+                "--vcuda-library", os.path.join(build, "src/vcuda/libvcuda.so"),
+                "--pod-resources-socket", self.prsock, "--allocate-wait", "3s",
+                "--vgpu-reconcile-interval", "1s", *extra]
+        if not register:
+            args.append("--no-register")
+        shim_path = os.path.join(build, "tests/faults/killat.so") if shim else None
+        self.agent = F.Agent(build, self.node, self.tmp, args, shim=shim_path)
+        self.n = 0
+
+    def start(self, kill_at=None, ready=True):
+        with self.kubelet.reg.lock:  # a new acceld registers anew
+            self.kubelet.reg.registrations.clear()
+        self.agent.start(kill_at=kill_at)
+        if ready:
+            return self.ready()
+        return True
+
+    def ready(self):
+        ok = K.wait_until(lambda: self.kubelet.registered() and
+                          all(os.path.exists(os.path.join(self.pdir, "accel-%s.sock" %
+                                                          r.replace("/", "-")))
+                              for r in (CORE, MEM)), T)
+        if ok:
+            self.kubelet.connect()
+        return ok
+
+    def pod(self, name, cores, mem):
+        self.n += 1
+        return self.kubelet.add(name, cores, mem, F.unique_created(self.n))
+
+    def books(self):
+        return F.books(self.state)
+
+    def close(self):
+        self.agent.stop()
+        self.kubelet.close()
+        self.podres.stop()
+        self.api.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def uid_of_dir(d):
+    return d and d.split("/")[-2]
+
+
+def f1(tap, build, src, pb):
+    r = Rig(build, src, pb, gpus=1)
+    try:
+        r.start()
+        a = r.pod("a", 60, 8)
+        ok_a = r.kubelet.admit(a)
+        r.kubelet.delete(a)
+        freed = K.wait_until(lambda: ("uid-a", "main") not in r.books(), T)
+        b = r.pod("b", 60, 8)
+        ok_b = r.kubelet.admit(b)
+        tap.ok(ok_a and freed and ok_b and uid_of_dir(b.config_dir()) == "uid-b",
+               "1: a deleted pod's share is freed at once: the next 60-core pod fits",
+               (b.error, r.books().keys()))
+    finally:
+        if tap.failed:
+            tap.diag(r.agent.log_text()[-3000:])
+        r.close()
+
+
+def f3(tap, build, src, pb):
+    r = Rig(build, src, pb, gpus=2, late=2.0, extra=("--vgpu-policy", "spread"))
+    try:
+        r.start()
+        x, y = r.pod("x", 60, 8), r.pod("y", 60, 8)
+        ok = r.kubelet.admit(x) and r.kubelet.admit(y)
+        p = r.pod("p", 50, 8)
+        refused = r.kubelet.admit(p) is False and "no healthy GPU has that free" in (p.error or "")
+        r.kubelet.delete(x)
+        K.wait_until(lambda: ("uid-x", "main") not in r.books(), T)
+        q = r.pod("q", 50, 8)
+        got = r.kubelet.admit(q)
+        own = uid_of_dir(q.config_dir()) == "uid-q"
+        tap.ok(ok and refused and got and own,
+               "3: a refused pod (Failed status 2 s late) does not hand its identity to the next "
+               "identical pod", (p.error, q.error, q.config_dir()))
+
+        def settled():
+            b = r.books()
+            d = q.config_dir()
+            return ("uid-q", "main") in b and ("uid-p", "main") not in b and \
+                d and os.path.isfile(os.path.join(d, "config"))
+        tap.ok(K.wait_until(settled, T), "3: once p's Failed status is in, q keeps its share and "
+               "directory", r.books().keys())
+    finally:
+        if tap.failed:
+            tap.diag(r.agent.log_text()[-3000:])
+        r.close()
+
+
+def f4(tap, build, src, pb):
+    r = Rig(build, src, pb, gpus=2, extra=("--vgpu-policy", "spread"))
+    try:
+        r.start()
+        p = r.pod("p", 30, 16)
+        r.pod("n", 30, 16)
+        # p's cores, then the kubelet restarts before p's memory
+        first = {}
+
+        def restart_after_first(pod, res):
+            if not first:
+                first[res] = True
+                return
+            r.kubelet.restart()
+            r.ready()
+        order = [CORE, MEM]
+        r.kubelet.rng.shuffle = lambda lst: lst.sort(key=lambda w: order.index(w[0]))
+        got = r.kubelet.admit(p, before_each=restart_after_first)
+        # admitted anew, the other order: memory, then cores
+        order = [MEM, CORE]
+        again = r.kubelet.admit(p) if got is None else got
+        own = uid_of_dir(p.config_dir()) == "uid-p"
+        n_none = not any(k[0] == "uid-n" for k in r.books())
+        tap.ok(got is None and again and own and n_none,
+               "4: the kubelet restarts mid-admission and admits the pod again, the other order: "
+               "it keeps its own directory; the neighbour's is not touched",
+               (got, again, p.config_dir(), list(r.books())))
+        n = r.kubelet.pods["n"]
+        ok_n = r.kubelet.admit(n)
+        tap.ok(ok_n and uid_of_dir(n.config_dir()) == "uid-n" and
+               os.path.isfile(os.path.join(p.config_dir() or "/nonexistent", "config")) and
+               sorted(r.books()) == [("uid-n", "main"), ("uid-p", "main")],
+               "4: the neighbour's admission gets its own share; the pod's directory stays",
+               (n.error, n.config_dir(), list(r.books())))
+    finally:
+        if tap.failed:
+            tap.diag(r.agent.log_text()[-3000:])
+        r.close()
+
+
+def f5(tap, build, src, pb):
+    r = Rig(build, src, pb, gpus=1)
+    try:
+        r.start()
+        p = r.pod("p", 30, 4)
+        # the watch has delivered p once it has delivered a pod added after it
+        warm = r.pod("w", 10, 2)
+        r.kubelet.admit(warm)
+        r.api.fault("break")
+        ok = r.kubelet.admit(p)
+        tap.ok(ok, "5: a broken watch on a quiet node: an Allocate right after is answered",
+               p.error)
+    finally:
+        if tap.failed:
+            tap.diag(r.agent.log_text()[-3000:])
+        r.close()
+    # the pod LIST answers late; the kubelet Allocates as soon as both resources registered
+    r = Rig(build, src, pb, gpus=1, api_faults=[("listdelay", {"ms": 1500})])
+    try:
+        p = r.pod("early", 30, 4)
+        r.start(ready=False)
+        K.wait_until(r.kubelet.registered, T, step_s=0.001)
+        r.kubelet.connect()
+        ok = r.kubelet.admit(p)
+        tap.ok(ok, "5: registered, then an Allocate at once: answered, not refused as not ready",
+               p.error)
+    finally:
+        if tap.failed:
+            tap.diag(r.agent.log_text()[-3000:])
+        r.close()
+
+
+def f7(tap, build, src, pb):
+    r = Rig(build, src, pb, gpus=1, shim=True)
+    try:
+        r.agent.start(kill_at="rename-before:checkpoint.json")
+        died = r.agent.wait_exit(T) and r.agent.proc.returncode == -signal.SIGKILL
+        left = F.temp_files(r.state)
+        r.start()
+        tap.ok(died and left and not F.temp_files(r.state),
+               "7: killed before renaming its checkpoint: the next start removes the temporary "
+               "file", (died, left, F.temp_files(r.state)))
+    finally:
+        if tap.failed:
+            tap.diag(r.agent.log_text()[-3000:])
+        r.close()
+
+
+def f8(tap, build, src, pb):
+    r = Rig(build, src, pb, gpus=1)
+    try:
+        r.start()
+        p = r.pod("p", 30, 8)
+        ok = r.kubelet.admit(p)
+        r.agent.kill()
+        for f in ("checkpoint.json", "checkpoint.journal"):
+            try:
+                os.unlink(os.path.join(r.state, "vgpu", f))
+            except OSError:
+                pass
+        r.start()
+        q = r.pod("q", 80, 8)
+        refused = r.kubelet.admit(q) is False
+        b = r.books()
+        tap.ok(ok and refused and list(b) == [("uid-p", "main")],
+               "8: checkpoint deleted while a container lives: its share is taken back, the next "
+               "pod does not over-commit the GPU", (q.error, list(b)))
+    finally:
+        if tap.failed:
+            tap.diag(r.agent.log_text()[-3000:])
+        r.close()
+    r = Rig(build, src, pb, gpus=1)
+    try:
+        uuid = json.loads(subprocess.check_output([r.node.emu, "status", "--json"],
+                                                  env=r.node.env))["gpus"][0]["uuid"]
+        os.makedirs(os.path.join(r.state, "vgpu"))
+        ents = [{"podUID": "uid-x%d" % i, "namespace": "default", "pod": "x%d" % i,
+                 "container": "main", "cores": 60, "memory": 4, "coresDone": True,
+                 "memoryDone": True, "whole": False, "gpus": [uuid]} for i in range(3)]
+        with open(os.path.join(r.state, "vgpu", "checkpoint.json"), "w") as f:
+            json.dump({"version": 1, "assignments": ents}, f)
+        x1 = F.Pod("x1", 60, 4, "2026-01-01T00:00:00Z")
+        x1.state = "running"
+        x1.ids = {CORE: ["%s-%d" % (uuid, k) for k in range(60)],
+                  MEM: ["%s-%d" % (uuid, k) for k in range(4)]}
+        r.kubelet.pods["x1"] = x1
+        r.api.add_pod("x1", 60, 4, "2026-01-01T00:00:00Z")
+        r.api.phase("x1", "Running")
+        r.start()
+        ok = K.wait_until(lambda: list(r.books()) == [("uid-x1", "main")], T)
+        tap.ok(ok, "8: a checkpoint over-committing a GPU (3 x 60 cores) settles to the live one",
+               list(r.books()))
+    finally:
+        if tap.failed:
+            tap.diag(r.agent.log_text()[-3000:])
+        r.close()
+
+
+def f9(tap, build, src, pb):
+    r = Rig(build, src, pb, gpus=1)
+    try:
+        r.start()
+        # the next spare's name (128 were made at start, 0 to 127) taken by a file: making
+        # spares fails from the first refill on
+        open(os.path.join(r.state, "vgpu", ".spare", "128"), "w").close()
+        for i in range(3):  # each takes a spare and asks for a refill
+            r.kubelet.admit(r.pod("s%d" % i, 10, 2))
+        warned = K.wait_until(lambda: "spare container directories" in r.agent.log_text(), T)
+        for i in range(3, 6):
+            r.kubelet.admit(r.pod("s%d" % i, 10, 2))
+        n = r.agent.log_text().count("cannot make spare container directories")
+        tap.ok(warned and n == 1, "9: spares that cannot be made: backoff, one log line (%d)" % n)
+        # an Allocate with no pod at all (the pending list empty: qsort of nothing)
+        try:
+            r.kubelet.plugins[CORE].allocate(r.kubelet.all_ids[CORE][-3:], timeout=10)
+        except Exception:  # noqa: BLE001 - refused after allocateWait: expected
+            pass
+        tap.ok(F.sanitizer_reports(r.agent.log_text()) == 0,
+               "9: no sanitizer report (UBSan: qsort of an empty pending list)")
+    finally:
+        if tap.failed:
+            tap.diag(r.agent.log_text()[-3000:])
+        r.close()
+    if os.geteuid() != 0 or shutil.which("unshare") is None or \
+            subprocess.run(["unshare", "-m", "true"]).returncode != 0:
+        tap.skip("9: a state dir of 300 inodes", "needs root and unshare -m (a tmpfs mount)")
+        return
+    r = Rig(build, src, pb, gpus=1)
+    try:
+        os.makedirs(r.state)
+        exe = r.agent.exe
+        r.agent.exe = "/usr/bin/unshare"
+        r.agent.args = ["-m", "sh", "-c", 'mount -t tmpfs -o nr_inodes=300,size=64m none "$0" '
+                        '&& exec "$@"', r.state, exe, *r.agent.args]
+        ok = r.start()
+        tap.ok(ok and r.agent.alive(), "9: a state dir of 300 inodes: acceld starts and serves "
+               "(the spares keep off the inodes the checkpoint needs)")
+    finally:
+        if tap.failed:
+            tap.diag(r.agent.log_text()[-3000:])
+        r.close()
+
+
+# ---------------------------------------------------------------- DRA (findings 2 and 6)
+
+def dra_rig(build, src, tmp, shim=False):
+    sys.path.insert(0, os.path.join(F.HERE, "..", "dra"))
+    import drasetup as D
+    emu, uuids, knode, api, kc = D.start_node(build, tmp, F.NODE)
+    args = ["--mode", "dra", "--node-name", F.NODE, "--kubeconfig", kc,
+            "--plugin-registry-dir", knode.dirs["registry"],
+            "--dra-plugin-dir", knode.dirs["plugin"], "--vcuda-library", knode.lib,
+            "--dra-sharing", "shared", "--dra-claim-wait", "2s",
+            "--sysfs-root", emu.sysfs, "--dev-root", emu.dev,
+            "--state-dir", knode.dirs["state"], "--cdi-dir", knode.dirs["cdi"]]
+    agent = F.Agent(build, emu, tmp, args,
+                    shim=os.path.join(build, "tests/faults/killat.so") if shim else None)
+    return D, emu, uuids, knode, api, agent
+
+
+def claim(D, ns, name, uid):
+    import test_kubelet as k
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"namespace": ns, "name": name, "uid": uid,
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu-share.accel.dev",
+                "capacity": {"requests": {"memory": "4Gi", "cores": "30"}}}}]}},
+            "status": {"allocation": {"devices": {"results": k.SHARE}}}}
+
+
+def f2(tap, build, src):
+    tmp = K.tmpdir()
+    D, emu, uuids, knode, api, agent = dra_rig(build, src, tmp)
+    try:
+        stale = knode.reg_sock()
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(stale)
+        s.close()  # a socket file nobody serves: an unclean exit's
+        agent.start()
+        registered = K.wait_until(lambda: _try(knode.register), T)
+        for _ in range(3):
+            registered = registered and _try(knode.register)
+        n = agent.log_text().count("was removed: serving it again")
+        tap.ok(registered and n == 0 and agent.alive(),
+               "2: DRA: a stale registration socket is replaced once, not taken for the "
+               "kubelet's doing (%d re-serves)" % n)
+    finally:
+        if tap.failed:
+            tap.diag(agent.log_text()[-3000:])
+        agent.stop()
+        api.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _try(fn):
+    try:
+        fn()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def f6(tap, build, src):
+    import test_kubelet as k  # noqa: F401 (on the path drasetup set)
+    tmp = K.tmpdir()
+    D, emu, uuids, knode, api, agent = dra_rig(build, src, tmp, shim=True)
+    uid = "0f3c6a8e-6666-4a1b-9c2d-666666666666"
+    spec = os.path.join(knode.dirs["cdi"], "accel-dra-%s.json" % uid)
+    cdir = os.path.join(knode.dirs["state"], "claims", uid)
+    try:
+        api.call("POST", "/_fake/claim", claim(D, "team", "cut", uid))
+        # a prepare killed right after its CDI spec is in place
+        agent.start(kill_at="rename-after:accel-dra-")
+        K.wait_until(lambda: _try(knode.register), T)
+        _try(lambda: knode.prepare([("team", "cut", uid)]))
+        died = agent.wait_exit(T)
+        agent.start()
+        K.wait_until(lambda: _try(knode.register), T)
+        # the pod is gone before the kubelet's retry: only an unprepare comes
+        r = knode.unprepare([("team", "cut", uid)])
+        err = r.claims[uid].error if uid in r.claims else "no entry"
+        tap.ok(died and err == "" and not os.path.exists(spec) and not os.path.exists(cdir),
+               "6: a prepare cut after its files: the unprepare removes them",
+               (died, err, os.path.exists(spec), os.path.exists(cdir)))
+        agent.stop()
+        # an unprepare cut between removing the files and writing the checkpoint
+        agent.start()
+        K.wait_until(lambda: _try(knode.register), T)
+        r = knode.prepare([("team", "cut", uid)])
+        agent.stop()
+        agent.start(kill_at="rename-before:dra-checkpoint.json")
+        K.wait_until(lambda: _try(knode.register), T)
+        _try(lambda: knode.unprepare([("team", "cut", uid)]))
+        died = agent.wait_exit(T)
+        agent.start()
+        K.wait_until(lambda: _try(knode.register), T)
+        r = knode.prepare([("team", "cut", uid)])
+        err = r.claims[uid].error if uid in r.claims else "no entry"
+        tap.ok(died and err == "" and os.path.exists(spec) and
+               os.path.exists(os.path.join(cdir, "config")),
+               "6: an unprepare cut before its checkpoint: the next prepare writes the files "
+               "again, never \"prepared\" without them",
+               (died, err, os.path.exists(spec), os.path.exists(cdir)))
+    finally:
+        if tap.failed:
+            tap.diag(agent.log_text()[-3000:])
+        agent.stop()
+        api.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    build, src = K.build_paths()
+    F.require(build)
+    if not os.path.exists(os.path.join(build, "tests/faults/killat.so")):
+        K.skip_all("the killat shim is not built")
+    tap = K.Tap()
+    tmp = K.tmpdir()
+    pb = K.gen_pb2(src, os.path.join(tmp, "pb"))
+    for case in (f1, f3, f4, f5, f7, f8, f9):
+        try:
+            case(tap, build, src, pb)
+        except Exception:  # noqa: BLE001 - a crash is a failed case
+            tap.ok(False, case.__name__, traceback.format_exc())
+    for case in (f2, f6):
+        try:
+            case(tap, build, src)
+        except Exception:  # noqa: BLE001
+            tap.ok(False, case.__name__, traceback.format_exc())
+    shutil.rmtree(tmp, ignore_errors=True)
+    tap.done()
+
+
+if __name__ == "__main__":
+    main()
