@@ -108,7 +108,7 @@ class Api(fakeapi.ApiServer):
     def __init__(self, src, tmp):
         super().__init__(src, tmp, token=TOKEN, node=NODE, timeout=20)
 
-    def add_pod(self, name, cores, mem, created, uid=None):
+    def add_pod(self, name, cores, mem, created, uid=None, annotations=None):
         c = {"name": "main", "limits": {}}
         if cores:
             c["limits"][CORE] = str(cores)
@@ -116,7 +116,8 @@ class Api(fakeapi.ApiServer):
             c["limits"][MEM] = str(mem)
         return self.call("POST", "/_fake/pod", {"op": "add", "name": name,
                                                 "uid": uid or "uid-" + name, "containers": [c],
-                                                "creationTimestamp": created})
+                                                "creationTimestamp": created,
+                                                "annotations": annotations})
 
     def phase(self, name, phase):
         try:
@@ -199,12 +200,15 @@ def sanitizer_reports(text):
 
 
 def temp_files(*dirs):
-    """Temporary files of interrupted writes left anywhere under dirs: <name>.tmp.<pid>."""
+    """Temporary files of interrupted writes left anywhere under dirs: <name>.tmp.<pid> of a
+    process that is gone (a live acceld's write in flight is not left behind)."""
     out = []
     for d in dirs:
         for base, _, names in os.walk(d):
-            out += [os.path.join(base, n) for n in names
-                    if ".tmp." in n and n.rsplit(".tmp.", 1)[1].isdigit()]
+            for n in names:
+                pid = n.rsplit(".tmp.", 1)[1] if ".tmp." in n else ""
+                if pid.isdigit() and not os.path.exists("/proc/" + pid):
+                    out.append(os.path.join(base, n))
     return out
 
 
