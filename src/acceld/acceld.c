@@ -118,11 +118,10 @@ struct agent {
     /* the agent's SLIs (acceld-stats.h), written to <stateDir>/acceld-stats.json */
     struct acceld_stats *stats;
     uint64_t stats_timer;
-    uint64_t stats_due_ns;     /* when stats_timer fires */
-    uint64_t stats_gen;        /* generation last written */
-    uint64_t stats_written_ns; /* CLOCK_MONOTONIC of the last write (0: none yet) */
-    bool stats_warned;         /* a failed write was logged (once until one succeeds) */
-    bool stats_not_ours;       /* another acceld serves the socket: its file, not ours */
+    uint64_t stats_due_ns;              /* when stats_timer fires */
+    struct acceld_stats_writer stats_w; /* what was written when */
+    bool stats_warned;                  /* a failed write was logged (once until one succeeds) */
+    bool stats_not_ours;                /* another acceld serves the socket: its file, not ours */
     /* the DRA side (gpuModes N=dra, or mode dra with exceptions): its GPUs
      * are in the GPU table (health monitor, SLIs) and in no provider */
     int *dra_pos; /* inventory positions of the DRA GPUs */
@@ -301,17 +300,14 @@ static void stats_pull_mps(struct agent *a)
     }
 }
 
-/* Writes the SLI file when something changed, or the heartbeat is due, or force. */
+/* Writes the SLI file when something changed (at most once a second), touches it at the
+ * heartbeat, or writes it now (force). */
 static void stats_flush(struct agent *a, bool force)
 {
     if (!a->stats || a->stats_not_ours)
         return;
     stats_pull_mps(a);
-    uint64_t now = mono_ns();
-    if (!force && a->stats_written_ns && a->stats->generation == a->stats_gen &&
-        now - a->stats_written_ns < ACCELD_STATS_HEARTBEAT_NS)
-        return;
-    int r = acceld_stats_write(a->stats, a->cfg.state_dir, real_s());
+    int r = acceld_stats_flush(&a->stats_w, a->stats, a->cfg.state_dir, mono_ns(), real_s(), force);
     if (r < 0) {
         if (!a->stats_warned)
             log_warn("cannot write %s/%s (the agent's SLIs for accel-exporter): %s",
@@ -320,24 +316,17 @@ static void stats_flush(struct agent *a, bool force)
         return;
     }
     a->stats_warned = false;
-    a->stats_gen = a->stats->generation;
-    a->stats_written_ns = now;
 }
-
-/* At most one write a second (never from the Allocate path itself). */
-#define STATS_TICK_NS 1000000000ull
 
 static void on_stats_tick(struct ev_loop *loop, void *user_data);
 
-/* Arms the one write timer: a second after the last write when something changed since,
- * else at the heartbeat. Nothing wakes acceld while nothing changes (but the heartbeat). */
+/* Arms the one write timer for the next flush that is due. Nothing wakes acceld while
+ * nothing changes (but the heartbeat). */
 static void stats_schedule(struct agent *a)
 {
     if (!a->stats || a->stats_not_ours || !a->loop)
         return;
-    uint64_t now = mono_ns();
-    bool dirty = a->stats->generation != a->stats_gen;
-    uint64_t due = a->stats_written_ns + (dirty ? STATS_TICK_NS : ACCELD_STATS_HEARTBEAT_NS);
+    uint64_t now = mono_ns(), due = acceld_stats_due(&a->stats_w, a->stats);
     due = due > now ? due : now;
     if (a->stats_timer && a->stats_due_ns <= due)
         return;
@@ -690,9 +679,10 @@ static void reload(struct agent *a)
         acceld_config_format(&a->cfg, k->key, ov, sizeof(ov));
         acceld_config_format(&n, k->key, nv, sizeof(nv));
         static const char *const at_start[] = {
-            "nvmlLibrary",        "sysfsRoot",       "stateDir",     "mode",     "gpuModes",
-            "nodeName",           "kubeconfig",      "vcudaLibrary", "procRoot", "vgpu.policy",
-            "podResourcesSocket", "vgpu.memoryUnit", "mpsControl"};
+            "nvmlLibrary", "sysfsRoot",       "stateDir",           "mode",
+            "gpuModes",    "nodeName",        "kubeconfig",         "vcudaLibrary",
+            "procRoot",    "vgpu.policy",     "podResourcesSocket", "vgpu.memoryUnit",
+            "mpsControl",  "mpsProbeInterval"};
         bool restart = false;
         for (size_t i = 0; i < ARRAY_SIZE(at_start); i++)
             restart |= strcmp(k->key, at_start[i]) == 0;
@@ -1071,8 +1061,12 @@ static int mps_start(struct agent *a)
     }
     char run_dir[ACCELD_PATH_MAX + 8];
     snprintf(run_dir, sizeof(run_dir), "%s/mps", a->cfg.state_dir);
+    /* A daemon that exits is seen at once (its pidfd); the probe is for one that hangs or
+     * loses its defaults, and each costs a front end process: at mpsProbeInterval's 60 s a
+     * set, an idle node with 16 sets runs one every 4 s (docs/benchmarks.md, "Idle"). */
     struct mps_sup_opts o = {.control_path = a->cfg.mps_control[0] ? a->cfg.mps_control : NULL,
                              .run_dir = run_dir,
+                             .probe_interval_ns = a->cfg.mps_probe_interval_ns,
                              .health_cb = on_mps_health,
                              .user_data = a};
     r = mps_sup_new(a->loop, &o, sets, n, &a->mps);

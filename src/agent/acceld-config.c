@@ -65,6 +65,8 @@ const struct acceld_config_key acceld_config_keys[] = {
      "DRA mode: NoSchedule|NoExecute|None: the taint after a fatal XID (79, 48) or a lost GPU"},
     {"dra.claimWait", "dra-claim-wait",
      "DRA mode: how long a prepare waits for its ResourceClaim on the API server"},
+    {"mpsProbeInterval", "mps-probe-interval",
+     "how often each MPS control daemon is asked for its defaults (a dead one is seen at once)"},
     {"mpsControl", "mps-control",
      "the nvidia-cuda-mps-control binary for MPS sharing (default: found on PATH)"},
     {"allocateWait", "allocate-wait",
@@ -111,6 +113,7 @@ void acceld_config_defaults(struct acceld_config *cfg)
     cfg->vgpu_freeze_period_ns = 1000000000ull;
     cfg->allocate_wait_ns = 5000000000ull;
     cfg->vgpu_reconcile_interval_ns = 10ull * 1000000000ull;
+    cfg->mps_probe_interval_ns = 60ull * 1000000000ull;
     copy_str(cfg->vgpu_cgroup_root, sizeof(cfg->vgpu_cgroup_root), "/sys/fs/cgroup");
     cfg->strategy = ACCELD_STRATEGY_ENVVAR;
     copy_str(cfg->cdi_dir, sizeof(cfg->cdi_dir), "/var/run/cdi");
@@ -579,6 +582,8 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
         copy_str(c.dra_gpu_sharing, sizeof(c.dra_gpu_sharing), v);
     } else if (strcmp(key, "dra.claimWait") == 0) {
         r = set_duration(&c.dra_claim_wait_ns, key, v, false, err, errlen);
+    } else if (strcmp(key, "mpsProbeInterval") == 0) {
+        r = set_duration(&c.mps_probe_interval_ns, key, v, false, err, errlen);
     } else if (strcmp(key, "mpsControl") == 0) {
         if (strlen(v) >= sizeof(c.mps_control))
             return fail(err, errlen, -EINVAL, "%s: path too long", key);
@@ -902,6 +907,8 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         snprintf(buf, len, "%s", acceld_mode_name(cfg->mode));
     } else if (strcmp(key, "gpuModes") == 0) {
         snprintf(buf, len, "%s", cfg->gpu_modes);
+    } else if (strcmp(key, "mpsProbeInterval") == 0) {
+        format_duration(cfg->mps_probe_interval_ns, buf, len);
     } else if (strcmp(key, "mpsControl") == 0) {
         snprintf(buf, len, "%s", cfg->mps_control);
     } else if (strcmp(key, "nodeName") == 0) {

@@ -97,6 +97,7 @@ struct acceld_config {
     enum acceld_taint_effect dra_taint_effect; /* dra.taintEffect (unhealthy GPU) */
     enum acceld_taint_effect dra_fatal_taint_effect; /* dra.fatalTaintEffect (fatal XID, lost) */
     char mps_control[ACCELD_PATH_MAX];               /* mpsControl; "" = found on PATH */
+    uint64_t mps_probe_interval_ns;                  /* mpsProbeInterval (60 s) */
     /* The file holds NVIDIA's device-plugin sections (version, sharing, flags,
      * resources): acceld.c parses them with sharing-config.c. Not a key. */
     bool nvidia_sharing;

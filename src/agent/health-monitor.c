@@ -28,6 +28,7 @@ struct health_gpu_nvml {
     nvmlDevice_t was; /* the last handle it had: events for a lost GPU still name it */
     bool lost;        /* what the thread last reported */
     bool reported;    /* the first probe reports either way (acceld may think it lost) */
+    bool events;      /* registered in the event set: its loss shows in the wait */
 };
 
 struct health_monitor {
@@ -106,11 +107,15 @@ static nvmlReturn_t probe(struct health_monitor *m, struct health_gpu_nvml *g)
 }
 
 /* A query failing with GPU_IS_LOST (or the handle no longer resolving) is a
- * lost GPU; other errors (NOT_SUPPORTED...) say nothing about health. */
-static void probe_all(struct health_monitor *m)
+ * lost GPU; other errors (NOT_SUPPORTED...) say nothing about health. all:
+ * every GPU; else only those whose loss the wait cannot show (no events) or
+ * that are lost (to see them back). */
+static void probe_some(struct health_monitor *m, bool all)
 {
     for (size_t i = 0; i < m->n; i++) {
         struct health_gpu_nvml *g = &m->gpus[i];
+        if (!all && g->events && !g->lost && g->reported)
+            continue;
         nvmlReturn_t r = probe(m, g);
         bool lost = r == NVML_ERROR_GPU_IS_LOST || r == NVML_ERROR_NOT_FOUND ||
                     r == NVML_ERROR_GPU_NOT_FOUND || (r != NVML_SUCCESS && !g->dev);
@@ -163,11 +168,17 @@ static void monitor_free(struct health_monitor *m);
  * wakeup per wait plus one probe of every GPU. A wait that ends on its timeout probes; an
  * event wakes it at once. While a GPU is lost the wait answers GPU_IS_LOST at once, so the
  * thread naps HEALTH_LOST_PROBE_MS between probes until the GPU answers again. */
+static void probe_all(struct health_monitor *m)
+{
+    probe_some(m, true);
+}
+
 static void *monitor_main(void *arg)
 {
     struct health_monitor *m = arg;
     struct gpu_nvml *nv = m->nvml;
     bool lost_wait = false; /* the last wait failed with GPU_IS_LOST */
+    unsigned quiet = 0;     /* waits that timed out since every GPU was probed */
     probe_all(m);
     while (!atomic_load_explicit(&m->stop, memory_order_acquire)) {
         if (!m->set) {
@@ -207,7 +218,12 @@ static void *monitor_main(void *arg)
             /* A broken wait must not spin the CPU. */
             if (r != NVML_ERROR_TIMEOUT && nap(m, HEALTH_LOST_PROBE_MS))
                 break;
-            probe_all(m);
+            /* a GPU registered for events shows its loss in the wait (GPU_IS_LOST, XID 79):
+             * probed every HEALTH_BACKSTOP_WAITS waits only, the others after every wait */
+            bool all = r != NVML_ERROR_TIMEOUT || ++quiet >= HEALTH_BACKSTOP_WAITS;
+            if (all)
+                quiet = 0;
+            probe_some(m, all);
         }
     }
     /* health_monitor_stop left the thread inside a wait: its memory is the thread's to free */
@@ -263,6 +279,8 @@ int health_monitor_start(struct gpu_nvml *nvml, const char *const *uuids, size_t
             want &= supported;
         if (!want || nvml->nvmlDeviceRegisterEvents(g->dev, want, m->set) != NVML_SUCCESS)
             warnings++;
+        else
+            g->events = true;
     }
     /* The thread must not take the signals the loop reads from its signalfd. */
     sigset_t all, old;

@@ -62,11 +62,14 @@ struct health_monitor;
  * the event's own latency). A GPU that falls off the bus posts XID 79, and NVML's wait then
  * fails with GPU_IS_LOST ("if a GPU has fallen off the bus or is otherwise inaccessible",
  * NVML API reference, nvmlEventSetWait_v2): either makes the thread probe at once. A GPU lost
- * with neither is found by the probe after the next wait (HEALTH_WAIT_MS). While a GPU is
+ * with neither is found by a probe within HEALTH_BACKSTOP_WAITS waits. While a GPU is
  * lost the wait fails at once, so the thread probes every HEALTH_LOST_PROBE_MS until it
- * answers again. */
+ * answers again. A GPU registered for events is probed after every
+ * HEALTH_BACKSTOP_WAITS-th wait only (its loss shows in the wait); one
+ * without events after every wait. */
 #define HEALTH_WAIT_MS 5000
 #define HEALTH_LOST_PROBE_MS 50
+#define HEALTH_BACKSTOP_WAITS 12
 
 /* Starts the thread for the n GPUs with these UUIDs (index = position).
  * nvml is borrowed and must outlive the monitor. A GPU whose events cannot

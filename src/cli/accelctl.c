@@ -24,6 +24,8 @@ static const struct accelctl_command commands[] = {
     {"dra", "the DRA driver's slice, device health and prepared claims", accelctl_cmd_dra},
     {"vgpu", "show vGPU shares, quotas, usage and host-side check findings", accelctl_cmd_vgpu},
     {"top", "a live view of the node's GPUs and the processes (pods) on them", accelctl_cmd_top},
+    {"agent", "acceld's own report: up, each resource ready (registered) or why not",
+     accelctl_cmd_agent},
 };
 
 static void usage(FILE *f)

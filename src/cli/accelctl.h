@@ -21,6 +21,8 @@ int accelctl_cmd_mps(int argc, char **argv);
 int accelctl_cmd_dra(int argc, char **argv);
 /* src/cli/cmd-vgpu.c: vGPU shares, quotas, usage and findings (acceld's status file) */
 int accelctl_cmd_vgpu(int argc, char **argv);
+/* src/cli/cmd-agent.c: acceld's SLI file: up, each resource's readiness, GPUs' health */
+int accelctl_cmd_agent(int argc, char **argv);
 /* src/cli/cmd-top.c: live per-GPU and per-process view (--once: one frame) */
 int accelctl_cmd_top(int argc, char **argv);
 /* The device list a plugin serves now (its first ListAndWatch message): every

@@ -932,9 +932,9 @@ struct dra_run {
     /* the agent's SLIs (acceld-stats.h), written to <stateDir>/acceld-stats.json */
     struct acceld_stats *stats;
     uint64_t stats_timer;
-    uint64_t stats_gen;        /* generation last written */
-    uint64_t stats_written_ns; /* CLOCK_MONOTONIC of the last write (0: none yet) */
-    bool stats_warned;         /* a failed write was logged (once until one succeeds) */
+    uint64_t stats_due_ns;              /* when stats_timer fires */
+    struct acceld_stats_writer stats_w; /* what was written when */
+    bool stats_warned;                  /* a failed write was logged (once until one succeeds) */
 };
 
 static double real_s(void)
@@ -945,7 +945,7 @@ static double real_s(void)
 }
 
 /* As acceld.c's for the device-plugin modes: when something changed, at most
- * once a second, at least every ACCELD_STATS_HEARTBEAT_NS, and at exit. */
+ * once a second, touched at least every ACCELD_STATS_HEARTBEAT_NS, and at exit. */
 static void run_stats_flush(struct dra_run *d, bool force)
 {
     if (!d->stats)
@@ -954,11 +954,7 @@ static void run_stats_flush(struct dra_run *d, bool force)
         const char *uuid = acceld_dra_gpu_uuid(d->dra, i);
         acceld_stats_set_mps_restarts(d->stats, uuid, acceld_dra_mps_restarts(d->dra, uuid));
     }
-    uint64_t now = mono_ns();
-    if (!force && d->stats_written_ns && d->stats->generation == d->stats_gen &&
-        now - d->stats_written_ns < ACCELD_STATS_HEARTBEAT_NS)
-        return;
-    int r = acceld_stats_write(d->stats, d->cfg.state_dir, real_s());
+    int r = acceld_stats_flush(&d->stats_w, d->stats, d->cfg.state_dir, mono_ns(), real_s(), force);
     if (r < 0) {
         if (!d->stats_warned)
             log_warn("cannot write %s/%s (the agent's SLIs for accel-exporter): %s",
@@ -967,16 +963,38 @@ static void run_stats_flush(struct dra_run *d, bool force)
         return;
     }
     d->stats_warned = false;
-    d->stats_gen = d->stats->generation;
-    d->stats_written_ns = now;
+}
+
+static void on_run_stats_tick(struct ev_loop *loop, void *ud);
+
+/* The one write timer, armed for the next flush that is due (acceld_stats_due): nothing wakes
+ * the loop while nothing changes but the heartbeat. */
+static void run_stats_schedule(struct dra_run *d)
+{
+    if (!d->stats || !d->loop)
+        return;
+    uint64_t now = mono_ns(), due = acceld_stats_due(&d->stats_w, d->stats);
+    due = due > now ? due : now;
+    if (d->stats_timer && d->stats_due_ns <= due)
+        return;
+    ev_loop_cancel_timer(d->loop, d->stats_timer);
+    d->stats_timer = 0;
+    if (ev_loop_add_timer(d->loop, due - now, on_run_stats_tick, d, &d->stats_timer) == 0)
+        d->stats_due_ns = due;
 }
 
 static void on_run_stats_tick(struct ev_loop *loop, void *ud)
 {
     struct dra_run *d = ud;
+    (void)loop;
     d->stats_timer = 0;
     run_stats_flush(d, false);
-    ev_loop_add_timer(loop, 1000000000ull, on_run_stats_tick, d, &d->stats_timer);
+    run_stats_schedule(d);
+}
+
+static void on_run_stats_change(void *ud)
+{
+    run_stats_schedule(ud);
 }
 
 static void run_reload(struct dra_run *d)
@@ -1121,7 +1139,8 @@ static int run_start(struct dra_run *d, int sig_fd)
         return r;
     if (d->stats) {
         run_stats_flush(d, true);
-        ev_loop_add_timer(d->loop, 1000000000ull, on_run_stats_tick, d, &d->stats_timer);
+        acceld_stats_set_change_hook(d->stats, on_run_stats_change, d);
+        run_stats_schedule(d);
     }
     return 0;
 }
@@ -1150,6 +1169,9 @@ int acceld_dra_run(const struct acceld_config *cfg, int sig_fd, acceld_dra_reloa
     d.health = health_monitor_stop(d.health, &nvml_busy);
     if (d.stats_timer)
         ev_loop_cancel_timer(d.loop, d.stats_timer);
+    d.stats_timer = 0;
+    if (d.stats)
+        acceld_stats_set_change_hook(d.stats, NULL, NULL);
     run_stats_flush(&d, true); /* the last counts (a failed start's included) */
     free(d.stats);
     d.dra = acceld_dra_free(d.dra);

@@ -78,7 +78,7 @@ bool exporter_sli_up(const struct exporter_sli *s)
 {
     if (!s->have || !s->last_ok)
         return false;
-    double age = s->now - s->cur.write_time;
+    double age = s->now - acceld_stats_reported(&s->cur);
     return age <= EXPORTER_SLI_STALE_S && age >= -EXPORTER_SLI_STALE_S;
 }
 

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -642,7 +643,50 @@ int acceld_stats_read(const char *path, struct acceld_stats *ret, char *err, siz
         snprintf(err, errlen, "%s", r == -EFBIG ? "larger than 256 KiB" : strerror(-r));
         return r;
     }
+    struct stat st;
+    /* the heartbeat touches the file (acceld_stats_touch): its time is the later of the two */
+    int sr = stat(path, &st);
     r = acceld_stats_parse(data, len, ret, err, errlen);
     free(data);
+    if (r == 0)
+        ret->file_time = sr == 0 ? (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9 : 0;
     return r;
+}
+
+int acceld_stats_touch(const char *dir)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, ACCELD_STATS_FILE) >= sizeof(path))
+        return -ENAMETOOLONG;
+    return utimensat(AT_FDCWD, path, NULL, 0) < 0 ? -errno : 0;
+}
+
+int acceld_stats_flush(struct acceld_stats_writer *w, const struct acceld_stats *s, const char *dir,
+                       uint64_t now_ns, double now, bool force)
+{
+    bool same = w->written_ns && s->generation == w->gen;
+    if (!force && same && now_ns - w->written_ns < ACCELD_STATS_HEARTBEAT_NS)
+        return 0;
+    /* nothing changed: the heartbeat is the file's mtime (one system call, not a rewrite) */
+    if (!force && same && acceld_stats_touch(dir) == 0) {
+        w->written_ns = now_ns;
+        return 0;
+    }
+    int r = acceld_stats_write(s, dir, now);
+    if (r < 0)
+        return r;
+    w->gen = s->generation;
+    w->written_ns = now_ns;
+    return 0;
+}
+
+uint64_t acceld_stats_due(const struct acceld_stats_writer *w, const struct acceld_stats *s)
+{
+    return w->written_ns +
+           (s->generation != w->gen ? ACCELD_STATS_MIN_GAP_NS : ACCELD_STATS_HEARTBEAT_NS);
+}
+
+double acceld_stats_reported(const struct acceld_stats *s)
+{
+    return s->file_time > s->write_time ? s->file_time : s->write_time;
 }

@@ -38,8 +38,9 @@
 #define ACCELD_STATS_UUID_MAX 96
 /* A bigger file is refused unread (a full one is under 32 KiB). */
 #define ACCELD_STATS_MAX_BYTES (256u << 10)
-/* acceld rewrites the file at most once a second when something changed, and at
- * least this often anyway, so a reader can tell a live agent from a dead one. */
+/* acceld rewrites the file at most once a second when something changed, and touches it
+ * (its mtime: acceld_stats_touch) at least this often anyway, so a reader can tell a live
+ * agent from a dead one (acceld_stats_reported). */
 #define ACCELD_STATS_HEARTBEAT_NS (10ull * 1000000000ull)
 
 /* The Allocate latency buckets acceld uses (upper bounds, seconds). */
@@ -112,6 +113,7 @@ struct acceld_stats {
     struct acceld_stats_gpu gpus[ACCELD_STATS_MAX_GPUS];
     uint64_t quota[ACCELD_STATS_QUOTA_KINDS][ACCELD_STATS_ACTIONS];
     uint64_t generation; /* in memory only: bumped by every change */
+    double file_time;    /* in memory only: the file's mtime when read (acceld_stats_read) */
     /* in memory only: called after every change (acceld_stats_set_change_hook) */
     void (*on_change)(void *ctx);
     void *on_change_ctx;
@@ -155,6 +157,27 @@ int acceld_stats_format(const struct acceld_stats *s, double now, char **ret, si
 /* Formats s and replaces DIR/acceld-stats.json (tmp + rename, no fsync; the
  * directory is created if missing). Returns 0 or -errno. */
 int acceld_stats_write(const struct acceld_stats *s, const char *dir, double now);
+/* The heartbeat when nothing changed: DIR/acceld-stats.json's mtime set to now (one system
+ * call; the content, writeTime included, stays). 0 or -errno (-ENOENT: write it instead). */
+int acceld_stats_touch(const char *dir);
+/* The agent's side of the file: when to write it and when a touch will do. */
+struct acceld_stats_writer {
+    uint64_t gen;        /* generation last written */
+    uint64_t written_ns; /* CLOCK_MONOTONIC of the last write or touch (0: none yet) */
+};
+/* At most one write a second (never from the Allocate path itself). */
+#define ACCELD_STATS_MIN_GAP_NS 1000000000ull
+/* Writes s to DIR when it changed since the last write (or force), touches the file when
+ * nothing changed and the heartbeat is due, else does nothing. 0 or -errno of the write. */
+int acceld_stats_flush(struct acceld_stats_writer *w, const struct acceld_stats *s, const char *dir,
+                       uint64_t now_ns, double now, bool force);
+/* When (CLOCK_MONOTONIC) the next flush is due: a second after the last write when something
+ * changed since, else the heartbeat. */
+uint64_t acceld_stats_due(const struct acceld_stats_writer *w, const struct acceld_stats *s);
+
+/* When the acceld that wrote s last reported: the later of its writeTime and, for a file
+ * read with acceld_stats_read, the file's mtime (the heartbeat). Unix seconds. */
+double acceld_stats_reported(const struct acceld_stats *s);
 
 /* Parses the file's JSON (len bytes, any NUL refused) into *ret (untouched on
  * failure). Returns 0, or -EINVAL with err set to what is wrong (a JSON path and

@@ -1,6 +1,7 @@
 /* test-stats.c — acceld's SLI counters and the acceld-stats.json format: counting, the
  * histogram's buckets, a write read back unchanged through the file, and the strict
  * reader refusing what does not add up (each refusal names where). */
+#include <fcntl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +141,8 @@ TEST(write_reads_back)
         CHECK(r.bounds[k] == acceld_stats_buckets[k]);
     r.write_time = s.write_time;
     r.generation = s.generation;
+    CHECK(r.file_time > 0); /* the file's mtime: the heartbeat (acceld_stats_touch) */
+    r.file_time = s.file_time;
     CHECK(r.res[0].alloc_sum == s.res[0].alloc_sum);
     CHECK(memcmp(&r, &s, sizeof r) == 0); /* every field, every counter */
     /* a second write replaces the file */
@@ -147,6 +150,15 @@ TEST(write_reads_back)
     REQUIRE_EQ_INT(acceld_stats_write(&s, dir, 1764000101.5), 0);
     REQUIRE_EQ_INT(acceld_stats_read(path, &r, err, sizeof err), 0);
     CHECK_EQ_U64(r.res[0].alloc_ok, 3);
+    /* the heartbeat touches the file: acceld_stats_reported is its time, later than the
+     * write's */
+    struct timespec old[2] = {{.tv_sec = 1764000000}, {.tv_sec = 1764000000}};
+    REQUIRE_EQ_INT(utimensat(AT_FDCWD, path, old, 0), 0);
+    REQUIRE_EQ_INT(acceld_stats_read(path, &r, err, sizeof err), 0);
+    CHECK(acceld_stats_reported(&r) == 1764000101.5);
+    REQUIRE_EQ_INT(acceld_stats_touch(dir), 0);
+    REQUIRE_EQ_INT(acceld_stats_read(path, &r, err, sizeof err), 0);
+    CHECK(acceld_stats_reported(&r) > 1764000101.5 && r.write_time == 1764000101.5);
     /* missing file: the read's errno */
     CHECK_EQ_INT(acceld_stats_read("/nonexistent/acceld-stats.json", &r, err, sizeof err), -ENOENT);
 }

@@ -913,13 +913,19 @@ def _():
     check(agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="fault") == 1 and
           agent(m, "accel_gpu_mps_daemon_state", gpu=2, state="running") == 0,
           "MPS state not updated to fault")
-    # a stale file (acceld gone: no heartbeat for over 30 s) is not up
+    # a stale file (acceld gone: no heartbeat for over 30 s: neither written nor touched) is
+    # not up; an old writeTime with a fresh mtime is acceld's heartbeat (nothing changed)
     stale = agent_stats(alloc_ok=7, unhealthy=3, restarts=4, killed=2,
                         buckets=[0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 8, 8])
     stale["writeTime"] = time.time() - 120
     write_agent(stale)
+    path = os.path.join(AGENT, "acceld-stats.json")
+    os.utime(path, (time.time() - 120, time.time() - 120))
     wait_for(lambda: (lambda t: t and sample(t, "accel_agent_up") == 0)(metrics()),
              "accel_agent_up 0 for a stale file")
+    os.utime(path)  # the heartbeat
+    wait_for(lambda: (lambda t: t and sample(t, "accel_agent_up") == 1)(metrics()),
+             "accel_agent_up 1 for an old writeTime touched by the heartbeat")
     write_agent(agent_stats(alloc_ok=7, unhealthy=3, restarts=4, killed=2,
                             buckets=[0, 2, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 8, 8]))
 

@@ -159,7 +159,10 @@ sharing:
 
 def mps_run(tap, build, pb, tmp, control, agents):
     d, node, pdir, kubelet, agent = start(build, pb, tmp, "mps", MPS_CONFIG,
-                                          extra=("--mps-control", control))
+                                          # probed every 5 s (60 s by default): a hung
+                                          # daemon and a server's FAULT are seen in time
+                                          extra=("--mps-control", control,
+                                                 "--mps-probe-interval", "5s"))
     agents.append(agent)
     state = os.path.join(d, "state")
     gpus = gpus_of(node)
@@ -433,7 +436,8 @@ def fault_run(tap, build, pb, tmp, control, agents):
     recovered (recoverAfter 1 s), until the hit client exits."""
     hold_exe = os.path.join(build, "tests/emu/emu-hold")
     d, node, pdir, kubelet, agent = start(build, pb, tmp, "fault", FAULT_CONFIG,
-                                          extra=("--mps-control", control), gpus=2)
+                                          extra=("--mps-control", control,
+                                                 "--mps-probe-interval", "5s"), gpus=2)
     agents.append(agent)
     uuid = [g["uuid"] for g in gpus_of(node)]
     hold = None
