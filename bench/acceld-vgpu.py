@@ -10,7 +10,13 @@
    acceld runs with its default vgpu.checkInterval (10 s) for this part, as
    on a node; acceld's own CPU time over the calls (utime + stime, in clock
    ticks) is printed too, as it does not depend on how busy the machine is.
-2. The host-side check's CPU cost per pass with 100 containers: acceld is
+2. The books' settling with the kubelet (issue 23) with the 100 containers: acceld
+   restarted with a kubelet pod-resources server (tests/faults/faultlib.py) whose List
+   names the 100 containers with the IDs the Allocates named; settled every 100 ms
+   (vgpu.reconcileInterval) with the host-side check off; acceld's CPU over 5 s per
+   settling, the List's round trip included, against the same acceld settling never
+   (the floor).
+3. The host-side check's CPU cost per pass with 100 containers: acceld is
    restarted (its checkpoint restores the 100 assignments) checking every
    100 ms; one emu-hold process per admitted pod (each in its pod's fake
    cgroup under --proc-root, holding 64 MiB); acceld's CPU time
@@ -36,6 +42,8 @@ os.environ.setdefault("ACCEL_BUILD_ROOT", BUILD)
 os.environ.setdefault("ACCEL_SOURCE_ROOT", SRC)
 sys.path.insert(0, os.path.join(SRC, "tests/interop"))
 import kubelet as K  # noqa: E402
+sys.path.insert(0, os.path.join(SRC, "tests/faults"))
+import faultlib as FL  # noqa: E402
 
 spec = importlib.util.spec_from_file_location(
     "vgpu_pods", os.path.join(SRC, "tests/interop/test-acceld-vgpu-pods.py"))
@@ -58,6 +66,18 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_ns_s(pid):
+    """The process's CPU time in seconds from its threads' schedstat (ns, not clock ticks)."""
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total / 1e9
+
+
 def check_cost(agent, seconds=5.0):
     pid = agent.proc.pid
     c0, t0 = cpu_s(pid), time.monotonic()
@@ -65,6 +85,44 @@ def check_cost(agent, seconds=5.0):
     c1, t1 = cpu_s(pid), time.monotonic()
     passes = (t1 - t0) / INTERVAL_S
     return (c1 - c0) / passes * 1e6  # µs of CPU per pass
+
+
+def settle_cost(node, tmp, pdir, kc, held):
+    """Part 2: acceld's CPU per settling of its books with the kubelet's List."""
+    pr = FL.pod_resources_pb(SRC, tmp)
+    sock = os.path.join(tmp, "podres.sock")
+    live = [("default", f"b{i:03d}", "main", held[i]) for i in range(N)]
+    server = FL.PodResources(pr, sock, lambda: live)
+    try:
+        cost = {}
+        for label, every in (("floor", "0"), ("settling", "100ms")):
+            d = os.path.join(tmp, "settle-" + label)
+            os.makedirs(d, exist_ok=True)
+            a = K.Acceld(BUILD, node, pdir, d,
+                         extra=("--mode", "vgpu", "--no-register", "--kubeconfig", kc,
+                                "--node-name", "node-a", "--state-dir", os.path.join(tmp, "state"),
+                                "--vcuda-library", os.path.join(BUILD, "src/vcuda/libvcuda.so"),
+                                "--pod-resources-socket", sock, "--vgpu-check-interval", "0",
+                                "--vgpu-reconcile-interval", every))
+            try:
+                if not K.wait_until(lambda: "pod watch is in step" in a.log_text(), 30):
+                    raise RuntimeError("acceld's watch never got in step")
+                time.sleep(1)  # the start's settling is done
+                c0, t0 = cpu_ns_s(a.proc.pid), time.monotonic()
+                time.sleep(5)
+                c1, t1 = cpu_ns_s(a.proc.pid), time.monotonic()
+                cost[label] = (c1 - c0) / (t1 - t0)
+                if label == "settling" and "settling the books" in a.log_text():
+                    raise RuntimeError("a settling failed")
+            finally:
+                a.stop(signal.SIGTERM)
+        per = (cost["settling"] - cost["floor"]) / 10 * 1e6
+        print(f"books settled with the kubelet's List of {N} containers every 100 ms: "
+              f"{per:.0f} us of acceld CPU per settling (List round trip included; "
+              f"{cost['settling'] * 1e3:.2f} ms/s settling, {cost['floor'] * 1e3:.2f} ms/s "
+              f"floor)")
+    finally:
+        server.stop()
 
 
 def start(node, tmp, pdir, kc, sub, interval):
@@ -107,12 +165,15 @@ def main():
             floor.append((time.perf_counter() - t) * 1e6)
         lat = []
         gpus = {}
+        held = {}  # pod index -> {resource: [IDs]}, for the pod-resources List of part 2
         cpu0 = cpu_s(agent.proc.pid)
         for i in range(N):
             for res, n in ((CORE, 5), (MEM, 4)):
+                before = set(kub.free[res])
                 t = time.perf_counter()
                 r = kub.allocate(res, n)
                 lat.append((time.perf_counter() - t) * 1e6)
+                held.setdefault(i, {})[res] = sorted(before - set(kub.free[res]))
                 if res == CORE:
                     gpus[i] = r.envs["NVIDIA_VISIBLE_DEVICES"]
         cpu_alloc = (cpu_s(agent.proc.pid) - cpu0) / len(lat) * 1e6
@@ -141,6 +202,7 @@ def main():
             print(f"acceld's own Allocate time, {r['name']} ({n} calls): mean "
                   f"{a['sum'] / n * 1e6:.0f} us, <= 0.5 ms {within[0.0005] / n:.1%}, "
                   f"<= 1 ms {within[0.001] / n:.1%}, <= 2.5 ms {within[0.0025] / n:.1%}")
+        settle_cost(node, tmp, pdir, kc, held)
         agent = start(node, tmp, pdir, kc, "bench-check", "100ms")
         if not K.wait_until(lambda: "100 assignment(s) restored" in agent.log_text(), 30):
             raise RuntimeError("the restarted acceld did not restore the 100 assignments")

@@ -117,9 +117,7 @@ struct agent {
     uint64_t vgpu_thaw_timer;               /* thaws what vgpu.computeAction froze */
     /* the agent's SLIs (acceld-stats.h), written to <stateDir>/acceld-stats.json */
     struct acceld_stats *stats;
-    uint64_t stats_timer;
-    uint64_t stats_due_ns;              /* when stats_timer fires */
-    struct acceld_stats_writer stats_w; /* what was written when */
+    struct acceld_stats_writer stats_w; /* what was written when, and its timer */
     bool stats_warned;                  /* a failed write was logged (once until one succeeds) */
     bool stats_not_ours;                /* another acceld serves the socket: its file, not ours */
     /* the DRA side (gpuModes N=dra, or mode dra with exceptions): its GPUs
@@ -320,26 +318,17 @@ static void stats_flush(struct agent *a, bool force)
 
 static void on_stats_tick(struct ev_loop *loop, void *user_data);
 
-/* Arms the one write timer for the next flush that is due. Nothing wakes acceld while
- * nothing changes (but the heartbeat). */
+/* The one write timer, armed for the next flush that is due. */
 static void stats_schedule(struct agent *a)
 {
-    if (!a->stats || a->stats_not_ours || !a->loop)
-        return;
-    uint64_t now = mono_ns(), due = acceld_stats_due(&a->stats_w, a->stats);
-    due = due > now ? due : now;
-    if (a->stats_timer && a->stats_due_ns <= due)
-        return;
-    ev_loop_cancel_timer(a->loop, a->stats_timer);
-    a->stats_timer = 0;
-    if (ev_loop_add_timer(a->loop, due - now, on_stats_tick, a, &a->stats_timer) == 0)
-        a->stats_due_ns = due;
+    if (a->stats && !a->stats_not_ours && a->loop)
+        acceld_stats_schedule(&a->stats_w, a->stats, a->loop, on_stats_tick, a);
 }
 
 static void on_stats_tick(struct ev_loop *loop, void *user_data)
 {
     struct agent *a = user_data;
-    a->stats_timer = 0;
+    a->stats_w.timer = 0;
     stats_flush(a, false);
     stats_schedule(a);
 }
@@ -1491,8 +1480,8 @@ static void stop(struct agent *a)
         ev_loop_cancel_timer(a->loop, a->spare_timer);
     if (a->loop && a->books_timer)
         ev_loop_cancel_timer(a->loop, a->books_timer);
-    if (a->loop && a->stats_timer)
-        ev_loop_cancel_timer(a->loop, a->stats_timer);
+    if (a->loop && a->stats_w.timer)
+        ev_loop_cancel_timer(a->loop, a->stats_w.timer);
     /* everything that registered with the loop goes before it */
     a->podres = grpc_client_free(a->podres);
 #ifdef ACCELD_HAVE_KUBE

@@ -931,9 +931,7 @@ struct dra_run {
     struct acceld_dra *dra;
     /* the agent's SLIs (acceld-stats.h), written to <stateDir>/acceld-stats.json */
     struct acceld_stats *stats;
-    uint64_t stats_timer;
-    uint64_t stats_due_ns;              /* when stats_timer fires */
-    struct acceld_stats_writer stats_w; /* what was written when */
+    struct acceld_stats_writer stats_w; /* what was written when, and its timer */
     bool stats_warned;                  /* a failed write was logged (once until one succeeds) */
 };
 
@@ -967,27 +965,17 @@ static void run_stats_flush(struct dra_run *d, bool force)
 
 static void on_run_stats_tick(struct ev_loop *loop, void *ud);
 
-/* The one write timer, armed for the next flush that is due (acceld_stats_due): nothing wakes
- * the loop while nothing changes but the heartbeat. */
 static void run_stats_schedule(struct dra_run *d)
 {
-    if (!d->stats || !d->loop)
-        return;
-    uint64_t now = mono_ns(), due = acceld_stats_due(&d->stats_w, d->stats);
-    due = due > now ? due : now;
-    if (d->stats_timer && d->stats_due_ns <= due)
-        return;
-    ev_loop_cancel_timer(d->loop, d->stats_timer);
-    d->stats_timer = 0;
-    if (ev_loop_add_timer(d->loop, due - now, on_run_stats_tick, d, &d->stats_timer) == 0)
-        d->stats_due_ns = due;
+    if (d->stats && d->loop)
+        acceld_stats_schedule(&d->stats_w, d->stats, d->loop, on_run_stats_tick, d);
 }
 
 static void on_run_stats_tick(struct ev_loop *loop, void *ud)
 {
     struct dra_run *d = ud;
     (void)loop;
-    d->stats_timer = 0;
+    d->stats_w.timer = 0;
     run_stats_flush(d, false);
     run_stats_schedule(d);
 }
@@ -1167,9 +1155,9 @@ int acceld_dra_run(const struct acceld_config *cfg, int sig_fd, acceld_dra_reloa
         ev_loop_del_io(d.loop, health_monitor_fd(d.health));
     bool nvml_busy;
     d.health = health_monitor_stop(d.health, &nvml_busy);
-    if (d.stats_timer)
-        ev_loop_cancel_timer(d.loop, d.stats_timer);
-    d.stats_timer = 0;
+    if (d.stats_w.timer)
+        ev_loop_cancel_timer(d.loop, d.stats_w.timer);
+    d.stats_w.timer = 0;
     if (d.stats)
         acceld_stats_set_change_hook(d.stats, NULL, NULL);
     run_stats_flush(&d, true); /* the last counts (a failed start's included) */

@@ -3,6 +3,9 @@
 #define _GNU_SOURCE
 #include "acceld-stats.h"
 
+#include "evloop.h"
+#include "util.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -684,6 +687,20 @@ uint64_t acceld_stats_due(const struct acceld_stats_writer *w, const struct acce
 {
     return w->written_ns +
            (s->generation != w->gen ? ACCELD_STATS_MIN_GAP_NS : ACCELD_STATS_HEARTBEAT_NS);
+}
+
+void acceld_stats_schedule(struct acceld_stats_writer *w, const struct acceld_stats *s,
+                           struct ev_loop *loop, void (*cb)(struct ev_loop *loop, void *ud),
+                           void *ud)
+{
+    uint64_t now = mono_ns(), due = acceld_stats_due(w, s);
+    due = due > now ? due : now;
+    if (w->timer && w->due_ns <= due)
+        return;
+    ev_loop_cancel_timer(loop, w->timer);
+    w->timer = 0;
+    if (ev_loop_add_timer(loop, due - now, cb, ud, &w->timer) == 0)
+        w->due_ns = due;
 }
 
 double acceld_stats_reported(const struct acceld_stats *s)

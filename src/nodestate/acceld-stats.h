@@ -160,10 +160,13 @@ int acceld_stats_write(const struct acceld_stats *s, const char *dir, double now
 /* The heartbeat when nothing changed: DIR/acceld-stats.json's mtime set to now (one system
  * call; the content, writeTime included, stays). 0 or -errno (-ENOENT: write it instead). */
 int acceld_stats_touch(const char *dir);
-/* The agent's side of the file: when to write it and when a touch will do. */
+/* The agent's side of the file: when to write it and when a touch will do, and the one
+ * timer that says so (acceld_stats_schedule). Zeroed to start. */
 struct acceld_stats_writer {
     uint64_t gen;        /* generation last written */
     uint64_t written_ns; /* CLOCK_MONOTONIC of the last write or touch (0: none yet) */
+    uint64_t timer;      /* the loop's timer id (0: none armed) */
+    uint64_t due_ns;     /* when it fires */
 };
 /* At most one write a second (never from the Allocate path itself). */
 #define ACCELD_STATS_MIN_GAP_NS 1000000000ull
@@ -174,6 +177,13 @@ int acceld_stats_flush(struct acceld_stats_writer *w, const struct acceld_stats 
 /* When (CLOCK_MONOTONIC) the next flush is due: a second after the last write when something
  * changed since, else the heartbeat. */
 uint64_t acceld_stats_due(const struct acceld_stats_writer *w, const struct acceld_stats *s);
+/* Arms w's timer on loop to call cb(loop, ud) when the next flush is due (earlier than an
+ * armed one only): nothing wakes the loop while nothing changes but the heartbeat. cb must
+ * set w->timer to 0 first. Loop thread only. */
+struct ev_loop;
+void acceld_stats_schedule(struct acceld_stats_writer *w, const struct acceld_stats *s,
+                           struct ev_loop *loop, void (*cb)(struct ev_loop *loop, void *ud),
+                           void *ud);
 
 /* When the acceld that wrote s last reported: the later of its writeTime and, for a file
  * read with acceld_stats_read, the file's mtime (the heartbeat). Unix seconds. */

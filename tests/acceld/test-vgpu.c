@@ -890,6 +890,31 @@ TEST(bad_options_and_checkpoint)
 
 /* ------------------------------------------------------------ issue 23: the books */
 
+/* A node of n GPUs for a test: the provider opened through the wire. NULL on failure. */
+static struct vgpu *open_node(struct node *nd, size_t n, enum vgpu_policy policy)
+{
+    struct vgpu *v = make(n, 16 * GiB, policy, false);
+    if (v)
+        node_open(nd, v);
+    return v;
+}
+
+/* A container admitted as the kubelet does: cores, then memory (the one with the mounts
+ * comes back through *ret). 0 or the failing Allocate's rc. */
+static int admit(struct node *nd, uint64_t cores, uint64_t mem,
+                 V1beta1__ContainerAllocateResponse **ret)
+{
+    char err[1024] = "";
+    V1beta1__ContainerAllocateResponse *m;
+    int rc = alloc(nd, VGPU_CORES, cores, ret, err, sizeof(err));
+    if (rc == 0)
+        rc = alloc(nd, VGPU_MEMORY, mem, &m, err, sizeof(err));
+    if (rc < 0)
+        tap_diag("admit %llu/%llu: %d %s", (unsigned long long)cores, (unsigned long long)mem, rc,
+                 err);
+    return rc;
+}
+
 /* The directory a response's config mount lives in ("" if none). */
 static void dir_of(const V1beta1__ContainerAllocateResponse *r, char *out, size_t len)
 {
@@ -908,13 +933,11 @@ TEST(deleted_pods_share_is_freed)
     n_table = 0, n_known = 0;
     add_pod("uid-old", "old", "main", 100, 60, 8, NULL);
     struct node nd;
-    struct vgpu *v = make(1, 16 * GiB, VGPU_BINPACK, false);
+    struct vgpu *v = open_node(&nd, 1, VGPU_BINPACK);
     REQUIRE(v != NULL);
-    node_open(&nd, v);
     char err[1024] = "";
     V1beta1__ContainerAllocateResponse *r;
-    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 60, &r, err, sizeof(err)), 0);
-    REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 8, &r, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(admit(&nd, 60, 8, &r), 0);
     /* the pod is deleted: the watch drops it, the kubelet lists nothing */
     n_table = 0;
     set_state("uid-old", "old", VGPU_POD_DONE);
@@ -943,9 +966,8 @@ TEST(refused_pod_is_no_candidate)
     add_pod("uid-x", "x", "main", 50, 60, 8, NULL);
     add_pod("uid-y", "y", "main", 60, 60, 8, NULL);
     struct node nd;
-    struct vgpu *v = make(2, 16 * GiB, VGPU_SPREAD, false);
+    struct vgpu *v = open_node(&nd, 2, VGPU_SPREAD);
     REQUIRE(v != NULL);
-    node_open(&nd, v);
     char err[1024] = "";
     V1beta1__ContainerAllocateResponse *r;
     for (int i = 0; i < 2; i++) { /* x and y: 60 cores on each GPU */
@@ -994,9 +1016,8 @@ static void readmission(bool same_order)
     add_pod("uid-p", "p", "main", 100, 30, 16, NULL);
     add_pod("uid-n", "n", "main", 200, 30, 16, NULL);
     struct node nd;
-    struct vgpu *v = make(2, 16 * GiB, VGPU_SPREAD, false);
+    struct vgpu *v = open_node(&nd, 2, VGPU_SPREAD);
     REQUIRE(v != NULL);
-    node_open(&nd, v);
     char err[1024] = "";
     V1beta1__ContainerAllocateResponse *r;
     REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 30, &r, err, sizeof(err)), 0);
@@ -1060,9 +1081,8 @@ TEST(identity_follows_the_kubelets_ids)
     add_pod("uid-p", "p", "main", 100, 30, 16, NULL);
     add_pod("uid-q", "q", "main", 200, 30, 16, NULL);
     struct node nd;
-    struct vgpu *v = make(1, 16 * GiB, VGPU_BINPACK, false);
+    struct vgpu *v = open_node(&nd, 1, VGPU_BINPACK);
     REQUIRE(v != NULL);
-    node_open(&nd, v);
     char err[1024] = "";
     V1beta1__ContainerAllocateResponse *r;
     REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 30, &r, err, sizeof(err)), 0); /* q's, taken for p */
@@ -1118,9 +1138,8 @@ TEST(lost_or_overcommitted_record_is_rebuilt)
     add_pod("uid-a", "a", "main", 100, 30, 16, NULL);
     add_pod("uid-b", "b", "main", 200, 20, 8, NULL);
     struct node nd;
-    struct vgpu *v = make(2, 16 * GiB, VGPU_SPREAD, false);
+    struct vgpu *v = open_node(&nd, 2, VGPU_SPREAD);
     REQUIRE(v != NULL);
-    node_open(&nd, v);
     char err[1024] = "";
     V1beta1__ContainerAllocateResponse *r;
     REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 30, &r, err, sizeof(err)), 0);
@@ -1128,8 +1147,7 @@ TEST(lost_or_overcommitted_record_is_rebuilt)
     snprintf(a_gpu, sizeof(a_gpu), "%s", env(r, "NVIDIA_VISIBLE_DEVICES"));
     REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 16, &r, err, sizeof(err)), 0);
     struct vgpu_live a;
-    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 20, &r, err, sizeof(err)), 0);
-    REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 8, &r, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(admit(&nd, 20, 8, &r), 0);
     node_close(&nd);
     /* a lives (its IDs as the kubelet lists them: 30 cores, 16 units); b is gone */
     vgpu_live_init(&a, "default", "a", "main");
@@ -1218,13 +1236,10 @@ TEST(stale_temporary_files_go)
     n_table = 0, n_known = 0;
     add_pod("uid-a", "a", "main", 100, 30, 16, NULL);
     struct node nd;
-    struct vgpu *v = make(1, 16 * GiB, VGPU_BINPACK, false);
+    struct vgpu *v = open_node(&nd, 1, VGPU_BINPACK);
     REQUIRE(v != NULL);
-    node_open(&nd, v);
-    char err[1024] = "";
     V1beta1__ContainerAllocateResponse *r;
-    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 30, &r, err, sizeof(err)), 0);
-    REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 16, &r, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(admit(&nd, 30, 16, &r), 0);
     node_close(&nd);
     /* pid 4194303 (the kernel's pid_max bound) is no process's */
     static const char *const tmps[] = {"uid-a/main/config.tmp.4194303",

@@ -268,7 +268,7 @@ def dra(build, src, rng, kills, late):
         return "c-" + uid[-6:]
 
     def up():
-        return K.wait_until(lambda: not agent.alive() or _ok(knode.register), T)
+        return K.wait_until(lambda: not agent.alive() or F.attempt(knode.register), T)
 
     def call(fn, uid):
         """One prepare or unprepare; True when the claim's entry says done; None when the call
@@ -360,14 +360,6 @@ def dra(build, src, rng, kills, late):
         shutil.rmtree(tmp, ignore_errors=True)
     del late
     return c
-
-
-def _ok(fn):
-    try:
-        fn()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def dra_check(knode, prepared, gone):
@@ -548,13 +540,7 @@ def main():
         a.kills = 3
         a.late_ms = a.late_ms or [400]
     lates = a.late_ms or [0, 400]
-    build, src = K.build_paths()
-    F.require(build)
-    if not os.path.exists(os.path.join(build, "tests/faults/killat.so")):
-        K.skip_all("the killat shim is not built")
-    tap = K.Tap()
-    tmp = K.tmpdir()
-    pb = K.gen_pb2(src, os.path.join(tmp, "pb"))
+    build, src, tap, tmp, pb = F.setup()
     modes = ["vgpu", "dra", "mps"] if a.mode == "all" else [a.mode]
     for mode in modes:
         for late in (lates if mode == "vgpu" else [lates[-1]]):

@@ -52,6 +52,17 @@ def require(build):
         K.skip_all("openssl CLI missing (the fake API server makes its certificates with it)")
 
 
+def setup():
+    """What a fault test needs before its cases: (build, src, tap, tmp, pb); exits 77 when
+    something is missing."""
+    build, src = K.build_paths()
+    require(build)
+    if not os.path.exists(os.path.join(build, "tests/faults/killat.so")):
+        K.skip_all("the killat shim is not built")
+    tmp = K.tmpdir()
+    return build, src, K.Tap(), tmp, K.gen_pb2(src, os.path.join(tmp, "pb"))
+
+
 def asan_runtime(exe):
     """The ASan runtime exe was linked with, or None (it must come first in LD_PRELOAD)."""
     try:
@@ -109,15 +120,7 @@ class Api(fakeapi.ApiServer):
         super().__init__(src, tmp, token=TOKEN, node=NODE, timeout=20)
 
     def add_pod(self, name, cores, mem, created, uid=None, annotations=None):
-        c = {"name": "main", "limits": {}}
-        if cores:
-            c["limits"][CORE] = str(cores)
-        if mem:
-            c["limits"][MEM] = str(mem)
-        return self.call("POST", "/_fake/pod", {"op": "add", "name": name,
-                                                "uid": uid or "uid-" + name, "containers": [c],
-                                                "creationTimestamp": created,
-                                                "annotations": annotations})
+        return self.add_vgpu_pod(name, cores, mem, created, uid, annotations)
 
     def phase(self, name, phase):
         try:
@@ -192,6 +195,16 @@ class Agent:
     def log_text(self):
         with open(self.log_path, "r", errors="replace") as f:
             return f.read()
+
+
+def attempt(fn):
+    """fn(); whether it returned without raising (a gRPC call to an acceld that may be
+    restarting)."""
+    try:
+        fn()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def sanitizer_reports(text):

@@ -109,7 +109,10 @@ class Rig:
     def books(self):
         return F.books(self.state)
 
-    def close(self):
+    def close(self, tap=None):
+        """Stops everything; acceld's log goes to the TAP output when a case failed."""
+        if tap is not None and tap.failed:
+            tap.diag(self.agent.log_text()[-3000:])
         self.agent.stop()
         self.kubelet.close()
         self.podres.stop()
@@ -135,9 +138,7 @@ def f1(tap, build, src, pb):
                "1: a deleted pod's share is freed at once: the next 60-core pod fits",
                (b.error, r.books().keys()))
     finally:
-        if tap.failed:
-            tap.diag(r.agent.log_text()[-3000:])
-        r.close()
+        r.close(tap)
 
 
 def f3(tap, build, src, pb):
@@ -170,9 +171,7 @@ def f3(tap, build, src, pb):
         tap.ok(K.wait_until(settled, T), "3: once p's Failed status is in, q keeps its share and "
                "directory", r.books().keys())
     finally:
-        if tap.failed:
-            tap.diag(r.agent.log_text()[-3000:])
-        r.close()
+        r.close(tap)
 
 
 def f4(tap, build, src, pb):
@@ -210,9 +209,7 @@ def f4(tap, build, src, pb):
                "4: the neighbour's admission gets its own share; the pod's directory stays",
                (n.error, n.config_dir(), list(r.books())))
     finally:
-        if tap.failed:
-            tap.diag(r.agent.log_text()[-3000:])
-        r.close()
+        r.close(tap)
 
 
 def f5(tap, build, src, pb):
@@ -228,9 +225,7 @@ def f5(tap, build, src, pb):
         tap.ok(ok, "5: a broken watch on a quiet node: an Allocate right after is answered",
                p.error)
     finally:
-        if tap.failed:
-            tap.diag(r.agent.log_text()[-3000:])
-        r.close()
+        r.close(tap)
     # the pod LIST answers late; the kubelet Allocates as soon as both resources registered
     r = Rig(build, src, pb, gpus=1, api_faults=[("listdelay", {"ms": 1500})])
     try:
@@ -242,9 +237,7 @@ def f5(tap, build, src, pb):
         tap.ok(ok, "5: registered, then an Allocate at once: answered, not refused as not ready",
                p.error)
     finally:
-        if tap.failed:
-            tap.diag(r.agent.log_text()[-3000:])
-        r.close()
+        r.close(tap)
 
 
 def f7(tap, build, src, pb):
@@ -258,9 +251,7 @@ def f7(tap, build, src, pb):
                "7: killed before renaming its checkpoint: the next start removes the temporary "
                "file", (died, left, F.temp_files(r.state)))
     finally:
-        if tap.failed:
-            tap.diag(r.agent.log_text()[-3000:])
-        r.close()
+        r.close(tap)
 
 
 def f8(tap, build, src, pb):
@@ -285,9 +276,7 @@ def f8(tap, build, src, pb):
                "8: checkpoint deleted while a container lives: its share is taken back, the next "
                "pod does not over-commit its GPU", (q.error, p.visible(), q.visible(), list(b)))
     finally:
-        if tap.failed:
-            tap.diag(r.agent.log_text()[-3000:])
-        r.close()
+        r.close(tap)
     r = Rig(build, src, pb, gpus=1)
     try:
         uuid = json.loads(subprocess.check_output([r.node.emu, "status", "--json"],
@@ -311,9 +300,7 @@ def f8(tap, build, src, pb):
         tap.ok(ok and loud, "8: a checkpoint over-committing a GPU (3 x 60 cores) is said so and "
                "settles to the live one", list(r.books()))
     finally:
-        if tap.failed:
-            tap.diag(r.agent.log_text()[-3000:])
-        r.close()
+        r.close(tap)
 
 
 def in_tmpfs(r, opts):
@@ -348,9 +335,7 @@ def f9(tap, build, src, pb):
         tap.ok(F.sanitizer_reports(r.agent.log_text()) == 0,
                "9: no sanitizer report (UBSan: qsort of an empty pending list)")
     finally:
-        if tap.failed:
-            tap.diag(r.agent.log_text()[-3000:])
-        r.close()
+        r.close(tap)
 
 
 def f9_full(tap, build, src, pb):
@@ -379,9 +364,7 @@ def f9_full(tap, build, src, pb):
         tap.ok(warned and not more, "9: spares that cannot be made (the state dir full): "
                "backoff, one log line (%d)" % lines())
     finally:
-        if tap.failed:
-            tap.diag(r.agent.log_text()[-3000:])
-        r.close()
+        r.close(tap)
 
 
 def f9_inodes(tap, build, src, pb):
@@ -392,9 +375,7 @@ def f9_inodes(tap, build, src, pb):
         tap.ok(ok and r.agent.alive(), "9: a state dir of 300 inodes: acceld starts and serves "
                "(the spares keep off the inodes the checkpoint needs)")
     finally:
-        if tap.failed:
-            tap.diag(r.agent.log_text()[-3000:])
-        r.close()
+        r.close(tap)
 
 
 # ---------------------------------------------------------------- DRA (findings 2 and 6)
@@ -434,9 +415,9 @@ def f2(tap, build, src):
         s.bind(stale)
         s.close()  # a socket file nobody serves: an unclean exit's
         agent.start()
-        registered = K.wait_until(lambda: _try(knode.register), T)
+        registered = K.wait_until(lambda: F.attempt(knode.register), T)
         for _ in range(3):
-            registered = registered and _try(knode.register)
+            registered = registered and F.attempt(knode.register)
         n = agent.log_text().count("was removed: serving it again")
         tap.ok(registered and n == 0 and agent.alive(),
                "2: DRA: a stale registration socket is replaced once, not taken for the "
@@ -449,19 +430,11 @@ def f2(tap, build, src):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _try(fn):
-    try:
-        fn()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-
-
 def retry(fn):
     """fn()'s result, tried again until it does not raise (bounded by T); None if it never
     succeeds."""
     out = []
-    K.wait_until(lambda: _try(lambda: out.append(fn())), T, step_s=0.05)
+    K.wait_until(lambda: F.attempt(lambda: out.append(fn())), T, step_s=0.05)
     return out[0] if out else None
 
 
@@ -479,8 +452,8 @@ def f6(tap, build, src):
         api.call("POST", "/_fake/claim", claim(D, "team", "cut", uid))
         # a prepare killed right after its CDI spec is in place
         agent.start(kill_at="rename-after:accel-dra-")
-        K.wait_until(lambda: _try(knode.register), T)
-        _try(lambda: knode.prepare([("team", "cut", uid)]))
+        K.wait_until(lambda: F.attempt(knode.register), T)
+        F.attempt(lambda: knode.prepare([("team", "cut", uid)]))
         died = agent.wait_exit(T)
         agent.start()
         # the pod is gone before the kubelet's retry: only an unprepare comes
@@ -494,8 +467,8 @@ def f6(tap, build, src):
         retry(lambda: knode.prepare([("team", "cut", uid)]))
         agent.stop()
         agent.start(kill_at="rename-before:dra-checkpoint.json")
-        K.wait_until(lambda: _try(knode.register), T)
-        _try(lambda: knode.unprepare([("team", "cut", uid)]))
+        K.wait_until(lambda: F.attempt(knode.register), T)
+        F.attempt(lambda: knode.unprepare([("team", "cut", uid)]))
         died = agent.wait_exit(T)
         agent.start()
         err = entry_error(retry(lambda: knode.prepare([("team", "cut", uid)])), uid)
@@ -513,13 +486,7 @@ def f6(tap, build, src):
 
 
 def main():
-    build, src = K.build_paths()
-    F.require(build)
-    if not os.path.exists(os.path.join(build, "tests/faults/killat.so")):
-        K.skip_all("the killat shim is not built")
-    tap = K.Tap()
-    tmp = K.tmpdir()
-    pb = K.gen_pb2(src, os.path.join(tmp, "pb"))
+    build, src, tap, tmp, pb = F.setup()
     for case in (f1, f3, f4, f5, f7, f8, f9):
         try:
             case(tap, build, src, pb)

@@ -67,15 +67,7 @@ class ApiServer(fakeapi.ApiServer):
         super().__init__(src, tmp, token=TOKEN, node="node-a", timeout=T)
 
     def add_pod(self, name, cores, mem, created, uid=None):
-        c = {"name": "main", "limits": {}}
-        if cores:
-            c["limits"][CORE] = str(cores)
-        if mem:
-            c["limits"][MEM] = str(mem)
-        return self.call("POST", "/_fake/pod", {"op": "add", "name": name,
-                                                "uid": uid or "uid-" + name,
-                                                "containers": [c],
-                                                "creationTimestamp": created})
+        return self.add_vgpu_pod(name, cores, mem, created, uid)
 
 
 class Kubelet:

@@ -41,6 +41,20 @@ class ApiServer:
         with urllib.request.urlopen(req, context=self.ctx, timeout=10) as r:
             return json.loads(r.read() or b"null")
 
+    def add_vgpu_pod(self, name, cores, mem, created, uid=None, annotations=None,
+                     core="tencent.com/vcuda-core", memory="tencent.com/vcuda-memory"):
+        """A pending pod of one container "main" asking for vGPU cores and memory units (0:
+        none), as the scheduler binds it to this node."""
+        c = {"name": "main", "limits": {}}
+        if cores:
+            c["limits"][core] = str(cores)
+        if mem:
+            c["limits"][memory] = str(mem)
+        return self.call("POST", "/_fake/pod", {"op": "add", "name": name,
+                                                "uid": uid or "uid-" + name, "containers": [c],
+                                                "creationTimestamp": created,
+                                                "annotations": annotations})
+
     def kubeconfig(self, path):
         with open(path, "w") as f:
             f.write(f"""apiVersion: v1
