@@ -27,7 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -256,6 +259,73 @@ TEST(region_of_another_user_is_refused_with_owner_mode_and_fix)
     CHECK(strstr(err, "owner uid 65534 with mode 0600, or group gid 65534 with mode 0660") != NULL);
     if (!strstr(err, "belongs to uid 0"))
         tap_diag("got: %s / %s", out, err);
+}
+
+/* Issue 22, F5b: a tenant with no privilege (uid 65534) makes a user namespace of its own
+ * (`unshare -Urm`), where it may mount, and bind-mounts a config of its own over the agent's
+ * path. libvcuda must not obey it: outside the initial user namespace the agent's file is
+ * refused, and every device memory request with it. */
+TEST(a_config_mounted_from_a_user_namespace_of_the_tenants_own_is_refused)
+{
+    if (geteuid() != 0)
+        tap_skip_case("needs root to run a process as another user");
+    char mine[512], out[256] = "", err[4096] = "";
+    snprintf(mine, sizeof(mine), "%s/tenant-unlimited", getenv("VCUDA_TEST_DIR"));
+    write_text(mine, "memory_limit = 0\n");
+    REQUIRE_EQ_INT(chmod(mine, 0644), 0);
+    REQUIRE_EQ_INT(chmod(getenv("VCUDA_TEST_DIR"), 0711), 0);
+    int o[2], e[2];
+    REQUIRE(pipe(o) == 0 && pipe(e) == 0);
+    pid_t kid = fork();
+    if (kid == 0) {
+        dup2(o[1], 1);
+        dup2(e[1], 2);
+        /* dumpable again after setuid, as a process started as 65534 is: /proc/self is ours */
+        if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0 ||
+            prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+            _exit(126);
+        /* unshare -Urm, as uid 65534 */
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0) {
+            printf("unshare: %s\n", strerror(errno));
+            _exit(77);
+        }
+        FILE *f;
+        if (!(f = fopen("/proc/self/setgroups", "w")) || fputs("deny", f) < 0 || fclose(f) ||
+            !(f = fopen("/proc/self/uid_map", "w")) || fputs("0 65534 1", f) < 0 || fclose(f) ||
+            !(f = fopen("/proc/self/gid_map", "w")) || fputs("0 65534 1", f) < 0 || fclose(f))
+            _exit(125);
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+            mount(mine, getenv("VCUDA_TEST_AGENT_CONFIG"), NULL, MS_BIND, NULL) < 0) {
+            printf("mount: %s\n", strerror(errno));
+            _exit(124);
+        }
+        execl("/proc/self/exe", "test-vcuda-escape", "--role", "info", (char *)NULL);
+        _exit(127);
+    }
+    close(o[1]);
+    close(e[1]);
+    ssize_t n = read(o[0], out, sizeof(out) - 1);
+    out[n > 0 ? n : 0] = '\0';
+    size_t el = 0;
+    while (el < sizeof(err) - 1 && (n = read(e[0], err + el, sizeof(err) - 1 - el)) > 0)
+        el += (size_t)n;
+    err[el] = '\0';
+    close(o[0]);
+    close(e[0]);
+    int rc = wait_exit(kid);
+    chmod(getenv("VCUDA_TEST_DIR"), 0700);
+    if (rc == 77)
+        tap_skip_case("unprivileged user namespaces are not allowed here");
+    if (rc == 126 || rc == 127 || (strstr(out, "total=") == NULL && !err[0]))
+        tap_skip_case("uid 65534 cannot run the test binary here");
+    CHECK_EQ_INT(rc, 0);
+    /* nothing at all: not even the context's memory */
+    CHECK(strstr(out, "small=2 big=2") != NULL);
+    CHECK(strstr(err, "is not trusted") != NULL);
+    CHECK(strstr(err, "user namespace other than the initial one") != NULL);
+    CHECK(strstr(err, "denying all device memory") != NULL);
+    if (!strstr(out, "small=2 big=2") || !strstr(err, "is not trusted"))
+        tap_diag("rc %d, got: %s / %s", rc, out, err);
 }
 
 /* ---- context memory, measured --------------------------------------------- */
@@ -525,6 +595,7 @@ static int launcher(char **argv)
     emu_config_init(&ec);
     ec.gpus = 1;
     ec.memory_bytes = 1ull << 30;
+    ec.mode = 0666; /* the cases that run as uid 65534 use the GPU too */
     int r = emu_state_create(state, &ec);
     if (r < 0) {
         fprintf(stderr, "emu_state_create: %s\n", strerror(-r));
