@@ -54,10 +54,14 @@ int vc_device_index(CUdevice dev, unsigned *ret_index)
 {
     if (dev < 0)
         return -EINVAL;
-    if (vc.cfg.device_count == 0 || dev >= MAX_ORDINALS) {
+    if (vc.cfg.device_count == 0) {
         if ((unsigned)dev >= VC_REGION_DEVICES)
             return -ERANGE;
         *ret_index = (unsigned)dev;
+        return 0;
+    }
+    if (dev >= MAX_ORDINALS) {
+        *ret_index = VC_DEVICE_UNASSIGNED;
         return 0;
     }
     int cached = __atomic_load_n(&ordinal_index[dev], __ATOMIC_RELAXED);
@@ -65,25 +69,27 @@ int vc_device_index(CUdevice dev, unsigned *ret_index)
         *ret_index = (unsigned)(cached - 1);
         return 0;
     }
-    /* Look the ordinal's UUID up in the configured list (once per ordinal). */
-    int index = -1;
+    /* Look the ordinal's UUID up in the configured list (once per ordinal). A device the
+     * list does not name was not assigned to this container (a runtime that exposes every
+     * GPU, NVIDIA_VISIBLE_DEVICES=all): its quota is 0, whatever memory_limit says (issue 22,
+     * F4). So is one whose UUID cannot be read. */
+    unsigned index = VC_DEVICE_UNASSIGNED;
     char s[64];
     if (vc_device_uuid(dev, s, sizeof(s)) == 0) {
         for (int i = 0; i < vc.cfg.device_count; i++)
             if (strcasecmp(vc.cfg.device_uuid[i], s) == 0)
-                index = i;
-        if (index < 0)
-            log_warn("device %d (%s) is not in the configured device list; accounting it as "
-                     "device %d",
-                     dev, s, dev);
+                index = (unsigned)i;
+        if (index == VC_DEVICE_UNASSIGNED)
+            log_warn("device %d (%s) is not assigned to this container (its config lists %d "
+                     "device(s)): no memory and no context on it",
+                     dev, s, vc.cfg.device_count);
+    } else {
+        log_warn("device %d: its UUID cannot be read, so it cannot be matched to the configured "
+                 "devices: no memory and no context on it",
+                 dev);
     }
-    if (index < 0) {
-        if ((unsigned)dev >= VC_REGION_DEVICES)
-            return -ERANGE;
-        index = dev;
-    }
-    __atomic_store_n(&ordinal_index[dev], index + 1, __ATOMIC_RELAXED);
-    *ret_index = (unsigned)index;
+    __atomic_store_n(&ordinal_index[dev], (int)index + 1, __ATOMIC_RELAXED);
+    *ret_index = index;
     return 0;
 }
 
@@ -142,7 +148,7 @@ CUresult vc_current(CUcontext *ret_ctx, unsigned *ret_index)
 
 int vc_mem_reserve(unsigned index, uint64_t bytes)
 {
-    if (VC_UNLIKELY(vc.fail_closed || vc.slot < 0))
+    if (VC_UNLIKELY(vc.fail_closed || vc.slot < 0 || index == VC_DEVICE_UNASSIGNED))
         return -EPERM;
     uint64_t limit = vc.cfg.memory_limit;
     if (VC_LIKELY(vc_region_reserve(&vc.region, vc.slot, index, bytes, limit) == 0))
@@ -165,6 +171,11 @@ CUresult vc_mem_oom(unsigned index, uint64_t bytes, const char *what)
     if (vc.fail_closed || vc.slot < 0) {
         log_error("%s: denied %s on device %u: no usable quota configuration (see earlier error)",
                   what, format_bytes(bytes, req, sizeof(req)), index);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (index == VC_DEVICE_UNASSIGNED) {
+        log_warn("%s: denied %s: the device is not assigned to this container (quota 0)", what,
+                 format_bytes(bytes, req, sizeof(req)));
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     log_warn("%s: out of memory: request %s on device %u, container uses %s of its %s quota", what,
@@ -1096,6 +1107,12 @@ CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray h)
 void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint64_t *ret_free,
                    uint64_t *ret_total, uint64_t *ret_used)
 {
+    if (index == VC_DEVICE_UNASSIGNED) {
+        *ret_free = *ret_total = 0;
+        if (ret_used)
+            *ret_used = 0;
+        return;
+    }
     uint64_t limit = vc.cfg.memory_limit;
     uint64_t total = limit && limit < real_total ? limit : real_total;
     /* Views may be polled: look for dead processes at most every 100 ms
@@ -1149,12 +1166,23 @@ CUresult CUDAAPI cuMemGetInfo(unsigned int *free, unsigned int *total)
     return r;
 }
 
+/* A device's total as the container sees it: the quota where it is below the real total, 0 on
+ * a device not assigned to the container. */
+static uint64_t quota_total(CUdevice dev, uint64_t real_total)
+{
+    unsigned index;
+    if (vc_device_index(dev, &index) == 0 && index == VC_DEVICE_UNASSIGNED)
+        return 0;
+    uint64_t limit = vc.cfg.memory_limit;
+    return limit && limit < real_total ? limit : real_total;
+}
+
 CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
     VC_PREAMBLE(cuDeviceTotalMem_v2);
     CUresult r = vc_real.cuDeviceTotalMem_v2(bytes, dev);
-    if (r == CUDA_SUCCESS && bytes && vc.cfg.memory_limit && vc.cfg.memory_limit < *bytes)
-        *bytes = vc.cfg.memory_limit;
+    if (r == CUDA_SUCCESS && bytes)
+        *bytes = (size_t)quota_total(dev, *bytes);
     return r;
 }
 
@@ -1162,7 +1190,7 @@ CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 {
     VC_PREAMBLE(cuDeviceTotalMem);
     CUresult r = vc_real.cuDeviceTotalMem(bytes, dev);
-    if (r == CUDA_SUCCESS && bytes && vc.cfg.memory_limit && vc.cfg.memory_limit < *bytes)
-        *bytes = (unsigned int)vc.cfg.memory_limit;
+    if (r == CUDA_SUCCESS && bytes)
+        *bytes = (unsigned int)quota_total(dev, *bytes);
     return r;
 }

@@ -93,7 +93,12 @@ static inline int vc_ensure(void)
 }
 
 /* Hot-path helpers (hook-mem.c / hook-ctx.c). */
-/* Region device index of CUDA ordinal dev (config UUID order, else ordinal). */
+/* The region index of a device the configured list does not name: not assigned to this
+ * container, so its quota is 0 (vc_mem_reserve refuses it, views show 0, no context). Never
+ * an index into the region (whose functions ignore it). */
+#define VC_DEVICE_UNASSIGNED VC_REGION_DEVICES
+/* Region device index of CUDA ordinal dev (config UUID order, else ordinal), or
+ * VC_DEVICE_UNASSIGNED when a device list is configured and does not name it. */
 int vc_device_index(CUdevice dev, unsigned *ret_index);
 /* CUDA ordinal dev's UUID spelt as NVML and the config spell it ("GPU-xxxxxxxx-...").
  * 0 or -ENODEV. */

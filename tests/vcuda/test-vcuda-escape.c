@@ -152,8 +152,8 @@ static int role_info(void)
 
 /* Runs role "info" with extra environment name=value pairs (as uid/gid as_uid when it is not
  * 0); stdout into out, stderr into err. */
-static void run_info_as(uid_t as_uid, const char *const *env, char *out, size_t outlen, char *err,
-                        size_t errlen)
+static void run_role_as(const char *role, uid_t as_uid, const char *const *env, char *out,
+                        size_t outlen, char *err, size_t errlen)
 {
     int o[2], e[2];
     REQUIRE(pipe(o) == 0 && pipe(e) == 0);
@@ -165,7 +165,7 @@ static void run_info_as(uid_t as_uid, const char *const *env, char *out, size_t 
             setenv(env[0], env[1], 1);
         if (as_uid && (setgroups(0, NULL) < 0 || setgid(as_uid) < 0 || setuid(as_uid) < 0))
             _exit(126);
-        execl("/proc/self/exe", "test-vcuda-escape", "--role", "info", (char *)NULL);
+        execl("/proc/self/exe", "test-vcuda-escape", "--role", role, (char *)NULL);
         _exit(127);
     }
     close(o[1]);
@@ -183,9 +183,21 @@ static void run_info_as(uid_t as_uid, const char *const *env, char *out, size_t 
     wait_exit(kid);
 }
 
+static void run_info_as(uid_t as_uid, const char *const *env, char *out, size_t outlen, char *err,
+                        size_t errlen)
+{
+    run_role_as("info", as_uid, env, out, outlen, err, errlen);
+}
+
 static void run_info(const char *const *env, char *out, size_t outlen, char *err, size_t errlen)
 {
     run_info_as(0, env, out, outlen, err, errlen);
+}
+
+static void run_role(const char *role, const char *const *env, char *out, size_t outlen, char *err,
+                     size_t errlen)
+{
+    run_role_as(role, 0, env, out, outlen, err, errlen);
 }
 
 static void write_text(const char *path, const char *text)
@@ -326,6 +338,93 @@ TEST(a_config_mounted_from_a_user_namespace_of_the_tenants_own_is_refused)
     CHECK(strstr(err, "denying all device memory") != NULL);
     if (!strstr(out, "small=2 big=2") || !strstr(err, "is not trusted"))
         tap_diag("rc %d, got: %s / %s", rc, out, err);
+}
+
+/* Issue 22, F4: the container reaches a GPU outside its assignment (a runtime honouring
+ * NVIDIA_VISIBLE_DEVICES=all). The config lists the assigned GPU only; the other must get a
+ * quota of 0, not a full one of its own. Role "unassigned", on a 2-GPU emulator whose GPU 0
+ * alone is listed: what device 1 offers through every route. */
+static int role_unassigned(void)
+{
+    setup(); /* a primary context on device 0, the assigned GPU: the quota as usual */
+    size_t f = 0, t = 0;
+    cu.cuMemGetInfo_v2(&f, &t);
+    __typeof__(cuDeviceTotalMem_v2) *total_mem =
+        (__typeof__(total_mem))dlsym(libcuda, "cuDeviceTotalMem_v2");
+    size_t t1 = 0;
+    CUresult rt = total_mem ? total_mem(&t1, 1) : CUDA_ERROR_NOT_FOUND;
+    /* VMM memory placed on device 1 from device 0's context */
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 1;
+    CUmemGenericAllocationHandle h;
+    CUresult rv = cu.cuMemCreate(&h, 32 * MiB, &prop, 0);
+    if (rv == CUDA_SUCCESS)
+        cu.cuMemRelease(h);
+    /* NVML's view of device 1 */
+    unsigned long long nv_total = ~0ull;
+    void *nv = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    __typeof__(nvmlInit_v2) *init = nv ? (__typeof__(init))dlsym(nv, "nvmlInit_v2") : NULL;
+    __typeof__(nvmlDeviceGetHandleByIndex_v2) *byidx =
+        nv ? (__typeof__(byidx))dlsym(nv, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+    __typeof__(nvmlDeviceGetMemoryInfo) *meminfo =
+        nv ? (__typeof__(meminfo))dlsym(nv, "nvmlDeviceGetMemoryInfo") : NULL;
+    nvmlDevice_t d1;
+    nvmlMemory_t m;
+    if (init && byidx && meminfo && init() == NVML_SUCCESS && byidx(1, &d1) == NVML_SUCCESS &&
+        meminfo(d1, &m) == NVML_SUCCESS)
+        nv_total = m.total;
+    /* a context of its own on device 1, and memory there */
+    CUcontext c1 = NULL;
+    CUresult rc = cu.cuDevicePrimaryCtxRetain(&c1, 1);
+    CUresult ra = CUDA_ERROR_INVALID_CONTEXT;
+    if (rc == CUDA_SUCCESS && cu.cuCtxSetCurrent(c1) == CUDA_SUCCESS) {
+        CUdeviceptr p;
+        ra = cu.cuMemAlloc_v2(&p, 128 * MiB);
+    }
+    printf("dev0_total=%zu dev1_total=%d:%zu vmm1=%d nvml1_total=%llu ctx1=%d alloc1=%d\n", t,
+           (int)rt, t1, (int)rv, nv_total, (int)rc, (int)ra);
+    return 0;
+}
+
+TEST(a_gpu_outside_the_assignment_has_a_quota_of_zero)
+{
+    const char *agent = getenv("VCUDA_TEST_AGENT_CONFIG");
+    char keep[4096], state[512], cfg[1024], out[512], err[4096];
+    FILE *f = fopen(agent, "r");
+    REQUIRE(f);
+    size_t n = fread(keep, 1, sizeof(keep) - 1, f);
+    keep[n] = '\0';
+    fclose(f);
+    snprintf(state, sizeof(state), "%s/emu-2gpus", getenv("VCUDA_TEST_DIR"));
+    struct emu_config ec;
+    emu_config_init(&ec);
+    ec.gpus = 2;
+    ec.memory_bytes = 1ull << 30;
+    REQUIRE_EQ_INT(emu_state_create(state, &ec), 0);
+    struct emu_state *st;
+    REQUIRE_EQ_INT(emu_state_open(state, &st), 0);
+    char uuid0[80];
+    snprintf(uuid0, sizeof(uuid0), "%s", emu_state_gpu(st, 0)->uuid);
+    emu_state_close(st);
+    snprintf(cfg, sizeof(cfg),
+             "memory_limit = 64Mi\ncontext_memory = 4Mi\nregion = %s/region-2gpus\n"
+             "devices = %s\n",
+             getenv("VCUDA_TEST_DIR"), uuid0);
+    write_text(agent, cfg);
+    const char *env[] = {"ACCEL_EMU_STATE", state, NULL};
+    run_role("unassigned", env, out, sizeof(out), err, sizeof(err));
+    write_text(agent, keep);
+    CHECK(strstr(out, "dev0_total=67108864 ") != NULL);
+    CHECK(strstr(out, " dev1_total=0:0 ") != NULL);
+    CHECK(strstr(out, " vmm1=2 ") != NULL); /* CUDA_ERROR_OUT_OF_MEMORY */
+    CHECK(strstr(out, " nvml1_total=0 ") != NULL);
+    CHECK(strstr(out, " ctx1=2 ") != NULL);
+    CHECK(strstr(err, "is not assigned to this container") != NULL);
+    tap_diag("%s", out);
+    if (!strstr(out, " ctx1=2 "))
+        tap_diag("stderr: %s", err);
 }
 
 /* ---- context memory, measured --------------------------------------------- */
@@ -644,6 +743,8 @@ int main(int argc, char **argv)
     if (!getenv("VCUDA_TEST_CHILD"))
         return launcher(argv);
     if (argc >= 3 && strcmp(argv[1], "--role") == 0)
-        return strcmp(argv[2], "info") == 0 ? role_info() : 2;
+        return strcmp(argv[2], "info") == 0         ? role_info()
+               : strcmp(argv[2], "unassigned") == 0 ? role_unassigned()
+                                                    : 2;
     return tap_main(argc, argv);
 }
