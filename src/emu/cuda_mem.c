@@ -71,6 +71,14 @@ struct arena {
     uint32_t *page_refs; /* per GRANULE page: live allocations in it (charged while > 0) */
 };
 
+/* A VMM handle. NVIDIA's driver frees an allocation once every mapping is unmapped and every
+ * reference to it is released, "including its shareable counterparts" (cuMemRelease, CUDA
+ * driver API, Virtual Memory Management). The emulator keeps that within a process: a handle
+ * imported from a file descriptor of this process's own allocation (the same memfd) holds
+ * that allocation (owner), which stays charged until the import and its mappings are gone
+ * too. Not modelled: a descriptor alone keeping the memory (it is uncharged once the handles
+ * and mappings are gone), and charges across processes (an import of another process's
+ * allocation is charged to its owner only). */
 struct vmm_handle {
     uint32_t magic;
     int fd;
@@ -79,6 +87,11 @@ struct vmm_handle {
     uint64_t charged;
     int maps;
     bool released;
+    dev_t st_dev; /* the memfd, to know an import of this process's own allocation */
+    ino_t st_ino;
+    struct vmm_handle *owner; /* an import of our own allocation: that allocation */
+    unsigned holders;         /* imports holding this allocation */
+    struct vmm_handle *next;  /* every live handle of the process */
 };
 #define VMM_MAGIC 0x564d4d31u
 
@@ -1488,15 +1501,41 @@ EMU_API CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAllocati
     return CUDA_SUCCESS;
 }
 
+static struct vmm_handle *vmm_handles; /* cuda_lock */
+
+/* cuda_lock held. Frees v once it is released, unmapped and held by no import; then lets its
+ * owner go the same way. */
 static void vmm_put(struct vmm_handle *v)
 {
-    if (!v->released || v->maps)
+    if (!v->released || v->maps || v->holders)
         return;
+    for (struct vmm_handle **pp = &vmm_handles; *pp; pp = &(*pp)->next)
+        if (*pp == v) {
+            *pp = v->next;
+            break;
+        }
     close(v->fd);
     if (v->charged)
         emu_state_mem_uncharge(cuda_state, (unsigned)v->dev, v->charged);
+    struct vmm_handle *owner = v->owner;
     v->magic = 0;
     free(v);
+    if (owner) {
+        owner->holders--;
+        vmm_put(owner);
+    }
+}
+
+/* cuda_lock held. Records a new handle as live; its memfd's identity for imports. */
+static void vmm_link(struct vmm_handle *v)
+{
+    struct stat st;
+    if (fstat(v->fd, &st) == 0) {
+        v->st_dev = st.st_dev;
+        v->st_ino = st.st_ino;
+    }
+    v->next = vmm_handles;
+    vmm_handles = v;
 }
 
 EMU_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
@@ -1527,6 +1566,9 @@ EMU_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     v->dev = dev;
     v->size = size;
     v->charged = size;
+    pthread_mutex_lock(&cuda_lock);
+    vmm_link(v);
+    pthread_mutex_unlock(&cuda_lock);
     *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
     return CUDA_SUCCESS;
 }
@@ -1584,7 +1626,38 @@ EMU_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h,
     v->magic = VMM_MAGIC;
     v->dev = c->dev;
     v->size = (uint64_t)st.st_size; /* imported: the exporter is charged */
+    pthread_mutex_lock(&cuda_lock);
+    /* this process's own allocation: the import holds it (struct vmm_handle) */
+    for (struct vmm_handle *o = vmm_handles; o; o = o->next)
+        if (!o->owner && o->st_dev == st.st_dev && o->st_ino == st.st_ino) {
+            v->owner = o;
+            v->dev = o->dev;
+            o->holders++;
+            break;
+        }
+    vmm_link(v);
+    pthread_mutex_unlock(&cuda_lock);
     *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                        CUmemGenericAllocationHandle h)
+{
+    if (!prop)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct vmm_handle *v = vmm_of(h);
+    int dev = v ? v->dev : -1;
+    pthread_mutex_unlock(&cuda_lock);
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(prop, 0, sizeof(*prop));
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = dev;
+    prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR; /* all it exports */
     return CUDA_SUCCESS;
 }
 

@@ -382,8 +382,7 @@ static const struct proc_row rows[] = {
     E(cuMemGetAddressRange, 2000, cuMemGetAddressRange), /* not emulated */
     E(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2),
     E(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity),
-    E(cuMemGetAllocationPropertiesFromHandle, 10020,
-      cuMemGetAllocationPropertiesFromHandle),                              /* not emulated */
+    E(cuMemGetAllocationPropertiesFromHandle, 10020, cuMemGetAllocationPropertiesFromHandle),
     E(cuMemGetDefaultMemPool, 13000, cuMemGetDefaultMemPool),               /* not emulated */
     E(cuMemGetHandleForAddressRange, 11070, cuMemGetHandleForAddressRange), /* not emulated */
     E(cuMemGetInfo, 2000, cuMemGetInfo),                                    /* not emulated */

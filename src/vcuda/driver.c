@@ -215,6 +215,8 @@ static const struct proc_variant proc_variants[] = {
     {"cuMemMap", 10020, false, "cuMemMap"},
     {"cuMemUnmap", 10020, false, "cuMemUnmap"},
     {"cuMemRetainAllocationHandle", 11000, false, "cuMemRetainAllocationHandle"},
+    {"cuMemExportToShareableHandle", 10020, false, "cuMemExportToShareableHandle"},
+    {"cuMemImportFromShareableHandle", 10020, false, "cuMemImportFromShareableHandle"},
     {"cuArrayCreate", 2000, false, "cuArrayCreate"},
     {"cuArrayCreate", 3020, false, "cuArrayCreate_v2"},
     {"cuArray3DCreate", 2000, false, "cuArray3DCreate"},

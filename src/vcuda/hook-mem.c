@@ -882,10 +882,131 @@ CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
     return r;
 }
 
+/* Sharing VMM memory through a shareable handle (issue 22, F5c). The driver frees an allocation
+ * only when "all outstanding references to the handle (including its shareable counterparts)"
+ * are released (cuMemRelease), so an exported file descriptor, and every copy of it in this or
+ * another process, keeps the memory; libvcuda cannot count those copies. So:
+ *  - an allocation this process created and exported stays charged to it until it exits
+ *    (one reference never given back);
+ *  - an imported handle is charged like a creation while it holds memory: what its mappings
+ *    reach (the driver tells no import's size), reserved before each cuMemMap that reaches
+ *    further, refused with CUDA_ERROR_OUT_OF_MEMORY when it does not fit, given back with the
+ *    last reference (the handle and its mappings), on the device the driver says the memory
+ *    is on.
+ * Memory shared between two processes, or imported back into its own exporter, is therefore
+ * counted by each holder: the evidence that another holder is charged would live in the
+ * writable region, where a tenant could forge it (docs/vcuda.md, "What is charged"). */
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
+                                              CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType,
+                                              unsigned long long flags)
+{
+    VC_PREAMBLE(cuMemExportToShareableHandle);
+    CUresult r = vc_real.cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct vc_track_entry e;
+    pthread_mutex_lock(&vmm_lock);
+    if (vc_track_take(VC_TRACK_VMM, handle, &e) == 0) {
+        if (!(e.flags & VC_TRACK_VMM_EXPORTED)) {
+            e.flags |= VC_TRACK_VMM_EXPORTED;
+            e.link++;
+        }
+        vc_track_put(&e);
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return r;
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                void *osHandle,
+                                                CUmemAllocationHandleType shHandleType)
+{
+    VC_PREAMBLE(cuMemImportFromShareableHandle);
+    CUresult r = vc_real.cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
+    if (r != CUDA_SUCCESS || !handle)
+        return r;
+    /* Where the memory is: the driver's answer; else the current context's device. */
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof(prop));
+    unsigned index;
+    CUcontext ctx;
+    if (vc_real.cuMemGetAllocationPropertiesFromHandle &&
+        vc_real.cuMemGetAllocationPropertiesFromHandle(&prop, *handle) == CUDA_SUCCESS) {
+        if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+            return r; /* host memory: not charged */
+        if (vc_device_index(prop.location.id, &index) < 0)
+            return r;
+    } else if (vc_current(&ctx, &index) != CUDA_SUCCESS) {
+        index = 0;
+    }
+    struct vc_track_entry e = {.key = *handle,
+                               .kind = VC_TRACK_VMM,
+                               .dev = index,
+                               .link = 1,
+                               .flags = VC_TRACK_VMM_IMPORTED};
+    pthread_mutex_lock(&vmm_lock);
+    struct vc_track_entry old;
+    if (vc_track_take(VC_TRACK_VMM, *handle, &old) == 0) {
+        /* the driver handed out a handle this process already holds: one more reference */
+        old.link++;
+        e = old;
+    }
+    if (vc_track_put(&e) < 0)
+        log_warn("cannot track an imported VMM handle; mapping it is refused");
+    pthread_mutex_unlock(&vmm_lock);
+    return r;
+}
+
+/* Before a mapping of an imported handle: charges what the mapping reaches beyond what the
+ * import is already charged for. 0, or -ENOSPC when that does not fit the quota (nothing
+ * charged). A handle we do not track, or one made by cuMemCreate (charged in full), needs
+ * nothing. */
+static int vmm_import_reach(CUmemGenericAllocationHandle handle, uint64_t end)
+{
+    struct vc_track_entry h;
+    pthread_mutex_lock(&vmm_lock);
+    bool imported = vc_track_take(VC_TRACK_VMM, handle, &h) == 0;
+    if (imported)
+        vc_track_put(&h);
+    pthread_mutex_unlock(&vmm_lock);
+    if (!imported || !(h.flags & VC_TRACK_VMM_IMPORTED) || end <= h.size)
+        return 0;
+    /* Reserved outside the lock (a refusal first reaps and refreshes pools: driver calls),
+     * then committed: only what the import does not reach by now is kept, so two threads
+     * mapping one import at once charge its reach once. */
+    uint64_t want = end - h.size;
+    if (vc_mem_reserve(h.dev, want) < 0)
+        return -ENOSPC;
+    uint64_t keep = 0;
+    pthread_mutex_lock(&vmm_lock);
+    if (vc_track_take(VC_TRACK_VMM, handle, &h) == 0) {
+        if (end > h.size) {
+            keep = end - h.size;
+            h.size = end;
+        }
+        vc_track_put(&h);
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    if (keep < want)
+        vc_mem_release(h.dev, want - keep);
+    return 0;
+}
+
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     VC_PREAMBLE(cuMemMap);
+    if (vmm_import_reach(handle, (uint64_t)offset + size) < 0) {
+        struct vc_track_entry h = {.dev = 0};
+        pthread_mutex_lock(&vmm_lock);
+        if (vc_track_take(VC_TRACK_VMM, handle, &h) == 0)
+            vc_track_put(&h);
+        pthread_mutex_unlock(&vmm_lock);
+        return vc_mem_oom(h.dev, size, "cuMemMap (imported memory)");
+    }
+    /* A mapping the driver refuses keeps what it reserved: the import's reach only grows (a
+     * concurrent mapping may rely on it), and is given back with the handle. */
     CUresult r = vc_real.cuMemMap(ptr, size, offset, handle, flags);
     if (r != CUDA_SUCCESS)
         return r;

@@ -92,6 +92,12 @@ static struct {
     FN(cuMemPoolCreate);
     FN(cuMemPoolDestroy);
     FN(cuMemAllocFromPoolAsync);
+    FN(cuMemAddressReserve);
+    FN(cuMemAddressFree);
+    FN(cuMemMap);
+    FN(cuMemUnmap);
+    FN(cuMemExportToShareableHandle);
+    FN(cuMemImportFromShareableHandle);
 } cu;
 
 static void *lookup(const char *name, int version, cuuint64_t flags)
@@ -151,6 +157,12 @@ static void load(void)
     GET(cuMemPoolCreate, "cuMemPoolCreate", 12000, 0);
     GET(cuMemPoolDestroy, "cuMemPoolDestroy", 12000, 0);
     GET(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 12000, 0);
+    GET(cuMemAddressReserve, "cuMemAddressReserve", 12000, 0);
+    GET(cuMemAddressFree, "cuMemAddressFree", 12000, 0);
+    GET(cuMemMap, "cuMemMap", 12000, 0);
+    GET(cuMemUnmap, "cuMemUnmap", 12000, 0);
+    GET(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 12000, 0);
+    GET(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 12000, 0);
 }
 
 static CUcontext ctx;
@@ -1548,6 +1560,118 @@ TEST(ipc_import_is_charged_to_its_owner_only)
     CHECK_EQ_U64(quota_free(), free0);
 }
 
+/* Role "vmm-share" (issue 22, F5c): the escape through a shareable handle, in a process of its
+ * own (memory this process exports stays charged to it until it exits). Up to four times:
+ * create a third of what is free, export it to a file descriptor, import that, map the import,
+ * release the original. Before the fix each release gave the charge back while the import's
+ * mapping held the memory: four thirds mapped. Prints how many mappings were made and refused,
+ * and what the quota and the emulator's own books say was held at the end. */
+static int role_vmm_share(void)
+{
+    load();
+    CUcontext c;
+    if (cu.cuInit(0) || cu.cuDevicePrimaryCtxRetain(&c, 0) || cu.cuCtxSetCurrent(c))
+        return 3;
+    if (!cu.cuMemExportToShareableHandle || !cu.cuMemImportFromShareableHandle || !cu.cuMemMap)
+        return 4;
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    size_t gran = 0;
+    if (cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) || !gran)
+        return 5;
+    uint64_t f0 = quota_free(), e0 = emu_used();
+    uint64_t third = f0 / 3 / gran * gran;
+    CUdeviceptr va;
+    if (!third || cu.cuMemAddressReserve(&va, 4 * third, 0, 0, 0))
+        return 6;
+    CUmemGenericAllocationHandle mapped[4];
+    int maps = 0, refused = 0, creates = 0;
+    CUresult why = CUDA_SUCCESS;
+    for (int i = 0; i < 4; i++) {
+        CUmemGenericAllocationHandle orig, imp;
+        if (cu.cuMemCreate(&orig, third, &prop, 0) != CUDA_SUCCESS)
+            break;
+        creates++;
+        int fd = -1;
+        CUresult r =
+            cu.cuMemExportToShareableHandle(&fd, orig, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (r == CUDA_SUCCESS)
+            r = cu.cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd,
+                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (fd >= 0)
+            close(fd);
+        if (r != CUDA_SUCCESS) {
+            printf("unsupported=%d\n", (int)r);
+            return 0;
+        }
+        r = cu.cuMemMap(va + (CUdeviceptr)maps * third, third, 0, imp, 0);
+        if (r == CUDA_SUCCESS)
+            mapped[maps++] = imp;
+        else {
+            refused++;
+            why = r;
+            cu.cuMemRelease(imp);
+        }
+        cu.cuMemRelease(orig); /* the import (and its mapping) still holds the memory */
+    }
+    uint64_t view = f0 - quota_free(), emu = real_gpu() ? 0 : emu_used() - e0;
+    printf("third=%llu f0=%llu creates=%d maps=%d refused=%d why=%d view=%llu emu=%llu\n",
+           (unsigned long long)third, (unsigned long long)f0, creates, maps, refused, (int)why,
+           (unsigned long long)view, (unsigned long long)emu);
+    for (int i = 0; i < maps; i++) {
+        cu.cuMemUnmap(va + (CUdeviceptr)i * third, third);
+        cu.cuMemRelease(mapped[i]);
+    }
+    cu.cuMemAddressFree(va, 4 * third);
+    return 0;
+}
+
+TEST(vmm_import_of_an_export_is_charged_while_mapped)
+{
+    setup();
+    uint64_t free0 = quota_free();
+    int o[2];
+    REQUIRE_EQ_INT(pipe(o), 0);
+    pid_t kid = fork();
+    if (kid == 0) {
+        dup2(o[1], 1);
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = '\0';
+        execl(self, self, "--role", "vmm-share", "", (char *)NULL);
+        _exit(127);
+    }
+    close(o[1]);
+    char out[256] = "";
+    ssize_t n = read(o[0], out, sizeof(out) - 1);
+    out[n > 0 ? n : 0] = '\0';
+    close(o[0]);
+    CHECK_EQ_INT(wait_exit(kid), 0);
+    tap_diag("%s", out);
+    if (strstr(out, "unsupported="))
+        tap_skip_case("this driver cannot import its own POSIX file descriptor export");
+    unsigned long long third = 0, f0 = 0, view = 0, emu = 0;
+    int creates = 0, maps = 0, refused = 0, why = 0;
+    REQUIRE(sscanf(out,
+                   "third=%llu f0=%llu creates=%d maps=%d refused=%d why=%d view=%llu emu=%llu",
+                   &third, &f0, &creates, &maps, &refused, &why, &view, &emu) == 8);
+    /* never more mapped than was free, and the quota saw at least what was mapped */
+    CHECK(maps >= 1);
+    CHECK_LE_U64((unsigned long long)maps * third, f0);
+    CHECK_GE_U64(view, (unsigned long long)maps * third);
+    /* the way out was closed by a refusal, with the driver's out-of-memory result */
+    CHECK(refused >= 1 || creates < 4);
+    if (refused)
+        CHECK_EQ_INT(why, CUDA_ERROR_OUT_OF_MEMORY);
+    /* the emulator's own books hold what the imports map (the import keeps its allocation) */
+    if (!real_gpu())
+        CHECK_GE_U64(emu, (unsigned long long)maps * third);
+    /* what the child held (its export pinned until exit) went with it */
+    CHECK(TAP_WAIT_UNTIL(quota_free() == free0, 1000));
+}
+
 /* Role "info": prints the quota total and free as cuMemGetInfo reports them,
  * and whether a 1 MiB allocation worked. */
 static int role_info(void)
@@ -1759,6 +1883,8 @@ int main(int argc, char **argv)
             return role_info();
         if (strcmp(argv[2], "ipc") == 0 && argc >= 4)
             return role_ipc(argv[3]);
+        if (strcmp(argv[2], "vmm-share") == 0)
+            return role_vmm_share();
         return 2;
     }
     return tap_main(argc, argv);
