@@ -267,6 +267,7 @@ static void pool_reconcile(CUmemoryPool pool)
 
 void vc_pools_refresh(void)
 {
+    vc_graph_refresh(); /* graph memory too: it is pool memory of the graphs' own */
     CUmemoryPool list[MAX_POOLS];
     int n = 0;
     pthread_mutex_lock(&pool_lock);
@@ -642,6 +643,13 @@ static CUresult alloc_stream_ordered(alloc_async_fn fa, alloc_pool_fn fp, bool p
     unsigned index;
     const char *what = fa ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync";
     if (size == 0 || current_full(&ctx, &dev, &index) != CUDA_SUCCESS)
+        return fa ? fa(dptr, size, stream) : fp(dptr, size, pool, stream);
+    /* Captured, it is an allocation node of the graph: an address now, memory only when the
+     * graph is launched, charged then (hook-graph.c). Nothing to charge or track here. */
+    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUstream s = ptsz && !stream ? CU_STREAM_PER_THREAD : stream;
+    if (vc_real.cuStreamIsCapturing && vc_real.cuStreamIsCapturing(s, &cap) == CUDA_SUCCESS &&
+        cap == CU_STREAM_CAPTURE_STATUS_ACTIVE)
         return fa ? fa(dptr, size, stream) : fp(dptr, size, pool, stream);
     if (!pool && vc_real.cuDeviceGetMemPool &&
         vc_real.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS)

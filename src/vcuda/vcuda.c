@@ -54,6 +54,7 @@ static void atfork_child(void)
     vc_mem_atfork_child();
     vc_ctx_atfork_child();
     vc_launch_atfork_child();
+    vc_graph_atfork_child();
     vc.slot = -1;
     vc.pid = 0;
     atomic_store_explicit(&vc_ready, 0, memory_order_release);

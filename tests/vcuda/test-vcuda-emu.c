@@ -98,6 +98,17 @@ static struct {
     FN(cuMemUnmap);
     FN(cuMemExportToShareableHandle);
     FN(cuMemImportFromShareableHandle);
+    FN(cuStreamCreate);
+    FN(cuStreamDestroy_v2);
+    FN(cuStreamBeginCapture_v2);
+    FN(cuStreamEndCapture);
+    FN(cuGraphInstantiateWithFlags);
+    FN(cuGraphUpload);
+    FN(cuGraphLaunch);
+    FN(cuGraphExecDestroy);
+    FN(cuGraphDestroy);
+    FN(cuDeviceGraphMemTrim);
+    FN(cuDeviceGetGraphMemAttribute);
 } cu;
 
 static void *lookup(const char *name, int version, cuuint64_t flags)
@@ -163,6 +174,17 @@ static void load(void)
     GET(cuMemUnmap, "cuMemUnmap", 12000, 0);
     GET(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 12000, 0);
     GET(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 12000, 0);
+    GET(cuStreamCreate, "cuStreamCreate", 12000, 0);
+    GET(cuStreamDestroy_v2, "cuStreamDestroy", 12000, 0);
+    GET(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 12000, 0);
+    GET(cuStreamEndCapture, "cuStreamEndCapture", 12000, 0);
+    GET(cuGraphInstantiateWithFlags, "cuGraphInstantiate", 12000, 0);
+    GET(cuGraphUpload, "cuGraphUpload", 12000, 0);
+    GET(cuGraphLaunch, "cuGraphLaunch", 12000, 0);
+    GET(cuGraphExecDestroy, "cuGraphExecDestroy", 12000, 0);
+    GET(cuGraphDestroy, "cuGraphDestroy", 12000, 0);
+    GET(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 12000, 0);
+    GET(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", 12000, 0);
 }
 
 static CUcontext ctx;
@@ -1670,6 +1692,104 @@ TEST(vmm_import_of_an_export_is_charged_while_mapped)
         CHECK_GE_U64(emu, (unsigned long long)maps * third);
     /* what the child held (its export pinned until exit) went with it */
     CHECK(TAP_WAIT_UNTIL(quota_free() == free0, 1000));
+}
+
+/* ---- graph memory (issue 22) ------------------------------------------------ */
+
+/* What the driver holds for this process's graphs on device 0 (RESERVED_MEM_CURRENT). */
+static uint64_t graph_reserved(void)
+{
+    cuuint64_t v = 0;
+    if (cu.cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v) !=
+        CUDA_SUCCESS)
+        return UINT64_MAX;
+    return v;
+}
+
+/* A graph captured from s: one stream-ordered allocation of bytes, a memset of it, its free. */
+static CUgraph capture_alloc_graph(CUstream s, uint64_t bytes)
+{
+    CUgraph g = NULL;
+    CUdeviceptr p = 0;
+    REQUIRE_EQ_INT(cu.cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    CHECK_EQ_INT(cu.cuMemAllocAsync(&p, bytes, s), CUDA_SUCCESS);
+    CHECK_EQ_INT(cu.cuMemFreeAsync(p, s), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+    return g;
+}
+
+/* A stream-captured cuMemAllocAsync allocates nothing at capture and memory at the launches of
+ * the graphs made from it (NVIDIA, "Graph Memory Nodes"): it used to be charged once at capture
+ * and never again. Now each graph's memory is reserved before the launch that maps it, the
+ * quota sees at least what the driver holds for the graphs, a launch that would take more is
+ * refused with out-of-memory, and a trim gives it back. Three graphs of 40 % of what is free
+ * each: the emulator maps every graph its own memory, so the third is refused there; a real
+ * driver may let graphs launched into one stream share memory, and then needs less. */
+TEST(graph_memory_is_charged_when_launches_map_it)
+{
+    setup();
+    if (!cu.cuStreamBeginCapture_v2 || !cu.cuDeviceGetGraphMemAttribute)
+        tap_skip_case("no stream capture or graph memory attributes in this driver");
+    CUdeviceptr sq = squeeze();
+    uint64_t free0 = quota_free(), held0 = graph_reserved();
+    uint64_t each = free0 * 2 / 5 / (2 * MiB) * (2 * MiB);
+    REQUIRE(each > 0 && held0 != UINT64_MAX);
+    CUstream s;
+    REQUIRE_EQ_INT(cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUgraph g[3];
+    CUgraphExec ex[3];
+    for (int i = 0; i < 3; i++) {
+        g[i] = capture_alloc_graph(s, each);
+        REQUIRE_EQ_INT(cu.cuGraphInstantiateWithFlags(&ex[i], g[i], 0), CUDA_SUCCESS);
+    }
+    /* capture and instantiation take nothing */
+    CHECK_EQ_U64(quota_free(), free0);
+    CHECK_EQ_U64(graph_reserved(), held0);
+    int launched = 0;
+    CUresult refused = CUDA_SUCCESS;
+    for (int i = 0; i < 3; i++) {
+        uint64_t before = graph_reserved();
+        CUresult r = i == 0 ? cu.cuGraphUpload(ex[i], s) : cu.cuGraphLaunch(ex[i], s);
+        if (i == 0 && r == CUDA_SUCCESS)
+            r = cu.cuGraphLaunch(ex[i], s);
+        if (r == CUDA_SUCCESS) {
+            launched++;
+        } else {
+            refused = r;
+            CHECK_EQ_U64(graph_reserved(), before); /* a refused launch mapped nothing */
+        }
+        /* never more held than the quota allowed, and the quota sees all of it */
+        uint64_t held = graph_reserved() - held0;
+        CHECK_LE_U64(held, free0);
+        CHECK_GE_U64(free0 - quota_free(), held);
+        tap_diag("graph %d: %s, the driver holds %llu MiB of graph memory, the quota shows %llu "
+                 "MiB used",
+                 i, r == CUDA_SUCCESS ? "launched" : "refused", (unsigned long long)(held / MiB),
+                 (unsigned long long)((free0 - quota_free()) / MiB));
+    }
+    CHECK(launched >= 2);
+    if (refused != CUDA_SUCCESS)
+        CHECK_EQ_INT(refused, CUDA_ERROR_OUT_OF_MEMORY);
+    if (!real_gpu()) {
+        CHECK_EQ_INT(launched, 2); /* no sharing on the emulator: the third does not fit */
+        CHECK_LE_U64(emu_used(), quota_total);
+    }
+    /* relaunching a mapped graph needs nothing more */
+    uint64_t f1 = quota_free();
+    CHECK_EQ_INT(cu.cuGraphLaunch(ex[0], s), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), f1);
+    CHECK_EQ_INT(cu.cuStreamSynchronize(s), CUDA_SUCCESS);
+    /* destroyed graphs keep their memory until a trim, and so does the quota */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(cu.cuGraphExecDestroy(ex[i]), CUDA_SUCCESS);
+        CHECK_EQ_INT(cu.cuGraphDestroy(g[i]), CUDA_SUCCESS);
+    }
+    CHECK_GE_U64(free0 - quota_free(), graph_reserved() - held0);
+    CHECK_EQ_INT(cu.cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+    CHECK_EQ_U64(graph_reserved(), held0);
+    CHECK_EQ_U64(quota_free(), free0);
+    CHECK_EQ_INT(cu.cuStreamDestroy_v2(s), CUDA_SUCCESS);
+    unsqueeze(sq);
 }
 
 /* Role "info": prints the quota total and free as cuMemGetInfo reports them,
