@@ -12,7 +12,6 @@ DRIP_S seconds, never ending its headers, and reconnects at once when the export
 p50/p99/max scrape time (request sent to last byte read; unanswered scrapes count as their
 10 s timeout; a run stops after ten unanswered in a row). The goal (docs/benchmarks.md): >= 95 % answered within 1 s under 80 slow
 connections."""
-import http.client
 import os
 import socket
 import subprocess
@@ -22,6 +21,7 @@ import time
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(SRC, "tests", "lib"))
+import slowclients  # noqa: E402
 from slowclients import SlowClients  # noqa: E402
 
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
@@ -45,18 +45,8 @@ TIMEOUT = 10.0
 
 
 def scrape():
-    t0 = time.monotonic()
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT,
-                                   source_address=("127.0.0.1", 0))
-    try:
-        c.request("GET", "/metrics")
-        r = c.getresponse()
-        r.read()
-        return time.monotonic() - t0 if r.status == 200 else None
-    except OSError:
-        return None
-    finally:
-        c.close()
+    status, seconds = slowclients.scrape(port, TIMEOUT)
+    return seconds if status == 200 else None
 
 
 def pct(v, p):

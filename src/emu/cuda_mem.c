@@ -796,42 +796,44 @@ static CUresult cuda_gm_attr(int dev, CUgraphMem_attribute attr, uint64_t *value
     return r;
 }
 
-EMU_API CUresult cuDeviceGraphMemTrim(CUdevice device)
+static CUresult gm_device_ok(CUdevice device)
 {
     CUresult r = cuda_check_init();
     if (r)
         return r;
-    if (!cuda_dev_valid(device))
-        return CUDA_ERROR_INVALID_DEVICE;
-    cuda_gm_trim(device);
-    return CUDA_SUCCESS;
+    return cuda_dev_valid(device) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+EMU_API CUresult cuDeviceGraphMemTrim(CUdevice device)
+{
+    CUresult r = gm_device_ok(device);
+    if (r == CUDA_SUCCESS)
+        cuda_gm_trim(device);
+    return r;
+}
+
+/* The two attribute entry points: a valid device, then the attribute read (or reset). */
+static CUresult gm_attr_call(CUdevice device, CUgraphMem_attribute attr, void *value, bool reset)
+{
+    CUresult r = gm_device_ok(device);
+    if (r)
+        return r;
+    if (!value || (reset && *(uint64_t *)value != 0)) /* a high watermark resets to 0 only */
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t v;
+    return cuda_gm_attr(device, attr, reset ? &v : (uint64_t *)value, reset);
 }
 
 EMU_API CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
                                               void *value)
 {
-    CUresult r = cuda_check_init();
-    if (r)
-        return r;
-    if (!cuda_dev_valid(device))
-        return CUDA_ERROR_INVALID_DEVICE;
-    if (!value)
-        return CUDA_ERROR_INVALID_VALUE;
-    return cuda_gm_attr(device, attr, (uint64_t *)value, false);
+    return gm_attr_call(device, attr, value, false);
 }
 
 EMU_API CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
                                               void *value)
 {
-    CUresult r = cuda_check_init();
-    if (r)
-        return r;
-    if (!cuda_dev_valid(device))
-        return CUDA_ERROR_INVALID_DEVICE;
-    if (!value || *(uint64_t *)value != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    uint64_t v;
-    return cuda_gm_attr(device, attr, &v, true);
+    return gm_attr_call(device, attr, value, true);
 }
 
 CUresult cuda_dev_free(CUdeviceptr p)

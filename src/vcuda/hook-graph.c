@@ -251,28 +251,29 @@ void vc_graph_map_end(struct vc_graph_pending *p, CUresult r)
     p->locked = false;
 }
 
+/* An upload maps the graph's memory at once ("performing all mappings for that graph
+ * immediately"): the same reservation as a first launch. */
+static CUresult upload(CUresult (*call)(CUgraphExec, CUstream), CUgraphExec e, CUstream s)
+{
+    struct vc_graph_pending gp;
+    CUresult r = vc_graph_map_begin(e, "cuGraphUpload (graph memory)", &gp);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = call(e, s);
+    vc_graph_map_end(&gp, r);
+    return r;
+}
+
 CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
     VC_NEED_REAL(cuGraphUpload);
-    struct vc_graph_pending gp;
-    CUresult r = vc_graph_map_begin(hGraphExec, "cuGraphUpload (graph memory)", &gp);
-    if (r != CUDA_SUCCESS)
-        return r;
-    r = vc_real.cuGraphUpload(hGraphExec, hStream);
-    vc_graph_map_end(&gp, r);
-    return r;
+    return upload(vc_real.cuGraphUpload, hGraphExec, hStream);
 }
 
 CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
     VC_NEED_REAL(cuGraphUpload_ptsz);
-    struct vc_graph_pending gp;
-    CUresult r = vc_graph_map_begin(hGraphExec, "cuGraphUpload (graph memory)", &gp);
-    if (r != CUDA_SUCCESS)
-        return r;
-    r = vc_real.cuGraphUpload_ptsz(hGraphExec, hStream);
-    vc_graph_map_end(&gp, r);
-    return r;
+    return upload(vc_real.cuGraphUpload_ptsz, hGraphExec, hStream);
 }
 
 /* ---- instantiation and destruction ------------------------------------------ */

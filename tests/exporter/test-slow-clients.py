@@ -10,7 +10,6 @@ leave 0 of 30 scrapes answered in 30 s). With its default limits:
     5 s), within a generous bound, although it is never silent long enough for the idle timeout.
 No speed is asserted: a scrape must be answered at all within 10 s (bench/exporter-slow.py
 measures how fast). Prints TAP; exits 77 when the exporter was not built."""
-import http.client
 import os
 import shutil
 import socket
@@ -20,6 +19,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import slowclients  # noqa: E402
 from slowclients import SlowClients  # noqa: E402
 from taptest import case, check, run  # noqa: E402
 
@@ -47,17 +47,7 @@ exp = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{PORT}", "--interval",
 
 def scrape(timeout=10.0):
     """One /metrics scrape on a new connection from 127.0.0.1: the status, or None."""
-    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout,
-                                   source_address=("127.0.0.1", 0))
-    try:
-        c.request("GET", "/metrics")
-        r = c.getresponse()
-        r.read()
-        return r.status
-    except OSError:
-        return None
-    finally:
-        c.close()
+    return slowclients.scrape(PORT, timeout)[0]
 
 
 def scrapes_answered(n=30):

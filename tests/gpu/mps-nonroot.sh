@@ -117,6 +117,13 @@ echo "GPU: $gpu, driver $driver"
 sms_of() { sed -n 's/.*sms=\([0-9-]*\) affinity=\([0-9-]*\).*/\1 \2/p' <<< "$1" |
     awk '{ print ($2 > 0 ? $2 : $1) }'; }
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+# runs the program as uid 65534 with pipe directory $1 (label $2): its output in r, SMs in n
+nobody_client() {
+    r=$(CUDA_MPS_PIPE_DIRECTORY=$1 as_nobody "$out/sms" 2>&1)
+    n=$(sms_of "$r")
+    echo "$2: $r"
+    [ -n "$n" ] || echo "SKIP uid 65534 could not run the program here ($r)"
+}
 start_daemon() { # PIPE_DIR LOG_DIR [user]
     mkdir -p "$2"
     if [ "${3:-}" = nobody ]; then
@@ -160,11 +167,9 @@ if [ $dry = 1 ]; then
     chmod 0666 "$ACCEL_EMU_STATE" 2>/dev/null
     chmod o+x "$(dirname "$ACCEL_EMU_STATE")" 2>/dev/null
 fi
-r=$(CUDA_MPS_PIPE_DIRECTORY=$out/pipe as_nobody "$out/sms" 2>&1)
-n=$(sms_of "$r")
-echo "root's daemon, uid 65534's client: $r"
+nobody_client "$out/pipe" "root's daemon, uid 65534's client"
 if [ -z "$n" ]; then
-    echo "SKIP uid 65534 could not run the program here ($r)"
+    :
 elif [ "$n" -ge "$all" ]; then
     echo "FINDING: confirmed: a client that cannot reach the daemon runs without MPS ($n of $all SMs)"
 else
@@ -175,11 +180,9 @@ fi
 if ! start_daemon "$out/pipe-nobody" "$out/log-nobody" nobody; then
     bad "nvidia-cuda-mps-control -d as uid 65534"
 else
-    r=$(CUDA_MPS_PIPE_DIRECTORY=$out/pipe-nobody as_nobody "$out/sms" 2>&1)
-    n=$(sms_of "$r")
-    echo "uid 65534's daemon, uid 65534's client: $r"
+    nobody_client "$out/pipe-nobody" "uid 65534's daemon, uid 65534's client"
     if [ -z "$n" ]; then
-        echo "SKIP uid 65534 could not run the program here ($r)"
+        :
     elif [ "$n" -lt "$all" ]; then
         pass "a client of a daemon of its own user is capped ($n of $all SMs)"
     else

@@ -9,7 +9,11 @@ blank line that ends the headers, so the server waits for more; when the server 
 connects again at once (as an attacker would). `sources` are the local addresses to connect
 from, used in turn (127.0.0.0/8 is all loopback on Linux: one address per simulated host).
 Threads, all stopped (and every socket closed) when the block ends. `opened` counts
-connections made, `closed_by_server` those the server ended."""
+connections made, `closed_by_server` those the server ended.
+
+    scrape(port)   # one legitimate GET /metrics from 127.0.0.1 on a new connection
+"""
+import http.client
 import socket
 import threading
 import time
@@ -76,3 +80,20 @@ class SlowClients:
         for t in self.threads:
             t.join(timeout=self.drip + 3)
         return False
+
+
+def scrape(port, timeout=10.0):
+    """One GET /metrics on a new connection from 127.0.0.1: (HTTP status or None, seconds from
+    the request sent to the last byte read)."""
+    t0 = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                   source_address=("127.0.0.1", 0))
+    try:
+        c.request("GET", "/metrics")
+        r = c.getresponse()
+        r.read()
+        return r.status, time.monotonic() - t0
+    except OSError:
+        return None, time.monotonic() - t0
+    finally:
+        c.close()

@@ -1515,6 +1515,28 @@ TEST(fork_child_gets_its_own_share_of_the_quota)
     CHECK_EQ_U64(quota_free(), free0);
 }
 
+/* Runs this program again as --role role arg (in the quota's environment) and returns its exit
+ * status, its standard output (its first read, up to len - 1 bytes) in out. */
+static int role_output(const char *role, const char *arg, char *out, size_t len)
+{
+    int o[2];
+    REQUIRE_EQ_INT(pipe(o), 0);
+    pid_t kid = fork();
+    if (kid == 0) {
+        dup2(o[1], 1);
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = '\0';
+        execl(self, self, "--role", role, arg, (char *)NULL);
+        _exit(127);
+    }
+    close(o[1]);
+    ssize_t n = read(o[0], out, len - 1);
+    out[n > 0 ? n : 0] = '\0';
+    close(o[0]);
+    return wait_exit(kid);
+}
+
 /* Role "ipc HEX": opens another process's allocation by IPC handle and
  * prints how much of the quota that cost (nothing: it is the owner's). */
 static int role_ipc(const char *hex)
@@ -1556,23 +1578,8 @@ TEST(ipc_import_is_charged_to_its_owner_only)
     char hex[2 * sizeof(h.reserved) + 1];
     for (size_t i = 0; i < sizeof(h.reserved); i++)
         snprintf(hex + 2 * i, 3, "%02x", (unsigned char)h.reserved[i]);
-    int o[2];
-    REQUIRE_EQ_INT(pipe(o), 0);
-    pid_t kid = fork();
-    if (kid == 0) {
-        dup2(o[1], 1);
-        char self[4096];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        self[n > 0 ? n : 0] = '\0';
-        execl(self, self, "--role", "ipc", hex, (char *)NULL);
-        _exit(127);
-    }
-    close(o[1]);
-    char out[128] = "";
-    ssize_t n = read(o[0], out, sizeof(out) - 1);
-    out[n > 0 ? n : 0] = '\0';
-    close(o[0]);
-    CHECK_EQ_INT(wait_exit(kid), 0);
+    char out[128];
+    CHECK_EQ_INT(role_output("ipc", hex, out, sizeof(out)), 0);
     CHECK(strstr(out, "open=0 cost=0") != NULL);
     if (!strstr(out, "open=0 cost=0"))
         tap_diag("child said: %s", out);
@@ -1654,23 +1661,8 @@ TEST(vmm_import_of_an_export_is_charged_while_mapped)
 {
     setup();
     uint64_t free0 = quota_free();
-    int o[2];
-    REQUIRE_EQ_INT(pipe(o), 0);
-    pid_t kid = fork();
-    if (kid == 0) {
-        dup2(o[1], 1);
-        char self[4096];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        self[n > 0 ? n : 0] = '\0';
-        execl(self, self, "--role", "vmm-share", "", (char *)NULL);
-        _exit(127);
-    }
-    close(o[1]);
-    char out[256] = "";
-    ssize_t n = read(o[0], out, sizeof(out) - 1);
-    out[n > 0 ? n : 0] = '\0';
-    close(o[0]);
-    CHECK_EQ_INT(wait_exit(kid), 0);
+    char out[256];
+    CHECK_EQ_INT(role_output("vmm-share", "", out, sizeof(out)), 0);
     tap_diag("%s", out);
     if (strstr(out, "unsupported="))
         tap_skip_case("this driver cannot import its own POSIX file descriptor export");

@@ -150,10 +150,13 @@ static int role_info(void)
     return 0;
 }
 
-/* Runs role "info" with extra environment name=value pairs (as uid/gid as_uid when it is not
- * 0); stdout into out, stderr into err. */
-static void run_role_as(const char *role, uid_t as_uid, const char *const *env, char *out,
-                        size_t outlen, char *err, size_t errlen)
+/* Runs role role with extra environment name=value pairs, as uid/gid as_uid when it is not 0
+ * (dumpable again after the switch, as a process started as that user is), after
+ * child_setup(arg) in the child when given (a nonzero result is the child's exit status,
+ * without the role); stdout into out, stderr into err. Returns the child's exit status. */
+static int run_role_as(const char *role, uid_t as_uid, const char *const *env,
+                       int (*child_setup)(const void *), const void *arg, char *out, size_t outlen,
+                       char *err, size_t errlen)
 {
     int o[2], e[2];
     REQUIRE(pipe(o) == 0 && pipe(e) == 0);
@@ -163,8 +166,12 @@ static void run_role_as(const char *role, uid_t as_uid, const char *const *env, 
         dup2(e[1], 2);
         for (; env && env[0]; env += 2)
             setenv(env[0], env[1], 1);
-        if (as_uid && (setgroups(0, NULL) < 0 || setgid(as_uid) < 0 || setuid(as_uid) < 0))
+        if (as_uid && (setgroups(0, NULL) < 0 || setgid(as_uid) < 0 || setuid(as_uid) < 0 ||
+                       prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0))
             _exit(126);
+        int rc = child_setup ? child_setup(arg) : 0;
+        if (rc)
+            _exit(rc);
         execl("/proc/self/exe", "test-vcuda-escape", "--role", role, (char *)NULL);
         _exit(127);
     }
@@ -180,13 +187,13 @@ static void run_role_as(const char *role, uid_t as_uid, const char *const *env, 
     err[el] = '\0';
     close(o[0]);
     close(e[0]);
-    wait_exit(kid);
+    return wait_exit(kid);
 }
 
 static void run_info_as(uid_t as_uid, const char *const *env, char *out, size_t outlen, char *err,
                         size_t errlen)
 {
-    run_role_as("info", as_uid, env, out, outlen, err, errlen);
+    run_role_as("info", as_uid, env, NULL, NULL, out, outlen, err, errlen);
 }
 
 static void run_info(const char *const *env, char *out, size_t outlen, char *err, size_t errlen)
@@ -197,7 +204,7 @@ static void run_info(const char *const *env, char *out, size_t outlen, char *err
 static void run_role(const char *role, const char *const *env, char *out, size_t outlen, char *err,
                      size_t errlen)
 {
-    run_role_as(role, 0, env, out, outlen, err, errlen);
+    run_role_as(role, 0, env, NULL, NULL, out, outlen, err, errlen);
 }
 
 static void write_text(const char *path, const char *text)
@@ -277,6 +284,23 @@ TEST(region_of_another_user_is_refused_with_owner_mode_and_fix)
  * (`unshare -Urm`), where it may mount, and bind-mounts a config of its own over the agent's
  * path. libvcuda must not obey it: outside the initial user namespace the agent's file is
  * refused, and every device memory request with it. */
+/* In the child, as uid 65534: what `unshare -Urm` does, then the tenant's file (arg) mounted
+ * over the agent's. 77 when this machine allows no unprivileged user namespace. */
+static int enter_own_userns(const void *arg)
+{
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
+        return 77;
+    FILE *f;
+    if (!(f = fopen("/proc/self/setgroups", "w")) || fputs("deny", f) < 0 || fclose(f) ||
+        !(f = fopen("/proc/self/uid_map", "w")) || fputs("0 65534 1", f) < 0 || fclose(f) ||
+        !(f = fopen("/proc/self/gid_map", "w")) || fputs("0 65534 1", f) < 0 || fclose(f))
+        return 125;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+        mount(arg, getenv("VCUDA_TEST_AGENT_CONFIG"), NULL, MS_BIND, NULL) < 0)
+        return 124;
+    return 0;
+}
+
 TEST(a_config_mounted_from_a_user_namespace_of_the_tenants_own_is_refused)
 {
     if (geteuid() != 0)
@@ -286,45 +310,8 @@ TEST(a_config_mounted_from_a_user_namespace_of_the_tenants_own_is_refused)
     write_text(mine, "memory_limit = 0\n");
     REQUIRE_EQ_INT(chmod(mine, 0644), 0);
     REQUIRE_EQ_INT(chmod(getenv("VCUDA_TEST_DIR"), 0711), 0);
-    int o[2], e[2];
-    REQUIRE(pipe(o) == 0 && pipe(e) == 0);
-    pid_t kid = fork();
-    if (kid == 0) {
-        dup2(o[1], 1);
-        dup2(e[1], 2);
-        /* dumpable again after setuid, as a process started as 65534 is: /proc/self is ours */
-        if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0 ||
-            prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
-            _exit(126);
-        /* unshare -Urm, as uid 65534 */
-        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0) {
-            printf("unshare: %s\n", strerror(errno));
-            _exit(77);
-        }
-        FILE *f;
-        if (!(f = fopen("/proc/self/setgroups", "w")) || fputs("deny", f) < 0 || fclose(f) ||
-            !(f = fopen("/proc/self/uid_map", "w")) || fputs("0 65534 1", f) < 0 || fclose(f) ||
-            !(f = fopen("/proc/self/gid_map", "w")) || fputs("0 65534 1", f) < 0 || fclose(f))
-            _exit(125);
-        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-            mount(mine, getenv("VCUDA_TEST_AGENT_CONFIG"), NULL, MS_BIND, NULL) < 0) {
-            printf("mount: %s\n", strerror(errno));
-            _exit(124);
-        }
-        execl("/proc/self/exe", "test-vcuda-escape", "--role", "info", (char *)NULL);
-        _exit(127);
-    }
-    close(o[1]);
-    close(e[1]);
-    ssize_t n = read(o[0], out, sizeof(out) - 1);
-    out[n > 0 ? n : 0] = '\0';
-    size_t el = 0;
-    while (el < sizeof(err) - 1 && (n = read(e[0], err + el, sizeof(err) - 1 - el)) > 0)
-        el += (size_t)n;
-    err[el] = '\0';
-    close(o[0]);
-    close(e[0]);
-    int rc = wait_exit(kid);
+    int rc = run_role_as("info", 65534, NULL, enter_own_userns, mine, out, sizeof(out), err,
+                         sizeof(err));
     chmod(getenv("VCUDA_TEST_DIR"), 0700);
     if (rc == 77)
         tap_skip_case("unprivileged user namespaces are not allowed here");
