@@ -154,7 +154,10 @@ void vc_graph_refresh(void)
 {
     if (!atomic_load_explicit(&graph_recs, memory_order_relaxed))
         return;
-    pthread_mutex_lock(&graph_lock);
+    /* Not while a first launch holds the lock (this thread's own, from a reservation made
+     * inside the launch, or another's): that launch settles when it ends. */
+    if (pthread_mutex_trylock(&graph_lock) != 0)
+        return;
     for (unsigned i = 0; i < VC_REGION_DEVICES; i++)
         if (charged[i])
             settle_locked(i);
