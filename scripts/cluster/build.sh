@@ -38,7 +38,7 @@ build_log=$root/build.log
 
 # The go.mod of MODULE@VERSION, fetched through the module proxy.
 gomod_of() {
-    go mod download -json "$1" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p'
+    timeout 900 go mod download -json "$1" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p'
 }
 
 # A consumer module in work/NAME requiring MODULE VERSION; its go line is the dependency's
@@ -60,14 +60,17 @@ consumer() {
     echo "$dep_mod"
 }
 
-# go build in work/NAME, niced (the machine is shared), timed into the build log.
+# go build in work/NAME, niced (the machine is shared), bounded (a stalled download fails
+# the build rather than hanging it), timed into the build log.
 gobuild() {
     local name=$1 start
     shift
     start=$(date +%s)
     cl_log "building $name (go build $*)"
-    (cd "$work/$name" && nice -n 10 go build -mod=mod "${CL_GO_FLAGS[@]}" "$@") >>"$build_log" 2>&1 ||
-        cl_die "go build of $name failed: see $build_log"
+    (cd "$work/$name" && timeout 5400 nice -n 10 go build -mod=mod "${CL_GO_FLAGS[@]}" "$@") >>"$build_log" 2>&1 || {
+        tail -n 20 "$build_log" >&2
+        cl_die "go build of $name failed (a registry hiccup? run make cluster again): see $build_log"
+    }
     echo "$name: $(($(date +%s) - start)) s" >>"$root/build-times"
 }
 

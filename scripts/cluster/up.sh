@@ -235,10 +235,12 @@ cat >"$CL_DIR/enter" <<EOF
 [ \$# -gt 0 ] || set -- "\${SHELL:-/bin/sh}"
 exec ${nsx[*]} "\$@"
 EOF
+printf 'runtime-endpoint: unix:///run/containerd/containerd.sock\nimage-endpoint: unix:///run/containerd/containerd.sock\ntimeout: 30\n' \
+    >"$etc/crictl.yaml"
 cat >"$CL_DIR/crictl" <<EOF
 #!/bin/sh
 # crictl against the node's containerd (made by scripts/cluster/up.sh)
-exec ${nsx[*]} "$bin/crictl" --runtime-endpoint unix:///run/containerd/containerd.sock "\$@"
+exec ${nsx[*]} "$bin/crictl" --config "$etc/crictl.yaml" "\$@"
 EOF
 chmod 755 "$CL_DIR/kubectl" "$CL_DIR/ctr-import" "$CL_DIR/emu" "$CL_DIR/enter" "$CL_DIR/crictl"
 kubectl=$CL_DIR/kubectl
