@@ -46,7 +46,7 @@ stop_all() {
             say "stopping $(echo "$pids" | wc -w) processes"
             # shellcheck disable=SC2086
             kill -TERM $pids 2>/dev/null
-        elif [ "$round" -ge 10 ]; then
+        elif [ "$round" -ge 6 ]; then
             # shellcheck disable=SC2086
             kill -KILL $pids 2>/dev/null
         fi

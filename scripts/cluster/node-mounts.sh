@@ -45,9 +45,15 @@ done
 # up.sh passes one that no driver on this machine has registered. The nodes open to nothing
 # (ENXIO): they exist so that the runtime's CDI injection can stat and create them in
 # containers, as on a GPU node; programs use the emulator's libraries, not the nodes.
+# (On a machine with NVIDIA's driver the host's own nodes are hidden first: removing them here
+# only whites them out in the upper layer.)
+node() {
+    rm -f "/dev/$1"
+    mknod -m 0666 "/dev/$1" c "$2" "$3"
+}
 for ((i = 0; i < gpus; i++)); do
-    mknod -m 0666 "/dev/nvidia$i" c 195 "$i"
+    node "nvidia$i" 195 "$i"
 done
-mknod -m 0666 /dev/nvidiactl c 195 255
-mknod -m 0666 /dev/nvidia-uvm c "$uvm_major" 0
-mknod -m 0666 /dev/nvidia-uvm-tools c "$uvm_major" 1
+node nvidiactl 195 255
+node nvidia-uvm "$uvm_major" 0
+node nvidia-uvm-tools "$uvm_major" 1
