@@ -25,6 +25,10 @@ pkgs=(
     python3-yaml
     # the emulated libcuda dlopens these to read nvcc's compressed fatbins
     libzstd1 liblz4-1
+    # the test cluster (make cluster, docs/e2e.md): the OCI runtime and CNI plugins, the node's
+    # namespaces and network, its certificates, the static libc for the pause program and
+    # the static busybox of the smoke test's image (Go builds the rest: scripts/cluster/build.sh)
+    runc containernetworking-plugins iproute2 iptables util-linux openssl libc6-dev busybox-static
 )
 
 missing=()
