@@ -16,7 +16,7 @@
 #include "cuda_emu.h"
 #include "cuda_export.h"
 #include "state-mig.h"
-#include "visible.h"
+#include "cuda-visible.h"
 
 pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
 struct emu_state *cuda_state;
@@ -185,8 +185,8 @@ static bool mig_entry(const struct emu_visible_entry *e, struct cuda_device *ret
     return hits == 1;
 }
 
-/* The devices, from CUDA_VISIBLE_DEVICES (visible.h; an entry that names nothing visible ends the
- * list, as CUDA documents); a GPU bound to vfio-pci is never one. Called once, by cuInit. */
+/* The devices, from CUDA_VISIBLE_DEVICES (cuda-visible.h; an entry that names nothing visible ends
+ * the list, as CUDA documents); a GPU bound to vfio-pci is never one. Called once, by cuInit. */
 static void devices_build(void)
 {
     struct cuda_device deflt[EMU_MAX_GPUS], d;

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mig.h"
+#include "mig-profiles.h"
 #include "state.h"
 
 /* "7" → 7 when 7 < gpu_count; anything else is a UUID or PCI bus id the caller looks up

@@ -1,7 +1,7 @@
 /* nvml-mig.c — the emulated NVML's MIG entry points: the mode, GPU instance profiles and
  * placements, GPU and compute instances (create, list, look up, destroy), and MIG device
  * handles. The instances live in the shared machine (state-mig.h), so what accel-emu or
- * another process creates shows here at once; the geometry is mig.h's.
+ * another process creates shows here at once; the geometry is mig-profiles.h's.
  *
  * Return codes follow nvml.h's documentation of each call ("Multi Instance GPU Management");
  * where it leaves a choice open the answer is marked "inferred" and listed in docs/emulator.md,

@@ -3,7 +3,7 @@
  * (placements, capacity, in use), and which processes run on them. The emulated NVML
  * (nvml-mig.c) and `accel-emu set|reset|mig` change them; the emulated libcuda binds a process
  * to the compute instance it uses (emu_state_mig_bind), so that its charges count against that
- * instance's memory (emu_state_mem_charge). The geometry comes from mig.h.
+ * instance's memory (emu_state_mem_charge). The geometry comes from mig-profiles.h.
  *
  * Errors: -EOPNOTSUPP the GPU has no MIG, or MIG mode is not enabled; -EINVAL a profile or a
  * placement the GPU (instance) does not offer; -ENOENT the instance is gone (a handle's serial
@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mig.h"
+#include "mig-profiles.h"
 #include "state.h"
 
 struct emu_mig_placement {

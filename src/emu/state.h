@@ -29,7 +29,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "mig.h"
+#include "mig-profiles.h"
 
 #define EMU_STATE_MAGIC 0x3154534d45434341ull /* "ACCEMST1" little-endian */
 #define EMU_STATE_VERSION 4u

@@ -1,16 +1,16 @@
 /* fuzz-emu-args.c — libFuzzer target for accel-emu's value parsers (src/emu/emu-args.c):
  * GPU references, NUMA lists, NVLink modes, `set` assignments, `init --mode` and
  * `--iommu-groups`, `mig GPU create`'s profile lists, all typed by users; and the emulated
- * libcuda's reader of CUDA_VISIBLE_DEVICES (src/emu/visible.c), which any process's environment
- * feeds. The first byte picks the parser; the rest is the text. Checks: no read past the text
- * (ASan), outputs untouched on failure, values within the documented ranges on success, and
- * applying a parsed `set` never moves a GPU outside its limits. */
+ * libcuda's reader of CUDA_VISIBLE_DEVICES (src/emu/cuda-visible.c), which any process's
+ * environment feeds. The first byte picks the parser; the rest is the text. Checks: no read past
+ * the text (ASan), outputs untouched on failure, values within the documented ranges on success,
+ * and applying a parsed `set` never moves a GPU outside its limits. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "emu-args.h"
-#include "visible.h"
+#include "cuda-visible.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

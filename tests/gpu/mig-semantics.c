@@ -4,8 +4,8 @@
  *
  * Read-only on every GPU: MIG mode, each GPU instance profile (ID, slices, instances, SMs,
  * engines, memory) and its placements, compared with the emulator's table for the board
- * (src/emu/mig.c) where it has one, else only printed ("record:" lines); the documented errors of
- * the profile calls; the MIG devices that exist (UUID form, name, parent).
+ * (src/emu/mig-profiles.c) where it has one, else only printed ("record:" lines); the documented
+ * errors of the profile calls; the MIG devices that exist (UUID form, name, parent).
  *
  * Changes only a GPU that is already in MIG mode, and only with its own instances: it never sets
  * a mode and never touches an instance it did not create. There it creates the smallest profile
@@ -15,7 +15,8 @@
  * root (NVML: "Requires privileged user") or without room it says SKIP for that part.
  *
  * Prints PASS / FAIL / SKIP / record: lines (run-all.sh counts them); exit 1 on a FAIL, 77 when
- * no GPU has MIG. libc + libdl; our nvml_api.h and cuda_api.h, and the emulator's mig.c. */
+ * no GPU has MIG. libc + libdl; our nvml_api.h and cuda_api.h, and the emulator's mig-profiles.c.
+ */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -27,7 +28,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
-#include "mig.h"
+#include "mig-profiles.h"
 #include "nvml_api.h"
 
 static int n_fail, n_pass;

@@ -1,7 +1,7 @@
-/* visible.h — CUDA_VISIBLE_DEVICES, read the way CUDA documents it (CUDA C++ Programming Guide,
- * "CUDA Environment Variables"): "A comma-separated sequence of GPU identifiers", each an integer
- * index, a GPU UUID ("GPU-8932f937-..."; "abbreviated forms are allowed: simply specify enough
- * digits from the beginning of the GPU UUID to uniquely identify that GPU"), or a MIG device
+/* cuda-visible.h — CUDA_VISIBLE_DEVICES, read the way CUDA documents it (CUDA C++ Programming
+ * Guide, "CUDA Environment Variables"): "A comma-separated sequence of GPU identifiers", each an
+ * integer index, a GPU UUID ("GPU-8932f937-..."; "abbreviated forms are allowed: simply specify
+ * enough digits from the beginning of the GPU UUID to uniquely identify that GPU"), or a MIG device
  * ("MIG-<UUID>" as current drivers print it, or the older "MIG-GPU-<UUID>/<GPU instance
  * ID>/<compute instance ID>"); "If one of the indices is invalid, only the devices whose index
  * precedes the invalid index are visible". This file only splits and classifies the text (pure:

@@ -1,5 +1,5 @@
-/* visible.c — CUDA_VISIBLE_DEVICES's entries; see visible.h. */
-#include "visible.h"
+/* cuda-visible.c — CUDA_VISIBLE_DEVICES's entries; see cuda-visible.h. */
+#include "cuda-visible.h"
 
 #include <ctype.h>
 #include <stdbool.h>

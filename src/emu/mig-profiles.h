@@ -1,5 +1,5 @@
-/* mig.h — the MIG geometry of the emulated models: which GPU instance profiles a board offers
- * (names, NVML profile indexes and IDs, compute and memory slices, SMs, engines, memory,
+/* mig-profiles.h — the MIG geometry of the emulated models: which GPU instance profiles a board
+ * offers (names, NVML profile indexes and IDs, compute and memory slices, SMs, engines, memory,
  * placements), the compute instance profiles inside a GPU instance, and the placement rules the
  * driver applies. Pure data and arithmetic (no state, no I/O): the emulated NVML, the shared
  * state's MIG operations (state-mig.h), accel-emu and its parsers use it.

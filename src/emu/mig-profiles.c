@@ -1,6 +1,6 @@
-/* mig.c — the MIG profile tables of the emulated boards and the placement arithmetic; see
- * mig.h for the sources. */
-#include "mig.h"
+/* mig-profiles.c — the MIG profile tables of the emulated boards and the placement arithmetic;
+ * see mig-profiles.h for the sources. */
+#include "mig-profiles.h"
 
 #include <stdio.h>
 #include <string.h>
