@@ -232,38 +232,30 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(
     CHECK(nvmlDeviceGetGpuInstanceProfileInfo(device, profile, &v1));
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
     snprintf(name, sizeof(name), "MIG %s", p->name);
+/* the fields v2 and v3 share, at their own offsets */
+#define FILL(dst)                                                                                  \
+    do {                                                                                           \
+        memset((dst), 0, sizeof(*(dst)));                                                          \
+        (dst)->version = v;                                                                        \
+        (dst)->id = v1.id;                                                                         \
+        (dst)->sliceCount = v1.sliceCount;                                                         \
+        (dst)->instanceCount = v1.instanceCount;                                                   \
+        (dst)->multiprocessorCount = v1.multiprocessorCount;                                       \
+        (dst)->copyEngineCount = v1.copyEngineCount;                                               \
+        (dst)->decoderCount = v1.decoderCount;                                                     \
+        (dst)->encoderCount = v1.encoderCount;                                                     \
+        (dst)->jpegCount = v1.jpegCount;                                                           \
+        (dst)->ofaCount = v1.ofaCount;                                                             \
+        (dst)->memorySizeMB = v1.memorySizeMB;                                                     \
+        memcpy((dst)->name, name, sizeof(name));                                                   \
+    } while (0)
     if (v == nvmlGpuInstanceProfileInfo_v2) {
-        memset(info, 0, sizeof(*info));
-        info->version = v;
-        info->id = v1.id;
+        FILL(info);
         info->isP2pSupported = v1.isP2pSupported;
-        info->sliceCount = v1.sliceCount;
-        info->instanceCount = v1.instanceCount;
-        info->multiprocessorCount = v1.multiprocessorCount;
-        info->copyEngineCount = v1.copyEngineCount;
-        info->decoderCount = v1.decoderCount;
-        info->encoderCount = v1.encoderCount;
-        info->jpegCount = v1.jpegCount;
-        info->ofaCount = v1.ofaCount;
-        info->memorySizeMB = v1.memorySizeMB;
-        memcpy(info->name, name, sizeof(name));
     } else {
-        nvmlGpuInstanceProfileInfo_v3_t *i3 = (nvmlGpuInstanceProfileInfo_v3_t *)info;
-        memset(i3, 0, sizeof(*i3));
-        i3->version = v;
-        i3->id = v1.id;
-        i3->sliceCount = v1.sliceCount;
-        i3->instanceCount = v1.instanceCount;
-        i3->multiprocessorCount = v1.multiprocessorCount;
-        i3->copyEngineCount = v1.copyEngineCount;
-        i3->decoderCount = v1.decoderCount;
-        i3->encoderCount = v1.encoderCount;
-        i3->jpegCount = v1.jpegCount;
-        i3->ofaCount = v1.ofaCount;
-        i3->memorySizeMB = v1.memorySizeMB;
-        memcpy(i3->name, name, sizeof(name));
-        i3->capabilities = 0; /* no P2P, no graphics */
+        FILL((nvmlGpuInstanceProfileInfo_v3_t *)info); /* capabilities 0: no P2P, no graphics */
     }
+#undef FILL
     return NVML_SUCCESS;
 }
 
@@ -460,19 +452,26 @@ static void ci_info_fill(const struct emu_mig_gi_profile *gp, const struct emu_m
     info->sharedOfaCount = gp->ofa;
 }
 
+/* Both profile info calls: the profile, then the engine profile (only the shared one) and the
+ * output. */
+static nvmlReturn_t ci_profile_info(nvmlGpuInstance_t h, unsigned profile, unsigned eng,
+                                    const void *info, const struct emu_mig_gi_profile **ret_gp,
+                                    struct emu_mig_ci_profile *ret)
+{
+    struct gpu_ctx c;
+    unsigned slot;
+    CHECK(ci_profile(h, profile, &c, &slot, ret_gp, ret));
+    return info && eng == NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED ? NVML_SUCCESS
+                                                                      : NVML_ERROR_INVALID_ARGUMENT;
+}
+
 NVML_EMU_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
     nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
     nvmlComputeInstanceProfileInfo_t *info)
 {
-    struct gpu_ctx c;
-    unsigned slot;
     const struct emu_mig_gi_profile *gp;
     struct emu_mig_ci_profile p;
-    nvmlReturn_t r = ci_profile(gpuInstance, profile, &c, &slot, &gp, &p);
-    if (r == NVML_SUCCESS && (!info || engProfile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))
-        r = NVML_ERROR_INVALID_ARGUMENT;
-    if (r != NVML_SUCCESS)
-        return r;
+    CHECK(ci_profile_info(gpuInstance, profile, engProfile, info, &gp, &p));
     ci_info_fill(gp, &p, info);
     return NVML_SUCCESS;
 }
@@ -481,13 +480,9 @@ NVML_EMU_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(
     nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
     nvmlComputeInstanceProfileInfo_v2_t *info)
 {
-    struct gpu_ctx c;
-    unsigned slot;
     const struct emu_mig_gi_profile *gp;
     struct emu_mig_ci_profile p;
-    CHECK(ci_profile(gpuInstance, profile, &c, &slot, &gp, &p));
-    if (!info || engProfile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-        return NVML_ERROR_INVALID_ARGUMENT;
+    CHECK(ci_profile_info(gpuInstance, profile, engProfile, info, &gp, &p));
     unsigned v = info->version;
     if (v != nvmlComputeInstanceProfileInfo_v2 && v != nvmlComputeInstanceProfileInfo_v3)
         return NVML_ERROR_INVALID_ARGUMENT;

@@ -9,9 +9,7 @@
  * Machines are made with accel-emu (its path from $ACCEL_BUILD_ROOT); CUDA runs in child
  * processes (a probe forked here, or tests/emu/emu-hold for a process holding memory). */
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,87 +17,20 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "emu-cli.h"
 #include "nvml_api.h"
 #include "tap.h"
 
 #define MiB (1024ull * 1024ull)
 
-static char emu_bin[4096], hold_bin[4096];
-static char state_path[4096];
+static char hold_bin[4096];
+static const char *state_path;
 
-/* accel-emu --state STATE ARGS...: its exit status; its stdout into out (may be NULL). */
-static int emu_out(char *out, size_t len, ...)
-{
-    const char *argv[32];
-    int n = 0, p[2];
-    argv[n++] = emu_bin;
-    argv[n++] = "--state";
-    argv[n++] = state_path;
-    va_list ap;
-    va_start(ap, len);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) && n < 31)
-        argv[n++] = a;
-    va_end(ap);
-    argv[n] = NULL;
-    if (pipe(p) < 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        dup2(p[1], 1);
-        dup2(null, 2);
-        execv(emu_bin, (char *const *)argv);
-        _exit(127);
-    }
-    close(p[1]);
-    size_t got = 0;
-    ssize_t r;
-    char sink[256];
-    while ((r = read(p[0], out && got + 1 < len ? out + got : sink,
-                     out && got + 1 < len ? len - 1 - got : sizeof(sink))) > 0)
-        if (out && got + 1 < len)
-            got += (size_t)r;
-    if (out)
-        out[got] = '\0';
-    close(p[0]);
-    int st;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid)
-        return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-#define EMU(...) emu_out(NULL, 0, __VA_ARGS__, (const char *)NULL)
+#define emu_out(out, len, ...) emu_cli_run(state_path, out, len, __VA_ARGS__)
+#define EMU(...) emu_cli_run(state_path, NULL, 0, __VA_ARGS__, (const char *)NULL)
 
 /* A fresh machine made the current one; NVML initialized on it. */
-static bool machine(const char *name, ...)
-{
-    snprintf(state_path, sizeof(state_path), "%s/%s", tap_tmpdir(), name);
-    const char *argv[24];
-    int n = 0;
-    argv[n++] = emu_bin;
-    argv[n++] = "--state";
-    argv[n++] = state_path;
-    argv[n++] = "init";
-    va_list ap;
-    va_start(ap, name);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) && n < 23)
-        argv[n++] = a;
-    va_end(ap);
-    argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, 1);
-        execv(emu_bin, (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        return false;
-    setenv("ACCEL_EMU_STATE", state_path, 1);
-    return nvmlInit_v2() == NVML_SUCCESS;
-}
+#define machine(...) ((state_path = emu_cli_machine(__VA_ARGS__)) && nvmlInit_v2() == NVML_SUCCESS)
 
 static nvmlDevice_t dev(unsigned i)
 {
@@ -788,9 +719,8 @@ TEST(a_gpu_bound_to_vfio_leaves_nvml_and_cuda)
 int main(int argc, char **argv)
 {
     const char *root = getenv("ACCEL_BUILD_ROOT");
-    snprintf(emu_bin, sizeof(emu_bin), "%s/src/emu/accel-emu", root ? root : ".");
     snprintf(hold_bin, sizeof(hold_bin), "%s/tests/emu/emu-hold", root ? root : ".");
-    if (access(emu_bin, X_OK) != 0 || access(hold_bin, X_OK) != 0)
+    if (!emu_cli_path() || access(hold_bin, X_OK) != 0)
         tap_skip_all("accel-emu or emu-hold is not built");
     return tap_main(argc, argv);
 }
