@@ -146,6 +146,29 @@ struct emu_pool_block {
     struct emu_pool_block *next;
 };
 
+/* ---- devices (cuda_ctx.c) ---- */
+/* A CUDA device of this process: a whole GPU of the machine, or a MIG device (a compute instance
+ * of a GPU in MIG mode), as CUDA_VISIBLE_DEVICES made them visible when cuInit ran
+ * (docs/emulator-cuda.md, "Devices: CUDA_VISIBLE_DEVICES, MIG and VFIO"). CUdevice values are
+ * indexes into this process's list; the machine's GPU index is `gpu`. */
+struct cuda_device {
+    unsigned gpu;        /* the machine's GPU index */
+    uint64_t mig_serial; /* its compute instance (state-mig.h); 0: the whole GPU */
+    unsigned gi, ci;     /* the instance's slots in the GPU's MIG table */
+    uint32_t sms;        /* its SMs: the compute instance's, or the GPU's */
+    uint64_t mem_bytes;  /* memory CUDA may use: the GPU instance's, or the GPU's less reserve */
+    char name[EMU_NAME_LEN + 72];
+    uint8_t uuid[16];
+};
+/* Device dev (NULL when not a device of this process). */
+const struct cuda_device *cuda_dev(int dev);
+/* The machine's GPU index of device dev (0 for an invalid dev: check cuda_dev_valid first). */
+unsigned cuda_dev_gpu(int dev);
+/* Its SMs (the MIG compute instance's for a MIG device), before any MPS share. */
+uint32_t cuda_dev_sms(int dev);
+/* true for a MIG device. */
+bool cuda_dev_mig(int dev);
+
 /* ---- shared helpers (cuda_ctx.c) ---- */
 extern pthread_mutex_t cuda_lock;
 extern struct emu_state *cuda_state;

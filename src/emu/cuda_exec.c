@@ -100,9 +100,9 @@ uint64_t cuda_wall_of(int dev, uint64_t t_ns, bool at_start)
         return t_ns;
     int32_t group = mps_group();
     /* never waited for another process (lags only grow): our clock is the GPU's, no lock */
-    if (!emu_state_lag_hint(cuda_state, (unsigned)dev, group))
+    if (!emu_state_lag_hint(cuda_state, cuda_dev_gpu(dev), group))
         return t_ns;
-    return emu_state_wall_ns(cuda_state, (unsigned)dev, group, t_ns, at_start);
+    return emu_state_wall_ns(cuda_state, cuda_dev_gpu(dev), group, t_ns, at_start);
 }
 
 /* Other processes' work queued meanwhile may move the time later: look again on waking. */
@@ -235,13 +235,14 @@ struct sm_track {
     uint32_t sms[SM_TRACK];
 };
 static struct sm_track sm_tracks[EMU_MAX_GPUS];
+/* Per MIG device, the end of this process's work queued there (stream_submit_sms); cuda_lock. */
+static uint64_t mig_busy_until[EMU_MAX_GPUS];
 
 /* cuda_lock held. When `need` SMs of ctx's GPU are free for work that may start at t0 (>= now). */
 static uint64_t sm_free_at_locked(struct CUctx_st *ctx, uint32_t need, uint64_t now, uint64_t t0)
 {
     struct sm_track *tr = &sm_tracks[ctx->dev];
-    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)ctx->dev);
-    uint32_t total = cuda_mps_sms_locked(g ? g->sm_count : 1);
+    uint32_t total = cuda_mps_sms_locked(cuda_dev_sms(ctx->dev));
     if (tr->ctx != ctx) {
         tr->ctx = ctx; /* another context's kernels never share the SMs with these */
         tr->n = 0;
@@ -305,7 +306,7 @@ static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, u
     /* at most our clock on this GPU now (it runs behind the GPU's by the time we waited for
      * other processes' time slices) */
     uint64_t now = emu_state_now_ns();
-    uint64_t lag = emu_state_lag_hint(cuda_state, (unsigned)s->ctx->dev, group);
+    uint64_t lag = emu_state_lag_hint(cuda_state, cuda_dev_gpu(s->ctx->dev), group);
     now -= lag < now ? lag : now;
     uint64_t from = UINT64_MAX;
     if (sms && duration_ns)
@@ -314,13 +315,27 @@ static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, u
      * its events are reached without waiting for theirs */
     if (group && from == UINT64_MAX)
         from = nb > now ? nb : now;
-    /* the shared lock nests inside ours; nobody takes them the other way round */
-    int r = emu_state_submit_kind(cuda_state, (unsigned)s->ctx->dev, nb, from, duration_ns, group,
-                                  clock, &start, &end);
-    if (!r && duration_ns) {
-        const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)s->ctx->dev);
-        sm_note_locked(s->ctx, sms ? sms : cuda_mps_sms_locked(g ? g->sm_count : 1), end);
+    int r = 0;
+    if (cuda_dev_mig(s->ctx->dev)) {
+        /* A MIG compute instance runs beside the GPU's other instances, not in turns with them:
+         * its work stays off the parent's shared timeline (NVML has no utilization in MIG mode)
+         * and queues only behind this process's own on the device (docs/emulator-cuda.md). */
+        uint64_t *busy = &mig_busy_until[s->ctx->dev];
+        start = nb > now ? nb : now;
+        if (from != UINT64_MAX)
+            start = from > start ? from : start;
+        else if (*busy > start)
+            start = *busy;
+        end = start + duration_ns;
+        if (end > *busy)
+            *busy = end;
+    } else {
+        /* the shared lock nests inside ours; nobody takes them the other way round */
+        r = emu_state_submit_kind(cuda_state, cuda_dev_gpu(s->ctx->dev), nb, from, duration_ns,
+                                  group, clock, &start, &end);
     }
+    if (!r && duration_ns)
+        sm_note_locked(s->ctx, sms ? sms : cuda_mps_sms_locked(cuda_dev_sms(s->ctx->dev)), end);
     if (!r && end > s->last_end_ns)
         s->last_end_ns = end;
     if (!r && end > s->ctx->last_end_ns)
@@ -526,7 +541,7 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool pt
     pthread_mutex_unlock(&cuda_lock);
     if (other) { /* another GPU's clock: through GPU time, to ours (at most) */
         uint64_t w = cuda_wall_of(edev, t, at_start);
-        uint64_t lag = emu_state_lag_hint(cuda_state, (unsigned)s->ctx->dev, mps_group());
+        uint64_t lag = emu_state_lag_hint(cuda_state, cuda_dev_gpu(s->ctx->dev), mps_group());
         t = w - (lag < w ? lag : w);
     }
     pthread_mutex_lock(&cuda_lock);
@@ -827,7 +842,7 @@ EMU_API CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute a, CUfunction 
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)cuda_func_dev(f));
+    struct emu_gpu *g = emu_state_gpu(cuda_state, cuda_dev_gpu(cuda_func_dev(f)));
     switch ((int)a) {
     case 0:
         *pi = 1024;
@@ -904,10 +919,9 @@ EMU_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUf
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)cuda_func_dev(f));
     int b = block_limit > 0 && block_limit < 1024 ? block_limit : 1024;
     *block = b;
-    *min_grid = (int)cuda_mps_sms(g ? g->sm_count : 1) * (2048 / b);
+    *min_grid = (int)cuda_mps_sms(cuda_dev_sms(cuda_func_dev(f))) * (2048 / b);
     return CUDA_SUCCESS;
 }
 
@@ -952,7 +966,7 @@ static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int 
 {
     if (!f->spin || !has_cycles)
         return cuda_kernel_ns;
-    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    struct emu_gpu *g = emu_state_gpu(cuda_state, cuda_dev_gpu(dev));
     uint32_t mhz = g && g->sm_clock_mhz ? g->sm_clock_mhz : 1000;
     /* cycles / (MHz * 1e6) seconds, in ns: cycles * 1000 / MHz, without overflow */
     unsigned __int128 ns = (unsigned __int128)cycles * 1000u / mhz * (waves ? waves : 1);
@@ -965,8 +979,7 @@ static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int 
  * 100 / P times longer on P % of the SMs; a one-block kernel does not slow down. */
 static uint64_t waves_of(int dev, uint64_t blocks, uint64_t threads)
 {
-    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
-    uint64_t room = (uint64_t)blocks_per_sm(threads) * cuda_mps_sms(g ? g->sm_count : 1);
+    uint64_t room = (uint64_t)blocks_per_sm(threads) * cuda_mps_sms(cuda_dev_sms(dev));
     return (blocks + room - 1) / room;
 }
 
@@ -999,15 +1012,14 @@ static CUresult graph_push(struct CUgraph_st *g, const struct CUgraphNode_st *tm
  * (CUDA Driver API, cuLaunchCooperativeKernel), else CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE. */
 static bool coop_fits(int dev, uint64_t blocks, uint64_t threads)
 {
-    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
-    return g && blocks <= (uint64_t)blocks_per_sm(threads) * cuda_mps_sms(g->sm_count);
+    return cuda_dev(dev) &&
+           blocks <= (uint64_t)blocks_per_sm(threads) * cuda_mps_sms(cuda_dev_sms(dev));
 }
 
 /* The SMs a grid occupies: all of them once it has blocks per SM x SMs blocks. */
 static uint32_t sms_needed(int dev, uint64_t blocks, uint64_t threads)
 {
-    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
-    uint64_t total = cuda_mps_sms(g ? g->sm_count : 1), per = blocks_per_sm(threads);
+    uint64_t total = cuda_mps_sms(cuda_dev_sms(dev)), per = blocks_per_sm(threads);
     uint64_t need = (blocks + per - 1) / per;
     return (uint32_t)(need < total ? need : total);
 }

@@ -198,7 +198,7 @@ static void managed_bring_locked(struct alloc *a, CUdeviceptr p, size_t len, boo
         uint8_t st = a->resident[pg];
         if ((st & PG_ON_GPU) || (touch && (st & PG_REMOTE) == PG_REMOTE))
             continue;
-        if (emu_state_mem_charge(cuda_state, (unsigned)a->dev, GRANULE) == 0)
+        if (emu_state_mem_charge(cuda_state, cuda_dev_gpu(a->dev), GRANULE) == 0)
             a->resident[pg] = (uint8_t)(st | PG_ON_GPU);
     }
 }
@@ -213,7 +213,7 @@ static void managed_evict_locked(struct alloc *a, CUdeviceptr p, size_t len)
             back += GRANULE;
         }
     if (back)
-        emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, back);
+        emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(a->dev), back);
 }
 
 /* A launch passes these 8-byte values to a kernel: any that points into managed memory brings
@@ -253,7 +253,7 @@ static int arena_init(int dev)
     struct arena *ar = &arenas[dev];
     if (ar->base)
         return 0;
-    uint64_t size = ROUND_UP(emu_state_gpu(cuda_state, (unsigned)dev)->memory_total, GRANULE);
+    uint64_t size = ROUND_UP(emu_state_gpu(cuda_state, cuda_dev_gpu(dev))->memory_total, GRANULE);
     char name[32];
     snprintf(name, sizeof(name), "accel-emu-gpu%d", dev);
     int fd = memfd_create(name, MFD_CLOEXEC);
@@ -427,7 +427,7 @@ static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t charge = pages_new_bytes(ar, off, len);
-    if (charge && emu_state_mem_charge(cuda_state, (unsigned)dev, charge) < 0) {
+    if (charge && emu_state_mem_charge(cuda_state, cuda_dev_gpu(dev), charge) < 0) {
         arena_insert(ar, off, len); /* never written: nothing to punch */
         cuda_mps_uncharge_locked(dev, len);
         free(a);
@@ -446,7 +446,7 @@ static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
         uint64_t back = pages_drop(ar, off, len);
         arena_give(ar, off, len);
         if (back)
-            emu_state_mem_uncharge(cuda_state, (unsigned)dev, back);
+            emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(dev), back);
         cuda_mps_uncharge_locked(dev, len);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -471,7 +471,7 @@ static void dev_free_locked(struct alloc *a)
     uint64_t back = pages_drop(ar, off, a->span);
     arena_give(ar, off, a->span);
     if (back)
-        emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, back);
+        emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(a->dev), back);
     cuda_mps_uncharge_locked(a->dev, a->span);
     free(a);
 }
@@ -570,7 +570,7 @@ static void gm_unmap_locked(struct cuda_gm_block *b)
     mmap(GM_VA(b->va), b->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
          -1, 0);
     reg_del(a);
-    emu_state_mem_uncharge(cuda_state, (unsigned)b->dev, a->charged);
+    emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(b->dev), a->charged);
     cuda_mps_uncharge_locked(b->dev, a->charged);
     free(a);
     b->mapped = NULL;
@@ -693,7 +693,7 @@ static CUresult gm_map_one_locked(struct cuda_gm_block *b)
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (emu_state_mem_charge(cuda_state, (unsigned)b->dev, b->size) < 0) {
+    if (emu_state_mem_charge(cuda_state, cuda_dev_gpu(b->dev), b->size) < 0) {
         cuda_mps_uncharge_locked(b->dev, b->size);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -710,7 +710,7 @@ static CUresult gm_map_one_locked(struct cuda_gm_block *b)
         reg_add(a) < 0) {
         mmap(GM_VA(b->va), b->size, PROT_NONE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-        emu_state_mem_uncharge(cuda_state, (unsigned)b->dev, b->size);
+        emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(b->dev), b->size);
         cuda_mps_uncharge_locked(b->dev, b->size);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1853,7 +1853,7 @@ static void vmm_put(struct vmm_handle *v)
         }
     close(v->fd);
     if (v->charged)
-        emu_state_mem_uncharge(cuda_state, (unsigned)v->dev, v->charged);
+        emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(v->dev), v->charged);
     struct vmm_handle *owner = v->owner;
     v->magic = 0;
     free(v);
@@ -1894,7 +1894,7 @@ EMU_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
         free(v);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (emu_state_mem_charge(cuda_state, (unsigned)dev, size) < 0) {
+    if (emu_state_mem_charge(cuda_state, cuda_dev_gpu(dev), size) < 0) {
         close(v->fd);
         free(v);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -2192,13 +2192,13 @@ static int pool_fit_locked(struct CUmemPoolHandle_st *p)
         uint64_t more = extra - p->extra;
         if (!cuda_mps_charge_locked(p->dev, more))
             return -ENOMEM;
-        if (emu_state_mem_charge(cuda_state, (unsigned)p->dev, more) < 0) {
+        if (emu_state_mem_charge(cuda_state, cuda_dev_gpu(p->dev), more) < 0) {
             cuda_mps_uncharge_locked(p->dev, more);
             return -ENOMEM;
         }
     } else if (extra < p->extra) {
         uint64_t less = p->extra - extra;
-        emu_state_mem_uncharge(cuda_state, (unsigned)p->dev, less);
+        emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(p->dev), less);
         cuda_mps_uncharge_locked(p->dev, less);
     }
     p->extra = extra;

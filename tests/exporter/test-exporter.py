@@ -571,17 +571,20 @@ def _():
              "MPS client series gone with the daemon", 20)
 
 
-@case("NVLink error counters and MIG mode follow accel-emu set, per GPU")
+@case("NVLink error counters and MIG mode (current and pending) follow accel-emu set, per GPU")
 def _():
     emu("set", "1", "nvlink_link=2", "nvlink_replay=5", "nvlink_crc_data=3")
-    emu("set", "0", "mig=on")
+    # GPU 0 is held by the pods' processes: as the driver does, the emulator leaves the new MIG
+    # mode pending (the GPU reset that makes it current needs an idle GPU) and says so (exit 1)
+    p = subprocess.run([EMU, "--state", STATE, "set", "0", "mig=on"], capture_output=True,
+                       text=True, env=ENV, timeout=60)
+    check(p.returncode == 1 and "pending" in p.stderr, f"mig=on on a busy GPU: {p.stderr}")
 
     def ok():
         m = metrics()
-        return m and sample(m, "accel_gpu_nvlink_errors_total", gpu=1,
-                            type="replay") == 5 and sample(m, "accel_gpu_mig_mode", gpu=0) == 1 \
-            and m
-    m = wait_for(ok, "NVLink replays 5 on GPU 1 and MIG on GPU 0")
+        return m and sample(m, "accel_gpu_nvlink_errors_total", gpu=1, type="replay") == 5 \
+            and sample(m, "accel_gpu_mig_mode_pending", gpu=0) == 1 and m
+    m = wait_for(ok, "NVLink replays 5 on GPU 1 and MIG pending on GPU 0")
     check(sample(m, "accel_gpu_nvlink_errors_total", gpu=1, uuid=UUIDS[1],
                  type="crc_data") == 3, "crc_data 3")
     check(sample(m, "accel_gpu_nvlink_errors_total", gpu=1, type="ecc_data") == 0, "ecc_data 0")
@@ -589,10 +592,10 @@ def _():
     active = sample(m, "accel_gpu_nvlink_links_active", gpu=1, uuid=UUIDS[1])
     check(active is not None and active > 0, f"GPU 1 active links: {active}")
     check(sample(m, "accel_gpu_mig_mode", gpu=1, uuid=UUIDS[1]) == 0, "GPU 1 MIG off")
-    check(sample(m, "accel_gpu_mig_mode_pending", gpu=0) == 1, "GPU 0 MIG pending on")
+    check(sample(m, "accel_gpu_mig_mode", gpu=0) == 0, "GPU 0 MIG still off (pending on)")
     emu("set", "0", "mig=off")
-    wait_for(lambda: (m := metrics()) and sample(m, "accel_gpu_mig_mode", gpu=0) == 0,
-             "MIG back off on GPU 0")
+    wait_for(lambda: (m := metrics()) and sample(m, "accel_gpu_mig_mode_pending", gpu=0) == 0,
+             "MIG no longer pending on GPU 0")
 
 
 def cost_series(m, name, **labels):

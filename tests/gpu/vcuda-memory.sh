@@ -59,7 +59,8 @@ gcc "${cflags[@]}" -D_GNU_SOURCE -fvisibility=hidden -shared -o "$out/libvcuda.s
     -Wl,--version-script="$out/libvcuda.map" -ldl -lpthread || { echo "FAIL build libvcuda"; exit 1; }
 gcc "${cflags[@]}" -I"$root/tests/lib" -I"$root/src/emu" -o "$out/test-vcuda-emu" \
     "$root/tests/vcuda/test-vcuda-emu.c" "$root/tests/vcuda/vcuda-launch.c" \
-    "$root/tests/lib/tap.c" "$root/src/emu/state.c" \
+    "$root/tests/lib/tap.c" "$root/src/emu/state.c" "$root/src/emu/state-mig.c" \
+    "$root/src/emu/mig-profiles.c" \
     "$root/src/common/proc.c" "$root/src/common/util.c" \
     -ldl -lpthread -lrt || { echo "FAIL build test-vcuda-emu"; exit 1; }
 
