@@ -574,7 +574,10 @@ static void vgpu_check_arm(struct agent *a)
 
 static struct pgpu_options pgpu_opts(const struct acceld_config *c)
 {
-    return (struct pgpu_options){c->dev_root, c->strategy, c->cdi_vendor, c->cdi_class};
+    return (struct pgpu_options){.dev_root = c->dev_root,
+                                 .strategy = c->strategy,
+                                 .cdi_vendor = c->cdi_vendor,
+                                 .cdi_class = c->cdi_class};
 }
 
 static void reload(struct agent *a)
@@ -799,7 +802,8 @@ static int make_providers(struct agent *a)
             continue;
         }
         pmap[np] = (int)n;
-        g[np++] = (struct pgpu_gpu_desc){d->uuid, minor, d->numa_node, d->healthy};
+        g[np++] = (struct pgpu_gpu_desc){
+            .uuid = d->uuid, .minor = minor, .numa_node = d->numa_node, .healthy = d->healthy};
         n++;
     }
     a->n_gpus = n;
