@@ -35,6 +35,7 @@
 #include "vcuda-lib.h"
 #include "vgpu-check.h"
 #include "vgpu-status.h"
+#include "vfio.h"
 #include "vgpu.h"
 #ifdef ACCELD_HAVE_KUBE
 #include "vgpu-kube.h"
@@ -54,6 +55,9 @@ struct override {
     const char *value;
 };
 
+/* Resources served beside pGPU, vGPU and the shared ones: VFIO models, MIG profiles. */
+#define SERVED_MAX_EXTRA 24
+
 struct agent {
     const char *config_path; /* NULL: flags and defaults only */
     struct override overrides[MAX_OVERRIDES];
@@ -65,17 +69,25 @@ struct agent {
     struct gpu_nvml *nvml;
     struct gpu_inventory *inv;
     struct pgpu *pgpu;          /* the GPUs in pgpu mode (may be none) */
+    struct vfio_node *vfio;     /* the GPUs bound to vfio-pci in mode vfio (may be none) */
+    size_t vfio_served;         /* served[] index of the first VFIO model */
     struct vgpu *vgpu;          /* the GPUs in vgpu mode (may be none) */
     struct fs_flusher *flusher; /* flushes the vGPU journal off the loop (vgpu.h) */
     uint64_t spare_timer;       /* makes spare container directories once Allocates pause */
     struct grpc_client *podres; /* the start-up pod-resources List (vGPU restart safety) */
     /* one per resource served: provider and its endpoint */
     struct served {
-        enum { SERVED_PGPU, SERVED_VGPU_CORES, SERVED_VGPU_MEMORY, SERVED_SHARED } kind;
+        enum {
+            SERVED_PGPU,
+            SERVED_VGPU_CORES,
+            SERVED_VGPU_MEMORY,
+            SERVED_SHARED,
+            SERVED_VFIO, /* a GPU model in VFIO mode (vfio.h) */
+        } kind;
         struct acceld_provider prov;
         char resource[ACCELD_NAME_MAX];
         struct acceld_plugin *plugin;
-    } served[3 + SHARING_MAX_RESOURCES];
+    } served[3 + SHARING_MAX_RESOURCES + SERVED_MAX_EXTRA];
     size_t n_served;
     /* NVIDIA's sharing sections of the config file (docs/mps.md) */
     struct sharing_config sharing;
@@ -599,9 +611,10 @@ static void reload(struct agent *a)
         acceld_config_format(&a->cfg, k->key, ov, sizeof(ov));
         acceld_config_format(&n, k->key, nv, sizeof(nv));
         static const char *const at_start[] = {
-            "nvmlLibrary",        "sysfsRoot",       "stateDir",     "mode",     "gpuModes",
-            "nodeName",           "kubeconfig",      "vcudaLibrary", "procRoot", "vgpu.policy",
-            "podResourcesSocket", "vgpu.memoryUnit", "mpsControl"};
+            "nvmlLibrary",        "sysfsRoot",       "stateDir",     "mode",        "gpuModes",
+            "nodeName",           "kubeconfig",      "vcudaLibrary", "procRoot",    "vgpu.policy",
+            "podResourcesSocket", "vgpu.memoryUnit", "mpsControl",   "migStrategy", "vfio.bind",
+            "vfio.resourceNames", "dra.mig"};
         bool restart = false;
         for (size_t i = 0; i < ARRAY_SIZE(at_start); i++)
             restart |= strcmp(k->key, at_start[i]) == 0;
@@ -627,9 +640,10 @@ static void reload(struct agent *a)
         struct served *s = &a->served[k];
         /* the pGPU resource follows resourceName; a mode's own names follow its keys */
         /* a shared resource keeps its name (the sharing config is read at start) */
-        const char *name = s->kind == SERVED_SHARED       ? s->resource
-                           : s->kind == SERVED_PGPU       ? n.resource_name
-                           : s->kind == SERVED_VGPU_CORES ? n.vgpu_core_resource
+        /* VFIO models and MIG profiles keep theirs too (named at start) */
+        const char *name = s->kind == SERVED_SHARED || s->kind == SERVED_VFIO ? s->resource
+                           : s->kind == SERVED_PGPU                           ? n.resource_name
+                           : s->kind == SERVED_VGPU_CORES                     ? n.vgpu_core_resource
                                                           : n.vgpu_memory_resource;
         if (name != s->resource)
             snprintf(s->resource, sizeof(s->resource), "%s", name);
@@ -735,6 +749,14 @@ static int make_providers(struct agent *a)
                      d->error[0] ? d->error : "duplicate or too long");
             continue;
         }
+        enum acceld_mode mode = acceld_config_gpu_mode_at(&a->cfg, i, d->uuid, d->pci_bus_id);
+        if (mode == ACCELD_MODE_VFIO) {
+            /* NVML sees it: the nvidia driver has it, so no VM can */
+            log_warn("GPU %d (%s, PCI %s) is in mode vfio but bound to the nvidia driver: not "
+                     "served (vfio.bind binds it to vfio-pci at start, or bind it yourself)",
+                     i, d->uuid, d->pci_bus_id);
+            continue;
+        }
         a->map[n] = i;
         a->uuids[n] = d->uuid;
         a->hstate[n].healthy = d->healthy;
@@ -751,7 +773,6 @@ static int make_providers(struct agent *a)
             if (a->stats)
                 acceld_stats_set_health_state(a->stats, d->uuid, false, a->hstate[n].reason);
         }
-        enum acceld_mode mode = acceld_config_gpu_mode(&a->cfg, i, d->uuid);
         int minor = d->minor >= 0 ? d->minor : d->index;
         a->dra_of[n] = -1;
         if (mode == ACCELD_MODE_DRA) {
@@ -833,8 +854,21 @@ static int make_providers(struct agent *a)
             goto out;
         }
     }
+    /* the GPUs bound to vfio-pci (NVML does not see them): from sysfs */
+    char verr[512];
+    if ((r = vfio_node_new(&a->cfg, &a->vfio, verr, sizeof(verr))) < 0) {
+        log_error("VFIO: %s", verr);
+        goto out;
+    }
+    a->vfio_served = a->n_served;
+    for (size_t m = 0; m < vfio_node_models(a->vfio); m++) {
+        struct served *s = &a->served[a->n_served++];
+        s->kind = SERVED_VFIO;
+        s->prov = pgpu_provider(vfio_node_table(a->vfio, m));
+        snprintf(s->resource, sizeof(s->resource), "%s", vfio_node_resource(a->vfio, m));
+    }
     /* A node with every GPU in another mode serves no pGPU resource. */
-    if (np || n == 0) {
+    if (np || (n == 0 && !vfio_node_models(a->vfio))) {
         struct pgpu_options po = pgpu_opts(&a->cfg);
         r = pgpu_new(g, np, pcie, nvl, &po, &a->pgpu);
         if (r == 0) {
@@ -919,6 +953,16 @@ out:
     free(pcie);
     free(nvl);
     return r;
+}
+
+/* ------------------------------------------------------------ VFIO */
+
+static void on_vfio_changed(void *ud, size_t model)
+{
+    struct agent *a = ud;
+    struct served *s = &a->served[a->vfio_served + model];
+    if (s->plugin)
+        acceld_plugin_devices_changed(s->plugin);
 }
 
 /* ------------------------------------------------------------ MPS */
@@ -1127,21 +1171,29 @@ static int start(struct agent *a)
     char err[512];
     int r = gpu_nvml_open(a->cfg.nvml_library[0] ? a->cfg.nvml_library : NULL, &a->nvml, err,
                           sizeof(err));
-    if (r < 0) {
+    if (r < 0 && a->cfg.mode == ACCELD_MODE_VFIO) {
+        /* a passthrough node needs no nvidia driver: its GPUs come from sysfs */
+        log_info("no NVML (%s): mode vfio, serving the GPUs bound to vfio-pci only", err);
+        if (!(a->inv = calloc(1, sizeof(*a->inv))))
+            return -ENOMEM;
+        r = 0;
+    } else if (r < 0) {
         log_error("cannot open NVML: %s", err);
         if (a->stats)
             acceld_stats_device_init(a->stats, false);
         return r;
+    } else {
+        struct gpu_inventory_options io = {a->nvml->path, a->cfg.sysfs_root};
+        r = gpu_inventory_load(&io, a->nvml, &a->inv, err, sizeof(err));
     }
-    struct gpu_inventory_options io = {a->nvml->path, a->cfg.sysfs_root};
-    r = gpu_inventory_load(&io, a->nvml, &a->inv, err, sizeof(err));
     if (r < 0) {
         log_error("cannot list the GPUs: %s", err);
         if (a->stats)
             acceld_stats_device_init(a->stats, false);
         return r;
     }
-    log_info("driver %s, %d GPU(s)", a->inv->driver_version, a->inv->count);
+    if (a->nvml)
+        log_info("driver %s, %d GPU(s)", a->inv->driver_version, a->inv->count);
     if ((r = make_providers(a)) < 0) {
         log_error("cannot build the device table: %s", strerror(-r));
         return r;
@@ -1150,6 +1202,11 @@ static int start(struct agent *a)
         return r;
     if ((r = ev_loop_add_io(a->loop, a->sig_fd, EPOLLIN, on_signal, a)) < 0)
         return r;
+    if (vfio_node_models(a->vfio) &&
+        (r = vfio_node_watch(a->vfio, a->loop, on_vfio_changed, a)) < 0)
+        log_warn("VFIO: cannot watch %s/vfio (%s): a GPU unbound from vfio-pci is not seen until "
+                 "acceld restarts",
+                 a->cfg.dev_root, strerror(-r));
     if (a->vgpu) {
         if ((r = fs_flusher_new(a->loop, &a->flusher)) < 0)
             return r;
@@ -1157,7 +1214,7 @@ static int start(struct agent *a)
         vgpu_set_spare_hook(a->vgpu, on_spare_taken, a);
     }
     size_t warnings = 0;
-    r = health_monitor_start(a->nvml, a->uuids, a->n_gpus, &a->health, &warnings);
+    r = a->nvml ? health_monitor_start(a->nvml, a->uuids, a->n_gpus, &a->health, &warnings) : 0;
     if (r < 0) {
         log_error("cannot start the health monitor: %s", strerror(-r));
         return r;
@@ -1165,7 +1222,8 @@ static int start(struct agent *a)
     if (warnings)
         log_warn("NVML events unavailable for %zu GPU(s): only GPU loss is detected for them",
                  warnings);
-    if ((r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
+    if (a->health &&
+        (r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
         return r;
 #ifdef ACCELD_HAVE_DRA
     char node[256];
@@ -1249,6 +1307,7 @@ static void stop(struct agent *a)
 #endif
     /* waits for the journal's flush in flight: what was answered is on disk */
     a->flusher = fs_flusher_free(a->flusher);
+    a->vfio = vfio_node_free(a->vfio); /* its inotify fd is on the loop */
     a->loop = ev_loop_free(a->loop);
     a->pgpu = pgpu_free(a->pgpu);
     a->vgpu = vgpu_free(a->vgpu);
@@ -1343,6 +1402,10 @@ int main(int argc, char **argv)
     a.stats = malloc(sizeof(*a.stats));
     if (a.stats)
         acceld_stats_init(a.stats, real_s());
+    /* before NVML holds the GPUs: the nvidia driver's unbind waits for its users */
+    if (a.cfg.vfio_bind[0] && vfio_bind_at_start(&a.cfg))
+        log_warn("vfio.bind: some GPUs could not be bound to vfio-pci (above): they are not "
+                 "served");
     int r = start(&a);
     if (r == 0) {
         r = ev_loop_run(a.loop);

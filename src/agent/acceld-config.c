@@ -368,7 +368,13 @@ static int gpu_modes_match(const char *sel, size_t sel_len, enum acceld_mode m, 
 enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int index,
                                         const char *uuid)
 {
-    struct gpu_mode_find f = {.uuid = uuid};
+    return acceld_config_gpu_mode_at(cfg, index, uuid, NULL);
+}
+
+enum acceld_mode acceld_config_gpu_mode_at(const struct acceld_config *cfg, int index,
+                                           const char *uuid, const char *bdf)
+{
+    struct gpu_mode_find f = {.uuid = uuid, .bdf = bdf && bdf[0] ? bdf : NULL};
     snprintf(f.index, sizeof(f.index), "%d", index);
     char err[8];
     gpu_modes_walk(cfg->gpu_modes, err, sizeof(err), gpu_modes_match, &f);

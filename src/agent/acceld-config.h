@@ -157,6 +157,10 @@ bool acceld_config_xid_ignored(const struct acceld_config *cfg, int xid);
  * gpuModes entry naming its index or UUID, else the node's mode. */
 enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int index,
                                         const char *uuid);
+/* The same, also matching entries that name its PCI address (bdf as sysfs
+ * writes it, NULL: none). */
+enum acceld_mode acceld_config_gpu_mode_at(const struct acceld_config *cfg, int index,
+                                           const char *uuid, const char *bdf);
 const char *acceld_mode_name(enum acceld_mode m);
 /* The mode of a GPU NVML does not see (bound to vfio-pci) by its PCI address
  * as sysfs names it ("0000:18:00.0"): the first gpuModes entry naming that

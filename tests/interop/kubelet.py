@@ -268,7 +268,7 @@ class Node:
 
     can_inject = True
 
-    def __init__(self, build, tmp, gpus=8, numa="0,0,0,0,1,1,1,1", nvlink="pairs"):
+    def __init__(self, build, tmp, gpus=8, numa="0,0,0,0,1,1,1,1", nvlink="pairs", init_args=()):
         self.build = build
         self.numa = [int(n) for n in numa.split(",")] if numa else None
         self.emu = os.path.join(build, "src/emu/accel-emu")
@@ -278,6 +278,7 @@ class Node:
         args = [self.emu, "init", "--gpus", str(gpus), "--nvlink", nvlink]
         if numa:
             args += ["--numa", numa]
+        args += list(init_args)
         subprocess.run(args, env=self.env, check=True, stdout=subprocess.DEVNULL)
         self.sysfs = self.state + ".d/sysfs"
         self.dev = self.state + ".d/dev"
