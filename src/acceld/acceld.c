@@ -35,6 +35,7 @@
 #include "vcuda-lib.h"
 #include "vgpu-check.h"
 #include "vgpu-status.h"
+#include "mig-strategy.h"
 #include "vfio.h"
 #include "vgpu.h"
 #ifdef ACCELD_HAVE_KUBE
@@ -70,6 +71,7 @@ struct agent {
     struct gpu_inventory *inv;
     struct pgpu *pgpu;          /* the GPUs in pgpu mode (may be none) */
     struct vfio_node *vfio;     /* the GPUs bound to vfio-pci in mode vfio (may be none) */
+    struct mig_set *mig;        /* MIG devices (migStrategy single or mixed; NULL: none) */
     size_t vfio_served;         /* served[] index of the first VFIO model */
     struct vgpu *vgpu;          /* the GPUs in vgpu mode (may be none) */
     struct fs_flusher *flusher; /* flushes the vGPU journal off the loop (vgpu.h) */
@@ -83,6 +85,7 @@ struct agent {
             SERVED_VGPU_MEMORY,
             SERVED_SHARED,
             SERVED_VFIO, /* a GPU model in VFIO mode (vfio.h) */
+            SERVED_MIG,  /* MIG devices of a migStrategy (mig-strategy.h) */
         } kind;
         struct acceld_provider prov;
         char resource[ACCELD_NAME_MAX];
@@ -631,20 +634,31 @@ static void reload(struct agent *a)
         log_error("config reload refused: cannot apply device options");
         return;
     }
+    if (a->mig && mig_set_reconfigure(a->mig, &n) < 0) {
+        log_error("config reload refused: cannot apply device options to the MIG devices");
+        return;
+    }
     if (a->pgpu && n.strategy == ACCELD_STRATEGY_CDI) {
         int r = pgpu_write_cdi(a->pgpu, n.cdi_dir);
         if (r < 0)
             log_error("cannot write the CDI spec under %s: %s", n.cdi_dir, strerror(-r));
+    }
+    if (a->mig && n.strategy == ACCELD_STRATEGY_CDI) {
+        int r = mig_set_write_cdi(a->mig, n.cdi_dir);
+        if (r < 0)
+            log_error("cannot write the MIG CDI specs under %s: %s", n.cdi_dir, strerror(-r));
     }
     for (size_t k = 0; k < a->n_served; k++) {
         struct served *s = &a->served[k];
         /* the pGPU resource follows resourceName; a mode's own names follow its keys */
         /* a shared resource keeps its name (the sharing config is read at start) */
         /* VFIO models and MIG profiles keep theirs too (named at start) */
-        const char *name = s->kind == SERVED_SHARED || s->kind == SERVED_VFIO ? s->resource
-                           : s->kind == SERVED_PGPU                           ? n.resource_name
-                           : s->kind == SERVED_VGPU_CORES                     ? n.vgpu_core_resource
-                                                          : n.vgpu_memory_resource;
+        const char *name =
+            s->kind == SERVED_SHARED || s->kind == SERVED_VFIO || s->kind == SERVED_MIG
+                ? s->resource
+            : s->kind == SERVED_PGPU       ? n.resource_name
+            : s->kind == SERVED_VGPU_CORES ? n.vgpu_core_resource
+                                           : n.vgpu_memory_resource;
         if (name != s->resource)
             snprintf(s->resource, sizeof(s->resource), "%s", name);
         if (acceld_plugin_reconfigure(s->plugin, &n, s->resource) < 0)
@@ -717,6 +731,8 @@ static int make_providers(struct agent *a)
     const struct gpu_inventory *inv = a->inv;
     size_t total = (size_t)inv->count, n = 0, np = 0;
     struct pgpu_gpu_desc *g = calloc(total ? total : 1, sizeof(*g));
+    struct mig_gpu *migs = calloc(total ? total : 1, sizeof(*migs));
+    size_t n_mig = 0;
     struct vgpu_gpu_desc *vg = calloc(total ? total : 1, sizeof(*vg));
     size_t nv = 0;
     int *pmap = calloc(total ? total : 1, sizeof(int)); /* pgpu index -> GPU index */
@@ -734,7 +750,7 @@ static int make_providers(struct agent *a)
     char names[SHARING_MAX_RESOURCES][ACCELD_NAME_MAX];
     size_t n_names = 0;
     if (!g || !vg || !pmap || !a->map || !a->uuids || !a->hstate || !sg || !sd || !sgroup ||
-        !a->dra_pos || !a->dra_of)
+        !a->dra_pos || !a->dra_of || !migs)
         goto out;
     for (int i = 0; i < inv->count; i++)
         sg[i] = (struct sharing_gpu){(unsigned)inv->devices[i].index, inv->devices[i].uuid,
@@ -774,6 +790,7 @@ static int make_providers(struct agent *a)
                 acceld_stats_set_health_state(a->stats, d->uuid, false, a->hstate[n].reason);
         }
         int minor = d->minor >= 0 ? d->minor : d->index;
+        bool mig = a->cfg.mig_strategy != ACCELD_MIG_NONE && d->mig_enabled == 1;
         a->dra_of[n] = -1;
         if (mode == ACCELD_MODE_DRA) {
             /* the DRA side's alone: never in a provider, whatever the sharing
@@ -802,6 +819,14 @@ static int make_providers(struct agent *a)
                 r = q;
                 goto out;
             }
+            if (q == 0 && mig) {
+                log_error("GPU %d (%s) is in MIG mode and the sharing section selects it: "
+                          "time-slicing and MPS do not mix with MIG here (migStrategy %s): not "
+                          "served",
+                          i, d->uuid, acceld_mig_strategy_name(a->cfg.mig_strategy));
+                n++;
+                continue;
+            }
             if (q == 0) {
                 sharing_resource_advertised(&a->sharing, res, name, sizeof(name));
                 size_t grp = 0;
@@ -816,9 +841,23 @@ static int make_providers(struct agent *a)
                 continue;
             }
         }
+        if (mode == ACCELD_MODE_VGPU && mig) {
+            log_error("GPU %d (%s) is in MIG mode and in mode vgpu: vGPU does not mix with MIG "
+                      "(migStrategy %s): not served",
+                      i, d->uuid, acceld_mig_strategy_name(a->cfg.mig_strategy));
+            n++;
+            continue;
+        }
         if (mode == ACCELD_MODE_VGPU) {
             vg[nv++] = (struct vgpu_gpu_desc){d->uuid, minor, d->numa_node, d->memory_total_bytes,
                                               d->healthy};
+            n++;
+            continue;
+        }
+        nvmlDevice_t h;
+        if (mig && a->nvml->nvmlDeviceGetHandleByIndex_v2((unsigned)d->index, &h) == NVML_SUCCESS) {
+            /* its MIG devices, not the GPU, are served (mig-strategy.h) */
+            migs[n_mig++] = (struct mig_gpu){d->uuid, h, minor, d->numa_node, d->healthy};
             n++;
             continue;
         }
@@ -854,6 +893,24 @@ static int make_providers(struct agent *a)
             goto out;
         }
     }
+    /* MIG devices by NVIDIA's strategy (its rules refused: a config error, as NVIDIA's) */
+    if (a->cfg.mig_strategy != ACCELD_MIG_NONE) {
+        char merr[1024];
+        if ((r = mig_set_new(a->nvml, &a->cfg, migs, n_mig, np, &a->mig, merr, sizeof(merr))) < 0) {
+            log_error("%s", merr);
+            a->config_error = r == -EINVAL;
+            goto out;
+        }
+        for (size_t t = 0; t < a->mig->n; t++) {
+            struct served *s = &a->served[a->n_served++];
+            s->kind = SERVED_MIG;
+            s->prov = pgpu_provider(a->mig->tables[t].table);
+            snprintf(s->resource, sizeof(s->resource), "%s", a->mig->tables[t].resource);
+            log_info("MIG (migStrategy %s): %zu MIG device(s) as %s",
+                     acceld_mig_strategy_name(a->cfg.mig_strategy),
+                     pgpu_count(a->mig->tables[t].table), s->resource);
+        }
+    }
     /* the GPUs bound to vfio-pci (NVML does not see them): from sysfs */
     char verr[512];
     if ((r = vfio_node_new(&a->cfg, &a->vfio, verr, sizeof(verr))) < 0) {
@@ -868,7 +925,7 @@ static int make_providers(struct agent *a)
         snprintf(s->resource, sizeof(s->resource), "%s", vfio_node_resource(a->vfio, m));
     }
     /* A node with every GPU in another mode serves no pGPU resource. */
-    if (np || (n == 0 && !vfio_node_models(a->vfio))) {
+    if (np || (n == 0 && !vfio_node_models(a->vfio) && !(a->mig && a->mig->n))) {
         struct pgpu_options po = pgpu_opts(&a->cfg);
         r = pgpu_new(g, np, pcie, nvl, &po, &a->pgpu);
         if (r == 0) {
@@ -944,6 +1001,7 @@ static int make_providers(struct agent *a)
                  a->sharing.mode == SHARING_MPS ? "MPS" : "time-slicing", nm, names[grp]);
     }
 out:
+    free(migs);
     free(sg);
     free(sd);
     free(sgroup);
@@ -1249,6 +1307,12 @@ static int start(struct agent *a)
         log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
         return r;
     }
+    if (a->mig && a->cfg.strategy == ACCELD_STRATEGY_CDI &&
+        (r = mig_set_write_cdi(a->mig, a->cfg.cdi_dir)) < 0) {
+        log_error("cannot write the MIG devices' CDI specs under %s: %s", a->cfg.cdi_dir,
+                  strerror(-r));
+        return r;
+    }
     for (size_t i = 0; a->cfg.strategy == ACCELD_STRATEGY_CDI && i < a->n_shared; i++) {
         if ((r = replicas_write_cdi(a->shared[i], a->cfg.cdi_dir)) < 0) {
             log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
@@ -1310,6 +1374,7 @@ static void stop(struct agent *a)
     a->vfio = vfio_node_free(a->vfio); /* its inotify fd is on the loop */
     a->loop = ev_loop_free(a->loop);
     a->pgpu = pgpu_free(a->pgpu);
+    a->mig = mig_set_free(a->mig);
     a->vgpu = vgpu_free(a->vgpu);
     for (size_t i = 0; i < a->n_shared; i++)
         a->shared[i] = replicas_free(a->shared[i]);

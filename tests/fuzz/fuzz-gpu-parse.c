@@ -4,13 +4,16 @@
  * and the process records a driver writes (gpu_nvml_running_processes' stride detection,
  * fed by a fake entry point that writes the input's bytes), and PCI sysfs text
  * (pci-sysfs.h: id files, driver and iommu_group link targets, addresses, and the resource
- * name made from a PCI ID name). Its corpus
+ * name made from a PCI ID name), and the MIG capability minors
+ * (/proc/driver/nvidia-caps/mig-minors, gpu_mig_minor). Its corpus
  * (tests/fuzz/corpus/gpu-parse/) is replayed in every build by tests/fuzz/replay.c.
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu-mig.h"
 #include "inventory.h"
 #include "nvml.h"
 #include "pci-sysfs.h"
@@ -135,5 +138,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     fuzz_process_records(data, size);
     fuzz_pci_sysfs(data, size);
+    for (int ci = -1; ci < 2; ci++) {
+        int m = -7;
+        int r = gpu_mig_minor((const char *)data, size, 0, 1, ci, &m);
+        if (r == 0 ? m < 0 : (m != -7 || (r != -ENOENT && r != -EINVAL)))
+            abort();
+    }
     return 0;
 }
