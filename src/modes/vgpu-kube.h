@@ -35,6 +35,8 @@ struct vgpu_kube *vgpu_kube_free(struct vgpu_kube *k);
 #define VGPU_EVENT_OVER_QUOTA "VGPUOverQuota"
 #define VGPU_EVENT_UNDER_REPORT "VGPUUsageUnderReported"
 #define VGPU_EVENT_OVER_SHARE "VGPUComputeOverShare"
+#define VGPU_EVENT_FOREIGN_GPU "VGPUForeignGPU"
+#define VGPU_EVENT_REGION_BAD "VGPURegionInvalid"
 
 /* Posts a core/v1 Event of type Warning about the pod (POST
  * /api/v1/namespaces/<ns>/events, asynchronous on the loop: it never waits;
