@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "tenant-fs.h"
 
+#include "fs.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -228,5 +231,70 @@ int tenant_remove_tree(int dirfd, const char *name, unsigned max_depth)
     int r = empty_dir(fd, st.st_dev, max_depth);
     if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
         r = -errno;
+    return r;
+}
+
+/* Whether path is the root of a mount (its filesystem differs from its parent's). */
+static bool mount_root(const char *path)
+{
+    char parent[PATH_MAX];
+    if (snprintf(parent, sizeof(parent), "%s/..", path) >= (int)sizeof(parent))
+        return false;
+    struct stat a, b;
+    return lstat(path, &a) == 0 && S_ISDIR(a.st_mode) && stat(parent, &b) == 0 &&
+           a.st_dev != b.st_dev;
+}
+
+int tenant_dir_make(const char *path, enum tenant_dir_how *ret_how)
+{
+    struct stat st;
+    bool existed = lstat(path, &st) == 0;
+    if (existed && !S_ISDIR(st.st_mode))
+        return -ENOTDIR;
+    if (existed && mount_root(path)) {
+        *ret_how = TENANT_DIR_TMPFS;
+        return 0;
+    }
+    if (!existed) {
+        int r = fs_mkdir_p(path, 0755);
+        if (r < 0)
+            return r;
+        if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  TENANT_DIR_TMPFS_OPTS) == 0) {
+            *ret_how = TENANT_DIR_TMPFS;
+            return 0;
+        }
+    }
+    int e = errno;
+    *ret_how = existed ? TENANT_DIR_KEPT : TENANT_DIR_PLAIN;
+    /* chmod, not the mkdir mode: the umask must not narrow it */
+    if (chmod(path, 0777) < 0)
+        return -errno;
+    errno = e;
+    return 0;
+}
+
+int tenant_dir_remove(const char *path)
+{
+    /* a tmpfs (or, after a crash in between, two) of ours on it: detached, contents and all */
+    for (int i = 0; i < 4 && mount_root(path); i++)
+        if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
+            break;
+    char parent[PATH_MAX];
+    if (snprintf(parent, sizeof(parent), "%s", path) >= (int)sizeof(parent))
+        return -ENAMETOOLONG;
+    char *slash = strrchr(parent, '/');
+    const char *name = slash ? path + (slash - parent) + 1 : path;
+    if (slash == parent)
+        parent[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(parent, sizeof(parent), ".");
+    int dfd = open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    int r = tenant_remove_tree(dfd, name, 16);
+    close(dfd);
     return r;
 }

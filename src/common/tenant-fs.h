@@ -47,3 +47,24 @@ int tenant_remove_tree(int dirfd, const char *name, unsigned max_depth);
 
 /* Whether this kernel has openat2 (decided once). */
 bool tenant_have_openat2(void);
+
+/* A directory acceld makes to hand to a container (a usage-region dir), bounded: a tmpfs of
+ * its own mounted on it (TENANT_DIR_TMPFS_OPTS: 512 KiB and 32 inodes, no devices, setuid or
+ * exec), so a tenant filling it fills only it — never acceld's state filesystem — and hard
+ * links from elsewhere cannot be made into it. Made with its parents (0755) when missing.
+ * *ret_how says what it is:
+ *   TENANT_DIR_TMPFS  a tmpfs (just mounted, or one already: acceld restarted);
+ *   TENANT_DIR_PLAIN  made now, but mount(2) was refused (no CAP_SYS_ADMIN, no tmpfs): a plain
+ *                     directory, mode 0777 (errno says why);
+ *   TENANT_DIR_KEPT   a plain directory that was there already (made by an earlier acceld,
+ *                     maybe handed out: a tmpfs mounted on it now would hide the container's
+ *                     files from acceld), left as it is but for its mode.
+ * Returns 0 or -errno. */
+enum tenant_dir_how { TENANT_DIR_TMPFS, TENANT_DIR_PLAIN, TENANT_DIR_KEPT };
+#define TENANT_DIR_TMPFS_OPTS "size=512k,nr_inodes=32,mode=0777"
+int tenant_dir_make(const char *path, enum tenant_dir_how *ret_how);
+
+/* Removes a directory made by tenant_dir_make with everything the tenant left in it: its tmpfs
+ * is unmounted (lazily: a container still holding it keeps its view until it exits), then
+ * what is left below the path is removed with tenant_remove_tree. Returns 0 or -errno. */
+int tenant_dir_remove(const char *path);

@@ -37,6 +37,7 @@ struct vgpu_kube *vgpu_kube_free(struct vgpu_kube *k);
 #define VGPU_EVENT_OVER_SHARE "VGPUComputeOverShare"
 #define VGPU_EVENT_FOREIGN_GPU "VGPUForeignGPU"
 #define VGPU_EVENT_REGION_BAD "VGPURegionInvalid"
+#define VGPU_EVENT_POD_IGNORED "AccelPodIgnored"
 
 /* Posts a core/v1 Event of type Warning about the pod (POST
  * /api/v1/namespaces/<ns>/events, asynchronous on the loop: it never waits;

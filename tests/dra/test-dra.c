@@ -443,5 +443,6 @@ TEST(mps_claim_spec_and_checkpoint)
 
 int main(int argc, char **argv)
 {
+    tap_private_mounts(); /* the region dirs' tmpfs mounts go with this process */
     return tap_main(argc, argv);
 }
