@@ -998,7 +998,7 @@ static int mps_start(struct agent *a)
     for (size_t s = 0; s < n; s++) {
         const struct mps_ref *m = &a->mps_refs[s];
         replicas_set_mps_dirs(a->shared[m->sh], m->gpu, m->k, mps_sup_pipe_dir(a->mps, s),
-                              mps_sup_log_dir(a->mps, s));
+                              mps_sup_shm_dir(a->mps, s));
     }
     r = mps_sup_start(a->mps);
     if (r < 0)

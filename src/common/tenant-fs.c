@@ -247,6 +247,12 @@ static bool mount_root(const char *path)
 
 int tenant_dir_make(const char *path, enum tenant_dir_how *ret_how)
 {
+    return tenant_dir_make_opts(path, TENANT_DIR_TMPFS_OPTS, 0777, ret_how);
+}
+
+int tenant_dir_make_opts(const char *path, const char *tmpfs_opts, mode_t mode,
+                         enum tenant_dir_how *ret_how)
+{
     struct stat st;
     bool existed = lstat(path, &st) == 0;
     if (existed && !S_ISDIR(st.st_mode))
@@ -259,8 +265,7 @@ int tenant_dir_make(const char *path, enum tenant_dir_how *ret_how)
         int r = fs_mkdir_p(path, 0755);
         if (r < 0)
             return r;
-        if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                  TENANT_DIR_TMPFS_OPTS) == 0) {
+        if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, tmpfs_opts) == 0) {
             *ret_how = TENANT_DIR_TMPFS;
             return 0;
         }
@@ -268,7 +273,7 @@ int tenant_dir_make(const char *path, enum tenant_dir_how *ret_how)
     int e = errno;
     *ret_how = existed ? TENANT_DIR_KEPT : TENANT_DIR_PLAIN;
     /* chmod, not the mkdir mode: the umask must not narrow it */
-    if (chmod(path, 0777) < 0)
+    if (chmod(path, mode) < 0)
         return -errno;
     errno = e;
     return 0;

@@ -63,6 +63,10 @@ bool tenant_have_openat2(void);
 enum tenant_dir_how { TENANT_DIR_TMPFS, TENANT_DIR_PLAIN, TENANT_DIR_KEPT };
 #define TENANT_DIR_TMPFS_OPTS "size=512k,nr_inodes=32,mode=0777"
 int tenant_dir_make(const char *path, enum tenant_dir_how *ret_how);
+/* The same with the tmpfs's own mount options (mode included, e.g. an MPS daemon's /dev/shm:
+ * "size=1g,mode=1777"), and mode the plain directory's mode where mount(2) is refused. */
+int tenant_dir_make_opts(const char *path, const char *tmpfs_opts, mode_t mode,
+                         enum tenant_dir_how *ret_how);
 
 /* Removes a directory made by tenant_dir_make with everything the tenant left in it: its tmpfs
  * is unmounted (lazily: a container still holding it keeps its view until it exits), then

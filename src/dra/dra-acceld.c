@@ -19,10 +19,10 @@
 #include "mps-supervisor.h"
 #include "nvml.h"
 #include "acceld-stats.h"
+#include "tenant-fs.h"
 #include "util.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
@@ -327,13 +327,6 @@ static void on_mps_health(struct mps_sup *sup, size_t set, bool healthy, const c
         dra_plugin_claims_changed(m->a->plugin);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)ftw;
-    int r = flag == FTW_DP ? rmdir(path) : unlink(path);
-    return r < 0 && errno != ENOENT ? -errno : 0;
-}
-
 /* An unprepared claim whose daemon is still quitting (a new prepare of it must wait). */
 static bool mps_stopping(const struct acceld_dra *a, const char *uid)
 {
@@ -344,7 +337,7 @@ static bool mps_stopping(const struct acceld_dra *a, const char *uid)
 }
 
 static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, unsigned pct,
-                     uint64_t mem, char *ret_pipe, char *ret_log, size_t len, char *err,
+                     uint64_t mem, char *ret_pipe, char *ret_shm, size_t len, char *err,
                      size_t errlen)
 {
     struct acceld_dra *a = ctx;
@@ -397,8 +390,9 @@ static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, 
         log_info("dra: claim %s: starting its MPS control daemon for %s (%u %%, %llu MiB per GPU)",
                  uid, uuids, pct, (unsigned long long)(mem >> 20));
     }
+    const char *shm = mps_sup_shm_dir(m->sup, 0);
     if (snprintf(ret_pipe, len, "%s", mps_sup_pipe_dir(m->sup, 0)) >= (int)len ||
-        snprintf(ret_log, len, "%s", mps_sup_log_dir(m->sup, 0)) >= (int)len)
+        snprintf(ret_shm, len, "%s", shm ? shm : "/dev/shm") >= (int)len)
         return -ENAMETOOLONG;
     return 0;
 }
@@ -427,10 +421,14 @@ static void mps_claim_free(struct ev_loop *loop, void *user_data)
             break;
         }
     m->sup = mps_sup_free(m->sup);
-    char dir[PATH_MAX];
-    if (snprintf(dir, sizeof(dir), "%s/mps-dra-%s", a->mps_run_dir, m->uid) < (int)sizeof(dir) &&
-        access(dir, F_OK) == 0 && nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
-        log_warn("dra: claim %s: cannot remove %s", m->uid, dir);
+    /* its shm tmpfs unmounted, then the rest (what containers left in the pipe dir too)
+     * removed through dir fds, following nothing */
+    char dir[PATH_MAX], shm[PATH_MAX + 8];
+    if (snprintf(dir, sizeof(dir), "%s/mps-dra-%s", a->mps_run_dir, m->uid) < (int)sizeof(dir)) {
+        snprintf(shm, sizeof(shm), "%s/shm", dir);
+        if (tenant_dir_remove(shm) < 0 || tenant_dir_remove(dir) < 0)
+            log_warn("dra: claim %s: cannot remove %s", m->uid, dir);
+    }
     log_info("dra: claim %s: its MPS control daemon stopped", m->uid);
     free(m->uuids);
     free(m);
@@ -471,10 +469,10 @@ static void mps_restart_claims(struct acceld_dra *a)
 {
     for (size_t i = 0; i < dra_state_count(a->state); i++) {
         const struct dra_prepared *p = dra_state_get(a->state, i);
-        char pipe[PATH_MAX], logd[PATH_MAX], err[256] = "";
+        char pipe[PATH_MAX], shm[PATH_MAX], err[256] = "";
         if (!p->mps)
             continue;
-        int r = mps_start(a, p->uid, p->mps_uuids, p->mps_n, p->mps_pct, p->mps_mem, pipe, logd,
+        int r = mps_start(a, p->uid, p->mps_uuids, p->mps_n, p->mps_pct, p->mps_mem, pipe, shm,
                           sizeof(pipe), err, sizeof(err));
         if (r < 0)
             log_error("dra: claim %s: cannot start its MPS control daemon again: %s", p->uid,

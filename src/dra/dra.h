@@ -117,14 +117,15 @@ const char *dra_gpu_taint_effect(const struct dra_gpu *g);
  * claim's caps: docs/dra.md, "MPS shares"). start() starts the claim's daemon
  * for the GPUs uuids (comma-separated, n of them) with default active thread
  * percentage pct and default pinned device memory limit mem_bytes per GPU (0:
- * none), or finds it started; it fills the daemon's host pipe and log
- * directories (len bytes each). The daemon comes up asynchronously; ready()
+ * none), or finds it started; it fills the daemon's host pipe directory and
+ * the claim's own /dev/shm (the daemon's; the host's "/dev/shm" where acceld
+ * may not mount one) (len bytes each). The daemon comes up asynchronously; ready()
  * says whether it answers with its defaults (1), not yet (0, why says what
  * happened last, may be ""). stop() stops it and removes its directories
  * (unknown uid: nothing). Called on the loop's thread. */
 struct dra_mps_ops {
     int (*start)(void *ctx, const char *uid, const char *uuids, unsigned n, unsigned pct,
-                 uint64_t mem_bytes, char *ret_pipe, char *ret_log, size_t len, char *err,
+                 uint64_t mem_bytes, char *ret_pipe, char *ret_shm, size_t len, char *err,
                  size_t errlen);
     int (*ready)(void *ctx, const char *uid, char *why, size_t whylen);
     void (*stop)(void *ctx, const char *uid);
@@ -144,10 +145,9 @@ struct dra_prepare_config {
     struct dra_mps_ops mps; /* start NULL: MPS claims are refused */
 };
 
-/* Container paths of an MPS claim's daemon directories: the device-plugin MPS
- * mode's (src/modes/replicas.h). */
+/* Container path of an MPS claim's daemon's pipe directory: the device-plugin
+ * MPS mode's (src/modes/replicas.h); its log directory stays acceld's. */
 #define DRA_CONTAINER_MPS_PIPE "/run/accel-mps/pipe"
-#define DRA_CONTAINER_MPS_LOG "/run/accel-mps/log"
 
 /* Container paths of a share's files: the vGPU mode's (src/modes/vgpu.h),
  * so a container looks the same whichever mode served it. */

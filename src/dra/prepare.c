@@ -10,10 +10,10 @@
 
 #include "cdi.h"
 #include "fs.h"
+#include "tenant-fs.h"
 #include "util.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -267,14 +267,6 @@ const struct dra_prepared *dra_state_find(const struct dra_state *st, const char
 
 /* ------------------------------------------------------------ files */
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    int r = flag == FTW_DP ? rmdir(path) : unlink(path);
-    return r < 0 && errno != ENOENT ? -errno : 0;
-}
-
 /* Removes everything prepare may have written for uid. */
 static int remove_claim_files(const struct dra_state *st, const char *uid)
 {
@@ -288,13 +280,13 @@ static int remove_claim_files(const struct dra_state *st, const char *uid)
         return -errno;
     if (snprintf(path, sizeof(path), "%s/claims/%s", st->cfg->state_dir, uid) >= (int)sizeof(path))
         return r;
-    struct stat sb;
-    if (lstat(path, &sb) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    r = nftw(path, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-    if (r < 0)
-        return -errno;
-    return r; /* 0 or rm_entry's -errno */
+    /* the region is the tenant's: its tmpfs unmounted, everything removed through dir fds,
+     * following nothing (a symlink it left is removed, never what it names) */
+    char region[PATH_MAX + 8];
+    snprintf(region, sizeof(region), "%s/region", path);
+    if ((r = tenant_dir_remove(region)) < 0)
+        return r;
+    return tenant_dir_remove(path);
 }
 
 static const struct dra_gpu *gpu_by_name(const struct dra_prepare_config *cfg, const char *name)
@@ -425,11 +417,11 @@ static int write_share_files(const struct dra_state *st, const struct dra_claim 
     int r;
     if (snprintf(dir, dirlen, "%s/claims/%s", st->cfg->state_dir, c->uid) >= (int)dirlen)
         return -ENAMETOOLONG;
-    if ((r = join(path, sizeof(path), dir, "region")) < 0 || (r = fs_mkdir_p(path, 0755)) < 0)
+    /* processes of the container write their usage there, whatever their uid: a tmpfs of
+     * its own (tenant_dir_make), so what they write there fills only it */
+    enum tenant_dir_how how;
+    if ((r = join(path, sizeof(path), dir, "region")) < 0 || (r = tenant_dir_make(path, &how)) < 0)
         return r;
-    /* processes of the container write their usage there, whatever their uid */
-    if (chmod(path, 0777) < 0)
-        return -errno;
     char uuids[32 * 64] = "";
     for (size_t i = 0; i < pl->n; i++) {
         if (strlen(uuids) + strlen(pl->gpu[i]->uuid) + 2 > sizeof(uuids))
@@ -473,7 +465,6 @@ static int mps_env(json_t *env, const struct plan *pl)
     char v[32 * 48 + 64];
     unsigned pct = pl->share_res->has_cores ? (unsigned)pl->share_res->cores : 100;
     json_array_append_new(env, json_string("CUDA_MPS_PIPE_DIRECTORY=" DRA_CONTAINER_MPS_PIPE));
-    json_array_append_new(env, json_string("CUDA_MPS_LOG_DIRECTORY=" DRA_CONTAINER_MPS_LOG));
     snprintf(v, sizeof(v), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%u", pct);
     json_array_append_new(env, json_string(v));
     uint64_t mem = pl->share_res->has_memory ? pl->share_res->memory : 0;
@@ -492,7 +483,7 @@ static int mps_env(json_t *env, const struct plan *pl)
 }
 
 static int write_spec(const struct dra_state *st, const struct dra_claim *c, const struct plan *pl,
-                      const char *share_dir, const char *mps_pipe, const char *mps_log)
+                      const char *share_dir, const char *mps_pipe, const char *mps_shm)
 {
     const struct dra_prepare_config *cfg = st->cfg;
     char kind[300], path[PATH_MAX], name[300];
@@ -519,9 +510,10 @@ static int write_spec(const struct dra_state *st, const struct dra_claim *c, con
     if (pl->mps) {
         json_t *mounts = json_array();
         json_array_append_new(mounts, mount(mps_pipe, DRA_CONTAINER_MPS_PIPE, false));
-        json_array_append_new(mounts, mount(mps_log, DRA_CONTAINER_MPS_LOG, false));
-        /* MPS clients and their server share memory through /dev/shm */
-        json_array_append_new(mounts, mount("/dev/shm", "/dev/shm", false));
+        /* MPS clients and their server share memory through /dev/shm: the claim's daemon's
+         * own tmpfs, never the host's (issue 22, F7); no log dir (the root daemon writes
+         * there: a directory a container can write is one where it plants symlinks) */
+        json_array_append_new(mounts, mount(mps_shm, "/dev/shm", false));
         json_object_set_new(edits, "mounts", mounts);
         if ((r = mps_env(json_object_get(edits, "env"), pl)) < 0) {
             json_decref(edits);
@@ -630,7 +622,7 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
     if (r < 0)
         return r;
     struct plan pl;
-    char share_dir[PATH_MAX] = "", mps_pipe[PATH_MAX] = "", mps_log[PATH_MAX] = "";
+    char share_dir[PATH_MAX] = "", mps_pipe[PATH_MAX] = "", mps_shm[PATH_MAX] = "";
     bool mps_started = false;
     if ((r = make_plan(st, c, &pl, err, errlen)) < 0)
         goto out;
@@ -644,7 +636,7 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
         r = m->start ? m->start(m->ctx, uid, pl.uuids, (unsigned)pl.n,
                                 pl.share_res->has_cores ? (unsigned)pl.share_res->cores : 100,
                                 pl.share_res->has_memory ? pl.share_res->memory : 0, mps_pipe,
-                                mps_log, sizeof(mps_pipe), why, sizeof(why))
+                                mps_shm, sizeof(mps_pipe), why, sizeof(why))
                      : -EOPNOTSUPP;
         if (r < 0) {
             errbuf_printf(err, errlen, "claim %s: cannot start its MPS control daemon: %s", uid,
@@ -659,7 +651,7 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
                       st->cfg->state_dir, strerror(-r));
         goto undo;
     }
-    if ((r = write_spec(st, c, &pl, share_dir, mps_pipe, mps_log)) < 0) {
+    if ((r = write_spec(st, c, &pl, share_dir, mps_pipe, mps_shm)) < 0) {
         errbuf_printf(err, errlen, "claim %s: cannot write its CDI spec in %s: %s", uid,
                       st->cfg->cdi_dir, strerror(-r));
         goto undo;
