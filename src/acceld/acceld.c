@@ -1103,7 +1103,8 @@ static void podres_list(struct agent *a)
 static int dra_start(struct agent *a)
 {
 #ifdef ACCELD_HAVE_DRA
-    struct acceld_dra_options o = {a->loop, &a->cfg, a->inv, a->dra_pos, a->n_dra, a->stats};
+    struct acceld_dra_options o = {a->loop,  &a->cfg,   a->inv, a->dra_pos,
+                                   a->n_dra, a->stats, a->nvml};
     int r = acceld_dra_new(&o, &a->dra);
     if (r < 0) {
         a->config_error = r == -EINVAL;

@@ -14,10 +14,12 @@
 #include "evloop.h"
 #include "fs.h"
 #include "health.h"
+#include "hostcheck.h"
 #include "inventory.h"
 #include "log.h"
 #include "mps-supervisor.h"
 #include "nvml.h"
+#include "objects.h"
 #include "acceld-stats.h"
 #include "tenant-fs.h"
 #include "util.h"
@@ -87,6 +89,16 @@ struct acceld_dra {
     struct mps_claim **mps;
     size_t n_mps;
     struct mps_claim *stopping; /* unprepared claims whose daemon is still quitting */
+    /* the host-side check of shared claims (dra.checkInterval) */
+    struct gpu_nvml *nvml; /* borrowed; NULL: none */
+    struct hostcheck_state *cstate;
+    uint64_t check_timer;
+    json_t *check_json;   /* the last pass, for dra-status.json */
+    json_t *check_recent; /* its last 32 findings, newest last */
+    struct {
+        char key[200];
+        int64_t at;
+    } posted[64]; /* Events posted lately: one per (claim, pod, reason) every 5 minutes */
 };
 
 /* The marketing name of an architecture from the compute capability. */
@@ -139,6 +151,8 @@ static void write_status(struct acceld_dra *a)
                   "error", err, "counts", "creates", (json_int_t)st.creates, "updates",
                   (json_int_t)st.updates, "deletes", (json_int_t)st.deletes, "conflicts",
                   (json_int_t)st.conflicts, "failures", (json_int_t)st.failures, "devices", devs);
+    if (o && a->check_json)
+        json_object_set(o, "hostCheck", a->check_json);
     char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
     json_decref(o);
     if (!text || fs_write_atomic(a->status_path, text, strlen(text), 0644) < 0)
@@ -157,6 +171,7 @@ static void publish(struct acceld_dra *a)
 }
 
 static void recovery_arm(struct acceld_dra *a);
+static void check_arm(struct acceld_dra *a);
 
 /* Copies the health state into the slice's device: an unhealthy GPU gets a
  * taint, NoExecute when it is lost (fallen off the bus, XID 79) or had a
@@ -669,8 +684,9 @@ static const char *const at_start_keys[] = {
 };
 /* Keys SIGHUP applies in DRA mode. */
 static const char *const live_keys[] = {
-    "logLevel",       "health.ignoredXids", "health.recoverAfter",  "dra.sharing",
-    "dra.gpuSharing", "dra.taintEffect",    "dra.fatalTaintEffect",
+    "logLevel",        "health.ignoredXids",  "health.recoverAfter",  "dra.sharing",
+    "dra.gpuSharing",  "dra.taintEffect",     "dra.fatalTaintEffect", "dra.overQuotaAction",
+    "dra.checkInterval", "procRoot",
 };
 
 static bool in_list(const char *key, const char *const *list, size_t n)
@@ -695,6 +711,8 @@ static void apply_config(struct acceld_dra *a, const struct acceld_config *n)
     publish(a);
     a->recovery_timer = (ev_loop_cancel_timer(a->loop, a->recovery_timer), 0);
     recovery_arm(a);
+    a->check_timer = (ev_loop_cancel_timer(a->loop, a->check_timer), 0);
+    check_arm(a);
 }
 
 void acceld_dra_reload(struct acceld_dra *a, const struct acceld_config *n, bool log_refused)
@@ -814,11 +832,199 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
     }
     publish(a);
     recovery_arm(a);
+    if (a->nvml && hostcheck_state_new(&a->cstate) == 0)
+        check_arm(a);
     return 0;
+}
+
+/* ------------------------------------------------------------ host-side check */
+
+/* The shared claims' pods, checked as the vGPU mode's containers are (src/hostcheck; issue 22,
+ * F10): each (pod, GPU) of a prepared libvcuda share is a target with the claim's memory and
+ * cores and its region dir; the claim's pods are the ones it was reserved for at prepare. */
+
+/* Whether key was posted less than 5 minutes ago; if not, it is recorded now. */
+static bool posted_lately(struct acceld_dra *a, const char *key, int64_t now)
+{
+    size_t oldest = 0;
+    for (size_t i = 0; i < ARRAY_SIZE(a->posted); i++) {
+        if (a->posted[i].at && strcmp(a->posted[i].key, key) == 0) {
+            if (now - a->posted[i].at < 300)
+                return true;
+            oldest = i;
+            break;
+        }
+        if (a->posted[i].at < a->posted[oldest].at)
+            oldest = i;
+    }
+    snprintf(a->posted[oldest].key, sizeof(a->posted[oldest].key), "%s", key);
+    a->posted[oldest].at = now;
+    return false;
+}
+
+static void on_event_posted(struct kube_client *c, const struct kube_response *resp, void *ud)
+{
+    (void)c, (void)ud;
+    if (resp->error)
+        log_warn("dra: cannot post the host-side check's Event: %s", resp->error);
+}
+
+static const char *const check_reason[] = {
+    [HOSTCHECK_OVER_QUOTA] = "DRAShareOverQuota",
+    [HOSTCHECK_UNDER_REPORT] = "DRAShareUsageUnderReported",
+    [HOSTCHECK_OVER_SHARE] = "DRAShareComputeOverShare",
+    [HOSTCHECK_FOREIGN_GPU] = "DRAShareForeignGPU",
+    [HOSTCHECK_REGION_BAD] = "DRAShareRegionInvalid",
+};
+
+static void check_report(struct acceld_dra *a, const struct hostcheck_target *t,
+                         const struct hostcheck_finding *f, const char *claim_uid, json_t *arr)
+{
+    const struct hostcheck_target *g = &t[f->target];
+    char msg[1024], act[160];
+    hostcheck_describe(f, t, "dra", msg, sizeof(msg));
+    hostcheck_action_text(f, "dra", act, sizeof(act));
+    if (f->kind == HOSTCHECK_OVER_QUOTA || f->kind == HOSTCHECK_FOREIGN_GPU)
+        log_error("dra check: %s/%s %s", g->ns, g->pod, msg);
+    else
+        log_warn("dra check: %s/%s %s", g->ns, g->pod, msg);
+    if (a->stats)
+        acceld_stats_quota(a->stats,
+                           f->kind == HOSTCHECK_OVER_SHARE ? ACCELD_STATS_QUOTA_COMPUTE
+                           : f->kind == HOSTCHECK_UNDER_REPORT || f->kind == HOSTCHECK_REGION_BAD
+                               ? ACCELD_STATS_QUOTA_UNDER_REPORT
+                               : ACCELD_STATS_QUOTA_MEMORY,
+                           f->killed ? ACCELD_STATS_ACTION_KILL : ACCELD_STATS_ACTION_NONE);
+    json_t *o = json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s}", "time",
+                          (json_int_t)time(NULL), "kind", hostcheck_kind_name(f->kind), "claim",
+                          claim_uid, "namespace", g->ns, "pod", g->pod, "gpu", f->gpu, "pid",
+                          (json_int_t)f->pid, "used", (json_int_t)f->used, "limit",
+                          (json_int_t)f->limit, "action", act, "message", msg);
+    if (o) {
+        json_array_append(arr, o);
+        if (!a->check_recent)
+            a->check_recent = json_array();
+        json_array_append_new(a->check_recent, o);
+        while (json_array_size(a->check_recent) > 32)
+            json_array_remove(a->check_recent, 0);
+    }
+    int64_t now = (int64_t)time(NULL);
+    char key[200];
+    snprintf(key, sizeof(key), "%s/%s/%s", claim_uid, g->pod_uid, check_reason[f->kind]);
+    if (!a->client || posted_lately(a, key, now))
+        return;
+    struct kube_event_spec spec = {g->ns,   g->pod, g->pod_uid, KUBE_EVENT_WARNING, check_reason[f->kind],
+                                   msg,     "acceld", a->node, now};
+    char *body = NULL, path[400];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", g->ns);
+    if (kube_event_json(&spec, &body) == 0)
+        kube_client_request(a->client, "POST", path, "application/json", body, on_event_posted, a,
+                            NULL);
+    free(body);
+}
+
+static void check_once(struct acceld_dra *a)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < dra_state_count(a->state); i++) {
+        const struct dra_prepared *p = dra_state_get(a->state, i);
+        if (p->share)
+            cap += p->n_pods * p->share_n;
+    }
+    struct hostcheck_target *t = calloc(cap ? cap : 1, sizeof(*t));
+    const char **owner = calloc(cap ? cap : 1, sizeof(*owner)); /* each target's claim uid */
+    char(*uuid)[96] = calloc(cap ? cap : 1, sizeof(*uuid));
+    char(*region)[PATH_MAX] = calloc(cap ? cap : 1, sizeof(*region));
+    char(*label)[300] = calloc(cap ? cap : 1, sizeof(*label));
+    size_t k = 0;
+    for (size_t i = 0; t && owner && uuid && region && label && i < dra_state_count(a->state);
+         i++) {
+        const struct dra_prepared *p = dra_state_get(a->state, i);
+        if (!p->share)
+            continue;
+        const char *u = p->share_uuids;
+        for (unsigned d = 0; d < p->share_n && u && *u; d++) {
+            size_t len = strcspn(u, ",");
+            for (size_t j = 0; j < p->n_pods && k < cap; j++, k++) {
+                snprintf(uuid[k], sizeof(uuid[k]), "%.*s", (int)(len < 95 ? len : 95), u);
+                snprintf(region[k], sizeof(region[k]), "%s/claims/%s/region", a->cfg->state_dir,
+                         p->uid);
+                snprintf(label[k], sizeof(label[k]), "of claim %s", p->share_name);
+                owner[k] = p->uid;
+                t[k] = (struct hostcheck_target){
+                    .pod_uid = p->pods[j].uid,
+                    .ns = p->share_ns,
+                    .pod = p->pods[j].name,
+                    .container = label[k],
+                    .gpu_uuid = uuid[k],
+                    /* no memory consumed: no memory limit */
+                    .memory_limit = p->share_memory ? p->share_memory : (1ull << 62),
+                    .region_dir = region[k],
+                    .region_dev = d,
+                    .cores = p->share_cores,
+                };
+            }
+            u += len + (u[len] == ',');
+        }
+    }
+    struct hostcheck_finding f[32];
+    size_t nf = 0;
+    struct hostcheck_options o = {
+        .proc_root = a->cfg->proc_root,
+        .action = a->cfg->dra_over_quota_kill ? HOSTCHECK_ACTION_KILL : HOSTCHECK_ACTION_NONE,
+        .state = a->cstate,
+        .all_gpus = true,
+    };
+    int r = t && owner && uuid && region && label
+                ? hostcheck_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf)
+                : -ENOMEM;
+    if (r < 0)
+        log_warn("dra check: cannot read every GPU's processes: %s", strerror(-r));
+    nf = nf < ARRAY_SIZE(f) ? nf : ARRAY_SIZE(f);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < nf && arr; i++)
+        check_report(a, t, &f[i], owner[f[i].target], arr);
+    json_decref(a->check_json);
+    a->check_json =
+        json_pack("{s:I,s:s,s:I,s:I,s:o,s:O}", "time", (json_int_t)time(NULL), "overQuotaAction",
+                  hostcheck_action_name(o.action), "checkIntervalMs",
+                  (json_int_t)(a->cfg->dra_check_interval_ns / 1000000), "targets", (json_int_t)k,
+                  "findings", arr ? arr : json_array(), "recentFindings",
+                  a->check_recent ? a->check_recent : json_array());
+    free(t);
+    free(owner);
+    free(uuid);
+    free(region);
+    free(label);
+    if (nf || a->check_json)
+        write_status(a);
+}
+
+static void on_check(struct ev_loop *loop, void *user_data)
+{
+    (void)loop;
+    struct acceld_dra *a = user_data;
+    a->check_timer = 0;
+    check_once(a);
+    check_arm(a);
+}
+
+static void check_arm(struct acceld_dra *a)
+{
+    if (a->check_timer || !a->nvml || !a->cstate || a->cfg->dra_check_interval_ns == 0)
+        return;
+    ev_loop_add_timer(a->loop, a->cfg->dra_check_interval_ns, on_check, a, &a->check_timer);
 }
 
 static void stop(struct acceld_dra *a)
 {
+    if (a->check_timer)
+        ev_loop_cancel_timer(a->loop, a->check_timer);
+    a->check_timer = 0;
+    a->cstate = hostcheck_state_free(a->cstate);
+    json_decref(a->check_json);
+    json_decref(a->check_recent);
+    a->check_json = a->check_recent = NULL;
     a->plugin = dra_plugin_free(a->plugin);
     if (a->recovery_timer)
         ev_loop_cancel_timer(a->loop, a->recovery_timer);
@@ -858,6 +1064,7 @@ int acceld_dra_new(const struct acceld_dra_options *o, struct acceld_dra **ret)
     a->loop = o->loop;
     a->inv = o->inv;
     a->stats = o->stats;
+    a->nvml = o->nvml;
     log_info("acceld DRA side: driver %s, %zu GPU(s), registry %s, state %s", ACCELD_DRA_DRIVER,
              o->n_gpus, a->cfg->dra_registry_dir, a->cfg->state_dir);
     int r = start(a, o->gpus, o->n_gpus);
@@ -1064,7 +1271,8 @@ static int run_start(struct dra_run *d, int sig_fd)
         free(pos);
         return r;
     }
-    struct acceld_dra_options o = {d->loop, cfg, d->inv, pos, (size_t)d->inv->count, d->stats};
+    struct acceld_dra_options o = {
+        d->loop, cfg, d->inv, pos, (size_t)d->inv->count, d->stats, d->nvml};
     r = acceld_dra_new(&o, &d->dra);
     free(pos);
     if (r < 0) {

@@ -31,18 +31,28 @@ struct dra_result {
     uint64_t cores;  /* percent of the GPU's compute, 1..100 */
 };
 
+/* A pod the claim is reserved for (status.reservedFor, resource "pods"): the pods whose
+ * containers use it, which the host-side check maps processes to through their cgroups. */
+struct dra_consumer {
+    char *name;
+    char *uid;
+};
+
 struct dra_claim {
     char *namespace_;
     char *name;
     char *uid;
     struct dra_result *results;
     size_t n_results;
+    struct dra_consumer *pods; /* status.reservedFor's pods; entries of other kinds skipped */
+    size_t n_pods;
 };
 
 void dra_claim_free(struct dra_claim *c); /* NULL ok */
 
 /* Parses one ResourceClaim as `kubectl get resourceclaim -o json` prints it
- * (metadata.{namespace,name,uid}, status.allocation.devices.results[]).
+ * (metadata.{namespace,name,uid}, status.allocation.devices.results[],
+ * status.reservedFor[] of resource "pods" — at most 256, names and uids checked).
  * A claim without status.allocation is an error (not allocated yet).
  * Returns 0, -EINVAL (message in err) or -ENOMEM. */
 int dra_claim_parse(const char *json, size_t len, struct dra_claim **ret, char *err, size_t errlen);
@@ -169,6 +179,17 @@ struct dra_prepared {
     char *uid;
     struct dra_prepared_device *devices;
     size_t n_devices;
+    /* a libvcuda share: what the host-side check compares its pods' processes with
+     * (checkpointed; a checkpoint written before issue 22 has none: share_n 0) */
+    bool share;
+    char *share_ns;     /* the claim's namespace (its pods') */
+    char *share_name;   /* the claim's name */
+    char *share_uuids;  /* its GPUs, comma-separated */
+    unsigned share_n;   /* how many */
+    unsigned share_cores;    /* % per GPU, 0: none consumed */
+    uint64_t share_memory;   /* bytes per GPU, 0: none consumed */
+    struct dra_consumer *pods; /* the pods it was reserved for at prepare */
+    size_t n_pods;
     /* an MPS claim: its daemon's GPUs and caps (checkpointed, so that a
      * restarted acceld starts the daemon again) */
     bool mps;

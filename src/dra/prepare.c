@@ -31,6 +31,88 @@ struct dra_state {
     size_t n_claims;
 };
 
+static char *dup_str(json_t *o, const char *key);
+
+/* ------------------------------------------------------------ a share's check record */
+
+static void share_clear(struct dra_prepared *p)
+{
+    for (size_t i = 0; i < p->n_pods; i++) {
+        free(p->pods[i].name);
+        free(p->pods[i].uid);
+    }
+    free(p->pods);
+    free(p->share_ns);
+    free(p->share_name);
+    free(p->share_uuids);
+}
+
+/* What the host-side check needs of a libvcuda share: its GPUs, caps and pods. */
+static int share_record(struct dra_prepared *p, const struct dra_claim *c, const char *uuids,
+                        unsigned n, unsigned cores, uint64_t memory)
+{
+    p->share = true;
+    p->share_n = n;
+    p->share_cores = cores;
+    p->share_memory = memory;
+    p->share_ns = strdup(c->namespace_);
+    p->share_name = strdup(c->name);
+    p->share_uuids = strdup(uuids);
+    p->pods = calloc(c->n_pods ? c->n_pods : 1, sizeof(*p->pods));
+    if (!p->share_ns || !p->share_name || !p->share_uuids || !p->pods)
+        return -ENOMEM;
+    for (size_t i = 0; i < c->n_pods; i++) {
+        p->pods[i].name = strdup(c->pods[i].name);
+        p->pods[i].uid = strdup(c->pods[i].uid);
+        p->n_pods = i + 1;
+        if (!p->pods[i].name || !p->pods[i].uid)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static json_t *share_to_json(const struct dra_prepared *p)
+{
+    json_t *pods = json_array();
+    for (size_t i = 0; i < p->n_pods; i++)
+        json_array_append_new(pods,
+                              json_pack("{s:s,s:s}", "name", p->pods[i].name, "uid", p->pods[i].uid));
+    return json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:o}", "namespace", p->share_ns, "name",
+                     p->share_name, "uuids", p->share_uuids, "n", (int)p->share_n, "cores",
+                     (int)p->share_cores, "memory", (json_int_t)p->share_memory, "pods", pods);
+}
+
+static int share_from_json(json_t *o, struct dra_prepared *p)
+{
+    json_t *nv = json_object_get(o, "n"), *cv = json_object_get(o, "cores"),
+           *mv = json_object_get(o, "memory"), *pods = json_object_get(o, "pods");
+    p->share = true;
+    p->share_ns = dup_str(o, "namespace");
+    p->share_name = dup_str(o, "name");
+    p->share_uuids = dup_str(o, "uuids");
+    if (!p->share_ns || !p->share_name || !p->share_uuids || !json_is_integer(nv) ||
+        !json_is_integer(cv) || !json_is_integer(mv) || !json_is_array(pods) ||
+        json_integer_value(nv) < 1 || json_integer_value(nv) > 32 ||
+        json_integer_value(cv) < 0 || json_integer_value(cv) > 100 ||
+        json_integer_value(mv) < 0 || json_array_size(pods) > 256)
+        return -EINVAL;
+    p->share_n = (unsigned)json_integer_value(nv);
+    p->share_cores = (unsigned)json_integer_value(cv);
+    p->share_memory = (uint64_t)json_integer_value(mv);
+    p->pods = calloc(json_array_size(pods) ? json_array_size(pods) : 1, sizeof(*p->pods));
+    if (!p->pods)
+        return -ENOMEM;
+    for (size_t i = 0; i < json_array_size(pods); i++) {
+        json_t *e = json_array_get(pods, i);
+        p->pods[i].name = dup_str(e, "name");
+        p->pods[i].uid = dup_str(e, "uid");
+        p->n_pods = i + 1;
+        if (!p->pods[i].name || !p->pods[i].uid)
+            return -EINVAL;
+    }
+    return 0;
+}
+
 static void prepared_clear(struct dra_prepared *p)
 {
     for (size_t i = 0; i < p->n_devices; i++) {
@@ -45,6 +127,7 @@ static void prepared_clear(struct dra_prepared *p)
     free(p->devices);
     free(p->uid);
     free(p->mps_uuids);
+    share_clear(p);
     memset(p, 0, sizeof(*p));
 }
 
@@ -90,6 +173,8 @@ static json_t *prepared_to_json(const struct dra_prepared *p)
                                               d->pool, "device", d->device, "cdi", d->cdi_id));
     }
     json_t *o = json_pack("{s:s,s:o}", "uid", p->uid, "devices", devs);
+    if (o && p->share)
+        json_object_set_new(o, "share", share_to_json(p));
     if (o && p->mps)
         json_object_set_new(o, "mps",
                             json_pack("{s:s,s:i,s:i,s:I}", "uuids", p->mps_uuids, "n",
@@ -153,6 +238,10 @@ static int prepared_from_json(json_t *o, struct dra_prepared *p)
                 return -EINVAL;
         }
     }
+    json_t *share = json_object_get(o, "share");
+    int r;
+    if (share && (r = share_from_json(share, p)) < 0)
+        return r;
     json_t *mps = json_object_get(o, "mps");
     if (mps) {
         json_t *nv = json_object_get(mps, "n"), *pv = json_object_get(mps, "cores"),
@@ -588,6 +677,11 @@ static int record(struct dra_state *st, const struct dra_claim *c, const struct 
         if (!d->pool || !d->device || !d->cdi_id)
             goto nomem;
     }
+    if (pl->share && !pl->mps &&
+        share_record(p, c, pl->uuids, (unsigned)pl->n,
+                     pl->share_res->has_cores ? (unsigned)pl->share_res->cores : 0,
+                     pl->share_res->has_memory ? pl->share_res->memory : 0) < 0)
+        goto nomem;
     if (pl->mps) {
         p->mps = true;
         p->mps_n = (unsigned)pl->n;

@@ -43,6 +43,31 @@ TEST(claim_parses_results)
     dra_claim_free(c);
 }
 
+/* status.reservedFor: the pods the host-side check maps processes to (issue 22, F10); other
+ * consumers are skipped, a pod entry that names no pod is refused. */
+TEST(claim_reserved_for_pods)
+{
+    static const char j[] =
+        "{\"metadata\":{\"namespace\":\"n\",\"name\":\"c\",\"uid\":\"u\"},\"status\":{"
+        "\"allocation\":{\"devices\":{\"results\":[]}},\"reservedFor\":["
+        "{\"resource\":\"pods\",\"name\":\"p\",\"uid\":\"0b6c4a3e-7777\"},"
+        "{\"apiGroup\":\"apps\",\"resource\":\"deployments\",\"name\":\"d\",\"uid\":\"x\"}]}}";
+    struct dra_claim *c = NULL;
+    char err[256] = "";
+    REQUIRE_EQ_INT(dra_claim_parse(j, strlen(j), &c, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(c->n_pods, 1);
+    CHECK_EQ_STR(c->pods[0].name, "p");
+    CHECK_EQ_STR(c->pods[0].uid, "0b6c4a3e-7777");
+    dra_claim_free(c);
+    static const char bad[] =
+        "{\"metadata\":{\"namespace\":\"n\",\"name\":\"c\",\"uid\":\"u\"},\"status\":{"
+        "\"allocation\":{\"devices\":{\"results\":[]}},\"reservedFor\":["
+        "{\"resource\":\"pods\",\"name\":\"../p\",\"uid\":\"u\"}]}}";
+    c = NULL;
+    CHECK_EQ_INT(dra_claim_parse(bad, strlen(bad), &c, err, sizeof(err)), -EINVAL);
+    CHECK(c == NULL && strstr(err, "reservedFor") != NULL);
+}
+
 TEST(claim_rejections_say_why)
 {
     static const struct {
