@@ -101,7 +101,7 @@ struct agent {
     uint64_t recovery_timer;
     uint64_t vgpu_check_timer;              /* the host-side check (vgpu.checkInterval) */
     struct vgpu_status_recent *vgpu_recent; /* its last findings (accelctl vgpu) */
-    struct hostcheck_state *vgpu_cstate;   /* its compute half's memory (NULL: off) */
+    struct hostcheck_state *vgpu_cstate;    /* its compute half's memory (NULL: off) */
     uint64_t vgpu_thaw_timer;               /* thaws what vgpu.computeAction froze */
     /* the agent's SLIs (acceld-stats.h), written to <stateDir>/acceld-stats.json */
     struct acceld_stats *stats;
@@ -1110,7 +1110,7 @@ static void podres_list(struct agent *a)
 static int dra_start(struct agent *a)
 {
 #ifdef ACCELD_HAVE_DRA
-    struct acceld_dra_options o = {a->loop,  &a->cfg,   a->inv, a->dra_pos,
+    struct acceld_dra_options o = {a->loop,  &a->cfg,  a->inv, a->dra_pos,
                                    a->n_dra, a->stats, a->nvml};
     int r = acceld_dra_new(&o, &a->dra);
     if (r < 0) {

@@ -66,10 +66,10 @@ struct set {
     struct mps_sup *sup;
     size_t index;
     char *name;
-    char *cmds;     /* the defaults commands, then the check */
-    char *defaults; /* the defaults commands alone (restoring them) */
-    char *probe;    /* the probe: server list, default percentage, default pinned limits */
-    char **envp;    /* environ with the set's three variables */
+    char *cmds;         /* the defaults commands, then the check */
+    char *defaults;     /* the defaults commands alone (restoring them) */
+    char *probe;        /* the probe: server list, default percentage, default pinned limits */
+    char **envp;        /* environ with the set's three variables */
     char dir[PATH_MAX]; /* RUN_DIR/mps-<name>: acceld's; only pipe/ and shm/ are handed out */
     char pipe_dir[PATH_MAX];
     char log_dir[PATH_MAX];
@@ -90,7 +90,7 @@ struct set {
     uint64_t timer_id; /* probe, config retry or restart */
     uint64_t backoff_ns;
     unsigned restarts;
-    unsigned caps_restored;   /* servers (or defaults) whose lifted caps were restored */
+    unsigned caps_restored;    /* servers (or defaults) whose lifted caps were restored */
     unsigned default_restores; /* in a row */
     struct job job;
     pid_t servers[MAX_SERVERS]; /* listed by the last probe */
@@ -329,8 +329,10 @@ static void probe_done(struct set *s, char *out)
             set_fail(s, why);
             return;
         }
-        snprintf(why, sizeof(why), "default active thread percentage %g, or a default pinned "
-                 "memory limit, not the set's (%u %%)", pct, s->thread_pct);
+        snprintf(why, sizeof(why),
+                 "default active thread percentage %g, or a default pinned "
+                 "memory limit, not the set's (%u %%)",
+                 pct, s->thread_pct);
         report_caps(s, 0, why);
         used += (size_t)snprintf(s->restore, sizeof(s->restore), "%s", s->defaults);
     } else {
@@ -345,9 +347,9 @@ static void probe_done(struct set *s, char *out)
         if (e == lines[i] || *e || pid <= 0 || pid > INT32_MAX)
             continue;
         s->servers[s->n_servers++] = (pid_t)pid;
-        cu += (size_t)snprintf(s->status_cmds + cu, sizeof(s->status_cmds) - cu,
-                               "get_server_status %ld\nget_active_thread_percentage %ld\n", pid,
-                               pid);
+        cu +=
+            (size_t)snprintf(s->status_cmds + cu, sizeof(s->status_cmds) - cu,
+                             "get_server_status %ld\nget_active_thread_percentage %ld\n", pid, pid);
         for (size_t k = 0; k < d && cu < sizeof(s->status_cmds); k++)
             cu += (size_t)snprintf(s->status_cmds + cu, sizeof(s->status_cmds) - cu,
                                    "get_device_pinned_mem_limit %ld %zu\n", pid, k);
@@ -389,9 +391,9 @@ static void status_done(struct set *s, char *out)
         if (pct >= 0 && pct > s->thread_pct + 0.05) {
             snprintf(what, sizeof(what), "active thread percentage %g over the set's %u", pct,
                      s->thread_pct);
-            used += (size_t)snprintf(s->restore + used, sizeof(s->restore) - used,
-                                     "set_active_thread_percentage %d %u\n", (int)pid,
-                                     s->thread_pct);
+            used +=
+                (size_t)snprintf(s->restore + used, sizeof(s->restore) - used,
+                                 "set_active_thread_percentage %d %u\n", (int)pid, s->thread_pct);
         }
         for (size_t k = 0; k < d && used < sizeof(s->restore); k++) {
             uint64_t v;
@@ -691,10 +693,9 @@ static int spawn_daemon(struct set *s, char *why, size_t whylen)
     if (pid == 0) {
         int step = 0;
         setsid();
-        if (s->shm_own &&
-            ((step = 1, unshare(CLONE_NEWNS) < 0) ||
-             (step = 2, mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) ||
-             (step = 3, mount(s->shm_dir, "/dev/shm", NULL, MS_BIND, NULL) < 0)))
+        if (s->shm_own && ((step = 1, unshare(CLONE_NEWNS) < 0) ||
+                           (step = 2, mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) ||
+                           (step = 3, mount(s->shm_dir, "/dev/shm", NULL, MS_BIND, NULL) < 0)))
             goto child_fail;
         step = 4;
         if (devnull >= 0 && (dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 || dup2(devnull, 2) < 0))
@@ -718,8 +719,11 @@ static int spawn_daemon(struct set *s, char *why, size_t whylen)
     close(errp[0]);
     int pidfd = pidfd_open_(pid); /* not reaped yet: this is our child */
     if (n == (ssize_t)sizeof(msg) || pidfd < 0) {
-        static const char *const steps[] = {"?", "unshare(CLONE_NEWNS)", "mount --make-rslave /",
-                                            "bind its shm on /dev/shm", "redirect its output",
+        static const char *const steps[] = {"?",
+                                            "unshare(CLONE_NEWNS)",
+                                            "mount --make-rslave /",
+                                            "bind its shm on /dev/shm",
+                                            "redirect its output",
                                             "exec"};
         snprintf(why, whylen, "cannot start %s -f: %s: %s", exe,
                  steps[msg[0] >= 1 && msg[0] <= 5 ? msg[0] : 0],
@@ -924,8 +928,7 @@ int mps_sup_new(struct ev_loop *loop, const struct mps_sup_opts *opts,
             r = -ENOMEM;
             break;
         }
-        size_t len = (size_t)snprintf(s->defaults, cap,
-                                      "set_default_active_thread_percentage %u\n",
+        size_t len = (size_t)snprintf(s->defaults, cap, "set_default_active_thread_percentage %u\n",
                                       sets[i].thread_pct);
         size_t plen = (size_t)snprintf(s->probe, cap,
                                        "get_server_list\nget_default_active_thread_percentage\n");

@@ -691,8 +691,8 @@ static const char *const at_start_keys[] = {
 };
 /* Keys SIGHUP applies in DRA mode. */
 static const char *const live_keys[] = {
-    "logLevel",        "health.ignoredXids",  "health.recoverAfter",  "dra.sharing",
-    "dra.gpuSharing",  "dra.taintEffect",     "dra.fatalTaintEffect", "dra.overQuotaAction",
+    "logLevel",          "health.ignoredXids", "health.recoverAfter",  "dra.sharing",
+    "dra.gpuSharing",    "dra.taintEffect",    "dra.fatalTaintEffect", "dra.overQuotaAction",
     "dra.checkInterval", "procRoot",
 };
 
@@ -925,8 +925,9 @@ static void check_report(struct acceld_dra *a, const struct hostcheck_target *t,
     snprintf(key, sizeof(key), "%s/%s/%s", claim_uid, g->pod_uid, check_reason[f->kind]);
     if (!a->client || posted_lately(a, key, now))
         return;
-    struct kube_event_spec spec = {g->ns,   g->pod, g->pod_uid, KUBE_EVENT_WARNING, check_reason[f->kind],
-                                   msg,     "acceld", a->node, now};
+    struct kube_event_spec spec = {
+        g->ns,    g->pod,  g->pod_uid, KUBE_EVENT_WARNING, check_reason[f->kind], msg,
+        "acceld", a->node, now};
     char *body = NULL, path[400];
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", g->ns);
     if (kube_event_json(&spec, &body) == 0)
@@ -997,12 +998,11 @@ static void check_once(struct acceld_dra *a)
     for (size_t i = 0; i < nf && arr; i++)
         check_report(a, t, &f[i], owner[f[i].target], arr);
     json_decref(a->check_json);
-    a->check_json =
-        json_pack("{s:I,s:s,s:I,s:I,s:o,s:O}", "time", (json_int_t)time(NULL), "overQuotaAction",
-                  hostcheck_action_name(o.action), "checkIntervalMs",
-                  (json_int_t)(a->cfg->dra_check_interval_ns / 1000000), "targets", (json_int_t)k,
-                  "findings", arr ? arr : json_array(), "recentFindings",
-                  a->check_recent ? a->check_recent : json_array());
+    a->check_json = json_pack("{s:I,s:s,s:I,s:I,s:o,s:O}", "time", (json_int_t)time(NULL),
+                              "overQuotaAction", hostcheck_action_name(o.action), "checkIntervalMs",
+                              (json_int_t)(a->cfg->dra_check_interval_ns / 1000000), "targets",
+                              (json_int_t)k, "findings", arr ? arr : json_array(), "recentFindings",
+                              a->check_recent ? a->check_recent : json_array());
     free(t);
     free(owner);
     free(uuid);
@@ -1283,8 +1283,8 @@ static int run_start(struct dra_run *d, int sig_fd)
         free(pos);
         return r;
     }
-    struct acceld_dra_options o = {
-        d->loop, cfg, d->inv, pos, (size_t)d->inv->count, d->stats, d->nvml};
+    struct acceld_dra_options o = {d->loop,  cfg,    d->inv, pos, (size_t)d->inv->count,
+                                   d->stats, d->nvml};
     r = acceld_dra_new(&o, &d->dra);
     free(pos);
     if (r < 0) {

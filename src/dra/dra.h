@@ -182,12 +182,12 @@ struct dra_prepared {
     /* a libvcuda share: what the host-side check compares its pods' processes with
      * (checkpointed; a checkpoint written before issue 22 has none: share_n 0) */
     bool share;
-    char *share_ns;     /* the claim's namespace (its pods') */
-    char *share_name;   /* the claim's name */
-    char *share_uuids;  /* its GPUs, comma-separated */
-    unsigned share_n;   /* how many */
-    unsigned share_cores;    /* % per GPU, 0: none consumed */
-    uint64_t share_memory;   /* bytes per GPU, 0: none consumed */
+    char *share_ns;            /* the claim's namespace (its pods') */
+    char *share_name;          /* the claim's name */
+    char *share_uuids;         /* its GPUs, comma-separated */
+    unsigned share_n;          /* how many */
+    unsigned share_cores;      /* % per GPU, 0: none consumed */
+    uint64_t share_memory;     /* bytes per GPU, 0: none consumed */
     struct dra_consumer *pods; /* the pods it was reserved for at prepare */
     size_t n_pods;
     /* an MPS claim: its daemon's GPUs and caps (checkpointed, so that a

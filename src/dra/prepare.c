@@ -75,8 +75,8 @@ static json_t *share_to_json(const struct dra_prepared *p)
 {
     json_t *pods = json_array();
     for (size_t i = 0; i < p->n_pods; i++)
-        json_array_append_new(pods,
-                              json_pack("{s:s,s:s}", "name", p->pods[i].name, "uid", p->pods[i].uid));
+        json_array_append_new(
+            pods, json_pack("{s:s,s:s}", "name", p->pods[i].name, "uid", p->pods[i].uid));
     return json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:o}", "namespace", p->share_ns, "name",
                      p->share_name, "uuids", p->share_uuids, "n", (int)p->share_n, "cores",
                      (int)p->share_cores, "memory", (json_int_t)p->share_memory, "pods", pods);
@@ -92,9 +92,8 @@ static int share_from_json(json_t *o, struct dra_prepared *p)
     p->share_uuids = dup_str(o, "uuids");
     if (!p->share_ns || !p->share_name || !p->share_uuids || !json_is_integer(nv) ||
         !json_is_integer(cv) || !json_is_integer(mv) || !json_is_array(pods) ||
-        json_integer_value(nv) < 1 || json_integer_value(nv) > 32 ||
-        json_integer_value(cv) < 0 || json_integer_value(cv) > 100 ||
-        json_integer_value(mv) < 0 || json_array_size(pods) > 256)
+        json_integer_value(nv) < 1 || json_integer_value(nv) > 32 || json_integer_value(cv) < 0 ||
+        json_integer_value(cv) > 100 || json_integer_value(mv) < 0 || json_array_size(pods) > 256)
         return -EINVAL;
     p->share_n = (unsigned)json_integer_value(nv);
     p->share_cores = (unsigned)json_integer_value(cv);

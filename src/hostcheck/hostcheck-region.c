@@ -41,8 +41,8 @@ int hostcheck_region_parse(const void *bytes, size_t len, struct hostcheck_regio
     if (H64(b, magic) != VC_REGION_MAGIC || H32(b, abi_version) != VC_REGION_ABI ||
         H32(b, header_size) != VC_REGION_HEADER_SIZE || H64(b, region_size) != VC_REGION_SIZE ||
         H32(b, slot_count) != VC_REGION_SLOTS || H32(b, slot_size) != VC_REGION_SLOT_SIZE ||
-        H32(b, slot_offset) != VC_REGION_HEADER_SIZE ||
-        H32(b, device_count) != VC_REGION_DEVICES || H32(b, slot_hwm) > VC_REGION_SLOTS)
+        H32(b, slot_offset) != VC_REGION_HEADER_SIZE || H32(b, device_count) != VC_REGION_DEVICES ||
+        H32(b, slot_hwm) > VC_REGION_SLOTS)
         return -EPROTO;
     /* 64-byte aligned, as a mapping would be: the view's atomics need natural alignment */
     void *buf = aligned_alloc(64, VC_REGION_SIZE);

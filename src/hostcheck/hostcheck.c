@@ -157,9 +157,9 @@ static void audit(const struct hostcheck_target *t, size_t ti, struct proc_info 
                 continue;
             struct proc_info *pi = &p[map[i]];
             pi->unreported = af[j].nvml_bytes - af[j].region_bytes;
-            struct hostcheck_finding f = finding(HOSTCHECK_UNDER_REPORT, ti, pi->pid,
-                                                 af[j].nvml_bytes, af[j].region_bytes,
-                                                 t[ti].gpu_uuid);
+            struct hostcheck_finding f =
+                finding(HOSTCHECK_UNDER_REPORT, ti, pi->pid, af[j].nvml_bytes, af[j].region_bytes,
+                        t[ti].gpu_uuid);
             f.slot = af[j].slot;
             add(ret, max, nf, f);
             break;
@@ -279,8 +279,7 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct hostc
         if (found || worst < 0 || used <= limit)
             continue;
         punish(o, ret, max, nf, HOSTCHECK_OVER_QUOTA,
-               p[worst].exact >= 0 ? (size_t)p[worst].exact : ti, p[worst].pid, used, limit,
-               uuid);
+               p[worst].exact >= 0 ? (size_t)p[worst].exact : ti, p[worst].pid, used, limit, uuid);
     }
     return 0;
 }
@@ -570,8 +569,8 @@ static bool judge(struct hostcheck_state *s, const struct hostcheck_options *o, 
  * the pod's processes there (a finding per pod only where no container of it
  * had one), against the cores. */
 static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct hostcheck_target *t,
-                         size_t n, const struct hostcheck_options *o,
-                         struct hostcheck_finding *ret, size_t max, size_t *nf)
+                         size_t n, const struct hostcheck_options *o, struct hostcheck_finding *ret,
+                         size_t max, size_t *nf)
 {
     struct hostcheck_state *s = o->state;
     if (!nvml->nvmlDeviceGetProcessUtilization)
@@ -751,8 +750,8 @@ static int check_all_gpus(struct gpu_nvml *nvml, const struct hostcheck_target *
 }
 
 int hostcheck_run(struct gpu_nvml *nvml, const struct hostcheck_target *targets, size_t n,
-                   const struct hostcheck_options *opts, struct hostcheck_finding *ret,
-                   size_t max, size_t *ret_n)
+                  const struct hostcheck_options *opts, struct hostcheck_finding *ret, size_t max,
+                  size_t *ret_n)
 {
     if (!nvml || (n && !targets) || !opts || !ret_n)
         return -EINVAL;

@@ -188,8 +188,9 @@ struct hostcheck_region {
 };
 
 /* Checks a region's bytes (len of them) and copies them: 0, or -EPROTO (short, or not a
- * compatible region header), -EAGAIN (no magic yet: being created), -ENOMEM. Every header field is bounds-checked; slot contents
- * are numbers and stay the tenant's word. ret is untouched on failure. */
+ * compatible region header), -EAGAIN (no magic yet: being created), -ENOMEM. Every header field is
+ * bounds-checked; slot contents are numbers and stay the tenant's word. ret is untouched on
+ * failure. */
 int hostcheck_region_parse(const void *bytes, size_t len, struct hostcheck_region *ret);
 /* Reads HOSTCHECK_REGION_FILE below the directory dirfd (tenant_open_file: no symlink, no
  * hard link, a regular file on the directory's filesystem) with pread, and parses it.

@@ -17,7 +17,7 @@
 #include "util.h"
 
 #define MAX_CONTAINERS 256
-#define MAX_KV 4096 /* per map: 4097 annotations refuse that pod, and only that pod */
+#define MAX_KV 4096          /* per map: 4097 annotations refuse that pod, and only that pod */
 #define MAX_STR (256 * 1024) /* the API server caps all annotations together at 256 KiB */
 
 static void kv_free(struct kube_kv *kv, size_t n)

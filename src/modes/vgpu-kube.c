@@ -124,8 +124,8 @@ static int op_pending(void *self, const struct vgpu_pending **ret, size_t *ret_n
             /* accel.dev/vgpu-<container> is acceld's output, never an input: the pod's
              * author writes its annotations, so one naming a GPU would let any tenant choose
              * its placement over the policy (issue 22, F3). chosen_gpu stays NULL. */
-            k->list[n] = (struct vgpu_pending){
-                p->uid, p->namespace, p->name, ct->name, p->creation_time, cores, mem, NULL};
+            k->list[n] = (struct vgpu_pending){p->uid,           p->namespace, p->name, ct->name,
+                                               p->creation_time, cores,        mem,     NULL};
             n++;
         }
     }
@@ -259,15 +259,14 @@ static void on_skip(struct kube_podwatch *w, const struct kube_pod_skip *skip, v
     char msg[512];
     snprintf(msg, sizeof(msg),
              "acceld ignores this pod: %s. It gets no vGPU share until it is fixed.", skip->why);
-    struct kube_event_spec spec = {skip->ns,           skip->name, skip->uid,
-                                   KUBE_EVENT_WARNING, VGPU_EVENT_POD_IGNORED,
-                                   msg,                "acceld",   k->node,
-                                   now};
+    struct kube_event_spec spec = {
+        skip->ns, skip->name, skip->uid, KUBE_EVENT_WARNING, VGPU_EVENT_POD_IGNORED, msg,
+        "acceld", k->node,    now};
     char *body = NULL, path[400];
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", skip->ns);
     if (kube_event_json(&spec, &body) == 0)
-        kube_client_request(k->client, "POST", path, "application/json", body, on_event_posted,
-                            k, NULL);
+        kube_client_request(k->client, "POST", path, "application/json", body, on_event_posted, k,
+                            NULL);
     free(body);
 }
 

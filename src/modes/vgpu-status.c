@@ -93,12 +93,12 @@ static json_t *findings_json(const struct vgpu_status_pass *p)
         char msg[1024], action[160];
         vgpu_status_describe(f, p->targets, msg, sizeof(msg));
         hostcheck_action_text(f, "vgpu", action, sizeof(action));
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s}", "kind",
-                                             hostcheck_kind_name(f->kind), "namespace", t->ns,
-                                             "pod", t->pod, "container", t->container, "gpu",
-                                             f->gpu[0] ? f->gpu : t->gpu_uuid, "pid", (json_int_t)f->pid, "used",
-                                             (json_int_t)f->used, "limit", (json_int_t)f->limit,
-                                             "action", action, "message", msg));
+        json_array_append_new(
+            arr, json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s}", "kind",
+                           hostcheck_kind_name(f->kind), "namespace", t->ns, "pod", t->pod,
+                           "container", t->container, "gpu", f->gpu[0] ? f->gpu : t->gpu_uuid,
+                           "pid", (json_int_t)f->pid, "used", (json_int_t)f->used, "limit",
+                           (json_int_t)f->limit, "action", action, "message", msg));
         if (p->recent)
             remember(p, f, action, msg);
     }

@@ -307,7 +307,7 @@ TEST(pid_file_in_the_pipe_dir_is_never_believed)
     uint64_t end = mono_ns() + 5000000000ull;
     while (!gone(d) && mono_ns() < end)
         ev_loop_run_once(fx.loop, 20);
-    CHECK(gone(d)); /* the hung daemon itself was killed */
+    CHECK(gone(d));                   /* the hung daemon itself was killed */
     CHECK_EQ_INT(kill(victim, 0), 0); /* alive */
     CHECK(!gone(victim));
     kill(victim, SIGKILL);

@@ -90,8 +90,8 @@ TEST(garbage_in_each_header_word)
 {
     region_dir("garbage");
     unsigned char *b = file_bytes();
-    static const uint64_t vals[] = {0, 1, 0xffffffffull, 0xffffffffffffffffull, 1025, 4096,
-                                    VC_REGION_SIZE + 1};
+    static const uint64_t vals[] = {0,    1,    0xffffffffull,     0xffffffffffffffffull,
+                                    1025, 4096, VC_REGION_SIZE + 1};
     size_t accepted = 0, refused = 0;
     for (size_t off = 0; off < 64; off += 4)
         for (size_t v = 0; v < sizeof(vals) / sizeof(vals[0]); v++) {

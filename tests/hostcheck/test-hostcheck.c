@@ -161,7 +161,7 @@ TEST(over_quota_process_is_killed_one_within_quota_is_left_alone)
     setup();
     struct hold a = start(POD_A, 96), b = start(POD_B, 16), host = start(NULL, 200);
     struct hostcheck_target t[] = {target(POD_A, "main", 32 * MiB, NULL),
-                                    target(POD_B, "main", 64 * MiB, NULL)};
+                                   target(POD_B, "main", 64 * MiB, NULL)};
     struct hostcheck_options o = {.proc_root = proc_root, .action = HOSTCHECK_ACTION_KILL};
     struct hostcheck_finding f[8];
     size_t n = 99;
@@ -214,7 +214,7 @@ TEST(two_containers_of_one_pod_share_their_quotas)
     setup();
     struct hold a1 = start(POD_A, 40), a2 = start(POD_A, 10);
     struct hostcheck_target t[] = {target(POD_A, "one", 32 * MiB, NULL),
-                                    target(POD_A, "two", 32 * MiB, NULL)};
+                                   target(POD_A, "two", 32 * MiB, NULL)};
     struct hostcheck_options o = {.proc_root = proc_root, .action = HOSTCHECK_ACTION_KILL};
     struct hostcheck_finding f[4];
     size_t n = 0;
@@ -244,7 +244,7 @@ TEST(containers_told_apart_by_their_runtime_id)
     snprintf(id1, sizeof(id1), "%064d", 2);
     snprintf(id2, sizeof(id2), "%064d", 3);
     struct hostcheck_target t[] = {target(POD_A, "one", 64 * MiB, NULL),
-                                    target(POD_A, "two", 8 * MiB, NULL)};
+                                   target(POD_A, "two", 8 * MiB, NULL)};
     t[0].container_id = id1;
     t[1].container_id = id2;
     struct hostcheck_usage u[2];
@@ -399,7 +399,7 @@ TEST(a_symlinked_or_truncated_region_is_a_finding_never_followed)
     CHECK_EQ_INT(f[1].slot, -1);
     CHECK(!u[0].region_ok);
     CHECK(access(victim, F_OK) < 0 && errno == ENOENT); /* never created through the link */
-    CHECK(alive(a.pid));                                 /* within its quota */
+    CHECK(alive(a.pid));                                /* within its quota */
     unlink(usage);
     int fd = open(usage, O_WRONLY | O_CREAT, 0666);
     REQUIRE(fd >= 0);
@@ -464,8 +464,9 @@ TEST(bursty_overuse_is_seen_by_the_window)
     snprintf(f2, sizeof(f2), "%s/cgroup", d);
     FILE *c = fopen(f2, "w");
     REQUIRE(c != NULL);
-    fprintf(c, "0::/kubepods.slice/kubepods-pod0b6c4a3e_1111_4c2a_9d5e_000000000001.slice/"
-               "cri-containerd-%064d.scope\n",
+    fprintf(c,
+            "0::/kubepods.slice/kubepods-pod0b6c4a3e_1111_4c2a_9d5e_000000000001.slice/"
+            "cri-containerd-%064d.scope\n",
             9);
     fclose(c);
     struct gpu_nvml fake = {0};
@@ -599,11 +600,11 @@ TEST(compute_over_share_is_found_and_frozen_then_thawed)
     struct hostcheck_state *s = NULL;
     REQUIRE_EQ_INT(hostcheck_state_new(&s), 0);
     struct hostcheck_options o = {.proc_root = proc_root,
-                                   .state = s,
-                                   .compute_action = HOSTCHECK_COMPUTE_NONE,
-                                   .cgroup_root = cgroup_root,
-                                   .freeze_ms = 1000,
-                                   .now_ms = 5000};
+                                  .state = s,
+                                  .compute_action = HOSTCHECK_COMPUTE_NONE,
+                                  .cgroup_root = cgroup_root,
+                                  .freeze_ms = 1000,
+                                  .now_ms = 5000};
     struct hostcheck_finding f[4];
     size_t n = run_until_finding(t, 1, &o, f);
     REQUIRE_EQ_INT(n, 1);
@@ -695,7 +696,7 @@ TEST(compute_per_container)
     memset(side_id, 'c', 64);
     main_id[64] = side_id[64] = '\0';
     struct hostcheck_target t[] = {target(POD_A, "main", 512 * MiB, NULL),
-                                    target(POD_A, "side", 512 * MiB, NULL)};
+                                   target(POD_A, "side", 512 * MiB, NULL)};
     t[1].cores = 70;
     struct hostcheck_state *s = NULL;
     REQUIRE_EQ_INT(hostcheck_state_new(&s), 0);

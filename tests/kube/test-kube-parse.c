@@ -264,7 +264,8 @@ TEST(pod_list)
     struct kube_pod **pods = NULL;
     size_t n = 0;
     char *rv = NULL, err[256];
-    REQUIRE_EQ_INT(kube_pod_list_parse(text, strlen(text), &pods, &n, &rv, NULL, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(kube_pod_list_parse(text, strlen(text), &pods, &n, &rv, NULL, err, sizeof(err)),
+                   0);
     CHECK_EQ_INT(n, 1);
     CHECK_EQ_STR(rv, "7");
     kube_pod_free(pods[0]);
