@@ -466,14 +466,8 @@ static void vgpu_check_report(struct agent *a, const struct hostcheck_target *t,
 {
     const struct hostcheck_target *g = &t[f->target];
     char msg[1024];
-    /* acceld-stats.json keeps its three kinds: a process on a foreign GPU counts as memory,
-     * an invalid region as under-reporting */
     if (a->stats)
-        acceld_stats_quota(a->stats,
-                           f->kind == HOSTCHECK_OVER_SHARE ? ACCELD_STATS_QUOTA_COMPUTE
-                           : f->kind == HOSTCHECK_UNDER_REPORT || f->kind == HOSTCHECK_REGION_BAD
-                               ? ACCELD_STATS_QUOTA_UNDER_REPORT
-                               : ACCELD_STATS_QUOTA_MEMORY,
+        acceld_stats_quota(a->stats, (enum acceld_stats_quota_kind)hostcheck_stats_family(f->kind),
                            f->killed   ? ACCELD_STATS_ACTION_KILL
                            : f->frozen ? ACCELD_STATS_ACTION_FREEZE
                                        : ACCELD_STATS_ACTION_NONE);

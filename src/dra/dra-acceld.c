@@ -19,6 +19,7 @@
 #include "log.h"
 #include "mps-supervisor.h"
 #include "nvml.h"
+#include "events.h"
 #include "objects.h"
 #include "acceld-stats.h"
 #include "tenant-fs.h"
@@ -94,12 +95,9 @@ struct acceld_dra {
     struct gpu_nvml *nvml; /* borrowed; NULL: none */
     struct hostcheck_state *cstate;
     uint64_t check_timer;
-    json_t *check_json;   /* the last pass, for dra-status.json */
-    json_t *check_recent; /* its last 32 findings, newest last */
-    struct {
-        char key[200];
-        int64_t at;
-    } posted[64]; /* Events posted lately: one per (claim, pod, reason) every 5 minutes */
+    json_t *check_json;            /* the last pass, for dra-status.json */
+    json_t *check_recent;          /* its last 32 findings, newest last */
+    struct kube_event_memo posted; /* Events: one per (claim, pod, reason) every 5 minutes */
 };
 
 /* The marketing name of an architecture from the compute capability. */
@@ -855,25 +853,6 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
  * F10): each (pod, GPU) of a prepared libvcuda share is a target with the claim's memory and
  * cores and its region dir; the claim's pods are the ones it was reserved for at prepare. */
 
-/* Whether key was posted less than 5 minutes ago; if not, it is recorded now. */
-static bool posted_lately(struct acceld_dra *a, const char *key, int64_t now)
-{
-    size_t oldest = 0;
-    for (size_t i = 0; i < ARRAY_SIZE(a->posted); i++) {
-        if (a->posted[i].at && strcmp(a->posted[i].key, key) == 0) {
-            if (now - a->posted[i].at < 300)
-                return true;
-            oldest = i;
-            break;
-        }
-        if (a->posted[i].at < a->posted[oldest].at)
-            oldest = i;
-    }
-    snprintf(a->posted[oldest].key, sizeof(a->posted[oldest].key), "%s", key);
-    a->posted[oldest].at = now;
-    return false;
-}
-
 static void on_event_posted(struct kube_client *c, const struct kube_response *resp, void *ud)
 {
     (void)c, (void)ud;
@@ -901,11 +880,7 @@ static void check_report(struct acceld_dra *a, const struct hostcheck_target *t,
     else
         log_warn("dra check: %s/%s %s", g->ns, g->pod, msg);
     if (a->stats)
-        acceld_stats_quota(a->stats,
-                           f->kind == HOSTCHECK_OVER_SHARE ? ACCELD_STATS_QUOTA_COMPUTE
-                           : f->kind == HOSTCHECK_UNDER_REPORT || f->kind == HOSTCHECK_REGION_BAD
-                               ? ACCELD_STATS_QUOTA_UNDER_REPORT
-                               : ACCELD_STATS_QUOTA_MEMORY,
+        acceld_stats_quota(a->stats, (enum acceld_stats_quota_kind)hostcheck_stats_family(f->kind),
                            f->killed ? ACCELD_STATS_ACTION_KILL : ACCELD_STATS_ACTION_NONE);
     json_t *o = json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s}", "time",
                           (json_int_t)time(NULL), "kind", hostcheck_kind_name(f->kind), "claim",
@@ -920,20 +895,13 @@ static void check_report(struct acceld_dra *a, const struct hostcheck_target *t,
         while (json_array_size(a->check_recent) > 32)
             json_array_remove(a->check_recent, 0);
     }
-    int64_t now = (int64_t)time(NULL);
-    char key[200];
+    char key[sizeof(a->posted.e[0].key)];
     snprintf(key, sizeof(key), "%s/%s/%s", claim_uid, g->pod_uid, check_reason[f->kind]);
-    if (!a->client || posted_lately(a, key, now))
-        return;
     struct kube_event_spec spec = {
-        g->ns,    g->pod,  g->pod_uid, KUBE_EVENT_WARNING, check_reason[f->kind], msg,
-        "acceld", a->node, now};
-    char *body = NULL, path[400];
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", g->ns);
-    if (kube_event_json(&spec, &body) == 0)
-        kube_client_request(a->client, "POST", path, "application/json", body, on_event_posted, a,
-                            NULL);
-    free(body);
+        g->ns, g->pod,   g->pod_uid, KUBE_EVENT_WARNING, check_reason[f->kind],
+        msg,   "acceld", a->node,    time(NULL)};
+    if (a->client)
+        kube_event_post(a->client, &a->posted, key, &spec, on_event_posted, a);
 }
 
 static void check_once(struct acceld_dra *a)

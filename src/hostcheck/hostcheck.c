@@ -829,6 +829,13 @@ const char *hostcheck_kind_name(enum hostcheck_kind k)
     return "?";
 }
 
+int hostcheck_stats_family(enum hostcheck_kind k)
+{
+    return k == HOSTCHECK_OVER_SHARE                                  ? 2
+           : k == HOSTCHECK_UNDER_REPORT || k == HOSTCHECK_REGION_BAD ? 1
+                                                                      : 0;
+}
+
 void hostcheck_action_text(const struct hostcheck_finding *f, const char *keys, char *buf,
                            size_t len)
 {

@@ -170,6 +170,10 @@ const char *hostcheck_action_name(enum hostcheck_action a);
 /* The finding's kind as status files name it: "overQuota", "underReport", "overShare",
  * "foreignGpu", "regionInvalid". */
 const char *hostcheck_kind_name(enum hostcheck_kind k);
+/* The family acceld-stats.json counts the kind in, which keeps its three: 0 memory (a process
+ * on a foreign GPU included), 1 under-report (an invalid region included), 2 compute — the
+ * order of enum acceld_stats_quota_kind (src/nodestate/acceld-stats.h). */
+int hostcheck_stats_family(enum hostcheck_kind k);
 /* What was done about f, for people; keys names the config keys' prefix ("vgpu", "dra"). */
 void hostcheck_action_text(const struct hostcheck_finding *f, const char *keys, char *buf,
                            size_t len);

@@ -13,6 +13,7 @@
 #include "client.h"
 #include "kubeconfig.h"
 #include "log.h"
+#include "events.h"
 #include "objects.h"
 #include "pod.h"
 #include "podwatch.h"
@@ -29,11 +30,8 @@ struct vgpu_kube {
      * the two Allocates of a container and the ones of a burst share one build */
     bool fresh;
     char node[VGPU_NAME_MAX];
-    /* Events posted lately: "<pod uid>/<container>/<reason>" and when */
-    struct posted {
-        char key[2 * VGPU_NAME_MAX + 64];
-        int64_t at;
-    } posted[64];
+    /* Events posted lately: "<pod uid>/<container>/<reason>" */
+    struct kube_event_memo posted;
     /* pods the watch left out (on_skip): lines said in the current minute, and held back */
     int64_t skip_minute;
     unsigned skip_said, skip_held;
@@ -167,49 +165,17 @@ static void on_event_posted(struct kube_client *c, const struct kube_response *r
         log_warn("vGPU: cannot post the host-side check's Event: %s", resp->error);
 }
 
-/* Whether key was posted less than VGPU_KUBE_EVENT_REPEAT_S before now; if
- * not, it is recorded as posted now (over the oldest entry). */
-static bool posted_lately(struct vgpu_kube *k, const char *key, int64_t now)
-{
-    size_t oldest = 0;
-    for (size_t i = 0; i < ARRAY_SIZE(k->posted); i++) {
-        struct posted *p = &k->posted[i];
-        if (p->at && strcmp(p->key, key) == 0) {
-            if (now - p->at < VGPU_KUBE_EVENT_REPEAT_S)
-                return true;
-            oldest = i;
-            break;
-        }
-        if (p->at < k->posted[oldest].at)
-            oldest = i;
-    }
-    snprintf(k->posted[oldest].key, sizeof(k->posted[oldest].key), "%s", key);
-    k->posted[oldest].at = now;
-    return false;
-}
-
 int vgpu_kube_event(struct vgpu_kube *k, const char *ns, const char *pod, const char *pod_uid,
                     const char *container, const char *reason, const char *message)
 {
-    int64_t now = (int64_t)time(NULL);
-    char key[sizeof(k->posted[0].key)];
+    char key[sizeof(k->posted.e[0].key)];
     snprintf(key, sizeof(key), "%s/%s/%s", pod_uid, container, reason);
-    if (posted_lately(k, key, now))
-        return 0;
-    struct kube_event_spec spec = {ns,       pod,     pod_uid, KUBE_EVENT_WARNING, reason, message,
-                                   "acceld", k->node, now};
-    char *body = NULL, path[400];
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", ns);
-    int r = kube_event_json(&spec, &body);
-    if (r == 0)
-        r = kube_client_request(k->client, "POST", path, "application/json", body, on_event_posted,
-                                k, NULL);
-    free(body);
-    if (r < 0) {
+    struct kube_event_spec spec = {ns,      pod,      pod_uid, KUBE_EVENT_WARNING, reason,
+                                   message, "acceld", k->node, time(NULL)};
+    int r = kube_event_post(k->client, &k->posted, key, &spec, on_event_posted, k);
+    if (r < 0)
         log_warn("vGPU: cannot post an Event about %s/%s: %s", ns, pod, strerror(-r));
-        return r;
-    }
-    return 1;
+    return r;
 }
 
 const char *vgpu_kube_container_id(struct vgpu_kube *k, const char *pod_uid, const char *container)
@@ -226,17 +192,19 @@ static const struct vgpu_pods_ops kube_pods_ops = {op_pending, op_annotate};
 
 /* A pod the API server returned that fails validation (issue 22, F11: 4097 annotations, a NUL
  * in a value): the watch left it out and goes on, so it costs only itself. Said once per pod
- * per VGPU_KUBE_EVENT_REPEAT_S, at most VGPU_KUBE_SKIP_LINES lines a minute (the rest
+ * per KUBE_EVENT_REPEAT_S, at most VGPU_KUBE_SKIP_LINES lines a minute (the rest
  * counted), with a Warning Event on it when its namespace, name and uid can be believed. */
 #define VGPU_KUBE_SKIP_LINES 10
 static void on_skip(struct kube_podwatch *w, const struct kube_pod_skip *skip, void *user_data)
 {
     struct vgpu_kube *k = user_data;
     int64_t now = (int64_t)time(NULL);
-    char key[sizeof(k->posted[0].key)];
+    char key[sizeof(k->posted.e[0].key)];
     snprintf(key, sizeof(key), "%s//skip/%s/%s", skip->uid, skip->ns, skip->name);
-    if (posted_lately(k, key, now))
-        return;
+    for (size_t i = 0; i < ARRAY_SIZE(k->posted.e); i++)
+        if (k->posted.e[i].at && now - k->posted.e[i].at < KUBE_EVENT_REPEAT_S &&
+            strcmp(k->posted.e[i].key, key) == 0)
+            return; /* said lately: no line, no Event */
     if (now / 60 != k->skip_minute) {
         if (k->skip_held)
             log_warn("vGPU: %u more pod(s) from the API server ignored in the last minute (not "
@@ -254,20 +222,14 @@ static void on_skip(struct kube_podwatch *w, const struct kube_pod_skip *skip, v
              "match it, every other pod is served",
              skip->ns[0] ? skip->ns : "?", skip->name[0] ? skip->name : "?",
              skip->uid[0] ? skip->uid : "?", skip->why);
-    if (!skip->ns[0] || !skip->uid[0])
-        return;
     char msg[512];
     snprintf(msg, sizeof(msg),
              "acceld ignores this pod: %s. It gets no vGPU share until it is fixed.", skip->why);
     struct kube_event_spec spec = {
         skip->ns, skip->name, skip->uid, KUBE_EVENT_WARNING, VGPU_EVENT_POD_IGNORED, msg,
         "acceld", k->node,    now};
-    char *body = NULL, path[400];
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", skip->ns);
-    if (kube_event_json(&spec, &body) == 0)
-        kube_client_request(k->client, "POST", path, "application/json", body, on_event_posted, k,
-                            NULL);
-    free(body);
+    if (skip->ns[0] && skip->uid[0])
+        kube_event_post(k->client, &k->posted, key, &spec, on_event_posted, k);
 }
 
 /* The cached list points into the cache's pods: any change makes it stale. */
