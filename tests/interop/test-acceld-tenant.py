@@ -25,8 +25,6 @@ runs). Every wait is bounded; nothing asserts timing."""
 import importlib.util
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -63,36 +61,7 @@ def add_pod(api, name, created, cores=0, mem=0, annotations=None):
 
 
 def main():
-    build, src = K.build_paths()
-    K.require_tools(build)
-    if not K.Node.available(build):
-        K.skip_all("the emulator is not built")
-    if not os.path.isfile(os.path.join(build, "src/modes/libaccel-modes-vgpukube.a")):
-        K.skip_all("acceld is built without the Kubernetes client (libcurl missing)")
-    if shutil.which("openssl") is None:
-        K.skip_all("openssl CLI missing (the fake API server makes its certificates with it)")
-    tap = K.Tap()
-    tmp = K.tmpdir()
-    pb = K.gen_pb2(src, os.path.join(tmp, "pb"))
-    node = K.Node(build, tmp, gpus=2, numa="0,0")
-    api = P.ApiServer(src, tmp)
-    kc = os.path.join(tmp, "kubeconfig")
-    api.kubeconfig(kc)
-    pdir = os.path.join(tmp, "dp")
-    os.makedirs(pdir)
-    agents = []
-    try:
-        run(tap, build, pb, node, api, kc, tmp, pdir, agents)
-    finally:
-        for a in agents:
-            if a.alive():
-                a.stop(signal.SIGKILL)
-        api.stop()
-        if tap.failed:
-            for a in agents:
-                tap.diag("acceld log:\n" + a.log_text()[-5000:])
-        shutil.rmtree(tmp, ignore_errors=True)
-    tap.done()
+    P.harness(run, gpus=2)
 
 
 def region_of(resp):
