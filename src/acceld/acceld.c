@@ -32,8 +32,8 @@
 #include "grpc.h"
 #include "podresources.pb-c.h"
 #include "util.h"
+#include "hostcheck.h"
 #include "vcuda-lib.h"
-#include "vgpu-check.h"
 #include "vgpu-status.h"
 #include "mig-strategy.h"
 #include "vfio.h"
@@ -116,7 +116,7 @@ struct agent {
     uint64_t recovery_timer;
     uint64_t vgpu_check_timer;              /* the host-side check (vgpu.checkInterval) */
     struct vgpu_status_recent *vgpu_recent; /* its last findings (accelctl vgpu) */
-    struct vgpu_check_state *vgpu_cstate;   /* its compute half's memory (NULL: off) */
+    struct hostcheck_state *vgpu_cstate;    /* its compute half's memory (NULL: off) */
     uint64_t vgpu_thaw_timer;               /* thaws what vgpu.computeAction froze */
     /* the agent's SLIs (acceld-stats.h), written to <stateDir>/acceld-stats.json */
     struct acceld_stats *stats;
@@ -470,90 +470,98 @@ static void on_vgpu_thaw(struct ev_loop *loop, void *user_data)
     struct agent *a = user_data;
     ev_loop_cancel_timer(loop, a->vgpu_thaw_timer);
     a->vgpu_thaw_timer = 0;
-    uint64_t now = mono_ms(), next = vgpu_check_cycle(a->vgpu_cstate, now);
+    uint64_t now = mono_ms(), next = hostcheck_cycle(a->vgpu_cstate, now);
     if (next != UINT64_MAX)
         ev_loop_add_timer(loop, (next > now ? next - now : 0) * 1000000, on_vgpu_thaw, a,
                           &a->vgpu_thaw_timer);
 }
 
-static void vgpu_check_report(struct agent *a, const struct vgpu_check_target *t,
-                              const struct vgpu_check_finding *f)
+static void vgpu_check_report(struct agent *a, const struct hostcheck_target *t,
+                              const struct hostcheck_finding *f)
 {
-    const struct vgpu_check_target *g = &t[f->target];
+    const struct hostcheck_target *g = &t[f->target];
     char msg[1024];
     if (a->stats)
-        acceld_stats_quota(a->stats,
-                           f->kind == VGPU_CHECK_OVER_QUOTA     ? ACCELD_STATS_QUOTA_MEMORY
-                           : f->kind == VGPU_CHECK_UNDER_REPORT ? ACCELD_STATS_QUOTA_UNDER_REPORT
-                                                                : ACCELD_STATS_QUOTA_COMPUTE,
+        acceld_stats_quota(a->stats, (enum acceld_stats_quota_kind)hostcheck_stats_family(f->kind),
                            f->killed   ? ACCELD_STATS_ACTION_KILL
                            : f->frozen ? ACCELD_STATS_ACTION_FREEZE
                                        : ACCELD_STATS_ACTION_NONE);
     vgpu_status_describe(f, t, msg, sizeof(msg));
-    if (f->kind != VGPU_CHECK_OVER_QUOTA)
-        log_warn("vGPU check: %s/%s %s", g->ns, g->pod, msg);
-    else
+    if (f->kind == HOSTCHECK_OVER_QUOTA || f->kind == HOSTCHECK_FOREIGN_GPU)
         log_error("vGPU check: %s/%s %s", g->ns, g->pod, msg);
+    else
+        log_warn("vGPU check: %s/%s %s", g->ns, g->pod, msg);
 #ifdef ACCELD_HAVE_KUBE
     /* a Warning Event on the pod, posted on the loop (never waited for) */
+    static const char *const reason[] = {
+        [HOSTCHECK_OVER_QUOTA] = VGPU_EVENT_OVER_QUOTA,
+        [HOSTCHECK_UNDER_REPORT] = VGPU_EVENT_UNDER_REPORT,
+        [HOSTCHECK_OVER_SHARE] = VGPU_EVENT_OVER_SHARE,
+        [HOSTCHECK_FOREIGN_GPU] = VGPU_EVENT_FOREIGN_GPU,
+        [HOSTCHECK_REGION_BAD] = VGPU_EVENT_REGION_BAD,
+    };
     if (a->kube)
-        vgpu_kube_event(a->kube, g->ns, g->pod, g->pod_uid, g->container,
-                        f->kind == VGPU_CHECK_UNDER_REPORT ? VGPU_EVENT_UNDER_REPORT
-                        : f->kind == VGPU_CHECK_OVER_SHARE ? VGPU_EVENT_OVER_SHARE
-                                                           : VGPU_EVENT_OVER_QUOTA,
-                        msg);
+        vgpu_kube_event(a->kube, g->ns, g->pod, g->pod_uid, g->container, reason[f->kind], msg);
 #endif
 }
 
-/* One pass of the host-side check over every complete, non-whole
- * assignment; the findings are logged and the status file (accelctl vgpu)
- * rewritten. */
+/* One pass of the host-side check over every complete assignment (whole GPUs only tell
+ * which GPUs the pod was given); the findings are logged and the status file (accelctl
+ * vgpu) rewritten. */
 static void vgpu_check_once(struct agent *a)
 {
     size_t n = vgpu_assignment_count(a->vgpu), cap = n ? n : 1;
-    struct vgpu_check_target *t = calloc(cap, sizeof(*t));
-    struct vgpu_check_usage *u = calloc(cap, sizeof(*u));
-    char(*regions)[ACCELD_PATH_MAX + 8] = calloc(cap, sizeof(*regions));
-    struct vgpu_check_finding f[32];
+    struct hostcheck_target *t = calloc(cap, sizeof(*t));
+    struct hostcheck_usage *u = calloc(cap, sizeof(*u));
+    struct hostcheck_finding f[32];
     size_t k = 0, nf = 0;
-    for (size_t i = 0; t && u && regions && i < n; i++) {
+    for (size_t i = 0; t && u && i < n; i++) {
         struct vgpu_assignment_info as;
-        if (vgpu_assignment_get(a->vgpu, i, &as) < 0 || as.whole || !as.complete || !as.gpu_uuid[0])
+        if (vgpu_assignment_get(a->vgpu, i, &as) < 0 || !as.complete || !as.gpu_uuid[0])
             continue;
-        snprintf(regions[k], sizeof(regions[k]), "%s/usage", as.region);
         const char *cid = NULL;
 #ifdef ACCELD_HAVE_KUBE
         if (a->kube) /* the container's runtime id: findings per container */
             cid = vgpu_kube_container_id(a->kube, as.pod_uid, as.container);
 #endif
-        t[k] = (struct vgpu_check_target){
-            as.pod_uid,      as.ns,      as.pod, as.container,       as.gpu_uuid,
-            as.memory_bytes, regions[k], 0,      (unsigned)as.cores, cid};
-        k++;
+        t[k++] = (struct hostcheck_target){
+            .pod_uid = as.pod_uid,
+            .ns = as.ns,
+            .pod = as.pod,
+            .container = as.container,
+            .gpu_uuid = as.gpu_uuid,
+            .memory_limit = as.memory_bytes,
+            .region_dir = as.whole ? NULL : as.region,
+            .cores = (unsigned)as.cores,
+            .container_id = cid,
+            .whole = as.whole,
+        };
     }
-    struct vgpu_check_options o = {
-        a->cfg.proc_root,
-        a->cfg.vgpu_over_quota_kill ? VGPU_OVER_QUOTA_KILL : VGPU_OVER_QUOTA_NONE,
-        u,
-        a->vgpu_cstate,
-        a->cfg.vgpu_compute_freeze ? VGPU_COMPUTE_FREEZE : VGPU_COMPUTE_NONE,
-        a->cfg.vgpu_cgroup_root,
-        a->cfg.vgpu_freeze_period_ns / 1000000,
-        mono_ms()};
-    int r =
-        (t && u && regions) ? vgpu_check_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf) : -ENOMEM;
+    struct hostcheck_options o = {
+        .proc_root = a->cfg.proc_root,
+        .action = a->cfg.vgpu_over_quota_kill ? HOSTCHECK_ACTION_KILL : HOSTCHECK_ACTION_NONE,
+        .usage = u,
+        .state = a->vgpu_cstate,
+        .compute_action =
+            a->cfg.vgpu_compute_freeze ? HOSTCHECK_COMPUTE_FREEZE : HOSTCHECK_COMPUTE_NONE,
+        .cgroup_root = a->cfg.vgpu_cgroup_root,
+        .freeze_ms = a->cfg.vgpu_freeze_period_ns / 1000000,
+        .now_ms = mono_ms(),
+        .all_gpus = true,
+    };
+    int r = (t && u) ? hostcheck_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf) : -ENOMEM;
     if (r < 0)
-        log_warn("vGPU check: cannot read every vGPU GPU's processes: %s", strerror(-r));
+        log_warn("vGPU check: cannot read every GPU's processes: %s", strerror(-r));
     nf = nf < ARRAY_SIZE(f) ? nf : ARRAY_SIZE(f);
     for (size_t i = 0; i < nf; i++)
         vgpu_check_report(a, t, &f[i]);
     struct vgpu_status_pass pass = {(int64_t)time(NULL),
                                     t,
                                     u,
-                                    t && u && regions ? k : 0,
+                                    t && u ? k : 0,
                                     f,
                                     nf,
-                                    vgpu_over_quota_action_name(o.action),
+                                    hostcheck_action_name(o.action),
                                     a->cfg.vgpu_check_interval_ns / 1000000,
                                     a->vgpu_recent};
     r = vgpu_status_write(a->vgpu, a->cfg.state_dir, &pass);
@@ -561,7 +569,6 @@ static void vgpu_check_once(struct agent *a)
         log_warn("vGPU: cannot write the status file for accelctl: %s", strerror(-r));
     free(t);
     free(u);
-    free(regions);
     /* a pass may have started, retimed or ended cycles */
     if (a->vgpu_cstate)
         on_vgpu_thaw(a->loop, a);
@@ -954,7 +961,7 @@ static int make_providers(struct agent *a)
         }
         /* NULL (no memory): the status file lists no recent findings */
         a->vgpu_recent = calloc(1, sizeof(*a->vgpu_recent));
-        if (vgpu_check_state_new(&a->vgpu_cstate) < 0)
+        if (hostcheck_state_new(&a->vgpu_cstate) < 0)
             log_warn("vGPU: out of memory: the compute half of the host-side check is off");
         for (int k = 0; k < 2; k++) {
             struct served *s = &a->served[a->n_served++];
@@ -1098,7 +1105,7 @@ static int mps_start(struct agent *a)
     for (size_t s = 0; s < n; s++) {
         const struct mps_ref *m = &a->mps_refs[s];
         replicas_set_mps_dirs(a->shared[m->sh], m->gpu, m->k, mps_sup_pipe_dir(a->mps, s),
-                              mps_sup_log_dir(a->mps, s));
+                              mps_sup_shm_dir(a->mps, s));
     }
     r = mps_sup_start(a->mps);
     if (r < 0)
@@ -1203,7 +1210,8 @@ static void podres_list(struct agent *a)
 static int dra_start(struct agent *a)
 {
 #ifdef ACCELD_HAVE_DRA
-    struct acceld_dra_options o = {a->loop, &a->cfg, a->inv, a->dra_pos, a->n_dra, a->stats};
+    struct acceld_dra_options o = {a->loop,  &a->cfg,  a->inv, a->dra_pos,
+                                   a->n_dra, a->stats, a->nvml};
     int r = acceld_dra_new(&o, &a->dra);
     if (r < 0) {
         a->config_error = r == -EINVAL;
@@ -1381,7 +1389,7 @@ static void stop(struct agent *a)
     free(a->vgpu_recent);
     a->vgpu_recent = NULL;
     /* never leave a container frozen behind us */
-    a->vgpu_cstate = vgpu_check_state_free(a->vgpu_cstate);
+    a->vgpu_cstate = hostcheck_state_free(a->vgpu_cstate);
     free(a->hstate);
     free(a->map);
     free(a->uuids);

@@ -65,6 +65,11 @@ const struct acceld_config_key acceld_config_keys[] = {
      "DRA mode: NoSchedule|NoExecute|None: the taint after a fatal XID (79, 48) or a lost GPU"},
     {"dra.claimWait", "dra-claim-wait",
      "DRA mode: how long a prepare waits for its ResourceClaim on the API server"},
+    {"dra.overQuotaAction", "dra-over-quota-action",
+     "DRA mode: none|kill: what the host-side check does to a process of a shared claim's pod "
+     "over the claim's memory, or on a GPU the claim does not hold"},
+    {"dra.checkInterval", "dra-check-interval",
+     "DRA mode: how often the host-side check of shared claims runs (0 = never)"},
     {"mpsControl", "mps-control",
      "the nvidia-cuda-mps-control binary for MPS sharing (default: found on PATH)"},
     {"allocateWait", "allocate-wait",
@@ -114,6 +119,9 @@ void acceld_config_defaults(struct acceld_config *cfg)
              "tencent.com/vcuda-memory");
     cfg->vgpu_memory_unit = 256ull << 20;
     cfg->vgpu_check_interval_ns = 10ull * 1000000000ull;
+    /* a quota the check only reports is no quota: a multi-tenant node kills (docs/vcuda.md,
+     * "Threat model: acceld") */
+    cfg->vgpu_over_quota_kill = true;
     cfg->vgpu_freeze_period_ns = 1000000000ull;
     cfg->allocate_wait_ns = 5000000000ull;
     copy_str(cfg->vgpu_cgroup_root, sizeof(cfg->vgpu_cgroup_root), "/sys/fs/cgroup");
@@ -128,6 +136,8 @@ void acceld_config_defaults(struct acceld_config *cfg)
     copy_str(cfg->dra_registry_dir, sizeof(cfg->dra_registry_dir),
              "/var/lib/kubelet/plugins_registry");
     cfg->dra_claim_wait_ns = 10ull * 1000000000ull;
+    cfg->dra_check_interval_ns = 10ull * 1000000000ull;
+    cfg->dra_over_quota_kill = true;
     cfg->dra_taint_effect = ACCELD_TAINT_NO_SCHEDULE;
     cfg->dra_fatal_taint_effect = ACCELD_TAINT_NO_EXECUTE;
 }
@@ -729,6 +739,13 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
         copy_str(c.dra_gpu_sharing, sizeof(c.dra_gpu_sharing), v);
     } else if (strcmp(key, "dra.claimWait") == 0) {
         r = set_duration(&c.dra_claim_wait_ns, key, v, false, err, errlen);
+    } else if (strcmp(key, "dra.overQuotaAction") == 0) {
+        if (strcmp(v, "none") == 0 || strcmp(v, "kill") == 0)
+            c.dra_over_quota_kill = v[0] == 'k';
+        else
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of none|kill", key, v);
+    } else if (strcmp(key, "dra.checkInterval") == 0) {
+        r = set_duration(&c.dra_check_interval_ns, key, v, true, err, errlen);
     } else if (strcmp(key, "mpsControl") == 0) {
         if (strlen(v) >= sizeof(c.mps_control))
             return fail(err, errlen, -EINVAL, "%s: path too long", key);
@@ -1130,6 +1147,10 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         snprintf(buf, len, "%s", cfg->dra_gpu_sharing);
     } else if (strcmp(key, "dra.claimWait") == 0) {
         format_duration(cfg->dra_claim_wait_ns, buf, len);
+    } else if (strcmp(key, "dra.overQuotaAction") == 0) {
+        snprintf(buf, len, "%s", cfg->dra_over_quota_kill ? "kill" : "none");
+    } else if (strcmp(key, "dra.checkInterval") == 0) {
+        format_duration(cfg->dra_check_interval_ns, buf, len);
     } else if (strcmp(key, "vgpu.computeAction") == 0) {
         snprintf(buf, len, "%s", cfg->vgpu_compute_freeze ? "freeze" : "none");
     } else if (strcmp(key, "allocateWait") == 0) {

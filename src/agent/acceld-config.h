@@ -101,6 +101,8 @@ struct acceld_config {
     char dra_plugin_dir[ACCELD_PATH_MAX];      /* dra.pluginDir; "" = <kubelet>/plugins/<driver> */
     enum acceld_dra_sharing dra_sharing;       /* dra.sharing */
     uint64_t dra_claim_wait_ns;                /* dra.claimWait */
+    bool dra_over_quota_kill;                  /* dra.overQuotaAction: kill (else none) */
+    uint64_t dra_check_interval_ns;            /* dra.checkInterval; 0 = never */
     char dra_gpu_sharing[ACCELD_PATH_MAX];     /* dra.gpuSharing: "SEL=exclusive|shared|mps,..." */
     enum acceld_taint_effect dra_taint_effect; /* dra.taintEffect (unhealthy GPU) */
     enum acceld_taint_effect dra_fatal_taint_effect; /* dra.fatalTaintEffect (fatal XID, lost) */

@@ -31,18 +31,28 @@ struct dra_result {
     uint64_t cores;  /* percent of the GPU's compute, 1..100 */
 };
 
+/* A pod the claim is reserved for (status.reservedFor, resource "pods"): the pods whose
+ * containers use it, which the host-side check maps processes to through their cgroups. */
+struct dra_consumer {
+    char *name;
+    char *uid;
+};
+
 struct dra_claim {
     char *namespace_;
     char *name;
     char *uid;
     struct dra_result *results;
     size_t n_results;
+    struct dra_consumer *pods; /* status.reservedFor's pods; entries of other kinds skipped */
+    size_t n_pods;
 };
 
 void dra_claim_free(struct dra_claim *c); /* NULL ok */
 
 /* Parses one ResourceClaim as `kubectl get resourceclaim -o json` prints it
- * (metadata.{namespace,name,uid}, status.allocation.devices.results[]).
+ * (metadata.{namespace,name,uid}, status.allocation.devices.results[],
+ * status.reservedFor[] of resource "pods" — at most 256, names and uids checked).
  * A claim without status.allocation is an error (not allocated yet).
  * Returns 0, -EINVAL (message in err) or -ENOMEM. */
 int dra_claim_parse(const char *json, size_t len, struct dra_claim **ret, char *err, size_t errlen);
@@ -117,14 +127,15 @@ const char *dra_gpu_taint_effect(const struct dra_gpu *g);
  * claim's caps: docs/dra.md, "MPS shares"). start() starts the claim's daemon
  * for the GPUs uuids (comma-separated, n of them) with default active thread
  * percentage pct and default pinned device memory limit mem_bytes per GPU (0:
- * none), or finds it started; it fills the daemon's host pipe and log
- * directories (len bytes each). The daemon comes up asynchronously; ready()
+ * none), or finds it started; it fills the daemon's host pipe directory and
+ * the claim's own /dev/shm (the daemon's; the host's "/dev/shm" where acceld
+ * may not mount one) (len bytes each). The daemon comes up asynchronously; ready()
  * says whether it answers with its defaults (1), not yet (0, why says what
  * happened last, may be ""). stop() stops it and removes its directories
  * (unknown uid: nothing). Called on the loop's thread. */
 struct dra_mps_ops {
     int (*start)(void *ctx, const char *uid, const char *uuids, unsigned n, unsigned pct,
-                 uint64_t mem_bytes, char *ret_pipe, char *ret_log, size_t len, char *err,
+                 uint64_t mem_bytes, char *ret_pipe, char *ret_shm, size_t len, char *err,
                  size_t errlen);
     int (*ready)(void *ctx, const char *uid, char *why, size_t whylen);
     void (*stop)(void *ctx, const char *uid);
@@ -144,10 +155,9 @@ struct dra_prepare_config {
     struct dra_mps_ops mps; /* start NULL: MPS claims are refused */
 };
 
-/* Container paths of an MPS claim's daemon directories: the device-plugin MPS
- * mode's (src/modes/replicas.h). */
+/* Container path of an MPS claim's daemon's pipe directory: the device-plugin
+ * MPS mode's (src/modes/replicas.h); its log directory stays acceld's. */
 #define DRA_CONTAINER_MPS_PIPE "/run/accel-mps/pipe"
-#define DRA_CONTAINER_MPS_LOG "/run/accel-mps/log"
 
 /* Container paths of a share's files: the vGPU mode's (src/modes/vgpu.h),
  * so a container looks the same whichever mode served it. */
@@ -169,6 +179,17 @@ struct dra_prepared {
     char *uid;
     struct dra_prepared_device *devices;
     size_t n_devices;
+    /* a libvcuda share: what the host-side check compares its pods' processes with
+     * (checkpointed; a checkpoint written before issue 22 has none: share_n 0) */
+    bool share;
+    char *share_ns;            /* the claim's namespace (its pods') */
+    char *share_name;          /* the claim's name */
+    char *share_uuids;         /* its GPUs, comma-separated */
+    unsigned share_n;          /* how many */
+    unsigned share_cores;      /* % per GPU, 0: none consumed */
+    uint64_t share_memory;     /* bytes per GPU, 0: none consumed */
+    struct dra_consumer *pods; /* the pods it was reserved for at prepare */
+    size_t n_pods;
     /* an MPS claim: its daemon's GPUs and caps (checkpointed, so that a
      * restarted acceld starts the daemon again) */
     bool mps;

@@ -10,10 +10,10 @@
 
 #include "cdi.h"
 #include "fs.h"
+#include "tenant-fs.h"
 #include "util.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -31,6 +31,87 @@ struct dra_state {
     size_t n_claims;
 };
 
+static char *dup_str(json_t *o, const char *key);
+
+/* ------------------------------------------------------------ a share's check record */
+
+static void share_clear(struct dra_prepared *p)
+{
+    for (size_t i = 0; i < p->n_pods; i++) {
+        free(p->pods[i].name);
+        free(p->pods[i].uid);
+    }
+    free(p->pods);
+    free(p->share_ns);
+    free(p->share_name);
+    free(p->share_uuids);
+}
+
+/* What the host-side check needs of a libvcuda share: its GPUs, caps and pods. */
+static int share_record(struct dra_prepared *p, const struct dra_claim *c, const char *uuids,
+                        unsigned n, unsigned cores, uint64_t memory)
+{
+    p->share = true;
+    p->share_n = n;
+    p->share_cores = cores;
+    p->share_memory = memory;
+    p->share_ns = strdup(c->namespace_);
+    p->share_name = strdup(c->name);
+    p->share_uuids = strdup(uuids);
+    p->pods = calloc(c->n_pods ? c->n_pods : 1, sizeof(*p->pods));
+    if (!p->share_ns || !p->share_name || !p->share_uuids || !p->pods)
+        return -ENOMEM;
+    for (size_t i = 0; i < c->n_pods; i++) {
+        p->pods[i].name = strdup(c->pods[i].name);
+        p->pods[i].uid = strdup(c->pods[i].uid);
+        p->n_pods = i + 1;
+        if (!p->pods[i].name || !p->pods[i].uid)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static json_t *share_to_json(const struct dra_prepared *p)
+{
+    json_t *pods = json_array();
+    for (size_t i = 0; i < p->n_pods; i++)
+        json_array_append_new(
+            pods, json_pack("{s:s,s:s}", "name", p->pods[i].name, "uid", p->pods[i].uid));
+    return json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:o}", "namespace", p->share_ns, "name",
+                     p->share_name, "uuids", p->share_uuids, "n", (int)p->share_n, "cores",
+                     (int)p->share_cores, "memory", (json_int_t)p->share_memory, "pods", pods);
+}
+
+static int share_from_json(json_t *o, struct dra_prepared *p)
+{
+    json_t *nv = json_object_get(o, "n"), *cv = json_object_get(o, "cores"),
+           *mv = json_object_get(o, "memory"), *pods = json_object_get(o, "pods");
+    p->share = true;
+    p->share_ns = dup_str(o, "namespace");
+    p->share_name = dup_str(o, "name");
+    p->share_uuids = dup_str(o, "uuids");
+    if (!p->share_ns || !p->share_name || !p->share_uuids || !json_is_integer(nv) ||
+        !json_is_integer(cv) || !json_is_integer(mv) || !json_is_array(pods) ||
+        json_integer_value(nv) < 1 || json_integer_value(nv) > 32 || json_integer_value(cv) < 0 ||
+        json_integer_value(cv) > 100 || json_integer_value(mv) < 0 || json_array_size(pods) > 256)
+        return -EINVAL;
+    p->share_n = (unsigned)json_integer_value(nv);
+    p->share_cores = (unsigned)json_integer_value(cv);
+    p->share_memory = (uint64_t)json_integer_value(mv);
+    p->pods = calloc(json_array_size(pods) ? json_array_size(pods) : 1, sizeof(*p->pods));
+    if (!p->pods)
+        return -ENOMEM;
+    for (size_t i = 0; i < json_array_size(pods); i++) {
+        json_t *e = json_array_get(pods, i);
+        p->pods[i].name = dup_str(e, "name");
+        p->pods[i].uid = dup_str(e, "uid");
+        p->n_pods = i + 1;
+        if (!p->pods[i].name || !p->pods[i].uid)
+            return -EINVAL;
+    }
+    return 0;
+}
+
 static void prepared_clear(struct dra_prepared *p)
 {
     for (size_t i = 0; i < p->n_devices; i++) {
@@ -45,6 +126,7 @@ static void prepared_clear(struct dra_prepared *p)
     free(p->devices);
     free(p->uid);
     free(p->mps_uuids);
+    share_clear(p);
     memset(p, 0, sizeof(*p));
 }
 
@@ -90,6 +172,8 @@ static json_t *prepared_to_json(const struct dra_prepared *p)
                                               d->pool, "device", d->device, "cdi", d->cdi_id));
     }
     json_t *o = json_pack("{s:s,s:o}", "uid", p->uid, "devices", devs);
+    if (o && p->share)
+        json_object_set_new(o, "share", share_to_json(p));
     if (o && p->mps)
         json_object_set_new(o, "mps",
                             json_pack("{s:s,s:i,s:i,s:I}", "uuids", p->mps_uuids, "n",
@@ -153,6 +237,10 @@ static int prepared_from_json(json_t *o, struct dra_prepared *p)
                 return -EINVAL;
         }
     }
+    json_t *share = json_object_get(o, "share");
+    int r;
+    if (share && (r = share_from_json(share, p)) < 0)
+        return r;
     json_t *mps = json_object_get(o, "mps");
     if (mps) {
         json_t *nv = json_object_get(mps, "n"), *pv = json_object_get(mps, "cores"),
@@ -267,14 +355,6 @@ const struct dra_prepared *dra_state_find(const struct dra_state *st, const char
 
 /* ------------------------------------------------------------ files */
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    int r = flag == FTW_DP ? rmdir(path) : unlink(path);
-    return r < 0 && errno != ENOENT ? -errno : 0;
-}
-
 /* Removes everything prepare may have written for uid. */
 static int remove_claim_files(const struct dra_state *st, const char *uid)
 {
@@ -288,13 +368,13 @@ static int remove_claim_files(const struct dra_state *st, const char *uid)
         return -errno;
     if (snprintf(path, sizeof(path), "%s/claims/%s", st->cfg->state_dir, uid) >= (int)sizeof(path))
         return r;
-    struct stat sb;
-    if (lstat(path, &sb) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    r = nftw(path, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-    if (r < 0)
-        return -errno;
-    return r; /* 0 or rm_entry's -errno */
+    /* the region is the tenant's: its tmpfs unmounted, everything removed through dir fds,
+     * following nothing (a symlink it left is removed, never what it names) */
+    char region[PATH_MAX + 8];
+    snprintf(region, sizeof(region), "%s/region", path);
+    if ((r = tenant_dir_remove(region)) < 0)
+        return r;
+    return tenant_dir_remove(path);
 }
 
 static const struct dra_gpu *gpu_by_name(const struct dra_prepare_config *cfg, const char *name)
@@ -425,11 +505,11 @@ static int write_share_files(const struct dra_state *st, const struct dra_claim 
     int r;
     if (snprintf(dir, dirlen, "%s/claims/%s", st->cfg->state_dir, c->uid) >= (int)dirlen)
         return -ENAMETOOLONG;
-    if ((r = join(path, sizeof(path), dir, "region")) < 0 || (r = fs_mkdir_p(path, 0755)) < 0)
+    /* processes of the container write their usage there, whatever their uid: a tmpfs of
+     * its own (tenant_dir_make), so what they write there fills only it */
+    enum tenant_dir_how how;
+    if ((r = join(path, sizeof(path), dir, "region")) < 0 || (r = tenant_dir_make(path, &how)) < 0)
         return r;
-    /* processes of the container write their usage there, whatever their uid */
-    if (chmod(path, 0777) < 0)
-        return -errno;
     char uuids[32 * 64] = "";
     for (size_t i = 0; i < pl->n; i++) {
         if (strlen(uuids) + strlen(pl->gpu[i]->uuid) + 2 > sizeof(uuids))
@@ -473,7 +553,6 @@ static int mps_env(json_t *env, const struct plan *pl)
     char v[32 * 48 + 64];
     unsigned pct = pl->share_res->has_cores ? (unsigned)pl->share_res->cores : 100;
     json_array_append_new(env, json_string("CUDA_MPS_PIPE_DIRECTORY=" DRA_CONTAINER_MPS_PIPE));
-    json_array_append_new(env, json_string("CUDA_MPS_LOG_DIRECTORY=" DRA_CONTAINER_MPS_LOG));
     snprintf(v, sizeof(v), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%u", pct);
     json_array_append_new(env, json_string(v));
     uint64_t mem = pl->share_res->has_memory ? pl->share_res->memory : 0;
@@ -492,7 +571,7 @@ static int mps_env(json_t *env, const struct plan *pl)
 }
 
 static int write_spec(const struct dra_state *st, const struct dra_claim *c, const struct plan *pl,
-                      const char *share_dir, const char *mps_pipe, const char *mps_log)
+                      const char *share_dir, const char *mps_pipe, const char *mps_shm)
 {
     const struct dra_prepare_config *cfg = st->cfg;
     char kind[300], path[PATH_MAX], name[300];
@@ -519,9 +598,10 @@ static int write_spec(const struct dra_state *st, const struct dra_claim *c, con
     if (pl->mps) {
         json_t *mounts = json_array();
         json_array_append_new(mounts, mount(mps_pipe, DRA_CONTAINER_MPS_PIPE, false));
-        json_array_append_new(mounts, mount(mps_log, DRA_CONTAINER_MPS_LOG, false));
-        /* MPS clients and their server share memory through /dev/shm */
-        json_array_append_new(mounts, mount("/dev/shm", "/dev/shm", false));
+        /* MPS clients and their server share memory through /dev/shm: the claim's daemon's
+         * own tmpfs, never the host's (issue 22, F7); no log dir (the root daemon writes
+         * there: a directory a container can write is one where it plants symlinks) */
+        json_array_append_new(mounts, mount(mps_shm, "/dev/shm", false));
         json_object_set_new(edits, "mounts", mounts);
         if ((r = mps_env(json_object_get(edits, "env"), pl)) < 0) {
             json_decref(edits);
@@ -596,6 +676,11 @@ static int record(struct dra_state *st, const struct dra_claim *c, const struct 
         if (!d->pool || !d->device || !d->cdi_id)
             goto nomem;
     }
+    if (pl->share && !pl->mps &&
+        share_record(p, c, pl->uuids, (unsigned)pl->n,
+                     pl->share_res->has_cores ? (unsigned)pl->share_res->cores : 0,
+                     pl->share_res->has_memory ? pl->share_res->memory : 0) < 0)
+        goto nomem;
     if (pl->mps) {
         p->mps = true;
         p->mps_n = (unsigned)pl->n;
@@ -630,7 +715,7 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
     if (r < 0)
         return r;
     struct plan pl;
-    char share_dir[PATH_MAX] = "", mps_pipe[PATH_MAX] = "", mps_log[PATH_MAX] = "";
+    char share_dir[PATH_MAX] = "", mps_pipe[PATH_MAX] = "", mps_shm[PATH_MAX] = "";
     bool mps_started = false;
     if ((r = make_plan(st, c, &pl, err, errlen)) < 0)
         goto out;
@@ -644,7 +729,7 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
         r = m->start ? m->start(m->ctx, uid, pl.uuids, (unsigned)pl.n,
                                 pl.share_res->has_cores ? (unsigned)pl.share_res->cores : 100,
                                 pl.share_res->has_memory ? pl.share_res->memory : 0, mps_pipe,
-                                mps_log, sizeof(mps_pipe), why, sizeof(why))
+                                mps_shm, sizeof(mps_pipe), why, sizeof(why))
                      : -EOPNOTSUPP;
         if (r < 0) {
             errbuf_printf(err, errlen, "claim %s: cannot start its MPS control daemon: %s", uid,
@@ -659,7 +744,7 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
                       st->cfg->state_dir, strerror(-r));
         goto undo;
     }
-    if ((r = write_spec(st, c, &pl, share_dir, mps_pipe, mps_log)) < 0) {
+    if ((r = write_spec(st, c, &pl, share_dir, mps_pipe, mps_shm)) < 0) {
         errbuf_printf(err, errlen, "claim %s: cannot write its CDI spec in %s: %s", uid,
                       st->cfg->cdi_dir, strerror(-r));
         goto undo;

@@ -644,6 +644,13 @@ TEST(live_work_beside_dead_work_is_sliced_then_alone)
     uint64_t t1 = emu_state_now_ns();
     uint64_t we2 = emu_state_wall_ns(st, 0, 0, e, false);
     CHECK(we2 <= we && we2 <= t1 + 3 * ms);
+    if (t1 >= we2) {
+        /* this process was descheduled past the end of its own work before it looked (seen on
+         * a loaded machine): no schedule to come is left to observe */
+        tap_skip_case("descheduled past the work's end: the schedule after the reclaim is gone");
+        emu_state_close(st);
+        return;
+    }
     CHECK_EQ_U64(g->busy_until_ns, we2);
     REQUIRE_EQ_INT(emu_state_util_by_proc(st, 0, t1, t1 + 30 * ms, pu, 4, &n), 0);
     REQUIRE_EQ_INT(n, 1);

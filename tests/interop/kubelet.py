@@ -377,5 +377,10 @@ def require_tools(build):
 
 
 def tmpdir():
+    """The test's temp dir. First, as root, the test moves to a private mount namespace
+    (mountns.private): the tmpfs region dirs acceld mounts go with the test."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+    import mountns
+    mountns.private()
     # unix socket paths must stay under 108 bytes: keep the temp dir short
     return tempfile.mkdtemp(prefix="acceld-", dir="/tmp")

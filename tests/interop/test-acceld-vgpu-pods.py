@@ -161,7 +161,12 @@ def lists_of(pb, socks):
     return out
 
 
-def main():
+def harness(body, gpus=3):
+    """The vGPU end-to-end setting, shared with test-acceld-tenant.py: the skips, an emulated
+    node of gpus GPUs, the fake API server and its kubeconfig, the plugin dir; then
+    body(tap, build, pb, node, api, kc, tmp, pdir, agents), and whatever happened the acceld
+    processes in agents killed, their logs when a case failed, the temp dir removed and the
+    TAP plan printed."""
     build, src = K.build_paths()
     K.require_tools(build)
     if not K.Node.available(build):
@@ -175,7 +180,7 @@ def main():
     tap = K.Tap()
     tmp = K.tmpdir()
     pb = K.gen_pb2(src, os.path.join(tmp, "pb"))
-    node = K.Node(build, tmp, gpus=3, numa="0,0,0")
+    node = K.Node(build, tmp, gpus=gpus, numa=",".join(["0"] * gpus))
     api = ApiServer(src, tmp)
     kc = os.path.join(tmp, "kubeconfig")
     api.kubeconfig(kc)
@@ -183,7 +188,7 @@ def main():
     os.makedirs(pdir)
     agents = []
     try:
-        run(tap, build, pb, node, api, kc, tmp, pdir, agents)
+        body(tap, build, pb, node, api, kc, tmp, pdir, agents)
     finally:
         for a in agents:
             if a.alive():
@@ -194,6 +199,10 @@ def main():
                 tap.diag("acceld log:\n" + a.log_text()[-4000:])
         shutil.rmtree(tmp, ignore_errors=True)
     tap.done()
+
+
+def main():
+    harness(run)
 
 
 def config_of(resp):

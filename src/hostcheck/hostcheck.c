@@ -1,7 +1,7 @@
-/* vgpu-check.c — vGPU mode's host-side memory check: NVML's per-process
- * memory grouped by pod and GPU against the assignments' quotas, and the
- * region audit; see vgpu-check.h. */
-#include "vgpu-check.h"
+/* hostcheck.c — the host-side check: NVML's per-process memory grouped by pod and GPU
+ * against the targets' quotas, processes on GPUs their pod was not given, the region audit,
+ * and the compute share over a sliding window with its duty cycle; see hostcheck.h. */
+#include "hostcheck.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,6 @@
 
 #include "cgroup.h"
 #include "util.h"
-#include "region.h"
 
 struct proc_info {
     unsigned pid;
@@ -55,43 +54,74 @@ static uint32_t ns_pid(const char *root, unsigned pid)
     return (uint32_t)last;
 }
 
-static bool same_group(const struct vgpu_check_target *a, const struct vgpu_check_target *b)
+static bool same_group(const struct hostcheck_target *a, const struct hostcheck_target *b)
 {
     return strcmp(a->pod_uid, b->pod_uid) == 0 && strcmp(a->gpu_uuid, b->gpu_uuid) == 0;
 }
 
-static int first_of_group(const struct vgpu_check_target *t, size_t n, const char *pod_uid,
+/* The first checked (not whole) target of pod_uid on GPU uuid, or -1. */
+static int first_of_group(const struct hostcheck_target *t, size_t n, const char *pod_uid,
                           const char *uuid)
 {
     for (size_t i = 0; i < n; i++)
-        if (strcmp(t[i].pod_uid, pod_uid) == 0 && strcmp(t[i].gpu_uuid, uuid) == 0)
+        if (!t[i].whole && strcmp(t[i].pod_uid, pod_uid) == 0 && strcmp(t[i].gpu_uuid, uuid) == 0)
             return (int)i;
     return -1;
 }
 
-static void add(struct vgpu_check_finding *ret, size_t max, size_t *n, struct vgpu_check_finding f)
+/* The target of pod_uid's container whose runtime id is cid among the targets (any GPU),
+ * else the pod's first target; -1: the pod has none. */
+static int pod_target(const struct hostcheck_target *t, size_t n, const char *pod_uid,
+                      const char *cid)
+{
+    int first = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(t[i].pod_uid, pod_uid) != 0)
+            continue;
+        if (cid && cid[0] && t[i].container_id && strcmp(t[i].container_id, cid) == 0)
+            return (int)i;
+        if (first < 0)
+            first = (int)i;
+    }
+    return first;
+}
+
+/* Whether some target (whole GPUs included) gives GPU uuid to pod_uid. */
+static bool assigned(const struct hostcheck_target *t, size_t n, const char *pod_uid,
+                     const char *uuid)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(t[i].pod_uid, pod_uid) == 0 && strcmp(t[i].gpu_uuid, uuid) == 0)
+            return true;
+    return false;
+}
+
+static struct hostcheck_finding finding(enum hostcheck_kind kind, size_t ti, unsigned pid,
+                                        uint64_t used, uint64_t limit, const char *gpu)
+{
+    struct hostcheck_finding f = {
+        .kind = kind, .target = ti, .pid = pid, .used = used, .limit = limit, .slot = -1};
+    snprintf(f.gpu, sizeof(f.gpu), "%s", gpu ? gpu : "");
+    return f;
+}
+
+static void add(struct hostcheck_finding *ret, size_t max, size_t *n, struct hostcheck_finding f)
 {
     if (*n < max)
         ret[*n] = f;
     (*n)++;
 }
 
-/* Audits the region of target t against the processes of its group. */
-static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info *p, size_t np,
-                  struct vgpu_check_usage *usage, struct vgpu_check_finding *ret, size_t max,
+/* Audits the region of target ti against the processes NVML sees of its container (or of
+ * its group, where containers cannot be told apart). The region is read as the tenant's: a
+ * region that cannot be read audits as an empty one (each process has no slot), and one that
+ * is not a region while processes run is a finding of its own. */
+static void audit(const struct hostcheck_target *t, size_t ti, struct proc_info *p, size_t np,
+                  struct hostcheck_usage *usage, struct hostcheck_finding *ret, size_t max,
                   size_t *nf)
 {
-    struct stat st;
-    if (!t[ti].region || stat(t[ti].region, &st) < 0 || !S_ISREG(st.st_mode) ||
-        (size_t)st.st_size < VC_REGION_SIZE)
-        return; /* no region yet: attach would create one */
-    struct vc_region r;
-    if (vc_region_attach(t[ti].region, &r) < 0)
+    if (!t[ti].region_dir)
         return;
-    if (usage) {
-        usage[ti].region_ok = true;
-        usage[ti].region_bytes = vc_region_used(&r, t[ti].region_dev);
-    }
     struct vc_audit_proc ap[GPU_NVML_MAX_PROCS];
     size_t map[GPU_NVML_MAX_PROCS], k = 0;
     for (size_t i = 0; i < np; i++)
@@ -99,21 +129,42 @@ static void audit(const struct vgpu_check_target *t, size_t ti, struct proc_info
             ap[k] = (struct vc_audit_proc){p[i].ns_pid, p[i].used};
             map[k++] = i;
         }
+    struct hostcheck_region reg = {0};
+    int rr = hostcheck_region_read(t[ti].region_dir, &reg);
     struct vc_audit_finding af[GPU_NVML_MAX_PROCS];
-    int m = vc_region_audit(&r, t[ti].region_dev, ap, k, VGPU_CHECK_SLACK, af, k);
+    int m = 0;
+    if (rr == 0) {
+        if (usage) {
+            usage[ti].region_ok = true;
+            usage[ti].region_bytes = vc_region_used(&reg.view, t[ti].region_dev);
+        }
+        m = vc_region_audit(&reg.view, t[ti].region_dev, ap, k, HOSTCHECK_SLACK, af, k);
+        hostcheck_region_free(&reg);
+    } else {
+        for (size_t i = 0; i < k; i++)
+            if (ap[i].used_bytes > HOSTCHECK_SLACK)
+                af[m++] = (struct vc_audit_finding){ap[i].pid, -1, 0, ap[i].used_bytes};
+        if (k && rr != -ENOENT && rr != -EAGAIN) {
+            struct hostcheck_finding f =
+                finding(HOSTCHECK_REGION_BAD, ti, p[map[0]].pid, 0, 0, t[ti].gpu_uuid);
+            f.region_errno = -rr;
+            add(ret, max, nf, f);
+        }
+    }
     for (int j = 0; j < m && (size_t)j < k; j++) {
         for (size_t i = 0; i < k; i++) {
             if (ap[i].pid != af[j].pid)
                 continue;
             struct proc_info *pi = &p[map[i]];
             pi->unreported = af[j].nvml_bytes - af[j].region_bytes;
-            add(ret, max, nf,
-                (struct vgpu_check_finding){VGPU_CHECK_UNDER_REPORT, ti, pi->pid, af[j].nvml_bytes,
-                                            af[j].region_bytes, af[j].slot, false, 0, false, 0, 0});
+            struct hostcheck_finding f =
+                finding(HOSTCHECK_UNDER_REPORT, ti, pi->pid, af[j].nvml_bytes, af[j].region_bytes,
+                        t[ti].gpu_uuid);
+            f.slot = af[j].slot;
+            add(ret, max, nf, f);
             break;
         }
     }
-    vc_region_detach(&r);
 }
 
 /* Whether process i is a worse offender than process w (-1: none yet): the one its region
@@ -125,12 +176,12 @@ static bool worse(const struct proc_info *p, size_t i, int w)
 }
 
 /* An over-quota finding on target ti, with the configured action on pid. */
-static void punish(const struct vgpu_check_options *o, struct vgpu_check_finding *ret, size_t max,
-                   size_t *nf, size_t ti, unsigned pid, uint64_t used, uint64_t limit)
+static void punish(const struct hostcheck_options *o, struct hostcheck_finding *ret, size_t max,
+                   size_t *nf, enum hostcheck_kind kind, size_t ti, unsigned pid, uint64_t used,
+                   uint64_t limit, const char *gpu)
 {
-    struct vgpu_check_finding f = {
-        VGPU_CHECK_OVER_QUOTA, ti, pid, used, limit, -1, false, 0, false, 0, 0};
-    if (o->action == VGPU_OVER_QUOTA_KILL) {
+    struct hostcheck_finding f = finding(kind, ti, pid, used, limit, gpu);
+    if (o->action == HOSTCHECK_ACTION_KILL) {
         if (kill((pid_t)pid, SIGKILL) == 0)
             f.killed = true;
         else
@@ -139,8 +190,8 @@ static void punish(const struct vgpu_check_options *o, struct vgpu_check_finding
     add(ret, max, nf, f);
 }
 
-static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_check_target *t,
-                     size_t n, const struct vgpu_check_options *o, struct vgpu_check_finding *ret,
+static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct hostcheck_target *t,
+                     size_t n, const struct hostcheck_options *o, struct hostcheck_finding *ret,
                      size_t max, size_t *nf)
 {
     if (!nvml->nvmlDeviceGetHandleByUUID)
@@ -164,12 +215,13 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_
         p[i].target = first_of_group(t, n, ref.pod_uid, uuid);
         p[i].ns_pid = ns_pid(o->proc_root, gp[i].pid);
         for (size_t j = 0; ref.container_id[0] && p[i].target >= 0 && j < n; j++)
-            if (t[j].container_id && strcmp(t[j].container_id, ref.container_id) == 0 &&
+            if (!t[j].whole && t[j].container_id &&
+                strcmp(t[j].container_id, ref.container_id) == 0 &&
                 same_group(&t[j], &t[p[i].target]))
                 p[i].exact = (int)j;
     }
     for (size_t ti = 0; ti < n; ti++)
-        if (strcmp(t[ti].gpu_uuid, uuid) == 0)
+        if (!t[ti].whole && strcmp(t[ti].gpu_uuid, uuid) == 0)
             audit(t, ti, p, np, o->usage, ret, max, nf);
     /* Per container first, where the cgroup names a container whose runtime id the target
      * knows; then per group (pod and GPU) for what cannot be told apart, one finding per
@@ -183,7 +235,7 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_
         unsigned procs = 0;
         int worst = -1;
         for (size_t j = ti; j < n; j++) {
-            if (!same_group(&t[ti], &t[j]))
+            if (t[j].whole || !same_group(&t[ti], &t[j]))
                 continue;
             limit += t[j].memory_limit;
             if (!t[j].container_id || !t[j].container_id[0])
@@ -195,7 +247,7 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_
                 if (p[i].exact != (int)j)
                     continue;
                 cu += p[i].used;
-                cl += VGPU_CHECK_SLACK;
+                cl += HOSTCHECK_SLACK;
                 cp++;
                 if (worse(p, i, cw))
                     cw = (int)i;
@@ -205,7 +257,7 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_
                 o->usage[j].nvml_procs = cp;
             }
             if (cw >= 0 && cu > cl) {
-                punish(o, ret, max, nf, j, p[cw].pid, cu, cl);
+                punish(o, ret, max, nf, HOSTCHECK_OVER_QUOTA, j, p[cw].pid, cu, cl, uuid);
                 found = true;
             }
         }
@@ -213,20 +265,21 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_
             if (p[i].target != (int)ti)
                 continue;
             used += p[i].used;
-            limit += VGPU_CHECK_SLACK;
+            limit += HOSTCHECK_SLACK;
             procs++;
             if (worse(p, i, worst))
                 worst = (int)i;
         }
         for (size_t j = ti; o->usage && j < n; j++)
-            if (same_group(&t[ti], &t[j]) && (!t[j].container_id || !t[j].container_id[0])) {
+            if (!t[j].whole && same_group(&t[ti], &t[j]) &&
+                (!t[j].container_id || !t[j].container_id[0])) {
                 o->usage[j].nvml_bytes = used;
                 o->usage[j].nvml_procs = procs;
             }
         if (found || worst < 0 || used <= limit)
             continue;
-        punish(o, ret, max, nf, p[worst].exact >= 0 ? (size_t)p[worst].exact : ti, p[worst].pid,
-               used, limit);
+        punish(o, ret, max, nf, HOSTCHECK_OVER_QUOTA,
+               p[worst].exact >= 0 ? (size_t)p[worst].exact : ti, p[worst].pid, used, limit, uuid);
     }
     return 0;
 }
@@ -242,14 +295,16 @@ static int check_gpu(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_
  * processes on that GPU as a whole. */
 #define KEY_MAX 400
 
-struct vgpu_check_state {
+struct hostcheck_state {
     struct {
         char uuid[96];
         unsigned long long last_us; /* NVML's last sample time seen */
     } gpu[STATE_GPUS];
-    struct {
+    /* per key: its utilization in its last HOSTCHECK_COMPUTE_WINDOW passes with samples */
+    struct window {
         char key[KEY_MAX];
-        unsigned strikes;
+        uint8_t util[HOSTCHECK_COMPUTE_WINDOW]; /* %, a ring */
+        uint8_t n, next;
         bool seen; /* in this pass */
     } group[STATE_GROUPS];
     /* Duty cycles: a cgroup frozen duty_pm per mille of every period_ms. */
@@ -264,7 +319,7 @@ struct vgpu_check_state {
     } cycle[STATE_CYCLES];
 };
 
-int vgpu_check_state_new(struct vgpu_check_state **ret)
+int hostcheck_state_new(struct hostcheck_state **ret)
 {
     *ret = calloc(1, sizeof(**ret));
     return *ret ? 0 : -ENOMEM;
@@ -288,7 +343,7 @@ static void cycle_end(struct cycle *c)
     c->path[0] = '\0';
 }
 
-uint64_t vgpu_check_cycle(struct vgpu_check_state *s, uint64_t now_ms)
+uint64_t hostcheck_cycle(struct hostcheck_state *s, uint64_t now_ms)
 {
     uint64_t next = UINT64_MAX;
     for (size_t i = 0; s && i < STATE_CYCLES; i++) {
@@ -307,7 +362,7 @@ uint64_t vgpu_check_cycle(struct vgpu_check_state *s, uint64_t now_ms)
     return next;
 }
 
-size_t vgpu_check_cycling(const struct vgpu_check_state *s)
+size_t hostcheck_cycling(const struct hostcheck_state *s)
 {
     size_t n = 0;
     for (size_t i = 0; s && i < STATE_CYCLES; i++)
@@ -315,7 +370,7 @@ size_t vgpu_check_cycling(const struct vgpu_check_state *s)
     return n;
 }
 
-struct vgpu_check_state *vgpu_check_state_free(struct vgpu_check_state *s)
+struct hostcheck_state *hostcheck_state_free(struct hostcheck_state *s)
 {
     for (size_t i = 0; s && i < STATE_CYCLES; i++)
         if (s->cycle[i].key[0])
@@ -324,7 +379,7 @@ struct vgpu_check_state *vgpu_check_state_free(struct vgpu_check_state *s)
     return NULL;
 }
 
-static unsigned long long *last_seen(struct vgpu_check_state *s, const char *uuid)
+static unsigned long long *last_seen(struct hostcheck_state *s, const char *uuid)
 {
     size_t free_i = STATE_GPUS;
     for (size_t i = 0; i < STATE_GPUS; i++) {
@@ -339,32 +394,52 @@ static unsigned long long *last_seen(struct vgpu_check_state *s, const char *uui
     return &s->gpu[free_i].last_us;
 }
 
-static void strike_key(char *key, const struct vgpu_check_target *t, bool container)
+static void strike_key(char *key, const struct hostcheck_target *t, bool container)
 {
     snprintf(key, KEY_MAX, "%s/%s/%s", t->pod_uid, container ? t->container : "", t->gpu_uuid);
 }
 
-/* The key's strike counter (created at 0), or NULL when the table is full. */
-static unsigned *strikes_of(struct vgpu_check_state *s, const char *key)
+/* The key's window (created empty), or NULL when the table is full. */
+static struct window *window_of(struct hostcheck_state *s, const char *key)
 {
     size_t free_i = STATE_GROUPS;
     for (size_t i = 0; i < STATE_GROUPS; i++) {
         if (strcmp(s->group[i].key, key) == 0) {
             s->group[i].seen = true;
-            return &s->group[i].strikes;
+            return &s->group[i];
         }
         if (!s->group[i].key[0] && free_i == STATE_GROUPS)
             free_i = i;
     }
     if (free_i == STATE_GROUPS)
         return NULL;
-    snprintf(s->group[free_i].key, sizeof(s->group[free_i].key), "%s", key);
-    s->group[free_i].strikes = 0;
-    s->group[free_i].seen = true;
-    return &s->group[free_i].strikes;
+    struct window *w = &s->group[free_i];
+    *w = (struct window){.seen = true};
+    snprintf(w->key, sizeof(w->key), "%s", key);
+    return w;
 }
 
-static struct cycle *cycle_of(struct vgpu_check_state *s, const char *key)
+/* Adds one pass's utilization; returns the window's mean, and how many passes it holds. */
+static uint64_t window_push(struct window *w, uint64_t util, unsigned *ret_n)
+{
+    w->util[w->next] = (uint8_t)(util > 255 ? 255 : util);
+    w->next = (uint8_t)((w->next + 1) % HOSTCHECK_COMPUTE_WINDOW);
+    if (w->n < HOSTCHECK_COMPUTE_WINDOW)
+        w->n++;
+    uint64_t sum = 0;
+    for (unsigned i = 0; i < w->n; i++)
+        sum += w->util[(w->next + HOSTCHECK_COMPUTE_WINDOW - 1 - i) % HOSTCHECK_COMPUTE_WINDOW];
+    *ret_n = w->n;
+    return sum / w->n;
+}
+
+static void window_clear(struct window *w)
+{
+    if (w)
+        w->n = w->next = 0;
+}
+
+static struct cycle *cycle_of(struct hostcheck_state *s, const char *key)
 {
     for (size_t i = 0; i < STATE_CYCLES; i++)
         if (s->cycle[i].key[0] && strcmp(s->cycle[i].key, key) == 0)
@@ -375,7 +450,7 @@ static struct cycle *cycle_of(struct vgpu_check_state *s, const char *key)
 /* <cgroup_root><the process's cgroup v2 path>/cgroup.freeze, from
  * <proc_root>/<pid>/cgroup's "0::" line. Returns 0 or -errno (-ENOENT: no v2
  * line, -EINVAL: a path with "..", which no real cgroup has). */
-static int freeze_path(const struct vgpu_check_options *o, unsigned pid, char *buf, size_t len)
+static int freeze_path(const struct hostcheck_options *o, unsigned pid, char *buf, size_t len)
 {
     char path[4096], text[8192];
     snprintf(path, sizeof(path), "%s/%u/cgroup", o->proc_root ? o->proc_root : "/proc", pid);
@@ -410,13 +485,13 @@ static unsigned duty_for(uint64_t util, uint64_t cores, unsigned duty_pm)
     if (free_util <= cores)
         return 0;
     uint64_t d = 1000 - cores * 1000 / free_util;
-    return d > VGPU_CHECK_MAX_DUTY_PM ? VGPU_CHECK_MAX_DUTY_PM : (unsigned)d;
+    return d > HOSTCHECK_MAX_DUTY_PM ? HOSTCHECK_MAX_DUTY_PM : (unsigned)d;
 }
 
 /* Starts duty-cycling the cgroup of f->pid under key: frozen now, for duty of
- * each vgpu_check_options.freeze_ms. */
-static void cycle_start(struct vgpu_check_state *s, const struct vgpu_check_options *o,
-                        const char *key, unsigned duty_pm, struct vgpu_check_finding *f)
+ * each hostcheck_options.freeze_ms. */
+static void cycle_start(struct hostcheck_state *s, const struct hostcheck_options *o,
+                        const char *key, unsigned duty_pm, struct hostcheck_finding *f)
 {
     char path[4200];
     int r = freeze_path(o, f->pid, path, sizeof(path));
@@ -450,14 +525,14 @@ static void cycle_start(struct vgpu_check_state *s, const struct vgpu_check_opti
     f->duty_pm = duty_pm;
 }
 
-/* One judgement of key's util (%) against its cores: the strikes, a finding
- * after VGPU_CHECK_COMPUTE_STRIKES passes over in a row, and its duty cycle
- * (started by a finding under VGPU_COMPUTE_FREEZE; adjusted every pass from
- * what it measured; ended once the cgroup would stay within its share
- * unfrozen). Returns whether a finding was made. */
-static bool judge(struct vgpu_check_state *s, const struct vgpu_check_options *o, const char *key,
-                  size_t ti, unsigned pid, uint64_t util, uint64_t cores,
-                  struct vgpu_check_finding *ret, size_t max, size_t *nf)
+/* One judgement of key's util (%) against its cores: the window, a finding once the mean of
+ * its last HOSTCHECK_COMPUTE_WINDOW passes is over the share (with at least
+ * HOSTCHECK_COMPUTE_STRIKES passes in it), and its duty cycle (started by a finding under
+ * HOSTCHECK_COMPUTE_FREEZE; adjusted every pass from what it measured; ended once the cgroup
+ * would stay within its share unfrozen). Returns whether a finding was made. */
+static bool judge(struct hostcheck_state *s, const struct hostcheck_options *o, const char *key,
+                  size_t ti, unsigned pid, uint64_t util, uint64_t cores, const char *gpu,
+                  struct hostcheck_finding *ret, size_t max, size_t *nf)
 {
     struct cycle *c = cycle_of(s, key);
     if (c) {
@@ -468,23 +543,20 @@ static bool judge(struct vgpu_check_state *s, const struct vgpu_check_options *o
         else
             c->duty_pm = d;
     }
-    unsigned *strikes = strikes_of(s, key);
-    if (!strikes)
+    struct window *w = window_of(s, key);
+    if (!w || cores == 0)
         return false;
-    if (cores == 0 || util <= cores + VGPU_CHECK_COMPUTE_TOLERANCE) {
-        *strikes = 0;
+    unsigned passes;
+    uint64_t mean = window_push(w, util, &passes);
+    if (passes < HOSTCHECK_COMPUTE_STRIKES || mean <= cores + HOSTCHECK_COMPUTE_TOLERANCE)
         return false;
-    }
-    if (++*strikes < VGPU_CHECK_COMPUTE_STRIKES)
-        return false;
-    *strikes = 0; /* the next finding takes as many passes again */
-    struct vgpu_check_finding f = {
-        VGPU_CHECK_OVER_SHARE, ti, pid, util, cores, -1, false, 0, false, 0, 0};
+    window_clear(w); /* the next finding takes as many passes again */
+    struct hostcheck_finding f = finding(HOSTCHECK_OVER_SHARE, ti, pid, mean, cores, gpu);
     c = cycle_of(s, key);
     if (c) { /* cycling already, at the most it may: say so */
         f.frozen = true;
         f.duty_pm = c->duty_pm;
-    } else if (o->compute_action == VGPU_COMPUTE_FREEZE) {
+    } else if (o->compute_action == HOSTCHECK_COMPUTE_FREEZE) {
         cycle_start(s, o, key, duty_for(util, cores, 0), &f);
     }
     add(ret, max, nf, f);
@@ -496,11 +568,11 @@ static bool judge(struct vgpu_check_state *s, const struct vgpu_check_options *o
  * container the targets know by runtime id, and per pod and GPU for all of
  * the pod's processes there (a finding per pod only where no container of it
  * had one), against the cores. */
-static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct vgpu_check_target *t,
-                         size_t n, const struct vgpu_check_options *o,
-                         struct vgpu_check_finding *ret, size_t max, size_t *nf)
+static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct hostcheck_target *t,
+                         size_t n, const struct hostcheck_options *o, struct hostcheck_finding *ret,
+                         size_t max, size_t *nf)
 {
-    struct vgpu_check_state *s = o->state;
+    struct hostcheck_state *s = o->state;
     if (!nvml->nvmlDeviceGetProcessUtilization)
         return -EOPNOTSUPP;
     nvmlDevice_t dev;
@@ -511,17 +583,17 @@ static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct v
     if (!last)
         return -ENOSPC;
     char key[KEY_MAX];
-    for (size_t ti = 0; ti < n; ti++) { /* the keys here are live: keep their strikes */
-        if (strcmp(t[ti].gpu_uuid, uuid) != 0)
+    for (size_t ti = 0; ti < n; ti++) { /* the keys here are live: keep their windows */
+        if (t[ti].whole || strcmp(t[ti].gpu_uuid, uuid) != 0)
             continue;
         strike_key(key, &t[ti], false);
-        strikes_of(s, key);
+        window_of(s, key);
         struct cycle *c = cycle_of(s, key);
         if (c)
             c->seen = true;
         if (t[ti].container_id && t[ti].container_id[0]) {
             strike_key(key, &t[ti], true);
-            strikes_of(s, key);
+            window_of(s, key);
             if ((c = cycle_of(s, key)))
                 c->seen = true;
         }
@@ -531,13 +603,13 @@ static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct v
     nr = nvml->nvmlDeviceGetProcessUtilization(dev, smp, &cnt, *last);
     if (nr == NVML_ERROR_NOT_FOUND) {
         /* No sample since the last pass. A pass shorter than NVML's sample period
-         * (1/6 s to 1 s) sees that on a busy GPU too: strikes and cycles stay as they are;
-         * but a GPU without a sample for VGPU_CHECK_IDLE_US is idle, everyone's
+         * (1/6 s to 1 s) sees that on a busy GPU too: windows and cycles stay as they are;
+         * but a GPU without a sample for HOSTCHECK_IDLE_US is idle, everyone's
          * utilization 0, and that ends the cycles of processes that are gone. */
         struct timeval tv;
         gettimeofday(&tv, NULL);
         unsigned long long now_us = (unsigned long long)tv.tv_sec * 1000000 + tv.tv_usec;
-        if (*last && now_us - *last < VGPU_CHECK_IDLE_US)
+        if (*last && now_us - *last < HOSTCHECK_IDLE_US)
             return 0;
         cnt = 0;
     } else if (nr != NVML_SUCCESS) {
@@ -567,7 +639,8 @@ static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct v
             if (kube_cgroup_read(o->proc_root, (pid_t)smp[i].pid, &ref) == 0) {
                 pr[np].target = first_of_group(t, n, ref.pod_uid, uuid);
                 for (size_t x = 0; ref.container_id[0] && pr[np].target >= 0 && x < n; x++)
-                    if (t[x].container_id && strcmp(t[x].container_id, ref.container_id) == 0 &&
+                    if (!t[x].whole && t[x].container_id &&
+                        strcmp(t[x].container_id, ref.container_id) == 0 &&
                         same_group(&t[x], &t[pr[np].target]))
                         pr[np].exact = (int)x;
             }
@@ -584,7 +657,7 @@ static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct v
         uint64_t cores = 0, util = 0;
         int worst = -1;
         for (size_t j = ti; j < n; j++) {
-            if (!same_group(&t[ti], &t[j]))
+            if (t[j].whole || !same_group(&t[ti], &t[j]))
                 continue;
             cores += t[j].cores;
             if (!t[j].container_id || !t[j].container_id[0])
@@ -601,8 +674,8 @@ static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct v
             }
             strike_key(key, &t[j], true);
             if (cw >= 0 || cycle_of(s, key))
-                found |=
-                    judge(s, o, key, j, cw >= 0 ? pr[cw].pid : 0, cu, t[j].cores, ret, max, nf);
+                found |= judge(s, o, key, j, cw >= 0 ? pr[cw].pid : 0, cu, t[j].cores, uuid, ret,
+                               max, nf);
         }
         for (size_t i = 0; i < np; i++) {
             if (pr[i].target != (int)ti)
@@ -614,20 +687,71 @@ static int check_compute(struct gpu_nvml *nvml, const char *uuid, const struct v
         }
         strike_key(key, &t[ti], false);
         if (found) {
-            unsigned *st = strikes_of(s, key);
-            if (st)
-                *st = 0;
+            window_clear(window_of(s, key));
             continue;
         }
         size_t on = worst >= 0 && pr[worst].exact >= 0 ? (size_t)pr[worst].exact : ti;
-        judge(s, o, key, on, worst >= 0 ? pr[worst].pid : 0, util, cores, ret, max, nf);
+        judge(s, o, key, on, worst >= 0 ? pr[worst].pid : 0, util, cores, uuid, ret, max, nf);
     }
     return 0;
 }
 
-int vgpu_check_run(struct gpu_nvml *nvml, const struct vgpu_check_target *targets, size_t n,
-                   const struct vgpu_check_options *opts, struct vgpu_check_finding *ret,
-                   size_t max, size_t *ret_n)
+/* Processes of the targets' pods on GPU dev (uuid), which none of their targets names: each
+ * one is a finding on its container's target (by runtime id), else its pod's first. */
+static void check_foreign(struct gpu_nvml *nvml, nvmlDevice_t dev, const char *uuid,
+                          const struct hostcheck_target *t, size_t n,
+                          const struct hostcheck_options *o, struct hostcheck_finding *ret,
+                          size_t max, size_t *nf)
+{
+    struct gpu_process gp[GPU_NVML_MAX_PROCS];
+    size_t np = 0;
+    if (gpu_nvml_running_processes(nvml, dev, gp, GPU_NVML_MAX_PROCS, &np) < 0)
+        return;
+    for (size_t i = 0; i < np; i++) {
+        struct kube_cgroup_ref ref;
+        if (kube_cgroup_read(o->proc_root, (pid_t)gp[i].pid, &ref) < 0)
+            continue; /* a host process, or gone */
+        int ti = pod_target(t, n, ref.pod_uid, ref.container_id);
+        if (ti < 0 || assigned(t, n, ref.pod_uid, uuid))
+            continue;
+        punish(o, ret, max, nf, HOSTCHECK_FOREIGN_GPU, (size_t)ti, gp[i].pid,
+               gp[i].used_memory_bytes == UINT64_MAX ? 0 : gp[i].used_memory_bytes, 0, uuid);
+    }
+}
+
+/* Every GPU of the node that no target names (those were looked at by check_gpu, which
+ * leaves out processes of pods without a target there: they are looked at here too). */
+static int check_all_gpus(struct gpu_nvml *nvml, const struct hostcheck_target *t, size_t n,
+                          const struct hostcheck_options *o, struct hostcheck_finding *ret,
+                          size_t max, size_t *nf)
+{
+    if (!nvml->nvmlDeviceGetCount_v2 || !nvml->nvmlDeviceGetHandleByIndex_v2 ||
+        !nvml->nvmlDeviceGetUUID)
+        return -EOPNOTSUPP;
+    unsigned count = 0;
+    nvmlReturn_t nr = nvml->nvmlDeviceGetCount_v2(&count);
+    if (nr != NVML_SUCCESS)
+        return gpu_nvml_errno(nr);
+    int first_err = 0;
+    for (unsigned i = 0; i < count && i < 1024; i++) {
+        nvmlDevice_t dev;
+        char uuid[96];
+        nr = nvml->nvmlDeviceGetHandleByIndex_v2(i, &dev);
+        if (nr == NVML_SUCCESS)
+            nr = nvml->nvmlDeviceGetUUID(dev, uuid, sizeof(uuid));
+        if (nr != NVML_SUCCESS) {
+            if (!first_err)
+                first_err = gpu_nvml_errno(nr);
+            continue;
+        }
+        check_foreign(nvml, dev, uuid, t, n, o, ret, max, nf);
+    }
+    return first_err;
+}
+
+int hostcheck_run(struct gpu_nvml *nvml, const struct hostcheck_target *targets, size_t n,
+                  const struct hostcheck_options *opts, struct hostcheck_finding *ret, size_t max,
+                  size_t *ret_n)
 {
     if (!nvml || (n && !targets) || !opts || !ret_n)
         return -EINVAL;
@@ -640,9 +764,9 @@ int vgpu_check_run(struct gpu_nvml *nvml, const struct vgpu_check_target *target
     for (size_t i = 0; opts->state && i < STATE_CYCLES; i++)
         opts->state->cycle[i].seen = false;
     for (size_t i = 0; i < n; i++) {
-        bool seen = false;
+        bool seen = targets[i].whole;
         for (size_t j = 0; j < i && !seen; j++)
-            seen = strcmp(targets[j].gpu_uuid, targets[i].gpu_uuid) == 0;
+            seen = !targets[j].whole && strcmp(targets[j].gpu_uuid, targets[i].gpu_uuid) == 0;
         if (seen)
             continue;
         int r = check_gpu(nvml, targets[i].gpu_uuid, targets, n, opts, ret, max, &nf);
@@ -654,7 +778,12 @@ int vgpu_check_run(struct gpu_nvml *nvml, const struct vgpu_check_target *target
                 first_err = r;
         }
     }
-    /* keys gone since (their container or pod ended): forget their strikes, end their
+    if (opts->all_gpus && n) {
+        int r = check_all_gpus(nvml, targets, n, opts, ret, max, &nf);
+        if (r < 0 && !first_err)
+            first_err = r;
+    }
+    /* keys gone since (their container or pod ended): forget their windows, end their
      * cycles */
     for (size_t i = 0; opts->state && i < STATE_GROUPS; i++)
         if (!opts->state->group[i].seen)
@@ -668,17 +797,111 @@ int vgpu_check_run(struct gpu_nvml *nvml, const struct vgpu_check_target *target
 
 static const char *const action_names[] = {"none", "kill"};
 
-int vgpu_over_quota_action_parse(const char *s, enum vgpu_over_quota_action *ret)
+int hostcheck_action_parse(const char *s, enum hostcheck_action *ret)
 {
     for (size_t i = 0; i < sizeof(action_names) / sizeof(action_names[0]); i++)
         if (s && strcmp(s, action_names[i]) == 0) {
-            *ret = (enum vgpu_over_quota_action)i;
+            *ret = (enum hostcheck_action)i;
             return 0;
         }
     return -EINVAL;
 }
 
-const char *vgpu_over_quota_action_name(enum vgpu_over_quota_action a)
+const char *hostcheck_action_name(enum hostcheck_action a)
 {
     return (unsigned)a < 2 ? action_names[a] : "?";
+}
+
+const char *hostcheck_kind_name(enum hostcheck_kind k)
+{
+    switch (k) {
+    case HOSTCHECK_OVER_QUOTA:
+        return "overQuota";
+    case HOSTCHECK_UNDER_REPORT:
+        return "underReport";
+    case HOSTCHECK_OVER_SHARE:
+        return "overShare";
+    case HOSTCHECK_FOREIGN_GPU:
+        return "foreignGpu";
+    case HOSTCHECK_REGION_BAD:
+        return "regionInvalid";
+    }
+    return "?";
+}
+
+int hostcheck_stats_family(enum hostcheck_kind k)
+{
+    return k == HOSTCHECK_OVER_SHARE                                  ? 2
+           : k == HOSTCHECK_UNDER_REPORT || k == HOSTCHECK_REGION_BAD ? 1
+                                                                      : 0;
+}
+
+void hostcheck_action_text(const struct hostcheck_finding *f, const char *keys, char *buf,
+                           size_t len)
+{
+    if (f->kind == HOSTCHECK_UNDER_REPORT || f->kind == HOSTCHECK_REGION_BAD)
+        snprintf(buf, len, "reported");
+    else if (f->kind == HOSTCHECK_OVER_SHARE && f->frozen)
+        snprintf(buf, len,
+                 "its cgroup duty-cycled: frozen %u.%u %% of every %s.freezePeriod "
+                 "(%s.computeAction freeze)",
+                 f->duty_pm / 10, f->duty_pm % 10, keys, keys);
+    else if (f->kind == HOSTCHECK_OVER_SHARE && f->freeze_errno)
+        snprintf(buf, len, "freezing its cgroup failed: %s", strerror(f->freeze_errno));
+    else if (f->kind == HOSTCHECK_OVER_SHARE)
+        snprintf(buf, len, "left running (%s.computeAction none)", keys);
+    else if (f->killed)
+        snprintf(buf, len, "process %u killed (%s.overQuotaAction kill)", f->pid, keys);
+    else if (f->kill_errno)
+        snprintf(buf, len, "killing process %u failed: %s", f->pid, strerror(f->kill_errno));
+    else
+        snprintf(buf, len, "process %u left running (%s.overQuotaAction none)", f->pid, keys);
+}
+
+void hostcheck_describe(const struct hostcheck_finding *f, const struct hostcheck_target *t,
+                        const char *keys, char *buf, size_t len)
+{
+    const struct hostcheck_target *g = &t[f->target];
+    char act[160];
+    hostcheck_action_text(f, keys, act, sizeof(act));
+    switch (f->kind) {
+    case HOSTCHECK_UNDER_REPORT:
+        snprintf(buf, len,
+                 "container %s on GPU %s: process %u holds %llu bytes of device memory but its "
+                 "usage region says %llu%s (it bypasses or tampers with libvcuda)",
+                 g->container, f->gpu, f->pid, (unsigned long long)f->used,
+                 (unsigned long long)f->limit, f->slot < 0 ? " (it has no slot)" : "");
+        return;
+    case HOSTCHECK_REGION_BAD:
+        snprintf(buf, len,
+                 "container %s on GPU %s: its usage region is not one libvcuda wrote (%s) while "
+                 "its process %u runs on the GPU: it was replaced, truncated or tampered with "
+                 "(the check goes by NVML's figures)",
+                 g->container, f->gpu,
+                 f->region_errno == ELOOP || f->region_errno == ENOTDIR ? "a symlink"
+                 : f->region_errno == EMLINK                            ? "a hard link"
+                 : f->region_errno == EXDEV                             ? "on another filesystem"
+                 : f->region_errno == EPROTO ? "not a regular file, short, or not a region"
+                                             : strerror(f->region_errno),
+                 f->pid);
+        return;
+    case HOSTCHECK_OVER_SHARE:
+        snprintf(buf, len,
+                 "container %s on GPU %s keeps using %llu %% of the GPU's SMs (process %u the "
+                 "most; mean of its last passes), above its share of %llu %%; %s",
+                 g->container, f->gpu, (unsigned long long)f->used, f->pid,
+                 (unsigned long long)f->limit, act);
+        return;
+    case HOSTCHECK_FOREIGN_GPU:
+        snprintf(buf, len,
+                 "container %s: process %u uses GPU %s (%llu bytes of device memory), which was "
+                 "not given to its pod (its share is on GPU %s); %s",
+                 g->container, f->pid, f->gpu, (unsigned long long)f->used, g->gpu_uuid, act);
+        return;
+    case HOSTCHECK_OVER_QUOTA:
+        break;
+    }
+    snprintf(buf, len,
+             "container %s on GPU %s uses %llu bytes of device memory, over its quota of %llu; %s",
+             g->container, f->gpu, (unsigned long long)f->used, (unsigned long long)f->limit, act);
 }
