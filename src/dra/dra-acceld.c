@@ -704,7 +704,7 @@ static bool apply_sharing(struct acceld_dra *a)
 static const char *const at_start_keys[] = {
     "nvmlLibrary", "sysfsRoot",       "devRoot",       "stateDir",      "mode",
     "gpuModes",    "nodeName",        "kubeconfig",    "vcudaLibrary",  "cdi.dir",
-    "mpsControl",  "dra.registryDir", "dra.pluginDir", "dra.claimWait",
+    "mpsControl",  "dra.registryDir", "dra.pluginDir", "dra.claimWait", "dra.mig",
 };
 /* Keys SIGHUP applies in DRA mode. */
 static const char *const live_keys[] = {

@@ -1,7 +1,11 @@
 /* dra-slice-dump.c — prints ResourceSlices rendered by src/dra/slice.c, one
  * JSON document per line, for tests/dra/test_k8s_schema.py to validate as
  * resource.k8s.io/v1: shared and whole GPUs, healthy, unhealthy and fatal,
- * with and without a NUMA node, and a pool with no device left. */
+ * with and without a NUMA node, and a pool with no device left; then the
+ * slices of a pool with MIG partitions (src/dra/partition.c: three H100s in
+ * MIG mode, one of them unhealthy, beside a whole GPU): devices consuming
+ * counters in slices of at most 64, and the counter sets in a slice of their
+ * own. */
 #include "dra.h"
 
 #include <stdio.h>
@@ -18,6 +22,35 @@ static int dump(const char *slice, int64_t gen, const struct dra_gpu *g, size_t 
             *p = ' ';
     printf("%s\n", s);
     free(s);
+    return 0;
+}
+
+/* An H100's GPU instance profiles (the MIG User Guide's table, as the emulator has it). */
+static const struct dra_mig_profile h100[] = {
+    {19, "1g.10gb", 1, 7, 9984ull << 20, 16, 7,
+     {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}},
+    {20, "1g.10gb+me", 1, 1, 9984ull << 20, 16, 7,
+     {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}},
+    {15, "1g.20gb", 1, 4, 20096ull << 20, 26, 4, {{0, 2}, {2, 2}, {4, 2}, {6, 2}}},
+    {14, "2g.20gb", 2, 3, 20096ull << 20, 32, 3, {{0, 2}, {2, 2}, {4, 2}}},
+    {9, "3g.40gb", 3, 2, 40448ull << 20, 60, 2, {{0, 4}, {4, 4}}},
+    {5, "4g.40gb", 4, 1, 40448ull << 20, 64, 1, {{0, 4}}},
+    {0, "7g.80gb", 7, 1, 81152ull << 20, 132, 1, {{0, 8}}},
+};
+
+static int dump_pool(const struct dra_gpu *g, size_t n)
+{
+    struct dra_slice_out *out = NULL;
+    size_t k = 0;
+    if (dra_pool_render("gpu.accel.dev", "node-a", 3, g, n, &out, &k) < 0)
+        return 1;
+    for (size_t i = 0; i < k; i++) {
+        for (char *p = out[i].json; *p; p++)
+            if (*p == '\n')
+                *p = ' ';
+        printf("%s\n", out[i].json);
+    }
+    dra_pool_free(out, k);
     return 0;
 }
 
@@ -65,6 +98,19 @@ int main(void)
          .healthy = false,
          .fatal = true},
     };
+    struct dra_gpu mig[4];
+    for (size_t i = 0; i < 4; i++) {
+        mig[i] = gpus[0];
+        mig[i].shared = false;
+        if (i < 3) {
+            mig[i].mig_profiles = h100;
+            mig[i].n_mig_profiles = sizeof(h100) / sizeof(h100[0]);
+        }
+    }
+    mig[1].name = "gpu-1";
+    mig[1].healthy = false;
+    mig[2].name = "gpu-2";
+    mig[3].name = "gpu-3";
     return dump("node-a-gpu.accel.dev", 1, gpus, 3) || dump("node-a-gpu.accel.dev", 2, gpus, 1) ||
-           dump("node-a-gpu.accel.dev", 7, NULL, 0);
+           dump("node-a-gpu.accel.dev", 7, NULL, 0) || dump_pool(mig, 4);
 }
