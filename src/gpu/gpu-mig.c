@@ -92,9 +92,38 @@ static int mig_handle(struct gpu_nvml *nvml, nvmlDevice_t gpu, nvmlDevice_t mig,
     if (r != NVML_SUCCESS)
         return gpu_nvml_errno(r);
     nvmlMemory_t mem;
-    if (nvml->nvmlDeviceGetMemoryInfo && nvml->nvmlDeviceGetMemoryInfo(mig, &mem) == NVML_SUCCESS)
+    if (nvml->nvmlDeviceGetMemoryInfo && nvml->nvmlDeviceGetMemoryInfo(mig, &mem) == NVML_SUCCESS) {
         d->memory_bytes = mem.total;
+        d->memory_used_bytes = mem.used;
+    }
     return describe(nvml, gpu, d);
+}
+
+int gpu_mig_devices_into(struct gpu_nvml *nvml, nvmlDevice_t gpu, struct gpu_mig_device *out,
+                         size_t cap, size_t *ret_n)
+{
+    unsigned max = 0;
+    if (!have_mig(nvml))
+        return -EOPNOTSUPP;
+    nvmlReturn_t r = nvml->nvmlDeviceGetMaxMigDeviceCount(gpu, &max);
+    if (r != NVML_SUCCESS)
+        return gpu_nvml_errno(r);
+    size_t n = 0;
+    for (unsigned i = 0; i < max; i++) {
+        nvmlDevice_t mig;
+        struct gpu_mig_device d;
+        r = nvml->nvmlDeviceGetMigDeviceHandleByIndex(gpu, i, &mig);
+        if (r == NVML_ERROR_NOT_FOUND || r == NVML_ERROR_INVALID_ARGUMENT)
+            continue; /* an empty index */
+        int e = r == NVML_SUCCESS ? mig_handle(nvml, gpu, mig, &d) : gpu_nvml_errno(r);
+        if (e < 0)
+            return e;
+        if (n < cap)
+            out[n] = d;
+        n++;
+    }
+    *ret_n = n;
+    return 0;
 }
 
 int gpu_mig_devices(struct gpu_nvml *nvml, nvmlDevice_t gpu, struct gpu_mig_device **ret,
@@ -107,27 +136,18 @@ int gpu_mig_devices(struct gpu_nvml *nvml, nvmlDevice_t gpu, struct gpu_mig_devi
     if (r != NVML_SUCCESS)
         return gpu_nvml_errno(r);
     struct gpu_mig_device *v = calloc(max ? max : 1, sizeof(*v));
+    size_t n = 0;
     if (!v)
         return -ENOMEM;
-    size_t n = 0;
-    for (unsigned i = 0; i < max; i++) {
-        nvmlDevice_t mig;
-        r = nvml->nvmlDeviceGetMigDeviceHandleByIndex(gpu, i, &mig);
-        if (r == NVML_ERROR_NOT_FOUND || r == NVML_ERROR_INVALID_ARGUMENT)
-            continue; /* an empty index */
-        int e = r == NVML_SUCCESS ? mig_handle(nvml, gpu, mig, &v[n]) : gpu_nvml_errno(r);
-        if (e < 0) {
-            free(v);
-            return e;
-        }
-        n++;
-    }
-    if (!n) {
+    int e = gpu_mig_devices_into(nvml, gpu, v, max, &n);
+    if (e < 0 || !n) {
         free(v);
         v = NULL;
     }
+    if (e < 0)
+        return e;
     *ret = v;
-    *ret_n = n;
+    *ret_n = n < max ? n : max;
     return 0;
 }
 

@@ -34,6 +34,7 @@ struct gpu_mig_device {
     unsigned ci_slices, gi_slices;  /* compute slices of the CI and of its GI */
     char profile[GPU_MIG_NAME_MAX]; /* "1g.10gb", "1c.2g.20gb", "1g.10gb+me" */
     uint64_t memory_bytes;          /* its memory (NVML's total on the MIG device handle) */
+    uint64_t memory_used_bytes;     /* in use now (0 when NVML cannot tell) */
 };
 
 /* A GPU instance profile of a board, with where it can be placed. */
@@ -55,6 +56,10 @@ struct gpu_mig_profile {
  * Returns 0, -EOPNOTSUPP (MIG calls missing, or the GPU is not in MIG mode), other -errno. */
 int gpu_mig_devices(struct gpu_nvml *nvml, nvmlDevice_t gpu, struct gpu_mig_device **ret,
                     size_t *ret_n);
+/* The same into out[0..cap) without allocating (a scrape); *ret_n is how many there are (more
+ * than cap: only cap filled). */
+int gpu_mig_devices_into(struct gpu_nvml *nvml, nvmlDevice_t gpu, struct gpu_mig_device *out,
+                         size_t cap, size_t *ret_n);
 
 /* The board's GPU instance profiles that can be created (NVML answers the profile info; the
  * graphics and media-engine variants included), up to cap. Returns 0 or -errno. */
