@@ -306,24 +306,13 @@ static int mode_parse(const char *v, size_t len, enum acceld_mode *ret)
     return -EINVAL;
 }
 
-/* Walks "SEL=MODE,..."; calls fn for each entry (fn returns non-zero to
- * stop). Returns -EINVAL (message in err) on the first malformed entry. */
-static int gpu_modes_walk(const char *v, char *err, size_t errlen,
-                          int (*fn)(const char *sel, size_t sel_len, enum acceld_mode m, void *u),
-                          void *u)
+/* Calls fn for each item of a comma-separated list (fn returns non-zero to
+ * stop); returns what fn returned last, or 0. */
+static int list_walk(const char *v, int (*fn)(const char *item, size_t len, void *u), void *u)
 {
-    const char *p = v;
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *eq = memchr(p, '=', len);
-        enum acceld_mode m;
-        if (!eq || eq == p || mode_parse(eq + 1, len - (size_t)(eq + 1 - p), &m) < 0)
-            return fail(err, errlen, -EINVAL,
-                        "gpuModes: \"%.*s\" is not SEL=MODE (SEL a GPU index, UUID or PCI "
-                        "address, MODE pgpu|vgpu|dra|vfio)",
-                        (int)len, p);
-        int r = fn(p, (size_t)(eq - p), m, u);
+    for (const char *p = v; *p;) {
+        size_t len = strcspn(p, ",");
+        int r = fn(p, len, u);
         if (r)
             return r;
         p += len;
@@ -331,6 +320,36 @@ static int gpu_modes_walk(const char *v, char *err, size_t errlen,
             p++;
     }
     return 0;
+}
+
+struct modes_walk {
+    char *err;
+    size_t errlen;
+    int (*fn)(const char *sel, size_t sel_len, enum acceld_mode m, void *u);
+    void *u;
+};
+
+static int modes_item(const char *p, size_t len, void *u)
+{
+    struct modes_walk *w = u;
+    const char *eq = memchr(p, '=', len);
+    enum acceld_mode m;
+    if (!eq || eq == p || mode_parse(eq + 1, len - (size_t)(eq + 1 - p), &m) < 0)
+        return fail(w->err, w->errlen, -EINVAL,
+                    "gpuModes: \"%.*s\" is not SEL=MODE (SEL a GPU index, UUID or PCI "
+                    "address, MODE pgpu|vgpu|dra|vfio)",
+                    (int)len, p);
+    return w->fn(p, (size_t)(eq - p), m, w->u);
+}
+
+/* Walks "SEL=MODE,..."; calls fn for each entry (fn returns non-zero to
+ * stop). Returns -EINVAL (message in err) on the first malformed entry. */
+static int gpu_modes_walk(const char *v, char *err, size_t errlen,
+                          int (*fn)(const char *sel, size_t sel_len, enum acceld_mode m, void *u),
+                          void *u)
+{
+    struct modes_walk w = {err, errlen, fn, u};
+    return list_walk(v, modes_item, &w);
 }
 
 static int gpu_modes_not_dra(const char *sel, size_t sel_len, enum acceld_mode m, void *u)
@@ -397,22 +416,6 @@ enum acceld_mode acceld_config_pci_mode(const struct acceld_config *cfg, const c
     char err[8];
     gpu_modes_walk(cfg->gpu_modes, err, sizeof(err), gpu_modes_match, &f);
     return f.found ? f.mode : cfg->mode;
-}
-
-/* Calls fn for each item of a comma-separated list (fn returns non-zero to
- * stop); returns what fn returned last, or 0. */
-static int list_walk(const char *v, int (*fn)(const char *item, size_t len, void *u), void *u)
-{
-    for (const char *p = v; *p;) {
-        size_t len = strcspn(p, ",");
-        int r = fn(p, len, u);
-        if (r)
-            return r;
-        p += len;
-        if (*p == ',')
-            p++;
-    }
-    return 0;
 }
 
 static int bind_match(const char *item, size_t len, void *u)

@@ -511,18 +511,18 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
         for (size_t k = 0; k < ss[i].n_mig; k++)
             buf_printf(b, "accel_mig_device_info{%s,%s} 1\n", l[i],
                        mig_labels(&ss[i].mig[k], nm, sizeof nm));
-    on = family(b, om, "accel_mig_device_memory_used_bytes", "gauge",
-                "Memory in use on a MIG device.");
-    for (unsigned i = 0; i < e->ngpus && on; i++)
-        for (size_t k = 0; k < ss[i].n_mig; k++)
-            buf_printf(b, "accel_mig_device_memory_used_bytes{%s,%s} %" PRIu64 "\n", l[i],
-                       mig_labels(&ss[i].mig[k], nm, sizeof nm), ss[i].mig[k].memory_used_bytes);
-    on = family(b, om, "accel_mig_device_memory_total_bytes", "gauge",
-                "Memory of a MIG device (its GPU instance's).");
-    for (unsigned i = 0; i < e->ngpus && on; i++)
-        for (size_t k = 0; k < ss[i].n_mig; k++)
-            buf_printf(b, "accel_mig_device_memory_total_bytes{%s,%s} %" PRIu64 "\n", l[i],
-                       mig_labels(&ss[i].mig[k], nm, sizeof nm), ss[i].mig[k].memory_bytes);
+    for (int used = 1; used >= 0; used--) {
+        const char *name =
+            used ? "accel_mig_device_memory_used_bytes" : "accel_mig_device_memory_total_bytes";
+        on = family(b, om, name, "gauge",
+                    used ? "Memory in use on a MIG device."
+                         : "Memory of a MIG device (its GPU instance's).");
+        for (unsigned i = 0; i < e->ngpus && on; i++)
+            for (size_t k = 0; k < ss[i].n_mig; k++)
+                buf_printf(b, "%s{%s,%s} %" PRIu64 "\n", name, l[i],
+                           mig_labels(&ss[i].mig[k], nm, sizeof nm),
+                           used ? ss[i].mig[k].memory_used_bytes : ss[i].mig[k].memory_bytes);
+    }
 
 /* One family with a series per GPU whose sample ss[i].okf succeeded. */
 #define PER_GPU(type, metric, help, okf, expr)                                                     \

@@ -99,15 +99,22 @@ static int mig_handle(struct gpu_nvml *nvml, nvmlDevice_t gpu, nvmlDevice_t mig,
     return describe(nvml, gpu, d);
 }
 
+/* How many MIG device indexes the GPU has (0 unless it is in MIG mode). */
+static int max_devices(struct gpu_nvml *nvml, nvmlDevice_t gpu, unsigned *ret)
+{
+    if (!have_mig(nvml))
+        return -EOPNOTSUPP;
+    return gpu_nvml_errno(nvml->nvmlDeviceGetMaxMigDeviceCount(gpu, ret));
+}
+
 int gpu_mig_devices_into(struct gpu_nvml *nvml, nvmlDevice_t gpu, struct gpu_mig_device *out,
                          size_t cap, size_t *ret_n)
 {
     unsigned max = 0;
-    if (!have_mig(nvml))
-        return -EOPNOTSUPP;
-    nvmlReturn_t r = nvml->nvmlDeviceGetMaxMigDeviceCount(gpu, &max);
-    if (r != NVML_SUCCESS)
-        return gpu_nvml_errno(r);
+    nvmlReturn_t r;
+    int e = max_devices(nvml, gpu, &max);
+    if (e < 0)
+        return e;
     size_t n = 0;
     for (unsigned i = 0; i < max; i++) {
         nvmlDevice_t mig;
@@ -115,7 +122,7 @@ int gpu_mig_devices_into(struct gpu_nvml *nvml, nvmlDevice_t gpu, struct gpu_mig
         r = nvml->nvmlDeviceGetMigDeviceHandleByIndex(gpu, i, &mig);
         if (r == NVML_ERROR_NOT_FOUND || r == NVML_ERROR_INVALID_ARGUMENT)
             continue; /* an empty index */
-        int e = r == NVML_SUCCESS ? mig_handle(nvml, gpu, mig, &d) : gpu_nvml_errno(r);
+        e = r == NVML_SUCCESS ? mig_handle(nvml, gpu, mig, &d) : gpu_nvml_errno(r);
         if (e < 0)
             return e;
         if (n < cap)
@@ -130,16 +137,14 @@ int gpu_mig_devices(struct gpu_nvml *nvml, nvmlDevice_t gpu, struct gpu_mig_devi
                     size_t *ret_n)
 {
     unsigned max = 0;
-    if (!have_mig(nvml))
-        return -EOPNOTSUPP;
-    nvmlReturn_t r = nvml->nvmlDeviceGetMaxMigDeviceCount(gpu, &max);
-    if (r != NVML_SUCCESS)
-        return gpu_nvml_errno(r);
+    int e = max_devices(nvml, gpu, &max);
+    if (e < 0)
+        return e;
     struct gpu_mig_device *v = calloc(max ? max : 1, sizeof(*v));
     size_t n = 0;
     if (!v)
         return -ENOMEM;
-    int e = gpu_mig_devices_into(nvml, gpu, v, max, &n);
+    e = gpu_mig_devices_into(nvml, gpu, v, max, &n);
     if (e < 0 || !n) {
         free(v);
         v = NULL;

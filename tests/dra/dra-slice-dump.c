@@ -7,6 +7,7 @@
  * counters in slices of at most 64, and the counter sets in a slice of their
  * own. */
 #include "dra.h"
+#include "h100-profiles.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,19 +25,6 @@ static int dump(const char *slice, int64_t gen, const struct dra_gpu *g, size_t 
     free(s);
     return 0;
 }
-
-/* An H100's GPU instance profiles (the MIG User Guide's table, as the emulator has it). */
-static const struct dra_mig_profile h100[] = {
-    {19, "1g.10gb", 1, 7, 9984ull << 20, 16, 7,
-     {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}},
-    {20, "1g.10gb+me", 1, 1, 9984ull << 20, 16, 7,
-     {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}},
-    {15, "1g.20gb", 1, 4, 20096ull << 20, 26, 4, {{0, 2}, {2, 2}, {4, 2}, {6, 2}}},
-    {14, "2g.20gb", 2, 3, 20096ull << 20, 32, 3, {{0, 2}, {2, 2}, {4, 2}}},
-    {9, "3g.40gb", 3, 2, 40448ull << 20, 60, 2, {{0, 4}, {4, 4}}},
-    {5, "4g.40gb", 4, 1, 40448ull << 20, 64, 1, {{0, 4}}},
-    {0, "7g.80gb", 7, 1, 81152ull << 20, 132, 1, {{0, 8}}},
-};
 
 static int dump_pool(const struct dra_gpu *g, size_t n)
 {
@@ -103,8 +91,8 @@ int main(void)
         mig[i] = gpus[0];
         mig[i].shared = false;
         if (i < 3) {
-            mig[i].mig_profiles = h100;
-            mig[i].n_mig_profiles = sizeof(h100) / sizeof(h100[0]);
+            mig[i].mig_profiles = h100_profiles;
+            mig[i].n_mig_profiles = H100_N_PROFILES;
         }
     }
     mig[1].name = "gpu-1";

@@ -9,28 +9,19 @@
 #include <string.h>
 
 #include "dra.h"
+#include "h100-profiles.h"
 #include "tap.h"
 
-static const struct dra_mig_profile profiles[] = {
-    {19,
-     "1g.10gb",
-     1,
-     7,
-     9984ull << 20,
-     16,
-     7,
-     {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}},
-    {20,
-     "1g.10gb+me",
-     1,
-     1,
-     9984ull << 20,
-     16,
-     7,
-     {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}},
-    {9, "3g.40gb", 3, 2, 40448ull << 20, 60, 2, {{0, 4}, {4, 4}}},
-    {0, "7g.80gb", 7, 1, 81152ull << 20, 132, 1, {{0, 8}}},
-};
+/* 1g.10gb, 1g.10gb+me, 3g.40gb, 7g.80gb of the H100's table: 17 partitions a GPU */
+static struct dra_mig_profile profiles[4];
+
+static void pick_profiles(void)
+{
+    profiles[0] = h100_profiles[0];
+    profiles[1] = h100_profiles[1];
+    profiles[2] = h100_profiles[4];
+    profiles[3] = h100_profiles[6];
+}
 
 static struct dra_gpu gpu(const char *name, bool mig)
 {
@@ -215,5 +206,6 @@ TEST(slice_list_items)
 
 int main(int argc, char **argv)
 {
+    pick_profiles();
     return tap_main(argc, argv);
 }

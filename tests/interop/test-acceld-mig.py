@@ -18,7 +18,6 @@ Every wait is bounded; nothing asserts timing."""
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -84,14 +83,6 @@ def start(build, node, d, extra, config=None):
     return pdir, kubelet, agent
 
 
-def stop(tap, kubelet, agent):
-    if agent.alive():
-        agent.stop()
-    kubelet.stop()
-    if tap.failed:
-        tap.diag("acceld log:\n" + agent.log_text()[-4000:])
-
-
 def mixed(tap, build, tmp):
     d = os.path.join(tmp, "mixed")
     os.makedirs(d)
@@ -151,7 +142,7 @@ def mixed(tap, build, tmp):
         for p in (p1, p3, pg):
             p.close()
     finally:
-        stop(tap, kubelet, agent)
+        K.stop_agent(tap, kubelet, agent)
 
     # CDI: the names NVIDIA's plugin sends, a spec per resource with the nodes
     d2 = os.path.join(d, "cdi-run")
@@ -177,26 +168,7 @@ def mixed(tap, build, tmp):
                "GPU's node and capability nodes", dev)
         p1.close()
     finally:
-        stop(tap, kubelet, agent)
-
-
-def run_once(build, node, d, extra, config=None):
-    pdir = os.path.join(d, "dp-once")
-    os.makedirs(pdir, exist_ok=True)
-    args = [os.path.join(build, "src/acceld/acceld"), "--no-register", "--device-plugin-dir",
-            pdir, "--sysfs-root", node.sysfs, "--dev-root", node.dev, "--state-dir",
-            os.path.join(d, "state-once"), *extra]
-    if config:
-        args[1:1] = ["--config", config]
-    p = subprocess.Popen(args, env=node.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
-    K.wait_until(lambda: any(f.endswith(".sock") for f in os.listdir(pdir)) or
-                 p.poll() is not None, T)
-    socks = sorted(f for f in os.listdir(pdir) if f.endswith(".sock"))
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-    out, _ = p.communicate(timeout=T)
-    return p.returncode, socks, out
+        K.stop_agent(tap, kubelet, agent)
 
 
 def single(tap, build, tmp):
@@ -225,27 +197,27 @@ def single(tap, build, tmp):
             w.cancel()
             p.close()
     finally:
-        stop(tap, kubelet, agent)
+        K.stop_agent(tap, kubelet, agent)
     node.cmd("mig", 1, "destroy")
     node.cmd("mig", 1, "create", "3g.40gb")
-    rc, socks, out = run_once(build, node, d, ("--mig-strategy", "single"))
+    rc, socks, out = K.run_acceld_once(build, node, d, ("--mig-strategy", "single"))
     tap.ok(rc == 2 and not socks and "MIG devices of two profiles" in out and "use mixed" in out,
            "single with two profiles: refused at start (exit 2), saying why and what to do",
            out[-800:])
     node.cmd("mig", 1, "destroy")
     node.cmd("set", 1, "mig=off")
-    rc, socks, out = run_once(build, node, d, ("--mig-strategy", "single"))
+    rc, socks, out = K.run_acceld_once(build, node, d, ("--mig-strategy", "single"))
     tap.ok(rc == 2 and "1 GPU(s) are in MIG mode and 1 are not" in out,
            "single with a GPU out of MIG mode beside a MIG one: refused (NVIDIA's rule)",
            out[-800:])
     # none: the MIG GPU whole; NVIDIA's flags.migStrategy from the config file
-    rc, socks, out = run_once(build, node, d, ())
+    rc, socks, out = K.run_acceld_once(build, node, d, ())
     tap.ok(socks == ["accel-nvidia.com-gpu.sock"] and "MIG (" not in out,
            "none (the default): GPUs served whole, MIG ignored", (socks, out[-500:]))
     cfg = os.path.join(d, "nvidia.yaml")
     with open(cfg, "w") as f:
         f.write("version: v1\nflags:\n  migStrategy: mixed\n  failOnInitError: true\n")
-    rc, socks, out = run_once(build, node, d, (), config=cfg)
+    rc, socks, out = K.run_acceld_once(build, node, d, (), config=cfg)
     tap.ok("MIG (migStrategy mixed): 2 MIG device(s) as nvidia.com/mig-1g.10gb" in out,
            "NVIDIA's config key flags.migStrategy selects the strategy", out[-800:])
 

@@ -18,7 +18,6 @@ Every wait is bounded; nothing asserts timing."""
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -118,28 +117,7 @@ def served(tap, pb, build, tmp):
         vf.close()
         pg.close()
     finally:
-        if agent.alive():
-            agent.stop()
-        kubelet.stop()
-        if tap.failed:
-            tap.diag("acceld log:\n" + agent.log_text()[-5000:])
-
-
-def run_once(build, node, tmp, extra, env=None):
-    """acceld until it has served (or not) and stopped: its log."""
-    pdir = os.path.join(tmp, "dp")
-    os.makedirs(pdir, exist_ok=True)
-    exe = os.path.join(build, "src/acceld/acceld")
-    p = subprocess.Popen([exe, "--no-register", "--device-plugin-dir", pdir, "--sysfs-root",
-                          node.sysfs, "--dev-root", node.dev, "--state-dir",
-                          os.path.join(tmp, "state"), *extra], env=env or node.env,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    K.wait_until(lambda: any(f.endswith(".sock") for f in os.listdir(pdir)) or
-                 p.poll() is not None, T)
-    socks = sorted(f for f in os.listdir(pdir) if f.endswith(".sock"))
-    p.send_signal(signal.SIGTERM)
-    out, _ = p.communicate(timeout=T)
-    return socks, out
+        K.stop_agent(tap, kubelet, agent)
 
 
 def shared_group(tap, build, tmp):
@@ -150,7 +128,7 @@ def shared_group(tap, build, tmp):
     for i in (0, 1):
         node.cmd("vfio", i, "bind")
     bdf = [sysfs_bdf(g["pci_bus_id"]) for g in status(node)]
-    socks, log = run_once(build, node, d, ("--mode", "vfio"))
+    _, socks, log = K.run_acceld_once(build, node, d, ("--mode", "vfio"))
     tap.ok(f"GPU {bdf[0]} is not served: its IOMMU group 10 also holds 1 other device(s) "
            f"({bdf[1]})" in log and
            f"GPU {bdf[1]} is not served: its IOMMU group 10 also holds 1 other device(s) "
@@ -165,12 +143,12 @@ def no_nvml(tap, build, tmp):
     node.cmd("vfio", 0, "bind")
     node.cmd("vfio", 1, "bind")
     env = dict(node.env, ACCEL_NVML_LIBRARY=os.path.join(d, "no-libnvidia-ml.so.1"))
-    socks, log = run_once(build, node, d, ("--mode", "vfio"), env=env)
+    _, socks, log = K.run_acceld_once(build, node, d, ("--mode", "vfio"), env=env)
     tap.ok(socks == [f"accel-{RES.replace('/', '-')}.sock"] and "no NVML" in log and
            f"VFIO mode: 2 GPU(s) as {RES}" in log,
            "no NVML (no nvidia driver on a passthrough node): mode vfio serves the VFIO GPUs",
            (socks, log[-1500:]))
-    socks, log = run_once(build, node, d, ("--mode", "pgpu"), env=env)
+    _, socks, log = K.run_acceld_once(build, node, d, ("--mode", "pgpu"), env=env)
     tap.ok("cannot open NVML" in log and not socks,
            "without NVML in mode pgpu acceld still refuses to start", (socks, log[-800:]))
 
