@@ -32,6 +32,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "accel-config.h"
 #include "cgroup.h"
 #include "cost.h"
 #include "expconfig.h"
@@ -914,7 +915,7 @@ static void usage(FILE *f)
         "                      [--pod-resources-socket PATH] [--state-dir DIR]\n"
         "                      [--disable-metrics NAMES] [--cost-currency CUR]\n"
         "                      [--cost-gpu-hour-price RESOURCE=PRICE,...]\n"
-        "                      [--log-level LEVEL] [--check-config]\n"
+        "                      [--log-level LEVEL] [--check-config] [--version]\n"
         "  --config        YAML settings (keys as below, camelCase); flags win over it\n"
         "  --listen        address to serve /, /metrics and /healthz on (default 0.0.0.0:9835)\n"
         "  --nvml-library  NVML to load (default $%s, else %s)\n"
@@ -932,7 +933,8 @@ static void usage(FILE *f)
         "                  (config: cost.gpuHourPrice); adds accel_pod_gpu_cost_total\n"
         "  --log-level     error, warn, info or debug\n"
         "  --check-config  print the settings (file and flags) as YAML and exit: 0 when\n"
-        "                  valid, 2 with the reason otherwise\n",
+        "                  valid, 2 with the reason otherwise\n"
+        "  --version       print the version and exit\n",
         GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY, EXPORTER_DEFAULT_PODRES);
 }
 
@@ -964,6 +966,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("accel-exporter %s\n", ACCEL_VERSION);
             return 0;
         }
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
