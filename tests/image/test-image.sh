@@ -131,6 +131,52 @@ sys.exit(1)')
         not_ok "libvcuda installer keeps the 3 newest versions (libvcuda.keep)" "$(ls -la "$hostlib")"
     fi
     truncate -s -4 "$lib"   # the image's file as it was (4 bytes appended above)
+
+    # the exporter's pod-resources ACL, kept by its pod-resources-acl container, on a directory
+    # with a root-owned socket (mode 0755, as the kubelet's): uid 65532 can connect to it, and
+    # to a socket made there afterwards (a restarted kubelet)
+    acl_script=$(helm template accel "$root/deploy/helm/accel" -n kube-system | python3 -c '
+import sys, yaml
+for o in yaml.safe_load_all(sys.stdin):
+    if o and o["kind"] == "DaemonSet":
+        for c in o["spec"]["template"]["spec"]["containers"]:
+            if c["name"] == "pod-resources-acl":
+                print(c["command"][-1]); sys.exit(0)
+sys.exit(1)')
+    podres=$tmp/pod-resources
+    mkdir -p "$podres" "$rootfs/var/lib/kubelet/pod-resources"
+    chmod 0755 "$tmp"   # uid 65532 walks to the sockets
+    listen() { # listen PATH: a root-owned unix socket, mode 0755, served until the test ends
+        python3 -c 'import os, socket, sys, time
+os.umask(0o022); s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8)
+time.sleep(120)' "$1" &
+        for _ in $(seq 50); do [ -S "$1" ] && break; sleep 0.1; done
+    }
+    connects() { # connects PATH: can uid 65532 connect?
+        python3 -c 'import os, socket, sys
+os.setgid(65532); os.setgroups([]); os.setuid(65532)
+socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$1" 2>&1
+    }
+    wait_connects() { # wait_connects PATH: until uid 65532 connects, at most 30 s
+        local r
+        for _ in $(seq 60); do r=$(connects "$1") && return 0; sleep 0.5; done
+        echo "$r"
+        return 1
+    }
+    listen "$podres/kubelet.sock"
+    before=$(connects "$podres/kubelet.sock")
+    timeout 60 unshare -m sh -c 'mount --bind "$1" "$2/var/lib/kubelet/pod-resources" && exec env -i /usr/sbin/chroot "$2" /bin/sh -c "$3"' \
+        sh "$podres" "$rootfs" "$acl_script" >"$tmp/acl.log" 2>&1 &
+    after=$(wait_connects "$podres/kubelet.sock")
+    listen "$podres/second.sock"
+    later=$(wait_connects "$podres/second.sock")
+    if [[ "$before" == *"Permission denied"* ]] && [ -z "$after" ] && [ -z "$later" ]; then
+        ok "exporter's pod-resources ACL: uid 65532 connects to the kubelet's socket and to one made later"
+    else
+        not_ok "exporter's pod-resources ACL: uid 65532 connects to the kubelet's socket and to one made later" \
+            "before: $before" "after: $after" "later: $later" "$(cat "$tmp/acl.log")"
+    fi
+    kill $(jobs -p) 2>/dev/null
 else
     not_ok "helm renders the libvcuda installer" "helm is missing: run scripts/deps.sh"
 fi
