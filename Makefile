@@ -66,7 +66,7 @@ image: deps
 test-image: deps
 	@bash scripts/image.sh test $(BUILD)
 
-image-test: image
+image-test: image test-image
 	@bash tests/image/test-image.sh $(BUILD)
 
 clean:

@@ -12,7 +12,9 @@
 #     ctr are installed (a private containerd on a temporary socket), else reported as skipped;
 #   - libvcuda loads in Debian 11's root filesystem (glibc 2.31, before the libdl/libpthread
 #     merge and the stat symbols): bound at start into /bin/true, and hooking the dlsym that
-#     perl's DynaLoader resolves POSIX.so with.
+#     perl's DynaLoader resolves POSIX.so with;
+#   - the test image (accel-test, make test-image): cuda-demo under libvcuda on the emulator in
+#     its root filesystem, held to its quota; its other programs find every library there.
 # Prints TAP; needs root. Usage: test-image.sh [BUILD_DIR]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -234,6 +236,33 @@ if bash "$root/scripts/image.sh" rootfs bullseye "$old" >"$tmp/bullseye.log" 2>&
     fi
 else
     not_ok "a Debian 11 root filesystem (scripts/image.sh rootfs bullseye)" "$(tail -n 5 "$tmp/bullseye.log")"
+fi
+
+# ---- the test image: the emulator and cuda-demo under libvcuda in its root filesystem ----
+test_archive=$build/accel-test-image.tar
+if [ -f "$test_archive" ]; then
+    trootfs=$tmp/test-rootfs
+    python3 "$oci" --unpack "$test_archive" "$trootfs"
+    out=$(env -i /usr/sbin/chroot "$trootfs" /bin/sh -c 'export ACCEL_EMU_STATE=/tmp/emu.state
+accel-emu init --gpus 1 >/dev/null &&
+LD_LIBRARY_PATH=/usr/lib/accel-emu LD_PRELOAD=/usr/lib/accel/libvcuda.so VCUDA_MEMORY_LIMIT=1Gi \
+VCUDA_REGION=/tmp/quota.region cuda-demo' 2>&1)
+    if [[ "$out" == *"free 544 MiB of 1024 MiB"* ]] && [[ "$out" == *"then CUDA_ERROR_OUT_OF_MEMORY"* ]]; then
+        ok "accel-test: cuda-demo under libvcuda on the emulator, held to a 1 GiB quota, in its root filesystem"
+    else
+        not_ok "accel-test: cuda-demo under libvcuda on the emulator, held to a 1 GiB quota" "$out"
+    fi
+    for p in spin emu-hold emu-mps-client; do
+        out=$(env -i /usr/sbin/chroot "$trootfs" /lib64/ld-linux-x86-64.so.2 --list \
+            "/usr/lib/accel-test/$p" 2>&1)
+        if [ $? -eq 0 ] && [[ "$out" != *"not found"* ]]; then
+            ok "accel-test: every library of /usr/lib/accel-test/$p is in the image"
+        else
+            not_ok "accel-test: every library of /usr/lib/accel-test/$p is in the image" "$out"
+        fi
+    done
+else
+    not_ok "accel-test image" "$test_archive is missing: run make test-image"
 fi
 
 echo "1..$n"
