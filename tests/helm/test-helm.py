@@ -46,18 +46,14 @@ if not HELM:
 HAVE_KM = shutil.which("node") and os.path.isdir(
     os.path.join(KM, "node_modules/@kubernetes-models/prometheus-operator"))
 
-n = 0
-failed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tap import Tap  # noqa: E402
+
+T = Tap()
 
 
 def report(ok, name, why=""):
-    global n, failed
-    n += 1
-    print("%s %d - %s" % ("ok" if ok else "not ok", n, name))
-    if not ok:
-        failed += 1
-        for line in str(why).splitlines()[:20]:
-            print("# " + line)
+    T.ok(ok, name, why)
 
 
 def run(cmd, **kw):
@@ -312,5 +308,4 @@ else:
     report(False, "kubernetes-models with prometheus-operator installed (scripts/deps.sh)")
 
 shutil.rmtree(tmp, ignore_errors=True)
-print("1..%d" % n)
-sys.exit(1 if failed else 0)
+sys.exit(T.done())
