@@ -13,7 +13,7 @@ calls=${2:-5000}
 xids=${3:-40}
 worst=${4:-10000}
 emu=$build/src/emu/accel-emu
-for f in "$emu" "$build/src/emu/libnvidia-ml.so.1" "$build/src/plugin/acceld" \
+for f in "$emu" "$build/src/emu/libnvidia-ml.so.1" "$build/src/acceld/acceld" \
          "$build/bench/bench-acceld"; do
     [ -e "$f" ] || { echo "bench/acceld.sh: $f not built" >&2; exit 1; }
 done
@@ -29,7 +29,7 @@ export ACCEL_NVML_LIBRARY=$build/src/emu/libnvidia-ml.so.1
 "$emu" init --gpus 8 --numa 0,0,0,0,1,1,1,1 --nvlink pairs >/dev/null
 mkdir -p "$tmp/dp"
 # logLevel info (the default): every allocation writes its log line, as in production
-${ACCELD_WRAPPER:-} "$build/src/plugin/acceld" --no-register --device-plugin-dir "$tmp/dp" \
+${ACCELD_WRAPPER:-} "$build/src/acceld/acceld" --no-register --device-plugin-dir "$tmp/dp" \
     --sysfs-root "$ACCEL_EMU_STATE.d/sysfs" --dev-root "$ACCEL_EMU_STATE.d/dev" \
     --state-dir "$tmp/state" --recover-after 200ms 2>"$tmp/acceld.log" &
 pid=$!

@@ -7,7 +7,8 @@
  *   LD_LIBRARY_PATH=build/src/emu build/bench/bench-emu-runtime [gets] [runs] [rt-prog...]
  *
  * Makes its own one-GPU emulated machine (ACCEL_EMU_STATE) unless one is set. The shared-cudart
- * program needs /usr/local/cuda/lib64 on LD_LIBRARY_PATH too. */
+ * program needs the CUDA toolkit's lib64 on LD_LIBRARY_PATH too: `scripts/cuda-wheels.sh --root`
+ * names the toolkit (/usr/local/cuda, or NVIDIA's wheels from PyPI). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>

@@ -55,7 +55,7 @@ demo_acceld() {
     b=$(cd "$build" && pwd)
     emu=$b/src/emu/accel-emu
     nvml=$b/src/emu/libnvidia-ml.so.1
-    acceld=$b/src/plugin/acceld
+    acceld=$b/src/acceld/acceld
     accelctl=$b/src/cli/accelctl
     for f in "$emu" "$nvml" "$acceld" "$accelctl"; do
         if [ ! -e "$f" ]; then

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that accel's build, tests and demo need.
+# Installs every Debian 12 package that accel's build, tests and demo need (and, through
+# scripts/cuda-wheels.sh, NVIDIA's CUDA 13.0 nvcc and runtime from PyPI where /usr/local/cuda lacks them).
 # Idempotent: packages already present are not touched; apt lists are fetched
 # only when missing or when a package cannot be found.
 set -euo pipefail
@@ -71,6 +72,10 @@ if { [ ! -d "$k8s_dir/node_modules/kubernetes-models/resource.k8s.io/v1" ] ||
              "the k8s-validate test will be skipped" >&2
     fi
 fi
+
+# NVIDIA's nvcc and CUDA runtime 13.0 (PyPI wheels, pinned in scripts/cuda-wheels.txt) for the
+# tests that build programs with nvcc, where /usr/local/cuda holds no CUDA 13. Idempotent.
+bash "$(dirname "$0")/cuda-wheels.sh"
 
 # Tools built from the Go module proxy at the versions pinned in scripts/versions.env, each
 # cached by version under $ACCEL_TOOLS_CACHE (default /var/cache/accel-tools/NAME-VERSION[-FLAGS]/) and

@@ -3,7 +3,7 @@
 # -dev libraries: acceld, accelctl and bench-acceld from a build dir, plus the shared libraries
 # they load that a bare machine may lack (nghttp2, protobuf-c, libyaml, jansson; DRA mode's
 # libcurl is expected there, as libcurl4), and libvcuda.so and demo/cuda-demo (they link libc
-# only). The bundle keeps the build's layout (src/plugin/acceld, ...) and puts the libraries in
+# only). The bundle keeps the build's layout (src/acceld/acceld, ...) and puts the libraries in
 # lib/.
 #
 #   scripts/gpu-bundle.sh [BUILD_DIR] [OUT_DIR]     (defaults: build, .gpu-bundle)
@@ -11,7 +11,7 @@
 set -euo pipefail
 build=${1:-build}
 out=${2:-.gpu-bundle}
-bins=(src/plugin/acceld src/cli/accelctl bench/bench-acceld)
+bins=(src/acceld/acceld src/cli/accelctl bench/bench-acceld)
 for b in "${bins[@]}"; do
     [ -x "$build/$b" ] || { echo "gpu-bundle: $build/$b is not built (run make build)" >&2; exit 1; }
 done

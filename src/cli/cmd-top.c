@@ -42,15 +42,15 @@ static const char *const sort_names[TOP_SORT_N] = {"memory", "util", "pid"};
 
 struct top_proc {
     unsigned pid;
-    uint64_t mem; /* UINT64_MAX: NVML cannot tell */
-    int util;     /* SM %, -1 unknown */
-    struct kube_cgroup_ref ref; /* pod_uid "" = not in a pod */
-    const struct exporter_podres_entry *name; /* NULL = pod-resources cannot say */
+    uint64_t mem;                    /* UINT64_MAX: NVML cannot tell */
+    int util;                        /* SM %, -1 unknown */
+    struct kube_cgroup_ref ref;      /* pod_uid "" = not in a pod */
+    const struct podres_entry *name; /* NULL = pod-resources cannot say */
 };
 
 struct top_gpu {
     char uuid[96], name[96], err[128];
-    bool ok; /* answers NVML */
+    bool ok;                          /* answers NVML */
     int util, temp, power_w, limit_w; /* -1: unknown */
     uint64_t mem_used, mem_total;
     bool mem_ok;
@@ -62,7 +62,7 @@ struct top {
     struct gpu_nvml *nvml;
     const char *proc_root;
     const char *podres_socket; /* NULL: off */
-    struct exporter_podres podres;
+    struct podres podres;
     bool podres_ok;
     unsigned ngpus;
     struct top_gpu gpus[TOP_MAX_GPUS];
@@ -126,10 +126,10 @@ static void name_procs(struct top *t)
         return;
     for (unsigned i = 0; i < t->ngpus; i++) {
         struct top_gpu *g = &t->gpus[i];
-        const struct exporter_podres_entry *first;
+        const struct podres_entry *first;
         const char *cid = NULL;
         bool one = true;
-        if (exporter_podres_holders(&t->podres, g->uuid, &first) != 1)
+        if (podres_holders(&t->podres, g->uuid, &first) != 1)
             continue;
         for (size_t k = 0; k < g->nprocs; k++)
             if (g->procs[k].ref.pod_uid[0]) {
@@ -164,8 +164,9 @@ static int cmp_pid(const void *a, const void *b)
 
 static void sort_procs(struct top *t)
 {
-    int (*cmp)(const void *, const void *) =
-        t->sort == TOP_SORT_UTIL ? cmp_util : t->sort == TOP_SORT_PID ? cmp_pid : cmp_mem;
+    int (*cmp)(const void *, const void *) = t->sort == TOP_SORT_UTIL  ? cmp_util
+                                             : t->sort == TOP_SORT_PID ? cmp_pid
+                                                                       : cmp_mem;
     for (unsigned i = 0; i < t->ngpus; i++)
         qsort(t->gpus[i].procs, t->gpus[i].nprocs, sizeof t->gpus[i].procs[0], cmp);
 }
@@ -218,8 +219,7 @@ static void sample(struct top *t)
             sample_procs(t, dev, g);
     }
     if (t->podres_socket)
-        t->podres_ok =
-            exporter_podres_list(t->podres_socket, TOP_PODRES_TIMEOUT_MS, &t->podres) == 0;
+        t->podres_ok = podres_list(t->podres_socket, TOP_PODRES_TIMEOUT_MS, &t->podres) == 0;
     name_procs(t);
     sort_procs(t);
 }
@@ -306,7 +306,9 @@ static void render(const struct top *t, struct frame *f, bool once)
     f->n = 0;
     fline(f, "accelctl top - %u GPU%s - sort: %s - pod names: %s%s", t->ngpus,
           t->ngpus == 1 ? "" : "s", sort_names[t->sort],
-          !t->podres_socket ? "off" : t->podres_ok ? "pod-resources" : "unavailable",
+          !t->podres_socket ? "off"
+          : t->podres_ok    ? "pod-resources"
+                            : "unavailable",
           once ? "" : " - q quit, s sort");
     fline(f, "%s", "");
     for (unsigned i = 0; i < t->ngpus; i++) {
@@ -320,8 +322,7 @@ static void render(const struct top *t, struct frame *f, bool once)
         snprintf(b5, sizeof b5, "%s", num(g->power_w, "", b3, sizeof b3));
         snprintf(b6, sizeof b6, "%s/%sW", b5, num(g->limit_w, "", b4, sizeof b4));
         fline(f, "GPU %-2u %-20.20s util %4s %s mem %-17s pwr %-9s temp %4s %s%s%s", i,
-              show_name ? (g->name[0] ? g->name : "-") : "",
-              num(g->util, "%", b3, sizeof b3),
+              show_name ? (g->name[0] ? g->name : "-") : "", num(g->util, "%", b3, sizeof b3),
               barw >= 3 ? bar(g->util, barw, b1, sizeof b1) : "", mem, b6,
               num(g->temp, "C", b4, sizeof b4), g->ok ? "ok" : "LOST", g->ok ? "" : ": ",
               g->ok ? "" : g->err);

@@ -1,6 +1,6 @@
 /* cmd-vgpu.c — `accelctl vgpu`: vGPU mode on this node as acceld last saw it
  * (<stateDir>/vgpu/status.json, written at start and after every host-side
- * check pass, src/plugin/vgpu-status.h): per GPU the shares handed out, per
+ * check pass, src/modes/vgpu-status.h): per GPU the shares handed out, per
  * container its vcuda-core / vcuda-memory quota and its usage at the last
  * pass from libvcuda's region and from NVML side by side, and the pass's
  * findings. --json prints the file's object as it is. */

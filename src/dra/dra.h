@@ -3,7 +3,7 @@
  * claim-source seam the API client will fill (claim.c has a source backed by
  * JSON files), NodePrepare/NodeUnprepare with CDI specs, libvcuda configs and
  * a checkpoint (prepare.c), the registration + DRA gRPC service on the event
- * loop (plugin.c) and the ResourceSlice renderer (slice.c). See docs/dra.md.
+ * loop (dra-plugin.c) and the ResourceSlice renderer (slice.c). See docs/dra.md.
  *
  * Threads: everything runs on the event loop's thread (the claim source is
  * called from it too; a source that goes to the network answers from a cache
@@ -145,11 +145,11 @@ struct dra_prepare_config {
 };
 
 /* Container paths of an MPS claim's daemon directories: the device-plugin MPS
- * mode's (src/plugin/shared.h). */
+ * mode's (src/modes/replicas.h). */
 #define DRA_CONTAINER_MPS_PIPE "/run/accel-mps/pipe"
 #define DRA_CONTAINER_MPS_LOG "/run/accel-mps/log"
 
-/* Container paths of a share's files: the vGPU mode's (src/plugin/vgpu.h),
+/* Container paths of a share's files: the vGPU mode's (src/modes/vgpu.h),
  * so a container looks the same whichever mode served it. */
 #define DRA_CONTAINER_VCUDA "/usr/local/vcuda/libvcuda.so"
 #define DRA_CONTAINER_CONFIG "/etc/vcuda/config"

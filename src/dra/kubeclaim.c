@@ -3,7 +3,7 @@
 #include "dra-kube.h"
 
 #include "client.h"
-#include "config.h" /* src/kube's: this file's include path puts src/kube first */
+#include "kubeconfig.h"
 #include "evloop.h"
 #include "log.h"
 

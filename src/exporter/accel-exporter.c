@@ -80,15 +80,15 @@ struct exporter {
     char driver[64];
     int cuda_version;
     uint64_t interval_ns;
-    const char *proc_root;          /* where /proc is (tests: a fake tree) */
-    const char *podres_socket;      /* NULL: pod-resources off */
-    struct exporter_podres *podres; /* the last good List (sampler thread only) */
-    bool podres_ok;                 /* the last List succeeded */
-    struct exporter_sli *sli;       /* acceld's SLI file (--state-dir); NULL: off */
-    struct exporter_vgpu *vgpu;     /* vGPU assignments and regions (--state-dir); NULL: off */
-    uint64_t podres_next_ns;        /* when to ask again */
-    struct exporter_cost *cost;     /* cost per job (cost.c) */
-    struct exporter_extra *extra;   /* NVLink errors, MIG mode (gpuextra.c) */
+    const char *proc_root;        /* where /proc is (tests: a fake tree) */
+    const char *podres_socket;    /* NULL: pod-resources off */
+    struct podres *podres;        /* the last good List (sampler thread only) */
+    bool podres_ok;               /* the last List succeeded */
+    struct exporter_sli *sli;     /* acceld's SLI file (--state-dir); NULL: off */
+    struct exporter_vgpu *vgpu;   /* vGPU assignments and regions (--state-dir); NULL: off */
+    uint64_t podres_next_ns;      /* when to ask again */
+    struct exporter_cost *cost;   /* cost per job (cost.c) */
+    struct exporter_extra *extra; /* NVLink errors, MIG mode (gpuextra.c) */
 
     pthread_mutex_t lock;    /* guards front buffers, xid counters and the flags below */
     struct exp_buf front[2]; /* [0] Prometheus text, [1] OpenMetrics */
@@ -210,11 +210,11 @@ struct gpu_sample {
     unsigned long long energy_mj, reasons, ecc[2];
     size_t nprocs;
     struct gpu_process procs[64];
-    struct kube_cgroup_ref pods[64]; /* pod_uid "" = not in a pod (or its cgroup unreadable) */
-    const struct exporter_podres_entry *names[64]; /* NULL = pod-resources cannot say */
-    bool putil_ok;    /* per-process utilization answered (podutil.h) */
-    double putil[64]; /* SM utilization of procs[k], 0..1 */
-    bool mps[64];     /* procs[k] is an MPS client (nvmlDeviceGetMPSComputeRunningProcesses_v3) */
+    struct kube_cgroup_ref pods[64];      /* pod_uid "" = not in a pod (or its cgroup unreadable) */
+    const struct podres_entry *names[64]; /* NULL = pod-resources cannot say */
+    bool putil_ok;                        /* per-process utilization answered (podutil.h) */
+    double putil[64];                     /* SM utilization of procs[k], 0..1 */
+    bool mps[64]; /* procs[k] is an MPS client (nvmlDeviceGetMPSComputeRunningProcesses_v3) */
 };
 
 /* Clock-event reason bits (NVML's nvmlClocksEventReason* constants, nvml.h of the driver). */
@@ -319,14 +319,14 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
  * A GPU listed for several containers otherwise leaves the names empty. */
 static void name_containers(const struct exporter *e, struct gpu_sample *ss)
 {
-    const struct exporter_podres *pr = e->podres;
+    const struct podres *pr = e->podres;
     if (!e->podres_ok)
         return;
     for (unsigned i = 0; i < e->ngpus; i++) {
-        const struct exporter_podres_entry *first;
+        const struct podres_entry *first;
         const char *cid = NULL;
         bool one_cid = true;
-        if (exporter_podres_holders(pr, e->gpus[i].uuid, &first) != 1)
+        if (podres_holders(pr, e->gpus[i].uuid, &first) != 1)
             continue;
         /* a second container on a GPU listed for one (a pod that reached the GPU without
          * asking for it) makes the GPU ambiguous */
@@ -350,7 +350,7 @@ static void name_containers(const struct exporter *e, struct gpu_sample *ss)
                         break;
                     }
     for (unsigned i = 0; i < e->ngpus; i++) {
-        const struct exporter_podres_entry *left = NULL;
+        const struct podres_entry *left = NULL;
         const char *cid = NULL;
         size_t nleft = 0;
         bool one_cid = true;
@@ -359,7 +359,7 @@ static void name_containers(const struct exporter *e, struct gpu_sample *ss)
             if (strcmp(pr->e[h].gpu_uuid, e->gpus[i].uuid))
                 continue;
             for (size_t k = 0; k < ss[i].nprocs && !named; k++)
-                named = ss[i].names[k] && exporter_podres_same_container(ss[i].names[k], &pr->e[h]);
+                named = ss[i].names[k] && podres_same_container(ss[i].names[k], &pr->e[h]);
             if (!named) {
                 left = &pr->e[h];
                 nleft++;
@@ -382,7 +382,7 @@ static void name_containers(const struct exporter *e, struct gpu_sample *ss)
 /* The namespace, pod and container labels of process k (empty where unknown), escaped. */
 static const char *name_labels(const struct gpu_sample *s, size_t k, char *out, size_t len)
 {
-    const struct exporter_podres_entry *x = s->names[k];
+    const struct podres_entry *x = s->names[k];
     char ns[140], pod[520], ct[140];
     snprintf(out, len, "namespace=\"%s\",pod=\"%s\",container=\"%s\"",
              esc(x ? x->namespace_ : "", ns, sizeof ns), esc(x ? x->pod : "", pod, sizeof pod),
@@ -689,7 +689,7 @@ static void *sampler_main(void *arg)
                                   e->samples);
         }
         if (e->podres && t0 >= e->podres_next_ns) {
-            int r = exporter_podres_list(e->podres_socket, EXP_PODRES_TIMEOUT_MS, e->podres);
+            int r = podres_list(e->podres_socket, EXP_PODRES_TIMEOUT_MS, e->podres);
             /* the replicas per GPU, for the shares (an older kubelet without the call: the
              * replicas' shares stay unknown, see docs/exporter.md "Cost per job") */
             int ra =

@@ -62,7 +62,7 @@ struct exporter_cost {
     char vgpu_path[4096]; /* <stateDir>/vgpu/status.json; "" = off */
     uint64_t vgpu_next_ns;
     size_t nvgpu;
-    struct exporter_podres_entry vgpu[EXPORTER_COST_MAX_VGPU]; /* ids = cores (% of a GPU) */
+    struct podres_entry vgpu[EXPORTER_COST_MAX_VGPU]; /* ids = cores (% of a GPU) */
     unsigned ngpus;
     uint64_t last_ns; /* the previous round (0: none yet) */
     struct cost_gpu_state *gpus;
@@ -195,14 +195,14 @@ static bool copy_name(char *out, size_t len, const char *src)
 int exporter_cost_parse_vgpu(struct exporter_cost *c, const char *data, size_t len)
 {
     static struct exporter_vgpu_assign a[EXPORTER_COST_MAX_VGPU];
-    static struct exporter_podres_entry next[EXPORTER_COST_MAX_VGPU];
+    static struct podres_entry next[EXPORTER_COST_MAX_VGPU];
     size_t na = 0, n = 0;
     char err[400];
     int r = exporter_vgpu_status_parse(data, len, a, EXPORTER_COST_MAX_VGPU, &na, err, sizeof err);
     if (r < 0)
         return r;
     for (size_t i = 0; i < na; i++) {
-        struct exporter_podres_entry *x = &next[n];
+        struct podres_entry *x = &next[n];
         memset(x, 0, sizeof(*x));
         /* an assignment not yet complete holds nothing yet */
         if (!a[i].complete || !copy_name(x->gpu_uuid, sizeof x->gpu_uuid, a[i].gpu_uuid) ||
@@ -241,9 +241,8 @@ static void vgpu_refresh(struct exporter_cost *c, uint64_t now)
 
 /* The series for (gpu, container[, resource, share]) in table t, made when missing (a free
  * slot, else one unseen for EXPORTER_COST_KEEP_NS). -1 when the table is full. */
-static int series(struct cost_series *t, int *hw, unsigned gpu,
-                  const struct exporter_podres_entry *x, const char *resource, const char *share,
-                  uint64_t now)
+static int series(struct cost_series *t, int *hw, unsigned gpu, const struct podres_entry *x,
+                  const char *resource, const char *share, uint64_t now)
 {
     int free_slot = *hw < EXPORTER_COST_MAX_SERIES ? *hw : -1;
     for (int i = 0; i < *hw; i++) {
@@ -292,7 +291,7 @@ static double price_of(const struct exporter_config *cfg, const char *resource, 
 
 /* The share of GPU uuid that entry x holds: 1, ids / replicas, or 0 when the replicas are
  * unknown (GetAllocatableResources unanswered). */
-static double share_of(const struct exporter_cost *c, const struct exporter_podres_entry *x)
+static double share_of(const struct exporter_cost *c, const struct podres_entry *x)
 {
     if (!x->replica)
         return 1.0;
@@ -307,13 +306,13 @@ static double share_of(const struct exporter_cost *c, const struct exporter_podr
 /* ------------------------------------------------------------ a round */
 
 /* The holders of GPUs: pod-resources' entries (none while List fails), then vGPU's. */
-static size_t holders_n(const struct exporter_cost *c, const struct exporter_podres *pr)
+static size_t holders_n(const struct exporter_cost *c, const struct podres *pr)
 {
     return (pr ? pr->n : 0) + c->nvgpu;
 }
 
-static const struct exporter_podres_entry *holder_at(const struct exporter_cost *c,
-                                                     const struct exporter_podres *pr, size_t h)
+static const struct podres_entry *holder_at(const struct exporter_cost *c, const struct podres *pr,
+                                            size_t h)
 {
     size_t n = pr ? pr->n : 0;
     return h < n ? &pr->e[h] : &c->vgpu[h - n];
@@ -380,9 +379,8 @@ static bool weighs(const struct cost_gpu_state *st, const struct cost_weight *w,
 }
 
 /* Splits GPU i's energy delta (joules) over its containers. */
-static void split_energy(struct exporter_cost *c, unsigned i, double dj,
-                         const struct exporter_podres *pr, const struct exporter_cost_gpu *g,
-                         uint64_t now)
+static void split_energy(struct exporter_cost *c, unsigned i, double dj, const struct podres *pr,
+                         const struct exporter_cost_gpu *g, uint64_t now)
 {
     struct cost_gpu_state *st = &c->gpus[i];
     const char *uuid = g->uuid;
@@ -410,7 +408,7 @@ static void split_energy(struct exporter_cost *c, unsigned i, double dj,
     double scale = held > 1.0 ? 1.0 / held : 1.0; /* overcommitted replicas: by proportion */
     double given = 0;
     for (size_t h = 0; h < holders_n(c, pr); h++) {
-        const struct exporter_podres_entry *x = holder_at(c, pr, h);
+        const struct podres_entry *x = holder_at(c, pr, h);
         if (strcmp(x->gpu_uuid, uuid))
             continue;
         double s = share_of(c, x) * scale;
@@ -425,7 +423,7 @@ static void split_energy(struct exporter_cost *c, unsigned i, double dj,
 
 void exporter_cost_round(struct exporter_cost *c, struct gpu_nvml *nvml,
                          const struct exporter_cost_gpu *gpus, unsigned ngpus,
-                         const struct exporter_podres *pr, uint64_t now_ns)
+                         const struct podres *pr, uint64_t now_ns)
 {
     double dt = c->last_ns && now_ns > c->last_ns ? (double)(now_ns - c->last_ns) / 1e9 : 0;
     c->last_ns = now_ns;
@@ -439,7 +437,7 @@ void exporter_cost_round(struct exporter_cost *c, struct gpu_nvml *nvml,
             snprintf(st->uuid, sizeof(st->uuid), "%s", g->uuid);
         /* allocation: every container pod-resources lists on this GPU, and vGPU's */
         for (size_t h = 0; h < holders_n(c, pr); h++) {
-            const struct exporter_podres_entry *x = holder_at(c, pr, h);
+            const struct podres_entry *x = holder_at(c, pr, h);
             char share[24];
             if (strcmp(x->gpu_uuid, g->uuid))
                 continue;

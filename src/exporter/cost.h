@@ -54,7 +54,7 @@ struct exporter_cost_gpu {
     unsigned long long energy_mj;
     size_t nprocs;
     const struct gpu_process *procs;
-    const struct exporter_podres_entry *const *names; /* per process; NULL = not named */
+    const struct podres_entry *const *names; /* per process; NULL = not named */
 };
 
 /* cfg (borrowed, must outlive c): the price table. Returns 0 or -ENOMEM. */
@@ -79,6 +79,6 @@ int exporter_cost_parse_vgpu(struct exporter_cost *c, const char *data, size_t l
  * processes only). */
 void exporter_cost_round(struct exporter_cost *c, struct gpu_nvml *nvml,
                          const struct exporter_cost_gpu *gpus, unsigned ngpus,
-                         const struct exporter_podres *pr, uint64_t now_ns);
+                         const struct podres *pr, uint64_t now_ns);
 
 void exporter_cost_render(const struct exporter_cost *c, const struct exporter_sli_out *out);

@@ -1,7 +1,7 @@
 /*
  * regions.h — vGPU usage per container for accel-exporter (docs/exporter.md, "vGPU usage
  * regions"): with --state-dir, the sampler reads acceld's assignment list
- * (<state-dir>/vgpu/status.json, src/plugin/vgpu-status.c: namespace, pod, container, GPU,
+ * (<state-dir>/vgpu/status.json, src/modes/vgpu-status.c: namespace, pod, container, GPU,
  * cores and memory limit, all set by acceld) and each container's usage region
  * (<state-dir>/vgpu/<pod-uid>/<container>/region/usage, src/vcuda/region.h: memory used per
  * device, GPU time and throttled time, written by libvcuda inside the container).

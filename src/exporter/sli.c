@@ -1,6 +1,6 @@
 /*
  * sli.c — accel-exporter's reader of acceld's SLI file and the accel_agent_* families; see
- * sli.h. The file is parsed and validated by src/plugin/stats.c, the one definition of the
+ * sli.h. The file is parsed and validated by src/nodestate/acceld-stats.c, the one definition of the
  * format.
  */
 #include "sli.h"
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "stats.h"
+#include "acceld-stats.h"
 
 struct exporter_sli {
     char path[4096];

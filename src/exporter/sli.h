@@ -1,7 +1,7 @@
 /*
  * sli.h — acceld's own SLIs in accel-exporter (docs/exporter.md, "The agent's SLIs"): the
  * sampler reads <state-dir>/acceld-stats.json (written by acceld, format in
- * src/plugin/stats.h) once per round, keeps the last good copy when the file is missing or
+ * src/nodestate/acceld-stats.h) once per round, keeps the last good copy when the file is missing or
  * bad (one log line per new problem), and renders the accel_agent_* families from it.
  *
  * Threads: the sampler thread only (never the scrape path).

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "accel-config.h"
-#include "config.h"
+#include "kubeconfig.h"
 #include "evloop.h"
 #include "fs.h"
 #include "util.h"

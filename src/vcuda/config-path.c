@@ -2,8 +2,8 @@
  * constant, in a file of its own so that the test library
  * (libvcuda-agenttest.so, tests only) can be linked from the same objects with
  * a path in the build tree: no run-time input, least of all the environment of
- * the process being limited, can move it. See config.h. */
-#include "config.h"
+ * the process being limited, can move it. See vcuda-config.h. */
+#include "vcuda-config.h"
 
 #ifndef VC_CONFIG_AGENT_PATH
 #define VC_CONFIG_AGENT_PATH VC_CONFIG_DEFAULT_PATH

@@ -9,7 +9,7 @@
  * re-entrancy-guarded and reset in a forked child. */
 #pragma once
 
-#include "config.h"
+#include "vcuda-config.h"
 #include "cuda_api.h"
 #include "nvml_api.h"
 #include "region.h"

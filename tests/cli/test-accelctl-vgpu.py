@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test-accelctl-vgpu — `accelctl vgpu` on status files written by hand in acceld's format
-(src/plugin/vgpu-status.c): no file or a file of another version is exit 1 with a message
+(src/modes/vgpu-status.c): no file or a file of another version is exit 1 with a message
 that says what to check; a valid one shows each GPU's shares, a whole-GPU assignment, one
 waiting for its second Allocate, one not checked yet, one with region and NVML usage, and
 the findings; --json prints the object as it is. The end-to-end run against acceld is in

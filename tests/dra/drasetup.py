@@ -25,7 +25,7 @@ def require_dra(build):
     """Exits 77 unless the emulator, acceld's DRA mode and the openssl CLI are here."""
     if not K.Node.available(build):
         K.skip_all("the emulator is not built")
-    if not os.path.isdir(os.path.join(build, "src/plugin/drasrc")):
+    if not os.path.isfile(os.path.join(build, "src/dra/libaccel-dra-acceld.a")):
         K.skip_all("acceld is built without DRA mode (libcurl missing)")
     if shutil.which("openssl") is None:
         K.skip_all("openssl CLI missing (the fake API server makes its certificates with it)")

@@ -154,7 +154,7 @@ class HealthWatch:
 def run(tap, build, emu, api, drv, knode, uuids):
     env = dict(emu.env)
     env.pop("NODE_NAME", None)
-    p = subprocess.run([os.path.join(build, "src/plugin/acceld"), "--mode", "dra",
+    p = subprocess.run([os.path.join(build, "src/acceld/acceld"), "--mode", "dra",
                         "--sysfs-root", emu.sysfs, "--state-dir", knode.dirs["state"]],
                        env=env, capture_output=True, text=True, timeout=T)
     tap.ok(p.returncode == 2 and "node name is needed" in p.stderr,

@@ -103,7 +103,7 @@ def run(tap, build, emu, api, knode, kc, pb, tmp, uuids):
     kubelet = K.FakeKubelet(pb, dp).start()
     env = dict(emu.env)
     env.pop("NODE_NAME", None)
-    p = subprocess.run([os.path.join(build, "src/plugin/acceld"), "--gpu-modes", "1=dra",
+    p = subprocess.run([os.path.join(build, "src/acceld/acceld"), "--gpu-modes", "1=dra",
                         "--device-plugin-dir", dp, "--sysfs-root", emu.sysfs, "--dev-root",
                         emu.dev, "--state-dir", os.path.join(tmp, "nonode"), "--kubeconfig", kc,
                         "--plugin-registry-dir", knode.dirs["registry"]],

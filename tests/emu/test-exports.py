@@ -4,8 +4,9 @@
 Interposers (HAMi-core's loader, libvcuda) resolve hundreds of driver and NVML functions at load;
 a missing symbol breaks them where a real driver would not. Checks, with `nm -D`:
   - libcuda.so.1 exports every name in src/emu/stubs/cuda-entry-points.txt, every function
-    src/gpu/cuda_api.h declares, and, where NVIDIA's cuda.h is installed (/usr/local/cuda or
-    $CUDA_HOME), every function it declares (as written and after its versioning macros);
+    src/gpu/cuda_api.h declares, and every function NVIDIA's cuda.h declares (as written and
+    after its versioning macros), the CUDA 13 toolkit's in $ACCEL_CUDA_ROOT (-Dnvcc_root;
+    skipped where there is none);
   - libnvidia-ml.so.1 likewise with stubs/nvml-entry-points.txt and src/gpu/nvml_api.h;
   - a stub answers NOT_SUPPORTED and reports itself once on stderr (in a child process), and
     cuGetProcAddress_v2 still hands out no pointer (SYMBOL_NOT_FOUND) for an entry point that
@@ -40,13 +41,13 @@ def declared(text, ret, prefix):
 
 
 def cuda_h_names():
-    for root in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
-        h = os.path.join(root, "include", "cuda.h") if root else ""
-        if h and os.path.isfile(h):
-            text = open(h).read()
-            pp = subprocess.run(["cc", "-E", "-I" + os.path.dirname(h), h], capture_output=True,
-                                text=True).stdout
-            return h, declared(text, "CUresult", "cu") | declared(pp, "CUresult", "cu")
+    root = os.environ.get("ACCEL_CUDA_ROOT", "")
+    h = os.path.join(root, "include", "cuda.h") if root else ""
+    if h and os.path.isfile(h):
+        text = open(h).read()
+        pp = subprocess.run(["cc", "-E", "-I" + os.path.dirname(h), h], capture_output=True,
+                            text=True).stdout
+        return h, declared(text, "CUresult", "cu") | declared(pp, "CUresult", "cu")
     return None, set()
 
 
@@ -66,7 +67,8 @@ def main():
     if h:
         covers(cuda, names, ("libcuda", "functions %s declares" % h))
     else:
-        print("# NVIDIA's cuda.h not installed: that comparison skipped")
+        T.skip("libcuda exports every function NVIDIA's cuda.h declares",
+               "no CUDA 13 toolkit (-Dnvcc_root): run scripts/cuda-wheels.sh")
     covers(nvml, listed(os.path.join(src, "src/emu/stubs/nvml-entry-points.txt")),
            ("libnvidia-ml", "listed entry points"))
     covers(nvml, declared(open(os.path.join(src, "src/gpu/nvml_api.h")).read(), "nvmlReturn_t",

@@ -1,6 +1,9 @@
 /* test-fatbin.c — the pieces the emulator needs to run NVIDIA's runtime, tested alone: MD2 and
  * HMAC-MD2 (the integrity answer; RFC 1319 test suite), the fatbin reader on nvcc 13 output
- * (zstd, plain, LZ4, SASS only, truncated), and PTX module variables with initializers. */
+ * (zstd, plain, LZ4, SASS only, truncated), and PTX module variables with initializers.
+ * The nvcc 13 seeds in tests/fuzz/corpus are checked as committed; the `nvcc_now` cases read what
+ * the pinned nvcc (scripts/cuda-wheels.txt) makes of tests/runtime/rt-prog.cu at build time,
+ * in $NVCC_OUT_DIR (tests/emu/meson.build), so a new nvcc that changes the format fails here. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,10 +75,10 @@ TEST(hmac_md2_construction)
     CHECK(memcmp(got, want, 16) == 0);
 }
 
-static uint8_t *slurp(const char *name, size_t *len)
+static uint8_t *slurp_in(const char *dir, const char *name, size_t *len)
 {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/fuzz/corpus/%s", tap_srcdir(), name);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
@@ -85,11 +88,27 @@ static uint8_t *slurp(const char *name, size_t *len)
     return buf;
 }
 
-static void ptx_of(const char *file, enum fatbin_codec codec)
+static uint8_t *slurp(const char *name, size_t *len)
 {
-    size_t len;
-    uint8_t *b = slurp(file, &len);
-    REQUIRE(b);
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/fuzz/corpus", tap_srcdir());
+    return slurp_in(dir, name, len);
+}
+
+/* where this build's nvcc output is; NULL (the case skipped) where there is no nvcc */
+static const char *nvcc_out_dir(void)
+{
+    const char *dir = getenv("NVCC_OUT_DIR");
+    if (dir && *dir)
+        return dir;
+    tap_skip_case("no CUDA 13 toolkit (-Dnvcc_root): run scripts/cuda-wheels.sh");
+    return NULL;
+}
+
+/* The PTX of the fatbin in b: for compute_90, with rt-prog.cu's kernels spin and add_one (in
+ * that order, and the only ones where `only` is set); returned (malloc'd) when ret_text. */
+static void check_ptx(uint8_t *b, size_t len, enum fatbin_codec codec, bool only, char **ret_text)
+{
     struct fatbin_entry e;
     REQUIRE_EQ_INT(fatbin_find_ptx(b, len, &e), 0);
     CHECK_EQ_INT(e.kind, 1);
@@ -98,13 +117,26 @@ static void ptx_of(const char *file, enum fatbin_codec codec)
     char *text;
     size_t tl;
     REQUIRE_EQ_INT(fatbin_ptx_text(&e, &text, &tl), 0);
-    struct ptx_kernel k[4];
+    struct ptx_kernel k[8];
     size_t n = 0;
-    CHECK_EQ_INT(ptx_parse(text, tl, k, 4, &n), 0);
-    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(ptx_parse(text, tl, k, 8, &n), 0);
+    if (only)
+        CHECK_EQ_INT(n, 2);
+    REQUIRE(n >= 2);
     CHECK_EQ_STR(k[0].name, "spin");
     CHECK_EQ_STR(k[1].name, "add_one");
-    free(text);
+    if (ret_text)
+        *ret_text = text;
+    else
+        free(text);
+}
+
+static void ptx_of(const char *file, enum fatbin_codec codec)
+{
+    size_t len;
+    uint8_t *b = slurp(file, &len);
+    REQUIRE(b);
+    check_ptx(b, len, codec, true, NULL);
     free(b);
 }
 
@@ -121,6 +153,28 @@ TEST(fatbin_nvcc13_plain)
 TEST(fatbin_lz4)
 {
     ptx_of("fatbin/lz4.fatbin", FATBIN_LZ4);
+}
+
+/* `nvcc --fatbin` now, with its default compression (zstd in 13.0) and --no-compress: both
+ * found, both decompress to the same PTX text */
+TEST(fatbin_nvcc_now)
+{
+    const char *dir = nvcc_out_dir();
+    if (!dir)
+        return;
+    size_t zl, pl;
+    uint8_t *z = slurp_in(dir, "rt-prog-zstd.fatbin", &zl);
+    uint8_t *p = slurp_in(dir, "rt-prog-plain.fatbin", &pl);
+    REQUIRE(z && p);
+    char *zt = NULL, *pt = NULL;
+    check_ptx(z, zl, FATBIN_ZSTD, false, &zt);
+    check_ptx(p, pl, FATBIN_PLAIN, false, &pt);
+    REQUIRE(zt && pt);
+    CHECK_EQ_STR(zt, pt);
+    free(zt);
+    free(pt);
+    free(z);
+    free(p);
 }
 
 TEST(fatbin_sass_only_and_bad)
@@ -172,11 +226,9 @@ TEST(fatbin_sass_only_and_bad)
     free(b);
 }
 
-TEST(ptx_globals_nvcc13)
+/* rt-prog.cu's __device__ and __constant__ variables in its PTX */
+static void check_globals(const uint8_t *t, size_t len)
 {
-    size_t len;
-    uint8_t *t = slurp("ptx/nvcc13-globals.ptx", &len);
-    REQUIRE(t);
     struct ptx_global *g;
     size_t n;
     REQUIRE_EQ_INT(ptx_globals((const char *)t, len, &g, &n), 0);
@@ -195,6 +247,27 @@ TEST(ptx_globals_nvcc13)
     memcpy(&f, g[2].init + 4, 4);
     CHECK(f == 2.5f);
     ptx_globals_free(g, n);
+}
+
+TEST(ptx_globals_nvcc13)
+{
+    size_t len;
+    uint8_t *t = slurp("ptx/nvcc13-globals.ptx", &len);
+    REQUIRE(t);
+    check_globals(t, len);
+    free(t);
+}
+
+/* `nvcc --ptx` now: as written, comments and all (the fatbin's copy has them stripped) */
+TEST(ptx_globals_nvcc_now)
+{
+    const char *dir = nvcc_out_dir();
+    if (!dir)
+        return;
+    size_t len;
+    uint8_t *t = slurp_in(dir, "rt-prog.ptx", &len);
+    REQUIRE(t);
+    check_globals(t, len);
     free(t);
 }
 

@@ -94,11 +94,11 @@ static void allocatable(struct exporter_cost *c)
     CHECK_EQ_INT(exporter_cost_parse_allocatable(c, buf, len), 0);
 }
 
-static struct exporter_podres pr;
+static struct podres pr;
 
 static void holder(size_t k, const char *gpu, const char *pod, unsigned ids, unsigned replica)
 {
-    struct exporter_podres_entry *x = &pr.e[k];
+    struct podres_entry *x = &pr.e[k];
     memset(x, 0, sizeof *x);
     snprintf(x->gpu_uuid, sizeof x->gpu_uuid, "%s", gpu);
     snprintf(x->namespace_, sizeof x->namespace_, "ns");
@@ -114,7 +114,7 @@ static void holder(size_t k, const char *gpu, const char *pod, unsigned ids, uns
 static struct gpu_nvml nvml;
 static struct exporter_config cfg;
 static struct gpu_process procs[3] = {{101, 1}, {102, 1}, {103, 1}};
-static const struct exporter_podres_entry *names[3];
+static const struct podres_entry *names[3];
 static struct exporter_cost_gpu gpus[2];
 
 static void setup(struct exporter_cost **c)
@@ -276,14 +276,14 @@ static void units(V1__ContainerDevices *d, const char *resource, int first, int 
 }
 
 /* GPU-a shared by vGPU containers: pod-resources lists each container's vcuda-core and
- * vcuda-memory unit IDs ("<uuid>-<k>", src/plugin/vgpu.c), status.json the same containers
+ * vcuda-memory unit IDs ("<uuid>-<k>", src/modes/vgpu.c), status.json the same containers
  * with their cores. Each container counts once on GPU-a, with cores / 100: the unit IDs are
  * no GPU of their own, memory units hold no share of the GPU's time or energy, and however
  * many there are they leave room for the holders of GPUs listed after them (p9, GPU-b). */
 TEST(vgpu_containers_count_once_whatever_pod_resources_lists)
 {
     struct exporter_cost *c;
-    static struct exporter_podres list;
+    static struct podres list;
     setup(&c);
     allocatable(c);
     unit_n = 0;
@@ -291,7 +291,7 @@ TEST(vgpu_containers_count_once_whatever_pod_resources_lists)
     units(&d[0], "tencent.com/vcuda-core", 0, 30);
     units(&d[1], "tencent.com/vcuda-memory", 0, 4);
     units(&d[2], "tencent.com/vcuda-core", 30, 50);
-    units(&d[3], "tencent.com/vcuda-memory", 4, 600); /* more than EXPORTER_PODRES_MAX */
+    units(&d[3], "tencent.com/vcuda-memory", 4, 600); /* more than PODRES_MAX */
     static char *whole[] = {"GPU-b"};
     v1__container_devices__init(&d[4]);
     d[4].resource_name = "nvidia.com/gpu", d[4].device_ids = whole, d[4].n_device_ids = 1;
@@ -315,7 +315,7 @@ TEST(vgpu_containers_count_once_whatever_pod_resources_lists)
     size_t len = v1__list_pod_resources_response__get_packed_size(&r);
     REQUIRE(len <= sizeof msg);
     v1__list_pod_resources_response__pack(&r, msg);
-    REQUIRE_EQ_INT(exporter_podres_parse(msg, len, &list), 0);
+    REQUIRE_EQ_INT(podres_parse(msg, len, &list), 0);
     static const char status[] =
         "{\"version\": 1, \"checkTime\": 0, \"gpus\": [], \"assignments\": ["
         "{\"namespace\": \"vn\", \"pod\": \"v1\", \"podUID\": \"u1\", \"container\": \"c\","
@@ -346,7 +346,7 @@ TEST(vgpu_containers_count_once_whatever_pod_resources_lists)
                         "namespace=\"ns\",pod=\"p9\",container=\"c\",resource=\"nvidia.com/"
                         "gpu\",share=\"1\""),
                1.0));
-    CHECK_EQ_INT(exporter_podres_holders(&list, "GPU-b", NULL), 1);
+    CHECK_EQ_INT(podres_holders(&list, "GPU-b", NULL), 1);
     gpus[0].nprocs = 3;
     c = exporter_cost_free(c);
 }
@@ -365,9 +365,9 @@ TEST(series_stay_an_hour_then_their_slot_is_reused)
     exporter_cost_round(c, &nvml, gpus, 2, &pr, 10 * S);
     CHECK(near(value(c, A3), before));
     /* the table full of new containers an hour later: p3's slot is taken, nothing else */
-    static struct exporter_podres many;
-    for (size_t k = 0; k < EXPORTER_PODRES_MAX; k++) {
-        struct exporter_podres_entry *x = &many.e[k];
+    static struct podres many;
+    for (size_t k = 0; k < PODRES_MAX; k++) {
+        struct podres_entry *x = &many.e[k];
         snprintf(x->gpu_uuid, sizeof x->gpu_uuid, "GPU-%c", k % 2 ? 'a' : 'b');
         snprintf(x->namespace_, sizeof x->namespace_, "many");
         snprintf(x->pod, sizeof x->pod, "q%zu", k);
@@ -375,7 +375,7 @@ TEST(series_stay_an_hour_then_their_slot_is_reused)
         x->ids = 1;
         x->replica = 0;
     }
-    many.n = EXPORTER_PODRES_MAX;
+    many.n = PODRES_MAX;
     for (int r = 0; r < 3; r++)
         exporter_cost_round(c, &nvml, gpus, 2, &many, EXPORTER_COST_KEEP_NS + (20 + r) * S);
     CHECK(isnan(value(c, A3)));

@@ -143,7 +143,7 @@ if podres.stdout.readline() != "ready\n":
 PORT = free_port()
 BASE = f"http://127.0.0.1:{PORT}"
 # acceld's state directory: the exporter reads its SLI file, acceld-stats.json
-# (src/plugin/stats.h), written here as acceld would (tmp + rename)
+# (src/nodestate/acceld-stats.h), written here as acceld would (tmp + rename)
 AGENT = os.path.join(TMP, "agent-state")
 BOUNDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
@@ -181,7 +181,7 @@ def write_agent(d):
 
 
 write_agent(agent_stats())
-# acceld's vGPU state in the same directory: status.json (src/plugin/vgpu-status.c) with two
+# acceld's vGPU state in the same directory: status.json (src/modes/vgpu-status.c) with two
 # containers sharing GPU 0 and a whole GPU (no region), and each container's usage region
 # (src/vcuda/region.h), written by hand as libvcuda would
 POD_V1, POD_V2 = "0b6c4a3e-6666-4c2a-9d5e-000000000006", "0b6c4a3e-7777-4c2a-9d5e-000000000007"

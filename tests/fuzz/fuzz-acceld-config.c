@@ -1,12 +1,12 @@
 /* fuzz-acceld-config.c — libFuzzer target for acceld's config parser
- * (src/plugin/config.c): any bytes in, a config or a clean error out, and on
+ * (src/agent/acceld-config.c): any bytes in, a config or a clean error out, and on
  * success every key formats and re-parses to the same value. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "acceld-config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

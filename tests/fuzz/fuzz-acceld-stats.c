@@ -1,4 +1,4 @@
-/* fuzz-acceld-stats.c — libFuzzer target for src/plugin/stats.c's reader of
+/* fuzz-acceld-stats.c — libFuzzer target for src/nodestate/acceld-stats.c's reader of
  * acceld-stats.json (acceld's SLI file, which accel-exporter reads from the host's state
  * directory). Checks: 0, -EINVAL (with a message) or -ENOMEM only, *ret untouched on
  * failure; on success every table within its bounds, every string NUL-terminated and
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "stats.h"
+#include "acceld-stats.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static struct exporter_config cfg;
     static struct gpu_nvml nvml;
     struct exporter_cost *c;
-    static struct exporter_podres pr;
+    static struct podres pr;
     char *ids[] = {"GPU-k::0", "GPU-k::1"};
     V1__ContainerDevices d = V1__CONTAINER_DEVICES__INIT, *dp = &d;
     V1__AllocatableResourcesResponse known = V1__ALLOCATABLE_RESOURCES_RESPONSE__INIT;

@@ -1,4 +1,4 @@
-/* fuzz-kube-kubeconfig.c — libFuzzer target for src/kube/config.c's kubeconfig reader (YAML
+/* fuzz-kube-kubeconfig.c — libFuzzer target for src/kube/kubeconfig.c's kubeconfig reader (YAML
  * through libyaml; base64 *-data fields). Checks: 0 / -EINVAL / -ENOMEM only, a message on
  * -EINVAL, nothing returned on failure, and on success an https:// server and a client
  * certificate only together with its key. Leaks show under ASan. */
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "kubeconfig.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /* fuzz-sharing-config.c — libFuzzer target for the sharing config parser
- * (src/plugin/sharing.c): any bytes in, a config or a clean error out; a
+ * (src/modes/sharing-config.c): any bytes in, a config or a clean error out; a
  * refused document leaves the output untouched; an accepted one resolves
  * against a small fake inventory without crashing. Every input is parsed
  * both alone and as acceld's config file (SHARING_PARSE_OTHER_KEYS), where
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sharing.h"
+#include "sharing-config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,9 +1,9 @@
-/* fuzz-vcuda-config.c — libvcuda's config file parser (src/vcuda/config.c):
+/* fuzz-vcuda-config.c — libvcuda's config file parser (src/vcuda/vcuda-config.c):
  * the file comes from outside the library (the agent, or whatever a broken
  * node left at /etc/vcuda/config). Properties: never crashes, an error leaves
  * the config untouched, a success gives values within their documented
  * ranges. */
-#include "config.h"
+#include "vcuda-config.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -27,7 +27,7 @@ if [ -n "${ACCEL_GPU_BUNDLE:-}" ]; then
     # on a Debian machine and carried over with their runtime libraries (scripts/gpu-bundle.sh).
     BUILD=$ACCEL_GPU_BUNDLE
     export LD_LIBRARY_PATH=$ACCEL_GPU_BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    for f in src/plugin/acceld src/cli/accelctl bench/bench-acceld; do
+    for f in src/acceld/acceld src/cli/accelctl bench/bench-acceld; do
         [ -x "$BUILD/$f" ] || { echo "FAIL $BUILD/$f missing from the bundle"; exit 1; }
     done
 else
@@ -39,7 +39,7 @@ else
     if [ ! -f "$BUILD/build.ninja" ]; then
         meson setup "$BUILD" -Dagent=enabled >/dev/null || { echo "FAIL meson setup"; exit 1; }
     fi
-    meson compile -C "$BUILD" src/plugin/acceld src/cli/accelctl bench/bench-acceld >/dev/null \
+    meson compile -C "$BUILD" src/acceld/acceld src/cli/accelctl bench/bench-acceld >/dev/null \
         || { echo "FAIL build"; exit 1; }
 fi
 nvidia-smi --query-gpu=driver_version,name --format=csv,noheader | head -1 | sed 's/^/# driver, GPU: /'
@@ -49,7 +49,7 @@ pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 mkdir -p "$tmp/dp"
-"$BUILD/src/plugin/acceld" --no-register --device-plugin-dir "$tmp/dp" \
+"$BUILD/src/acceld/acceld" --no-register --device-plugin-dir "$tmp/dp" \
     --state-dir "$tmp/state" --cdi-dir "$tmp/cdi" 2>"$tmp/acceld.log" &
 pid=$!
 sock=$tmp/dp/accel-nvidia.com-gpu.sock

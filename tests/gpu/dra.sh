@@ -50,7 +50,7 @@ if [ -n "${ACCEL_GPU_BUNDLE:-}" ]; then
     build=$(cd "$ACCEL_GPU_BUNDLE" && pwd)
     export LD_LIBRARY_PATH=$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
-if [ -z "${ACCEL_GPU_BUNDLE:-}" ] && [ -z "${1:-}" ] && [ ! -d "$build/src/plugin/drasrc" ] &&
+if [ -z "${ACCEL_GPU_BUNDLE:-}" ] && [ -z "${1:-}" ] && [ ! -f "$build/src/dra/libaccel-dra-acceld.a" ] &&
    pkg-config --exists libnghttp2 libprotobuf-c yaml-0.1 jansson libcurl 2>/dev/null; then
     # not built here yet, but the agent's -dev libraries are: build what this script runs, as
     # acceld.sh does
@@ -58,14 +58,14 @@ if [ -z "${ACCEL_GPU_BUNDLE:-}" ] && [ -z "${1:-}" ] && [ ! -d "$build/src/plugi
     if [ ! -f "$build/build.ninja" ]; then
         meson setup "$build" -Dagent=enabled >/dev/null || { echo "FAIL meson setup"; exit 1; }
     fi
-    meson compile -C "$build" src/plugin/acceld src/vcuda/vcuda demo/cuda-demo >/dev/null \
+    meson compile -C "$build" src/acceld/acceld src/vcuda/vcuda demo/cuda-demo >/dev/null \
         || { echo "FAIL build"; exit 1; }
 fi
-for f in src/plugin/acceld src/vcuda/libvcuda.so demo/cuda-demo; do
+for f in src/acceld/acceld src/vcuda/libvcuda.so demo/cuda-demo; do
     [ -e "$build/$f" ] ||
         skip "$build/$f is not built (make build, or carry a bundle: scripts/gpu-bundle.sh)"
 done
-if [ -z "${ACCEL_GPU_BUNDLE:-}" ] && [ ! -d "$build/src/plugin/drasrc" ]; then
+if [ -z "${ACCEL_GPU_BUNDLE:-}" ] && [ ! -f "$build/src/dra/libaccel-dra-acceld.a" ]; then
     skip "acceld is built without DRA mode (libcurl's -dev package missing)"
 fi
 /usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null \

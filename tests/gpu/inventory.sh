@@ -105,11 +105,13 @@ eval "exec ${hold_in}>&-" # the holders exit when their stdin closes
 wait "$hold_pid" 2>/dev/null
 
 # --- CUDA ABI conformance against the installed toolkit ------------------------------------
-if [ -f /usr/local/cuda/include/cuda.h ]; then
-    meson test -C "$BUILD" cuda-abi >/dev/null && pass "cuda_api.h matches /usr/local/cuda" \
+# /usr/local/cuda with CUDA 13, else NVIDIA's wheels where scripts/cuda-wheels.sh installed them
+cuda_h="$(bash "$ROOT/scripts/cuda-wheels.sh" --root)/include/cuda.h"
+if [ -f "$cuda_h" ]; then
+    meson test -C "$BUILD" cuda-abi >/dev/null && pass "cuda_api.h matches $cuda_h" \
         || fail "cuda-abi (see $BUILD/meson-logs/testlog.txt)"
 else
-    echo "SKIP cuda-abi: no /usr/local/cuda/include/cuda.h"
+    echo "SKIP cuda-abi: no CUDA 13 cuda.h (/usr/local/cuda; scripts/cuda-wheels.sh installs one)"
 fi
 
 [ $failed = 0 ] && echo "inventory.sh: all checks passed" || echo "inventory.sh: FAILED"

@@ -327,7 +327,7 @@ class Acceld:
     """acceld as a child process with its log in a file."""
 
     def __init__(self, build, node, plugin_dir, tmp, extra=(), config=None):
-        self.exe = os.path.join(build, "src/plugin/acceld")
+        self.exe = os.path.join(build, "src/acceld/acceld")
         os.makedirs(tmp, exist_ok=True)
         self.log_path = os.path.join(tmp, "acceld.log")
         self.plugin_dir = plugin_dir
@@ -365,7 +365,7 @@ def require_tools(build):
         import google.protobuf  # noqa: F401
     except ImportError:
         skip_all("python3-protobuf not installed")
-    if not os.path.exists(os.path.join(build, "src/plugin/acceld")):
+    if not os.path.exists(os.path.join(build, "src/acceld/acceld")):
         skip_all("acceld not built")
     if not Node.available(build) and not FakeNode.available(build):
         skip_all("neither the emulator nor the fake NVML is built")

@@ -71,7 +71,7 @@ def accelctl(build, *args, env=None):
 
 def run(tap, build, pb, node, pdir, agent):
     # ---- a duration that rounds to 0 (= never recover) is refused, naming the flag
-    r = subprocess.run([os.path.join(build, "src/plugin/acceld"), "--recover-after",
+    r = subprocess.run([os.path.join(build, "src/acceld/acceld"), "--recover-after",
                         "0.0000001ms", "--print-config"], capture_output=True, text=True,
                        timeout=60)
     tap.ok(r.returncode == 2 and "flag --recover-after: health.recoverAfter: \"0.0000001ms\" is "

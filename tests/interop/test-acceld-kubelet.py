@@ -184,7 +184,7 @@ def run(tap, pb, node, pdir, tmp, cfg, kubelet, agent):
 
 
 def sli_file(tap, node, tmp, ids):
-    """acceld's SLI file (src/plugin/stats.h) counts what the cases above did."""
+    """acceld's SLI file (src/nodestate/acceld-stats.h) counts what the cases above did."""
     build, _ = K.build_paths()
     with_cli = os.path.exists(os.path.join(build, "src/cli/accelctl"))
     # Allocates answered: [2,3], accelctl's [0], [0] after the garbage; refused: the bogus

@@ -286,7 +286,7 @@ def mps_run(tap, build, pb, tmp, control, agents):
         w.cancel()
         pl.close()
 
-        # ---- the SLI file (src/plugin/stats.h) counts the supervisor's restarts per GPU and
+        # ---- the SLI file (src/nodestate/acceld-stats.h) counts the supervisor's restarts per GPU and
         # the XID's health transition
         def sli():
             try:
@@ -660,7 +660,7 @@ def bad_config(tap, build, tmp):
     os.makedirs(d)
     node = K.Node(build, d, gpus=1, numa="0")
     cfg = write(os.path.join(d, "c.yaml"), "version: v1\nsharing:\n  mps:\n    bogus: 1\n")
-    r = subprocess.run([os.path.join(build, "src/plugin/acceld"), "--config", cfg,
+    r = subprocess.run([os.path.join(build, "src/acceld/acceld"), "--config", cfg,
                         "--device-plugin-dir", d, "--no-register", "--sysfs-root", node.sysfs,
                         "--dev-root", node.dev, "--state-dir", os.path.join(d, "state")],
                        env=node.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -670,7 +670,7 @@ def bad_config(tap, build, tmp):
            r.stdout[-800:])
     write(cfg, "mode: dra\nversion: v1\nsharing:\n  mps:\n    resources:\n"
                "    - {name: nvidia.com/gpu, replicas: 2}\n")
-    r = subprocess.run([os.path.join(build, "src/plugin/acceld"), "--config", cfg,
+    r = subprocess.run([os.path.join(build, "src/acceld/acceld"), "--config", cfg,
                         "--device-plugin-dir", d, "--no-register", "--sysfs-root", node.sysfs,
                         "--dev-root", node.dev, "--state-dir", os.path.join(d, "state")],
                        env=node.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

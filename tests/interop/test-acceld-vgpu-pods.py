@@ -168,7 +168,7 @@ def main():
         K.skip_all("the emulator is not built")
     if not os.path.exists(os.path.join(src, "tests/kube/fake-apiserver.py")):
         K.skip_all("no fake API server (src/kube not merged)")
-    if not os.path.isdir(os.path.join(build, "src/plugin/kubesrc")):
+    if not os.path.isfile(os.path.join(build, "src/modes/libaccel-modes-vgpukube.a")):
         K.skip_all("acceld is built without the Kubernetes client (libcurl missing)")
     if shutil.which("openssl") is None:
         K.skip_all("openssl CLI missing (the fake API server makes its certificates with it)")

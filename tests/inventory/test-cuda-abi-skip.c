@@ -3,6 +3,6 @@
 
 int main(void)
 {
-    tap_skip_all("no CUDA 13 toolkit (cuda.h under /usr/local/cuda/include): "
-                 "the CUDA ABI conformance test needs it");
+    tap_skip_all("no CUDA 13 toolkit's cuda.h (-Dnvcc_root): the CUDA ABI conformance test "
+                 "needs it; run scripts/cuda-wheels.sh (PyPI), then meson setup --reconfigure");
 }

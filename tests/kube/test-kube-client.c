@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "client.h"
-#include "config.h"
+#include "kubeconfig.h"
 #include "evloop.h"
 #include "fs.h"
 #include "objects.h"

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
-#include "config.h"
+#include "kubeconfig.h"
 #include "fs.h"
 #include "objects.h"
 #include "pod.h"

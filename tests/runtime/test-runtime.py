@@ -72,19 +72,15 @@ def nvcc_version():
 def main():
     progs = sys.argv[1:]
     if not progs:
-        print("1..0 # SKIP no CUDA toolkit (nvcc) here")
+        print("1..0 # SKIP no CUDA 13 toolkit (nvcc): run scripts/cuda-wheels.sh (PyPI), then "
+              "meson setup --reconfigure")
         return 77
     emu = os.environ["RT_ACCEL_EMU"]
     libdir = os.environ["RT_EMU_LIBDIR"]
     vcuda = os.environ["RT_LIBVCUDA"]
     asan = os.environ.get("RT_ASAN_RT", "")
-    nvcc = os.environ.get("RT_NVCC", "")
-    cuda_lib = ""
-    if nvcc:
-        root = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
-        cuda_lib = ":".join(p for p in (os.path.join(root, "lib64"),
-                                        os.path.join(root, "targets/x86_64-linux/lib"))
-                            if os.path.isdir(p))
+    # libcudart.so.13 of the shared-cudart program: the toolkit's lib64
+    cuda_lib = os.environ.get("RT_CUDA_LIBDIR", "")
     tmp = tempfile.mkdtemp(prefix="rt-test-")
     state = os.path.join(tmp, "emu.state")
     subprocess.run([emu, "--state", state, "init", "--gpus", "1"], check=True,

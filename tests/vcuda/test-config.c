@@ -1,6 +1,6 @@
 /* Unit tests for libvcuda's config: the file format, the environment, and
  * the rule that a present file wins over the environment. */
-#include "config.h"
+#include "vcuda-config.h"
 #include "region.h"
 #include "tap.h"
 

@@ -15,8 +15,9 @@ if ! "$emu" --state "$tmp/gpus" init --gpus 1 >/dev/null; then
     echo "1..1"; echo "not ok 1 - accel-emu init"; exit 1
 fi
 # Pools reserve in 32 MiB chunks, as an H200's did (emulator-cuda.md, "Pools"): the real-GPU
-# paths of the driver-API cases meet a pool that takes more than it is asked for.
-out=$(PATH=/usr/local/cuda/bin:$PATH ACCEL_EMU_STATE=$tmp/gpus LD_LIBRARY_PATH=$libdir \
+# paths of the driver-API cases meet a pool that takes more than it is asked for. nvcc: the
+# CUDA 13 toolkit meson found (ACCEL_CUDA_ROOT, tests/meson.build).
+out=$(PATH=${ACCEL_CUDA_ROOT:+$ACCEL_CUDA_ROOT/bin:}$PATH ACCEL_EMU_STATE=$tmp/gpus LD_LIBRARY_PATH=$libdir \
       ACCEL_EMU_POOL_GRANULARITY=32Mi bash "$root/tests/gpu/$script" 2>&1)
 rc=$?
 if [ "$rc" -eq 77 ]; then

@@ -1,0 +1,53 @@
+/* vgpu-kube.h — the vGPU pod source (struct vgpu_pods, vgpu.h) over the
+ * Kubernetes client's watch cache of this node's pods (src/kube): Allocate
+ * reads the cache, never the API server; a cache that is not in step (API
+ * server down, token refused, watch broken) makes the source answer
+ * -EHOSTUNREACH with the reason, so vgpu refuses instead of guessing.
+ *
+ * Threads: the event loop thread only. */
+#pragma once
+
+#include "vgpu.h"
+
+struct ev_loop;
+struct vgpu_kube;
+
+/* Where the API server is and which resources count. Strings borrowed
+ * during vgpu_kube_new. */
+struct vgpu_kube_options {
+    const char *node_name;  /* "" or NULL: $NODE_NAME */
+    const char *kubeconfig; /* "" or NULL: in-cluster */
+    const char *core_resource;
+    const char *memory_resource;
+};
+
+/* Connects (kubeconfig or in-cluster) and starts the LIST + WATCH of the
+ * node's pods. Returns 0, or -errno with why in err (no node name, no
+ * credentials). */
+int vgpu_kube_new(struct ev_loop *loop, const struct vgpu_kube_options *opts,
+                  struct vgpu_kube **ret, char *err, size_t errlen);
+struct vgpu_kube *vgpu_kube_free(struct vgpu_kube *k);
+/* The same Event (pod, container, reason) is posted at most once in this
+ * many seconds: a finding that persists pass after pass is one Event, not
+ * one per vgpu.checkInterval. */
+#define VGPU_KUBE_EVENT_REPEAT_S 300
+/* The reasons of the host-side check's Events (type Warning). */
+#define VGPU_EVENT_OVER_QUOTA "VGPUOverQuota"
+#define VGPU_EVENT_UNDER_REPORT "VGPUUsageUnderReported"
+#define VGPU_EVENT_OVER_SHARE "VGPUComputeOverShare"
+
+/* Posts a core/v1 Event of type Warning about the pod (POST
+ * /api/v1/namespaces/<ns>/events, asynchronous on the loop: it never waits;
+ * a failure is logged). Returns 1 when posted, 0 when the same (pod uid,
+ * container, reason) was posted less than VGPU_KUBE_EVENT_REPEAT_S ago, or
+ * -errno. */
+int vgpu_kube_event(struct vgpu_kube *k, const char *ns, const char *pod, const char *pod_uid,
+                    const char *container, const char *reason, const char *message);
+
+/* The runtime id of the container of the pod with this uid, from the watch cache's
+ * status.containerStatuses (borrowed until the loop runs again), or NULL when not known
+ * (the pod or container not seen, not started yet). */
+const char *vgpu_kube_container_id(struct vgpu_kube *k, const char *pod_uid, const char *container);
+
+/* The pod source over k (k must outlive its use). */
+struct vgpu_pods vgpu_kube_pods(struct vgpu_kube *k);
