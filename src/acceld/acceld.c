@@ -840,6 +840,12 @@ static int make_providers(struct agent *a)
         }
     }
     if (r == 0 && nv) {
+        char verr[1024];
+        if ((r = acceld_config_check_vcuda(&a->cfg, verr, sizeof(verr))) < 0) {
+            log_error("%zu GPU(s) in mode vgpu: %s", nv, verr);
+            a->config_error = true;
+            goto out;
+        }
         struct vgpu_options vo = {a->cfg.state_dir, a->cfg.vcuda_library, a->cfg.dev_root,
                                   a->cfg.vgpu_memory_unit,
                                   a->cfg.vgpu_policy ? VGPU_SPREAD : VGPU_BINPACK};

@@ -765,6 +765,10 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
     log_info("dra: driver %s, %zu GPU(s) published: %zu shared (vGPU), %zu shared (MPS), %zu "
              "exclusive",
              a->inv->driver_version, a->n, shared, mps, a->n - shared - mps);
+    if (shared && (r = acceld_config_check_vcuda(cfg, err, sizeof(err))) < 0) {
+        log_error("dra: %zu shared GPU(s): %s", shared, err);
+        return r;
+    }
     static const char *const ctl[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
     for (size_t i = 0; i < 3; i++) {
         snprintf(a->ctl[i], sizeof(a->ctl[i]), "/dev/%s", ctl[i]);

@@ -681,6 +681,7 @@ static void *sampler_main(void *arg)
     static struct exp_gpu xid_copy[EXP_MAX_GPUS];
     static struct exporter_cost_gpu cost_in[EXP_MAX_GPUS];
     bool alloc_warned = false; /* GetAllocatableResources failing was logged */
+    bool podres_tried = false; /* a List was asked for: its first failure is logged too */
     while (!e->stop) {
         uint64_t t0 = mono_ns();
         for (unsigned i = 0; i < e->ngpus; i++) {
@@ -701,10 +702,14 @@ static void *sampler_main(void *arg)
                          "not counted",
                          e->podres_socket, strerror(-ra));
             alloc_warned = ra < 0;
-            if (r < 0 && e->podres_ok)
+            /* once per failure, the first one (a socket missing from the start) included */
+            if (r < 0 && (e->podres_ok || !podres_tried))
                 log_warn("pod-resources List on %s failed (%s): pod and container names are left "
                          "empty until it answers again",
                          e->podres_socket, strerror(-r));
+            else if (r == 0 && !e->podres_ok && podres_tried)
+                log_info("pod-resources List on %s answers again", e->podres_socket);
+            podres_tried = true;
             e->podres_ok = r == 0;
             e->podres_next_ns = mono_ns() + EXP_PODRES_REFRESH_NS;
         }

@@ -709,7 +709,8 @@ def _():
     s.wait(timeout=60)
 
 
-@case("pod-resources unreachable: accel_exporter_pod_resources_up 0, GPU series still served")
+@case("pod-resources unreachable: accel_exporter_pod_resources_up 0, GPU series still served, "
+      "one warning naming the socket")
 def _():
     port = free_port()
     p = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{port}", "--interval", "100ms",
@@ -727,6 +728,10 @@ def _():
           "GPU series served without the kubelet")
     p.terminate()
     check(p.wait(timeout=30) == 0, "second exporter exit")
+    out = p.stdout.read()
+    warned = [line for line in out.splitlines() if "pod-resources List on" in line
+              and os.path.join(TMP, "no-kubelet.sock") in line and "warn" in line]
+    check(len(warned) == 1, f"one warning for the missing socket, got: {out[-2000:]}")
 
 
 @case("an injected XID is counted on its GPU and XID only")

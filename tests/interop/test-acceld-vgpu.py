@@ -51,10 +51,11 @@ def main():
     kubelet = K.FakeKubelet(pb, pdir).start()
     agent = K.Acceld(build, node, pdir, tmp,
                      extra=("--mode", "vgpu", "--gpu-modes", "0=pgpu",
-                            "--vcuda-library", "/usr/lib/accel/libvcuda.so",
+                            "--vcuda-library", os.path.join(build, "src/vcuda/libvcuda.so"),
                             "--pod-resources-socket", os.path.join(tmp, "no-podres.sock")))
     second = None
     try:
+        missing_library(tap, build, node, tmp)
         uuids = run(tap, pb, node, pdir, agent, kubelet)
         if uuids:
             second = restart(tap, build, src, node, tmp, uuids)
@@ -184,6 +185,33 @@ def podresources_server(src, tmp, sock, live):
     return server
 
 
+def missing_library(tap, build, node, tmp):
+    """vGPU GPUs and DRA-shared GPUs with no libvcuda at vcudaLibrary (missing, or a file that
+    is not a library): acceld exits 2 before serving anything, naming the path and the fix."""
+    empty = os.path.join(tmp, "empty-libvcuda.so")
+    open(empty, "w").close()
+    missing = os.path.join(tmp, "nowhere", "libvcuda.so")
+    for what, lib, extra, why in (
+            ("vGPU, missing", missing, ("--mode", "vgpu"), "No such file or directory"),
+            ("vGPU, not a library", empty, ("--gpu-modes", "1=vgpu"), "no ELF header"),
+            ("DRA shared, missing", missing,
+             ("--mode", "dra", "--dra-sharing", "shared", "--node-name", "node-a",
+              "--plugin-registry-dir", os.path.join(tmp, "reg")), "No such file or directory")):
+        d = os.path.join(tmp, "nolib-" + what.split(",")[0].replace(" ", "-"))
+        agent = K.Acceld(build, node, os.path.join(d, "dp"), d,
+                         extra=("--no-register", "--vcuda-library", lib, *extra))
+        try:
+            rc = agent.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        agent.stop(signal.SIGKILL)
+        log = agent.log_text()
+        tap.ok(rc == 2 and lib in log and why in log and "install-libvcuda" in log
+               and not os.path.exists(agent.sock),
+               "%s libvcuda: acceld exits 2 naming the path and the fix, serving nothing" % what,
+               "rc %s\n%s" % (rc, log[-1500:]))
+
+
 def restart(tap, build, src, node, tmp, uuids):
     tmp2 = os.path.join(tmp, "second")
     vdir = os.path.join(tmp2, "state", "vgpu")
@@ -208,7 +236,8 @@ def restart(tap, build, src, node, tmp, uuids):
     pdir = os.path.join(tmp2, "dp")
     os.makedirs(pdir)
     agent = K.Acceld(build, node, pdir, tmp2,
-                     extra=("--mode", "vgpu", "--no-register", "--pod-resources-socket", prsock))
+                     extra=("--mode", "vgpu", "--no-register", "--pod-resources-socket", prsock,
+                            "--vcuda-library", os.path.join(build, "src/vcuda/libvcuda.so")))
     try:
         gone = os.path.join(vdir, "uid-gone")
         ok = K.wait_until(lambda: not os.path.exists(gone), T)
