@@ -645,6 +645,9 @@ def exporter_reads(tap, build, node, tmp, resp, ran):
                and "accel_vgpu_status_up 1" in m,
                "accel-exporter: pod a's limits from acceld's status.json (4 GiB, 30 %)",
                "\n".join(ln for ln in m.splitlines() if "vgpu" in ln)[-3000:])
+        mode = os.stat(os.path.join(tmp, "state", "vgpu", "status.json")).st_mode & 0o777
+        tap.ok(mode == 0o644, "status.json is 0644: the chart's exporter reads it as uid 65532",
+               oct(mode))
         if ran:
             tap.ok((value(m, "accel_vgpu_container_gpu_time_seconds_total") or 0) > 0.5
                    and (value(m, "accel_vgpu_container_throttled_seconds_total") or 0) > 0.5
