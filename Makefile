@@ -7,7 +7,7 @@ MESON_OPTS ?=
 SAN_OPTS  = -Db_sanitize=address,undefined -Db_lundef=false
 MESON_TEST = meson test --print-errorlogs --no-rebuild
 
-.PHONY: all deps build build-san test test-san check demo fuzz bench clean image test-image image-test
+.PHONY: all deps build build-san test test-san check demo fuzz bench clean cluster cluster-down e2e image test-image image-test
 
 all: build
 
@@ -68,6 +68,18 @@ test-image: deps
 
 image-test: image test-image
 	@bash tests/image/test-image.sh $(BUILD)
+
+# The test cluster (docs/e2e.md): a real single-node Kubernetes inside namespaces, its
+# components built from the Go module proxy into a cache, with emulated GPUs as the node's
+# devices. `make e2e` runs the end-to-end suite against it; `make cluster-down` removes it.
+cluster: build
+	@bash scripts/cluster/up.sh
+
+cluster-down:
+	@bash scripts/cluster/down.sh
+
+e2e:
+	@bash tests/e2e/run.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_FUZZ)

@@ -29,6 +29,10 @@ pkgs=(
     # Containerfile offline from a base debootstrap makes; podman loads the archive back;
     # objdump (binutils) reads libvcuda's symbol versions (test vcuda-glibc)
     buildah debootstrap podman curl binutils
+    # the test cluster (make cluster, docs/e2e.md): the OCI runtime and CNI plugins, the node's
+    # namespaces and network, its certificates, the static libc for the pause program and
+    # the static busybox of the smoke test's image (Go builds the rest: scripts/cluster/build.sh)
+    runc containernetworking-plugins iproute2 iptables util-linux openssl libc6-dev busybox-static
 )
 
 missing=()

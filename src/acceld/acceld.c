@@ -32,6 +32,7 @@
 #include "grpc.h"
 #include "podresources.pb-c.h"
 #include "util.h"
+#include "vcuda-lib.h"
 #include "vgpu-check.h"
 #include "vgpu-status.h"
 #include "vgpu.h"
@@ -840,16 +841,16 @@ static int make_providers(struct agent *a)
         }
     }
     if (r == 0 && nv) {
-        char verr[1024];
-        if ((r = acceld_config_check_vcuda(&a->cfg, verr, sizeof(verr))) < 0) {
-            log_error("%zu GPU(s) in mode vgpu: %s", nv, verr);
+        char err[1024];
+        if (vcuda_lib_check(a->cfg.vcuda_library, err, sizeof(err)) < 0) {
+            log_error("%zu GPU(s) in mode vgpu: %s", nv, err);
             a->config_error = true;
+            r = -EINVAL;
             goto out;
         }
         struct vgpu_options vo = {a->cfg.state_dir, a->cfg.vcuda_library, a->cfg.dev_root,
                                   a->cfg.vgpu_memory_unit,
                                   a->cfg.vgpu_policy ? VGPU_SPREAD : VGPU_BINPACK};
-        char err[1024];
         /* The pod source (the API server's watch cache) is wired in by kube_start. */
         r = vgpu_new(vg, nv, &vo, a->pods.ops ? &a->pods : NULL, &a->vgpu, err, sizeof(err));
         if (r < 0) {

@@ -4,13 +4,10 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <yaml.h>
 
 #include "fs.h"
@@ -974,31 +971,4 @@ void acceld_config_socket_name(const struct acceld_config *cfg, char *buf, size_
     for (int i = 0; i < n && (size_t)i < len; i++)
         if (buf[i] == '/')
             buf[i] = '-';
-}
-
-int acceld_config_check_vcuda(const struct acceld_config *cfg, char *err, size_t errlen)
-{
-    const char *why = NULL;
-    char magic[4];
-    struct stat st;
-    int fd = open(cfg->vcuda_library, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        why = strerror(errno);
-    else if (fstat(fd, &st) < 0)
-        why = strerror(errno);
-    else if (!S_ISREG(st.st_mode))
-        why = "not a regular file";
-    else if (pread(fd, magic, sizeof(magic), 0) != (ssize_t)sizeof(magic) ||
-             memcmp(magic, "\177ELF", sizeof(magic)) != 0)
-        why = "not a shared library (no ELF header)";
-    if (fd >= 0)
-        close(fd);
-    if (!why)
-        return 0;
-    snprintf(err, errlen,
-             "vcudaLibrary %s: %s: vGPU and DRA-shared GPUs give it to every container they serve; "
-             "install libvcuda.so there (the Helm chart's install-libvcuda init container does: "
-             "docs/deploy.md) or set vcudaLibrary (--vcuda-library) to where it is",
-             cfg->vcuda_library, why);
-    return -EINVAL;
 }

@@ -157,10 +157,6 @@ enum acceld_dra_sharing acceld_config_dra_sharing(const struct acceld_config *cf
 bool acceld_config_dra_shared(const struct acceld_config *cfg, int index, const char *uuid);
 /* "NoSchedule", "NoExecute" or "None". */
 const char *acceld_taint_effect_name(enum acceld_taint_effect e);
-/* vGPU GPUs and DRA-shared GPUs give every container vcudaLibrary: before any of them is
- * served it must be a readable regular ELF file. 0, or -EINVAL with the path, the reason and
- * the fix in err (the caller exits 2). */
-int acceld_config_check_vcuda(const struct acceld_config *cfg, char *err, size_t errlen);
 
 /* The socket file name this config serves in the plugin dir, e.g.
  * "accel-nvidia.com-gpu.sock" (bare name, as sent in Register). */

@@ -20,6 +20,7 @@
 #include "nvml.h"
 #include "acceld-stats.h"
 #include "util.h"
+#include "vcuda-lib.h"
 
 #include <errno.h>
 #include <ftw.h>
@@ -652,6 +653,12 @@ static bool apply_sharing(struct acceld_dra *a)
                      g->name, g->uuid, held, sharing_name(g), names[want]);
             continue;
         }
+        char err[1024];
+        if (shared && vcuda_lib_check(a->cfg->vcuda_library, err, sizeof(err)) < 0) {
+            log_error("config reload: GPU %s (%s) stays %s, not shared: %s", g->name, g->uuid,
+                      sharing_name(g), err);
+            continue;
+        }
         log_info("config reload: GPU %s (%s): sharing %s -> %s", g->name, g->uuid, sharing_name(g),
                  names[want]);
         g->shared = shared;
@@ -765,9 +772,10 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
     log_info("dra: driver %s, %zu GPU(s) published: %zu shared (vGPU), %zu shared (MPS), %zu "
              "exclusive",
              a->inv->driver_version, a->n, shared, mps, a->n - shared - mps);
-    if (shared && (r = acceld_config_check_vcuda(cfg, err, sizeof(err))) < 0) {
-        log_error("dra: %zu shared GPU(s): %s", shared, err);
-        return r;
+    if (shared && vcuda_lib_check(cfg->vcuda_library, err, sizeof(err)) < 0) {
+        log_error("dra: %zu GPU(s) shared through libvcuda (dra.sharing, dra.gpuSharing): %s",
+                  shared, err);
+        return -EINVAL;
     }
     static const char *const ctl[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
     for (size_t i = 0; i < 3; i++) {

@@ -35,8 +35,13 @@
 #include "cuda_emu.h"
 #include "ptx.h"
 
+/* What a node does: a kernel (func), a copy or memset, or graph memory (gm). */
+enum gnode_kind { GN_WORK = 0, GN_ALLOC, GN_FREE };
+
 struct CUgraphNode_st {
-    CUfunction func; /* NULL: a copy or memset node */
+    enum gnode_kind kind;
+    struct cuda_gm_block *gm; /* GN_ALLOC, GN_FREE: the allocation's block (held) */
+    CUfunction func;          /* GN_WORK: NULL for a copy or memset node */
     bool has_cycles;
     uint64_t cycles; /* spin kernels: first parameter */
     /* copy (src) or memset (!src) */
@@ -56,6 +61,8 @@ struct CUgraphExec_st {
     uint32_t magic;
     size_t n;
     struct CUgraphNode_st *nodes; /* copies: the graph may change or go after instantiation */
+    struct cuda_gm_block **gm;    /* the allocation nodes' blocks (mapped at launch, upload) */
+    size_t ngm;
 };
 
 static EMU_TLS struct CUstream_st pt_stream; /* per-thread default stream */
@@ -1108,6 +1115,12 @@ CUresult cuda_graph_add_mem(struct CUgraph_st *g, void *dst, const void *src, si
     return graph_push(g, &node, NULL);
 }
 
+CUresult cuda_graph_add_gm(struct CUgraph_st *g, struct cuda_gm_block *b, bool alloc)
+{
+    struct CUgraphNode_st node = {.kind = alloc ? GN_ALLOC : GN_FREE, .gm = b};
+    return graph_push(g, &node, NULL);
+}
+
 /* A copy or memset node, when its graph runs. */
 static void run_mem_node(const struct CUgraphNode_st *n)
 {
@@ -1139,9 +1152,7 @@ EMU_API CUresult cuGraphCreate(CUgraph *pg, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
-/* The nodes in the order they were added (NULL nodes: just the count, as the driver does).
- * (cuda_api.h does not declare it: libvcuda has no use for it.) */
-CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *n);
+/* The nodes in the order they were added (NULL nodes: just the count, as the driver does). */
 EMU_API CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *n)
 {
     if (!n)
@@ -1171,8 +1182,11 @@ EMU_API CUresult cuGraphDestroy(CUgraph hg)
     struct CUgraph_st *g = graph_of(hg);
     if (!g)
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < g->n; i++)
+    for (size_t i = 0; i < g->n; i++) {
+        if (g->nodes[i]->gm)
+            cuda_gm_block_drop(g->nodes[i]->gm);
         free(g->nodes[i]);
+    }
     free(g->nodes);
     g->magic = 0;
     free(g);
@@ -1246,16 +1260,26 @@ static CUresult instantiate(CUgraphExec *pe, CUgraph hg)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&cuda_lock);
     e->nodes = calloc(g->n ? g->n : 1, sizeof(*e->nodes));
-    if (e->nodes) {
-        for (size_t i = 0; i < g->n; i++)
+    e->gm = calloc(g->n ? g->n : 1, sizeof(*e->gm));
+    if (e->nodes && e->gm) {
+        for (size_t i = 0; i < g->n; i++) {
             e->nodes[i] = *g->nodes[i];
+            if (e->nodes[i].kind == GN_ALLOC)
+                e->gm[e->ngm++] = e->nodes[i].gm;
+        }
         e->n = g->n;
     }
     pthread_mutex_unlock(&cuda_lock);
-    if (!e->nodes) {
+    if (!e->nodes || !e->gm) {
+        free(e->nodes);
+        free(e->gm);
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    /* the executable graph names the blocks too (free nodes' blocks are their allocations') */
+    for (size_t i = 0; i < e->n; i++)
+        if (e->nodes[i].gm)
+            cuda_gm_block_hold(e->nodes[i].gm);
     e->magic = EMU_MAGIC_EXEC;
     *pe = e;
     return CUDA_SUCCESS;
@@ -1280,13 +1304,119 @@ EMU_API CUresult cuGraphInstantiate(CUgraphExec *pe, CUgraph g, CUgraphNode *err
     return cuGraphInstantiate_v2(pe, g, err, log, logsize);
 }
 
+EMU_API CUresult cuGraphInstantiateWithParams(CUgraphExec *pe, CUgraph g,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = instantiate(pe, g);
+    p->result_out = r ? CUDA_GRAPH_INSTANTIATE_ERROR : CUDA_GRAPH_INSTANTIATE_SUCCESS;
+    p->hErrNode_out = NULL;
+    if (r == CUDA_SUCCESS && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)) {
+        r = cuGraphUpload(*pe, p->hUploadStream);
+        if (r != CUDA_SUCCESS) {
+            cuGraphExecDestroy(*pe);
+            *pe = NULL;
+        }
+    }
+    return r;
+}
+
+EMU_API CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *pe, CUgraph g,
+                                                   CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    return cuGraphInstantiateWithParams(pe, g, p);
+}
+
 EMU_API CUresult cuGraphExecDestroy(CUgraphExec e)
 {
     if (!e || e->magic != EMU_MAGIC_EXEC)
         return CUDA_ERROR_INVALID_VALUE;
     e->magic = 0;
+    /* the blocks' memory stays mapped until a trim (struct cuda_gm_block) */
+    for (size_t i = 0; i < e->n; i++)
+        if (e->nodes[i].gm)
+            cuda_gm_block_drop(e->nodes[i].gm);
     free(e->nodes);
+    free(e->gm);
     free(e);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuGraphNodeGetType(CUgraphNode n, CUgraphNodeType *type)
+{
+    if (!n || !type)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (n->kind) {
+    case GN_ALLOC:
+        *type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+        break;
+    case GN_FREE:
+        *type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+        break;
+    default:
+        *type = n->func  ? CU_GRAPH_NODE_TYPE_KERNEL
+                : n->src ? CU_GRAPH_NODE_TYPE_MEMCPY
+                         : CU_GRAPH_NODE_TYPE_MEMSET;
+    }
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuGraphAddMemAllocNode(CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps,
+                                        size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    struct CUgraph_st *g = graph_of(hg);
+    if (!pn || !g || !p || (ndeps && !deps) || !p->bytesize ||
+        p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cuda_gm_block *b;
+    CUresult r = cuda_gm_block_new(p->poolProps.location.id, p->bytesize, &b);
+    if (r)
+        return r;
+    struct CUgraphNode_st node = {.kind = GN_ALLOC, .gm = b};
+    r = graph_push(g, &node, pn);
+    if (r) {
+        cuda_gm_block_drop(b);
+        return r;
+    }
+    p->dptr = cuda_gm_block_va(b);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuGraphAddMemFreeNode(CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps,
+                                       size_t ndeps, CUdeviceptr dptr)
+{
+    struct CUgraph_st *g = graph_of(hg);
+    struct cuda_gm_block *b = cuda_gm_block_find(dptr);
+    if (!pn || !g || (ndeps && !deps) || !b)
+        return CUDA_ERROR_INVALID_VALUE;
+    cuda_gm_block_hold(b);
+    struct CUgraphNode_st node = {.kind = GN_FREE, .gm = b};
+    CUresult r = graph_push(g, &node, pn);
+    if (r)
+        cuda_gm_block_drop(b);
+    return r;
+}
+
+EMU_API CUresult cuGraphMemAllocNodeGetParams(CUgraphNode n, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    if (!n || !p || n->kind != GN_ALLOC)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(p, 0, sizeof(*p));
+    p->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p->poolProps.location.id = cuda_gm_block_dev(n->gm);
+    p->bytesize = cuda_gm_block_bytes(n->gm);
+    p->dptr = cuda_gm_block_va(n->gm);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuGraphMemFreeNodeGetParams(CUgraphNode n, CUdeviceptr *dptr)
+{
+    if (!n || !dptr || n->kind != GN_FREE)
+        return CUDA_ERROR_INVALID_VALUE;
+    *dptr = cuda_gm_block_va(n->gm);
     return CUDA_SUCCESS;
 }
 
@@ -1309,9 +1439,15 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool pt)
         if (n->func && n->func->magic != EMU_MAGIC_FUNC)
             return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
     }
+    /* graph memory is mapped at launch, when an upload has not done it (cuda_gm_map) */
+    r = cuda_gm_map(e->gm, e->ngm);
+    if (r)
+        return r;
     for (size_t i = 0; i < e->n; i++) {
         const struct CUgraphNode_st *n = &e->nodes[i];
-        if (n->func) {
+        if (n->kind != GN_WORK)
+            cuda_gm_set_live(n->gm, n->kind == GN_ALLOC);
+        else if (n->func) {
             total += duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev, 1);
             clock = clock && n->func->spin && n->has_cycles;
         } else
@@ -1332,7 +1468,9 @@ EMU_API CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream h)
 
 EMU_API CUresult cuGraphUpload(CUgraphExec e, CUstream h)
 {
-    return e && e->magic == EMU_MAGIC_EXEC ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!e || e->magic != EMU_MAGIC_EXEC)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuda_gm_map(e->gm, e->ngm); /* "performing all mappings for that graph immediately" */
 }
 
 EMU_API CUresult cuGraphUpload_ptsz(CUgraphExec e, CUstream h)

@@ -37,6 +37,7 @@
 #include "cost.h"
 #include "expconfig.h"
 #include "gpuextra.h"
+#include "httpguard.h"
 #include "log.h"
 #include "nvml.h"
 #include "podres.h"
@@ -702,7 +703,7 @@ static void *sampler_main(void *arg)
                          "not counted",
                          e->podres_socket, strerror(-ra));
             alloc_warned = ra < 0;
-            /* once per failure, the first one (a socket missing from the start) included */
+            /* once per outage, the first one at start included (docs/exporter.md) */
             if (r < 0 && (e->podres_ok || !podres_tried))
                 log_warn("pod-resources List on %s failed (%s): pod and container names are left "
                          "empty until it answers again",
@@ -881,6 +882,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   size_t *upload_len, void **req_cls)
 {
     struct exporter *e = cls;
+    exporter_httpguard_headers_done(c); /* the request line and headers are in */
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "use GET\n", 8);
     if (strcmp(url, "/healthz") == 0) {
@@ -920,6 +922,8 @@ static void usage(FILE *f)
         "                      [--pod-resources-socket PATH] [--state-dir DIR]\n"
         "                      [--disable-metrics NAMES] [--cost-currency CUR]\n"
         "                      [--cost-gpu-hour-price RESOURCE=PRICE,...]\n"
+        "                      [--connection-limit N] [--per-ip-connection-limit N]\n"
+        "                      [--request-header-timeout DURATION] [--idle-timeout DURATION]\n"
         "                      [--log-level LEVEL] [--check-config] [--version]\n"
         "  --config        YAML settings (keys as below, camelCase); flags win over it\n"
         "  --listen        address to serve /, /metrics and /healthz on (default 0.0.0.0:9835)\n"
@@ -936,11 +940,17 @@ static void usage(FILE *f)
         "  --cost-currency CUR  the currency of the price table (config: cost.currency)\n"
         "  --cost-gpu-hour-price RESOURCE=PRICE,...  price of a GPU-hour per resource\n"
         "                  (config: cost.gpuHourPrice); adds accel_pod_gpu_cost_total\n"
+        "  --connection-limit N  HTTP connections served at once (default %u)\n"
+        "  --per-ip-connection-limit N  of them from one address, 0 = any (default %u)\n"
+        "  --request-header-timeout DURATION  a request's line and headers must arrive\n"
+        "                  within it, or the connection is closed (default 5s)\n"
+        "  --idle-timeout DURATION  a silent connection is closed after it (default 10s)\n"
         "  --log-level     error, warn, info or debug\n"
         "  --check-config  print the settings (file and flags) as YAML and exit: 0 when\n"
         "                  valid, 2 with the reason otherwise\n"
         "  --version       print the version and exit\n",
-        GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY, EXPORTER_DEFAULT_PODRES);
+        GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY, EXPORTER_DEFAULT_PODRES,
+        EXPORTER_DEFAULT_CONNECTION_LIMIT, EXPORTER_DEFAULT_PER_IP_LIMIT);
 }
 
 /* Flags and the config keys they set. */
@@ -957,6 +967,10 @@ static const struct {
     {"--disable-metrics", "metrics.disable"},
     {"--cost-currency", "cost.currency"},
     {"--cost-gpu-hour-price", "cost.gpuHourPrice"},
+    {"--connection-limit", "connectionLimit"},
+    {"--per-ip-connection-limit", "perIpConnectionLimit"},
+    {"--request-header-timeout", "requestHeaderTimeout"},
+    {"--idle-timeout", "idleTimeout"},
 };
 
 int main(int argc, char **argv)
@@ -1107,19 +1121,58 @@ int main(int argc, char **argv)
     if (have_events && pthread_create(&events, NULL, events_main, &e) != 0)
         have_events = false;
 
+    /* The daemon runs in this thread (MHD_run_wait), so that between its runs the guard can
+     * shut connections whose headers are overdue without racing libmicrohttpd's own closes
+     * (httpguard.h); slow clients cannot hold it: every socket waits in one epoll set. */
+    struct exporter_httpguard *guard = NULL;
+    if (exporter_httpguard_new(cfg.header_timeout_ns, &guard) < 0) {
+        log_error("out of memory");
+        e.stop = 1;
+    }
     struct MHD_Daemon *d =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                         on_request, &e, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT,
-                         64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+        guard ? MHD_start_daemon(MHD_USE_AUTO | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, &e,
+                                 MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT,
+                                 cfg.connection_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                 cfg.per_ip_connection_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)(cfg.idle_timeout_ns / 1000000000ULL),
+                                 MHD_OPTION_NOTIFY_CONNECTION, exporter_httpguard_on_connection,
+                                 guard, MHD_OPTION_NOTIFY_COMPLETED,
+                                 exporter_httpguard_on_completed, guard, MHD_OPTION_END)
+              : NULL;
     if (!d) {
-        log_error("cannot listen on %s: is the port in use or the address not local?", listen_s);
+        if (guard)
+            log_error("cannot listen on %s: is the port in use or the address not local?",
+                      listen_s);
         e.stop = 1;
     } else {
         log_info("serving %u GPU(s) on http://%s/metrics", e.ngpus, listen_s);
-        int sig;
-        sigwait(&stopset, &sig);
+        uint64_t said_ns = 0, said_total = 0, checked_ns = 0;
+        const struct timespec no_wait = {0, 0};
+        for (;;) {
+            MHD_run_wait(d, 100);
+            /* the deadline and the stop signals at most every 50 ms, not after every event */
+            uint64_t now = mono_ns();
+            if (now - checked_ns < 50000000ULL)
+                continue;
+            checked_ns = now;
+            if (sigtimedwait(&stopset, NULL, &no_wait) >= 0)
+                break;
+            exporter_httpguard_cut(guard, now);
+            /* say it, at most once a minute: something holds connections open without asking */
+            uint64_t total = exporter_httpguard_cut_total(guard);
+            if (total != said_total && now - said_ns >= 60000000000ULL) {
+                log_warn("closed %" PRIu64 " connection(s) whose request headers took longer "
+                         "than %" PRIu64 " ms (%u open now); see requestHeaderTimeout in "
+                         "docs/exporter.md",
+                         total - said_total, cfg.header_timeout_ns / 1000000,
+                         exporter_httpguard_open(guard));
+                said_total = total;
+                said_ns = now;
+            }
+        }
         MHD_stop_daemon(d);
     }
+    guard = exporter_httpguard_free(guard);
     e.stop = 1;
     pthread_join(sampler, NULL);
     if (have_events)

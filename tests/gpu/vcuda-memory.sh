@@ -13,7 +13,9 @@
 #   3. the driver-API cases of tests/vcuda/test-vcuda-emu.c on the real driver (VCUDA_TEST_REAL=1),
 #      under a quota of their own: 28 MiB + 9 contexts, a context's cost measured first by the
 #      program's launcher (tests/vcuda/vcuda-launch.h); its diagnostics (what a context and a
-#      pool took there) are printed indented.
+#      pool took there) are printed indented. Among them, issue 22's: VMM memory exported to a
+#      file descriptor and imported back stays charged while mapped, and graph memory (a
+#      captured cuMemAllocAsync) is charged when graph launches map it.
 # Prints one line per check and a record line for docs/gpu-validation.md. Exit 0 = all ran
 # checks passed, 1 = a check failed, 77 = no GPU here.
 #

@@ -331,9 +331,11 @@ class Acceld:
         os.makedirs(tmp, exist_ok=True)
         self.log_path = os.path.join(tmp, "acceld.log")
         self.plugin_dir = plugin_dir
+        # libvcuda as built: acceld refuses vGPU mode when vcudaLibrary names no library
         args = [self.exe, "--device-plugin-dir", plugin_dir, "--sysfs-root", node.sysfs,
                 "--dev-root", node.dev, "--state-dir", os.path.join(tmp, "state"),
-                "--cdi-dir", os.path.join(tmp, "cdi"), *extra]
+                "--cdi-dir", os.path.join(tmp, "cdi"),
+                "--vcuda-library", os.path.join(build, "src/vcuda/libvcuda.so"), *extra]
         if config:
             args = [args[0], "--config", config, *args[1:]]
         self.log = open(self.log_path, "ab")
