@@ -71,7 +71,7 @@ json_t *dra_gpu_device_json(const char *driver_name, const struct dra_gpu *g)
                               str_attr(g->pci_bus_id), "migCapable", "bool", g->mig_capable);
     if (g->numa_node >= 0)
         json_object_set_new(attrs, "numaNode", json_pack("{s:i}", "int", g->numa_node));
-    /* what the DeviceClasses of deploy/dra/ select on */
+    /* what the chart's DeviceClasses (deploy/helm/accel/templates/deviceclasses.yaml) select on */
     bool share = g->shared || g->mps;
     json_object_set_new(attrs, "shared", json_pack("{s:b}", "bool", share));
     json_object_set_new(attrs, "sharing",

@@ -32,6 +32,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "accel-config.h"
 #include "cgroup.h"
 #include "cost.h"
 #include "expconfig.h"
@@ -966,7 +967,7 @@ static void usage(FILE *f)
         "                      [--cost-gpu-hour-price RESOURCE=PRICE,...]\n"
         "                      [--connection-limit N] [--per-ip-connection-limit N]\n"
         "                      [--request-header-timeout DURATION] [--idle-timeout DURATION]\n"
-        "                      [--log-level LEVEL] [--check-config]\n"
+        "                      [--log-level LEVEL] [--check-config] [--version]\n"
         "  --config        YAML settings (keys as below, camelCase); flags win over it\n"
         "  --listen        address to serve /, /metrics and /healthz on (default 0.0.0.0:9835)\n"
         "  --nvml-library  NVML to load (default $%s, else %s)\n"
@@ -989,7 +990,8 @@ static void usage(FILE *f)
         "  --idle-timeout DURATION  a silent connection is closed after it (default 10s)\n"
         "  --log-level     error, warn, info or debug\n"
         "  --check-config  print the settings (file and flags) as YAML and exit: 0 when\n"
-        "                  valid, 2 with the reason otherwise\n",
+        "                  valid, 2 with the reason otherwise\n"
+        "  --version       print the version and exit\n",
         GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY, EXPORTER_DEFAULT_PODRES,
         EXPORTER_DEFAULT_CONNECTION_LIMIT, EXPORTER_DEFAULT_PER_IP_LIMIT);
 }
@@ -1026,6 +1028,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("accel-exporter %s\n", ACCEL_VERSION);
             return 0;
         }
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)

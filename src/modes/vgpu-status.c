@@ -139,8 +139,10 @@ int vgpu_status_write(const struct vgpu *v, const char *state_dir,
         return -ENOMEM;
     char path[4200];
     snprintf(path, sizeof(path), "%s/vgpu/%s", state_dir, VGPU_STATUS_FILE);
-    /* a report rewritten every pass: replaced atomically, not fsynced */
-    int r = fs_write_replace(path, text, strlen(text), 0600);
+    /* a report rewritten every pass: replaced atomically, not fsynced. 0644: accel-exporter
+     * reads it as a non-root user (docs/deploy.md); tenants never see the vgpu/ directory
+     * itself, only their own container's directory below it. */
+    int r = fs_write_replace(path, text, strlen(text), 0644);
     free(text);
     return r;
 }

@@ -1,5 +1,5 @@
 /* vgpu-status.h — what `accelctl vgpu` shows: acceld writes
- * <stateDir>/vgpu/status.json (atomically, 0600) at start and after each
+ * <stateDir>/vgpu/status.json (atomically, 0644) at start and after each
  * host-side check pass. It holds every GPU in vgpu mode with the units handed
  * out, every assignment with its limits and its usage at the last pass (from
  * libvcuda's region and from NVML), and the pass's findings. docs/vgpu.md

@@ -574,7 +574,7 @@ static int make_region(struct vgpu *v, const char *region)
         v->unbounded_said = true;
         log_warn("vGPU: cannot mount a tmpfs on the containers' region dirs (%s: %s): they are "
                  "plain directories on the state dir's filesystem, which a tenant can fill; run "
-                 "acceld with CAP_SYS_ADMIN (privileged, as deploy/acceld.yaml does)",
+                 "acceld with CAP_SYS_ADMIN (privileged, as the Helm chart runs it)",
                  region, strerror(errno));
     }
     return r;

@@ -556,8 +556,9 @@ def events_posted(tap, api, tmp):
     with open(script, "w") as f:
         f.write(f"#!/bin/sh\nexec cat '{dump}'\n")
     os.chmod(script, 0o755)
-    p = subprocess.run([node, os.path.join(vdir, "validate.mjs"), os.path.join(src, "deploy"),
-                        script], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([node, os.path.join(vdir, "validate.mjs"),
+                        os.path.join(src, "deploy", "examples"), script],
+                       capture_output=True, text=True, timeout=120)
     tap.ok(p.returncode == 0 and "ok" in p.stdout,
            "the Event the API server got is a valid core/v1 Event (kubernetes-models)",
            p.stdout[-2000:] + p.stderr[-1000:])
@@ -654,6 +655,9 @@ def exporter_reads(tap, build, node, tmp, resp, ran):
                and "accel_vgpu_status_up 1" in m,
                "accel-exporter: pod a's limits from acceld's status.json (4 GiB, 30 %)",
                "\n".join(ln for ln in m.splitlines() if "vgpu" in ln)[-3000:])
+        mode = os.stat(os.path.join(tmp, "state", "vgpu", "status.json")).st_mode & 0o777
+        tap.ok(mode == 0o644, "status.json is 0644: the chart's exporter reads it as uid 65532",
+               oct(mode))
         if ran:
             tap.ok((value(m, "accel_vgpu_container_gpu_time_seconds_total") or 0) > 0.5
                    and (value(m, "accel_vgpu_container_throttled_seconds_total") or 0) > 0.5
