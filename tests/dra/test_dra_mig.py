@@ -182,13 +182,22 @@ def run(tap, build, emu, api, drv, knode, table):
            "a partition overlapping a prepared one: NVML's refusal in the claim's error, "
            "nothing created or written", r.claims[BAD].error)
 
-    # ---- an XID on GPU 0 taints its partitions
+    # ---- an XID on GPU 0 taints its partitions, and the kubelet's health stream says so
+    hw = M.HealthWatch(knode.register().endpoint)
+    ok = K.wait_until(lambda: hw.last() is not None and len(hw.last()) == 26, T)
+    tap.ok(ok and sorted(hw.last()) == names and set(hw.last().values()) == {"HEALTHY"},
+           "the health stream lists the pool's devices: gpu-1 and gpu-0's 25 partitions",
+           hw.last())
     emu.cmd("xid", 0, 62)
     ok = K.wait_until(lambda: all(d.get("taints") for d in pool(api)[1]
                                   if d["name"].startswith("gpu-0-")), T)
     g1 = next((d for d in pool(api)[1] if d["name"] == "gpu-1"), {})
     tap.ok(ok and not g1.get("taints"), "an XID on GPU 0 taints its 25 partitions, not gpu-1",
            [d.get("taints") for d in pool(api)[1]][:2])
+    ok = K.wait_until(lambda: hw.last() and hw.last().get(PART) == "UNHEALTHY" and
+                      hw.last().get("gpu-1") == "HEALTHY", T)
+    tap.ok(ok, "the health stream: gpu-0's partitions UNHEALTHY, gpu-1 HEALTHY", hw.last())
+    hw.close()
 
     # ---- kill -9, an instance made by hand, a restart
     agent.stop(signal.SIGKILL)
