@@ -65,6 +65,8 @@ const struct acceld_config_key acceld_config_keys[] = {
      "DRA mode: NoSchedule|NoExecute|None: the taint after a fatal XID (79, 48) or a lost GPU"},
     {"dra.claimWait", "dra-claim-wait",
      "DRA mode: how long a prepare waits for its ResourceClaim on the API server"},
+    {"dra.mig", "dra-mig",
+     "DRA mode: publish the GPUs in MIG mode as MIG partitions (partitionable devices, KEP-4815)"},
     {"dra.overQuotaAction", "dra-over-quota-action",
      "DRA mode: none|kill: what the host-side check does to a process of a shared claim's pod "
      "over the claim's memory, or on a GPU the claim does not hold"},
@@ -86,8 +88,6 @@ const struct acceld_config_key acceld_config_keys[] = {
      "none)"},
     {"vfio.resourceNames", "vfio-resource-names",
      "DEVICEID=NAME,...: the resource of a GPU model in vfio mode (default nvidia.com/<PCI name>)"},
-    {"dra.mig", "dra-mig",
-     "DRA mode: publish MIG-capable GPUs as MIG partitions (partitionable devices, KEP-4815)"},
     {NULL, NULL, NULL},
 };
 
