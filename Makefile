@@ -7,7 +7,7 @@ MESON_OPTS ?=
 SAN_OPTS  = -Db_sanitize=address,undefined -Db_lundef=false
 MESON_TEST = meson test --print-errorlogs --no-rebuild
 
-.PHONY: all deps build build-san test test-san check demo fuzz bench clean
+.PHONY: all deps build build-san test test-san check demo fuzz bench clean cluster cluster-down e2e image test-image image-test
 
 all: build
 
@@ -54,6 +54,32 @@ fuzz: deps
 
 bench: build
 	@bash bench/run.sh $(BUILD)
+
+# The image, built offline from the Containerfile with buildah (docs/deploy.md): accel:<version>
+# in $(BUILD)/accel-image.tar; test-image: accel-test:<version> (the same plus the emulator and
+# the cluster tests' programs) in $(BUILD)/accel-test-image.tar. image-test checks the archive:
+# its binaries run in its own root filesystem, the exporter's user, podman load, libvcuda in a
+# glibc 2.31 root filesystem.
+image: deps
+	@bash scripts/image.sh runtime $(BUILD)
+
+test-image: deps
+	@bash scripts/image.sh test $(BUILD)
+
+image-test: image test-image
+	@bash tests/image/test-image.sh $(BUILD)
+
+# The test cluster (docs/e2e.md): a real single-node Kubernetes inside namespaces, its
+# components built from the Go module proxy into a cache, with emulated GPUs as the node's
+# devices. `make e2e` runs the end-to-end suite against it; `make cluster-down` removes it.
+cluster: build
+	@bash scripts/cluster/up.sh
+
+cluster-down:
+	@bash scripts/cluster/down.sh
+
+e2e:
+	@bash tests/e2e/run.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_FUZZ)

@@ -133,6 +133,9 @@ def start(node, tmp, pdir, kc, sub, interval):
 def main():
     # BENCH_TMPDIR=/dev/shm: the state dir (checkpoint, per-container files) on tmpfs, so
     # the figures show acceld's own cost without the disk's fsync
+    sys.path.insert(0, os.path.join(SRC, "tests/lib"))
+    import mountns
+    mountns.private()  # the containers' tmpfs region dirs go with this process
     tmp = tempfile.mkdtemp(prefix="acceld-", dir=os.environ.get("BENCH_TMPDIR", "/tmp"))
     pb = K.gen_pb2(SRC, os.path.join(tmp, "pb"))
     node = K.Node(BUILD, tmp, gpus=8)

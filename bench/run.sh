@@ -26,5 +26,7 @@ echo "== emu-timeslice (submit cost beside another process's pending work: time 
 "$build/bench/emu-timeslice" 2000 2000
 echo "== emu-xid-latency (src/emu; XID inject -> nvmlEventSetWait_v2 wake, across processes)"
 LD_LIBRARY_PATH="$build/src/emu" "$build/bench/emu-xid-latency" 2000
+echo "== exporter-slow (/metrics scrapes under 80 slow clients; ~1.5 min)"
+/usr/bin/python3 "$(dirname "$0")/exporter-slow.py" "$build"
 echo "== mps-sharing (time-slicing vs MPS on the emulator: its model, not a GPU's)"
 /usr/bin/python3 "$(dirname "$0")/mps-sharing.py" "$build"

@@ -3,12 +3,17 @@
 set -euo pipefail
 build=${1:-build}
 echo "demo: a 4-GPU emulated node (build: $build)"
+# One machine for the whole demo (ACCEL_EMU_STATE names one of your own): what happens to a GPU
+# in the first part is still true in the second.
+demo_tmp=$(mktemp -d /tmp/accel-demo-XXXXXX)
+trap 'rm -rf "$demo_tmp"' EXIT
+demo_state=${ACCEL_EMU_STATE:-$demo_tmp/emu.state}
 
 # ---- the node's GPUs: accelctl gpus on a 4-GPU emulated node (owner: gpu branch) ----
 # accel-emu makes the machine (NUMA 0,0,1,1, NVLink pairs) with its sysfs fixture next to the
 # state file; accelctl reads it through the emulated libnvidia-ml.so.1.
 demo_gpus() {
-    local b emu nvml accelctl tmp state
+    local b emu nvml accelctl state
     b=$(cd "$build" && pwd)
     emu=$b/src/emu/accel-emu
     nvml=$b/src/emu/libnvidia-ml.so.1
@@ -19,8 +24,7 @@ demo_gpus() {
             return 0
         fi
     done
-    tmp=$(mktemp -d /tmp/accel-demo-gpus-XXXXXX)
-    state=$tmp/emu.state
+    state=$demo_state
     echo "\$ accel-emu init --gpus 4 --numa 0,0,1,1 --nvlink pairs"
     ACCEL_EMU_STATE=$state "$emu" init --gpus 4 --numa 0,0,1,1 --nvlink pairs | sed -n 1,5p
     echo
@@ -38,7 +42,6 @@ for g in json.load(sys.stdin):
     why = " (" + g["error"] + ")" if g.get("error") else ""
     print("GPU %d  %-40s  %s%s" % (g["index"], g["uuid"] or "uuid unknown", g["health"], why))
 '
-    rm -rf "$tmp"
 }
 demo_gpus
 
@@ -60,10 +63,14 @@ demo_acceld() {
             return 0
         fi
     done
-    tmp=$(mktemp -d /tmp/accel-demo-XXXXXX)
-    state=${ACCEL_EMU_STATE:-$tmp/emu.state}
-    if [ -z "${ACCEL_EMU_STATE:-}" ]; then
+    tmp=$demo_tmp/acceld
+    mkdir -p "$tmp"
+    state=$demo_state
+    if [ ! -e "$state" ]; then
+        echo "\$ accel-emu init --gpus 4 --numa 0,0,1,1 --nvlink pairs"
         ACCEL_EMU_STATE=$state "$emu" init --gpus 4 --numa 0,0,1,1 --nvlink pairs >/dev/null
+    else
+        echo "== the same machine: GPU 3 is still lost"
     fi
     mkdir -p "$tmp/dp"
     echo "== acceld: serving the emulated GPUs on $tmp/dp (no kubelet: --no-register)"
@@ -76,7 +83,6 @@ demo_acceld() {
     if [ ! -S "$sock" ]; then
         echo "acceld did not start:"; cat "$tmp/acceld.log"
         kill "$pid" 2>/dev/null || true
-        rm -rf "$tmp"
         return 1
     fi
     echo "\$ accelctl plugin devices --socket $sock"
@@ -91,7 +97,6 @@ demo_acceld() {
     wait "$pid" || true
     echo "== acceld stopped (socket removed: $([ -e "$sock" ] && echo no || echo yes)); its log:"
     sed 's/^/   /' "$tmp/acceld.log"
-    rm -rf "$tmp"
 }
 demo_acceld
 

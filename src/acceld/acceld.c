@@ -33,8 +33,11 @@
 #include "grpc.h"
 #include "podresources.pb-c.h"
 #include "util.h"
-#include "vgpu-check.h"
+#include "hostcheck.h"
+#include "vcuda-lib.h"
 #include "vgpu-status.h"
+#include "mig-strategy.h"
+#include "vfio.h"
 #include "vgpu.h"
 #ifdef ACCELD_HAVE_KUBE
 #include "vgpu-kube.h"
@@ -54,6 +57,9 @@ struct override {
     const char *value;
 };
 
+/* Resources served beside pGPU, vGPU and the shared ones: VFIO models, MIG profiles. */
+#define SERVED_MAX_EXTRA 24
+
 struct agent {
     const char *config_path; /* NULL: flags and defaults only */
     struct override overrides[MAX_OVERRIDES];
@@ -65,6 +71,9 @@ struct agent {
     struct gpu_nvml *nvml;
     struct gpu_inventory *inv;
     struct pgpu *pgpu;          /* the GPUs in pgpu mode (may be none) */
+    struct vfio_node *vfio;     /* the GPUs bound to vfio-pci in mode vfio (may be none) */
+    struct mig_set *mig;        /* MIG devices (migStrategy single or mixed; NULL: none) */
+    size_t vfio_served;         /* served[] index of the first VFIO model */
     struct vgpu *vgpu;          /* the GPUs in vgpu mode (may be none) */
     struct fs_flusher *flusher; /* flushes the vGPU journal off the loop (vgpu.h) */
     uint64_t spare_timer;       /* makes spare container directories once Allocates pause */
@@ -82,11 +91,18 @@ struct agent {
     bool books_ready;        /* it ran: Allocates are answered */
     /* one per resource served: provider and its endpoint */
     struct served {
-        enum { SERVED_PGPU, SERVED_VGPU_CORES, SERVED_VGPU_MEMORY, SERVED_SHARED } kind;
+        enum {
+            SERVED_PGPU,
+            SERVED_VGPU_CORES,
+            SERVED_VGPU_MEMORY,
+            SERVED_SHARED,
+            SERVED_VFIO, /* a GPU model in VFIO mode (vfio.h) */
+            SERVED_MIG,  /* MIG devices of a migStrategy (mig-strategy.h) */
+        } kind;
         struct acceld_provider prov;
         char resource[ACCELD_NAME_MAX];
         struct acceld_plugin *plugin;
-    } served[3 + SHARING_MAX_RESOURCES];
+    } served[3 + SHARING_MAX_RESOURCES + SERVED_MAX_EXTRA];
     size_t n_served;
     /* NVIDIA's sharing sections of the config file (docs/mps.md) */
     struct sharing_config sharing;
@@ -113,7 +129,7 @@ struct agent {
     uint64_t vgpu_check_timer;              /* the host-side check (vgpu.checkInterval) */
     uint64_t vgpu_check_due_ns;             /* when it fires */
     struct vgpu_status_recent *vgpu_recent; /* its last findings (accelctl vgpu) */
-    struct vgpu_check_state *vgpu_cstate;   /* its compute half's memory (NULL: off) */
+    struct hostcheck_state *vgpu_cstate;    /* its compute half's memory (NULL: off) */
     uint64_t vgpu_thaw_timer;               /* thaws what vgpu.computeAction froze */
     /* the agent's SLIs (acceld-stats.h), written to <stateDir>/acceld-stats.json */
     struct acceld_stats *stats;
@@ -508,90 +524,98 @@ static void on_vgpu_thaw(struct ev_loop *loop, void *user_data)
     struct agent *a = user_data;
     ev_loop_cancel_timer(loop, a->vgpu_thaw_timer);
     a->vgpu_thaw_timer = 0;
-    uint64_t now = mono_ms(), next = vgpu_check_cycle(a->vgpu_cstate, now);
+    uint64_t now = mono_ms(), next = hostcheck_cycle(a->vgpu_cstate, now);
     if (next != UINT64_MAX)
         ev_loop_add_timer(loop, (next > now ? next - now : 0) * 1000000, on_vgpu_thaw, a,
                           &a->vgpu_thaw_timer);
 }
 
-static void vgpu_check_report(struct agent *a, const struct vgpu_check_target *t,
-                              const struct vgpu_check_finding *f)
+static void vgpu_check_report(struct agent *a, const struct hostcheck_target *t,
+                              const struct hostcheck_finding *f)
 {
-    const struct vgpu_check_target *g = &t[f->target];
+    const struct hostcheck_target *g = &t[f->target];
     char msg[1024];
     if (a->stats)
-        acceld_stats_quota(a->stats,
-                           f->kind == VGPU_CHECK_OVER_QUOTA     ? ACCELD_STATS_QUOTA_MEMORY
-                           : f->kind == VGPU_CHECK_UNDER_REPORT ? ACCELD_STATS_QUOTA_UNDER_REPORT
-                                                                : ACCELD_STATS_QUOTA_COMPUTE,
+        acceld_stats_quota(a->stats, (enum acceld_stats_quota_kind)hostcheck_stats_family(f->kind),
                            f->killed   ? ACCELD_STATS_ACTION_KILL
                            : f->frozen ? ACCELD_STATS_ACTION_FREEZE
                                        : ACCELD_STATS_ACTION_NONE);
     vgpu_status_describe(f, t, msg, sizeof(msg));
-    if (f->kind != VGPU_CHECK_OVER_QUOTA)
-        log_warn("vGPU check: %s/%s %s", g->ns, g->pod, msg);
-    else
+    if (f->kind == HOSTCHECK_OVER_QUOTA || f->kind == HOSTCHECK_FOREIGN_GPU)
         log_error("vGPU check: %s/%s %s", g->ns, g->pod, msg);
+    else
+        log_warn("vGPU check: %s/%s %s", g->ns, g->pod, msg);
 #ifdef ACCELD_HAVE_KUBE
     /* a Warning Event on the pod, posted on the loop (never waited for) */
+    static const char *const reason[] = {
+        [HOSTCHECK_OVER_QUOTA] = VGPU_EVENT_OVER_QUOTA,
+        [HOSTCHECK_UNDER_REPORT] = VGPU_EVENT_UNDER_REPORT,
+        [HOSTCHECK_OVER_SHARE] = VGPU_EVENT_OVER_SHARE,
+        [HOSTCHECK_FOREIGN_GPU] = VGPU_EVENT_FOREIGN_GPU,
+        [HOSTCHECK_REGION_BAD] = VGPU_EVENT_REGION_BAD,
+    };
     if (a->kube)
-        vgpu_kube_event(a->kube, g->ns, g->pod, g->pod_uid, g->container,
-                        f->kind == VGPU_CHECK_UNDER_REPORT ? VGPU_EVENT_UNDER_REPORT
-                        : f->kind == VGPU_CHECK_OVER_SHARE ? VGPU_EVENT_OVER_SHARE
-                                                           : VGPU_EVENT_OVER_QUOTA,
-                        msg);
+        vgpu_kube_event(a->kube, g->ns, g->pod, g->pod_uid, g->container, reason[f->kind], msg);
 #endif
 }
 
-/* One pass of the host-side check over every complete, non-whole
- * assignment; the findings are logged and the status file (accelctl vgpu)
- * rewritten. */
+/* One pass of the host-side check over every complete assignment (whole GPUs only tell
+ * which GPUs the pod was given); the findings are logged and the status file (accelctl
+ * vgpu) rewritten. */
 static void vgpu_check_once(struct agent *a)
 {
     size_t n = vgpu_assignment_count(a->vgpu), cap = n ? n : 1;
-    struct vgpu_check_target *t = calloc(cap, sizeof(*t));
-    struct vgpu_check_usage *u = calloc(cap, sizeof(*u));
-    char(*regions)[ACCELD_PATH_MAX + 8] = calloc(cap, sizeof(*regions));
-    struct vgpu_check_finding f[32];
+    struct hostcheck_target *t = calloc(cap, sizeof(*t));
+    struct hostcheck_usage *u = calloc(cap, sizeof(*u));
+    struct hostcheck_finding f[32];
     size_t k = 0, nf = 0;
-    for (size_t i = 0; t && u && regions && i < n; i++) {
+    for (size_t i = 0; t && u && i < n; i++) {
         struct vgpu_assignment_info as;
-        if (vgpu_assignment_get(a->vgpu, i, &as) < 0 || as.whole || !as.complete || !as.gpu_uuid[0])
+        if (vgpu_assignment_get(a->vgpu, i, &as) < 0 || !as.complete || !as.gpu_uuid[0])
             continue;
-        snprintf(regions[k], sizeof(regions[k]), "%s/usage", as.region);
         const char *cid = NULL;
 #ifdef ACCELD_HAVE_KUBE
         if (a->kube) /* the container's runtime id: findings per container */
             cid = vgpu_kube_container_id(a->kube, as.pod_uid, as.container);
 #endif
-        t[k] = (struct vgpu_check_target){
-            as.pod_uid,      as.ns,      as.pod, as.container,       as.gpu_uuid,
-            as.memory_bytes, regions[k], 0,      (unsigned)as.cores, cid};
-        k++;
+        t[k++] = (struct hostcheck_target){
+            .pod_uid = as.pod_uid,
+            .ns = as.ns,
+            .pod = as.pod,
+            .container = as.container,
+            .gpu_uuid = as.gpu_uuid,
+            .memory_limit = as.memory_bytes,
+            .region_dir = as.whole ? NULL : as.region,
+            .cores = (unsigned)as.cores,
+            .container_id = cid,
+            .whole = as.whole,
+        };
     }
-    struct vgpu_check_options o = {
-        a->cfg.proc_root,
-        a->cfg.vgpu_over_quota_kill ? VGPU_OVER_QUOTA_KILL : VGPU_OVER_QUOTA_NONE,
-        u,
-        a->vgpu_cstate,
-        a->cfg.vgpu_compute_freeze ? VGPU_COMPUTE_FREEZE : VGPU_COMPUTE_NONE,
-        a->cfg.vgpu_cgroup_root,
-        a->cfg.vgpu_freeze_period_ns / 1000000,
-        mono_ms()};
-    int r =
-        (t && u && regions) ? vgpu_check_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf) : -ENOMEM;
+    struct hostcheck_options o = {
+        .proc_root = a->cfg.proc_root,
+        .action = a->cfg.vgpu_over_quota_kill ? HOSTCHECK_ACTION_KILL : HOSTCHECK_ACTION_NONE,
+        .usage = u,
+        .state = a->vgpu_cstate,
+        .compute_action =
+            a->cfg.vgpu_compute_freeze ? HOSTCHECK_COMPUTE_FREEZE : HOSTCHECK_COMPUTE_NONE,
+        .cgroup_root = a->cfg.vgpu_cgroup_root,
+        .freeze_ms = a->cfg.vgpu_freeze_period_ns / 1000000,
+        .now_ms = mono_ms(),
+        .all_gpus = true,
+    };
+    int r = (t && u) ? hostcheck_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf) : -ENOMEM;
     if (r < 0)
-        log_warn("vGPU check: cannot read every vGPU GPU's processes: %s", strerror(-r));
+        log_warn("vGPU check: cannot read every GPU's processes: %s", strerror(-r));
     nf = nf < ARRAY_SIZE(f) ? nf : ARRAY_SIZE(f);
     for (size_t i = 0; i < nf; i++)
         vgpu_check_report(a, t, &f[i]);
     struct vgpu_status_pass pass = {(int64_t)time(NULL),
                                     t,
                                     u,
-                                    t && u && regions ? k : 0,
+                                    t && u ? k : 0,
                                     f,
                                     nf,
-                                    vgpu_over_quota_action_name(o.action),
+                                    hostcheck_action_name(o.action),
                                     a->cfg.vgpu_check_interval_ns / 1000000,
                                     a->vgpu_recent};
     r = vgpu_status_write(a->vgpu, a->cfg.state_dir, &pass);
@@ -599,7 +623,6 @@ static void vgpu_check_once(struct agent *a)
         log_warn("vGPU: cannot write the status file for accelctl: %s", strerror(-r));
     free(t);
     free(u);
-    free(regions);
     /* a pass may have started, retimed or ended cycles */
     if (a->vgpu_cstate)
         on_vgpu_thaw(a->loop, a);
@@ -646,7 +669,10 @@ static void vgpu_check_soon(struct agent *a)
 
 static struct pgpu_options pgpu_opts(const struct acceld_config *c)
 {
-    return (struct pgpu_options){c->dev_root, c->strategy, c->cdi_vendor, c->cdi_class};
+    return (struct pgpu_options){.dev_root = c->dev_root,
+                                 .strategy = c->strategy,
+                                 .cdi_vendor = c->cdi_vendor,
+                                 .cdi_class = c->cdi_class};
 }
 
 static void reload(struct agent *a)
@@ -671,7 +697,8 @@ static void reload(struct agent *a)
             "nvmlLibrary", "sysfsRoot",       "stateDir",           "mode",
             "gpuModes",    "nodeName",        "kubeconfig",         "vcudaLibrary",
             "procRoot",    "vgpu.policy",     "podResourcesSocket", "vgpu.memoryUnit",
-            "mpsControl",  "mpsProbeInterval"};
+            "mpsControl",  "migStrategy",     "vfio.bind",          "vfio.resourceNames",
+            "dra.mig",     "mpsProbeInterval"};
         bool restart = false;
         for (size_t i = 0; i < ARRAY_SIZE(at_start); i++)
             restart |= strcmp(k->key, at_start[i]) == 0;
@@ -688,19 +715,31 @@ static void reload(struct agent *a)
         log_error("config reload refused: cannot apply device options");
         return;
     }
+    if (a->mig && mig_set_reconfigure(a->mig, &n) < 0) {
+        log_error("config reload refused: cannot apply device options to the MIG devices");
+        return;
+    }
     if (a->pgpu && n.strategy == ACCELD_STRATEGY_CDI) {
         int r = pgpu_write_cdi(a->pgpu, n.cdi_dir);
         if (r < 0)
             log_error("cannot write the CDI spec under %s: %s", n.cdi_dir, strerror(-r));
     }
+    if (a->mig && n.strategy == ACCELD_STRATEGY_CDI) {
+        int r = mig_set_write_cdi(a->mig, n.cdi_dir);
+        if (r < 0)
+            log_error("cannot write the MIG CDI specs under %s: %s", n.cdi_dir, strerror(-r));
+    }
     for (size_t k = 0; k < a->n_served; k++) {
         struct served *s = &a->served[k];
         /* the pGPU resource follows resourceName; a mode's own names follow its keys */
         /* a shared resource keeps its name (the sharing config is read at start) */
-        const char *name = s->kind == SERVED_SHARED       ? s->resource
-                           : s->kind == SERVED_PGPU       ? n.resource_name
-                           : s->kind == SERVED_VGPU_CORES ? n.vgpu_core_resource
-                                                          : n.vgpu_memory_resource;
+        /* VFIO models and MIG profiles keep theirs too (named at start) */
+        const char *name =
+            s->kind == SERVED_SHARED || s->kind == SERVED_VFIO || s->kind == SERVED_MIG
+                ? s->resource
+            : s->kind == SERVED_PGPU       ? n.resource_name
+            : s->kind == SERVED_VGPU_CORES ? n.vgpu_core_resource
+                                           : n.vgpu_memory_resource;
         if (name != s->resource)
             snprintf(s->resource, sizeof(s->resource), "%s", name);
         if (acceld_plugin_reconfigure(s->plugin, &n, s->resource) < 0)
@@ -773,6 +812,8 @@ static int make_providers(struct agent *a)
     const struct gpu_inventory *inv = a->inv;
     size_t total = (size_t)inv->count, n = 0, np = 0;
     struct pgpu_gpu_desc *g = calloc(total ? total : 1, sizeof(*g));
+    struct mig_gpu *migs = calloc(total ? total : 1, sizeof(*migs));
+    size_t n_mig = 0;
     struct vgpu_gpu_desc *vg = calloc(total ? total : 1, sizeof(*vg));
     size_t nv = 0;
     int *pmap = calloc(total ? total : 1, sizeof(int)); /* pgpu index -> GPU index */
@@ -790,7 +831,7 @@ static int make_providers(struct agent *a)
     char names[SHARING_MAX_RESOURCES][ACCELD_NAME_MAX];
     size_t n_names = 0;
     if (!g || !vg || !pmap || !a->map || !a->uuids || !a->hstate || !sg || !sd || !sgroup ||
-        !a->dra_pos || !a->dra_of)
+        !a->dra_pos || !a->dra_of || !migs)
         goto out;
     for (int i = 0; i < inv->count; i++)
         sg[i] = (struct sharing_gpu){(unsigned)inv->devices[i].index, inv->devices[i].uuid,
@@ -803,6 +844,14 @@ static int make_providers(struct agent *a)
             log_warn("GPU %d (PCI %s) is not advertised: no usable UUID (%s)", i,
                      d->pci_bus_id[0] ? d->pci_bus_id : "unknown",
                      d->error[0] ? d->error : "duplicate or too long");
+            continue;
+        }
+        enum acceld_mode mode = acceld_config_gpu_mode_at(&a->cfg, i, d->uuid, d->pci_bus_id);
+        if (mode == ACCELD_MODE_VFIO) {
+            /* NVML sees it: the nvidia driver has it, so no VM can */
+            log_warn("GPU %d (%s, PCI %s) is in mode vfio but bound to the nvidia driver: not "
+                     "served (vfio.bind binds it to vfio-pci at start, or bind it yourself)",
+                     i, d->uuid, d->pci_bus_id);
             continue;
         }
         a->map[n] = i;
@@ -821,8 +870,8 @@ static int make_providers(struct agent *a)
             if (a->stats)
                 acceld_stats_set_health_state(a->stats, d->uuid, false, a->hstate[n].reason);
         }
-        enum acceld_mode mode = acceld_config_gpu_mode(&a->cfg, i, d->uuid);
         int minor = d->minor >= 0 ? d->minor : d->index;
+        bool mig = a->cfg.mig_strategy != ACCELD_MIG_NONE && d->mig_enabled == 1;
         a->dra_of[n] = -1;
         if (mode == ACCELD_MODE_DRA) {
             /* the DRA side's alone: never in a provider, whatever the sharing
@@ -851,6 +900,14 @@ static int make_providers(struct agent *a)
                 r = q;
                 goto out;
             }
+            if (q == 0 && mig) {
+                log_error("GPU %d (%s) is in MIG mode and the sharing section selects it: "
+                          "time-slicing and MPS do not mix with MIG here (migStrategy %s): not "
+                          "served",
+                          i, d->uuid, acceld_mig_strategy_name(a->cfg.mig_strategy));
+                n++;
+                continue;
+            }
             if (q == 0) {
                 sharing_resource_advertised(&a->sharing, res, name, sizeof(name));
                 size_t grp = 0;
@@ -865,14 +922,29 @@ static int make_providers(struct agent *a)
                 continue;
             }
         }
+        if (mode == ACCELD_MODE_VGPU && mig) {
+            log_error("GPU %d (%s) is in MIG mode and in mode vgpu: vGPU does not mix with MIG "
+                      "(migStrategy %s): not served",
+                      i, d->uuid, acceld_mig_strategy_name(a->cfg.mig_strategy));
+            n++;
+            continue;
+        }
         if (mode == ACCELD_MODE_VGPU) {
             vg[nv++] = (struct vgpu_gpu_desc){d->uuid, minor, d->numa_node, d->memory_total_bytes,
                                               d->healthy};
             n++;
             continue;
         }
+        nvmlDevice_t h;
+        if (mig && a->nvml->nvmlDeviceGetHandleByIndex_v2((unsigned)d->index, &h) == NVML_SUCCESS) {
+            /* its MIG devices, not the GPU, are served (mig-strategy.h) */
+            migs[n_mig++] = (struct mig_gpu){d->uuid, h, minor, d->numa_node, d->healthy};
+            n++;
+            continue;
+        }
         pmap[np] = (int)n;
-        g[np++] = (struct pgpu_gpu_desc){d->uuid, minor, d->numa_node, d->healthy};
+        g[np++] = (struct pgpu_gpu_desc){
+            .uuid = d->uuid, .minor = minor, .numa_node = d->numa_node, .healthy = d->healthy};
         n++;
     }
     a->n_gpus = n;
@@ -902,8 +974,39 @@ static int make_providers(struct agent *a)
             goto out;
         }
     }
+    /* MIG devices by NVIDIA's strategy (its rules refused: a config error, as NVIDIA's) */
+    if (a->cfg.mig_strategy != ACCELD_MIG_NONE) {
+        char merr[1024];
+        if ((r = mig_set_new(a->nvml, &a->cfg, migs, n_mig, np, &a->mig, merr, sizeof(merr))) < 0) {
+            log_error("%s", merr);
+            a->config_error = r == -EINVAL;
+            goto out;
+        }
+        for (size_t t = 0; t < a->mig->n; t++) {
+            struct served *s = &a->served[a->n_served++];
+            s->kind = SERVED_MIG;
+            s->prov = pgpu_provider(a->mig->tables[t].table);
+            snprintf(s->resource, sizeof(s->resource), "%s", a->mig->tables[t].resource);
+            log_info("MIG (migStrategy %s): %zu MIG device(s) as %s",
+                     acceld_mig_strategy_name(a->cfg.mig_strategy),
+                     pgpu_count(a->mig->tables[t].table), s->resource);
+        }
+    }
+    /* the GPUs bound to vfio-pci (NVML does not see them): from sysfs */
+    char verr[512];
+    if ((r = vfio_node_new(&a->cfg, &a->vfio, verr, sizeof(verr))) < 0) {
+        log_error("VFIO: %s", verr);
+        goto out;
+    }
+    a->vfio_served = a->n_served;
+    for (size_t m = 0; m < vfio_node_models(a->vfio); m++) {
+        struct served *s = &a->served[a->n_served++];
+        s->kind = SERVED_VFIO;
+        s->prov = pgpu_provider(vfio_node_table(a->vfio, m));
+        snprintf(s->resource, sizeof(s->resource), "%s", vfio_node_resource(a->vfio, m));
+    }
     /* A node with every GPU in another mode serves no pGPU resource. */
-    if (np || n == 0) {
+    if (np || (n == 0 && !vfio_node_models(a->vfio) && !(a->mig && a->mig->n))) {
         struct pgpu_options po = pgpu_opts(&a->cfg);
         r = pgpu_new(g, np, pcie, nvl, &po, &a->pgpu);
         if (r == 0) {
@@ -914,10 +1017,16 @@ static int make_providers(struct agent *a)
         }
     }
     if (r == 0 && nv) {
+        char err[1024];
+        if (vcuda_lib_check(a->cfg.vcuda_library, err, sizeof(err)) < 0) {
+            log_error("%zu GPU(s) in mode vgpu: %s", nv, err);
+            a->config_error = true;
+            r = -EINVAL;
+            goto out;
+        }
         struct vgpu_options vo = {a->cfg.state_dir, a->cfg.vcuda_library, a->cfg.dev_root,
                                   a->cfg.vgpu_memory_unit,
                                   a->cfg.vgpu_policy ? VGPU_SPREAD : VGPU_BINPACK};
-        char err[1024];
         /* The pod source (the API server's watch cache) is wired in by kube_start. */
         r = vgpu_new(vg, nv, &vo, a->pods.ops ? &a->pods : NULL, &a->vgpu, err, sizeof(err));
         if (r < 0) {
@@ -926,7 +1035,7 @@ static int make_providers(struct agent *a)
         }
         /* NULL (no memory): the status file lists no recent findings */
         a->vgpu_recent = calloc(1, sizeof(*a->vgpu_recent));
-        if (vgpu_check_state_new(&a->vgpu_cstate) < 0)
+        if (hostcheck_state_new(&a->vgpu_cstate) < 0)
             log_warn("vGPU: out of memory: the compute half of the host-side check is off");
         for (int k = 0; k < 2; k++) {
             struct served *s = &a->served[a->n_served++];
@@ -973,6 +1082,7 @@ static int make_providers(struct agent *a)
                  a->sharing.mode == SHARING_MPS ? "MPS" : "time-slicing", nm, names[grp]);
     }
 out:
+    free(migs);
     free(sg);
     free(sd);
     free(sgroup);
@@ -982,6 +1092,16 @@ out:
     free(pcie);
     free(nvl);
     return r;
+}
+
+/* ------------------------------------------------------------ VFIO */
+
+static void on_vfio_changed(void *ud, size_t model)
+{
+    struct agent *a = ud;
+    struct served *s = &a->served[a->vfio_served + model];
+    if (s->plugin)
+        acceld_plugin_devices_changed(s->plugin);
 }
 
 /* ------------------------------------------------------------ MPS */
@@ -1067,7 +1187,7 @@ static int mps_start(struct agent *a)
     for (size_t s = 0; s < n; s++) {
         const struct mps_ref *m = &a->mps_refs[s];
         replicas_set_mps_dirs(a->shared[m->sh], m->gpu, m->k, mps_sup_pipe_dir(a->mps, s),
-                              mps_sup_log_dir(a->mps, s));
+                              mps_sup_shm_dir(a->mps, s));
     }
     r = mps_sup_start(a->mps);
     if (r < 0)
@@ -1326,7 +1446,8 @@ static void pods_start(struct agent *a)
 static int dra_start(struct agent *a)
 {
 #ifdef ACCELD_HAVE_DRA
-    struct acceld_dra_options o = {a->loop, &a->cfg, a->inv, a->dra_pos, a->n_dra, a->stats};
+    struct acceld_dra_options o = {a->loop,  &a->cfg,  a->inv, a->dra_pos,
+                                   a->n_dra, a->stats, a->nvml};
     int r = acceld_dra_new(&o, &a->dra);
     if (r < 0) {
         a->config_error = r == -EINVAL;
@@ -1352,21 +1473,29 @@ static int start(struct agent *a)
     char err[512];
     int r = gpu_nvml_open(a->cfg.nvml_library[0] ? a->cfg.nvml_library : NULL, &a->nvml, err,
                           sizeof(err));
-    if (r < 0) {
+    if (r < 0 && a->cfg.mode == ACCELD_MODE_VFIO) {
+        /* a passthrough node needs no nvidia driver: its GPUs come from sysfs */
+        log_info("no NVML (%s): mode vfio, serving the GPUs bound to vfio-pci only", err);
+        if (!(a->inv = calloc(1, sizeof(*a->inv))))
+            return -ENOMEM;
+        r = 0;
+    } else if (r < 0) {
         log_error("cannot open NVML: %s", err);
         if (a->stats)
             acceld_stats_device_init(a->stats, false);
         return r;
+    } else {
+        struct gpu_inventory_options io = {a->nvml->path, a->cfg.sysfs_root};
+        r = gpu_inventory_load(&io, a->nvml, &a->inv, err, sizeof(err));
     }
-    struct gpu_inventory_options io = {a->nvml->path, a->cfg.sysfs_root};
-    r = gpu_inventory_load(&io, a->nvml, &a->inv, err, sizeof(err));
     if (r < 0) {
         log_error("cannot list the GPUs: %s", err);
         if (a->stats)
             acceld_stats_device_init(a->stats, false);
         return r;
     }
-    log_info("driver %s, %d GPU(s)", a->inv->driver_version, a->inv->count);
+    if (a->nvml)
+        log_info("driver %s, %d GPU(s)", a->inv->driver_version, a->inv->count);
     if ((r = make_providers(a)) < 0) {
         log_error("cannot build the device table: %s", strerror(-r));
         return r;
@@ -1375,6 +1504,11 @@ static int start(struct agent *a)
         return r;
     if ((r = ev_loop_add_io(a->loop, a->sig_fd, EPOLLIN, on_signal, a)) < 0)
         return r;
+    if (vfio_node_models(a->vfio) &&
+        (r = vfio_node_watch(a->vfio, a->loop, on_vfio_changed, a)) < 0)
+        log_warn("VFIO: cannot watch %s/vfio (%s): a GPU unbound from vfio-pci is not seen until "
+                 "acceld restarts",
+                 a->cfg.dev_root, strerror(-r));
     if (a->vgpu) {
         if ((r = fs_flusher_new(a->loop, &a->flusher)) < 0)
             return r;
@@ -1385,7 +1519,7 @@ static int start(struct agent *a)
             ev_loop_add_timer(a->loop, 0, on_spare_fill, a, &a->spare_timer);
     }
     size_t warnings = 0;
-    r = health_monitor_start(a->nvml, a->uuids, a->n_gpus, &a->health, &warnings);
+    r = a->nvml ? health_monitor_start(a->nvml, a->uuids, a->n_gpus, &a->health, &warnings) : 0;
     if (r < 0) {
         log_error("cannot start the health monitor: %s", strerror(-r));
         return r;
@@ -1393,7 +1527,8 @@ static int start(struct agent *a)
     if (warnings)
         log_warn("NVML events unavailable for %zu GPU(s): only GPU loss is detected for them",
                  warnings);
-    if ((r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
+    if (a->health &&
+        (r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
         return r;
 #ifdef ACCELD_HAVE_DRA
     char node[256];
@@ -1420,6 +1555,12 @@ static int start(struct agent *a)
     if (a->pgpu && a->cfg.strategy == ACCELD_STRATEGY_CDI &&
         (r = pgpu_write_cdi(a->pgpu, a->cfg.cdi_dir)) < 0) {
         log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
+        return r;
+    }
+    if (a->mig && a->cfg.strategy == ACCELD_STRATEGY_CDI &&
+        (r = mig_set_write_cdi(a->mig, a->cfg.cdi_dir)) < 0) {
+        log_error("cannot write the MIG devices' CDI specs under %s: %s", a->cfg.cdi_dir,
+                  strerror(-r));
         return r;
     }
     for (size_t i = 0; a->cfg.strategy == ACCELD_STRATEGY_CDI && i < a->n_shared; i++) {
@@ -1489,15 +1630,17 @@ static void stop(struct agent *a)
 #endif
     /* waits for the journal's flush in flight: what was answered is on disk */
     a->flusher = fs_flusher_free(a->flusher);
+    a->vfio = vfio_node_free(a->vfio); /* its inotify fd is on the loop */
     a->loop = ev_loop_free(a->loop);
     a->pgpu = pgpu_free(a->pgpu);
+    a->mig = mig_set_free(a->mig);
     a->vgpu = vgpu_free(a->vgpu);
     for (size_t i = 0; i < a->n_shared; i++)
         a->shared[i] = replicas_free(a->shared[i]);
     free(a->vgpu_recent);
     a->vgpu_recent = NULL;
     /* never leave a container frozen behind us */
-    a->vgpu_cstate = vgpu_check_state_free(a->vgpu_cstate);
+    a->vgpu_cstate = hostcheck_state_free(a->vgpu_cstate);
     free(a->hstate);
     free(a->map);
     free(a->uuids);
@@ -1585,6 +1728,10 @@ int main(int argc, char **argv)
     a.stats = malloc(sizeof(*a.stats));
     if (a.stats)
         acceld_stats_init(a.stats, real_s());
+    /* before NVML holds the GPUs: the nvidia driver's unbind waits for its users */
+    if (a.cfg.vfio_bind[0] && vfio_bind_at_start(&a.cfg))
+        log_warn("vfio.bind: some GPUs could not be bound to vfio-pci (above): they are not "
+                 "served");
     int r = start(&a);
     if (r == 0) {
         r = ev_loop_run(a.loop);

@@ -1,13 +1,17 @@
-/* mps-supervisor.h — runs and watches one MPS control daemon (`nvidia-cuda-mps-control -d`)
+/* mps-supervisor.h — runs and watches one MPS control daemon (`nvidia-cuda-mps-control -f`)
  * per MPS GPU set, on the agent's event loop (docs/mps.md, "Supervisor").
  *
- * Per set it owns: the set's pipe and log directories under the run directory
- * (RUN_DIR/mps-<set name>/{pipe,log}), the daemon it started (watched through a pidfd), and
- * the control front end processes it runs to talk to that daemon. It never blocks the loop:
- * every front end is a child whose exit is watched through a pidfd, with a reply deadline;
- * a daemon that does not answer before the deadline (hung, SIGSTOPped) counts as dead, is
- * SIGKILLed and restarted with backoff. Health changes go to the callback, one call per
- * transition per set.
+ * Per set it owns: the set's directory RUN_DIR/mps-<set name>/ with pipe/, log/ and shm/ (a
+ * tmpfs: the daemon's /dev/shm, and its clients'), the daemon it started (its own child,
+ * watched and signalled through a pidfd only: no pid is ever read from the pipe directory,
+ * which the set's containers can write), and the control front end processes it runs to talk
+ * to that daemon. It never blocks the loop: every front end is a child whose exit is watched
+ * through a pidfd, with a reply deadline; a daemon that does not answer before the deadline
+ * (hung, SIGSTOPped) counts as dead, is SIGKILLed and restarted with backoff. Every probe also
+ * reads each server's active thread percentage and pinned memory limits and the daemon's
+ * defaults (a client can change them through the pipe directory) and puts back any above the
+ * set's caps, without the set going unhealthy. Health changes go to the callback, one call
+ * per transition per set.
  *
  * Threads: every function runs on the loop's thread (or before the loop runs). */
 #pragma once
@@ -35,16 +39,21 @@ struct mps_sup_set_cfg {
  * valid for the call only). */
 typedef void (*mps_sup_health_cb)(struct mps_sup *sup, size_t set, bool healthy, const char *why,
                                   void *user_data);
+/* A client lifted caps and they were put back: server's (0: the daemon's defaults); what: which
+ * and to what (valid for the call only). */
+typedef void (*mps_sup_caps_cb)(struct mps_sup *sup, size_t set, pid_t server, const char *what,
+                                void *user_data);
 
 struct mps_sup_opts {
     const char *control_path;   /* the front end; NULL: "nvidia-cuda-mps-control" found on PATH */
     const char *run_dir;        /* created if missing */
-    uint64_t probe_interval_ns; /* 0: 5 s */
+    uint64_t probe_interval_ns; /* 0: 5 s; a daemon running servers: at most every 1 s */
     uint64_t reply_timeout_ns;  /* a front end's deadline; 0: 5 s */
     uint64_t backoff_min_ns;    /* first restart delay, doubled per failure; 0: 1 s */
     uint64_t backoff_max_ns;    /* 0: 60 s */
     uint64_t stop_timeout_ns;   /* mps_sup_stop's bound before SIGKILL; 0: 5 s */
     mps_sup_health_cb health_cb;
+    mps_sup_caps_cb caps_cb; /* optional */
     void *user_data;
 };
 
@@ -53,7 +62,8 @@ struct mps_sup_opts {
 int mps_sup_new(struct ev_loop *loop, const struct mps_sup_opts *opts,
                 const struct mps_sup_set_cfg *sets, size_t n_sets, struct mps_sup **ret);
 /* Starts every set's daemon (asynchronously: health comes through the callback). A daemon
- * left in a set's pipe directory by an earlier run is killed first. */
+ * an earlier acceld left running (found through acceld's own record, never the pipe
+ * directory's pid file) is killed first. */
 int mps_sup_start(struct mps_sup *sup);
 /* Stops every daemon: `quit` through the front end, then SIGKILL after stop_timeout_ns.
  * Blocks the caller for at most about twice stop_timeout_ns (shutdown only). No callbacks. */
@@ -71,6 +81,11 @@ struct mps_sup *mps_sup_free(struct mps_sup *sup);
 pid_t mps_sup_daemon_pid(const struct mps_sup *sup, size_t set);
 const char *mps_sup_pipe_dir(const struct mps_sup *sup, size_t set);
 const char *mps_sup_log_dir(const struct mps_sup *sup, size_t set);
+/* The set's own /dev/shm for its clients (a tmpfs bound on its daemon's /dev/shm), or NULL
+ * where acceld may not mount (its clients then need the host's /dev/shm). */
+const char *mps_sup_shm_dir(const struct mps_sup *sup, size_t set);
+/* How many times a client's lifted caps (or changed defaults) were put back. */
+unsigned mps_sup_caps_restored(const struct mps_sup *sup, size_t set);
 bool mps_sup_healthy(const struct mps_sup *sup, size_t set);
 /* Restarts so far for the set (tests and accelctl). */
 unsigned mps_sup_restarts(const struct mps_sup *sup, size_t set);

@@ -137,6 +137,26 @@ int accelctl_cmd_dra(int argc, char **argv)
         {
             printf("    %s/%s -> %s\n", str(v, "pool"), str(v, "device"), str(v, "cdi"));
         }
+        json_t *share = json_object_get(d, "share"), *pod;
+        json_array_foreach(json_object_get(share, "pods"), j, pod)
+        {
+            printf("    for pod %s/%s (%s)\n", str(share, "namespace"), str(pod, "name"),
+                   str(pod, "uid"));
+        }
+    }
+    /* the host-side check of the shared claims' pods (issue 22): its last findings */
+    json_t *hc = json_object_get(status, "hostCheck");
+    if (hc) {
+        json_t *recent = json_object_get(hc, "recentFindings");
+        printf("\nhost-side check: every %" JSON_INTEGER_FORMAT " ms, overQuotaAction %s, %zu "
+               "recent finding(s)\n",
+               json_integer_value(json_object_get(hc, "checkIntervalMs")),
+               str(hc, "overQuotaAction"), json_array_size(recent));
+        json_array_foreach(recent, i, d)
+        {
+            printf("  %-13s %s/%s: %s\n", str(d, "kind"), str(d, "namespace"), str(d, "pod"),
+                   str(d, "message"));
+        }
     }
     json_decref(status);
     json_decref(ck);

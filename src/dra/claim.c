@@ -27,6 +27,18 @@ static void result_clear(struct dra_result *r)
     free(r->share_id);
 }
 
+/* at most this many pods in status.reservedFor (the API's ResourceClaimReservedForMaxSize) */
+#define CLAIM_MAX_PODS 256
+
+static void consumers_free(struct dra_consumer *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(p[i].name);
+        free(p[i].uid);
+    }
+    free(p);
+}
+
 void dra_claim_free(struct dra_claim *c)
 {
     if (!c)
@@ -34,6 +46,7 @@ void dra_claim_free(struct dra_claim *c)
     for (size_t i = 0; i < c->n_results; i++)
         result_clear(&c->results[i]);
     free(c->results);
+    consumers_free(c->pods, c->n_pods);
     free(c->namespace_);
     free(c->name);
     free(c->uid);
@@ -156,6 +169,59 @@ static int parse_result(json_t *o, size_t idx, struct dra_result *r, char *err, 
     return 0;
 }
 
+/* A pod name (DNS subdomain) or uid ([A-Za-z0-9-]): they name Events and are compared with
+ * the uids /proc/<pid>/cgroup carries. */
+static bool consumer_ok(const char *s, bool uid)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > (uid ? 64 : 253))
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              (!uid && *p == '.') || (uid && *p >= 'A' && *p <= 'Z')))
+            return false;
+    return true;
+}
+
+/* status.reservedFor: the pods the claim is reserved for (other consumers skipped). */
+static int parse_reserved(json_t *status, struct dra_claim *c, char *err, size_t errlen)
+{
+    json_t *rf = json_object_get(status, "reservedFor");
+    if (!rf || json_is_null(rf))
+        return 0;
+    if (!json_is_array(rf) || json_array_size(rf) > CLAIM_MAX_PODS) {
+        errbuf_printf(err, errlen, "status.reservedFor: not an array of at most %d entries",
+                      CLAIM_MAX_PODS);
+        return -EINVAL;
+    }
+    c->pods = calloc(json_array_size(rf) ? json_array_size(rf) : 1, sizeof(*c->pods));
+    if (!c->pods)
+        return -ENOMEM;
+    size_t i;
+    json_t *e;
+    json_array_foreach(rf, i, e)
+    {
+        const char *res = get_str(e, "resource"), *grp = get_str(e, "apiGroup");
+        if (!res || strcmp(res, "pods") != 0 || (grp && grp[0]))
+            continue;
+        char *name = NULL, *uid = NULL;
+        int r = dup_field(e, "name", true, &name, "status.reservedFor", err, errlen);
+        if (r == 0)
+            r = dup_field(e, "uid", true, &uid, "status.reservedFor", err, errlen);
+        if (r == 0 && (!consumer_ok(name, false) || !consumer_ok(uid, true))) {
+            errbuf_printf(err, errlen, "status.reservedFor[%zu]: not a pod's name and uid", i);
+            r = -EINVAL;
+        }
+        if (r < 0) {
+            free(name);
+            free(uid);
+            return r;
+        }
+        c->pods[c->n_pods++] = (struct dra_consumer){name, uid};
+    }
+    return 0;
+}
+
 int dra_claim_parse(const char *json, size_t len, struct dra_claim **ret, char *err, size_t errlen)
 {
     if (len > CLAIM_MAX_BYTES) {
@@ -220,6 +286,8 @@ int dra_claim_parse(const char *json, size_t len, struct dra_claim **ret, char *
         if ((r = parse_result(json_array_get(results, i), i, &c->results[i], err, errlen)) < 0)
             goto out;
     }
+    if ((r = parse_reserved(json_object_get(root, "status"), c, err, errlen)) < 0)
+        goto out;
     *ret = c;
     c = NULL;
     r = 0;

@@ -6,6 +6,7 @@
  * docs/dra.md. */
 #define _GNU_SOURCE
 #include "dra-acceld.h"
+#include "dra-mig.h"
 
 #include "client.h"
 #include "acceld-config.h"
@@ -14,15 +15,19 @@
 #include "evloop.h"
 #include "fs.h"
 #include "health.h"
+#include "hostcheck.h"
 #include "inventory.h"
 #include "log.h"
 #include "mps-supervisor.h"
 #include "nvml.h"
+#include "events.h"
+#include "objects.h"
 #include "acceld-stats.h"
+#include "tenant-fs.h"
 #include "util.h"
+#include "vcuda-lib.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
@@ -87,6 +92,14 @@ struct acceld_dra {
     struct mps_claim **mps;
     size_t n_mps;
     struct mps_claim *stopping; /* unprepared claims whose daemon is still quitting */
+    /* the host-side check of shared claims (dra.checkInterval) */
+    struct gpu_nvml *nvml; /* borrowed; NULL: none */
+    struct hostcheck_state *cstate;
+    uint64_t check_timer;
+    json_t *check_json;            /* the last pass, for dra-status.json */
+    json_t *check_recent;          /* its last 32 findings, newest last */
+    struct kube_event_memo posted; /* Events: one per (claim, pod, reason) every 5 minutes */
+    struct dra_mig *mig;           /* MIG partitions (dra.mig; dra-mig.h) */
 };
 
 /* The marketing name of an architecture from the compute capability. */
@@ -139,6 +152,12 @@ static void write_status(struct acceld_dra *a)
                   "error", err, "counts", "creates", (json_int_t)st.creates, "updates",
                   (json_int_t)st.updates, "deletes", (json_int_t)st.deletes, "conflicts",
                   (json_int_t)st.conflicts, "failures", (json_int_t)st.failures, "devices", devs);
+    if (o && a->check_json)
+        json_object_set(o, "hostCheck", a->check_json);
+    if (o && dra_mig_count(a->mig))
+        json_object_set_new(o, "migPartitions",
+                            json_pack("{s:I,s:s?}", "gpus", (json_int_t)dra_mig_count(a->mig),
+                                      "refused", dra_mig_refusal(a->mig)));
     char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
     json_decref(o);
     if (!text || fs_write_atomic(a->status_path, text, strlen(text), 0644) < 0)
@@ -157,6 +176,7 @@ static void publish(struct acceld_dra *a)
 }
 
 static void recovery_arm(struct acceld_dra *a);
+static void check_arm(struct acceld_dra *a);
 
 /* Copies the health state into the slice's device: an unhealthy GPU gets a
  * taint, NoExecute when it is lost (fallen off the bus, XID 79) or had a
@@ -327,13 +347,6 @@ static void on_mps_health(struct mps_sup *sup, size_t set, bool healthy, const c
         dra_plugin_claims_changed(m->a->plugin);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)ftw;
-    int r = flag == FTW_DP ? rmdir(path) : unlink(path);
-    return r < 0 && errno != ENOENT ? -errno : 0;
-}
-
 /* An unprepared claim whose daemon is still quitting (a new prepare of it must wait). */
 static bool mps_stopping(const struct acceld_dra *a, const char *uid)
 {
@@ -344,7 +357,7 @@ static bool mps_stopping(const struct acceld_dra *a, const char *uid)
 }
 
 static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, unsigned pct,
-                     uint64_t mem, char *ret_pipe, char *ret_log, size_t len, char *err,
+                     uint64_t mem, char *ret_pipe, char *ret_shm, size_t len, char *err,
                      size_t errlen)
 {
     struct acceld_dra *a = ctx;
@@ -397,8 +410,9 @@ static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, 
         log_info("dra: claim %s: starting its MPS control daemon for %s (%u %%, %llu MiB per GPU)",
                  uid, uuids, pct, (unsigned long long)(mem >> 20));
     }
+    const char *shm = mps_sup_shm_dir(m->sup, 0);
     if (snprintf(ret_pipe, len, "%s", mps_sup_pipe_dir(m->sup, 0)) >= (int)len ||
-        snprintf(ret_log, len, "%s", mps_sup_log_dir(m->sup, 0)) >= (int)len)
+        snprintf(ret_shm, len, "%s", shm ? shm : "/dev/shm") >= (int)len)
         return -ENAMETOOLONG;
     return 0;
 }
@@ -427,10 +441,14 @@ static void mps_claim_free(struct ev_loop *loop, void *user_data)
             break;
         }
     m->sup = mps_sup_free(m->sup);
-    char dir[PATH_MAX];
-    if (snprintf(dir, sizeof(dir), "%s/mps-dra-%s", a->mps_run_dir, m->uid) < (int)sizeof(dir) &&
-        access(dir, F_OK) == 0 && nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
-        log_warn("dra: claim %s: cannot remove %s", m->uid, dir);
+    /* its shm tmpfs unmounted, then the rest (what containers left in the pipe dir too)
+     * removed through dir fds, following nothing */
+    char dir[PATH_MAX], shm[PATH_MAX + 8];
+    if (snprintf(dir, sizeof(dir), "%s/mps-dra-%s", a->mps_run_dir, m->uid) < (int)sizeof(dir)) {
+        snprintf(shm, sizeof(shm), "%s/shm", dir);
+        if (tenant_dir_remove(shm) < 0 || tenant_dir_remove(dir) < 0)
+            log_warn("dra: claim %s: cannot remove %s", m->uid, dir);
+    }
     log_info("dra: claim %s: its MPS control daemon stopped", m->uid);
     free(m->uuids);
     free(m);
@@ -471,10 +489,10 @@ static void mps_restart_claims(struct acceld_dra *a)
 {
     for (size_t i = 0; i < dra_state_count(a->state); i++) {
         const struct dra_prepared *p = dra_state_get(a->state, i);
-        char pipe[PATH_MAX], logd[PATH_MAX], err[256] = "";
+        char pipe[PATH_MAX], shm[PATH_MAX], err[256] = "";
         if (!p->mps)
             continue;
-        int r = mps_start(a, p->uid, p->mps_uuids, p->mps_n, p->mps_pct, p->mps_mem, pipe, logd,
+        int r = mps_start(a, p->uid, p->mps_uuids, p->mps_n, p->mps_pct, p->mps_mem, pipe, shm,
                           sizeof(pipe), err, sizeof(err));
         if (r < 0)
             log_error("dra: claim %s: cannot start its MPS control daemon again: %s", p->uid,
@@ -604,6 +622,15 @@ uint64_t acceld_dra_mps_restarts(const struct acceld_dra *a, const char *uuid)
             n += mps_sup_restarts(a->mps[i]->sup, 0);
     return n;
 }
+/* The API server dropped or refused the partitionable-device fields: the MIG GPUs leave the
+ * slice (dra-mig.h), which is published again without them. */
+static void on_partitions_refused(void *ud, const char *reason)
+{
+    struct acceld_dra *a = ud;
+    dra_mig_refuse(a->mig, a->gpus, a->n, reason);
+    publish(a);
+}
+
 static int kube_start(struct acceld_dra *a)
 {
     char err[1024];
@@ -616,8 +643,10 @@ static int kube_start(struct acceld_dra *a)
         r = dra_kube_claims_new(a->loop, a->client, a->cfg->dra_claim_wait_ns, &a->claims);
     if (r == 0)
         r = dra_publisher_new(a->loop, a->client, ACCELD_DRA_DRIVER, a->node, &a->pub);
-    if (r == 0)
+    if (r == 0) {
         dra_publisher_on_round(a->pub, on_round, a);
+        dra_publisher_on_refused(a->pub, on_partitions_refused, a);
+    }
     if (r < 0)
         log_error("dra: cannot start the API client: %s", strerror(-r));
     return r;
@@ -653,6 +682,8 @@ static bool apply_sharing(struct acceld_dra *a)
     bool changed = false;
     for (size_t i = 0; i < a->n; i++) {
         struct dra_gpu *g = &a->gpus[i];
+        if (g->n_mig_profiles)
+            continue; /* MIG partitions: exclusive, whatever dra.sharing says (dra-mig.h) */
         enum acceld_dra_sharing want = acceld_config_dra_sharing(a->cfg, a->inv_index[i], g->uuid);
         bool shared = want == ACCELD_DRA_SHARED, mps = want == ACCELD_DRA_MPS;
         if (shared == g->shared && mps == g->mps)
@@ -663,6 +694,12 @@ static bool apply_sharing(struct acceld_dra *a)
             log_warn("config reload: GPU %s (%s) has prepared claims (%zu): its sharing stays %s, "
                      "not %s, until they are unprepared (then send SIGHUP again)",
                      g->name, g->uuid, held, sharing_name(g), names[want]);
+            continue;
+        }
+        char err[1024];
+        if (shared && vcuda_lib_check(a->cfg->vcuda_library, err, sizeof(err)) < 0) {
+            log_error("config reload: GPU %s (%s) stays %s, not shared: %s", g->name, g->uuid,
+                      sharing_name(g), err);
             continue;
         }
         log_info("config reload: GPU %s (%s): sharing %s -> %s", g->name, g->uuid, sharing_name(g),
@@ -680,12 +717,13 @@ static bool apply_sharing(struct acceld_dra *a)
 static const char *const at_start_keys[] = {
     "nvmlLibrary", "sysfsRoot",       "devRoot",       "stateDir",      "mode",
     "gpuModes",    "nodeName",        "kubeconfig",    "vcudaLibrary",  "cdi.dir",
-    "mpsControl",  "dra.registryDir", "dra.pluginDir", "dra.claimWait",
+    "mpsControl",  "dra.registryDir", "dra.pluginDir", "dra.claimWait", "dra.mig",
 };
 /* Keys SIGHUP applies in DRA mode. */
 static const char *const live_keys[] = {
-    "logLevel",       "health.ignoredXids", "health.recoverAfter",  "dra.sharing",
-    "dra.gpuSharing", "dra.taintEffect",    "dra.fatalTaintEffect",
+    "logLevel",          "health.ignoredXids", "health.recoverAfter",  "dra.sharing",
+    "dra.gpuSharing",    "dra.taintEffect",    "dra.fatalTaintEffect", "dra.overQuotaAction",
+    "dra.checkInterval", "procRoot",
 };
 
 static bool in_list(const char *key, const char *const *list, size_t n)
@@ -710,6 +748,8 @@ static void apply_config(struct acceld_dra *a, const struct acceld_config *n)
     publish(a);
     a->recovery_timer = (ev_loop_cancel_timer(a->loop, a->recovery_timer), 0);
     recovery_arm(a);
+    a->check_timer = (ev_loop_cancel_timer(a->loop, a->check_timer), 0);
+    check_arm(a);
 }
 
 void acceld_dra_reload(struct acceld_dra *a, const struct acceld_config *n, bool log_refused)
@@ -770,6 +810,9 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
     snprintf(a->status_path, sizeof(a->status_path), "%s/dra-status.json", cfg->state_dir);
     if ((r = make_gpus(a, pos, n_pos)) < 0)
         return r;
+    /* before the counts: a GPU published as MIG partitions is exclusive */
+    if ((r = dra_mig_new(a->nvml, cfg, a->gpus, a->n, &a->mig)) < 0)
+        return r;
     size_t shared = 0, mps = 0;
     for (size_t i = 0; i < a->n; i++) {
         shared += a->gpus[i].shared;
@@ -778,6 +821,11 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
     log_info("dra: driver %s, %zu GPU(s) published: %zu shared (vGPU), %zu shared (MPS), %zu "
              "exclusive",
              a->inv->driver_version, a->n, shared, mps, a->n - shared - mps);
+    if (shared && vcuda_lib_check(cfg->vcuda_library, err, sizeof(err)) < 0) {
+        log_error("dra: %zu GPU(s) shared through libvcuda (dra.sharing, dra.gpuSharing): %s",
+                  shared, err);
+        return -EINVAL;
+    }
     static const char *const ctl[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
     for (size_t i = 0; i < 3; i++) {
         snprintf(a->ctl[i], sizeof(a->ctl[i]), "/dev/%s", ctl[i]);
@@ -798,13 +846,16 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
                                           3,
                                           a->gpus,
                                           a->n,
-                                          {mps_start, mps_ready, mps_stop, a}};
+                                          {mps_start, mps_ready, mps_stop, a},
+                                          dra_mig_ops(a->mig)};
     snprintf(a->mps_run_dir, sizeof(a->mps_run_dir), "%s/mps", cfg->state_dir);
     if ((r = dra_state_new(&a->pcfg, &a->state, err, sizeof(err))) < 0) {
         log_error("dra: %s", err);
         return r;
     }
     mps_restart_claims(a);
+    /* instances of a crash between a create and the checkpoint, or made by hand */
+    dra_mig_clean(a->mig, a->state);
     if ((r = kube_start(a)) < 0)
         return r;
     struct dra_plugin_config pc = {
@@ -831,11 +882,169 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
     publish(a);
     on_round(a); /* a round that ended before the plugin existed */
     recovery_arm(a);
+    if (a->nvml && hostcheck_state_new(&a->cstate) == 0)
+        check_arm(a);
     return 0;
+}
+
+/* ------------------------------------------------------------ host-side check */
+
+/* The shared claims' pods, checked as the vGPU mode's containers are (src/hostcheck; issue 22,
+ * F10): each (pod, GPU) of a prepared libvcuda share is a target with the claim's memory and
+ * cores and its region dir; the claim's pods are the ones it was reserved for at prepare. */
+
+static void on_event_posted(struct kube_client *c, const struct kube_response *resp, void *ud)
+{
+    (void)c, (void)ud;
+    if (resp->error)
+        log_warn("dra: cannot post the host-side check's Event: %s", resp->error);
+}
+
+static const char *const check_reason[] = {
+    [HOSTCHECK_OVER_QUOTA] = "DRAShareOverQuota",
+    [HOSTCHECK_UNDER_REPORT] = "DRAShareUsageUnderReported",
+    [HOSTCHECK_OVER_SHARE] = "DRAShareComputeOverShare",
+    [HOSTCHECK_FOREIGN_GPU] = "DRAShareForeignGPU",
+    [HOSTCHECK_REGION_BAD] = "DRAShareRegionInvalid",
+};
+
+static void check_report(struct acceld_dra *a, const struct hostcheck_target *t,
+                         const struct hostcheck_finding *f, const char *claim_uid, json_t *arr)
+{
+    const struct hostcheck_target *g = &t[f->target];
+    char msg[1024], act[160];
+    hostcheck_describe(f, t, "dra", msg, sizeof(msg));
+    hostcheck_action_text(f, "dra", act, sizeof(act));
+    if (f->kind == HOSTCHECK_OVER_QUOTA || f->kind == HOSTCHECK_FOREIGN_GPU)
+        log_error("dra check: %s/%s %s", g->ns, g->pod, msg);
+    else
+        log_warn("dra check: %s/%s %s", g->ns, g->pod, msg);
+    if (a->stats)
+        acceld_stats_quota(a->stats, (enum acceld_stats_quota_kind)hostcheck_stats_family(f->kind),
+                           f->killed ? ACCELD_STATS_ACTION_KILL : ACCELD_STATS_ACTION_NONE);
+    json_t *o = json_pack("{s:I,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s}", "time",
+                          (json_int_t)time(NULL), "kind", hostcheck_kind_name(f->kind), "claim",
+                          claim_uid, "namespace", g->ns, "pod", g->pod, "gpu", f->gpu, "pid",
+                          (json_int_t)f->pid, "used", (json_int_t)f->used, "limit",
+                          (json_int_t)f->limit, "action", act, "message", msg);
+    if (o) {
+        json_array_append(arr, o);
+        if (!a->check_recent)
+            a->check_recent = json_array();
+        json_array_append_new(a->check_recent, o);
+        while (json_array_size(a->check_recent) > 32)
+            json_array_remove(a->check_recent, 0);
+    }
+    char key[sizeof(a->posted.e[0].key)];
+    snprintf(key, sizeof(key), "%s/%s/%s", claim_uid, g->pod_uid, check_reason[f->kind]);
+    struct kube_event_spec spec = {
+        g->ns, g->pod,   g->pod_uid, KUBE_EVENT_WARNING, check_reason[f->kind],
+        msg,   "acceld", a->node,    time(NULL)};
+    if (a->client)
+        kube_event_post(a->client, &a->posted, key, &spec, on_event_posted, a);
+}
+
+static void check_once(struct acceld_dra *a)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < dra_state_count(a->state); i++) {
+        const struct dra_prepared *p = dra_state_get(a->state, i);
+        if (p->share)
+            cap += p->n_pods * p->share_n;
+    }
+    struct hostcheck_target *t = calloc(cap ? cap : 1, sizeof(*t));
+    const char **owner = calloc(cap ? cap : 1, sizeof(*owner)); /* each target's claim uid */
+    char(*uuid)[96] = calloc(cap ? cap : 1, sizeof(*uuid));
+    char(*region)[PATH_MAX] = calloc(cap ? cap : 1, sizeof(*region));
+    char(*label)[300] = calloc(cap ? cap : 1, sizeof(*label));
+    size_t k = 0;
+    for (size_t i = 0; t && owner && uuid && region && label && i < dra_state_count(a->state);
+         i++) {
+        const struct dra_prepared *p = dra_state_get(a->state, i);
+        if (!p->share)
+            continue;
+        const char *u = p->share_uuids;
+        for (unsigned d = 0; d < p->share_n && u && *u; d++) {
+            size_t len = strcspn(u, ",");
+            for (size_t j = 0; j < p->n_pods && k < cap; j++, k++) {
+                snprintf(uuid[k], sizeof(uuid[k]), "%.*s", (int)(len < 95 ? len : 95), u);
+                snprintf(region[k], sizeof(region[k]), "%s/claims/%s/region", a->cfg->state_dir,
+                         p->uid);
+                snprintf(label[k], sizeof(label[k]), "of claim %s", p->share_name);
+                owner[k] = p->uid;
+                t[k] = (struct hostcheck_target){
+                    .pod_uid = p->pods[j].uid,
+                    .ns = p->share_ns,
+                    .pod = p->pods[j].name,
+                    .container = label[k],
+                    .gpu_uuid = uuid[k],
+                    /* no memory consumed: no memory limit */
+                    .memory_limit = p->share_memory ? p->share_memory : (1ull << 62),
+                    .region_dir = region[k],
+                    .region_dev = d,
+                    .cores = p->share_cores,
+                };
+            }
+            u += len + (u[len] == ',');
+        }
+    }
+    struct hostcheck_finding f[32];
+    size_t nf = 0;
+    struct hostcheck_options o = {
+        .proc_root = a->cfg->proc_root,
+        .action = a->cfg->dra_over_quota_kill ? HOSTCHECK_ACTION_KILL : HOSTCHECK_ACTION_NONE,
+        .state = a->cstate,
+        .all_gpus = true,
+    };
+    int r = t && owner && uuid && region && label
+                ? hostcheck_run(a->nvml, t, k, &o, f, ARRAY_SIZE(f), &nf)
+                : -ENOMEM;
+    if (r < 0)
+        log_warn("dra check: cannot read every GPU's processes: %s", strerror(-r));
+    nf = nf < ARRAY_SIZE(f) ? nf : ARRAY_SIZE(f);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < nf && arr; i++)
+        check_report(a, t, &f[i], owner[f[i].target], arr);
+    json_decref(a->check_json);
+    a->check_json = json_pack("{s:I,s:s,s:I,s:I,s:o,s:O}", "time", (json_int_t)time(NULL),
+                              "overQuotaAction", hostcheck_action_name(o.action), "checkIntervalMs",
+                              (json_int_t)(a->cfg->dra_check_interval_ns / 1000000), "targets",
+                              (json_int_t)k, "findings", arr ? arr : json_array(), "recentFindings",
+                              a->check_recent ? a->check_recent : json_array());
+    free(t);
+    free(owner);
+    free(uuid);
+    free(region);
+    free(label);
+    if (nf || a->check_json)
+        write_status(a);
+}
+
+static void on_check(struct ev_loop *loop, void *user_data)
+{
+    (void)loop;
+    struct acceld_dra *a = user_data;
+    a->check_timer = 0;
+    check_once(a);
+    check_arm(a);
+}
+
+static void check_arm(struct acceld_dra *a)
+{
+    if (a->check_timer || !a->nvml || !a->cstate || a->cfg->dra_check_interval_ns == 0)
+        return;
+    ev_loop_add_timer(a->loop, a->cfg->dra_check_interval_ns, on_check, a, &a->check_timer);
 }
 
 static void stop(struct acceld_dra *a)
 {
+    if (a->check_timer)
+        ev_loop_cancel_timer(a->loop, a->check_timer);
+    a->check_timer = 0;
+    a->cstate = hostcheck_state_free(a->cstate);
+    json_decref(a->check_json);
+    json_decref(a->check_recent);
+    a->check_json = a->check_recent = NULL;
     a->plugin = dra_plugin_free(a->plugin);
     if (a->recovery_timer)
         ev_loop_cancel_timer(a->loop, a->recovery_timer);
@@ -856,6 +1065,7 @@ static void stop(struct acceld_dra *a)
         mps_claim_free(a->loop, m);
     }
     a->state = dra_state_free(a->state);
+    a->mig = dra_mig_free(a->mig);
     free(a->gpus);
     free(a->strs);
     free(a->uuids);
@@ -875,6 +1085,7 @@ int acceld_dra_new(const struct acceld_dra_options *o, struct acceld_dra **ret)
     a->loop = o->loop;
     a->inv = o->inv;
     a->stats = o->stats;
+    a->nvml = o->nvml;
     log_info("acceld DRA side: driver %s, %zu GPU(s), registry %s, state %s", ACCELD_DRA_DRIVER,
              o->n_gpus, a->cfg->dra_registry_dir, a->cfg->state_dir);
     int r = start(a, o->gpus, o->n_gpus);
@@ -1087,7 +1298,8 @@ static int run_start(struct dra_run *d, int sig_fd)
         free(pos);
         return r;
     }
-    struct acceld_dra_options o = {d->loop, cfg, d->inv, pos, (size_t)d->inv->count, d->stats};
+    struct acceld_dra_options o = {d->loop,  cfg,    d->inv, pos, (size_t)d->inv->count,
+                                   d->stats, d->nvml};
     r = acceld_dra_new(&o, &d->dra);
     free(pos);
     if (r < 0) {

@@ -2,7 +2,10 @@
  * published as the node's ResourceSlice by the driver gpu.accel.dev, the
  * kubelet plugin (registration + DRAPlugin) with claims read from the API
  * server, health events turned into device taints and the kubelet's health
- * stream, per-claim MPS daemons, and the status file for `accelctl dra`.
+ * stream, per-claim MPS daemons, the host-side check of the shared claims
+ * (src/hostcheck: NVML's per-process memory and utilization of their pods'
+ * processes against the claim, every GPU of the node looked at), and the
+ * status file for `accelctl dra`.
  *
  * It runs on a loop it is given, so one acceld serves it beside the
  * device-plugin providers (gpuModes: N=dra; acceld.c owns the loop, the
@@ -26,6 +29,7 @@ struct gpu_inventory;
 struct health_event;
 struct acceld_stats;
 struct acceld_dra;
+struct gpu_nvml;
 
 struct acceld_dra_options {
     struct ev_loop *loop;
@@ -34,6 +38,8 @@ struct acceld_dra_options {
     const int *gpus;                 /* inventory positions of the GPUs it publishes */
     size_t n_gpus;
     struct acceld_stats *stats; /* borrowed; NULL: no SLIs counted */
+    /* borrowed; NULL: no host-side check of the shared claims (dra.checkInterval) */
+    struct gpu_nvml *nvml;
 };
 
 /* The node name the DRA side publishes under (nodeName, else $NODE_NAME),

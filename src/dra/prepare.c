@@ -10,11 +10,11 @@
 
 #include "cdi.h"
 #include "fs.h"
+#include "tenant-fs.h"
 #include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -32,6 +32,87 @@ struct dra_state {
     size_t n_claims;
 };
 
+static char *dup_str(json_t *o, const char *key);
+
+/* ------------------------------------------------------------ a share's check record */
+
+static void share_clear(struct dra_prepared *p)
+{
+    for (size_t i = 0; i < p->n_pods; i++) {
+        free(p->pods[i].name);
+        free(p->pods[i].uid);
+    }
+    free(p->pods);
+    free(p->share_ns);
+    free(p->share_name);
+    free(p->share_uuids);
+}
+
+/* What the host-side check needs of a libvcuda share: its GPUs, caps and pods. */
+static int share_record(struct dra_prepared *p, const struct dra_claim *c, const char *uuids,
+                        unsigned n, unsigned cores, uint64_t memory)
+{
+    p->share = true;
+    p->share_n = n;
+    p->share_cores = cores;
+    p->share_memory = memory;
+    p->share_ns = strdup(c->namespace_);
+    p->share_name = strdup(c->name);
+    p->share_uuids = strdup(uuids);
+    p->pods = calloc(c->n_pods ? c->n_pods : 1, sizeof(*p->pods));
+    if (!p->share_ns || !p->share_name || !p->share_uuids || !p->pods)
+        return -ENOMEM;
+    for (size_t i = 0; i < c->n_pods; i++) {
+        p->pods[i].name = strdup(c->pods[i].name);
+        p->pods[i].uid = strdup(c->pods[i].uid);
+        p->n_pods = i + 1;
+        if (!p->pods[i].name || !p->pods[i].uid)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static json_t *share_to_json(const struct dra_prepared *p)
+{
+    json_t *pods = json_array();
+    for (size_t i = 0; i < p->n_pods; i++)
+        json_array_append_new(
+            pods, json_pack("{s:s,s:s}", "name", p->pods[i].name, "uid", p->pods[i].uid));
+    return json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:o}", "namespace", p->share_ns, "name",
+                     p->share_name, "uuids", p->share_uuids, "n", (int)p->share_n, "cores",
+                     (int)p->share_cores, "memory", (json_int_t)p->share_memory, "pods", pods);
+}
+
+static int share_from_json(json_t *o, struct dra_prepared *p)
+{
+    json_t *nv = json_object_get(o, "n"), *cv = json_object_get(o, "cores"),
+           *mv = json_object_get(o, "memory"), *pods = json_object_get(o, "pods");
+    p->share = true;
+    p->share_ns = dup_str(o, "namespace");
+    p->share_name = dup_str(o, "name");
+    p->share_uuids = dup_str(o, "uuids");
+    if (!p->share_ns || !p->share_name || !p->share_uuids || !json_is_integer(nv) ||
+        !json_is_integer(cv) || !json_is_integer(mv) || !json_is_array(pods) ||
+        json_integer_value(nv) < 1 || json_integer_value(nv) > 32 || json_integer_value(cv) < 0 ||
+        json_integer_value(cv) > 100 || json_integer_value(mv) < 0 || json_array_size(pods) > 256)
+        return -EINVAL;
+    p->share_n = (unsigned)json_integer_value(nv);
+    p->share_cores = (unsigned)json_integer_value(cv);
+    p->share_memory = (uint64_t)json_integer_value(mv);
+    p->pods = calloc(json_array_size(pods) ? json_array_size(pods) : 1, sizeof(*p->pods));
+    if (!p->pods)
+        return -ENOMEM;
+    for (size_t i = 0; i < json_array_size(pods); i++) {
+        json_t *e = json_array_get(pods, i);
+        p->pods[i].name = dup_str(e, "name");
+        p->pods[i].uid = dup_str(e, "uid");
+        p->n_pods = i + 1;
+        if (!p->pods[i].name || !p->pods[i].uid)
+            return -EINVAL;
+    }
+    return 0;
+}
+
 static void prepared_clear(struct dra_prepared *p)
 {
     for (size_t i = 0; i < p->n_devices; i++) {
@@ -42,10 +123,13 @@ static void prepared_clear(struct dra_prepared *p)
         free(d->pool);
         free(d->device);
         free(d->cdi_id);
+        free(d->mig_gpu);
+        free(d->mig_uuid);
     }
     free(p->devices);
     free(p->uid);
     free(p->mps_uuids);
+    share_clear(p);
     memset(p, 0, sizeof(*p));
 }
 
@@ -79,6 +163,51 @@ static int join(char *buf, size_t len, const char *a, const char *b)
 
 /* ------------------------------------------------------------ checkpoint */
 
+/* ------------------------------------------------------------ a partition's instance */
+
+static json_t *mig_to_json(const struct dra_prepared_device *d)
+{
+    return json_pack("{s:s,s:i,s:i,s:s}", "gpu", d->mig_gpu, "gi", (int)d->mig_gi, "ci",
+                     (int)d->mig_ci, "uuid", d->mig_uuid);
+}
+
+static int mig_from_json(json_t *o, struct dra_prepared_device *d)
+{
+    json_t *gi = json_object_get(o, "gi"), *ci = json_object_get(o, "ci");
+    d->mig_gpu = dup_str(o, "gpu");
+    d->mig_uuid = dup_str(o, "uuid");
+    if (!d->mig_gpu || !d->mig_uuid || !json_is_integer(gi) || !json_is_integer(ci) ||
+        json_integer_value(gi) < 0 || json_integer_value(gi) > 64 || json_integer_value(ci) < 0 ||
+        json_integer_value(ci) > 64)
+        return -EINVAL;
+    d->mig_gi = (unsigned)json_integer_value(gi);
+    d->mig_ci = (unsigned)json_integer_value(ci);
+    return 0;
+}
+
+/* Destroys the instances of p's partitions (already gone: fine). 0, or the first failure
+ * with its message (the instance stays: a process still runs on it, unprepare is retried). */
+static int mig_destroy_all(const struct dra_state *st, const struct dra_prepared *p, char *err,
+                           size_t errlen)
+{
+    const struct dra_mig_ops *m = &st->cfg->mig;
+    for (size_t i = 0; i < p->n_devices; i++) {
+        const struct dra_prepared_device *d = &p->devices[i];
+        if (!d->mig_gpu)
+            continue;
+        char why[256] = "";
+        int r =
+            m->destroy ? m->destroy(m->ctx, d->mig_gpu, d->mig_gi, why, sizeof(why)) : -EOPNOTSUPP;
+        if (r < 0 && r != -ENOENT) {
+            errbuf_printf(err, errlen,
+                          "claim %s: cannot destroy MIG GPU instance %u of %s (%s): %s", p->uid,
+                          d->mig_gi, d->mig_gpu, d->mig_uuid, why[0] ? why : strerror(-r));
+            return r;
+        }
+    }
+    return 0;
+}
+
 static json_t *prepared_to_json(const struct dra_prepared *p)
 {
     json_t *devs = json_array();
@@ -87,12 +216,15 @@ static json_t *prepared_to_json(const struct dra_prepared *p)
         json_t *reqs = json_array();
         for (size_t j = 0; j < d->n_requests; j++)
             json_array_append_new(reqs, json_string(d->requests[j]));
-        json_array_append_new(devs, json_pack("{s:o,s:s,s:s,s:s}", "requests", reqs, "pool",
-                                              d->pool, "device", d->device, "cdi", d->cdi_id));
+        json_t *dj = json_pack("{s:o,s:s,s:s,s:s}", "requests", reqs, "pool", d->pool, "device",
+                               d->device, "cdi", d->cdi_id);
+        if (dj && d->mig_gpu)
+            json_object_set_new(dj, "mig", mig_to_json(d));
+        json_array_append_new(devs, dj);
     }
     json_t *o = json_pack("{s:s,s:o}", "uid", p->uid, "devices", devs);
     if (o && p->share)
-        json_object_set_new(o, "share", json_true());
+        json_object_set_new(o, "share", share_to_json(p));
     if (o && p->mps)
         json_object_set_new(o, "mps",
                             json_pack("{s:s,s:i,s:i,s:I}", "uuids", p->mps_uuids, "n",
@@ -145,6 +277,10 @@ static int prepared_from_json(json_t *o, struct dra_prepared *p)
         pd->cdi_id = dup_str(d, "cdi");
         if (!pd->pool || !pd->device || !pd->cdi_id || !json_is_array(reqs))
             return -EINVAL;
+        json_t *mig = json_object_get(d, "mig");
+        int e;
+        if (mig && (e = mig_from_json(mig, pd)) < 0)
+            return e;
         size_t nr = json_array_size(reqs);
         pd->requests = nr ? calloc(nr, sizeof(char *)) : NULL;
         if (nr && !pd->requests)
@@ -156,7 +292,10 @@ static int prepared_from_json(json_t *o, struct dra_prepared *p)
                 return -EINVAL;
         }
     }
-    p->share = json_is_true(json_object_get(o, "share"));
+    json_t *share = json_object_get(o, "share");
+    int r;
+    if (share && (r = share_from_json(share, p)) < 0)
+        return r;
     json_t *mps = json_object_get(o, "mps");
     if (mps) {
         json_t *nv = json_object_get(mps, "n"), *pv = json_object_get(mps, "cores"),
@@ -313,14 +452,6 @@ const struct dra_prepared *dra_state_find(const struct dra_state *st, const char
 
 /* ------------------------------------------------------------ files */
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    int r = flag == FTW_DP ? rmdir(path) : unlink(path);
-    return r < 0 && errno != ENOENT ? -errno : 0;
-}
-
 /* Removes everything prepare may have written for uid. */
 static int remove_claim_files(const struct dra_state *st, const char *uid)
 {
@@ -334,13 +465,13 @@ static int remove_claim_files(const struct dra_state *st, const char *uid)
         return -errno;
     if (snprintf(path, sizeof(path), "%s/claims/%s", st->cfg->state_dir, uid) >= (int)sizeof(path))
         return r;
-    struct stat sb;
-    if (lstat(path, &sb) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    r = nftw(path, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-    if (r < 0)
-        return -errno;
-    return r; /* 0 or rm_entry's -errno */
+    /* the region is the tenant's: its tmpfs unmounted, everything removed through dir fds,
+     * following nothing (a symlink it left is removed, never what it names) */
+    char region[PATH_MAX + 8];
+    snprintf(region, sizeof(region), "%s/region", path);
+    if ((r = tenant_dir_remove(region)) < 0)
+        return r;
+    return tenant_dir_remove(path);
 }
 
 static const struct dra_gpu *gpu_by_name(const struct dra_prepare_config *cfg, const char *name)
@@ -369,6 +500,12 @@ static json_t *mount(const char *host, const char *ctr, bool ro)
 struct plan {
     const struct dra_gpu *gpu[32];
     const struct dra_result *res[32];
+    const char *device[32]; /* the result's device name (a partition's, or the GPU's) */
+    /* a MIG partition: its profile and placement, and the instance made for it */
+    const struct dra_mig_profile *mig[32];
+    unsigned mig_start[32], mig_size[32];
+    struct dra_mig_made made[32];
+    bool mig_made[32];
     size_t n;
     bool share;
     bool mps;                           /* the shares are of MPS GPUs */
@@ -394,6 +531,20 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
             return -EINVAL;
         }
         const struct dra_gpu *g = gpu_by_name(cfg, r->device);
+        const struct dra_mig_profile *mp = NULL;
+        unsigned mstart = 0, msize = 0;
+        if (g && g->n_mig_profiles) {
+            g = NULL; /* a partitioned GPU is published as its partitions only */
+        } else if (!g &&
+                   dra_partition_find(cfg->gpus, cfg->n_gpus, r->device, &g, &mp, &mstart,
+                                      &msize) == 0 &&
+                   (r->share_id || r->has_memory || r->has_cores)) {
+            errbuf_printf(err, errlen,
+                          "claim %s: MIG partition %s is not shared: request it whole (no "
+                          "capacity)",
+                          c->uid, r->device);
+            return -EINVAL;
+        }
         if (!g) {
             errbuf_printf(err, errlen, "claim %s: device %s is not a GPU of this node", c->uid,
                           r->device);
@@ -401,7 +552,7 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
         }
         /* an MPS GPU is always a share: its daemon caps the claim (100 %
          * and no memory limit when the claim consumed no capacity) */
-        bool share = g->mps || r->share_id || r->has_memory || r->has_cores;
+        bool share = !mp && (g->mps || r->share_id || r->has_memory || r->has_cores);
         if (share && pl->share && pl->mps != g->mps) {
             errbuf_printf(err, errlen,
                           "claim %s mixes MPS and vGPU shares (%s); one container gets either "
@@ -439,7 +590,7 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
             whole++;
         }
         size_t j = 0;
-        while (j < pl->n && pl->gpu[j] != g)
+        while (j < pl->n && strcmp(pl->device[j], r->device) != 0)
             j++;
         if (j < pl->n)
             continue; /* same device for a second request: one CDI device */
@@ -449,6 +600,10 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
         }
         pl->gpu[pl->n] = g;
         pl->res[pl->n] = r;
+        pl->device[pl->n] = r->device;
+        pl->mig[pl->n] = mp;
+        pl->mig_start[pl->n] = mstart;
+        pl->mig_size[pl->n] = msize;
         pl->n++;
         if (pl->n > 1)
             strcat(pl->uuids, ",");
@@ -471,11 +626,11 @@ static int write_share_files(const struct dra_state *st, const struct dra_claim 
     int r;
     if (snprintf(dir, dirlen, "%s/claims/%s", st->cfg->state_dir, c->uid) >= (int)dirlen)
         return -ENAMETOOLONG;
-    if ((r = join(path, sizeof(path), dir, "region")) < 0 || (r = fs_mkdir_p(path, 0755)) < 0)
+    /* processes of the container write their usage there, whatever their uid: a tmpfs of
+     * its own (tenant_dir_make), so what they write there fills only it */
+    enum tenant_dir_how how;
+    if ((r = join(path, sizeof(path), dir, "region")) < 0 || (r = tenant_dir_make(path, &how)) < 0)
         return r;
-    /* processes of the container write their usage there, whatever their uid */
-    if (chmod(path, 0777) < 0)
-        return -errno;
     char uuids[32 * 64] = "";
     for (size_t i = 0; i < pl->n; i++) {
         if (strlen(uuids) + strlen(pl->gpu[i]->uuid) + 2 > sizeof(uuids))
@@ -519,7 +674,6 @@ static int mps_env(json_t *env, const struct plan *pl)
     char v[32 * 48 + 64];
     unsigned pct = pl->share_res->has_cores ? (unsigned)pl->share_res->cores : 100;
     json_array_append_new(env, json_string("CUDA_MPS_PIPE_DIRECTORY=" DRA_CONTAINER_MPS_PIPE));
-    json_array_append_new(env, json_string("CUDA_MPS_LOG_DIRECTORY=" DRA_CONTAINER_MPS_LOG));
     snprintf(v, sizeof(v), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%u", pct);
     json_array_append_new(env, json_string(v));
     uint64_t mem = pl->share_res->has_memory ? pl->share_res->memory : 0;
@@ -538,7 +692,7 @@ static int mps_env(json_t *env, const struct plan *pl)
 }
 
 static int write_spec(const struct dra_state *st, const struct dra_claim *c, const struct plan *pl,
-                      const char *share_dir, const char *mps_pipe, const char *mps_log)
+                      const char *share_dir, const char *mps_pipe, const char *mps_shm)
 {
     const struct dra_prepare_config *cfg = st->cfg;
     char kind[300], path[PATH_MAX], name[300];
@@ -548,26 +702,31 @@ static int write_spec(const struct dra_state *st, const struct dra_claim *c, con
     json_t *devices = json_array();
     char visible[32 * 64 + 32] = "NVIDIA_VISIBLE_DEVICES=";
     for (size_t i = 0; i < pl->n; i++) {
-        snprintf(name, sizeof(name), "%s-%s", c->uid, pl->gpu[i]->name);
-        const char *node[] = {pl->gpu[i]->dev_node};
-        json_array_append_new(devices, json_pack("{s:s,s:{s:o}}", "name", name, "containerEdits",
-                                                 "deviceNodes", node_list(node, 1)));
-        if (strlen(visible) + strlen(pl->gpu[i]->uuid) + 2 > sizeof(visible)) {
+        snprintf(name, sizeof(name), "%s-%s", c->uid, pl->device[i]);
+        /* a partition: its MIG device's UUID, its GPU's node and its capability nodes */
+        const struct dra_mig_made *m = pl->mig_made[i] ? &pl->made[i] : NULL;
+        const char *node[] = {pl->gpu[i]->dev_node, m ? m->caps[0] : NULL, m ? m->caps[1] : NULL};
+        const char *id = m ? m->uuid : pl->gpu[i]->uuid;
+        json_array_append_new(devices,
+                              json_pack("{s:s,s:{s:o}}", "name", name, "containerEdits",
+                                        "deviceNodes", node_list(node, 1 + (m ? m->n_caps : 0))));
+        if (strlen(visible) + strlen(id) + 2 > sizeof(visible)) {
             json_decref(devices);
             return -E2BIG;
         }
         if (i)
             strcat(visible, ",");
-        strcat(visible, pl->gpu[i]->uuid);
+        strcat(visible, id);
     }
     json_t *edits = json_pack("{s:o,s:[s]}", "deviceNodes",
                               node_list(cfg->control_nodes, cfg->n_control_nodes), "env", visible);
     if (pl->mps) {
         json_t *mounts = json_array();
         json_array_append_new(mounts, mount(mps_pipe, DRA_CONTAINER_MPS_PIPE, false));
-        json_array_append_new(mounts, mount(mps_log, DRA_CONTAINER_MPS_LOG, false));
-        /* MPS clients and their server share memory through /dev/shm */
-        json_array_append_new(mounts, mount("/dev/shm", "/dev/shm", false));
+        /* MPS clients and their server share memory through /dev/shm: the claim's daemon's
+         * own tmpfs, never the host's (issue 22, F7); no log dir (the root daemon writes
+         * there: a directory a container can write is one where it plants symlinks) */
+        json_array_append_new(mounts, mount(mps_shm, "/dev/shm", false));
         json_object_set_new(edits, "mounts", mounts);
         if ((r = mps_env(json_object_get(edits, "env"), pl)) < 0) {
             json_decref(edits);
@@ -630,19 +789,30 @@ static int record(struct dra_state *st, const struct dra_claim *c, const struct 
         for (size_t k = 0; k < c->n_results; k++) {
             const struct dra_result *res = &c->results[k];
             if (strcmp(res->driver, st->cfg->driver_name) == 0 &&
-                strcmp(res->device, pl->gpu[i]->name) == 0) {
+                strcmp(res->device, pl->device[i]) == 0) {
                 if (!(d->requests[d->n_requests++] = strdup(res->request)))
                     goto nomem;
             }
         }
         d->pool = strdup(st->cfg->pool_name);
-        d->device = strdup(pl->gpu[i]->name);
-        if (asprintf(&d->cdi_id, "%s=%s-%s", kind, c->uid, pl->gpu[i]->name) < 0)
+        d->device = strdup(pl->device[i]);
+        if (asprintf(&d->cdi_id, "%s=%s-%s", kind, c->uid, pl->device[i]) < 0)
             d->cdi_id = NULL;
         if (!d->pool || !d->device || !d->cdi_id)
             goto nomem;
+        if (pl->mig_made[i]) {
+            d->mig_gi = pl->made[i].gi;
+            d->mig_ci = pl->made[i].ci;
+            if (!(d->mig_gpu = strdup(pl->gpu[i]->uuid)) ||
+                !(d->mig_uuid = strdup(pl->made[i].uuid)))
+                goto nomem;
+        }
     }
-    p->share = pl->share && !pl->mps;
+    if (pl->share && !pl->mps &&
+        share_record(p, c, pl->uuids, (unsigned)pl->n,
+                     pl->share_res->has_cores ? (unsigned)pl->share_res->cores : 0,
+                     pl->share_res->has_memory ? pl->share_res->memory : 0) < 0)
+        goto nomem;
     if (pl->mps) {
         p->mps = true;
         p->mps_n = (unsigned)pl->n;
@@ -657,6 +827,43 @@ static int record(struct dra_state *st, const struct dra_claim *c, const struct 
 nomem:
     prepared_clear(p);
     return -ENOMEM;
+}
+
+/* The instances of the plan's partitions, all or none (those made are destroyed again). */
+static void mig_undo(const struct dra_state *st, struct plan *pl)
+{
+    const struct dra_mig_ops *m = &st->cfg->mig;
+    for (size_t i = 0; i < pl->n; i++) {
+        char why[256];
+        if (pl->mig_made[i] && m->destroy)
+            m->destroy(m->ctx, pl->gpu[i]->uuid, pl->made[i].gi, why, sizeof(why));
+        pl->mig_made[i] = false;
+    }
+}
+
+static int mig_create_all(const struct dra_state *st, struct plan *pl, const char *uid, char *err,
+                          size_t errlen)
+{
+    const struct dra_mig_ops *m = &st->cfg->mig;
+    for (size_t i = 0; i < pl->n; i++) {
+        if (!pl->mig[i])
+            continue;
+        char why[256] = "";
+        int r = m->create ? m->create(m->ctx, pl->gpu[i]->uuid, pl->mig[i]->id, pl->mig_start[i],
+                                      pl->mig_size[i], &pl->made[i], why, sizeof(why))
+                          : -EOPNOTSUPP;
+        if (r < 0) {
+            errbuf_printf(err, errlen, "claim %s: cannot create MIG partition %s on GPU %s: %s",
+                          uid, pl->device[i], pl->gpu[i]->uuid,
+                          why[0]      ? why
+                          : m->create ? strerror(-r)
+                                      : "no MIG here");
+            mig_undo(st, pl);
+            return r;
+        }
+        pl->mig_made[i] = true;
+    }
+    return 0;
 }
 
 /* Whether what prepare writes for p is all there (a crash may have left the checkpoint
@@ -716,25 +923,34 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
     if (r < 0)
         return r;
     struct plan pl;
-    char share_dir[PATH_MAX] = "", mps_pipe[PATH_MAX] = "", mps_log[PATH_MAX] = "";
+    char share_dir[PATH_MAX] = "", mps_pipe[PATH_MAX] = "", mps_shm[PATH_MAX] = "";
     bool mps_started = false;
     if ((r = make_plan(st, c, &pl, err, errlen)) < 0)
         goto out;
-    /* a claim whose files went missing is prepared again from the claim as it is now */
+    /* a claim whose files went missing is prepared again from the claim as it is now (its
+     * MIG instances destroyed first: the plan may place them anew) */
     have = find(st, uid);
+    if (have && (r = mig_destroy_all(st, have, err, errlen)) < 0)
+        goto out;
     if (have)
         forget(st, have);
-    /* the record first (see above); nothing of ours in the claim (only other drivers'
-     * devices): no files, an empty answer, still checkpointed so the answer stays the same */
+    /* MIG instances before the record, which names them (one no claim names is destroyed at
+     * start: dra_mig_clean); nothing of ours in the claim (only other drivers' devices): no
+     * instance, no file, an empty answer, still checkpointed so the answer stays the same */
+    if (pl.n > 0 && (r = mig_create_all(st, &pl, uid, err, errlen)) < 0)
+        goto out;
+    /* the record before any file (see above) */
     struct dra_prepared *p = NULL;
     if ((r = record(st, c, &pl, &p)) < 0) {
         errbuf_printf(err, errlen, "claim %s: out of memory", uid);
+        mig_undo(st, &pl);
         goto out;
     }
     if ((r = checkpoint_write(st)) < 0) {
         errbuf_printf(err, errlen, "claim %s: cannot write the checkpoint in %s: %s", uid,
                       st->cfg->state_dir, strerror(-r));
         forget(st, p);
+        mig_undo(st, &pl);
         /* the checkpoint may still name it (from before): its files go, the kubelet retries */
         remove_claim_files(st, uid);
         goto out;
@@ -747,7 +963,7 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
         r = m->start ? m->start(m->ctx, uid, pl.uuids, (unsigned)pl.n,
                                 pl.share_res->has_cores ? (unsigned)pl.share_res->cores : 100,
                                 pl.share_res->has_memory ? pl.share_res->memory : 0, mps_pipe,
-                                mps_log, sizeof(mps_pipe), why, sizeof(why))
+                                mps_shm, sizeof(mps_pipe), why, sizeof(why))
                      : -EOPNOTSUPP;
         if (r < 0) {
             errbuf_printf(err, errlen, "claim %s: cannot start its MPS control daemon: %s", uid,
@@ -762,7 +978,7 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
                       st->cfg->state_dir, strerror(-r));
         goto undo;
     }
-    if ((r = write_spec(st, c, &pl, share_dir, mps_pipe, mps_log)) < 0) {
+    if ((r = write_spec(st, c, &pl, share_dir, mps_pipe, mps_shm)) < 0) {
         errbuf_printf(err, errlen, "claim %s: cannot write its CDI spec in %s: %s", uid,
                       st->cfg->cdi_dir, strerror(-r));
         goto undo;
@@ -775,6 +991,7 @@ undo:
     remove_claim_files(st, uid);
     if (mps_started && st->cfg->mps.stop)
         st->cfg->mps.stop(st->cfg->mps.ctx, uid);
+    mig_undo(st, &pl);
     if ((p = find(st, uid))) {
         forget(st, p);
         checkpoint_write(st); /* failing, the record stays: unprepare or a retry fixes it */
@@ -801,6 +1018,9 @@ int dra_unprepare(struct dra_state *st, const char *uid, char *err, size_t errle
         st->cfg->mps.stop(st->cfg->mps.ctx, uid);
     if (!p)
         return 0;
+    /* its partitions' instances: kept (and the claim) while a process still runs on one */
+    if ((r = mig_destroy_all(st, p, err, errlen)) < 0)
+        return r;
     size_t i = (size_t)(p - st->claims);
     struct dra_prepared gone = *p;
     memmove(&st->claims[i], &st->claims[i + 1], (st->n_claims - i - 1) * sizeof(*p));

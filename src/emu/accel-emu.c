@@ -1,5 +1,6 @@
 /* accel-emu.c — the emulator's control command: creates an emulated machine (`init`), shows it
- * (`status`), and acts on it the way hardware would (`xid`, `ecc`, `set`, `lose`, `restore`).
+ * (`status`), and acts on it the way hardware and its driver would (`xid`, `ecc`, `set`,
+ * `lose`, `restore`, `reset`; MIG instances with `mig`; the vfio-pci binding with `vfio`).
  *
  * Every value is checked before anything changes: a bad argument exits 2 with a message that
  * names it and leaves the machine (state file and fixture tree) as it was. */
@@ -19,7 +20,9 @@
 
 #include "accel-config.h"
 #include "emu-args.h"
+#include "fixtures.h"
 #include "fs.h"
+#include "state-mig.h"
 #include "state-mps.h"
 #include "state-nvml.h"
 #include "state.h"
@@ -74,7 +77,7 @@ static void help(FILE *f)
             "\n"
             "  init [--gpus N] [--model NAME] [--memory SIZE] [--numa 0,0,1,1]\n"
             "       [--nvlink all|none|pairs] [--proc-info-stride 16|24|32] [--seed N]\n"
-            "       [--mode 0600] [--timeslice US]\n"
+            "       [--mode 0600] [--timeslice US] [--iommu-groups per-gpu|shared]\n"
             "                       create the machine (default: 4 x H100, NVLink all; the\n"
             "                       state file is 0600: --mode 0660/0666 to share it; the\n"
             "                       time slice between processes: 2000 us)\n"
@@ -86,6 +89,17 @@ static void help(FILE *f)
             "                       %s\n"
             "  lose GPU             the GPU falls off the bus (XID 79; NVML: GPU_IS_LOST)\n"
             "  restore GPU          the GPU is back\n"
+            "  reset GPU            a GPU reset: a pending MIG mode becomes current (the GPU\n"
+            "                       must be idle); MIG instances are lost\n"
+            "  mig GPU create PROFILE[,PROFILE...]\n"
+            "                       GPU instances with a compute instance each (nvidia-smi\n"
+            "                       mig -cgi ... -C), e.g. 1g.10gb,3g.40gb; all or none\n"
+            "  mig GPU destroy      every MIG instance of the GPU (refused while one is used)\n"
+            "  mig GPU list [--json]\n"
+            "                       MIG mode, GPU and compute instances, MIG device UUIDs\n"
+            "  vfio GPU bind|unbind bind the GPU to vfio-pci (NVML and CUDA lose it) or back\n"
+            "  vfio GPU audio|bridge on|off\n"
+            "                       put an audio function or a PCIe bridge in its IOMMU group\n"
             "  models               the GPU models init knows\n"
             "\n"
             "GPU is an index, a UUID or a PCI bus id. The state file is FILE, else\n"
@@ -155,83 +169,13 @@ static void self_dir(char *buf, size_t len)
 
 /* ------------------------------------------------------------------ init */
 
-/* The fixture trees next to the state: <state>.d/sysfs/bus/pci/devices/<bus>/numa_node and
- * <state>.d/dev/{nvidia0..N-1,nvidiactl,nvidia-uvm,nvidia-uvm-tools}. Old entries of a
- * previous machine (more GPUs) are removed first. */
-static int remove_fixture_entries(const char *dir, const char *prefix, const char *leaf)
+/* "<absolute state path>.d": where the fixture trees live. */
+static void fixture_base(const char *statep, char *buf, size_t len)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return errno == ENOENT ? 0 : -errno;
-    struct dirent *de;
-    int r = 0;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.' || strncmp(de->d_name, prefix, strlen(prefix)) != 0)
-            continue;
-        char p[PATH_MAX];
-        if (leaf) {
-            strf(p, sizeof(p), "%s/%s/%s", dir, de->d_name, leaf);
-            if (unlink(p) < 0 && errno != ENOENT)
-                r = -errno;
-            strf(p, sizeof(p), "%s/%s", dir, de->d_name);
-            if (rmdir(p) < 0 && errno != ENOENT)
-                r = -errno;
-        } else {
-            strf(p, sizeof(p), "%s/%s", dir, de->d_name);
-            if (unlink(p) < 0 && errno != ENOENT)
-                r = -errno;
-        }
-    }
-    closedir(d);
-    return r;
-}
-
-static void sysfs_bus_id(const struct emu_gpu *g, char *buf, size_t len)
-{
-    /* sysfs names devices "0000:18:00.0": 4-digit domain, lower case */
-    strf(buf, len, "%04x:%02x:%02x.0", g->pci_domain, g->pci_bus, g->pci_device);
-}
-
-static int make_fixtures(struct emu_state *st, const char *base, char *err, size_t errlen)
-{
-    char sysdir[PATH_MAX], devdir[PATH_MAX], p[PATH_MAX + 64];
-    strf(sysdir, sizeof(sysdir), "%s/sysfs/bus/pci/devices", base);
-    strf(devdir, sizeof(devdir), "%s/dev", base);
-    int r;
-    if ((r = fs_mkdir_p(sysdir, 0755)) < 0 || (r = fs_mkdir_p(devdir, 0755)) < 0) {
-        strf(err, errlen, "cannot create %s: %s", base, strerror(-r));
-        return r;
-    }
-    if ((r = remove_fixture_entries(sysdir, "", "numa_node")) < 0 ||
-        (r = remove_fixture_entries(devdir, "nvidia", NULL)) < 0) {
-        strf(err, errlen, "cannot clear old fixtures in %s: %s", base, strerror(-r));
-        return r;
-    }
-    for (unsigned i = 0; i < emu_state_gpu_count(st); i++) {
-        const struct emu_gpu *g = emu_state_gpu(st, i);
-        char bus[32], val[16];
-        sysfs_bus_id(g, bus, sizeof(bus));
-        strf(p, sizeof(p), "%s/%s", sysdir, bus);
-        if ((r = fs_mkdir_p(p, 0755)) < 0)
-            goto fail;
-        strf(p, sizeof(p), "%s/%s/numa_node", sysdir, bus);
-        int n = snprintf(val, sizeof(val), "%d\n", g->numa_node);
-        if ((r = fs_write_atomic(p, val, (size_t)n, 0644)) < 0)
-            goto fail;
-        strf(p, sizeof(p), "%s/nvidia%u", devdir, g->minor);
-        if ((r = fs_write_atomic(p, "", 0, 0666)) < 0)
-            goto fail;
-    }
-    static const char *const ctl[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
-    for (size_t i = 0; i < ARRAY_SIZE(ctl); i++) {
-        strf(p, sizeof(p), "%s/%s", devdir, ctl[i]);
-        if ((r = fs_write_atomic(p, "", 0, 0666)) < 0)
-            goto fail;
-    }
-    return 0;
-fail:
-    strf(err, errlen, "cannot write %s: %s", p, strerror(-r));
-    return r;
+    char abs[PATH_MAX];
+    if (!realpath(statep, abs))
+        snprintf(abs, sizeof(abs), "%s", statep);
+    strf(buf, len, "%s.d", abs);
 }
 
 static int cmd_init(const char *statep, int argc, char **argv)
@@ -293,6 +237,9 @@ static int cmd_init(const char *statep, int argc, char **argv)
                 return usage_error("bad --timeslice '%s': want microseconds, 1-%u", val,
                                    EMU_TIMESLICE_MAX_US);
             cfg.timeslice_us = (unsigned)v;
+        } else if (strcmp(name, "--iommu-groups") == 0) {
+            if (emu_args_iommu_groups(val, &cfg.iommu_shared, err, sizeof(err)) < 0)
+                return usage_error("%s", err);
         } else if (strcmp(name, "--seed") == 0) {
             if (parse_u64(val, &v) < 0)
                 return usage_error("bad --seed '%s': want a non-negative integer", val);
@@ -340,7 +287,7 @@ static int cmd_init(const char *statep, int argc, char **argv)
     if (!realpath(statep, abs))
         snprintf(abs, sizeof(abs), "%s", statep);
     strf(base, sizeof(base), "%s.d", abs);
-    r = make_fixtures(st, base, err, sizeof(err));
+    r = emu_fixtures_init(st, base, err, sizeof(err));
     if (r < 0) {
         emu_state_close(st);
         return fail("%s", err);
@@ -360,9 +307,10 @@ static int cmd_init(const char *statep, int argc, char **argv)
         printf("  GPU %u  %s  %s  NUMA %d\n", i, g->uuid, g->pci_bus_id, g->numa_node);
     }
     printf("  state:  %s\n", abs);
-    printf("  sysfs:  %s/sysfs (bus/pci/devices/<bus>/numa_node)\n", base);
-    printf("  dev:    %s/dev (nvidia0..%u, nvidiactl, nvidia-uvm, nvidia-uvm-tools)\n", base,
-           emu_state_gpu_count(st) - 1);
+    printf("  sysfs:  %s/sysfs (bus/pci/devices/<bus>: numa_node, driver, iommu_group)\n", base);
+    printf("  dev:    %s/dev (nvidia0..%u, nvidiactl, nvidia-uvm, nvidia-uvm-tools, vfio/vfio)\n",
+           base, emu_state_gpu_count(st) - 1);
+    printf("  IOMMU groups: %s\n", cfg.iommu_shared ? "shared by GPUs 2k and 2k+1" : "one per GPU");
     printf("  process-info stride: %u bytes\n", stride);
     printf("Use it with:\n");
     printf("  export ACCEL_EMU_STATE=%s\n", abs);
@@ -408,6 +356,58 @@ static void gather(struct emu_state *st, unsigned i, struct gpu_status *s)
     s->util_pct = (unsigned)((busy * 100 + STATUS_WINDOW_NS / 2) / STATUS_WINDOW_NS);
 }
 
+/* The MIG instances of GPU i as a JSON array: each GPU instance with its profile, placement,
+ * memory and compute instances (UUID, profile, placement, the pids on it). */
+static void json_mig(struct emu_state *st, unsigned i, const struct gpu_status *s)
+{
+    const struct emu_gpu *g = emu_state_gpu(st, i);
+    const struct emu_mig_board *b = emu_state_mig_board(g);
+    struct emu_mig_gi tab[EMU_MIG_MAX_GI];
+    emu_state_mig_snapshot(st, i, tab);
+    printf("[");
+    bool first = true;
+    for (unsigned gid = 0; gid < 16; gid++)
+        for (unsigned k = 0; b && k < EMU_MIG_MAX_GI; k++) {
+            const struct emu_mig_gi *gi = &tab[k];
+            const struct emu_mig_gi_profile *p = emu_mig_gi_by_index(b, gi->profile);
+            if (!gi->used || gi->id != gid || !p)
+                continue;
+            printf("%s{\"gpu_instance_id\":%u,\"profile\":", first ? "" : ",", gi->id);
+            json_str(stdout, p->name);
+            printf(",\"profile_id\":%u,\"placement\":{\"start\":%u,\"size\":%u}", p->id, gi->start,
+                   gi->size);
+            printf(",\"memory_total_bytes\":%" PRIu64 ",\"memory_used_bytes\":%" PRIu64,
+                   emu_mig_gi_bytes(b, p, g->memory_total), emu_state_mig_gi_used(st, i, k));
+            printf(",\"compute_instances\":[");
+            bool cfirst = true;
+            for (unsigned cid = 0; cid < EMU_MIG_MAX_CI; cid++)
+                for (unsigned c = 0; c < EMU_MIG_MAX_CI; c++) {
+                    const struct emu_mig_ci *ci = &gi->ci[c];
+                    if (!ci->used || ci->id != cid)
+                        continue;
+                    char name[64];
+                    emu_mig_ci_name(p, ci->size, name, sizeof(name));
+                    printf("%s{\"compute_instance_id\":%u,\"profile\":", cfirst ? "" : ",", ci->id);
+                    json_str(stdout, name);
+                    printf(",\"profile_id\":%u,\"uuid\":", ci->profile);
+                    json_str(stdout, ci->uuid);
+                    printf(",\"placement\":{\"start\":%u,\"size\":%u},\"processes\":[", ci->start,
+                           ci->size);
+                    bool pfirst = true;
+                    for (size_t q = 0; q < s->nprocs; q++)
+                        if (s->procs[q].mig_serial == ci->serial) {
+                            printf("%s%d", pfirst ? "" : ",", (int)s->procs[q].pid);
+                            pfirst = false;
+                        }
+                    printf("]}");
+                    cfirst = false;
+                }
+            printf("]}");
+            first = false;
+        }
+    printf("]");
+}
+
 static void status_json(struct emu_state *st, const char *abs)
 {
     struct emu_shared *sh = emu_state_shared(st);
@@ -449,6 +449,13 @@ static void status_json(struct emu_state *st, const char *abs)
                g->sm_clock_max_mhz, g->mem_clock_mhz);
         printf(",\"fan_percent\":%u,\"pstate\":%u,\"compute_mode\":%u,\"mig_mode\":%u",
                g->fan_percent, g->pstate, g->compute_mode, g->mig_mode);
+        printf(",\"mig_mode_pending\":%u,\"mig_instances\":", g->mig_mode_pending);
+        json_mig(st, i, s);
+        printf(",\"vfio\":%s,\"iommu_group\":%u,\"pci_functions\":[%s%s%s]",
+               g->vfio ? "true" : "false", g->iommu_group,
+               g->pci_functions & EMU_PCI_FN_AUDIO ? "\"audio\"" : "",
+               g->pci_functions == (EMU_PCI_FN_AUDIO | EMU_PCI_FN_BRIDGE) ? "," : "",
+               g->pci_functions & EMU_PCI_FN_BRIDGE ? "\"bridge\"" : "");
         printf(",\"timeslice_us\":%u",
                g->timeslice_us ? g->timeslice_us : EMU_TIMESLICE_DEFAULT_US);
         printf(",\"lost\":%s", g->lost ? "true" : "false");
@@ -513,6 +520,13 @@ static void status_text(struct emu_state *st, const char *abs)
         if (g->ecc_single_bit || g->ecc_double_bit)
             printf("    ECC errors: %" PRIu64 " single-bit, %" PRIu64 " double-bit\n",
                    g->ecc_single_bit, g->ecc_double_bit);
+        if (g->mig_mode || g->mig_mode_pending)
+            printf("    MIG mode %s (pending %s): `accel-emu mig %u list`\n",
+                   g->mig_mode ? "enabled" : "disabled",
+                   g->mig_mode_pending ? "enabled" : "disabled", i);
+        if (g->vfio)
+            printf("    bound to vfio-pci (IOMMU group %u): not seen by NVML or CUDA\n",
+                   g->iommu_group);
     }
     struct emu_shared *sh = emu_state_shared(st);
     for (int m = 0; m < EMU_MPS_MAX_DAEMONS; m++) {
@@ -606,6 +620,23 @@ static int cmd_ecc(const char *statep, int argc, char **argv)
     return r;
 }
 
+/* MIG mode as nvidia-smi -mig sets it: pending, then a GPU reset makes it current; the reset
+ * fails while processes use the GPU, and the mode stays pending (nvmlDeviceSetMigMode). */
+static int set_mig(struct emu_state *st, unsigned gpu, bool on)
+{
+    bool active;
+    int32_t busy;
+    int r = emu_state_mig_set_mode(st, gpu, on, &active, &busy);
+    if (r < 0)
+        return fail("cannot set MIG mode on GPU %u: %s", gpu, strerror(-r));
+    if (!active)
+        return fail("GPU %u: MIG mode is pending %s: in use by process %d; the GPU reset that "
+                    "makes it current needs an idle GPU: stop its processes, then run "
+                    "`accel-emu reset %u`",
+                    gpu, on ? "enable" : "disable", (int)busy, gpu);
+    return 0;
+}
+
 static int cmd_set(const char *statep, int argc, char **argv)
 {
     if (argc < 2)
@@ -630,6 +661,8 @@ static int cmd_set(const char *statep, int argc, char **argv)
             emu_state_event_post(st, gpu, EMU_EVENT_CLOCK, 0, NULL);
         if (r == 0 && (req.mask & EMU_SET_PSTATE))
             emu_state_event_post(st, gpu, EMU_EVENT_PSTATE, req.pstate, NULL);
+        if (r == 0 && (req.mask & EMU_SET_MIG))
+            r = set_mig(st, gpu, req.mig_mode);
     }
     emu_state_close(st);
     return r;
@@ -650,6 +683,223 @@ static int cmd_lose(const char *statep, int argc, char **argv, bool lose)
             r = fail("cannot change GPU %u: %s", gpu, strerror(-r));
         else
             printf("GPU %u: %s\n", gpu, lose ? "fell off the bus (XID 79)" : "restored");
+    }
+    emu_state_close(st);
+    return r;
+}
+
+/* ------------------------------------------------------------------ reset, MIG, VFIO */
+
+static int cmd_reset(const char *statep, int argc, char **argv)
+{
+    if (argc != 1)
+        return usage_error("usage: accel-emu reset GPU");
+    struct emu_state *st;
+    unsigned gpu;
+    int r = open_state(statep, &st);
+    if (r)
+        return r;
+    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
+        int32_t busy;
+        r = emu_state_gpu_reset(st, gpu, &busy);
+        if (r == -EBUSY)
+            r = fail("GPU %u is in use by process %d: stop its processes, then reset it", gpu,
+                     (int)busy);
+        else if (r < 0)
+            r = fail("cannot reset GPU %u: %s", gpu, strerror(-r));
+        else
+            printf("GPU %u: reset; MIG mode %s\n", gpu,
+                   emu_state_gpu(st, gpu)->mig_mode ? "enabled" : "disabled");
+    }
+    emu_state_close(st);
+    return r;
+}
+
+/* `mig GPU create P,...`: each a GPU instance and the compute instance that fills it, as
+ * `nvidia-smi mig -cgi P,... -C`; all of them or none. */
+static int mig_create(struct emu_state *st, unsigned gpu, const char *list)
+{
+    const struct emu_gpu *g = emu_state_gpu(st, gpu);
+    const struct emu_mig_board *b = emu_state_mig_board(g);
+    unsigned prof[EMU_MIG_MAX_GI], slot[EMU_MIG_MAX_GI], ci[EMU_MIG_MAX_GI];
+    size_t n = 0, failed = 0;
+    char err[512];
+    if (!b)
+        return usage_error("GPU %u (%s) does not support MIG", gpu, g->name);
+    if (emu_args_mig_profiles(list, b, prof, EMU_MIG_MAX_GI, &n, err, sizeof(err)) < 0)
+        return usage_error("%s", err);
+    if (!g->mig_mode)
+        return fail("GPU %u: MIG mode is not enabled (pending %s): run `accel-emu set %u mig=on`",
+                    gpu, g->mig_mode_pending ? "enable" : "disable", gpu);
+    int r = emu_state_mig_create_default(st, gpu, prof, n, slot, ci, &failed);
+    const struct emu_mig_gi_profile *p = emu_mig_gi_by_index(b, prof[r < 0 ? failed : 0]);
+    if (r == -ENOSPC)
+        return fail("GPU %u: no room for MIG %s (entry %zu of the list): insufficient "
+                    "resources, nothing created; see `accel-emu mig %u list`",
+                    gpu, p ? p->name : "?", failed + 1, gpu);
+    if (r < 0)
+        return fail("GPU %u: cannot create MIG %s: %s", gpu, p ? p->name : "?", strerror(-r));
+    struct emu_mig_gi tab[EMU_MIG_MAX_GI];
+    emu_state_mig_snapshot(st, gpu, tab);
+    for (size_t k = 0; k < n; k++) {
+        const struct emu_mig_gi *gi = &tab[slot[k]];
+        p = emu_mig_gi_by_index(b, gi->profile);
+        if (!p)
+            continue;
+        printf(
+            "Successfully created GPU instance ID %2u on GPU %2u using profile MIG %s (ID %2u)\n",
+            gi->id, gpu, p->name, p->id);
+        printf("Successfully created compute instance ID %2u on GPU %2u GPU instance ID %2u using "
+               "profile MIG %s (ID %2u)\n",
+               gi->ci[ci[k]].id, gpu, gi->id, p->name, gi->ci[ci[k]].profile);
+        printf("  MIG device %s\n", gi->ci[ci[k]].uuid);
+    }
+    return 0;
+}
+
+static int mig_list(struct emu_state *st, unsigned gpu, bool json)
+{
+    const struct emu_gpu *g = emu_state_gpu(st, gpu);
+    const struct emu_mig_board *b = emu_state_mig_board(g);
+    struct gpu_status *s = malloc(sizeof(*s));
+    if (!s)
+        return fail("out of memory");
+    gather(st, gpu, s);
+    if (json) {
+        printf("{\"gpu\":%u,\"mig_capable\":%s,\"mig_mode\":%u,\"mig_mode_pending\":%u,"
+               "\"instances\":",
+               gpu, b ? "true" : "false", g->mig_mode, g->mig_mode_pending);
+        json_mig(st, gpu, s);
+        printf("}\n");
+        free(s);
+        return 0;
+    }
+    printf("GPU %u (%s): MIG mode %s, pending %s\n", gpu, g->name,
+           g->mig_mode ? "enabled" : "disabled", g->mig_mode_pending ? "enabled" : "disabled");
+    struct emu_mig_gi tab[EMU_MIG_MAX_GI];
+    emu_state_mig_snapshot(st, gpu, tab);
+    printf("  %-3s %-14s %-4s %-9s %-3s %-40s %s\n", "GI", "PROFILE", "ID", "PLACEMENT", "CI",
+           "MIG DEVICE", "MEMORY USED/TOTAL, PROCESSES");
+    for (unsigned gid = 0; gid < 16; gid++)
+        for (unsigned k = 0; b && k < EMU_MIG_MAX_GI; k++) {
+            const struct emu_mig_gi *gi = &tab[k];
+            const struct emu_mig_gi_profile *p = emu_mig_gi_by_index(b, gi->profile);
+            if (!gi->used || gi->id != gid || !p)
+                continue;
+            char used[32], total[32], place[16];
+            format_bytes(emu_state_mig_gi_used(st, gpu, k), used, sizeof(used));
+            format_bytes(emu_mig_gi_bytes(b, p, g->memory_total), total, sizeof(total));
+            snprintf(place, sizeof(place), "%u:%u", gi->start, gi->size);
+            printf("  %-3u MIG %-10s %-4u %-9s", gi->id, p->name, p->id, place);
+            bool any = false;
+            for (unsigned c = 0; c < EMU_MIG_MAX_CI; c++) {
+                if (!gi->ci[c].used)
+                    continue;
+                printf("%s %-3u %-40s %s/%s", any ? "\n                                 " : "",
+                       gi->ci[c].id, gi->ci[c].uuid, used, total);
+                for (size_t q = 0; q < s->nprocs; q++)
+                    if (s->procs[q].mig_serial == gi->ci[c].serial)
+                        printf(", pid %d", (int)s->procs[q].pid);
+                any = true;
+            }
+            printf("%s\n", any ? "" : " (no compute instance)");
+        }
+    free(s);
+    return 0;
+}
+
+static int cmd_mig(const char *statep, int argc, char **argv)
+{
+    if (argc < 2)
+        return usage_error("usage: accel-emu mig GPU create PROFILE[,PROFILE...] | destroy | "
+                           "list [--json]");
+    const char *verb = argv[1];
+    bool json = false;
+    if (strcmp(verb, "create") == 0) {
+        if (argc != 3)
+            return usage_error("usage: accel-emu mig GPU create PROFILE[,PROFILE...] (e.g. "
+                               "1g.10gb,3g.40gb, or profile IDs 19,9)");
+    } else if (strcmp(verb, "list") == 0) {
+        if (argc > 3 || (argc == 3 && strcmp(argv[2], "--json") != 0))
+            return usage_error("usage: accel-emu mig GPU list [--json]");
+        json = argc == 3;
+    } else if (strcmp(verb, "destroy") == 0) {
+        if (argc != 2)
+            return usage_error("usage: accel-emu mig GPU destroy (every instance of the GPU)");
+    } else {
+        return usage_error("unknown mig command '%s': want create, destroy or list", verb);
+    }
+    struct emu_state *st;
+    unsigned gpu;
+    int r = open_state(statep, &st);
+    if (r)
+        return r;
+    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
+        if (strcmp(verb, "create") == 0) {
+            r = mig_create(st, gpu, argv[2]);
+        } else if (strcmp(verb, "list") == 0) {
+            r = mig_list(st, gpu, json);
+        } else {
+            int32_t busy;
+            r = emu_state_mig_destroy_all(st, gpu, &busy);
+            if (r == -EBUSY)
+                r = fail("GPU %u: a MIG instance is in use by process %d: nothing destroyed", gpu,
+                         (int)busy);
+            else if (r < 0)
+                r = fail("cannot destroy GPU %u's MIG instances: %s", gpu, strerror(-r));
+            else
+                printf("GPU %u: every MIG instance destroyed\n", gpu);
+        }
+    }
+    emu_state_close(st);
+    return r;
+}
+
+static int cmd_vfio(const char *statep, int argc, char **argv)
+{
+    bool on = false;
+    unsigned fn = 0;
+    if (argc == 2 && (strcmp(argv[1], "bind") == 0 || strcmp(argv[1], "unbind") == 0)) {
+        on = strcmp(argv[1], "bind") == 0;
+    } else if (argc == 3 && (strcmp(argv[1], "audio") == 0 || strcmp(argv[1], "bridge") == 0) &&
+               (strcmp(argv[2], "on") == 0 || strcmp(argv[2], "off") == 0)) {
+        fn = strcmp(argv[1], "audio") == 0 ? EMU_PCI_FN_AUDIO : EMU_PCI_FN_BRIDGE;
+        on = strcmp(argv[2], "on") == 0;
+    } else {
+        return usage_error("usage: accel-emu vfio GPU bind|unbind, or accel-emu vfio GPU "
+                           "audio|bridge on|off");
+    }
+    struct emu_state *st;
+    unsigned gpu;
+    int r = open_state(statep, &st);
+    if (r)
+        return r;
+    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
+        const struct emu_gpu *g = emu_state_gpu(st, gpu);
+        int32_t busy = 0;
+        r = fn ? emu_state_set_pci_function(st, gpu, fn, on)
+               : emu_state_set_vfio(st, gpu, on, &busy);
+        char base[PATH_MAX + 8], err[512], bdf[32];
+        fixture_base(statep, base, sizeof(base));
+        emu_fixtures_bdf(g, fn, bdf, sizeof(bdf));
+        if (r == -EBUSY)
+            r = fail("GPU %u is in use by process %d: stop its processes before binding it to "
+                     "vfio-pci",
+                     gpu, (int)busy);
+        else if (r == -ENOTEMPTY)
+            r = fail("GPU %u has MIG instances: `accel-emu mig %u destroy` first", gpu, gpu);
+        else if (r < 0)
+            r = fail("cannot change GPU %u: %s", gpu, strerror(-r));
+        else if (emu_fixtures_sync(st, base, err, sizeof(err)) < 0)
+            r = fail("%s", err);
+        else if (fn)
+            printf("GPU %u: %s %s IOMMU group %u (%s)\n", gpu, on ? "added" : "removed",
+                   fn == EMU_PCI_FN_AUDIO ? "its audio function to" : "a PCIe bridge to",
+                   g->iommu_group, bdf);
+        else
+            printf("GPU %u (%s): %s, IOMMU group %u%s\n", gpu, bdf,
+                   on ? "bound to vfio-pci" : "bound to nvidia", g->iommu_group,
+                   on ? "" : " (NVML and CUDA see it again)");
     }
     emu_state_close(st);
     return r;
@@ -721,6 +971,12 @@ int main(int argc, char **argv)
         r = cmd_lose(statep, n - 1, args + 1, true);
     } else if (strcmp(args[0], "restore") == 0) {
         r = cmd_lose(statep, n - 1, args + 1, false);
+    } else if (strcmp(args[0], "reset") == 0) {
+        r = cmd_reset(statep, n - 1, args + 1);
+    } else if (strcmp(args[0], "mig") == 0) {
+        r = cmd_mig(statep, n - 1, args + 1);
+    } else if (strcmp(args[0], "vfio") == 0) {
+        r = cmd_vfio(statep, n - 1, args + 1);
     } else if (strcmp(args[0], "models") == 0) {
         r = cmd_models(n - 1, args + 1);
     } else {

@@ -15,6 +15,8 @@
 #include "cuda_cls.h"
 #include "cuda_emu.h"
 #include "cuda_export.h"
+#include "state-mig.h"
+#include "cuda-visible.h"
 
 pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
 struct emu_state *cuda_state;
@@ -25,6 +27,9 @@ static bool init_done;
 uint64_t cuda_pool_granularity = 2ull << 20; /* ACCEL_EMU_POOL_GRANULARITY */
 static uint64_t ctx_overhead = UINT64_MAX;   /* ACCEL_EMU_CTX_OVERHEAD; UINT64_MAX: the model's */
 static struct CUctx_st *primary[EMU_MAX_GPUS];
+/* This process's devices, fixed by cuInit (devices_build) */
+static struct cuda_device devices[EMU_MAX_GPUS];
+static int ndevices;
 static struct CUctx_st *contexts; /* created with cuCtxCreate */
 
 #define CTX_STACK 32
@@ -66,6 +71,185 @@ static uint64_t env_size(const char *name, uint64_t def)
     return x * mul;
 }
 
+/* ---- devices: CUDA_VISIBLE_DEVICES, MIG, VFIO ---- */
+
+static bool add_device(const struct cuda_device *d)
+{
+    for (int i = 0; i < ndevices; i++)
+        if (devices[i].gpu == d->gpu && devices[i].mig_serial == d->mig_serial)
+            return true; /* named twice: once */
+    if (ndevices == EMU_MAX_GPUS)
+        return false;
+    devices[ndevices++] = *d;
+    return true;
+}
+
+static void whole_gpu(unsigned i, struct cuda_device *d)
+{
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, i);
+    memset(d, 0, sizeof(*d));
+    d->gpu = i;
+    d->sms = g->sm_count;
+    d->mem_bytes = g->memory_total - g->memory_reserved;
+    snprintf(d->name, sizeof(d->name), "%s", g->name);
+    memcpy(d->uuid, g->uuid_bytes, 16);
+}
+
+/* MIG device k (in NVML's order) of GPU i; false when it has none such. The device's name is
+ * the parent's with its profile ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", as CUDA names a MIG
+ * device), its memory its GPU instance's, its SMs its compute instance's. */
+static bool mig_device(unsigned i, unsigned k, struct cuda_device *d)
+{
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, i);
+    struct emu_mig_gi tab[EMU_MIG_MAX_GI];
+    unsigned gis[EMU_MIG_MAX_GI * EMU_MIG_MAX_CI], cis[EMU_MIG_MAX_GI * EMU_MIG_MAX_CI];
+    const struct emu_mig_board *b = emu_state_mig_board(g);
+    if (!b || !g->mig_mode || emu_state_mig_snapshot(cuda_state, i, tab) < 0 ||
+        k >= emu_mig_order(tab, gis, cis, EMU_MIG_MAX_GI * EMU_MIG_MAX_CI))
+        return false;
+    const struct emu_mig_gi *gi = &tab[gis[k]];
+    const struct emu_mig_ci *ci = &gi->ci[cis[k]];
+    const struct emu_mig_gi_profile *p = emu_mig_gi_by_index(b, gi->profile);
+    if (!p)
+        return false;
+    char n[64];
+    emu_mig_ci_name(p, ci->size, n, sizeof(n));
+    memset(d, 0, sizeof(*d));
+    d->gpu = i;
+    d->mig_serial = ci->serial;
+    d->gi = gis[k];
+    d->ci = cis[k];
+    d->sms = emu_mig_ci_sms(p, ci->size);
+    d->mem_bytes = emu_mig_gi_bytes(b, p, g->memory_total);
+    snprintf(d->name, sizeof(d->name), "%s MIG %s", g->name, n);
+    memcpy(d->uuid, ci->uuid_bytes, 16);
+    return true;
+}
+
+/* What CUDA sees with CUDA_VISIBLE_DEVICES unset: every GPU the nvidia driver owns (not one bound
+ * to vfio-pci), in PCI order; a GPU in MIG mode is not usable whole, and of the MIG devices only
+ * the first is enumerated ("regardless of how many MIG devices are created ..., a single CUDA
+ * process can only enumerate a single MIG device", MIG User Guide, "CUDA Device Enumeration";
+ * that note names CUDA 11/R450 and CUDA 12/R525: the emulator keeps it for 13.0). */
+static size_t default_devices(struct cuda_device *out, size_t max)
+{
+    size_t n = 0;
+    bool mig = false;
+    for (unsigned i = 0; i < emu_state_gpu_count(cuda_state) && n < max; i++) {
+        const struct emu_gpu *g = emu_state_gpu(cuda_state, i);
+        if (__atomic_load_n(&g->vfio, __ATOMIC_RELAXED))
+            continue;
+        if (!g->mig_mode)
+            whole_gpu(i, &out[n++]);
+        else if (!mig && mig_device(i, 0, &out[n]))
+            n++, mig = true;
+    }
+    return n;
+}
+
+/* The one GPU whose UUID starts with prefix (case-insensitive), -1 for none or several. */
+static int gpu_by_prefix(const char *prefix)
+{
+    int found = -1;
+    for (unsigned i = 0; i < emu_state_gpu_count(cuda_state); i++)
+        if (strncasecmp(emu_state_gpu(cuda_state, i)->uuid, prefix, strlen(prefix)) == 0) {
+            if (found >= 0)
+                return -1;
+            found = (int)i;
+        }
+    return found;
+}
+
+/* The MIG device an entry names ("MIG-<UUID>", a unique prefix of one, or the older
+ * "MIG-GPU-<UUID>/<GPU instance ID>/<compute instance ID>"); false when none or several match. */
+static bool mig_entry(const struct emu_visible_entry *e, struct cuda_device *ret)
+{
+    unsigned hits = 0;
+    struct cuda_device m;
+    bool legacy = e->kind == EMU_VISIBLE_MIG_LEGACY;
+    int legacy_gpu = legacy ? gpu_by_prefix(e->uuid) : -1;
+    for (unsigned i = 0; i < emu_state_gpu_count(cuda_state); i++) {
+        const struct emu_gpu *g = emu_state_gpu(cuda_state, i);
+        if (legacy && (int)i != legacy_gpu)
+            continue;
+        for (unsigned k = 0; mig_device(i, k, &m); k++) {
+            const struct emu_mig_gi *gi = &g->mig[m.gi];
+            bool match = legacy ? gi->id == e->gi && gi->ci[m.ci].id == e->ci
+                                : strncasecmp(gi->ci[m.ci].uuid, e->uuid, strlen(e->uuid)) == 0;
+            if (match && hits++)
+                return false; /* an ambiguous prefix */
+            if (match)
+                *ret = m;
+        }
+    }
+    return hits == 1;
+}
+
+/* The devices, from CUDA_VISIBLE_DEVICES (cuda-visible.h; an entry that names nothing visible ends
+ * the list, as CUDA documents); a GPU bound to vfio-pci is never one. Called once, by cuInit. */
+static void devices_build(void)
+{
+    struct cuda_device deflt[EMU_MAX_GPUS], d;
+    size_t nd = default_devices(deflt, EMU_MAX_GPUS);
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    ndevices = 0;
+    if (!v) {
+        for (size_t i = 0; i < nd; i++)
+            devices[ndevices++] = deflt[i];
+        return;
+    }
+    struct emu_visible_entry e[EMU_VISIBLE_MAX];
+    size_t n = emu_visible_parse(v, e, EMU_VISIBLE_MAX);
+    bool mig = false;
+    for (size_t k = 0; k < n; k++) {
+        memset(&d, 0, sizeof(d));
+        bool ok = false;
+        if (e[k].kind == EMU_VISIBLE_INDEX) {
+            ok = e[k].index < nd;
+            if (ok)
+                d = deflt[e[k].index];
+        } else if (e[k].kind == EMU_VISIBLE_GPU_UUID) {
+            int i = gpu_by_prefix(e[k].uuid);
+            const struct emu_gpu *g = i >= 0 ? emu_state_gpu(cuda_state, (unsigned)i) : NULL;
+            ok = g && !__atomic_load_n(&g->vfio, __ATOMIC_RELAXED);
+            if (ok && !g->mig_mode)
+                whole_gpu((unsigned)i, &d);
+            else if (ok && !mig_device((unsigned)i, 0, &d))
+                continue; /* a GPU in MIG mode without MIG devices: nothing to add */
+        } else {
+            ok = mig_entry(&e[k], &d) &&
+                 !__atomic_load_n(&emu_state_gpu(cuda_state, d.gpu)->vfio, __ATOMIC_RELAXED);
+        }
+        if (!ok)
+            break;
+        if (d.mig_serial && mig)
+            continue; /* one MIG device per process (default_devices) */
+        mig |= d.mig_serial != 0;
+        if (!add_device(&d))
+            break;
+    }
+}
+
+const struct cuda_device *cuda_dev(int dev)
+{
+    return dev >= 0 && dev < ndevices ? &devices[dev] : NULL;
+}
+
+unsigned cuda_dev_gpu(int dev)
+{
+    return dev >= 0 && dev < ndevices ? devices[dev].gpu : 0;
+}
+
+uint32_t cuda_dev_sms(int dev)
+{
+    return dev >= 0 && dev < ndevices && devices[dev].sms ? devices[dev].sms : 1;
+}
+
+bool cuda_dev_mig(int dev)
+{
+    return dev >= 0 && dev < ndevices && devices[dev].mig_serial;
+}
+
 EMU_API CUresult cuInit(unsigned int flags)
 {
     if (flags != 0)
@@ -88,7 +272,10 @@ EMU_API CUresult cuInit(unsigned int flags)
             /* whole 2 MiB pages, as pool blocks are; at most 1 GiB */
             g = (g + (2ull << 20) - 1) / (2ull << 20) * (2ull << 20);
             cuda_pool_granularity = g == 0 || g > (1ull << 30) ? 2ull << 20 : g;
-            init_result = CUDA_SUCCESS;
+            devices_build();
+            /* no device at all is what the driver answers too (e.g. every GPU bound to
+             * vfio-pci, or CUDA_VISIBLE_DEVICES naming none) */
+            init_result = ndevices ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
         }
     }
     CUresult r = init_result;
@@ -119,7 +306,7 @@ CUresult cuda_check_init(void)
 
 bool cuda_dev_valid(CUdevice dev)
 {
-    return cuda_state && dev >= 0 && (unsigned)dev < emu_state_gpu_count(cuda_state);
+    return cuda_state && dev >= 0 && dev < ndevices;
 }
 
 #define NEED_INIT()                                                                                \
@@ -138,7 +325,12 @@ bool cuda_dev_valid(CUdevice dev)
 
 static struct emu_gpu *gpu_of(CUdevice d)
 {
-    return emu_state_gpu(cuda_state, (unsigned)d);
+    return emu_state_gpu(cuda_state, cuda_dev_gpu(d));
+}
+
+static const struct cuda_device *dev_of(CUdevice d)
+{
+    return &devices[d];
 }
 
 /* Process exit: give back what this process holds, so the memory "comes back" at once
@@ -162,7 +354,7 @@ EMU_API CUresult cuDeviceGetCount(int *count)
     if (!count)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_INIT();
-    *count = (int)emu_state_gpu_count(cuda_state);
+    *count = ndevices;
     return CUDA_SUCCESS;
 }
 
@@ -180,7 +372,7 @@ EMU_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     if (!name || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
-    snprintf(name, (size_t)len, "%s", gpu_of(dev)->name);
+    snprintf(name, (size_t)len, "%s", dev_of(dev)->name);
     return CUDA_SUCCESS;
 }
 
@@ -189,7 +381,7 @@ EMU_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
-    memcpy(uuid->bytes, gpu_of(dev)->uuid_bytes, 16);
+    memcpy(uuid->bytes, dev_of(dev)->uuid, 16); /* a MIG device's own UUID */
     return CUDA_SUCCESS;
 }
 
@@ -203,8 +395,9 @@ EMU_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
-    /* what CUDA can use: the board's memory less what the driver keeps back */
-    *bytes = gpu_of(dev)->memory_total - gpu_of(dev)->memory_reserved;
+    /* what CUDA can use: the board's memory less what the driver keeps back, or a MIG device's
+     * GPU instance's memory */
+    *bytes = dev_of(dev)->mem_bytes;
     return CUDA_SUCCESS;
 }
 
@@ -234,7 +427,7 @@ EMU_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *busid)
     if (!dev || !busid)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_INIT();
-    for (unsigned i = 0; i < emu_state_gpu_count(cuda_state); i++) {
+    for (int i = 0; i < ndevices; i++) {
         char b[32];
         cuDeviceGetPCIBusId(b, sizeof(b), (CUdevice)i);
         const char *g = gpu_of((CUdevice)i)->pci_bus_id;
@@ -302,14 +495,14 @@ static const struct {
     {A(CAN_TEX2D_GATHER), 1},
 };
 
-static int attribute(const struct emu_gpu *g, int a, int *ret)
+static int attribute(const struct emu_gpu *g, const struct cuda_device *d, int a, int *ret)
 {
     switch (a) {
     case A(CLOCK_RATE): /* kHz */
         *ret = (int)g->sm_clock_mhz * 1000;
         return 0;
-    case A(MULTIPROCESSOR_COUNT): /* an MPS client's count reflects its thread percentage */
-        *ret = (int)cuda_mps_sms(g->sm_count);
+    case A(MULTIPROCESSOR_COUNT): /* a MIG device's SMs; an MPS client's its thread share */
+        *ret = (int)cuda_mps_sms(d->sms);
         return 0;
     case A(COMPUTE_MODE):
         *ret = (int)g->compute_mode;
@@ -369,7 +562,8 @@ EMU_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     if (!pi)
         return CUDA_ERROR_INVALID_VALUE;
     NEED_DEV(dev);
-    return attribute(gpu_of(dev), (int)attrib, pi) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return attribute(gpu_of(dev), dev_of(dev), (int)attrib, pi) == 0 ? CUDA_SUCCESS
+                                                                     : CUDA_ERROR_INVALID_VALUE;
 }
 
 EMU_API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
@@ -379,9 +573,12 @@ EMU_API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
     NEED_DEV(dev);
     if (!cuda_dev_valid(peer))
         return CUDA_ERROR_INVALID_DEVICE;
-    /* peers on one NUMA node or linked by NVLink */
+    /* peers on one NUMA node or linked by NVLink; MIG devices have no peer access (`nvidia-smi
+     * mig -lgip`: "P2P No") */
     const struct emu_gpu *g = gpu_of(dev);
-    *can = dev != peer && (g->nvlinks[peer] > 0 || g->topo[peer] < EMU_TOPO_SYSTEM);
+    unsigned p = cuda_dev_gpu(peer);
+    *can = dev != peer && !cuda_dev_mig(dev) && !cuda_dev_mig(peer) && p != cuda_dev_gpu(dev) &&
+           (g->nvlinks[p] > 0 || g->topo[p] < EMU_TOPO_SYSTEM);
     return CUDA_SUCCESS;
 }
 
@@ -397,7 +594,7 @@ EMU_API CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attri
     cuDeviceCanAccessPeer(&can, src, dst);
     switch (attrib) {
     case 1: /* performance rank */
-        *value = gpu_of(src)->nvlinks[dst] ? 0 : 1;
+        *value = gpu_of(src)->nvlinks[cuda_dev_gpu(dst)] ? 0 : 1;
         break;
     case 2: /* access supported */
     case 3: /* native atomics */
@@ -424,7 +621,7 @@ struct CUctx_st *cuda_current(void)
  * the sticky launch-failure codes. */
 bool cuda_dev_lost(int dev)
 {
-    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    const struct emu_gpu *g = emu_state_gpu(cuda_state, cuda_dev_gpu(dev));
     return g && __atomic_load_n(&g->lost, __ATOMIC_RELAXED);
 }
 
@@ -468,9 +665,17 @@ static CUresult ctx_activate(struct CUctx_st *c)
     CUresult f = cuda_mps_new_client_locked(c->dev);
     if (f)
         return f;
+    /* on a MIG device, the process's charges on the GPU are its GPU instance's from now on;
+     * an instance destroyed since cuInit is a device no longer there */
+    const struct cuda_device *d = dev_of(c->dev);
+    int b = d->mig_serial ? emu_state_mig_bind(cuda_state, d->gpu, d->mig_serial) : 0;
+    if (b == -ENOSPC)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (b < 0)
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     /* a context costs device memory: the model's (state.c), unless overridden */
     uint64_t cost = ctx_overhead != UINT64_MAX ? ctx_overhead : gpu_of(c->dev)->ctx_cost;
-    if (cost && emu_state_mem_charge(cuda_state, (unsigned)c->dev, cost) < 0)
+    if (cost && emu_state_mem_charge(cuda_state, cuda_dev_gpu(c->dev), cost) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     c->charged = cost;
     c->active = true;
@@ -514,7 +719,7 @@ static void ctx_deactivate(struct CUctx_st *c)
     cuda_cls_ctx_destroy(c);
     cuda_mem_ctx_destroy(c); /* its allocations go with it, as on the driver */
     if (c->charged)
-        emu_state_mem_uncharge(cuda_state, (unsigned)c->dev, c->charged);
+        emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(c->dev), c->charged);
     c->charged = 0;
     cuda_stream_list_free(c);
     pthread_mutex_lock(&cuda_lock);
@@ -927,8 +1132,15 @@ EMU_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
     if (r)
         return r;
     uint64_t used = 0, tot = 0;
-    emu_state_mem_info(cuda_state, (unsigned)c->dev, &used, &tot);
-    tot -= gpu_of(c->dev)->memory_reserved; /* never CUDA's (NVML v2 `reserved`) */
+    const struct cuda_device *d = dev_of(c->dev);
+    if (d->mig_serial) {
+        /* a MIG device: its GPU instance's memory and what is used there */
+        tot = d->mem_bytes;
+        used = emu_state_mig_gi_used(cuda_state, d->gpu, d->gi);
+    } else {
+        emu_state_mem_info(cuda_state, d->gpu, &used, &tot);
+        tot -= gpu_of(c->dev)->memory_reserved; /* never CUDA's (NVML v2 `reserved`) */
+    }
     if (free_bytes)
         *free_bytes = used < tot ? tot - used : 0;
     if (total)

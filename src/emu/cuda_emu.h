@@ -146,6 +146,29 @@ struct emu_pool_block {
     struct emu_pool_block *next;
 };
 
+/* ---- devices (cuda_ctx.c) ---- */
+/* A CUDA device of this process: a whole GPU of the machine, or a MIG device (a compute instance
+ * of a GPU in MIG mode), as CUDA_VISIBLE_DEVICES made them visible when cuInit ran
+ * (docs/emulator-cuda.md, "Devices: CUDA_VISIBLE_DEVICES, MIG and VFIO"). CUdevice values are
+ * indexes into this process's list; the machine's GPU index is `gpu`. */
+struct cuda_device {
+    unsigned gpu;        /* the machine's GPU index */
+    uint64_t mig_serial; /* its compute instance (state-mig.h); 0: the whole GPU */
+    unsigned gi, ci;     /* the instance's slots in the GPU's MIG table */
+    uint32_t sms;        /* its SMs: the compute instance's, or the GPU's */
+    uint64_t mem_bytes;  /* memory CUDA may use: the GPU instance's, or the GPU's less reserve */
+    char name[EMU_NAME_LEN + 72];
+    uint8_t uuid[16];
+};
+/* Device dev (NULL when not a device of this process). */
+const struct cuda_device *cuda_dev(int dev);
+/* The machine's GPU index of device dev (0 for an invalid dev: check cuda_dev_valid first). */
+unsigned cuda_dev_gpu(int dev);
+/* Its SMs (the MIG compute instance's for a MIG device), before any MPS share. */
+uint32_t cuda_dev_sms(int dev);
+/* true for a MIG device. */
+bool cuda_dev_mig(int dev);
+
 /* ---- shared helpers (cuda_ctx.c) ---- */
 extern pthread_mutex_t cuda_lock;
 extern struct emu_state *cuda_state;
@@ -196,6 +219,23 @@ void cuda_mem_touch_args(const uint64_t *vals, size_t n);
 /* Frees everything made in ctx that a context owns (cuCtxDestroy, primary release/reset). */
 void cuda_mem_ctx_destroy(struct CUctx_st *ctx);
 void cuda_mem_process_exit(void);
+/* Graph memory (cuda_mem.c, "graph memory"): an allocation node's block of addresses, backed
+ * by memory (charged) from the launch or upload that maps it until cuDeviceGraphMemTrim. */
+struct cuda_gm_block;
+/* A new block of bytes on dev, its addresses reserved, held once (by its node). */
+CUresult cuda_gm_block_new(int dev, uint64_t bytes, struct cuda_gm_block **ret);
+CUdeviceptr cuda_gm_block_va(const struct cuda_gm_block *b);
+uint64_t cuda_gm_block_bytes(const struct cuda_gm_block *b);
+int cuda_gm_block_dev(const struct cuda_gm_block *b);
+/* The block whose allocation starts at va, or NULL. */
+struct cuda_gm_block *cuda_gm_block_find(CUdeviceptr va);
+void cuda_gm_block_hold(struct cuda_gm_block *b);
+/* Drops a hold; a block held by no node, unmapped and not live goes. */
+void cuda_gm_block_drop(struct cuda_gm_block *b);
+/* Maps every block of the list not mapped yet, or none (CUDA_ERROR_OUT_OF_MEMORY). */
+CUresult cuda_gm_map(struct cuda_gm_block *const *blocks, size_t n);
+/* A launch reached the block's allocation (live) or its free node (not live). */
+void cuda_gm_set_live(struct cuda_gm_block *b, bool live);
 
 /* ---- modules and libraries (cuda_module.c) ---- */
 /* The device a function's launches and attributes refer to: its module's context, else the
@@ -216,6 +256,9 @@ void cuda_sleep_until(uint64_t t_ns);
 uint64_t cuda_wall_of(int dev, uint64_t t_ns, bool at_start);
 void cuda_wait_for(int dev, uint64_t t_ns, bool at_start);
 void cuda_stream_list_free(struct CUctx_st *ctx);
+/* Adds a graph memory node to a graph being captured: an allocation (alloc true) or a free
+ * of the block's allocation. The node holds the block. */
+CUresult cuda_graph_add_gm(struct CUgraph_st *g, struct cuda_gm_block *b, bool alloc);
 /* Adds a copy (src non-NULL: n bytes) or a memset (src NULL: n elements of elem bytes set to
  * value) node to a graph being captured; it runs when the graph is launched. */
 CUresult cuda_graph_add_mem(struct CUgraph_st *g, void *dst, const void *src, size_t n,

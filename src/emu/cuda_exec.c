@@ -35,8 +35,13 @@
 #include "cuda_emu.h"
 #include "ptx.h"
 
+/* What a node does: a kernel (func), a copy or memset, or graph memory (gm). */
+enum gnode_kind { GN_WORK = 0, GN_ALLOC, GN_FREE };
+
 struct CUgraphNode_st {
-    CUfunction func; /* NULL: a copy or memset node */
+    enum gnode_kind kind;
+    struct cuda_gm_block *gm; /* GN_ALLOC, GN_FREE: the allocation's block (held) */
+    CUfunction func;          /* GN_WORK: NULL for a copy or memset node */
     bool has_cycles;
     uint64_t cycles; /* spin kernels: first parameter */
     /* copy (src) or memset (!src) */
@@ -56,6 +61,8 @@ struct CUgraphExec_st {
     uint32_t magic;
     size_t n;
     struct CUgraphNode_st *nodes; /* copies: the graph may change or go after instantiation */
+    struct cuda_gm_block **gm;    /* the allocation nodes' blocks (mapped at launch, upload) */
+    size_t ngm;
 };
 
 static EMU_TLS struct CUstream_st pt_stream; /* per-thread default stream */
@@ -93,9 +100,9 @@ uint64_t cuda_wall_of(int dev, uint64_t t_ns, bool at_start)
         return t_ns;
     int32_t group = mps_group();
     /* never waited for another process (lags only grow): our clock is the GPU's, no lock */
-    if (!emu_state_lag_hint(cuda_state, (unsigned)dev, group))
+    if (!emu_state_lag_hint(cuda_state, cuda_dev_gpu(dev), group))
         return t_ns;
-    return emu_state_wall_ns(cuda_state, (unsigned)dev, group, t_ns, at_start);
+    return emu_state_wall_ns(cuda_state, cuda_dev_gpu(dev), group, t_ns, at_start);
 }
 
 /* Other processes' work queued meanwhile may move the time later: look again on waking. */
@@ -228,13 +235,14 @@ struct sm_track {
     uint32_t sms[SM_TRACK];
 };
 static struct sm_track sm_tracks[EMU_MAX_GPUS];
+/* Per MIG device, the end of this process's work queued there (stream_submit_sms); cuda_lock. */
+static uint64_t mig_busy_until[EMU_MAX_GPUS];
 
 /* cuda_lock held. When `need` SMs of ctx's GPU are free for work that may start at t0 (>= now). */
 static uint64_t sm_free_at_locked(struct CUctx_st *ctx, uint32_t need, uint64_t now, uint64_t t0)
 {
     struct sm_track *tr = &sm_tracks[ctx->dev];
-    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)ctx->dev);
-    uint32_t total = cuda_mps_sms_locked(g ? g->sm_count : 1);
+    uint32_t total = cuda_mps_sms_locked(cuda_dev_sms(ctx->dev));
     if (tr->ctx != ctx) {
         tr->ctx = ctx; /* another context's kernels never share the SMs with these */
         tr->n = 0;
@@ -298,7 +306,7 @@ static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, u
     /* at most our clock on this GPU now (it runs behind the GPU's by the time we waited for
      * other processes' time slices) */
     uint64_t now = emu_state_now_ns();
-    uint64_t lag = emu_state_lag_hint(cuda_state, (unsigned)s->ctx->dev, group);
+    uint64_t lag = emu_state_lag_hint(cuda_state, cuda_dev_gpu(s->ctx->dev), group);
     now -= lag < now ? lag : now;
     uint64_t from = UINT64_MAX;
     if (sms && duration_ns)
@@ -307,13 +315,27 @@ static CUresult stream_submit_sms(struct CUstream_st *s, uint64_t duration_ns, u
      * its events are reached without waiting for theirs */
     if (group && from == UINT64_MAX)
         from = nb > now ? nb : now;
-    /* the shared lock nests inside ours; nobody takes them the other way round */
-    int r = emu_state_submit_kind(cuda_state, (unsigned)s->ctx->dev, nb, from, duration_ns, group,
-                                  clock, &start, &end);
-    if (!r && duration_ns) {
-        const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)s->ctx->dev);
-        sm_note_locked(s->ctx, sms ? sms : cuda_mps_sms_locked(g ? g->sm_count : 1), end);
+    int r = 0;
+    if (cuda_dev_mig(s->ctx->dev)) {
+        /* A MIG compute instance runs beside the GPU's other instances, not in turns with them:
+         * its work stays off the parent's shared timeline (NVML has no utilization in MIG mode)
+         * and queues only behind this process's own on the device (docs/emulator-cuda.md). */
+        uint64_t *busy = &mig_busy_until[s->ctx->dev];
+        start = nb > now ? nb : now;
+        if (from != UINT64_MAX)
+            start = from > start ? from : start;
+        else if (*busy > start)
+            start = *busy;
+        end = start + duration_ns;
+        if (end > *busy)
+            *busy = end;
+    } else {
+        /* the shared lock nests inside ours; nobody takes them the other way round */
+        r = emu_state_submit_kind(cuda_state, cuda_dev_gpu(s->ctx->dev), nb, from, duration_ns,
+                                  group, clock, &start, &end);
     }
+    if (!r && duration_ns)
+        sm_note_locked(s->ctx, sms ? sms : cuda_mps_sms_locked(cuda_dev_sms(s->ctx->dev)), end);
     if (!r && end > s->last_end_ns)
         s->last_end_ns = end;
     if (!r && end > s->ctx->last_end_ns)
@@ -519,7 +541,7 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool pt
     pthread_mutex_unlock(&cuda_lock);
     if (other) { /* another GPU's clock: through GPU time, to ours (at most) */
         uint64_t w = cuda_wall_of(edev, t, at_start);
-        uint64_t lag = emu_state_lag_hint(cuda_state, (unsigned)s->ctx->dev, mps_group());
+        uint64_t lag = emu_state_lag_hint(cuda_state, cuda_dev_gpu(s->ctx->dev), mps_group());
         t = w - (lag < w ? lag : w);
     }
     pthread_mutex_lock(&cuda_lock);
@@ -820,7 +842,7 @@ EMU_API CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute a, CUfunction 
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)cuda_func_dev(f));
+    struct emu_gpu *g = emu_state_gpu(cuda_state, cuda_dev_gpu(cuda_func_dev(f)));
     switch ((int)a) {
     case 0:
         *pi = 1024;
@@ -897,10 +919,9 @@ EMU_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUf
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != EMU_MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)cuda_func_dev(f));
     int b = block_limit > 0 && block_limit < 1024 ? block_limit : 1024;
     *block = b;
-    *min_grid = (int)cuda_mps_sms(g ? g->sm_count : 1) * (2048 / b);
+    *min_grid = (int)cuda_mps_sms(cuda_dev_sms(cuda_func_dev(f))) * (2048 / b);
     return CUDA_SUCCESS;
 }
 
@@ -945,7 +966,7 @@ static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int 
 {
     if (!f->spin || !has_cycles)
         return cuda_kernel_ns;
-    struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
+    struct emu_gpu *g = emu_state_gpu(cuda_state, cuda_dev_gpu(dev));
     uint32_t mhz = g && g->sm_clock_mhz ? g->sm_clock_mhz : 1000;
     /* cycles / (MHz * 1e6) seconds, in ns: cycles * 1000 / MHz, without overflow */
     unsigned __int128 ns = (unsigned __int128)cycles * 1000u / mhz * (waves ? waves : 1);
@@ -958,8 +979,7 @@ static uint64_t duration_ns(CUfunction f, bool has_cycles, uint64_t cycles, int 
  * 100 / P times longer on P % of the SMs; a one-block kernel does not slow down. */
 static uint64_t waves_of(int dev, uint64_t blocks, uint64_t threads)
 {
-    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
-    uint64_t room = (uint64_t)blocks_per_sm(threads) * cuda_mps_sms(g ? g->sm_count : 1);
+    uint64_t room = (uint64_t)blocks_per_sm(threads) * cuda_mps_sms(cuda_dev_sms(dev));
     return (blocks + room - 1) / room;
 }
 
@@ -992,15 +1012,14 @@ static CUresult graph_push(struct CUgraph_st *g, const struct CUgraphNode_st *tm
  * (CUDA Driver API, cuLaunchCooperativeKernel), else CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE. */
 static bool coop_fits(int dev, uint64_t blocks, uint64_t threads)
 {
-    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
-    return g && blocks <= (uint64_t)blocks_per_sm(threads) * cuda_mps_sms(g->sm_count);
+    return cuda_dev(dev) &&
+           blocks <= (uint64_t)blocks_per_sm(threads) * cuda_mps_sms(cuda_dev_sms(dev));
 }
 
 /* The SMs a grid occupies: all of them once it has blocks per SM x SMs blocks. */
 static uint32_t sms_needed(int dev, uint64_t blocks, uint64_t threads)
 {
-    const struct emu_gpu *g = emu_state_gpu(cuda_state, (unsigned)dev);
-    uint64_t total = cuda_mps_sms(g ? g->sm_count : 1), per = blocks_per_sm(threads);
+    uint64_t total = cuda_mps_sms(cuda_dev_sms(dev)), per = blocks_per_sm(threads);
     uint64_t need = (blocks + per - 1) / per;
     return (uint32_t)(need < total ? need : total);
 }
@@ -1108,6 +1127,12 @@ CUresult cuda_graph_add_mem(struct CUgraph_st *g, void *dst, const void *src, si
     return graph_push(g, &node, NULL);
 }
 
+CUresult cuda_graph_add_gm(struct CUgraph_st *g, struct cuda_gm_block *b, bool alloc)
+{
+    struct CUgraphNode_st node = {.kind = alloc ? GN_ALLOC : GN_FREE, .gm = b};
+    return graph_push(g, &node, NULL);
+}
+
 /* A copy or memset node, when its graph runs. */
 static void run_mem_node(const struct CUgraphNode_st *n)
 {
@@ -1139,9 +1164,7 @@ EMU_API CUresult cuGraphCreate(CUgraph *pg, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
-/* The nodes in the order they were added (NULL nodes: just the count, as the driver does).
- * (cuda_api.h does not declare it: libvcuda has no use for it.) */
-CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *n);
+/* The nodes in the order they were added (NULL nodes: just the count, as the driver does). */
 EMU_API CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *n)
 {
     if (!n)
@@ -1171,8 +1194,11 @@ EMU_API CUresult cuGraphDestroy(CUgraph hg)
     struct CUgraph_st *g = graph_of(hg);
     if (!g)
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < g->n; i++)
+    for (size_t i = 0; i < g->n; i++) {
+        if (g->nodes[i]->gm)
+            cuda_gm_block_drop(g->nodes[i]->gm);
         free(g->nodes[i]);
+    }
     free(g->nodes);
     g->magic = 0;
     free(g);
@@ -1246,16 +1272,26 @@ static CUresult instantiate(CUgraphExec *pe, CUgraph hg)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&cuda_lock);
     e->nodes = calloc(g->n ? g->n : 1, sizeof(*e->nodes));
-    if (e->nodes) {
-        for (size_t i = 0; i < g->n; i++)
+    e->gm = calloc(g->n ? g->n : 1, sizeof(*e->gm));
+    if (e->nodes && e->gm) {
+        for (size_t i = 0; i < g->n; i++) {
             e->nodes[i] = *g->nodes[i];
+            if (e->nodes[i].kind == GN_ALLOC)
+                e->gm[e->ngm++] = e->nodes[i].gm;
+        }
         e->n = g->n;
     }
     pthread_mutex_unlock(&cuda_lock);
-    if (!e->nodes) {
+    if (!e->nodes || !e->gm) {
+        free(e->nodes);
+        free(e->gm);
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    /* the executable graph names the blocks too (free nodes' blocks are their allocations') */
+    for (size_t i = 0; i < e->n; i++)
+        if (e->nodes[i].gm)
+            cuda_gm_block_hold(e->nodes[i].gm);
     e->magic = EMU_MAGIC_EXEC;
     *pe = e;
     return CUDA_SUCCESS;
@@ -1280,13 +1316,119 @@ EMU_API CUresult cuGraphInstantiate(CUgraphExec *pe, CUgraph g, CUgraphNode *err
     return cuGraphInstantiate_v2(pe, g, err, log, logsize);
 }
 
+EMU_API CUresult cuGraphInstantiateWithParams(CUgraphExec *pe, CUgraph g,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = instantiate(pe, g);
+    p->result_out = r ? CUDA_GRAPH_INSTANTIATE_ERROR : CUDA_GRAPH_INSTANTIATE_SUCCESS;
+    p->hErrNode_out = NULL;
+    if (r == CUDA_SUCCESS && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)) {
+        r = cuGraphUpload(*pe, p->hUploadStream);
+        if (r != CUDA_SUCCESS) {
+            cuGraphExecDestroy(*pe);
+            *pe = NULL;
+        }
+    }
+    return r;
+}
+
+EMU_API CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *pe, CUgraph g,
+                                                   CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    return cuGraphInstantiateWithParams(pe, g, p);
+}
+
 EMU_API CUresult cuGraphExecDestroy(CUgraphExec e)
 {
     if (!e || e->magic != EMU_MAGIC_EXEC)
         return CUDA_ERROR_INVALID_VALUE;
     e->magic = 0;
+    /* the blocks' memory stays mapped until a trim (struct cuda_gm_block) */
+    for (size_t i = 0; i < e->n; i++)
+        if (e->nodes[i].gm)
+            cuda_gm_block_drop(e->nodes[i].gm);
     free(e->nodes);
+    free(e->gm);
     free(e);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuGraphNodeGetType(CUgraphNode n, CUgraphNodeType *type)
+{
+    if (!n || !type)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (n->kind) {
+    case GN_ALLOC:
+        *type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+        break;
+    case GN_FREE:
+        *type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+        break;
+    default:
+        *type = n->func  ? CU_GRAPH_NODE_TYPE_KERNEL
+                : n->src ? CU_GRAPH_NODE_TYPE_MEMCPY
+                         : CU_GRAPH_NODE_TYPE_MEMSET;
+    }
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuGraphAddMemAllocNode(CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps,
+                                        size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    struct CUgraph_st *g = graph_of(hg);
+    if (!pn || !g || !p || (ndeps && !deps) || !p->bytesize ||
+        p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cuda_gm_block *b;
+    CUresult r = cuda_gm_block_new(p->poolProps.location.id, p->bytesize, &b);
+    if (r)
+        return r;
+    struct CUgraphNode_st node = {.kind = GN_ALLOC, .gm = b};
+    r = graph_push(g, &node, pn);
+    if (r) {
+        cuda_gm_block_drop(b);
+        return r;
+    }
+    p->dptr = cuda_gm_block_va(b);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuGraphAddMemFreeNode(CUgraphNode *pn, CUgraph hg, const CUgraphNode *deps,
+                                       size_t ndeps, CUdeviceptr dptr)
+{
+    struct CUgraph_st *g = graph_of(hg);
+    struct cuda_gm_block *b = cuda_gm_block_find(dptr);
+    if (!pn || !g || (ndeps && !deps) || !b)
+        return CUDA_ERROR_INVALID_VALUE;
+    cuda_gm_block_hold(b);
+    struct CUgraphNode_st node = {.kind = GN_FREE, .gm = b};
+    CUresult r = graph_push(g, &node, pn);
+    if (r)
+        cuda_gm_block_drop(b);
+    return r;
+}
+
+EMU_API CUresult cuGraphMemAllocNodeGetParams(CUgraphNode n, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    if (!n || !p || n->kind != GN_ALLOC)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(p, 0, sizeof(*p));
+    p->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p->poolProps.location.id = cuda_gm_block_dev(n->gm);
+    p->bytesize = cuda_gm_block_bytes(n->gm);
+    p->dptr = cuda_gm_block_va(n->gm);
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuGraphMemFreeNodeGetParams(CUgraphNode n, CUdeviceptr *dptr)
+{
+    if (!n || !dptr || n->kind != GN_FREE)
+        return CUDA_ERROR_INVALID_VALUE;
+    *dptr = cuda_gm_block_va(n->gm);
     return CUDA_SUCCESS;
 }
 
@@ -1309,9 +1451,15 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool pt)
         if (n->func && n->func->magic != EMU_MAGIC_FUNC)
             return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
     }
+    /* graph memory is mapped at launch, when an upload has not done it (cuda_gm_map) */
+    r = cuda_gm_map(e->gm, e->ngm);
+    if (r)
+        return r;
     for (size_t i = 0; i < e->n; i++) {
         const struct CUgraphNode_st *n = &e->nodes[i];
-        if (n->func) {
+        if (n->kind != GN_WORK)
+            cuda_gm_set_live(n->gm, n->kind == GN_ALLOC);
+        else if (n->func) {
             total += duration_ns(n->func, n->has_cycles, n->cycles, s->ctx->dev, 1);
             clock = clock && n->func->spin && n->has_cycles;
         } else
@@ -1332,7 +1480,9 @@ EMU_API CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream h)
 
 EMU_API CUresult cuGraphUpload(CUgraphExec e, CUstream h)
 {
-    return e && e->magic == EMU_MAGIC_EXEC ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!e || e->magic != EMU_MAGIC_EXEC)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuda_gm_map(e->gm, e->ngm); /* "performing all mappings for that graph immediately" */
 }
 
 EMU_API CUresult cuGraphUpload_ptsz(CUgraphExec e, CUstream h)

@@ -35,6 +35,7 @@ enum alloc_kind {
     K_HOSTREG,   /* cuMemHostRegister */
     K_IPC,       /* opened IPC handle */
     K_VMM,       /* cuMemMap'ed range */
+    K_GRAPH,     /* a graph allocation's mapped memory (struct cuda_gm_block) */
 };
 
 struct alloc {
@@ -48,8 +49,9 @@ struct alloc {
     void *map_base; /* K_IPC: the mapping to munmap (page aligned) */
     size_t map_len;
     struct vmm_handle *vmm;
-    int prot;            /* K_VMM: access set by cuMemSetAccess */
-    unsigned host_flags; /* K_HOST: cuMemHostAlloc flags */
+    struct cuda_gm_block *gm; /* K_GRAPH */
+    int prot;                 /* K_VMM: access set by cuMemSetAccess */
+    unsigned host_flags;      /* K_HOST: cuMemHostAlloc flags */
     uint64_t id;
     /* The context it was made in, which frees it when destroyed; NULL for what belongs to the
      * device, not to a context (pools' blocks, VMM mappings), as with the driver. */
@@ -71,6 +73,14 @@ struct arena {
     uint32_t *page_refs; /* per GRANULE page: live allocations in it (charged while > 0) */
 };
 
+/* A VMM handle. NVIDIA's driver frees an allocation once every mapping is unmapped and every
+ * reference to it is released, "including its shareable counterparts" (cuMemRelease, CUDA
+ * driver API, Virtual Memory Management). The emulator keeps that within a process: a handle
+ * imported from a file descriptor of this process's own allocation (the same memfd) holds
+ * that allocation (owner), which stays charged until the import and its mappings are gone
+ * too. Not modelled: a descriptor alone keeping the memory (it is uncharged once the handles
+ * and mappings are gone), and charges across processes (an import of another process's
+ * allocation is charged to its owner only). */
 struct vmm_handle {
     uint32_t magic;
     int fd;
@@ -79,6 +89,11 @@ struct vmm_handle {
     uint64_t charged;
     int maps;
     bool released;
+    dev_t st_dev; /* the memfd, to know an import of this process's own allocation */
+    ino_t st_ino;
+    struct vmm_handle *owner; /* an import of our own allocation: that allocation */
+    unsigned holders;         /* imports holding this allocation */
+    struct vmm_handle *next;  /* every live handle of the process */
 };
 #define VMM_MAGIC 0x564d4d31u
 
@@ -183,7 +198,7 @@ static void managed_bring_locked(struct alloc *a, CUdeviceptr p, size_t len, boo
         uint8_t st = a->resident[pg];
         if ((st & PG_ON_GPU) || (touch && (st & PG_REMOTE) == PG_REMOTE))
             continue;
-        if (emu_state_mem_charge(cuda_state, (unsigned)a->dev, GRANULE) == 0)
+        if (emu_state_mem_charge(cuda_state, cuda_dev_gpu(a->dev), GRANULE) == 0)
             a->resident[pg] = (uint8_t)(st | PG_ON_GPU);
     }
 }
@@ -198,7 +213,7 @@ static void managed_evict_locked(struct alloc *a, CUdeviceptr p, size_t len)
             back += GRANULE;
         }
     if (back)
-        emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, back);
+        emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(a->dev), back);
 }
 
 /* A launch passes these 8-byte values to a kernel: any that points into managed memory brings
@@ -238,7 +253,7 @@ static int arena_init(int dev)
     struct arena *ar = &arenas[dev];
     if (ar->base)
         return 0;
-    uint64_t size = ROUND_UP(emu_state_gpu(cuda_state, (unsigned)dev)->memory_total, GRANULE);
+    uint64_t size = ROUND_UP(emu_state_gpu(cuda_state, cuda_dev_gpu(dev))->memory_total, GRANULE);
     char name[32];
     snprintf(name, sizeof(name), "accel-emu-gpu%d", dev);
     int fd = memfd_create(name, MFD_CLOEXEC);
@@ -412,7 +427,7 @@ static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t charge = pages_new_bytes(ar, off, len);
-    if (charge && emu_state_mem_charge(cuda_state, (unsigned)dev, charge) < 0) {
+    if (charge && emu_state_mem_charge(cuda_state, cuda_dev_gpu(dev), charge) < 0) {
         arena_insert(ar, off, len); /* never written: nothing to punch */
         cuda_mps_uncharge_locked(dev, len);
         free(a);
@@ -431,7 +446,7 @@ static CUresult dev_alloc_locked(int dev, uint64_t bytes, enum alloc_kind kind,
         uint64_t back = pages_drop(ar, off, len);
         arena_give(ar, off, len);
         if (back)
-            emu_state_mem_uncharge(cuda_state, (unsigned)dev, back);
+            emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(dev), back);
         cuda_mps_uncharge_locked(dev, len);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -456,7 +471,7 @@ static void dev_free_locked(struct alloc *a)
     uint64_t back = pages_drop(ar, off, a->span);
     arena_give(ar, off, a->span);
     if (back)
-        emu_state_mem_uncharge(cuda_state, (unsigned)a->dev, back);
+        emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(a->dev), back);
     cuda_mps_uncharge_locked(a->dev, a->span);
     free(a);
 }
@@ -507,10 +522,329 @@ CUresult cuda_dev_alloc(int dev, uint64_t bytes, int kind, struct CUmemPoolHandl
     return r;
 }
 
+/* ---- graph memory (allocation nodes) ----
+ *
+ * What NVIDIA documents (CUDA C++ Programming Guide, "Graph Memory Nodes"), and the emulator
+ * does:
+ *  - "CUDA assigns virtual addresses for the graph allocation at node creation time", fixed
+ *    for the node's life: a block reserves its range (no memory) when the node is made;
+ *  - "Physical memory cannot be allocated or mapped during graph instantiation ... Mapping is
+ *    done instead during graph launch. Calling cudaGraphUpload can separate out the cost of
+ *    allocation from the launch by performing all mappings for that graph immediately":
+ *    cuda_gm_map at launch and upload charges the GPU for the blocks not mapped yet, or fails
+ *    CUDA_ERROR_OUT_OF_MEMORY with nothing changed;
+ *  - "Physical mappings for a graph are retained between launches", and "destroying a graph
+ *    which contains memory nodes (even if their allocations are free) will not immediately
+ *    return physical memory": a block stays mapped and charged until cuDeviceGraphMemTrim,
+ *    which "will unmap and release any physical memory reserved by graph memory nodes that is
+ *    not actively in use. Allocations that have not been freed and graphs that are scheduled
+ *    or running are considered to be actively using the physical memory";
+ *  - a graph allocation lives from the launch reaching its node to a free node, cuMemFreeAsync
+ *    or cuMemFree: the block's live flag;
+ *  - the attributes: RESERVED_MEM_CURRENT "the amount of physical memory reserved by the driver
+ *    for graph allocations in the current process", USED_MEM_CURRENT the part "currently
+ *    mapped by at least one graph", and their high watermarks.
+ * Not modelled: "multiple graphs may use the same physical memory for distinct allocations if
+ * they will not run simultaneously" (an optimization the driver may make: here every block has
+ * memory of its own); a trim waiting for graphs still running (memory nodes take effect at
+ * once here, so only live allocations keep a block). */
+#define GM_VA(p) ((void *)(uintptr_t)(p))
+
+struct cuda_gm_block {
+    CUdeviceptr va;
+    uint64_t bytes, size; /* asked for; reserved and charged (whole 2 MiB pages) */
+    int dev;
+    void *map; /* the address reservation */
+    size_t map_len;
+    struct alloc *mapped; /* registry entry while memory backs it */
+    bool live;
+    unsigned holders; /* nodes (in graphs and executable graphs) that name it */
+    struct cuda_gm_block *next;
+};
+static struct cuda_gm_block *gm_blocks;
+static uint64_t gm_used_high[EMU_MAX_GPUS], gm_reserved_high[EMU_MAX_GPUS];
+
+static void gm_unmap_locked(struct cuda_gm_block *b)
+{
+    struct alloc *a = b->mapped;
+    mmap(GM_VA(b->va), b->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+         -1, 0);
+    reg_del(a);
+    emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(b->dev), a->charged);
+    cuda_mps_uncharge_locked(b->dev, a->charged);
+    free(a);
+    b->mapped = NULL;
+}
+
+/* cuda_lock held: a block named by no node, unmapped and not live goes, address and all. */
+static void gm_gone_locked(struct cuda_gm_block *b)
+{
+    if (b->holders || b->mapped || b->live)
+        return;
+    for (struct cuda_gm_block **pp = &gm_blocks; *pp; pp = &(*pp)->next)
+        if (*pp == b) {
+            *pp = b->next;
+            break;
+        }
+    munmap(b->map, b->map_len);
+    free(b);
+}
+
+static CUresult gm_free_locked(struct cuda_gm_block *b)
+{
+    if (!b->live)
+        return CUDA_ERROR_INVALID_VALUE;
+    b->live = false;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuda_gm_block_new(int dev, uint64_t bytes, struct cuda_gm_block **ret)
+{
+    if (!bytes || !cuda_dev_valid(dev))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cuda_gm_block *b = calloc(1, sizeof(*b));
+    if (!b)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    b->bytes = bytes;
+    b->size = ROUND_UP(bytes, GRANULE);
+    b->dev = dev;
+    b->map_len = b->size + GRANULE;
+    b->map = mmap(NULL, b->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (b->map == MAP_FAILED) {
+        free(b);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    b->va = ROUND_UP((uintptr_t)b->map, GRANULE);
+    b->holders = 1;
+    pthread_mutex_lock(&cuda_lock);
+    b->next = gm_blocks;
+    gm_blocks = b;
+    pthread_mutex_unlock(&cuda_lock);
+    *ret = b;
+    return CUDA_SUCCESS;
+}
+
+CUdeviceptr cuda_gm_block_va(const struct cuda_gm_block *b)
+{
+    return b->va;
+}
+
+uint64_t cuda_gm_block_bytes(const struct cuda_gm_block *b)
+{
+    return b->bytes;
+}
+
+int cuda_gm_block_dev(const struct cuda_gm_block *b)
+{
+    return b->dev;
+}
+
+struct cuda_gm_block *cuda_gm_block_find(CUdeviceptr va)
+{
+    pthread_mutex_lock(&cuda_lock);
+    struct cuda_gm_block *b = gm_blocks;
+    while (b && b->va != va)
+        b = b->next;
+    pthread_mutex_unlock(&cuda_lock);
+    return b;
+}
+
+void cuda_gm_block_hold(struct cuda_gm_block *b)
+{
+    pthread_mutex_lock(&cuda_lock);
+    b->holders++;
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+void cuda_gm_block_drop(struct cuda_gm_block *b)
+{
+    pthread_mutex_lock(&cuda_lock);
+    if (b->holders)
+        b->holders--;
+    gm_gone_locked(b);
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+static uint64_t gm_sum_locked(int dev, bool used_only)
+{
+    uint64_t sum = 0;
+    for (struct cuda_gm_block *b = gm_blocks; b; b = b->next)
+        if (b->dev == dev && b->mapped && (!used_only || b->holders || b->live))
+            sum += b->size;
+    return sum;
+}
+
+static void gm_high_locked(int dev)
+{
+    uint64_t u = gm_sum_locked(dev, true), r = gm_sum_locked(dev, false);
+    if (u > gm_used_high[dev])
+        gm_used_high[dev] = u;
+    if (r > gm_reserved_high[dev])
+        gm_reserved_high[dev] = r;
+}
+
+/* cuda_lock held: backs b with memory, charged. */
+static CUresult gm_map_one_locked(struct cuda_gm_block *b)
+{
+    struct alloc *a = calloc(1, sizeof(*a));
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!cuda_mps_charge_locked(b->dev, b->size)) {
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (emu_state_mem_charge(cuda_state, cuda_dev_gpu(b->dev), b->size) < 0) {
+        cuda_mps_uncharge_locked(b->dev, b->size);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->ptr = b->va;
+    a->size = b->bytes;
+    a->charged = b->size;
+    a->dev = b->dev;
+    a->kind = K_GRAPH;
+    a->gm = b;
+    a->id = next_id++;
+    if (mmap(GM_VA(b->va), b->size, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED ||
+        reg_add(a) < 0) {
+        mmap(GM_VA(b->va), b->size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+        emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(b->dev), b->size);
+        cuda_mps_uncharge_locked(b->dev, b->size);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    b->mapped = a;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuda_gm_map(struct cuda_gm_block *const *blocks, size_t n)
+{
+    struct cuda_gm_block **now = calloc(n ? n : 1, sizeof(*now));
+    if (!now)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t k = 0;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&cuda_lock);
+    for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        if (blocks[i]->mapped)
+            continue;
+        r = gm_map_one_locked(blocks[i]);
+        if (r == CUDA_SUCCESS)
+            now[k++] = blocks[i];
+    }
+    if (r != CUDA_SUCCESS) /* nothing changed: what this call mapped goes back */
+        while (k-- > 0)
+            gm_unmap_locked(now[k]);
+    else
+        for (size_t i = 0; i < n; i++)
+            gm_high_locked(blocks[i]->dev);
+    pthread_mutex_unlock(&cuda_lock);
+    free(now);
+    return r;
+}
+
+void cuda_gm_set_live(struct cuda_gm_block *b, bool live)
+{
+    pthread_mutex_lock(&cuda_lock);
+    b->live = live;
+    gm_high_locked(b->dev);
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+static void cuda_gm_trim(int dev)
+{
+    pthread_mutex_lock(&cuda_lock);
+    for (struct cuda_gm_block *b = gm_blocks, *next; b; b = next) {
+        next = b->next;
+        if (b->dev != dev || !b->mapped || b->live)
+            continue;
+        gm_unmap_locked(b);
+        gm_gone_locked(b);
+    }
+    pthread_mutex_unlock(&cuda_lock);
+}
+
+static CUresult cuda_gm_attr(int dev, CUgraphMem_attribute attr, uint64_t *value, bool reset)
+{
+    pthread_mutex_lock(&cuda_lock);
+    CUresult r = CUDA_SUCCESS;
+    switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+        *value = gm_sum_locked(dev, true);
+        r = reset ? CUDA_ERROR_INVALID_VALUE : r;
+        break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+        *value = gm_sum_locked(dev, false);
+        r = reset ? CUDA_ERROR_INVALID_VALUE : r;
+        break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+        if (reset) /* "High watermark can only be reset to zero": it starts again from now */
+            gm_used_high[dev] = gm_sum_locked(dev, true);
+        *value = gm_used_high[dev];
+        break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+        if (reset)
+            gm_reserved_high[dev] = gm_sum_locked(dev, false);
+        *value = gm_reserved_high[dev];
+        break;
+    default:
+        r = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return r;
+}
+
+static CUresult gm_device_ok(CUdevice device)
+{
+    CUresult r = cuda_check_init();
+    if (r)
+        return r;
+    return cuda_dev_valid(device) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+EMU_API CUresult cuDeviceGraphMemTrim(CUdevice device)
+{
+    CUresult r = gm_device_ok(device);
+    if (r == CUDA_SUCCESS)
+        cuda_gm_trim(device);
+    return r;
+}
+
+/* The two attribute entry points: a valid device, then the attribute read (or reset). */
+static CUresult gm_attr_call(CUdevice device, CUgraphMem_attribute attr, void *value, bool reset)
+{
+    CUresult r = gm_device_ok(device);
+    if (r)
+        return r;
+    if (!value || (reset && *(uint64_t *)value != 0)) /* a high watermark resets to 0 only */
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t v;
+    return cuda_gm_attr(device, attr, reset ? &v : (uint64_t *)value, reset);
+}
+
+EMU_API CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                              void *value)
+{
+    return gm_attr_call(device, attr, value, false);
+}
+
+EMU_API CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                              void *value)
+{
+    return gm_attr_call(device, attr, value, true);
+}
+
 CUresult cuda_dev_free(CUdeviceptr p)
 {
     pthread_mutex_lock(&cuda_lock);
     struct alloc *a = reg_find(p);
+    if (a && a->kind == K_GRAPH && a->ptr == p) {
+        CUresult r = gm_free_locked(a->gm);
+        pthread_mutex_unlock(&cuda_lock);
+        return r;
+    }
     if (!a || a->ptr != p || (a->kind != K_DEVICE && a->kind != K_MANAGED)) {
         pthread_mutex_unlock(&cuda_lock);
         return CUDA_ERROR_INVALID_VALUE;
@@ -872,12 +1206,28 @@ static CUresult copy(void *dst, const void *src, size_t n)
 
 #define DP(p) ((void *)(uintptr_t)(p))
 
+/* A device range a copy or memset may name: memory the emulator knows, or, for one being
+ * captured, a graph allocation's addresses (backed only when the graph runs). */
+static bool dev_range_ok(CUdeviceptr p, size_t n)
+{
+    if (cuda_ptr_valid(p, n))
+        return true;
+    if (!capturing_into)
+        return false;
+    pthread_mutex_lock(&cuda_lock);
+    bool ok = false;
+    for (struct cuda_gm_block *b = gm_blocks; b && !ok; b = b->next)
+        ok = p >= b->va && p + n <= b->va + b->bytes;
+    pthread_mutex_unlock(&cuda_lock);
+    return ok;
+}
+
 static CUresult copy_checked(CUdeviceptr dst_dev, bool dst_is_dev, CUdeviceptr src_dev,
                              bool src_is_dev, void *dst, const void *src, size_t n)
 {
-    if (dst_is_dev && !cuda_ptr_valid(dst_dev, n))
+    if (dst_is_dev && !dev_range_ok(dst_dev, n))
         return CUDA_ERROR_INVALID_VALUE;
-    if (src_is_dev && !cuda_ptr_valid(src_dev, n))
+    if (src_is_dev && !dev_range_ok(src_dev, n))
         return CUDA_ERROR_INVALID_VALUE;
     return copy(dst, src, n);
 }
@@ -1171,7 +1521,7 @@ static CUresult memset_n(CUdeviceptr d, unsigned v, size_t elem, size_t n, size_
         return CUDA_ERROR_INVALID_VALUE;
     if (!row || !height)
         return CUDA_SUCCESS;
-    if (!cuda_ptr_valid(d, (height - 1) * pitch + row))
+    if (!dev_range_ok(d, (height - 1) * pitch + row))
         return CUDA_ERROR_INVALID_VALUE;
     if (capturing_into) {
         if (height != 1)
@@ -1488,15 +1838,41 @@ EMU_API CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAllocati
     return CUDA_SUCCESS;
 }
 
+static struct vmm_handle *vmm_handles; /* cuda_lock */
+
+/* cuda_lock held. Frees v once it is released, unmapped and held by no import; then lets its
+ * owner go the same way. */
 static void vmm_put(struct vmm_handle *v)
 {
-    if (!v->released || v->maps)
+    if (!v->released || v->maps || v->holders)
         return;
+    for (struct vmm_handle **pp = &vmm_handles; *pp; pp = &(*pp)->next)
+        if (*pp == v) {
+            *pp = v->next;
+            break;
+        }
     close(v->fd);
     if (v->charged)
-        emu_state_mem_uncharge(cuda_state, (unsigned)v->dev, v->charged);
+        emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(v->dev), v->charged);
+    struct vmm_handle *owner = v->owner;
     v->magic = 0;
     free(v);
+    if (owner) {
+        owner->holders--;
+        vmm_put(owner);
+    }
+}
+
+/* cuda_lock held. Records a new handle as live; its memfd's identity for imports. */
+static void vmm_link(struct vmm_handle *v)
+{
+    struct stat st;
+    if (fstat(v->fd, &st) == 0) {
+        v->st_dev = st.st_dev;
+        v->st_ino = st.st_ino;
+    }
+    v->next = vmm_handles;
+    vmm_handles = v;
 }
 
 EMU_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
@@ -1518,7 +1894,7 @@ EMU_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
         free(v);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (emu_state_mem_charge(cuda_state, (unsigned)dev, size) < 0) {
+    if (emu_state_mem_charge(cuda_state, cuda_dev_gpu(dev), size) < 0) {
         close(v->fd);
         free(v);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1527,6 +1903,9 @@ EMU_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     v->dev = dev;
     v->size = size;
     v->charged = size;
+    pthread_mutex_lock(&cuda_lock);
+    vmm_link(v);
+    pthread_mutex_unlock(&cuda_lock);
     *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
     return CUDA_SUCCESS;
 }
@@ -1584,7 +1963,38 @@ EMU_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h,
     v->magic = VMM_MAGIC;
     v->dev = c->dev;
     v->size = (uint64_t)st.st_size; /* imported: the exporter is charged */
+    pthread_mutex_lock(&cuda_lock);
+    /* this process's own allocation: the import holds it (struct vmm_handle) */
+    for (struct vmm_handle *o = vmm_handles; o; o = o->next)
+        if (!o->owner && o->st_dev == st.st_dev && o->st_ino == st.st_ino) {
+            v->owner = o;
+            v->dev = o->dev;
+            o->holders++;
+            break;
+        }
+    vmm_link(v);
+    pthread_mutex_unlock(&cuda_lock);
     *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
+    return CUDA_SUCCESS;
+}
+
+EMU_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                        CUmemGenericAllocationHandle h)
+{
+    if (!prop)
+        return CUDA_ERROR_INVALID_VALUE;
+    NEED_CTX(c);
+    pthread_mutex_lock(&cuda_lock);
+    struct vmm_handle *v = vmm_of(h);
+    int dev = v ? v->dev : -1;
+    pthread_mutex_unlock(&cuda_lock);
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(prop, 0, sizeof(*prop));
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = dev;
+    prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR; /* all it exports */
     return CUDA_SUCCESS;
 }
 
@@ -1782,13 +2192,13 @@ static int pool_fit_locked(struct CUmemPoolHandle_st *p)
         uint64_t more = extra - p->extra;
         if (!cuda_mps_charge_locked(p->dev, more))
             return -ENOMEM;
-        if (emu_state_mem_charge(cuda_state, (unsigned)p->dev, more) < 0) {
+        if (emu_state_mem_charge(cuda_state, cuda_dev_gpu(p->dev), more) < 0) {
             cuda_mps_uncharge_locked(p->dev, more);
             return -ENOMEM;
         }
     } else if (extra < p->extra) {
         uint64_t less = p->extra - extra;
-        emu_state_mem_uncharge(cuda_state, (unsigned)p->dev, less);
+        emu_state_mem_uncharge(cuda_state, cuda_dev_gpu(p->dev), less);
         cuda_mps_uncharge_locked(p->dev, less);
     }
     p->extra = extra;
@@ -1896,6 +2306,23 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, 
     CUresult r = cuda_stream_resolve(hs, pt, &s);
     if (r)
         return r;
+    if (pool && !pool_of(pool))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (s->capture) {
+        /* captured: an allocation node, addresses now, memory when the graph is launched
+         * ("Graph Memory Nodes": stream capture of cudaMallocAsync) */
+        struct cuda_gm_block *b;
+        r = cuda_gm_block_new(pool ? pool->dev : s->ctx->dev, bytes, &b);
+        if (r)
+            return r;
+        r = cuda_graph_add_gm(s->capture, b, true);
+        if (r) {
+            cuda_gm_block_drop(b);
+            return r;
+        }
+        *dptr = cuda_gm_block_va(b);
+        return CUDA_SUCCESS;
+    }
     if (!pool) {
         pthread_mutex_lock(&cuda_lock);
         pool = dev_pool_locked(s->ctx->dev);
@@ -1941,11 +2368,24 @@ static CUresult free_async(CUdeviceptr p, CUstream hs, bool pt)
     CUresult r = cuda_stream_resolve(hs, pt, &s);
     if (r)
         return r;
+    struct cuda_gm_block *gb = s->capture ? cuda_gm_block_find(p) : NULL;
+    if (gb) { /* captured free of a graph allocation: a free node */
+        cuda_gm_block_hold(gb);
+        r = cuda_graph_add_gm(s->capture, gb, false);
+        if (r)
+            cuda_gm_block_drop(gb);
+        return r;
+    }
     pthread_mutex_lock(&cuda_lock);
     struct alloc *a = reg_find(p);
-    if (!a || a->ptr != p || (a->kind != K_POOL && a->kind != K_DEVICE)) {
+    if (!a || a->ptr != p || (a->kind != K_POOL && a->kind != K_DEVICE && a->kind != K_GRAPH)) {
         pthread_mutex_unlock(&cuda_lock);
         return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (a->kind == K_GRAPH) { /* a graph allocation freed outside a graph */
+        CUresult gr = gm_free_locked(a->gm);
+        pthread_mutex_unlock(&cuda_lock);
+        return gr;
     }
     if (a->kind == K_DEVICE) { /* cuMemFreeAsync of cuMemAlloc memory is allowed */
         dev_free_locked(a);

@@ -19,8 +19,9 @@
  * (state-mps.c); there is no real connection, so the settings are read once, at the first use
  * (an allocation, a launch, an attribute query). Limits are kept by the emulated machine's GPU
  * index (the daemon maps its own device numbers, which follow its CUDA_VISIBLE_DEVICES, to
- * them); the emulated libcuda has no CUDA_VISIBLE_DEVICES of its own, so a client's device N
- * is the machine's GPU N. Device memory only: managed memory is not limited here. */
+ * them); a client's device is translated to the machine's GPU (its CUDA_VISIBLE_DEVICES may
+ * number them otherwise: cuda_dev_gpu). Device memory only: managed memory is not limited
+ * here. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -147,21 +148,23 @@ int32_t cuda_mps_group_locked(void)
     return mps_group;
 }
 
-bool cuda_mps_charge_locked(int dev, uint64_t bytes)
+bool cuda_mps_charge_locked(int d, uint64_t bytes)
 {
     if (!__atomic_load_n(&mps_loaded, __ATOMIC_RELAXED))
         mps_load_locked();
-    if (dev < 0 || dev >= EMU_MAX_GPUS)
+    if (!cuda_dev(d))
         return true;
+    unsigned dev = cuda_dev_gpu(d); /* the limits are kept by the machine's GPU index */
     if (mps_limit[dev] && (bytes > mps_limit[dev] || mps_used[dev] > mps_limit[dev] - bytes))
         return false;
     mps_used[dev] += bytes;
     return true;
 }
 
-void cuda_mps_uncharge_locked(int dev, uint64_t bytes)
+void cuda_mps_uncharge_locked(int d, uint64_t bytes)
 {
-    if (dev >= 0 && dev < EMU_MAX_GPUS)
+    unsigned dev = cuda_dev_gpu(d);
+    if (cuda_dev(d))
         mps_used[dev] -= bytes < mps_used[dev] ? bytes : mps_used[dev];
 }
 
@@ -178,7 +181,7 @@ CUresult cuda_mps_fault(int dev)
     /* a client hit by a fault had memory on the GPU, so its settings are loaded already */
     if (!__atomic_load_n(&mps_loaded, __ATOMIC_ACQUIRE) || !mps_group || dev < 0)
         return CUDA_SUCCESS;
-    return emu_state_mps_fault_of(cuda_state, (unsigned)dev, mps_group, (int32_t)getpid()) == 1
+    return emu_state_mps_fault_of(cuda_state, cuda_dev_gpu(dev), mps_group, (int32_t)getpid()) == 1
                ? CUDA_ERROR_MPS_CLIENT_TERMINATED
                : CUDA_SUCCESS;
 }
@@ -188,7 +191,7 @@ CUresult cuda_mps_new_client_locked(int dev)
     int32_t group = cuda_mps_group_locked();
     if (!group || dev < 0)
         return CUDA_SUCCESS;
-    int f = emu_state_mps_fault_of(cuda_state, (unsigned)dev, group, (int32_t)getpid());
+    int f = emu_state_mps_fault_of(cuda_state, cuda_dev_gpu(dev), group, (int32_t)getpid());
     return f == 1   ? CUDA_ERROR_MPS_CLIENT_TERMINATED
            : f == 2 ? CUDA_ERROR_MPS_SERVER_NOT_READY
                     : CUDA_SUCCESS;

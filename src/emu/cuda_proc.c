@@ -106,7 +106,7 @@ static const struct proc_row rows[] = {
     E(cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool),
     E(cuDeviceGetDevResource, 12040, cuDeviceGetDevResource),                 /* not emulated */
     E(cuDeviceGetExecAffinitySupport, 11040, cuDeviceGetExecAffinitySupport), /* not emulated */
-    E(cuDeviceGetGraphMemAttribute, 11040, cuDeviceGetGraphMemAttribute),     /* not emulated */
+    E(cuDeviceGetGraphMemAttribute, 11040, cuDeviceGetGraphMemAttribute),
     E(cuDeviceGetHostAtomicCapabilities, 13000,
       cuDeviceGetHostAtomicCapabilities),       /* not emulated */
     E(cuDeviceGetLuid, 10000, cuDeviceGetLuid), /* not emulated */
@@ -121,7 +121,7 @@ static const struct proc_row rows[] = {
       cuDeviceGetTexture1DLinearMaxWidth), /* not emulated */
     E(cuDeviceGetUuid, 9020, cuDeviceGetUuid),
     E(cuDeviceGetUuid, 11040, cuDeviceGetUuid_v2),
-    E(cuDeviceGraphMemTrim, 11040, cuDeviceGraphMemTrim), /* not emulated */
+    E(cuDeviceGraphMemTrim, 11040, cuDeviceGraphMemTrim),
     E(cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState),
     E(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease),
     E(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2),
@@ -131,8 +131,8 @@ static const struct proc_row rows[] = {
     E(cuDevicePrimaryCtxSetFlags, 7000, cuDevicePrimaryCtxSetFlags),
     E(cuDevicePrimaryCtxSetFlags, 11000, cuDevicePrimaryCtxSetFlags_v2),
     E(cuDeviceRegisterAsyncNotification, 12040,
-      cuDeviceRegisterAsyncNotification),                                 /* not emulated */
-    E(cuDeviceSetGraphMemAttribute, 11040, cuDeviceSetGraphMemAttribute), /* not emulated */
+      cuDeviceRegisterAsyncNotification), /* not emulated */
+    E(cuDeviceSetGraphMemAttribute, 11040, cuDeviceSetGraphMemAttribute),
     E(cuDeviceSetMemPool, 11020, cuDeviceSetMemPool),
     E(cuDeviceTotalMem, 2000, cuDeviceTotalMem), /* not emulated */
     E(cuDeviceTotalMem, 3020, cuDeviceTotalMem_v2),
@@ -184,8 +184,8 @@ static const struct proc_row rows[] = {
     E(cuGraphAddHostNode, 10000, cuGraphAddHostNode), /* not emulated */
     E(cuGraphAddKernelNode, 10000, cuGraphAddKernelNode),
     E(cuGraphAddKernelNode, 12000, cuGraphAddKernelNode_v2),
-    E(cuGraphAddMemAllocNode, 11040, cuGraphAddMemAllocNode),                 /* not emulated */
-    E(cuGraphAddMemFreeNode, 11040, cuGraphAddMemFreeNode),                   /* not emulated */
+    E(cuGraphAddMemAllocNode, 11040, cuGraphAddMemAllocNode),
+    E(cuGraphAddMemFreeNode, 11040, cuGraphAddMemFreeNode),
     E(cuGraphAddMemcpyNode, 10000, cuGraphAddMemcpyNode),                     /* not emulated */
     E(cuGraphAddMemsetNode, 10000, cuGraphAddMemsetNode),                     /* not emulated */
     E(cuGraphAddNode, 12020, cuGraphAddNode),                                 /* not emulated */
@@ -242,8 +242,8 @@ static const struct proc_row rows[] = {
     E(cuGraphInstantiate, 11000, cuGraphInstantiate_v2),
     E(cuGraphInstantiate, 12000, cuGraphInstantiateWithFlags),
     E(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags),
-    E(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams),       /* not emulated */
-    P(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams_ptsz),  /* not emulated */
+    E(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams),
+    P(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams_ptsz),
     E(cuGraphKernelNodeCopyAttributes, 11000, cuGraphKernelNodeCopyAttributes), /* not emulated */
     E(cuGraphKernelNodeGetAttribute, 11000, cuGraphKernelNodeGetAttribute),     /* not emulated */
     E(cuGraphKernelNodeGetParams, 10000, cuGraphKernelNodeGetParams),           /* not emulated */
@@ -253,8 +253,8 @@ static const struct proc_row rows[] = {
     E(cuGraphKernelNodeSetParams, 12000, cuGraphKernelNodeSetParams_v2),        /* not emulated */
     E(cuGraphLaunch, 10000, cuGraphLaunch),
     P(cuGraphLaunch, 10000, cuGraphLaunch_ptsz),
-    E(cuGraphMemAllocNodeGetParams, 11040, cuGraphMemAllocNodeGetParams),    /* not emulated */
-    E(cuGraphMemFreeNodeGetParams, 11040, cuGraphMemFreeNodeGetParams),      /* not emulated */
+    E(cuGraphMemAllocNodeGetParams, 11040, cuGraphMemAllocNodeGetParams),
+    E(cuGraphMemFreeNodeGetParams, 11040, cuGraphMemFreeNodeGetParams),
     E(cuGraphMemcpyNodeGetParams, 10000, cuGraphMemcpyNodeGetParams),        /* not emulated */
     E(cuGraphMemcpyNodeSetParams, 10000, cuGraphMemcpyNodeSetParams),        /* not emulated */
     E(cuGraphMemsetNodeGetParams, 10000, cuGraphMemsetNodeGetParams),        /* not emulated */
@@ -265,13 +265,13 @@ static const struct proc_row rows[] = {
     E(cuGraphNodeGetDependentNodes, 10000, cuGraphNodeGetDependentNodes),    /* not emulated */
     E(cuGraphNodeGetDependentNodes, 12030, cuGraphNodeGetDependentNodes_v2), /* not emulated */
     E(cuGraphNodeGetEnabled, 11060, cuGraphNodeGetEnabled),                  /* not emulated */
-    E(cuGraphNodeGetType, 10000, cuGraphNodeGetType),                        /* not emulated */
-    E(cuGraphNodeSetEnabled, 11060, cuGraphNodeSetEnabled),                  /* not emulated */
-    E(cuGraphNodeSetParams, 12020, cuGraphNodeSetParams),                    /* not emulated */
-    E(cuGraphReleaseUserObject, 11030, cuGraphReleaseUserObject),            /* not emulated */
-    E(cuGraphRemoveDependencies, 10000, cuGraphRemoveDependencies),          /* not emulated */
-    E(cuGraphRemoveDependencies, 12030, cuGraphRemoveDependencies_v2),       /* not emulated */
-    E(cuGraphRetainUserObject, 11030, cuGraphRetainUserObject),              /* not emulated */
+    E(cuGraphNodeGetType, 10000, cuGraphNodeGetType),
+    E(cuGraphNodeSetEnabled, 11060, cuGraphNodeSetEnabled),            /* not emulated */
+    E(cuGraphNodeSetParams, 12020, cuGraphNodeSetParams),              /* not emulated */
+    E(cuGraphReleaseUserObject, 11030, cuGraphReleaseUserObject),      /* not emulated */
+    E(cuGraphRemoveDependencies, 10000, cuGraphRemoveDependencies),    /* not emulated */
+    E(cuGraphRemoveDependencies, 12030, cuGraphRemoveDependencies_v2), /* not emulated */
+    E(cuGraphRetainUserObject, 11030, cuGraphRetainUserObject),        /* not emulated */
     E(cuGraphUpload, 11010, cuGraphUpload),
     P(cuGraphUpload, 11010, cuGraphUpload_ptsz),
     E(cuGraphicsMapResources, 3000, cuGraphicsMapResources),      /* not emulated */
@@ -382,8 +382,7 @@ static const struct proc_row rows[] = {
     E(cuMemGetAddressRange, 2000, cuMemGetAddressRange), /* not emulated */
     E(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2),
     E(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity),
-    E(cuMemGetAllocationPropertiesFromHandle, 10020,
-      cuMemGetAllocationPropertiesFromHandle),                              /* not emulated */
+    E(cuMemGetAllocationPropertiesFromHandle, 10020, cuMemGetAllocationPropertiesFromHandle),
     E(cuMemGetDefaultMemPool, 13000, cuMemGetDefaultMemPool),               /* not emulated */
     E(cuMemGetHandleForAddressRange, 11070, cuMemGetHandleForAddressRange), /* not emulated */
     E(cuMemGetInfo, 2000, cuMemGetInfo),                                    /* not emulated */

@@ -138,6 +138,61 @@ int emu_args_mode(const char *s, unsigned *ret, char *err, size_t errlen)
     return 0;
 }
 
+int emu_args_iommu_groups(const char *s, bool *ret, char *err, size_t errlen)
+{
+    if (s && strcmp(s, "per-gpu") == 0)
+        *ret = false;
+    else if (s && strcmp(s, "shared") == 0)
+        *ret = true;
+    else
+        return errbuf_printf(err, errlen,
+                             "bad --iommu-groups '%.32s': want per-gpu (one group per GPU) or "
+                             "shared (GPUs 2k and 2k+1 in one group)",
+                             s ? s : "");
+    return 0;
+}
+
+int emu_args_mig_profiles(const char *s, const struct emu_mig_board *b, unsigned *ret, size_t max,
+                          size_t *ret_n, char *err, size_t errlen)
+{
+    unsigned tmp[EMU_MIG_MAX_GI];
+    size_t n = 0;
+    if (!b)
+        return errbuf_printf(err, errlen, "this GPU has no MIG profiles");
+    if (!s || !*s)
+        return errbuf_printf(err, errlen, "empty MIG profile list: want e.g. 1g.10gb,3g.40gb");
+    if (max > EMU_MIG_MAX_GI)
+        max = EMU_MIG_MAX_GI;
+    for (const char *p = s;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const struct emu_mig_gi_profile *prof = emu_mig_gi_by_name(b, p, len);
+        uint64_t id;
+        if (!prof && uint_in(p, len, 255, &id))
+            prof = emu_mig_gi_by_id(b, (unsigned)id);
+        if (!prof) {
+            char names[256] = "";
+            for (size_t i = 0; i < b->n; i++)
+                snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s (%u)",
+                         i ? ", " : "", b->profiles[i].name, b->profiles[i].id);
+            return errbuf_printf(err, errlen, "unknown MIG profile '%.*s' on %s: want one of %s",
+                                 (int)(len > 32 ? 32 : len), p, b->gpu_name, names);
+        }
+        if (n == max)
+            return errbuf_printf(err, errlen,
+                                 "MIG profile list '%.64s' has more than %zu entries (a GPU holds "
+                                 "at most %d GPU instances)",
+                                 s, max, EMU_MIG_MAX_GI);
+        tmp[n++] = prof->index;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    memcpy(ret, tmp, n * sizeof(*tmp));
+    *ret_n = n;
+    return 0;
+}
+
 int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errlen)
 {
     const char *eq = kv ? strchr(kv, '=') : NULL;
@@ -302,7 +357,7 @@ int emu_args_set_apply(struct emu_gpu *g, const struct emu_set_req *req, char *e
                       req->sm_clock_mhz, g->index, g->sm_clock_max_mhz);
         return -ERANGE;
     }
-    if ((req->mask & EMU_SET_MIG) && req->mig_mode && !(g->cc_major >= 8 && g->cc_minor == 0)) {
+    if ((req->mask & EMU_SET_MIG) && req->mig_mode && !emu_mig_board_find(g->name)) {
         errbuf_printf(err, errlen, "GPU %u (%s) does not support MIG", g->index, g->name);
         return -ERANGE;
     }
@@ -349,8 +404,6 @@ int emu_args_set_apply(struct emu_gpu *g, const struct emu_set_req *req, char *e
         g->pstate = req->pstate;
     if (req->mask & EMU_SET_COMPUTE_MODE)
         g->compute_mode = req->compute_mode;
-    if (req->mask & EMU_SET_MIG)
-        g->mig_mode = g->mig_mode_pending = req->mig_mode;
     if (req->mask & EMU_SET_NVLINK_ERROR_LINK)
         g->nvlink_error_link = req->nvlink_error_link;
     for (unsigned c = 0; c < 5 && (req->mask & EMU_SET_NVLINK_ERRORS); c++)

@@ -4,9 +4,11 @@
  * with its own fuzz target (tests/fuzz/fuzz-emu-args.c). */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mig-profiles.h"
 #include "state.h"
 
 /* "7" → 7 when 7 < gpu_count; anything else is a UUID or PCI bus id the caller looks up
@@ -21,6 +23,17 @@ int emu_args_nvlink(const char *s, enum emu_nvlink_mode *ret, char *err, size_t 
 /* `init --mode`: the state file's permission bits in octal (`0600`, `660`), at most 0777 and
  * with owner read and write (the creator must be able to use it). */
 int emu_args_mode(const char *s, unsigned *ret, char *err, size_t errlen);
+
+/* `init --iommu-groups`: "per-gpu" (each GPU its own group: *ret false) or "shared" (GPUs 2k and
+ * 2k+1 share one: *ret true). */
+int emu_args_iommu_groups(const char *s, bool *ret, char *err, size_t errlen);
+
+/* `accel-emu mig GPU create PROFILE[,PROFILE...]`: a comma-separated list of board b's GPU
+ * instance profiles, each a name ("1g.10gb", "MIG 1g.10gb", any case) or a profile ID ("19"), as
+ * `nvidia-smi mig -cgi` takes them; at most max (and EMU_MIG_MAX_GI) entries. Their NVML
+ * profile indexes into ret, the count into *ret_n. */
+int emu_args_mig_profiles(const char *s, const struct emu_mig_board *b, unsigned *ret, size_t max,
+                          size_t *ret_n, char *err, size_t errlen);
 
 /* What `accel-emu set GPU k=v ...` changes. */
 enum {
@@ -73,6 +86,7 @@ int emu_args_set(const char *kv, struct emu_set_req *req, char *err, size_t errl
 /* The keys above, for help text. */
 extern const char *const emu_args_set_keys;
 
-/* Applies req to g (call with the state lock held). sm_clock above the GPU's maximum is
- * refused (-ERANGE) before anything changes. */
+/* Applies req to g (call with the state lock held). sm_clock above the GPU's maximum, and mig on
+ * a GPU without MIG, are refused (-ERANGE) before anything changes. MIG mode itself is not
+ * applied here: it goes through the driver's activation (emu_state_mig_set_mode). */
 int emu_args_set_apply(struct emu_gpu *g, const struct emu_set_req *req, char *err, size_t errlen);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "nvml_emu.h"
+#include "state-mig.h"
 
 #define CHECK_DEVICE(dev, g, idx)                                                                  \
     do {                                                                                           \
@@ -15,25 +16,59 @@
             return r_;                                                                             \
     } while (0)
 
-/* The device's own error first (uninitialized, bad handle, lost), else err. */
+/* A GPU's or a MIG device's handle, for the queries that answer for both ("These overloaded
+ * references can be used (with some restrictions) interchangeably with a GPU device handle",
+ * nvmlDeviceIsMigDeviceHandle). *ret_mig: a MIG device, its instance slots in *ret_gi, *ret_ci. */
+static nvmlReturn_t gpu_or_mig(nvmlDevice_t dev, struct emu_gpu **ret_gpu, unsigned *ret_index,
+                               bool *ret_mig, unsigned *ret_gi, unsigned *ret_ci)
+{
+    *ret_mig = nvml_emu_is_mig_handle(dev);
+    if (*ret_mig)
+        return nvml_emu_mig_device(dev, ret_gpu, ret_index, ret_gi, ret_ci);
+    return nvml_emu_device(dev, ret_gpu, ret_index);
+}
+
+/* The device's own error first (uninitialized, bad handle, lost), else err (for the memory
+ * queries, which answer for MIG devices too). */
 static nvmlReturn_t arg_error(nvmlDevice_t device, nvmlReturn_t err)
 {
-    nvmlReturn_t r = nvml_emu_device(device, NULL, NULL);
+    bool mig;
+    unsigned gi, ci;
+    nvmlReturn_t r = gpu_or_mig(device, NULL, NULL, &mig, &gi, &ci);
     return r != NVML_SUCCESS ? r : err;
 }
 
+/* A MIG device's UUID is its own ("MIG-..."), "globally unique" (nvmlDeviceGetUUID). */
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
     struct emu_gpu *g;
-    CHECK_DEVICE(device, &g, NULL);
-    return nvml_emu_copy_string(g->uuid, uuid, length);
+    bool mig;
+    unsigned gi, ci;
+    nvmlReturn_t r = gpu_or_mig(device, &g, NULL, &mig, &gi, &ci);
+    if (r != NVML_SUCCESS)
+        return r;
+    char u[EMU_UUID_LEN];
+    emu_state_lock(nvml_emu_state());
+    memcpy(u, mig ? g->mig[gi].ci[ci].uuid : g->uuid, sizeof(u));
+    emu_state_unlock(nvml_emu_state());
+    u[sizeof(u) - 1] = '\0';
+    return nvml_emu_copy_string(u, uuid, length);
 }
 
+/* "When used with MIG device handles the API returns MIG device names" (nvmlDeviceGetName). */
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     struct emu_gpu *g;
-    CHECK_DEVICE(device, &g, NULL);
-    return nvml_emu_copy_string(g->name, name, length);
+    bool mig;
+    unsigned gi, ci;
+    nvmlReturn_t r = gpu_or_mig(device, &g, NULL, &mig, &gi, &ci);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!mig)
+        return nvml_emu_copy_string(g->name, name, length);
+    char n[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    nvml_emu_mig_name(g, gi, ci, n, sizeof(n));
+    return nvml_emu_copy_string(n, name, length);
 }
 
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial,
@@ -46,14 +81,32 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial,
     return nvml_emu_copy_string(s, serial, length);
 }
 
+/* A GPU's place among the GPUs the driver owns; a MIG device's among its parent's, which
+ * nvmlDeviceGetMigDeviceHandleByIndex takes back ("MIG device indices are unique within a
+ * device", nvmlDeviceGetIndex). */
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
-    unsigned i;
-    CHECK_DEVICE(device, NULL, &i);
+    unsigned i, gi, ci;
+    bool mig;
+    nvmlReturn_t r = gpu_or_mig(device, NULL, &i, &mig, &gi, &ci);
+    if (r != NVML_SUCCESS)
+        return r;
     if (!index)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *index = i;
-    return NVML_SUCCESS;
+    struct emu_state *st = nvml_emu_state();
+    if (!mig) {
+        *index = nvml_emu_nvml_index(st, i);
+        return NVML_SUCCESS;
+    }
+    unsigned gis[EMU_MIG_MAX_GI * EMU_MIG_MAX_CI], cis[EMU_MIG_MAX_GI * EMU_MIG_MAX_CI];
+    uint64_t serials[EMU_MIG_MAX_GI * EMU_MIG_MAX_CI];
+    unsigned n = nvml_emu_mig_list(st, i, gis, cis, serials);
+    for (unsigned k = 0; k < n; k++)
+        if (gis[k] == gi && cis[k] == ci) {
+            *index = k;
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_INVALID_ARGUMENT; /* destroyed meanwhile */
 }
 
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
@@ -66,10 +119,15 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned
     return NVML_SUCCESS;
 }
 
+/* A MIG device's is its parent GPU's (inferred: a MIG device has no PCI function of its own). */
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
     struct emu_gpu *g;
-    CHECK_DEVICE(device, &g, NULL);
+    bool mig;
+    unsigned gi, ci;
+    nvmlReturn_t r = gpu_or_mig(device, &g, NULL, &mig, &gi, &ci);
+    if (r != NVML_SUCCESS)
+        return r;
     if (!pci)
         return NVML_ERROR_INVALID_ARGUMENT;
     nvml_emu_pci_info(g, pci);
@@ -84,10 +142,30 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciIn
 static nvmlReturn_t mem_info(nvmlDevice_t device, uint64_t *ret_total, uint64_t *ret_used,
                              uint64_t *ret_reserved)
 {
-    unsigned i;
+    unsigned i, gi, ci;
     struct emu_gpu *g;
-    CHECK_DEVICE(device, &g, &i);
-    if (emu_state_mem_info(nvml_emu_state(), i, ret_used, ret_total) < 0)
+    bool mig;
+    nvmlReturn_t r = gpu_or_mig(device, &g, &i, &mig, &gi, &ci);
+    if (r != NVML_SUCCESS)
+        return r;
+    struct emu_state *st = nvml_emu_state();
+    if (mig) {
+        /* "Per-instance information can be queried by using specific MIG device handles": the
+         * GPU instance's memory (its compute instances share it) and what processes on it hold */
+        struct emu_mig_gi tab[EMU_MIG_MAX_GI];
+        emu_state_mig_snapshot(st, i, tab);
+        const struct emu_mig_board *b = emu_state_mig_board(g);
+        const struct emu_mig_gi_profile *p = emu_mig_gi_by_index(b, tab[gi].profile);
+        if (!p)
+            return NVML_ERROR_UNKNOWN;
+        *ret_total = emu_mig_gi_bytes(b, p, g->memory_total);
+        *ret_used = emu_state_mig_gi_used(st, i, gi);
+        *ret_reserved = 0;
+        if (*ret_used > *ret_total)
+            *ret_used = *ret_total;
+        return NVML_SUCCESS;
+    }
+    if (emu_state_mem_info(st, i, ret_used, ret_total) < 0)
         return NVML_ERROR_UNKNOWN;
     *ret_reserved = g->memory_reserved;
     *ret_used += g->memory_reserved;
@@ -137,18 +215,16 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device
                                                              int *minor)
 {
     struct emu_gpu *g;
-    CHECK_DEVICE(device, &g, NULL);
+    bool mig;
+    unsigned gi, ci;
+    nvmlReturn_t r = gpu_or_mig(device, &g, NULL, &mig, &gi, &ci);
+    if (r != NVML_SUCCESS)
+        return r;
     if (!major || !minor)
         return NVML_ERROR_INVALID_ARGUMENT;
     *major = (int)g->cc_major;
     *minor = (int)g->cc_minor;
     return NVML_SUCCESS;
-}
-
-/* MIG exists on the data-center parts of Ampere and later (compute capability x.0, x >= 8). */
-static bool mig_capable(const struct emu_gpu *g)
-{
-    return g->cc_major >= 8 && g->cc_minor == 0;
 }
 
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
@@ -158,7 +234,7 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int
     CHECK_DEVICE(device, &g, NULL);
     if (!currentMode || !pendingMode)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (!mig_capable(g))
+    if (!emu_state_mig_board(g))
         return NVML_ERROR_NOT_SUPPORTED;
     *currentMode = g->mig_mode ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
     *pendingMode = g->mig_mode_pending ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
@@ -288,9 +364,14 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                         nvmlUtilization_t *utilization)
 {
     unsigned i;
-    CHECK_DEVICE(device, NULL, &i);
+    struct emu_gpu *g;
+    CHECK_DEVICE(device, &g, &i);
     if (!utilization)
         return NVML_ERROR_INVALID_ARGUMENT;
+    /* "On MIG-enabled GPUs, querying device utilization rates is not currently supported"
+     * (nvmlDeviceGetUtilizationRates) */
+    if (__atomic_load_n(&g->mig_mode, __ATOMIC_RELAXED))
+        return NVML_ERROR_NOT_SUPPORTED;
     uint64_t t0, t1, busy = 0;
     nvml_emu_last_period(emu_state_now_ns(), &t0, &t1);
     if (emu_state_busy_ns(nvml_emu_state(), i, t0, t1, 0, &busy, NULL) < 0)
@@ -498,10 +579,16 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClo
     return clock_of(device, type, true, clock);
 }
 
+/* "Retrieves the current compute mode for the device or MIG device": a MIG device's is its
+ * parent's (the emulator keeps one per GPU). */
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
 {
     struct emu_gpu *g;
-    CHECK_DEVICE(device, &g, NULL);
+    bool mig;
+    unsigned gi, ci;
+    nvmlReturn_t r = gpu_or_mig(device, &g, NULL, &mig, &gi, &ci);
+    if (r != NVML_SUCCESS)
+        return r;
     if (!mode)
         return NVML_ERROR_INVALID_ARGUMENT;
     *mode = (nvmlComputeMode_t)__atomic_load_n(&g->compute_mode, __ATOMIC_RELAXED);

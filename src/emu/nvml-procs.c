@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "nvml_emu.h"
+#include "state-mig.h"
 #include "state-mps.h"
 #include "state-nvml.h"
 
@@ -24,12 +25,18 @@
 /* Writes the process list of the device in records of `stride` bytes: pid (u32 at 0),
  * usedGpuMemory (u64 at 8), then for 24 and 32: gpuInstanceId, computeInstanceId (u32 at 16,
  * 20), then for 32: usedGpuCcProtectedMemory (u64 at 24). Whole records are written,
- * padding included, as a driver copying its structs does. */
+ * padding included, as a driver copying its structs does.
+ * MIG: a GPU's handle lists every process with the IDs of the instance it runs on (0xFFFFFFFF
+ * for none); a MIG device's handle lists the processes on that compute instance ("In MIG
+ * mode, if device handle is provided, the API returns aggregate information ... Per-instance
+ * information can be queried by using specific MIG device handles"). */
 static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *infoCount, void *infos,
                                       unsigned stride, bool mps_clients)
 {
-    unsigned gi;
-    nvmlReturn_t r = nvml_emu_device(device, NULL, &gi);
+    unsigned gi, mig_gi = 0, mig_ci = 0;
+    bool mig = nvml_emu_is_mig_handle(device);
+    nvmlReturn_t r = mig ? nvml_emu_mig_device(device, NULL, &gi, &mig_gi, &mig_ci)
+                         : nvml_emu_device(device, NULL, &gi);
     if (r != NVML_SUCCESS)
         return r;
     if (!infoCount || (*infoCount > 0 && !infos))
@@ -40,6 +47,15 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *infoCou
         return NVML_ERROR_UNKNOWN;
     if (n > EMU_MAX_PROCS)
         n = EMU_MAX_PROCS;
+    struct emu_mig_gi tab[EMU_MIG_MAX_GI];
+    emu_state_mig_snapshot(nvml_emu_state(), gi, tab);
+    if (mig) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (procs[i].mig_serial && procs[i].mig_serial == tab[mig_gi].ci[mig_ci].serial)
+                procs[k++] = procs[i];
+        n = k;
+    }
     if (mps_clients) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++)
@@ -53,14 +69,20 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *infoCou
     }
     for (size_t i = 0; i < n; i++) {
         unsigned char *rec = (unsigned char *)infos + i * stride;
-        uint32_t pid = (uint32_t)procs[i].pid, none = NVML_EMU_NO_INSTANCE;
+        uint32_t pid = (uint32_t)procs[i].pid, gid = NVML_EMU_NO_INSTANCE;
+        uint32_t cid = NVML_EMU_NO_INSTANCE;
         uint64_t used = procs[i].bytes, cc = 0;
+        unsigned s, c;
+        if (emu_mig_find_serial(tab, procs[i].mig_serial, &s, &c) == 0) {
+            gid = tab[s].id;
+            cid = tab[s].ci[c].id;
+        }
         memset(rec, 0, stride);
         memcpy(rec, &pid, sizeof(pid));
         memcpy(rec + 8, &used, sizeof(used));
         if (stride >= 24) {
-            memcpy(rec + 16, &none, sizeof(none));
-            memcpy(rec + 20, &none, sizeof(none));
+            memcpy(rec + 16, &gid, sizeof(gid));
+            memcpy(rec + 20, &cid, sizeof(cid));
         }
         if (stride >= 32)
             memcpy(rec + 24, &cc, sizeof(cc));

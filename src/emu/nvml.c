@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "nvml_emu.h"
+#include "state-mig.h"
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned init_count;     /* guarded by init_lock */
@@ -29,10 +30,18 @@ static struct emu_state *state; /* set under init_lock; read with acquire */
 static uint64_t util_window_ns = 1000000000ull;
 static int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC, at init */
 
+#define DEV(i)                                                                                     \
+    {                                                                                              \
+        .index = i                                                                                 \
+    }
 static struct nvmlDevice_st devices[EMU_MAX_GPUS] = {
-    {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15},
+    DEV(0), DEV(1), DEV(2),  DEV(3),  DEV(4),  DEV(5),  DEV(6),  DEV(7),
+    DEV(8), DEV(9), DEV(10), DEV(11), DEV(12), DEV(13), DEV(14), DEV(15),
 };
+#undef DEV
 _Static_assert(EMU_MAX_GPUS == 16, "devices[] lists one handle per possible GPU");
+/* MIG device handles: one per compute instance slot of every GPU (nvml-mig.c hands them out). */
+static struct nvmlDevice_st mig_devices[EMU_MAX_GPUS][EMU_MIG_MAX_GI][EMU_MIG_MAX_CI];
 
 struct emu_state *nvml_emu_state(void)
 {
@@ -47,6 +56,64 @@ uint64_t nvml_emu_util_window_ns(void)
 nvmlDevice_t nvml_emu_handle(unsigned i)
 {
     return &devices[i];
+}
+
+nvmlDevice_t nvml_emu_mig_handle(unsigned gpu, unsigned gi, unsigned ci, uint64_t serial)
+{
+    struct nvmlDevice_st *d = &mig_devices[gpu][gi][ci];
+    d->index = gpu;
+    d->mig = 1;
+    d->gi = gi;
+    d->ci = ci;
+    __atomic_store_n(&d->serial, serial, __ATOMIC_RELEASE);
+    return d;
+}
+
+bool nvml_emu_is_mig_handle(nvmlDevice_t dev)
+{
+    uintptr_t p = (uintptr_t)dev, base = (uintptr_t)mig_devices;
+    return dev && p >= base && p < base + sizeof(mig_devices) &&
+           (p - base) % sizeof(struct nvmlDevice_st) == 0;
+}
+
+unsigned nvml_emu_nvml_index(struct emu_state *st, unsigned i)
+{
+    unsigned n = 0;
+    for (unsigned k = 0; k < i; k++)
+        n += !__atomic_load_n(&emu_state_gpu(st, k)->vfio, __ATOMIC_RELAXED);
+    return n;
+}
+
+nvmlReturn_t nvml_emu_mig_device(nvmlDevice_t dev, struct emu_gpu **ret_gpu, unsigned *ret_index,
+                                 unsigned *ret_gi, unsigned *ret_ci)
+{
+    struct emu_state *st = nvml_emu_state();
+    if (!st)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!nvml_emu_is_mig_handle(dev) || !dev->mig)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct emu_gpu *g = emu_state_gpu(st, dev->index);
+    uint64_t serial = __atomic_load_n(&dev->serial, __ATOMIC_ACQUIRE);
+    if (!g || dev->gi >= EMU_MIG_MAX_GI || dev->ci >= EMU_MIG_MAX_CI)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* the instance must still be the one the handle was given for */
+    emu_state_lock(st);
+    const struct emu_mig_gi *gi = &g->mig[dev->gi];
+    bool live = gi->used && gi->ci[dev->ci].used && gi->ci[dev->ci].serial == serial;
+    emu_state_unlock(st);
+    if (!live || __atomic_load_n(&g->vfio, __ATOMIC_RELAXED))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (__atomic_load_n(&g->lost, __ATOMIC_RELAXED))
+        return NVML_ERROR_GPU_IS_LOST;
+    if (ret_gpu)
+        *ret_gpu = g;
+    if (ret_index)
+        *ret_index = dev->index;
+    if (ret_gi)
+        *ret_gi = dev->gi;
+    if (ret_ci)
+        *ret_ci = dev->ci;
+    return NVML_SUCCESS;
 }
 
 void nvml_emu_last_period(uint64_t now, uint64_t *ret_t0, uint64_t *ret_t1)
@@ -76,11 +143,17 @@ static nvmlReturn_t device_check(nvmlDevice_t dev, bool lost_ok, struct emu_gpu 
     if (!st)
         return NVML_ERROR_UNINITIALIZED;
     uintptr_t p = (uintptr_t)dev, base = (uintptr_t)devices;
+    if (nvml_emu_is_mig_handle(dev)) {
+        /* a MIG device answers only the queries that say so (they check it first) */
+        nvmlReturn_t r = nvml_emu_mig_device(dev, NULL, NULL, NULL, NULL);
+        return r == NVML_SUCCESS ? NVML_ERROR_NOT_SUPPORTED : r;
+    }
     if (!dev || p < base || p >= base + sizeof(devices) ||
         (p - base) % sizeof(struct nvmlDevice_st) != 0)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct emu_gpu *g = emu_state_gpu(st, dev->index);
-    if (!g)
+    /* a GPU bound to vfio-pci is not the nvidia driver's: NVML has no such device */
+    if (!g || __atomic_load_n(&g->vfio, __ATOMIC_RELAXED))
         return NVML_ERROR_INVALID_ARGUMENT;
     if (!lost_ok && __atomic_load_n(&g->lost, __ATOMIC_RELAXED))
         return NVML_ERROR_GPU_IS_LOST;
@@ -341,7 +414,7 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
         return NVML_ERROR_UNINITIALIZED;
     if (!deviceCount)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *deviceCount = emu_state_gpu_count(st);
+    *deviceCount = nvml_emu_nvml_index(st, emu_state_gpu_count(st));
     return NVML_SUCCESS;
 }
 
@@ -357,6 +430,8 @@ static nvmlReturn_t handle_of(struct emu_state *st, unsigned i, nvmlDevice_t *de
     const struct emu_gpu *g = emu_state_gpu(st, i);
     if (!g)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (__atomic_load_n(&g->vfio, __ATOMIC_RELAXED))
+        return NVML_ERROR_NOT_FOUND;
     if (__atomic_load_n(&g->lost, __ATOMIC_RELAXED))
         return NVML_ERROR_GPU_IS_LOST;
     *device = &devices[i];
@@ -368,9 +443,16 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvml
     struct emu_state *st = nvml_emu_state();
     if (!st)
         return NVML_ERROR_UNINITIALIZED;
-    if (!device || index >= emu_state_gpu_count(st))
+    if (!device)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return handle_of(st, index, device);
+    /* NVML's index counts only the GPUs the nvidia driver owns */
+    for (unsigned i = 0, n = 0; i < emu_state_gpu_count(st); i++) {
+        if (__atomic_load_n(&emu_state_gpu(st, i)->vfio, __ATOMIC_RELAXED))
+            continue;
+        if (n++ == index)
+            return handle_of(st, i, device);
+    }
+    return NVML_ERROR_INVALID_ARGUMENT;
 }
 
 NVML_EMU_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device);
@@ -389,6 +471,19 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice
     for (unsigned i = 0; i < emu_state_gpu_count(st); i++)
         if (strcmp(emu_state_gpu(st, i)->uuid, uuid) == 0)
             return handle_of(st, i, device);
+    /* "The UUID of the target GPU or MIG instance" (nvmlDeviceGetHandleByUUID) */
+    unsigned gpu, gi, ci;
+    uint64_t serial;
+    if (strncmp(uuid, "MIG-", 4) == 0 &&
+        emu_state_mig_find_uuid(st, uuid, &gpu, &gi, &ci, &serial) == 0 &&
+        strcmp(emu_state_gpu(st, gpu)->mig[gi].ci[ci].uuid, uuid) == 0) {
+        nvmlDevice_t parent;
+        nvmlReturn_t r = handle_of(st, gpu, &parent);
+        if (r != NVML_SUCCESS)
+            return r;
+        *device = nvml_emu_mig_handle(gpu, gi, ci, serial);
+        return NVML_SUCCESS;
+    }
     return NVML_ERROR_NOT_FOUND;
 }
 

@@ -22,8 +22,22 @@
 /* NVML's value for "not in a MIG instance" in process and event records. */
 #define NVML_EMU_NO_INSTANCE 0xFFFFFFFFu
 
+/* A GPU's handle, or a MIG device's (mig 1: compute instance ci of GPU instance gi of GPU
+ * index, valid while that instance's serial is the one the handle was given for: NVML's MIG
+ * handles "remain invalid" once the instance is destroyed, and "may be reused"). */
 struct nvmlDevice_st {
     unsigned index;
+    unsigned mig;
+    unsigned gi, ci;
+    uint64_t serial;
+};
+struct nvmlGpuInstance_st {
+    unsigned gpu, slot;
+    uint64_t serial;
+};
+struct nvmlComputeInstance_st {
+    unsigned gpu, gi, ci;
+    uint64_t serial;
 };
 
 /* The mapped machine while NVML is initialized, else NULL. */
@@ -43,9 +57,34 @@ uint64_t nvml_emu_mono_to_realtime_us(uint64_t mono_ns);
 
 /* The handle of GPU i (no checks). */
 nvmlDevice_t nvml_emu_handle(unsigned i);
+/* The handle of MIG device (gpu, gi, ci), made valid for the instance with serial. */
+nvmlDevice_t nvml_emu_mig_handle(unsigned gpu, unsigned gi, unsigned ci, uint64_t serial);
+
+/* NVML's index of GPU i: its place among the GPUs the driver owns (a GPU bound to vfio-pci is
+ * not one: docs/vfio.md). */
+unsigned nvml_emu_nvml_index(struct emu_state *st, unsigned i);
+
+/* A MIG device handle's checks: initialized, a MIG handle whose instance still exists, parent
+ * not lost. On success the parent GPU, its index and the instance's slots (any may be NULL). A
+ * GPU's own handle is NVML_ERROR_INVALID_ARGUMENT here. */
+nvmlReturn_t nvml_emu_mig_device(nvmlDevice_t dev, struct emu_gpu **ret_gpu, unsigned *ret_index,
+                                 unsigned *ret_gi, unsigned *ret_ci);
+/* true when dev points at a MIG device handle (valid or not). */
+bool nvml_emu_is_mig_handle(nvmlDevice_t dev);
+
+/* The MIG devices of GPU gpu in NVML's order (by GPU instance ID, then compute instance ID):
+ * their slots into gis/cis (room for EMU_MIG_MAX_GI * EMU_MIG_MAX_CI) and serials, from a
+ * snapshot of the machine; returns how many (nvml-mig.c). */
+unsigned nvml_emu_mig_list(struct emu_state *st, unsigned gpu, unsigned *gis, unsigned *cis,
+                           uint64_t *serials);
+/* The name of a MIG device: the GPU's name and its profile, "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+ * (nvml-mig.c). */
+void nvml_emu_mig_name(const struct emu_gpu *g, unsigned gi, unsigned ci, char *buf, size_t len);
 
 /* The checks of a per-device query: initialized (else UNINITIALIZED), a handle of this machine
- * (else INVALID_ARGUMENT), not lost (else GPU_IS_LOST). On success *ret_gpu points into the
+ * whose GPU the driver owns (else INVALID_ARGUMENT; a GPU bound to vfio-pci is not), not lost
+ * (else GPU_IS_LOST); a MIG device's handle is NOT_SUPPORTED (queries that answer for MIG
+ * devices check for it first: nvml_emu_mig_device). On success *ret_gpu points into the
  * mapping and *ret_index is the GPU's index (either may be NULL). */
 nvmlReturn_t nvml_emu_device(nvmlDevice_t dev, struct emu_gpu **ret_gpu, unsigned *ret_index);
 

@@ -1,5 +1,6 @@
 /* state-nvml.c — part B's operations on the shared state; see state-nvml.h. */
 #include "state-nvml.h"
+#include "state-mig.h"
 #include "state-mps.h"
 
 #include <errno.h>
@@ -56,5 +57,41 @@ int emu_state_set_lost(struct emu_state *st, unsigned gpu, bool lost)
     emu_state_unlock(st);
     if (changed && lost)
         return emu_state_event_post(st, gpu, EMU_EVENT_XID, EMU_XID_FALLEN_OFF_BUS, NULL);
+    return 0;
+}
+
+int emu_state_set_vfio(struct emu_state *st, unsigned gpu, bool on, int32_t *ret_busy_pid)
+{
+    struct emu_gpu *g = emu_state_gpu(st, gpu);
+    if (!g)
+        return -EINVAL;
+    emu_state_lock(st);
+    int r = 0;
+    int32_t busy = 0;
+    bool mig = false;
+    for (unsigned s = 0; s < EMU_MIG_MAX_GI; s++)
+        mig |= g->mig[s].used != 0;
+    if (g->vfio != (uint32_t)on) {
+        if (on && (busy = emu_state_busy_pid_locked(st, gpu)))
+            r = -EBUSY;
+        else if (on && mig)
+            r = -ENOTEMPTY;
+        else
+            g->vfio = on;
+    }
+    emu_state_unlock(st);
+    if (ret_busy_pid)
+        *ret_busy_pid = busy;
+    return r;
+}
+
+int emu_state_set_pci_function(struct emu_state *st, unsigned gpu, unsigned fn, bool on)
+{
+    struct emu_gpu *g = emu_state_gpu(st, gpu);
+    if (!g || (fn != EMU_PCI_FN_AUDIO && fn != EMU_PCI_FN_BRIDGE))
+        return -EINVAL;
+    emu_state_lock(st);
+    g->pci_functions = on ? g->pci_functions | fn : g->pci_functions & ~fn;
+    emu_state_unlock(st);
     return 0;
 }

@@ -24,3 +24,12 @@ int emu_state_inject_ecc(struct emu_state *st, unsigned gpu, bool double_bit);
 /* Marks gpu lost (fallen off the bus: XID 79 is posted) or present again. Losing a lost GPU
  * or restoring a present one changes nothing and posts nothing. */
 int emu_state_set_lost(struct emu_state *st, unsigned gpu, bool lost);
+
+/* Binds gpu to vfio-pci (on) or back to the nvidia driver: NVML and CUDA stop (start) seeing it.
+ * The kernel's unbind waits for the driver's users, and a GPU with MIG instances is not left
+ * half-configured: -EBUSY while a process holds memory on it (*ret_busy_pid), -ENOTEMPTY while
+ * it has MIG instances. Binding a bound GPU (or unbinding an unbound one) changes nothing. */
+int emu_state_set_vfio(struct emu_state *st, unsigned gpu, bool on, int32_t *ret_busy_pid);
+/* Adds (on) or removes a function beside gpu in its IOMMU group: EMU_PCI_FN_AUDIO or
+ * EMU_PCI_FN_BRIDGE. */
+int emu_state_set_pci_function(struct emu_state *st, unsigned gpu, unsigned fn, bool on);

@@ -3,6 +3,7 @@
  * timeline and the per-GPU event rings. libc only: linked into the emulator's libcuda.so.1 and
  * libnvidia-ml.so.1, which are loaded into arbitrary processes. */
 #include "state.h"
+#include "state-mig.h"
 #include "state-mps.h"
 
 #include "proc.h"
@@ -41,13 +42,23 @@ struct emu_state {
  * after creating a context and nothing else, rounded to 2 MiB pages). NVIDIA publishes no table
  * of either: they are representative observed sizes, not documented ones
  * (docs/emulator-cuda.md). */
+/* The last column is the board's PCI device id with NVIDIA's vendor id (the PCI ID
+ * Repository's entries for these boards). The H200's context is what this project measured on
+ * one (518 MiB, docs/vcuda.md); its reserve and the A100 40GB's context and reserve are not
+ * observed: the figures of their siblings (H100, A100 80GB) stand in. */
 static const struct emu_model models[] = {
     {"NVIDIA H100 80GB HBM3", "H100", 81559 * MiB, 132, 1980, 2619, 9, 0, 700000, 18, 5120,
-     459 * MiB, 480 * MiB},
+     459 * MiB, 480 * MiB, 0x233010deu},
     {"NVIDIA A100-SXM4-80GB", "A100", 81920 * MiB, 108, 1410, 1593, 8, 0, 400000, 12, 5120,
-     768 * MiB, 410 * MiB},
-    {"NVIDIA L4", "L4", 23034 * MiB, 58, 2040, 6251, 8, 9, 72000, 0, 192, 475 * MiB, 290 * MiB},
-    {"Tesla T4", "T4", 15360 * MiB, 40, 1590, 5001, 7, 5, 70000, 0, 256, 256 * MiB, 160 * MiB},
+     768 * MiB, 410 * MiB, 0x20b210deu},
+    {"NVIDIA A100-SXM4-40GB", "A100-40", 40960 * MiB, 108, 1410, 1215, 8, 0, 400000, 12, 5120,
+     768 * MiB, 410 * MiB, 0x20b010deu},
+    {"NVIDIA H200", "H200", 143771 * MiB, 132, 1980, 3201, 9, 0, 700000, 18, 6144, 459 * MiB,
+     518 * MiB, 0x233510deu},
+    {"NVIDIA L4", "L4", 23034 * MiB, 58, 2040, 6251, 8, 9, 72000, 0, 192, 475 * MiB, 290 * MiB,
+     0x27b810deu},
+    {"Tesla T4", "T4", 15360 * MiB, 40, 1590, 5001, 7, 5, 70000, 0, 256, 256 * MiB, 160 * MiB,
+     0x1eb810deu},
 };
 
 const struct emu_model *emu_model_table(size_t *ret_n)
@@ -131,7 +142,8 @@ static void fill_gpu(struct emu_gpu *g, unsigned i, const struct emu_config *cfg
     g->pci_device = 0;
     snprintf(g->pci_bus_id, sizeof(g->pci_bus_id), "%08X:%02X:%02X.0", g->pci_domain, g->pci_bus,
              g->pci_device);
-    g->pci_device_id = 0x233010deu;
+    g->pci_device_id = m->pci_device_id;
+    g->iommu_group = EMU_IOMMU_GROUP_BASE + (cfg->iommu_shared ? i / 2 : i);
     snprintf(g->serial, sizeof(g->serial), "%013llu",
              (unsigned long long)((a ^ b) % 10000000000000ull));
 
@@ -326,6 +338,12 @@ static int validate_gpu(const struct emu_gpu *g, unsigned i, unsigned n, char *e
     if (g->timeslice_us > EMU_TIMESLICE_MAX_US)
         return BAD("GPU %u: time slice %u us (want at most %u)", i, g->timeslice_us,
                    EMU_TIMESLICE_MAX_US);
+    if (g->vfio > 1 || g->iommu_group < EMU_IOMMU_GROUP_BASE ||
+        g->iommu_group > EMU_IOMMU_GROUP_MAX ||
+        (g->pci_functions & ~(EMU_PCI_FN_AUDIO | EMU_PCI_FN_BRIDGE)))
+        return BAD("GPU %u: vfio %u, IOMMU group %u, functions 0x%x (want 0/1, %u-%u, bits 0x3)", i,
+                   g->vfio, g->iommu_group, g->pci_functions, EMU_IOMMU_GROUP_BASE,
+                   EMU_IOMMU_GROUP_MAX);
     if (g->mps_fault_n > EMU_MPS_FAULT_MAX)
         return BAD("GPU %u: %u MPS fault entries (at most %d)", i, g->mps_fault_n,
                    EMU_MPS_FAULT_MAX);
@@ -369,6 +387,8 @@ int emu_state_validate(const struct emu_shared *sh, size_t len, char *err, size_
         return BAD("process-info stride %u (want 16, 24 or 32)", sh->proc_info_stride);
     for (unsigned i = 0; i < n; i++) {
         int r = validate_gpu(&sh->gpus[i], i, n, err, errlen);
+        if (r == 0)
+            r = emu_mig_validate_gpu(&sh->gpus[i], i, sh->mig_serial_last, err, errlen);
         if (r < 0)
             return r;
     }
@@ -684,6 +704,7 @@ static void reap_slot_locked(struct emu_shared *sh, unsigned i, uint64_t now)
     drop_pending_locked(sh, i, now);
     /* pid last: a half-cleared slot is still a valid (empty) slot of that pid */
     memset(p->mem, 0, sizeof(p->mem));
+    memset(p->mig_serial, 0, sizeof(p->mig_serial));
     p->start_time = 0;
     p->pidns = 0;
     p->mps_group = 0;
@@ -736,6 +757,7 @@ static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
             /* a dead process with our pid: its charges and its work are not ours */
             drop_pending_locked(sh, i, emu_state_now_ns());
             memset(p->mem, 0, sizeof(p->mem));
+            memset(p->mig_serial, 0, sizeof(p->mig_serial));
             p->start_time = start;
             return p;
         }
@@ -754,6 +776,7 @@ static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
             return NULL;
     }
     memset(fre->mem, 0, sizeof(fre->mem));
+    memset(fre->mig_serial, 0, sizeof(fre->mig_serial));
     fre->start_time = start;
     fre->pidns = ns;
     fre->pid = pid;
@@ -776,6 +799,15 @@ int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes)
         return -EINVAL;
     emu_state_lock(st);
     int r = 0;
+    struct emu_proc *mine = self_slot_locked(sh, false);
+    if (mine && mine->mig_serial[gpu]) {
+        /* on a MIG device: its GPU instance's memory is the limit (state-mig.c) */
+        reclaim_lazily_locked(sh);
+        r = emu_mig_room_locked(sh, gpu, mine->mig_serial[gpu], bytes);
+        if (r == 0)
+            mine->mem[gpu] += bytes;
+        goto out;
+    }
     uint64_t total = sh->gpus[gpu].memory_total - sh->gpus[gpu].memory_reserved;
     uint64_t used = used_locked(sh, gpu);
     if (bytes > total || used > total - bytes) {
@@ -836,6 +868,16 @@ int emu_state_mem_info(struct emu_state *st, unsigned gpu, uint64_t *ret_used, u
     return 0;
 }
 
+void emu_state_reclaim_lazily_locked(struct emu_state *st)
+{
+    reclaim_lazily_locked(st->sh);
+}
+
+struct emu_proc *emu_state_self_slot_locked(struct emu_state *st, bool create)
+{
+    return self_slot_locked(st->sh, create);
+}
+
 int emu_state_reclaim(struct emu_state *st)
 {
     emu_state_lock(st);
@@ -858,7 +900,8 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
         if (!p->pid || !p->mem[gpu])
             continue;
         if (n < max)
-            out[n] = (struct emu_proc_mem){.pid = p->pid, .bytes = p->mem[gpu]};
+            out[n] = (struct emu_proc_mem){
+                .pid = p->pid, .bytes = p->mem[gpu], .mig_serial = p->mig_serial[gpu]};
         n++;
     }
     emu_state_unlock(st);

@@ -29,8 +29,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "mig-profiles.h"
+
 #define EMU_STATE_MAGIC 0x3154534d45434341ull /* "ACCEMST1" little-endian */
-#define EMU_STATE_VERSION 3u
+#define EMU_STATE_VERSION 4u
 
 #define EMU_MAX_GPUS 16
 #define EMU_MAX_PROCS 128
@@ -87,6 +89,7 @@ struct emu_model {
     uint64_t reserved_bytes;
     /* device memory a context costs while it exists (a multiple of 2 MiB) */
     uint64_t ctx_bytes;
+    uint32_t pci_device_id; /* (PCI device id << 16) | NVIDIA's vendor id 0x10de */
 };
 
 /* Looks a model up by name or alias, case-insensitively. NULL when unknown. */
@@ -106,6 +109,7 @@ struct emu_config {
     uint64_t seed;         /* UUIDs derive from it: the same seed, the same UUIDs */
     unsigned mode;         /* the state file's permission bits, whatever the umask; 0 = 0600 */
     unsigned timeslice_us; /* every GPU's time slice (1..EMU_TIMESLICE_MAX_US); 0 = default */
+    bool iommu_shared;     /* GPUs 2k and 2k+1 share an IOMMU group (else one group each) */
 };
 void emu_config_init(struct emu_config *cfg);
 
@@ -141,6 +145,35 @@ struct emu_interval {
     uint64_t lag_ns, wait_ns;
     uint32_t flags;
     uint32_t flags_pad;
+};
+
+/* Functions beside a GPU in its IOMMU group (emu_gpu.pci_functions). */
+#define EMU_PCI_FN_AUDIO 1u  /* its HD audio function, <bus>:00.1 (as consumer boards have) */
+#define EMU_PCI_FN_BRIDGE 2u /* a PCIe bridge, <bus>:01.0 */
+#define EMU_IOMMU_GROUP_BASE 10u
+#define EMU_IOMMU_GROUP_MAX 4095u
+
+/* MIG instances in the shared file (state-mig.h). A compute instance's UUID is the MIG device's
+ * ("MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as current drivers print it). */
+struct emu_mig_ci {
+    uint32_t used;        /* 1: exists */
+    uint32_t id;          /* compute instance ID within its GPU instance */
+    uint32_t profile;     /* NVML_COMPUTE_INSTANCE_PROFILE_* */
+    uint32_t start, size; /* placement in compute slices of its GPU instance */
+    uint32_t pad;
+    uint64_t serial; /* never 0 */
+    char uuid[EMU_UUID_LEN];
+    uint8_t uuid_bytes[16];
+    uint8_t pad2[7];
+};
+struct emu_mig_gi {
+    uint32_t used;        /* 1: exists */
+    uint32_t id;          /* GPU instance ID (emu_mig_gi_id of its placement) */
+    uint32_t profile;     /* NVML_GPU_INSTANCE_PROFILE_* */
+    uint32_t start, size; /* placement in memory slices */
+    uint32_t pad;
+    uint64_t serial; /* never 0 */
+    struct emu_mig_ci ci[EMU_MIG_MAX_CI];
 };
 
 /* A GPU as it lives in the shared file. Identity fields are written once by create; sensor
@@ -186,7 +219,17 @@ struct emu_gpu {
      * link, nvlink_error_link; every other link reads 0 */
     uint32_t nvlink_error_link;
     uint32_t nvlink_errors[5];
-    uint32_t reserved_u32[3];
+    /* PCI side (the sysfs tree accel-emu writes; docs/vfio.md): vfio 1 = bound to vfio-pci
+     * (the nvidia driver, NVML and CUDA no longer see the GPU); iommu_group its IOMMU group;
+     * pci_functions what else sits in that group with it (EMU_PCI_FN_*) */
+    uint32_t vfio;
+    uint32_t iommu_group;
+    uint32_t pci_functions;
+    uint32_t mig_pad;
+    /* MIG (state-mig.h): the GPU instances, each with its compute instances. Slots are reused;
+     * a GPU or compute instance is known by its serial (machine-wide, never reused). Changed
+     * only with the lock held, by state-mig.c. */
+    struct emu_mig_gi mig[EMU_MIG_MAX_GI];
 
     /* links: nvlinks[j] = NVLink links to GPU j; topo[j] = enum emu_topo_level */
     uint8_t nvlinks[EMU_MAX_GPUS];
@@ -255,6 +298,9 @@ struct emu_proc {
     uint64_t start_time;        /* /proc/<pid>/stat starttime (clock ticks since boot) */
     uint64_t pidns;             /* inode of /proc/<pid>/ns/pid; 0 = unknown */
     uint64_t mem[EMU_MAX_GPUS]; /* bytes charged per GPU */
+    /* per GPU, the MIG compute instance (its serial) the process uses there, 0 = the whole GPU:
+     * its charges on that GPU count against that instance's GPU instance (state-mig.h) */
+    uint64_t mig_serial[EMU_MAX_GPUS];
 };
 
 /* MPS section: what the emulated nvidia-cuda-mps-control daemons have been told, so the
@@ -301,7 +347,8 @@ struct emu_shared {
     uint32_t proc_info_stride;
     uint32_t pad2;
     uint64_t last_reclaim_ns; /* part A: when dead processes' slots were last looked for */
-    uint64_t reserved[12];
+    uint64_t mig_serial_last; /* the last serial given to a MIG instance (state-mig.c) */
+    uint64_t reserved[11];
     union {
         pthread_mutex_t mutex; /* robust, process-shared */
         char mutex_space[64];
@@ -360,7 +407,9 @@ uint64_t emu_state_now_ns(void);
 /* Charges bytes on gpu to the calling process. -ENOMEM when the GPU's used memory (sum over
  * live processes, dead ones reclaimed first) plus bytes would exceed its total less the memory
  * the driver reserves (memory_reserved); -ENOSPC when
- * no process slot is free; -EINVAL for a bad gpu. Nothing changes on failure. */
+ * no process slot is free; -EINVAL for a bad gpu. Nothing changes on failure.
+ * A process bound to a MIG compute instance on gpu (emu_state_mig_bind) is charged against that
+ * instance's GPU instance instead: -ENOMEM past its memory, -ENODEV when it no longer exists. */
 int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes);
 /* Gives back bytes (clamped at what the process holds). */
 void emu_state_mem_uncharge(struct emu_state *st, unsigned gpu, uint64_t bytes);
@@ -374,10 +423,16 @@ void emu_state_proc_release(struct emu_state *st);
 int emu_state_mem_info(struct emu_state *st, unsigned gpu, uint64_t *ret_used, uint64_t *ret_total);
 /* Frees the slots of processes that are gone. Returns how many were reclaimed. */
 int emu_state_reclaim(struct emu_state *st);
+/* For the other state files (state-mig.c), with the lock held: reclaims as emu_state_mem_info
+ * does (so every slot with a pid is a live process, within EMU_RECLAIM_INTERVAL_NS), and the
+ * calling process's own slot (created when asked; NULL when none / no free slot). */
+void emu_state_reclaim_lazily_locked(struct emu_state *st);
+struct emu_proc *emu_state_self_slot_locked(struct emu_state *st, bool create);
 
 struct emu_proc_mem {
     int32_t pid;
     uint64_t bytes;
+    uint64_t mig_serial; /* the MIG compute instance it runs on there (0: none) */
 };
 /* Live processes holding memory on gpu (after reclaiming dead ones, as emu_state_mem_info): up
  * to max entries in out, the number that exist in *ret_n (may exceed max). */

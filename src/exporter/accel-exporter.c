@@ -32,10 +32,13 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "accel-config.h"
 #include "cgroup.h"
 #include "cost.h"
 #include "expconfig.h"
+#include "gpu-mig.h"
 #include "gpuextra.h"
+#include "httpguard.h"
 #include "log.h"
 #include "nvml.h"
 #include "podres.h"
@@ -46,6 +49,7 @@
 #include "util.h"
 
 #define EXP_MAX_GPUS 64
+#define EXP_MAX_MIG 8   /* MIG devices of one GPU (NVML's maximum is 7) */
 #define EXP_MAX_XIDS 32 /* distinct XIDs counted per GPU; more are folded into xid="other" */
 #define EXP_PODRES_REFRESH_NS 5000000000ULL /* at most one List per 5 s */
 #define EXP_PODRES_TIMEOUT_MS 1000u
@@ -214,6 +218,8 @@ struct gpu_sample {
     bool putil_ok;                        /* per-process utilization answered (podutil.h) */
     double putil[64];                     /* SM utilization of procs[k], 0..1 */
     bool mps[64]; /* procs[k] is an MPS client (nvmlDeviceGetMPSComputeRunningProcesses_v3) */
+    size_t n_mig; /* its MIG devices (a GPU in MIG mode) */
+    struct gpu_mig_device mig[EXP_MAX_MIG];
 };
 
 /* Clock-event reason bits (NVML's nvmlClocksEventReason* constants, nvml.h of the driver). */
@@ -296,6 +302,13 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
                                    &np) == 0)
         s->nprocs = np;
     add_mps_clients(n, g->dev, s);
+    size_t nm = 0;
+    unsigned cur = 0, pending = 0;
+    s->n_mig = 0;
+    if (n->nvmlDeviceGetMigMode && NVML_OK(n->nvmlDeviceGetMigMode(g->dev, &cur, &pending)) &&
+        cur == NVML_DEVICE_MIG_ENABLE &&
+        gpu_mig_devices_into(n, g->dev, s->mig, EXP_MAX_MIG, &nm) == 0)
+        s->n_mig = nm < EXP_MAX_MIG ? nm : EXP_MAX_MIG;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     s->putil_ok = exporter_util_sample(n, g->dev, &g->util,
@@ -459,6 +472,17 @@ static void render_pod_usage(struct exporter *e, struct exp_buf *b, bool om,
         }
 }
 
+/* The labels of a MIG device: mig_uuid, gpu_instance_id, compute_instance_id, mig_profile. */
+static const char *mig_labels(const struct gpu_mig_device *m, char *out, size_t len)
+{
+    char u[200], p[80];
+    snprintf(out, len,
+             "mig_uuid=\"%s\",gpu_instance_id=\"%u\",compute_instance_id=\"%u\","
+             "mig_profile=\"%s\"",
+             esc(m->uuid, u, sizeof u), m->gi, m->ci, esc(m->profile, p, sizeof p));
+    return out;
+}
+
 /* Renders one format from the samples. om: OpenMetrics. */
 static void render(struct exporter *e, struct exp_buf *b, bool om, const struct gpu_sample *ss,
                    const struct exp_gpu *xid_copy)
@@ -479,6 +503,27 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
                    l[i], esc(e->gpus[i].name, nm, sizeof nm), esc(e->driver, d, sizeof d),
                    e->cuda_version / 1000, e->cuda_version % 1000 / 10,
                    esc(e->gpus[i].vbios, v, sizeof v));
+
+    /* per MIG device of a GPU in MIG mode: GPU and compute instance, NVIDIA's profile name */
+    on = family(b, om, "accel_mig_device_info", "gauge",
+                "A MIG device of a GPU in MIG mode (value 1): its UUID, GPU instance, compute "
+                "instance and profile.");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
+        for (size_t k = 0; k < ss[i].n_mig; k++)
+            buf_printf(b, "accel_mig_device_info{%s,%s} 1\n", l[i],
+                       mig_labels(&ss[i].mig[k], nm, sizeof nm));
+    for (int used = 1; used >= 0; used--) {
+        const char *name =
+            used ? "accel_mig_device_memory_used_bytes" : "accel_mig_device_memory_total_bytes";
+        on = family(b, om, name, "gauge",
+                    used ? "Memory in use on a MIG device."
+                         : "Memory of a MIG device (its GPU instance's).");
+        for (unsigned i = 0; i < e->ngpus && on; i++)
+            for (size_t k = 0; k < ss[i].n_mig; k++)
+                buf_printf(b, "%s{%s,%s} %" PRIu64 "\n", name, l[i],
+                           mig_labels(&ss[i].mig[k], nm, sizeof nm),
+                           used ? ss[i].mig[k].memory_used_bytes : ss[i].mig[k].memory_bytes);
+    }
 
 /* One family with a series per GPU whose sample ss[i].okf succeeded. */
 #define PER_GPU(type, metric, help, okf, expr)                                                     \
@@ -680,6 +725,7 @@ static void *sampler_main(void *arg)
     static struct exp_gpu xid_copy[EXP_MAX_GPUS];
     static struct exporter_cost_gpu cost_in[EXP_MAX_GPUS];
     bool alloc_warned = false; /* GetAllocatableResources failing was logged */
+    bool podres_tried = false; /* a List was asked for: its first failure is logged too */
     while (!e->stop) {
         uint64_t t0 = mono_ns();
         for (unsigned i = 0; i < e->ngpus; i++) {
@@ -700,10 +746,14 @@ static void *sampler_main(void *arg)
                          "not counted",
                          e->podres_socket, strerror(-ra));
             alloc_warned = ra < 0;
-            if (r < 0 && e->podres_ok)
+            /* once per outage, the first one at start included (docs/exporter.md) */
+            if (r < 0 && (e->podres_ok || !podres_tried))
                 log_warn("pod-resources List on %s failed (%s): pod and container names are left "
                          "empty until it answers again",
                          e->podres_socket, strerror(-r));
+            else if (r == 0 && !e->podres_ok && podres_tried)
+                log_info("pod-resources List on %s answers again", e->podres_socket);
+            podres_tried = true;
             e->podres_ok = r == 0;
             e->podres_next_ns = mono_ns() + EXP_PODRES_REFRESH_NS;
         }
@@ -875,6 +925,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   size_t *upload_len, void **req_cls)
 {
     struct exporter *e = cls;
+    exporter_httpguard_headers_done(c); /* the request line and headers are in */
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "use GET\n", 8);
     if (strcmp(url, "/healthz") == 0) {
@@ -914,7 +965,9 @@ static void usage(FILE *f)
         "                      [--pod-resources-socket PATH] [--state-dir DIR]\n"
         "                      [--disable-metrics NAMES] [--cost-currency CUR]\n"
         "                      [--cost-gpu-hour-price RESOURCE=PRICE,...]\n"
-        "                      [--log-level LEVEL] [--check-config]\n"
+        "                      [--connection-limit N] [--per-ip-connection-limit N]\n"
+        "                      [--request-header-timeout DURATION] [--idle-timeout DURATION]\n"
+        "                      [--log-level LEVEL] [--check-config] [--version]\n"
         "  --config        YAML settings (keys as below, camelCase); flags win over it\n"
         "  --listen        address to serve /, /metrics and /healthz on (default 0.0.0.0:9835)\n"
         "  --nvml-library  NVML to load (default $%s, else %s)\n"
@@ -930,10 +983,17 @@ static void usage(FILE *f)
         "  --cost-currency CUR  the currency of the price table (config: cost.currency)\n"
         "  --cost-gpu-hour-price RESOURCE=PRICE,...  price of a GPU-hour per resource\n"
         "                  (config: cost.gpuHourPrice); adds accel_pod_gpu_cost_total\n"
+        "  --connection-limit N  HTTP connections served at once (default %u)\n"
+        "  --per-ip-connection-limit N  of them from one address, 0 = any (default %u)\n"
+        "  --request-header-timeout DURATION  a request's line and headers must arrive\n"
+        "                  within it, or the connection is closed (default 5s)\n"
+        "  --idle-timeout DURATION  a silent connection is closed after it (default 10s)\n"
         "  --log-level     error, warn, info or debug\n"
         "  --check-config  print the settings (file and flags) as YAML and exit: 0 when\n"
-        "                  valid, 2 with the reason otherwise\n",
-        GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY, EXPORTER_DEFAULT_PODRES);
+        "                  valid, 2 with the reason otherwise\n"
+        "  --version       print the version and exit\n",
+        GPU_NVML_LIBRARY_ENV, GPU_NVML_DEFAULT_LIBRARY, EXPORTER_DEFAULT_PODRES,
+        EXPORTER_DEFAULT_CONNECTION_LIMIT, EXPORTER_DEFAULT_PER_IP_LIMIT);
 }
 
 /* Flags and the config keys they set. */
@@ -950,6 +1010,10 @@ static const struct {
     {"--disable-metrics", "metrics.disable"},
     {"--cost-currency", "cost.currency"},
     {"--cost-gpu-hour-price", "cost.gpuHourPrice"},
+    {"--connection-limit", "connectionLimit"},
+    {"--per-ip-connection-limit", "perIpConnectionLimit"},
+    {"--request-header-timeout", "requestHeaderTimeout"},
+    {"--idle-timeout", "idleTimeout"},
 };
 
 int main(int argc, char **argv)
@@ -964,6 +1028,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("accel-exporter %s\n", ACCEL_VERSION);
             return 0;
         }
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
@@ -1096,19 +1164,58 @@ int main(int argc, char **argv)
     if (have_events && pthread_create(&events, NULL, events_main, &e) != 0)
         have_events = false;
 
+    /* The daemon runs in this thread (MHD_run_wait), so that between its runs the guard can
+     * shut connections whose headers are overdue without racing libmicrohttpd's own closes
+     * (httpguard.h); slow clients cannot hold it: every socket waits in one epoll set. */
+    struct exporter_httpguard *guard = NULL;
+    if (exporter_httpguard_new(cfg.header_timeout_ns, &guard) < 0) {
+        log_error("out of memory");
+        e.stop = 1;
+    }
     struct MHD_Daemon *d =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                         on_request, &e, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT,
-                         64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+        guard ? MHD_start_daemon(MHD_USE_AUTO | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, &e,
+                                 MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT,
+                                 cfg.connection_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                 cfg.per_ip_connection_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)(cfg.idle_timeout_ns / 1000000000ULL),
+                                 MHD_OPTION_NOTIFY_CONNECTION, exporter_httpguard_on_connection,
+                                 guard, MHD_OPTION_NOTIFY_COMPLETED,
+                                 exporter_httpguard_on_completed, guard, MHD_OPTION_END)
+              : NULL;
     if (!d) {
-        log_error("cannot listen on %s: is the port in use or the address not local?", listen_s);
+        if (guard)
+            log_error("cannot listen on %s: is the port in use or the address not local?",
+                      listen_s);
         e.stop = 1;
     } else {
         log_info("serving %u GPU(s) on http://%s/metrics", e.ngpus, listen_s);
-        int sig;
-        sigwait(&stopset, &sig);
+        uint64_t said_ns = 0, said_total = 0, checked_ns = 0;
+        const struct timespec no_wait = {0, 0};
+        for (;;) {
+            MHD_run_wait(d, 100);
+            /* the deadline and the stop signals at most every 50 ms, not after every event */
+            uint64_t now = mono_ns();
+            if (now - checked_ns < 50000000ULL)
+                continue;
+            checked_ns = now;
+            if (sigtimedwait(&stopset, NULL, &no_wait) >= 0)
+                break;
+            exporter_httpguard_cut(guard, now);
+            /* say it, at most once a minute: something holds connections open without asking */
+            uint64_t total = exporter_httpguard_cut_total(guard);
+            if (total != said_total && now - said_ns >= 60000000000ULL) {
+                log_warn("closed %" PRIu64 " connection(s) whose request headers took longer "
+                         "than %" PRIu64 " ms (%u open now); see requestHeaderTimeout in "
+                         "docs/exporter.md",
+                         total - said_total, cfg.header_timeout_ns / 1000000,
+                         exporter_httpguard_open(guard));
+                said_total = total;
+                said_ns = now;
+            }
+        }
         MHD_stop_daemon(d);
     }
+    guard = exporter_httpguard_free(guard);
     e.stop = 1;
     pthread_join(sampler, NULL);
     if (have_events)

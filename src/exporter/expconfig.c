@@ -73,6 +73,10 @@ const char *const exporter_metric_families[] = {
     "accel_gpu_nvlink_links_active",
     "accel_gpu_mig_mode",
     "accel_gpu_mig_mode_pending",
+    /* per MIG device of a GPU in MIG mode (accel-exporter.c) */
+    "accel_mig_device_info",
+    "accel_mig_device_memory_used_bytes",
+    "accel_mig_device_memory_total_bytes",
     /* cost per job (cost.c) */
     "accel_pod_gpu_allocated_seconds_total",
     "accel_pod_gpu_energy_joules_total",
@@ -89,6 +93,10 @@ void exporter_config_defaults(struct exporter_config *c)
     snprintf(c->proc_root, sizeof c->proc_root, "/proc");
     snprintf(c->pod_resources_socket, sizeof c->pod_resources_socket, "%s",
              EXPORTER_DEFAULT_PODRES);
+    c->connection_limit = EXPORTER_DEFAULT_CONNECTION_LIMIT;
+    c->per_ip_connection_limit = EXPORTER_DEFAULT_PER_IP_LIMIT;
+    c->header_timeout_ns = EXPORTER_DEFAULT_HEADER_TIMEOUT_NS;
+    c->idle_timeout_ns = EXPORTER_DEFAULT_IDLE_TIMEOUT_NS;
 }
 
 int exporter_parse_listen(const char *s, struct sockaddr_in *sa)
@@ -185,6 +193,26 @@ int exporter_config_set(struct exporter_config *c, const char *key, const char *
         c->interval_ns = ns;
         return 0;
     }
+    if (strcmp(key, "connectionLimit") == 0 || strcmp(key, "perIpConnectionLimit") == 0) {
+        bool per_ip = key[0] == 'p';
+        uint64_t n;
+        if (parse_u64(v, &n) < 0 || n > 65535 || (!per_ip && n == 0))
+            return say(err, errlen, "bad %s \"%s\": give a number of connections, %s to 65535", key,
+                       v, per_ip ? "0 (no limit per address)" : "1");
+        *(per_ip ? &c->per_ip_connection_limit : &c->connection_limit) = (unsigned)n;
+        return 0;
+    }
+    if (strcmp(key, "requestHeaderTimeout") == 0 || strcmp(key, "idleTimeout") == 0) {
+        bool idle = key[0] == 'i';
+        uint64_t ns, min = idle ? 1000000000ULL : 100000000ULL;
+        if (parse_duration_ns(v, &ns) < 0 || ns < min || ns > 3600000000000ULL)
+            return say(err, errlen, "bad %s \"%s\": give a duration from %s to 1h, e.g. %s", key, v,
+                       idle ? "1s" : "100ms", idle ? "10s" : "5s");
+        if (idle) /* libmicrohttpd counts whole seconds */
+            ns = (ns + 999999999ULL) / 1000000000ULL * 1000000000ULL;
+        *(idle ? &c->idle_timeout_ns : &c->header_timeout_ns) = ns;
+        return 0;
+    }
     if (strcmp(key, "logLevel") == 0) {
         enum log_level lv;
         if (log_level_parse(v, &lv) < 0 || strlen(v) >= sizeof c->log_level)
@@ -248,7 +276,8 @@ int exporter_config_set(struct exporter_config *c, const char *key, const char *
         return set_path(c->state_dir, sizeof c->state_dir, key, v, err, errlen);
     return say(err, errlen,
                "unknown key \"%s\" (known: listen, interval, nvmlLibrary, procRoot, "
-               "podResourcesSocket, stateDir, logLevel, metrics, cost)",
+               "podResourcesSocket, stateDir, logLevel, connectionLimit, perIpConnectionLimit, "
+               "requestHeaderTimeout, idleTimeout, metrics, cost)",
                key);
 }
 
@@ -285,6 +314,10 @@ int exporter_config_write(FILE *f, const struct exporter_config *c)
     quoted(f, "stateDir", c->state_dir);
     if (c->log_level[0])
         quoted(f, "logLevel", c->log_level);
+    fprintf(f, "connectionLimit: %u\n", c->connection_limit);
+    fprintf(f, "perIpConnectionLimit: %u\n", c->per_ip_connection_limit);
+    fprintf(f, "requestHeaderTimeout: %" PRIu64 "ns\n", c->header_timeout_ns);
+    fprintf(f, "idleTimeout: %" PRIu64 "ns\n", c->idle_timeout_ns);
     fputs("metrics:\n  disable: [", f);
     for (size_t i = 0; i < c->ndisabled; i++)
         fprintf(f, "%s%s", i ? ", " : "", c->disabled[i]);
@@ -490,9 +523,19 @@ static int walk_cost(struct walk *w)
 
 static int walk_root(struct walk *w)
 {
-    static const char *const keys[] = {
-        "listen",   "interval", "nvmlLibrary", "procRoot", "podResourcesSocket",
-        "stateDir", "logLevel", "metrics",     "cost"};
+    static const char *const keys[] = {"listen",
+                                       "interval",
+                                       "nvmlLibrary",
+                                       "procRoot",
+                                       "podResourcesSocket",
+                                       "stateDir",
+                                       "logLevel",
+                                       "connectionLimit",
+                                       "perIpConnectionLimit",
+                                       "requestHeaderTimeout",
+                                       "idleTimeout",
+                                       "metrics",
+                                       "cost"};
     bool seen[sizeof keys / sizeof keys[0]] = {false};
     int r;
     while ((r = next(w)) == 0 && w->ev.type != YAML_MAPPING_END_EVENT) {

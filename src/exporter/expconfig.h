@@ -18,6 +18,13 @@
 #define EXPORTER_DEFAULT_PODRES "/var/lib/kubelet/pod-resources/kubelet.sock"
 #define EXPORTER_CONFIG_MAX_BYTES (1u << 20) /* a bigger config file is refused */
 #define EXPORTER_CONFIG_MAX_PRICES 16        /* cost.gpuHourPrice entries */
+/* HTTP limits (docs/exporter.md, "Slow and many clients"): connections at once, from one IP
+ * address, the time a request's line and headers may take to arrive, and the time an open
+ * connection may stay silent. */
+#define EXPORTER_DEFAULT_CONNECTION_LIMIT 256
+#define EXPORTER_DEFAULT_PER_IP_LIMIT 16
+#define EXPORTER_DEFAULT_HEADER_TIMEOUT_NS 5000000000ULL
+#define EXPORTER_DEFAULT_IDLE_TIMEOUT_NS 10000000000ULL
 
 /* One price of the cost table: a GPU-hour (share 1) of this resource costs per_hour. */
 struct exporter_config_price {
@@ -26,14 +33,18 @@ struct exporter_config_price {
 };
 
 struct exporter_config {
-    char listen[64];                /* IPv4ADDR:PORT */
-    uint64_t interval_ns;           /* sampling period, >= 10 ms */
-    char nvml_library[512];         /* "" = $ACCEL_NVML_LIBRARY, else libnvidia-ml.so.1 */
-    char proc_root[512];            /* where /proc is */
-    char pod_resources_socket[512]; /* "" = pod-resources off */
-    char state_dir[512];            /* acceld's stateDir, for its SLI file; "" = off */
-    char log_level[16];             /* "" = the default (info) */
-    size_t ndisabled;               /* metric families turned off (metrics.disable) */
+    char listen[64];                  /* IPv4ADDR:PORT */
+    uint64_t interval_ns;             /* sampling period, >= 10 ms */
+    char nvml_library[512];           /* "" = $ACCEL_NVML_LIBRARY, else libnvidia-ml.so.1 */
+    char proc_root[512];              /* where /proc is */
+    char pod_resources_socket[512];   /* "" = pod-resources off */
+    char state_dir[512];              /* acceld's stateDir, for its SLI file; "" = off */
+    char log_level[16];               /* "" = the default (info) */
+    unsigned connection_limit;        /* connections served at once, 1..65535 */
+    unsigned per_ip_connection_limit; /* from one address, 0 = no such limit */
+    uint64_t header_timeout_ns;       /* a request's line and headers, from its first byte */
+    uint64_t idle_timeout_ns;         /* a silent connection, whole seconds (libmicrohttpd's) */
+    size_t ndisabled;                 /* metric families turned off (metrics.disable) */
     const char *disabled[EXPORTER_CONFIG_MAX_DISABLED]; /* entries of exporter_metric_families */
     char cost_currency[16];                             /* cost.currency: [A-Za-z0-9_], "" = off */
     size_t nprices;                                     /* cost.gpuHourPrice */
@@ -48,6 +59,7 @@ void exporter_config_defaults(struct exporter_config *c);
 
 /* Applies a YAML document (len bytes; name is used in messages) over *c. Keys:
  *   listen, interval, nvmlLibrary, procRoot, podResourcesSocket, stateDir, logLevel,
+ *   connectionLimit, perIpConnectionLimit, requestHeaderTimeout, idleTimeout,
  *   metrics: {disable: [FAMILY, ...]}, cost: {currency: CUR, gpuHourPrice: {RESOURCE: PRICE}}
  * Returns 0, or -EINVAL with err set to "NAME:LINE:COLUMN: what is wrong" (then *c is left as
  * it was), -ENOMEM. */

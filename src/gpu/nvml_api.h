@@ -87,9 +87,49 @@ typedef enum {
     NVML_NVLINK_ERROR_COUNT
 } nvmlNvLinkErrorCounter_t;
 
-/* nvmlDeviceGetMigMode values. */
+/* nvmlDeviceGetMigMode / nvmlDeviceSetMigMode values. */
 #define NVML_DEVICE_MIG_DISABLE 0x0
 #define NVML_DEVICE_MIG_ENABLE 0x1
+
+/* GPU instance profiles: the `profile` argument of nvmlDeviceGetGpuInstanceProfileInfo(V)
+ * (nvml.h; the count grows with new boards). The profile's ID, which the create and list calls
+ * take, comes back in the info's `id`. */
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE 0x0
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE 0x1
+#define NVML_GPU_INSTANCE_PROFILE_3_SLICE 0x2
+#define NVML_GPU_INSTANCE_PROFILE_4_SLICE 0x3
+#define NVML_GPU_INSTANCE_PROFILE_7_SLICE 0x4
+#define NVML_GPU_INSTANCE_PROFILE_8_SLICE 0x5
+#define NVML_GPU_INSTANCE_PROFILE_6_SLICE 0x6
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 0x7 /* 1g with media extensions (+me) */
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 0x8
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 0x9 /* 1g with twice the memory */
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX 0xA
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX 0xB
+#define NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX 0xC
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME 0xD
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME 0xE
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME 0xF
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME 0x10
+#define NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX 0x11
+#define NVML_GPU_INSTANCE_PROFILE_COUNT 0x12
+#define NVML_GPU_INSTANCE_PROFILE_CAPS_P2P 0x1
+#define NVML_GPU_INSTANCE_PROFILE_CAPS_GFX 0x2
+
+/* Compute instance profiles (nvmlGpuInstanceGetComputeInstanceProfileInfo(V)) and the one
+ * engine profile. */
+#define NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE 0x0
+#define NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE 0x1
+#define NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE 0x2
+#define NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE 0x3
+#define NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE 0x4
+#define NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE 0x5
+#define NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE 0x6
+#define NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1 0x7
+#define NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE_NVL 0x8
+#define NVML_COMPUTE_INSTANCE_PROFILE_COUNT 0x9
+#define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED 0x0
+#define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT 0x1
 
 /* Versioned structs carry their size and version in their first member. */
 #define NVML_STRUCT_VERSION(data, ver)                                                             \
@@ -99,6 +139,8 @@ typedef enum {
 
 typedef struct nvmlDevice_st *nvmlDevice_t;
 typedef struct nvmlEventSet_st *nvmlEventSet_t;
+typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
+typedef struct nvmlComputeInstance_st *nvmlComputeInstance_t;
 
 /* ---- enums ------------------------------------------------------------------------------- */
 
@@ -319,6 +361,133 @@ typedef struct nvmlFieldValue_st {
 #define NVML_FI_DEV_REMAPPED_PENDING 144
 #define NVML_FI_DEV_REMAPPED_FAILURE 145
 
+/* ---- MIG (nvml.h, "Multi Instance GPU Management") ---------------------------------------- */
+
+/* Where a GPU instance sits, in memory slices; a compute instance, in compute slices of its GPU
+ * instance. 8 bytes each. */
+typedef struct nvmlGpuInstancePlacement_st {
+    unsigned int start;
+    unsigned int size;
+} nvmlGpuInstancePlacement_t;
+
+typedef struct nvmlComputeInstancePlacement_st {
+    unsigned int start;
+    unsigned int size;
+} nvmlComputeInstancePlacement_t;
+
+/* nvmlDeviceGetGpuInstanceProfileInfo: 48 bytes. */
+typedef struct nvmlGpuInstanceProfileInfo_st {
+    unsigned int id; /* the profile ID the create and list calls take */
+    unsigned int isP2pSupported;
+    unsigned int sliceCount; /* compute slices */
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+/* nvmlDeviceGetGpuInstanceProfileInfoV, version 2 (a version first, a name last): 152 bytes;
+ * version 3 drops isP2pSupported and adds capabilities: 152 bytes too. */
+typedef struct nvmlGpuInstanceProfileInfo_v2_st {
+    unsigned int version; /* nvmlGpuInstanceProfileInfo_v2 */
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE]; /* "MIG 1g.10gb" */
+} nvmlGpuInstanceProfileInfo_v2_t;
+#define nvmlGpuInstanceProfileInfo_v2 NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2)
+
+typedef struct nvmlGpuInstanceProfileInfo_v3_st {
+    unsigned int version; /* nvmlGpuInstanceProfileInfo_v3 */
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    unsigned int capabilities; /* NVML_GPU_INSTANCE_PROFILE_CAPS_* */
+} nvmlGpuInstanceProfileInfo_v3_t;
+#define nvmlGpuInstanceProfileInfo_v3 NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 3)
+
+/* nvmlGpuInstanceGetInfo: 24 bytes. */
+typedef struct nvmlGpuInstanceInfo_st {
+    nvmlDevice_t device; /* the parent GPU */
+    unsigned int id;     /* GPU instance ID */
+    unsigned int profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+/* nvmlGpuInstanceGetComputeInstanceProfileInfo: 36 bytes; V (version 2 / 3): 136 / 140. */
+typedef struct nvmlComputeInstanceProfileInfo_st {
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_v2_st {
+    unsigned int version; /* nvmlComputeInstanceProfileInfo_v2 */
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+} nvmlComputeInstanceProfileInfo_v2_t;
+#define nvmlComputeInstanceProfileInfo_v2 NVML_STRUCT_VERSION(ComputeInstanceProfileInfo, 2)
+
+typedef struct nvmlComputeInstanceProfileInfo_v3_st {
+    unsigned int version; /* nvmlComputeInstanceProfileInfo_v3 */
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    unsigned int capabilities;
+} nvmlComputeInstanceProfileInfo_v3_t;
+#define nvmlComputeInstanceProfileInfo_v3 NVML_STRUCT_VERSION(ComputeInstanceProfileInfo, 3)
+
+/* nvmlComputeInstanceGetInfo_v2: 32 bytes (the unversioned name fills the first 24, without
+ * the placement). */
+typedef struct nvmlComputeInstanceInfo_st {
+    nvmlDevice_t device;
+    nvmlGpuInstance_t gpuInstance;
+    unsigned int id; /* compute instance ID within its GPU instance */
+    unsigned int profileId;
+    nvmlComputeInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
 typedef struct nvmlEventData_st {
     nvmlDevice_t device;
     unsigned long long eventType;
@@ -360,6 +529,70 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor);
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
                                   unsigned int *pendingMode);
+/* activationStatus: the result of the reset that makes the mode current (IN_USE while
+ * processes run on the GPU: the mode stays pending). */
+nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
+                                  nvmlReturn_t *activationStatus);
+
+/* MIG: profiles, placements, GPU and compute instances, MIG device handles. */
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                 nvmlGpuInstanceProfileInfo_t *info);
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile,
+                                                  nvmlGpuInstanceProfileInfo_v2_t *info);
+nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device,
+                                                           unsigned int profileId,
+                                                           nvmlGpuInstancePlacement_t *placements,
+                                                           unsigned int *count);
+nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId,
+                                                       unsigned int *count);
+nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId,
+                                         nvmlGpuInstance_t *gpuInstance);
+nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId,
+                                                      const nvmlGpuInstancePlacement_t *placement,
+                                                      nvmlGpuInstance_t *gpuInstance);
+nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance);
+nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId,
+                                       nvmlGpuInstance_t *gpuInstances, unsigned int *count);
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                          nvmlGpuInstance_t *gpuInstance);
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance,
+                                                          unsigned int profile,
+                                                          unsigned int engProfile,
+                                                          nvmlComputeInstanceProfileInfo_t *info);
+nvmlReturn_t
+nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance, unsigned int profile,
+                                              unsigned int engProfile,
+                                              nvmlComputeInstanceProfileInfo_v2_t *info);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gpuInstance,
+                                                                unsigned int profileId,
+                                                                unsigned int *count);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+    nvmlComputeInstancePlacement_t *placements, unsigned int *count);
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance,
+                                                  unsigned int profileId,
+                                                  nvmlComputeInstance_t *computeInstance);
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+    const nvmlComputeInstancePlacement_t *placement, nvmlComputeInstance_t *computeInstance);
+nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance,
+                                                unsigned int profileId,
+                                                nvmlComputeInstance_t *computeInstances,
+                                                unsigned int *count);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id,
+                                                   nvmlComputeInstance_t *computeInstance);
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance,
+                                           nvmlComputeInstanceInfo_t *info);
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice);
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id);
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id);
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count);
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                 nvmlDevice_t *migDevice);
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice,
+                                                          nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length);
 nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node);
 

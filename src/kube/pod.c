@@ -17,7 +17,7 @@
 #include "util.h"
 
 #define MAX_CONTAINERS 256
-#define MAX_KV 4096
+#define MAX_KV 4096          /* per map: 4097 annotations refuse that pod, and only that pod */
 #define MAX_STR (256 * 1024) /* the API server caps all annotations together at 256 KiB */
 
 static void kv_free(struct kube_kv *kv, size_t n)
@@ -63,6 +63,44 @@ void kube_watch_event_clear(struct kube_watch_event *ev)
     free(ev->resource_version);
     free(ev->error_message);
     ev->resource_version = ev->error_message = NULL;
+    ev->is_skipped = false;
+}
+
+/* Names as the API server lets them be (apimachinery's validation): they name files, URL paths
+ * and map keys here, so a name of another shape is not believed. */
+static bool name_chars(const char *s, size_t max, bool dots)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= '0' && s[0] <= '9')))
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              (dots && *p == '.')))
+            return false;
+    return s[n - 1] != '-' && s[n - 1] != '.';
+}
+
+static bool dns_label(const char *s)
+{
+    return name_chars(s, 63, false);
+}
+
+static bool dns_subdomain(const char *s)
+{
+    return name_chars(s, 253, true);
+}
+
+/* metadata.uid: a UUID from a real server; any [A-Za-z0-9._-] up to 128 from a test's. */
+static bool uid_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 128 || s[0] == '.')
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_' || *p == '.'))
+            return false;
+    return true;
 }
 
 /* A string member: absent → "" when optional, a non-string → -EINVAL. */
@@ -90,8 +128,11 @@ static int get_map(const json_t *o, const char *key, struct kube_kv **ret, size_
     *ret_n = 0;
     if (!m || json_is_null(m))
         return 0;
-    if (!json_is_object(m) || json_object_size(m) > MAX_KV)
+    if (!json_is_object(m))
         return errbuf_printf(err, errlen, "pod: %s is not a map", key);
+    if (json_object_size(m) > MAX_KV)
+        return errbuf_printf(err, errlen, "pod: %zu %s, more than the %d acceld reads",
+                             json_object_size(m), key, MAX_KV);
     size_t n = json_object_size(m);
     struct kube_kv *kv = calloc(n ? n : 1, sizeof(*kv));
     if (!kv)
@@ -104,7 +145,8 @@ static int get_map(const json_t *o, const char *key, struct kube_kv **ret, size_
         if (!json_is_string(v) || json_string_length(v) > MAX_STR ||
             strlen(json_string_value(v)) != json_string_length(v)) {
             kv_free(kv, i);
-            return errbuf_printf(err, errlen, "pod: %s.%.60s is not a string", key, k);
+            return errbuf_printf(err, errlen, "pod: %s.%.60s is not a string without NUL bytes",
+                                 key, k);
         }
         kv[i].key = strdup(k);
         kv[i].value = strdup(json_string_value(v));
@@ -189,6 +231,8 @@ static int get_containers(const json_t *spec, const char *key, struct kube_conta
             break;
         }
         r = get_str(e, "name", true, &c[i].name, err, errlen);
+        if (r == 0 && !dns_label(c[i].name))
+            r = errbuf_printf(err, errlen, "pod: spec.%s[%zu].name is not a DNS label", key, i);
         json_t *res = json_object_get(e, "resources");
         if (r == 0 && res && !json_is_null(res) && !json_is_object(res))
             r = errbuf_printf(err, errlen, "pod: spec.%s[%zu].resources is not an object", key, i);
@@ -253,12 +297,16 @@ int kube_pod_from_json(const json_t *obj, struct kube_pod **ret, char *err, size
     if (!p)
         return -ENOMEM;
     int r = get_str(meta, "uid", true, &p->uid, err, errlen);
-    if (r == 0 && !*p->uid)
-        r = errbuf_printf(err, errlen, "pod: metadata.uid is empty");
+    if (r == 0 && !uid_ok(p->uid))
+        r = errbuf_printf(err, errlen, "pod: metadata.uid is empty or not a UID");
     if (r == 0)
         r = get_str(meta, "namespace", true, &p->namespace, err, errlen);
+    if (r == 0 && !dns_label(p->namespace))
+        r = errbuf_printf(err, errlen, "pod: metadata.namespace is not a DNS label");
     if (r == 0)
         r = get_str(meta, "name", true, &p->name, err, errlen);
+    if (r == 0 && !dns_subdomain(p->name))
+        r = errbuf_printf(err, errlen, "pod: metadata.name is not a DNS subdomain");
     if (r == 0)
         r = get_str(meta, "resourceVersion", false, &p->resource_version, err, errlen);
     if (r == 0)
@@ -293,15 +341,41 @@ int kube_pod_from_json(const json_t *obj, struct kube_pod **ret, char *err, size
 static json_t *load(const char *text, size_t len, char *err, size_t errlen)
 {
     json_error_t je;
-    /* JSON_REJECT_DUPLICATES: an object with two "uid"s is not one we can believe */
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    /* JSON_REJECT_DUPLICATES: an object with two "uid"s is not one we can believe.
+     * JSON_ALLOW_NUL: a "\u0000" in one pod's annotation value (the API server lets values
+     * hold any string) must not make the whole document (a list of every pod of the node)
+     * unreadable; the fields' own checks refuse that pod. (jansson refuses a NUL in a key
+     * whatever the flags; the API server never lets one into an annotation key.) */
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!root)
         errbuf_printf(err, errlen, "JSON error at line %d: %s", je.line, je.text);
     return root;
 }
 
+/* Who a refused object is, as far as its metadata can be believed, and why it was refused. */
+static void skip_of(const json_t *obj, const char *why, struct kube_pod_skip *ret)
+{
+    json_t *meta = json_object_get(obj, "metadata");
+    const char *uid = json_string_value(json_object_get(meta, "uid"));
+    const char *ns = json_string_value(json_object_get(meta, "namespace"));
+    const char *name = json_string_value(json_object_get(meta, "name"));
+    /* json_string_value stops at a NUL: a cut value is not the uid; compare lengths */
+    bool whole_uid = uid && strlen(uid) == json_string_length(json_object_get(meta, "uid"));
+    bool whole_ns = ns && strlen(ns) == json_string_length(json_object_get(meta, "namespace"));
+    bool whole_name = name && strlen(name) == json_string_length(json_object_get(meta, "name"));
+    *ret = (struct kube_pod_skip){0};
+    if (whole_uid && uid_ok(uid))
+        snprintf(ret->uid, sizeof(ret->uid), "%s", uid);
+    if (whole_ns && dns_label(ns) && whole_name && dns_subdomain(name)) {
+        snprintf(ret->ns, sizeof(ret->ns), "%s", ns);
+        snprintf(ret->name, sizeof(ret->name), "%s", name);
+    }
+    snprintf(ret->why, sizeof(ret->why), "%s", why);
+}
+
 int kube_pod_list_parse(const char *text, size_t len, struct kube_pod ***ret_pods, size_t *ret_n,
-                        char **ret_resource_version, char *err, size_t errlen)
+                        char **ret_resource_version, struct kube_pod_skips *skips, char *err,
+                        size_t errlen)
 {
     json_t *root = load(text, len, err, errlen);
     if (!root)
@@ -329,9 +403,24 @@ int kube_pod_list_parse(const char *text, size_t len, struct kube_pod ***ret_pod
     char *rvs = strdup(json_string_value(rv));
     if (!pods || !rvs)
         r = -ENOMEM;
-    size_t i;
-    for (i = 0; i < n && r == 0; i++)
-        r = kube_pod_from_json(json_array_get(items, i), &pods[i], err, errlen);
+    size_t kept = 0;
+    if (skips)
+        skips->n = 0;
+    for (size_t i = 0; i < n && r == 0; i++) {
+        char why[256] = "";
+        r = kube_pod_from_json(json_array_get(items, i), &pods[kept], why, sizeof(why));
+        if (r == 0) {
+            kept++;
+        } else if (r == -EINVAL) {
+            /* one bad pod costs only itself */
+            if (skips && skips->n < KUBE_POD_SKIPS_MAX)
+                skip_of(json_array_get(items, i), why, &skips->e[skips->n]);
+            if (skips)
+                skips->n++;
+            r = 0;
+        }
+    }
+    n = kept;
     json_decref(root);
     if (r < 0) {
         for (size_t j = 0; j < n && pods; j++)
@@ -390,8 +479,15 @@ int kube_watch_event_parse(const char *line, size_t len, struct kube_watch_event
             r = errbuf_printf(err, errlen, "watch event: object has no resourceVersion");
         else if (!(ev.resource_version = strdup(json_string_value(rv))))
             r = -ENOMEM;
-        if (r == 0 && ev.type != KUBE_WATCH_BOOKMARK)
-            r = kube_pod_from_json(obj, &ev.pod, err, errlen);
+        if (r == 0 && ev.type != KUBE_WATCH_BOOKMARK) {
+            char why[256] = "";
+            r = kube_pod_from_json(obj, &ev.pod, why, sizeof(why));
+            if (r == -EINVAL) { /* the event is usable; its pod is not */
+                skip_of(obj, why, &ev.skipped);
+                ev.is_skipped = true;
+                r = 0;
+            }
+        }
     }
     json_decref(root);
     if (r < 0) {

@@ -2,11 +2,15 @@
  * Pod objects, PodLists and watch events; and Kubernetes resource quantities.
  *
  * A struct kube_pod owns all its strings (kube_pod_free). Parsers take outside data and never
- * trust it: every field is type-checked, sizes are capped, and a bad object is refused whole
- * with a message. Not thread-safe; no I/O. */
+ * trust it: every field is type-checked, sizes and counts are capped per object, names must
+ * have the shape the API server gives them (they become file names, URL paths and keys), and a
+ * bad object is refused whole with a message. In a list or a watch stream one bad object costs
+ * only itself: it is left out and reported (struct kube_pod_skip), the rest is used. Not
+ * thread-safe; no I/O. */
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,14 +56,33 @@ enum kube_watch_type {
     KUBE_WATCH_ERROR,
 };
 
-/* One line of a watch stream. pod is set for ADDED/MODIFIED/DELETED; resource_version for
- * every type but ERROR; ERROR carries the Status's code and message. */
+/* A pod left out of a list or a watch event because it failed validation: its uid, namespace
+ * and name when those themselves have the API server's shape ("" otherwise), and why. */
+struct kube_pod_skip {
+    char uid[129];
+    char ns[64];
+    char name[254];
+    char why[256];
+};
+/* The pods a list left out: n counts them all, e holds the first KUBE_POD_SKIPS_MAX. */
+#define KUBE_POD_SKIPS_MAX 8
+struct kube_pod_skips {
+    size_t n;
+    struct kube_pod_skip e[KUBE_POD_SKIPS_MAX];
+};
+
+/* One line of a watch stream. pod is set for ADDED/MODIFIED/DELETED — unless the object failed
+ * validation: then pod is NULL and skipped says which pod and why (skipped.uid "" when even its
+ * uid is unusable); resource_version for every type but ERROR; ERROR carries the Status's code
+ * and message. */
 struct kube_watch_event {
     enum kube_watch_type type;
     struct kube_pod *pod;
     char *resource_version;
     int error_code;
     char *error_message;
+    bool is_skipped;
+    struct kube_pod_skip skipped;
 };
 
 struct kube_pod *kube_pod_free(struct kube_pod *pod);
@@ -68,10 +91,14 @@ void kube_watch_event_clear(struct kube_watch_event *ev);
 /* Parses a Pod object. Returns 0, -EINVAL (err says why), -ENOMEM. */
 int kube_pod_from_json(const json_t *obj, struct kube_pod **ret, char *err, size_t errlen);
 /* Parses a PodList's text: its items (caller frees each and the array) and
- * metadata.resourceVersion. Returns 0, -EINVAL, -ENOMEM; nothing is returned on failure. */
+ * metadata.resourceVersion. An item that fails validation is left out and counted in skips
+ * (optional). Returns 0, -EINVAL (the list itself is unusable), -ENOMEM; nothing is returned
+ * on failure. */
 int kube_pod_list_parse(const char *text, size_t len, struct kube_pod ***ret_pods, size_t *ret_n,
-                        char **ret_resource_version, char *err, size_t errlen);
-/* Parses one watch-stream line. Returns 0, -EINVAL, -ENOMEM; *ret filled only on success. */
+                        char **ret_resource_version, struct kube_pod_skips *skips, char *err,
+                        size_t errlen);
+/* Parses one watch-stream line. Returns 0 (a pod that fails validation included: is_skipped),
+ * -EINVAL (the line is no watch event), -ENOMEM; *ret filled only on success. */
 int kube_watch_event_parse(const char *line, size_t len, struct kube_watch_event *ret, char *err,
                            size_t errlen);
 

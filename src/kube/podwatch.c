@@ -238,6 +238,14 @@ static void retry(struct kube_podwatch *w, bool with_backoff)
 
 /* ---- LIST ---- */
 
+/* Pods a list left out (they failed validation): each is absent from the cache now. */
+static void report_skips(struct kube_podwatch *w, const struct kube_pod_skips *skips)
+{
+    w->stats.skipped += skips->n;
+    for (size_t i = 0; w->ops.on_skip && i < skips->n && i < KUBE_POD_SKIPS_MAX; i++)
+        w->ops.on_skip(w, &skips->e[i], w->user_data);
+}
+
 static void on_list(struct kube_client *c, const struct kube_response *resp, void *ud)
 {
     struct kube_podwatch *w = ud;
@@ -251,7 +259,9 @@ static void on_list(struct kube_client *c, const struct kube_response *resp, voi
     size_t n = 0;
     char *rv = NULL;
     char err[256] = "";
-    int r = kube_pod_list_parse(resp->body, resp->body_len, &pods, &n, &rv, err, sizeof(err));
+    struct kube_pod_skips skips;
+    int r =
+        kube_pod_list_parse(resp->body, resp->body_len, &pods, &n, &rv, &skips, err, sizeof(err));
     if (r < 0) {
         char msg[400];
         snprintf(msg, sizeof(msg), "the API server's pod list is unusable: %s",
@@ -276,6 +286,7 @@ static void on_list(struct kube_client *c, const struct kube_response *resp, voi
             cache_put(w, pods[j]);
     }
     free(pods);
+    report_skips(w, &skips);
     free(w->rv);
     w->rv = rv;
     w->stats.lists++;
@@ -357,7 +368,14 @@ static int on_line(struct kube_client *c, const char *line, size_t len, void *ud
     if (w->error)
         set_error(w, NULL); /* back in step after a reconnect */
     set_rv(w, ev.resource_version);
-    if (ev.type == KUBE_WATCH_DELETED) {
+    if (ev.is_skipped) {
+        /* a pod that fails validation: whatever state of it the cache held is stale now */
+        w->stats.skipped++;
+        if (ev.skipped.uid[0])
+            cache_del(w, ev.skipped.uid);
+        if (w->ops.on_skip)
+            w->ops.on_skip(w, &ev.skipped, w->user_data);
+    } else if (ev.type == KUBE_WATCH_DELETED) {
         cache_del(w, ev.pod->uid);
     } else if (ev.type != KUBE_WATCH_BOOKMARK) {
         struct kube_pod *p = ev.pod;

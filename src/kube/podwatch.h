@@ -27,6 +27,12 @@ struct kube_podwatch_ops {
     /* error NULL: the cache is in step (after each successful LIST); else why it is not (the
      * cache keeps its last content, and the watch retries by itself). Optional. */
     void (*on_state)(struct kube_podwatch *w, const char *error, void *user_data);
+    /* A pod of the list or of a watch event failed validation (too many annotations, a NUL,
+     * a name of the wrong shape ...): it is left out of the cache (an older state of it is
+     * dropped), and everything else goes on. Called for each such pod of a LIST (the first
+     * KUBE_POD_SKIPS_MAX) and each such event; the receiver rate-limits what it says.
+     * Optional. */
+    void (*on_skip)(struct kube_podwatch *w, const struct kube_pod_skip *skip, void *user_data);
 };
 
 struct kube_podwatch_stats {
@@ -35,6 +41,7 @@ struct kube_podwatch_stats {
     uint64_t gone;     /* 410 Gone answers (HTTP or ERROR event) */
     uint64_t failures; /* LIST/WATCH failures that led to a backoff */
     uint64_t events;   /* watch events applied (bookmarks included) */
+    uint64_t skipped;  /* pods left out because they failed validation */
 };
 
 /* node_name: a DNS subdomain (lower-case letters, digits, '-', '.'), else -EINVAL. ops is

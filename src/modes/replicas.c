@@ -14,7 +14,7 @@
 static const char *const control_nodes[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
 #define N_CONTROL ARRAY_SIZE(control_nodes)
 #define N_ENV 5
-#define N_MOUNT 3
+#define N_MOUNT 2
 
 struct sgpu {
     char uuid[ACCELD_ID_MAX];
@@ -29,7 +29,7 @@ struct sgpu {
     bool *daemon_ok;   /* [max_k] */
     bool *daemon_seen; /* [max_k]: its supervisor reported once (healthy or not) */
     char (*pipe)[ACCELD_PATH_MAX];
-    char (*log)[ACCELD_PATH_MAX];
+    char (*shm)[ACCELD_PATH_MAX]; /* each daemon's /dev/shm for its clients */
 };
 
 /* One container's answer. */
@@ -92,7 +92,7 @@ struct replicas *replicas_free(struct replicas *s)
         free(s->gpus[i].daemon_ok);
         free(s->gpus[i].daemon_seen);
         free(s->gpus[i].pipe);
-        free(s->gpus[i].log);
+        free(s->gpus[i].shm);
     }
     free(s->gpus);
     free(s->ids);
@@ -146,7 +146,7 @@ int replicas_new(const struct replicas_gpu_desc *gpus, size_t n, const struct re
         if (g->max_k && (!(g->daemon_ok = calloc(g->max_k, sizeof(bool))) ||
                          !(g->daemon_seen = calloc(g->max_k, sizeof(bool))) ||
                          !(g->pipe = calloc(g->max_k, sizeof(*g->pipe))) ||
-                         !(g->log = calloc(g->max_k, sizeof(*g->log)))))
+                         !(g->shm = calloc(g->max_k, sizeof(*g->shm)))))
             goto fail;
     }
     s->ids = calloc(s->n_devs ? s->n_devs : 1, sizeof(*s->ids));
@@ -194,15 +194,17 @@ unsigned replicas_max_request(const struct replicas *s, size_t gpu)
 }
 
 int replicas_set_mps_dirs(struct replicas *s, size_t gpu, unsigned k, const char *pipe_dir,
-                          const char *log_dir)
+                          const char *shm_dir)
 {
     struct sgpu *g = &s->gpus[gpu];
+    if (!shm_dir)
+        shm_dir = "/dev/shm";
     if (k == 0 || k > g->max_k)
         return -EINVAL;
-    if (strlen(pipe_dir) >= ACCELD_PATH_MAX || strlen(log_dir) >= ACCELD_PATH_MAX)
+    if (strlen(pipe_dir) >= ACCELD_PATH_MAX || strlen(shm_dir) >= ACCELD_PATH_MAX)
         return -ENAMETOOLONG;
     snprintf(g->pipe[k - 1], sizeof(g->pipe[0]), "%s", pipe_dir);
-    snprintf(g->log[k - 1], sizeof(g->log[0]), "%s", log_dir);
+    snprintf(g->shm[k - 1], sizeof(g->shm[0]), "%s", shm_dir);
     return 0;
 }
 
@@ -389,16 +391,16 @@ static int answer_fill(struct replicas *s, const struct acceld_alloc_req *req, s
         }
         snprintf(a->pct, sizeof(a->pct), "%u", pct);
         a->env[ne++] = (struct acceld_kv){"CUDA_MPS_PIPE_DIRECTORY", REPLICAS_MPS_PIPE_PATH};
-        a->env[ne++] = (struct acceld_kv){"CUDA_MPS_LOG_DIRECTORY", REPLICAS_MPS_LOG_PATH};
         a->env[ne++] = (struct acceld_kv){"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", a->pct};
         if (mem) {
             /* the client sees its one GPU as device 0 */
             snprintf(a->mem, sizeof(a->mem), "0=%lluM", (unsigned long long)(mem >> 20));
             a->env[ne++] = (struct acceld_kv){"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", a->mem};
         }
+        /* no log directory: the root daemon writes its log there, and a directory a container
+         * can write is one where it could plant a symlink for root to follow */
         a->mounts[0] = (struct acceld_mount){REPLICAS_MPS_PIPE_PATH, g->pipe[k - 1], false};
-        a->mounts[1] = (struct acceld_mount){REPLICAS_MPS_LOG_PATH, g->log[k - 1], false};
-        a->mounts[2] = (struct acceld_mount){"/dev/shm", "/dev/shm", false};
+        a->mounts[1] = (struct acceld_mount){"/dev/shm", g->shm[k - 1], false};
         out->mounts = a->mounts;
         out->n_mounts = N_MOUNT;
     }

@@ -10,8 +10,8 @@
  * MPS: every GPU has one control daemon per request size k it can be asked
  * for (k = 1 only under failRequestsGreaterThanOne, else 1..replicas), run by
  * the supervisor (mps-supervisor.h) with defaults k/n of the SMs and memory.
- * A container asking for k replicas of one GPU gets that daemon's pipe and
- * log directories (env and mounts), /dev/shm, the GPU's device nodes, and
+ * A container asking for k replicas of one GPU gets that daemon's pipe
+ * directory (env and mount), the daemon's own /dev/shm, the GPU's device nodes, and
  * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / CUDA_MPS_PINNED_DEVICE_MEM_LIMIT equal
  * to the daemon's defaults (docs/mps.md, "The cap rule"). A GPU's replicas
  * are Healthy only while the GPU is healthy and every one of its daemons is.
@@ -26,9 +26,8 @@
 #include "acceld-config.h"
 #include "provider.h"
 
-/* Container paths of an MPS daemon's directories. */
+/* Container path of an MPS daemon's pipe directory (its log directory stays acceld's). */
 #define REPLICAS_MPS_PIPE_PATH "/run/accel-mps/pipe"
-#define REPLICAS_MPS_LOG_PATH "/run/accel-mps/log"
 
 struct replicas_gpu_desc {
     const char *uuid;
@@ -61,9 +60,10 @@ unsigned replicas_gpu_replicas(const struct replicas *s, size_t gpu);
 /* MPS: the largest request size a daemon is run for (1 or replicas). */
 unsigned replicas_max_request(const struct replicas *s, size_t gpu);
 
-/* MPS: the daemon for (gpu, k)'s host directories (copied). */
+/* MPS: the daemon for (gpu, k)'s host directories (copied): its pipe directory and its own
+ * /dev/shm (NULL: the host's, where acceld could not make one). */
 int replicas_set_mps_dirs(struct replicas *s, size_t gpu, unsigned k, const char *pipe_dir,
-                          const char *log_dir);
+                          const char *shm_dir);
 /* MPS: the daemon for (gpu, k) is healthy or not. Returns true when the
  * device list changed (all of the GPU's replicas at once). */
 bool replicas_set_daemon_health(struct replicas *s, size_t gpu, unsigned k, bool healthy);

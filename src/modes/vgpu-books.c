@@ -1,7 +1,7 @@
 /* vgpu-books.c — keeps vGPU mode's books (the assignments of vgpu.c) in step with the
  * kubelet: the reconcile against the pod-resources List (whose IDs each live container
  * holds), the frees the watch cache alone can justify, re-adoption of live containers whose
- * record was lost (from the directory acceld wrote for them, or their pod's annotation), the
+ * record was lost (from the directory acceld wrote for them, or the GPU their IDs name), the
  * containers whose Allocate was refused, and what the start finds wrong with the record. See
  * vgpu.h ("The books follow the kubelet") and docs/vgpu.md, "Keeping the books".
  *
@@ -279,10 +279,11 @@ static void find_dir_of(struct vgpu *v, const char *dir, void *ud)
     snprintf(a->dir, sizeof(a->dir), "%s", dir);
 }
 
-/* The GPU(s) of an adopted share: its directory's config, else its pod's annotation, else
- * the GPU its IDs name (GetPreferredAllocation steers the kubelet to the chosen GPU's). */
-static size_t adopt_gpus(const struct vgpu *v, const struct vgpu_live *c, const char *pod_uid,
-                         const struct adopt_ctx *a, size_t *gpus)
+/* The GPU of an adopted share: its directory's config (acceld's own file), else the GPU its
+ * IDs name (GetPreferredAllocation steers the kubelet to the chosen GPU's). Never the pod's
+ * annotation: a pod's author writes its annotations (issue 22, F3). */
+static size_t adopt_gpus(const struct vgpu *v, const struct vgpu_live *c, const struct adopt_ctx *a,
+                         size_t *gpus)
 {
     if (a->found && a->conf.gpu[0]) {
         int g = vgpu_find_gpu(v, a->conf.gpu, strlen(a->conf.gpu));
@@ -291,28 +292,15 @@ static size_t adopt_gpus(const struct vgpu *v, const struct vgpu_live *c, const 
             return 1;
         }
     }
-    char key[VGPU_NAME_MAX + 32];
-    snprintf(key, sizeof(key), "%s%s", VGPU_ANNOTATION_PREFIX, c->container);
-    const char *ann = pod_uid && v->pods.ops && v->pods.ops->annotation
-                          ? v->pods.ops->annotation(v->pods.self, pod_uid, key)
-                          : NULL;
+    enum vgpu_resource r = c->n_ids[VGPU_CORES] ? VGPU_CORES : VGPU_MEMORY;
+    if (c->other[r])
+        return 0;
     size_t n = 0;
-    for (const char *p = ann; p && *p && n < VGPU_MAX_GPUS;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        int g = vgpu_find_gpu(v, p, len);
-        if (g >= 0)
-            gpus[n++] = (size_t)g;
-        p += len + (end ? 1 : 0);
-    }
-    if (n)
-        return n;
-    int hint = c->n_ids[VGPU_CORES] ? c->gpu_hint[VGPU_CORES] : c->gpu_hint[VGPU_MEMORY];
-    if (hint >= 0) {
-        gpus[0] = (size_t)hint;
-        return 1;
-    }
-    return 0;
+    for (size_t g = 0; g < v->n; g++)
+        if (c->gpus[r] & (1ull << g))
+            gpus[n++] = g;
+    /* a share less than whole GPUs is on one GPU: IDs of several tell nothing */
+    return n == 1 || c->n_ids[VGPU_CORES] >= VGPU_CORES_PER_GPU ? n : 0;
 }
 
 /* A live container holding vGPU IDs that no share of the books holds: its share is taken
@@ -356,7 +344,7 @@ static bool adopt(struct vgpu *v, const struct vgpu_live *c, uint64_t now_ns)
     }
     uint64_t cores = x->amount[VGPU_CORES];
     x->whole = cores >= VGPU_CORES_PER_GPU && cores % VGPU_CORES_PER_GPU == 0;
-    x->n_gpus = adopt_gpus(v, c, uid, &a, x->gpus);
+    x->n_gpus = adopt_gpus(v, c, &a, x->gpus);
     if (x->whole && x->n_gpus > cores / VGPU_CORES_PER_GPU)
         x->n_gpus = cores / VGPU_CORES_PER_GPU;
     x->answered_ns = now_ns;
@@ -382,7 +370,7 @@ static bool adopt(struct vgpu *v, const struct vgpu_live *c, uint64_t now_ns)
     log_warn("vGPU: %s/%s container %s holds %zu cores and %zu memory units that no record "
              "named: its share on %s is taken back (%s)",
              c->ns, c->pod, c->container, c->n_ids[VGPU_CORES], c->n_ids[VGPU_MEMORY], x->visible,
-             a.found ? "from its directory" : "from its pod's annotation or its IDs");
+             a.found ? "from its directory" : "from its IDs");
     return true;
 }
 
@@ -555,7 +543,7 @@ bool vgpu_has_pod(const struct vgpu *v, const char *pod_uid)
 
 void vgpu_live_init(struct vgpu_live *l, const char *ns, const char *pod, const char *container)
 {
-    *l = (struct vgpu_live){ns, pod, container, {0, 0}, {0, 0}, {-1, -1}};
+    *l = (struct vgpu_live){.ns = ns, .pod = pod, .container = container};
 }
 
 void vgpu_live_add_id(const struct vgpu *v, struct vgpu_live *l, enum vgpu_resource r,
@@ -564,7 +552,9 @@ void vgpu_live_add_id(const struct vgpu *v, struct vgpu_live *l, enum vgpu_resou
     l->ids[r] += vgpu_id_hash(id);
     const char *dash = strrchr(id, '-');
     int g = dash ? vgpu_find_gpu(v, id, (size_t)(dash - id)) : -1;
-    int *hint = &l->gpu_hint[r];
-    *hint = l->n_ids[r] == 0 ? (g >= 0 ? g : -2) : (*hint == g ? g : -2);
+    if (g >= 0)
+        l->gpus[r] |= 1ull << g;
+    else
+        l->other[r] = true;
     l->n_ids[r]++;
 }

@@ -110,6 +110,7 @@ struct vgpu {
     unsigned spare_seq;
     void (*spare_hook)(void *ctx);
     void *spare_ctx;
+    bool unbounded_said; /* the warning that region dirs cannot be bounded, given once */
     void (*change_hook)(void *ctx); /* the books changed (vgpu_set_hooks) */
     void (*doubt_hook)(void *ctx);  /* an Allocate found no pod for it */
     void *change_ctx;
@@ -154,7 +155,7 @@ int vgpu_journal_set(struct vgpu *v, const struct assign *as);
 int vgpu_journal_drop(struct vgpu *v, const struct assign *as);
 int vgpu_checkpoint_write(struct vgpu *v);
 /* Rewrites as's config and makes its region dir (as at every start). 0 or -errno. */
-int vgpu_files_rewrite(const struct vgpu *v, const struct assign *as);
+int vgpu_files_rewrite(struct vgpu *v, const struct assign *as);
 void vgpu_remove_files(const struct assign *as);
 /* Removes assignment i from the books (journaled; its files removed when remove_files). */
 void vgpu_drop(struct vgpu *v, size_t i, bool remove_files);

@@ -13,6 +13,7 @@
 #include "client.h"
 #include "kubeconfig.h"
 #include "log.h"
+#include "events.h"
 #include "objects.h"
 #include "pod.h"
 #include "podwatch.h"
@@ -28,19 +29,17 @@ struct vgpu_kube {
     /* list is what the cache holds now: rebuilt only after the cache changed (on_pod), so
      * the two Allocates of a container and the ones of a burst share one build */
     bool fresh;
-    /* annotation keys of the list (one per entry) */
-    char (*keys)[VGPU_NAME_MAX + 32];
     char node[VGPU_NAME_MAX];
     /* the agent's hooks: a pod gone or terminal; the watch in step or not */
     void (*gone_hook)(void *ctx, const char *pod_uid);
     void (*state_hook)(void *ctx, bool in_step);
     void *hook_ctx;
     uint64_t last_doubt_ns; /* the last relist an unmatched Allocate asked for */
-    /* Events posted lately: "<pod uid>/<container>/<reason>" and when */
-    struct posted {
-        char key[2 * VGPU_NAME_MAX + 64];
-        int64_t at;
-    } posted[64];
+    /* Events posted lately: "<pod uid>/<container>/<reason>" */
+    struct kube_event_memo posted;
+    /* pods the watch left out (on_skip): lines said in the current minute, and held back */
+    int64_t skip_minute;
+    unsigned skip_said, skip_held;
 };
 
 /* A container's amount of resource: its request, else its limit (extended
@@ -102,15 +101,11 @@ static int op_pending(void *self, const struct vgpu_pending **ret, size_t *ret_n
             total += pods[i]->n_containers;
     if (total > k->cap) {
         struct vgpu_pending *l = realloc(k->list, total * sizeof(*l));
-        if (l)
-            k->list = l;
-        char(*keys)[VGPU_NAME_MAX + 32] = realloc(k->keys, total * sizeof(*keys));
-        if (keys)
-            k->keys = keys;
-        if (!l || !keys) {
+        if (!l) {
             snprintf(err, errlen, "out of memory");
             return -ENOMEM;
         }
+        k->list = l;
         k->cap = total;
     }
     for (size_t i = 0; i < n_pods; i++) {
@@ -129,10 +124,11 @@ static int op_pending(void *self, const struct vgpu_pending **ret, size_t *ret_n
             }
             if (!cores && !mem)
                 continue;
-            snprintf(k->keys[n], sizeof(k->keys[n]), "%s%s", VGPU_ANNOTATION_PREFIX, ct->name);
-            k->list[n] = (struct vgpu_pending){
-                p->uid,           p->namespace, p->name, ct->name,
-                p->creation_time, cores,        mem,     kube_pod_annotation(p, k->keys[n])};
+            /* accel.dev/vgpu-<container> is acceld's output, never an input: the pod's
+             * author writes its annotations, so one naming a GPU would let any tenant choose
+             * its placement over the policy (issue 22, F3). chosen_gpu stays NULL. */
+            k->list[n] = (struct vgpu_pending){p->uid,           p->namespace, p->name, ct->name,
+                                               p->creation_time, cores,        mem,     NULL};
             n++;
         }
     }
@@ -175,49 +171,17 @@ static void on_event_posted(struct kube_client *c, const struct kube_response *r
         log_warn("vGPU: cannot post the host-side check's Event: %s", resp->error);
 }
 
-/* Whether key was posted less than VGPU_KUBE_EVENT_REPEAT_S before now; if
- * not, it is recorded as posted now (over the oldest entry). */
-static bool posted_lately(struct vgpu_kube *k, const char *key, int64_t now)
-{
-    size_t oldest = 0;
-    for (size_t i = 0; i < ARRAY_SIZE(k->posted); i++) {
-        struct posted *p = &k->posted[i];
-        if (p->at && strcmp(p->key, key) == 0) {
-            if (now - p->at < VGPU_KUBE_EVENT_REPEAT_S)
-                return true;
-            oldest = i;
-            break;
-        }
-        if (p->at < k->posted[oldest].at)
-            oldest = i;
-    }
-    snprintf(k->posted[oldest].key, sizeof(k->posted[oldest].key), "%s", key);
-    k->posted[oldest].at = now;
-    return false;
-}
-
 int vgpu_kube_event(struct vgpu_kube *k, const char *ns, const char *pod, const char *pod_uid,
                     const char *container, const char *reason, const char *message)
 {
-    int64_t now = (int64_t)time(NULL);
-    char key[sizeof(k->posted[0].key)];
+    char key[sizeof(k->posted.e[0].key)];
     snprintf(key, sizeof(key), "%s/%s/%s", pod_uid, container, reason);
-    if (posted_lately(k, key, now))
-        return 0;
-    struct kube_event_spec spec = {ns,       pod,     pod_uid, KUBE_EVENT_WARNING, reason, message,
-                                   "acceld", k->node, now};
-    char *body = NULL, path[400];
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", ns);
-    int r = kube_event_json(&spec, &body);
-    if (r == 0)
-        r = kube_client_request(k->client, "POST", path, "application/json", body, on_event_posted,
-                                k, NULL);
-    free(body);
-    if (r < 0) {
+    struct kube_event_spec spec = {ns,      pod,      pod_uid, KUBE_EVENT_WARNING, reason,
+                                   message, "acceld", k->node, time(NULL)};
+    int r = kube_event_post(k->client, &k->posted, key, &spec, on_event_posted, k);
+    if (r < 0)
         log_warn("vGPU: cannot post an Event about %s/%s: %s", ns, pod, strerror(-r));
-        return r;
-    }
-    return 1;
+    return r;
 }
 
 const char *vgpu_kube_container_id(struct vgpu_kube *k, const char *pod_uid, const char *container)
@@ -261,13 +225,6 @@ static const char *op_pod_uid(void *self, const char *ns, const char *name)
     return NULL;
 }
 
-static const char *op_annotation(void *self, const char *uid, const char *key)
-{
-    struct vgpu_kube *k = self;
-    const struct kube_pod *p = kube_podwatch_get(k->watch, uid);
-    return p ? kube_pod_annotation(p, key) : NULL;
-}
-
 /* At most one relist a second for Allocates that found no pod. */
 #define DOUBT_RELIST_NS 1000000000ull
 
@@ -283,8 +240,8 @@ static void op_doubt(void *self)
                  "the watch is behind");
 }
 
-static const struct vgpu_pods_ops kube_pods_ops = {op_pending, op_annotate,   op_pod_state,
-                                                   op_pod_uid, op_annotation, op_doubt};
+static const struct vgpu_pods_ops kube_pods_ops = {op_pending, op_annotate, op_pod_state,
+                                                   op_pod_uid, op_doubt};
 
 void vgpu_kube_set_hooks(struct vgpu_kube *k, void (*gone)(void *ctx, const char *pod_uid),
                          void (*state)(void *ctx, bool in_step), void *ctx)
@@ -292,6 +249,48 @@ void vgpu_kube_set_hooks(struct vgpu_kube *k, void (*gone)(void *ctx, const char
     k->gone_hook = gone;
     k->state_hook = state;
     k->hook_ctx = ctx;
+}
+
+/* A pod the API server returned that fails validation (issue 22, F11: 4097 annotations, a NUL
+ * in a value): the watch left it out and goes on, so it costs only itself. Said once per pod
+ * per KUBE_EVENT_REPEAT_S, at most VGPU_KUBE_SKIP_LINES lines a minute (the rest
+ * counted), with a Warning Event on it when its namespace, name and uid can be believed. */
+#define VGPU_KUBE_SKIP_LINES 10
+static void on_skip(struct kube_podwatch *w, const struct kube_pod_skip *skip, void *user_data)
+{
+    struct vgpu_kube *k = user_data;
+    int64_t now = (int64_t)time(NULL);
+    char key[sizeof(k->posted.e[0].key)];
+    snprintf(key, sizeof(key), "%s//skip/%s/%s", skip->uid, skip->ns, skip->name);
+    for (size_t i = 0; i < ARRAY_SIZE(k->posted.e); i++)
+        if (k->posted.e[i].at && now - k->posted.e[i].at < KUBE_EVENT_REPEAT_S &&
+            strcmp(k->posted.e[i].key, key) == 0)
+            return; /* said lately: no line, no Event */
+    if (now / 60 != k->skip_minute) {
+        if (k->skip_held)
+            log_warn("vGPU: %u more pod(s) from the API server ignored in the last minute (not "
+                     "valid; see above)",
+                     k->skip_held);
+        k->skip_minute = now / 60;
+        k->skip_said = k->skip_held = 0;
+    }
+    if (k->skip_said >= VGPU_KUBE_SKIP_LINES) {
+        k->skip_held++;
+        return;
+    }
+    k->skip_said++;
+    log_warn("vGPU: pod %s/%s (uid %s) from the API server is ignored: %s; no vGPU Allocate can "
+             "match it, every other pod is served",
+             skip->ns[0] ? skip->ns : "?", skip->name[0] ? skip->name : "?",
+             skip->uid[0] ? skip->uid : "?", skip->why);
+    char msg[512];
+    snprintf(msg, sizeof(msg),
+             "acceld ignores this pod: %s. It gets no vGPU share until it is fixed.", skip->why);
+    struct kube_event_spec spec = {
+        skip->ns, skip->name, skip->uid, KUBE_EVENT_WARNING, VGPU_EVENT_POD_IGNORED, msg,
+        "acceld", k->node,    now};
+    if (skip->ns[0] && skip->uid[0])
+        kube_event_post(k->client, &k->posted, key, &spec, on_event_posted, k);
 }
 
 /* The cached list points into the cache's pods: any change makes it stale. */
@@ -353,7 +352,7 @@ int vgpu_kube_new(struct ev_loop *loop, const struct vgpu_kube_options *opts,
     snprintf(k->node, sizeof(k->node), "%s", node);
     snprintf(k->core_resource, sizeof(k->core_resource), "%s", opts->core_resource);
     snprintf(k->memory_resource, sizeof(k->memory_resource), "%s", opts->memory_resource);
-    static const struct kube_podwatch_ops wops = {on_pod, on_state};
+    static const struct kube_podwatch_ops wops = {on_pod, on_state, on_skip};
     r = kube_client_new(loop, kc, &k->client);
     kube_config_free(kc);
     if (r == 0)
@@ -376,7 +375,6 @@ struct vgpu_kube *vgpu_kube_free(struct vgpu_kube *k)
     kube_podwatch_free(k->watch);
     kube_client_free(k->client);
     free(k->list);
-    free(k->keys);
     free(k);
     return NULL;
 }

@@ -28,20 +28,20 @@ struct vgpu_kube_options {
 int vgpu_kube_new(struct ev_loop *loop, const struct vgpu_kube_options *opts,
                   struct vgpu_kube **ret, char *err, size_t errlen);
 struct vgpu_kube *vgpu_kube_free(struct vgpu_kube *k);
-/* The same Event (pod, container, reason) is posted at most once in this
- * many seconds: a finding that persists pass after pass is one Event, not
- * one per vgpu.checkInterval. */
-#define VGPU_KUBE_EVENT_REPEAT_S 300
 /* The reasons of the host-side check's Events (type Warning). */
 #define VGPU_EVENT_OVER_QUOTA "VGPUOverQuota"
 #define VGPU_EVENT_UNDER_REPORT "VGPUUsageUnderReported"
 #define VGPU_EVENT_OVER_SHARE "VGPUComputeOverShare"
+#define VGPU_EVENT_FOREIGN_GPU "VGPUForeignGPU"
+#define VGPU_EVENT_REGION_BAD "VGPURegionInvalid"
+#define VGPU_EVENT_POD_IGNORED "AccelPodIgnored"
 
 /* Posts a core/v1 Event of type Warning about the pod (POST
  * /api/v1/namespaces/<ns>/events, asynchronous on the loop: it never waits;
  * a failure is logged). Returns 1 when posted, 0 when the same (pod uid,
- * container, reason) was posted less than VGPU_KUBE_EVENT_REPEAT_S ago, or
- * -errno. */
+ * container, reason) was posted less than KUBE_EVENT_REPEAT_S (5 minutes,
+ * src/kube/events.h) ago: a finding that persists pass after pass is one
+ * Event, not one per vgpu.checkInterval; or -errno. */
 int vgpu_kube_event(struct vgpu_kube *k, const char *ns, const char *pod, const char *pod_uid,
                     const char *container, const char *reason, const char *message);
 

@@ -10,59 +10,10 @@
 
 #include "fs.h"
 
-const char *vgpu_status_kind_name(enum vgpu_check_kind k)
-{
-    return k == VGPU_CHECK_UNDER_REPORT ? "underReport"
-           : k == VGPU_CHECK_OVER_SHARE ? "overShare"
-                                        : "overQuota";
-}
-
-/* What was done about f, for people. */
-static void action_text(const struct vgpu_check_finding *f, char *buf, size_t len)
-{
-    if (f->kind == VGPU_CHECK_OVER_SHARE && f->frozen)
-        snprintf(buf, len,
-                 "its cgroup duty-cycled: frozen %u.%u %% of every vgpu.freezePeriod "
-                 "(vgpu.computeAction freeze)",
-                 f->duty_pm / 10, f->duty_pm % 10);
-    else if (f->kind == VGPU_CHECK_OVER_SHARE && f->freeze_errno)
-        snprintf(buf, len, "freezing its cgroup failed: %s", strerror(f->freeze_errno));
-    else if (f->kind == VGPU_CHECK_OVER_SHARE)
-        snprintf(buf, len, "left running (vgpu.computeAction none)");
-    else if (f->killed)
-        snprintf(buf, len, "process %u killed (vgpu.overQuotaAction kill)", f->pid);
-    else if (f->kill_errno)
-        snprintf(buf, len, "killing process %u failed: %s", f->pid, strerror(f->kill_errno));
-    else
-        snprintf(buf, len, "process %u left running", f->pid);
-}
-
-void vgpu_status_describe(const struct vgpu_check_finding *f, const struct vgpu_check_target *t,
+void vgpu_status_describe(const struct hostcheck_finding *f, const struct hostcheck_target *t,
                           char *buf, size_t len)
 {
-    const struct vgpu_check_target *g = &t[f->target];
-    if (f->kind == VGPU_CHECK_UNDER_REPORT) {
-        snprintf(buf, len,
-                 "container %s on GPU %s: process %u holds %llu bytes of device memory but its "
-                 "usage region says %llu%s (it bypasses or tampers with libvcuda)",
-                 g->container, g->gpu_uuid, f->pid, (unsigned long long)f->used,
-                 (unsigned long long)f->limit, f->slot < 0 ? " (it has no slot)" : "");
-        return;
-    }
-    char act[128];
-    action_text(f, act, sizeof(act));
-    if (f->kind == VGPU_CHECK_OVER_SHARE) {
-        snprintf(buf, len,
-                 "container %s on GPU %s keeps using %llu %% of the GPU's SMs (process %u the "
-                 "most), above its vcuda-core share of %llu %%; %s",
-                 g->container, g->gpu_uuid, (unsigned long long)f->used, f->pid,
-                 (unsigned long long)f->limit, act);
-        return;
-    }
-    snprintf(buf, len,
-             "container %s on GPU %s uses %llu bytes of device memory, over its quota of %llu; %s",
-             g->container, g->gpu_uuid, (unsigned long long)f->used, (unsigned long long)f->limit,
-             act);
+    hostcheck_describe(f, t, "vgpu", buf, len);
 }
 
 static json_t *gpus_json(const struct vgpu *v)
@@ -83,7 +34,7 @@ static json_t *gpus_json(const struct vgpu *v)
 static long target_of(const struct vgpu_status_pass *p, const struct vgpu_assignment_info *a)
 {
     for (size_t i = 0; i < p->n; i++)
-        if (strcmp(p->targets[i].pod_uid, a->pod_uid) == 0 &&
+        if (!p->targets[i].whole && strcmp(p->targets[i].pod_uid, a->pod_uid) == 0 &&
             strcmp(p->targets[i].container, a->container) == 0 &&
             strcmp(p->targets[i].gpu_uuid, a->gpu_uuid) == 0)
             return (long)i;
@@ -101,7 +52,7 @@ static json_t *assignments_json(const struct vgpu *v, const struct vgpu_status_p
                               (json_int_t)a.memory_bytes, "whole", a.whole, "complete", a.complete);
         long t = target_of(p, &a);
         if (o && t >= 0 && p->usage) {
-            const struct vgpu_check_usage *u = &p->usage[t];
+            const struct hostcheck_usage *u = &p->usage[t];
             json_object_set_new(o, "nvmlBytes", json_integer((json_int_t)u->nvml_bytes));
             json_object_set_new(o, "nvmlProcesses", json_integer(u->nvml_procs));
             json_object_set_new(o, "regionBytes",
@@ -114,19 +65,19 @@ static json_t *assignments_json(const struct vgpu *v, const struct vgpu_status_p
 }
 
 /* Copies finding f of pass p (described as msg, action) into the ring. */
-static void remember(const struct vgpu_status_pass *p, const struct vgpu_check_finding *f,
+static void remember(const struct vgpu_status_pass *p, const struct hostcheck_finding *f,
                      const char *action, const char *msg)
 {
-    const struct vgpu_check_target *t = &p->targets[f->target];
+    const struct hostcheck_target *t = &p->targets[f->target];
     struct vgpu_status_recent *r = p->recent;
     struct vgpu_status_entry *e = &r->e[r->next];
     e->time = p->time;
     e->pid = f->pid;
-    snprintf(e->kind, sizeof(e->kind), "%s", vgpu_status_kind_name(f->kind));
+    snprintf(e->kind, sizeof(e->kind), "%s", hostcheck_kind_name(f->kind));
     snprintf(e->ns, sizeof(e->ns), "%s", t->ns);
     snprintf(e->pod, sizeof(e->pod), "%s", t->pod);
     snprintf(e->container, sizeof(e->container), "%s", t->container);
-    snprintf(e->gpu, sizeof(e->gpu), "%s", t->gpu_uuid);
+    snprintf(e->gpu, sizeof(e->gpu), "%s", f->gpu[0] ? f->gpu : t->gpu_uuid);
     snprintf(e->action, sizeof(e->action), "%s", action);
     snprintf(e->message, sizeof(e->message), "%s", msg);
     r->next = (r->next + 1) % VGPU_STATUS_RECENT;
@@ -137,18 +88,17 @@ static json_t *findings_json(const struct vgpu_status_pass *p)
 {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < p->n_findings; i++) {
-        const struct vgpu_check_finding *f = &p->findings[i];
-        const struct vgpu_check_target *t = &p->targets[f->target];
-        char msg[1024], act[128];
+        const struct hostcheck_finding *f = &p->findings[i];
+        const struct hostcheck_target *t = &p->targets[f->target];
+        char msg[1024], action[160];
         vgpu_status_describe(f, p->targets, msg, sizeof(msg));
-        action_text(f, act, sizeof(act));
-        const char *action = f->kind == VGPU_CHECK_UNDER_REPORT ? "reported" : act;
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s}", "kind",
-                                             vgpu_status_kind_name(f->kind), "namespace", t->ns,
-                                             "pod", t->pod, "container", t->container, "gpu",
-                                             t->gpu_uuid, "pid", (json_int_t)f->pid, "used",
-                                             (json_int_t)f->used, "limit", (json_int_t)f->limit,
-                                             "action", action, "message", msg));
+        hostcheck_action_text(f, "vgpu", action, sizeof(action));
+        json_array_append_new(
+            arr, json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s}", "kind",
+                           hostcheck_kind_name(f->kind), "namespace", t->ns, "pod", t->pod,
+                           "container", t->container, "gpu", f->gpu[0] ? f->gpu : t->gpu_uuid,
+                           "pid", (json_int_t)f->pid, "used", (json_int_t)f->used, "limit",
+                           (json_int_t)f->limit, "action", action, "message", msg));
         if (p->recent)
             remember(p, f, action, msg);
     }
@@ -189,8 +139,10 @@ int vgpu_status_write(const struct vgpu *v, const char *state_dir,
         return -ENOMEM;
     char path[4200];
     snprintf(path, sizeof(path), "%s/vgpu/%s", state_dir, VGPU_STATUS_FILE);
-    /* a report rewritten every pass: replaced atomically, not fsynced */
-    int r = fs_write_replace(path, text, strlen(text), 0600);
+    /* a report rewritten every pass: replaced atomically, not fsynced. 0644: accel-exporter
+     * reads it as a non-root user (docs/deploy.md); tenants never see the vgpu/ directory
+     * itself, only their own container's directory below it. */
+    int r = fs_write_replace(path, text, strlen(text), 0644);
     free(text);
     return r;
 }

@@ -1,5 +1,5 @@
 /* vgpu-status.h — what `accelctl vgpu` shows: acceld writes
- * <stateDir>/vgpu/status.json (atomically, 0600) at start and after each
+ * <stateDir>/vgpu/status.json (atomically, 0644) at start and after each
  * host-side check pass. It holds every GPU in vgpu mode with the units handed
  * out, every assignment with its limits and its usage at the last pass (from
  * libvcuda's region and from NVML), and the pass's findings. docs/vgpu.md
@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vgpu-check.h"
+#include "hostcheck.h"
 #include "vgpu.h"
 
 #define VGPU_STATUS_VERSION 1
@@ -24,11 +24,11 @@
 struct vgpu_status_recent {
     struct vgpu_status_entry {
         int64_t time;
-        char kind[16];
+        char kind[24];
         char ns[VGPU_NAME_MAX], pod[VGPU_NAME_MAX], container[VGPU_NAME_MAX];
         char gpu[96];
         unsigned pid;
-        char action[128];
+        char action[160];
         char message[1024];
     } e[VGPU_STATUS_RECENT];
     size_t next, n;
@@ -38,10 +38,10 @@ struct vgpu_status_recent {
  * targets, usage: n entries, usage may be NULL before the first pass). */
 struct vgpu_status_pass {
     int64_t time; /* seconds since the epoch; 0: no pass yet */
-    const struct vgpu_check_target *targets;
-    const struct vgpu_check_usage *usage;
+    const struct hostcheck_target *targets;
+    const struct hostcheck_usage *usage;
     size_t n;
-    const struct vgpu_check_finding *findings;
+    const struct hostcheck_finding *findings;
     size_t n_findings;
     const char *action;   /* vgpu.overQuotaAction's name */
     uint64_t interval_ms; /* vgpu.checkInterval */
@@ -52,10 +52,8 @@ struct vgpu_status_pass {
 
 /* One line for the log and the Kubernetes Event: what the finding says and
  * what was done about it. */
-void vgpu_status_describe(const struct vgpu_check_finding *f, const struct vgpu_check_target *t,
+void vgpu_status_describe(const struct hostcheck_finding *f, const struct hostcheck_target *t,
                           char *buf, size_t len);
-/* "overQuota" / "underReport": the finding's kind in the file. */
-const char *vgpu_status_kind_name(enum vgpu_check_kind k);
 
 /* Writes <state_dir>/vgpu/status.json. Returns 0 or -errno. */
 int vgpu_status_write(const struct vgpu *v, const char *state_dir,

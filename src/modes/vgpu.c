@@ -19,6 +19,7 @@
 #include "vgpu-internal.h"
 #include "fs.h"
 #include "log.h"
+#include "tenant-fs.h"
 #include "util.h"
 
 #define CHECKPOINT_VERSION 1
@@ -258,8 +259,7 @@ int vgpu_assign_paths(const struct vgpu *v, struct assign *as)
 }
 
 static size_t config_text(const struct vgpu *v, const struct assign *as, char *conf, size_t cap);
-static int files_in_place(const struct vgpu *v, const struct assign *as, const char *conf,
-                          size_t n);
+static int files_in_place(struct vgpu *v, const struct assign *as, const char *conf, size_t n);
 
 static const char *jstr(json_t *o, const char *k)
 {
@@ -535,25 +535,33 @@ static size_t config_text(const struct vgpu *v, const struct assign *as, char *c
     return (size_t)n;
 }
 
-int vgpu_files_rewrite(const struct vgpu *v, const struct assign *as)
+int vgpu_files_rewrite(struct vgpu *v, const struct assign *as)
 {
     char conf[2048];
     fs_remove_stale_tmp(as->dir, "");
     return files_in_place(v, as, conf, config_text(v, as, conf, sizeof(conf)));
 }
 
-static int make_region(const char *region)
+/* The container's region dir: everything in it is the tenant's from the moment it is handed
+ * out, so it gets a small tmpfs of its own (tenant_dir_make): what the tenant writes there
+ * cannot fill the state dir's filesystem, and nothing of acceld's can be linked into it. */
+static int make_region(struct vgpu *v, const char *region)
 {
-    int r = fs_mkdir_p(region, 0755);
-    /* chmod, not the mkdir mode: the umask must not narrow it */
-    if (r == 0 && chmod(region, 0777) < 0)
-        r = -errno;
+    enum tenant_dir_how how;
+    int r = tenant_dir_make(region, &how);
+    if (r == 0 && how == TENANT_DIR_PLAIN && !v->unbounded_said) {
+        v->unbounded_said = true;
+        log_warn("vGPU: cannot mount a tmpfs on the containers' region dirs (%s: %s): they are "
+                 "plain directories on the state dir's filesystem, which a tenant can fill; run "
+                 "acceld with CAP_SYS_ADMIN (privileged, as the Helm chart runs it)",
+                 region, strerror(errno));
+    }
     return r;
 }
 
-static int files_in_place(const struct vgpu *v, const struct assign *as, const char *conf, size_t n)
+static int files_in_place(struct vgpu *v, const struct assign *as, const char *conf, size_t n)
 {
-    int r = make_region(as->region);
+    int r = make_region(v, as->region);
     return r < 0 ? r : fs_write_replace(as->config, conf, n, 0644);
 }
 
@@ -632,7 +640,7 @@ static int spare_make(struct vgpu *v)
     unsigned name = shell ? v->shells[v->n_shells - 1] : v->spare_seq++;
     spare_path(v, name, "/c", dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/region", dir);
-    int r = make_region(path);
+    int r = make_region(v, path);
     if (r == 0) {
         snprintf(path, sizeof(path), "%s/config", dir);
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -681,27 +689,23 @@ void vgpu_set_spare_hook(struct vgpu *v, void (*fn)(void *ctx), void *ctx)
     v->spare_ctx = ctx;
 }
 
-/* Removes a directory tree of at most depth levels below dir. */
-static void remove_tree(const char *dir, int depth)
+/* Removes the spares' tree: each spare's region tmpfs unmounted first (a mount point stops
+ * the removal), then the rest without following anything. */
+static void remove_spares(const char *spare_dir)
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir(spare_dir);
     if (d) {
         struct dirent *e;
         while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            if (e->d_name[0] == '.')
                 continue;
             char p[VGPU_PATH_MAX + 300];
-            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-            if (unlink(p) == 0 || errno != EISDIR)
-                continue;
-            if (depth > 0)
-                remove_tree(p, depth - 1);
-            else
-                rmdir(p); /* only when empty */
+            snprintf(p, sizeof(p), "%s/%s/c/region", spare_dir, e->d_name);
+            tenant_dir_remove(p);
         }
         closedir(d);
     }
-    rmdir(dir);
+    tenant_dir_remove(spare_dir);
 }
 
 /* The spares left by an earlier run are removed (their count is unknown) and the preload
@@ -713,7 +717,7 @@ static int spares_start(struct vgpu *v, char *err, size_t errlen)
     v->shells = calloc(VGPU_SPARES, sizeof(*v->shells));
     if (!v->spares || !v->shells)
         return -ENOMEM;
-    remove_tree(v->spare_dir, 3);
+    remove_spares(v->spare_dir);
     int r = fs_mkdir_p(v->spare_dir, 0755);
     if (r < 0) {
         snprintf(err, errlen, "cannot create %s: %s", v->spare_dir, strerror(-r));
@@ -730,7 +734,11 @@ static int spares_start(struct vgpu *v, char *err, size_t errlen)
 
 void vgpu_remove_files(const struct assign *as)
 {
-    remove_tree(as->region, 0); /* the region file(s) the container wrote */
+    /* whatever the container left there (files, directories, links), with its tmpfs */
+    int r = tenant_dir_remove(as->region);
+    if (r < 0)
+        log_warn("vGPU: cannot remove %s/%s container %s's region dir %s: %s", as->ns, as->pod,
+                 as->container, as->region, strerror(-r));
     unlink(as->config);
     fs_remove_stale_tmp(as->dir, ""); /* an interrupted config write: else rmdir fails */
     /* a container's own ld.so.preload, as acceld wrote before it shared one */

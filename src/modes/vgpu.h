@@ -79,9 +79,8 @@ struct vgpu_pods_ops {
     /* Optional (NULL: the books rely on pod-resources alone). The pod with this uid. */
     enum vgpu_pod_state (*pod_state)(void *self, const char *pod_uid);
     /* Optional. The uid of namespace/name in the cache (borrowed until the cache changes), or
-     * NULL; and the value of its annotation key, or NULL. */
+     * NULL. */
     const char *(*pod_uid)(void *self, const char *namespace, const char *pod_name);
-    const char *(*annotation)(void *self, const char *pod_uid, const char *key);
     /* Optional. A first Allocate found no pending container for it: the cache may be behind
      * (a watch that lags or hangs without breaking): relist soon. */
     void (*doubt)(void *self);
@@ -156,9 +155,10 @@ struct acceld_provider vgpu_provider(struct vgpu *v, enum vgpu_resource r);
  * IDs it holds of each resource summed by vgpu_ids_hash (0 and 0: none of them). */
 struct vgpu_live {
     const char *ns, *pod, *container; /* borrowed */
-    uint64_t ids[2]; /* the sum of vgpu_id_hash over the IDs of each resource it holds */
-    size_t n_ids[2]; /* how many (0: none of that resource) */
-    int gpu_hint[2]; /* the GPU index every ID of the resource names; -1 none, -2 several */
+    uint64_t ids[2];  /* the sum of vgpu_id_hash over the IDs of each resource it holds */
+    size_t n_ids[2];  /* how many (0: none of that resource) */
+    uint64_t gpus[2]; /* bit g: an ID of the resource names GPU g */
+    bool other[2];    /* an ID of the resource names no GPU of ours */
 };
 /* The term one ID adds to a container's sum (order does not matter: IDs are summed). */
 uint64_t vgpu_id_hash(const char *id);
@@ -184,7 +184,8 @@ struct vgpu_reconcile_result {
  * container holds, answered more than VGPU_RECONCILE_GRACE_NS before, is freed and its
  * directory removed; a share still waiting for its second Allocate is kept while its pod is
  * pending; a live container holding vGPU IDs the books do not know is adopted back from its
- * directory (the config acceld wrote names it) or its pod's annotation; directories no share
+ * directory (the config acceld wrote names its GPU) or the GPU its IDs name (never from the
+ * pod's annotation: its author can write it, issue 22 F3); directories no share
  * owns are removed. Every change is journaled. Returns 0 or -errno. */
 int vgpu_reconcile(struct vgpu *v, const struct vgpu_live *live, size_t n, uint64_t now_ns,
                    struct vgpu_reconcile_result *ret);

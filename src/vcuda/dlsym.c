@@ -37,7 +37,9 @@ static dlvsym_fn real_dlvsym_ptr;
  * are ours now (a call to dlvsym from this library binds to our own export).
  * So they are read from libc's dynamic symbol table directly, through its GNU
  * hash table (the ELF gABI / GNU hash format; both of glibc 2.36's versions of
- * each, GLIBC_2.2.5 and GLIBC_2.34, are one address). The loaded objects are
+ * each, GLIBC_2.2.5 and GLIBC_2.34, are one address); a glibc older than 2.34
+ * has them in libdl.so.2 instead (in libvcuda's DT_NEEDED, so loaded: meson.build),
+ * where they are looked for when libc has none. The loaded objects are
  * found through ld.so's r_debug list, not dl_iterate_phdr, and no libc string
  * function is called: this runs while the ASan runtime initializes itself
  * (it resolves its interceptors with dlsym/dlvsym), when its own interceptors
@@ -54,16 +56,16 @@ __attribute__((no_sanitize("address", "undefined"))) static bool str_eq(const ch
     return *a == *b;
 }
 
-/* Is the file name's last component "libc.so..."? */
-__attribute__((no_sanitize("address", "undefined"))) static bool is_libc(const char *path)
+/* Does the file name's last component start with want ("libc.so")? */
+__attribute__((no_sanitize("address", "undefined"))) static bool is_lib(const char *path,
+                                                                        const char *want)
 {
     const char *base = path;
     for (const char *p = path; *p; p++)
         if (*p == '/')
             base = p + 1;
-    static const char want[] = "libc.so";
-    for (unsigned i = 0; i < sizeof(want) - 1; i++)
-        if (base[i] != want[i])
+    for (; *want; want++, base++)
+        if (*base != *want)
             return false;
     return true;
 }
@@ -114,11 +116,18 @@ lookup_in(const struct link_map *m, const char *name)
     }
 }
 
+/* name from libc, else from libdl (glibc < 2.34: dlsym and dlvsym live there). */
 __attribute__((no_sanitize("address", "undefined"))) static void *libc_symbol(const char *name)
 {
-    for (const struct link_map *m = _r_debug.r_map; m; m = m->l_next)
-        if (m->l_name && is_libc(m->l_name))
-            return lookup_in(m, name);
+    static const char *const libs[] = {"libc.so", "libdl.so"};
+    for (unsigned k = 0; k < sizeof(libs) / sizeof(libs[0]); k++)
+        for (const struct link_map *m = _r_debug.r_map; m; m = m->l_next)
+            if (m->l_name && is_lib(m->l_name, libs[k])) {
+                void *p = lookup_in(m, name);
+                if (p)
+                    return p;
+                break;
+            }
     return NULL;
 }
 

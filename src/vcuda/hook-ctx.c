@@ -109,7 +109,8 @@ static uint64_t ctx_settle(CUdevice dev, unsigned index, uint64_t reserved,
                            struct dev_sample before)
 {
     struct dev_sample after = device_sample(dev);
-    if (before.procs_ok && after.procs_ok && !atomic_load_explicit(&vc_host_pid, memory_order_relaxed)) {
+    if (before.procs_ok && after.procs_ok &&
+        !atomic_load_explicit(&vc_host_pid, memory_order_relaxed)) {
         uint32_t hp = pace_host_pid(before.procs, before.nprocs, after.procs, after.nprocs,
                                     sizeof(after.procs), vc.pid);
         if (hp)
@@ -154,7 +155,13 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     VC_PREAMBLE(cuDevicePrimaryCtxRetain);
     unsigned index;
-    if (dev < 0 || dev >= MAX_ORDINALS || vc_device_index(dev, &index) < 0)
+    int di = vc_device_index(dev, &index);
+    /* A device not assigned to the container has a quota of 0: no context either, even one
+     * that would not be charged (context_memory = 0), since a context also runs kernels. */
+    if (di == 0 && index == VC_DEVICE_UNASSIGNED)
+        return vc_mem_oom(index, vc.cfg.context_memory,
+                          "cuDevicePrimaryCtxRetain (context memory)");
+    if (di < 0 || dev >= MAX_ORDINALS)
         return vc_real.cuDevicePrimaryCtxRetain(pctx, dev);
     uint64_t bytes = vc.cfg.context_memory;
     bool charged_now = false;
@@ -272,6 +279,8 @@ static int ctx_begin(CUdevice dev, unsigned *ret_index)
 {
     if (vc_device_index(dev, ret_index) < 0)
         return 1; /* not ours to account: pass through */
+    if (*ret_index == VC_DEVICE_UNASSIGNED)
+        return -1; /* quota 0: no context (see cuDevicePrimaryCtxRetain) */
     if (vc.cfg.context_memory && vc_mem_reserve(*ret_index, vc.cfg.context_memory) < 0)
         return -1;
     return 0;

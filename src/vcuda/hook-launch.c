@@ -49,7 +49,7 @@ struct pacer {
     /* NVML's samples: an H200 (driver 580) asked with no buffer wanted 72 even when idle, and
      * refuses a smaller one (INSUFFICIENT_SIZE), as the exporter's 256 are not */
     nvmlProcessUtilizationSample_t calib_smp[256];
-    int pidns;                        /* 0: not looked at, 1: the host's, 2: another */
+    int pidns; /* 0: not looked at, 1: the host's, 2: another */
     struct {
         CUcontext ctx; /* where start/end were created; NULL = none yet */
         CUevent start, end;
@@ -584,21 +584,37 @@ static CUresult do_graph_ptsz(const struct launch *l)
     return vc_real.cuGraphLaunch_ptsz((CUgraphExec)l->key, l->stream);
 }
 
+/* A graph launch maps its memory nodes' memory when it is not mapped yet: that must fit the
+ * quota first (hook-graph.c). */
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
     VC_NEED_REAL(cuGraphLaunch);
+    struct vc_graph_pending gp;
+    CUresult r = vc_graph_map_begin(hGraphExec, "cuGraphLaunch (graph memory)", &gp);
+    if (VC_UNLIKELY(r != CUDA_SUCCESS))
+        return r;
     if (VC_LIKELY(!paced()))
-        return vc_real.cuGraphLaunch(hGraphExec, hStream);
-    return launch_paced(&(struct launch){do_graph, (uintptr_t)hGraphExec, hStream, false, NULL});
+        r = vc_real.cuGraphLaunch(hGraphExec, hStream);
+    else
+        r = launch_paced(&(struct launch){do_graph, (uintptr_t)hGraphExec, hStream, false, NULL});
+    vc_graph_map_end(&gp, r);
+    return r;
 }
 
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
     VC_NEED_REAL(cuGraphLaunch_ptsz);
+    struct vc_graph_pending gp;
+    CUresult r = vc_graph_map_begin(hGraphExec, "cuGraphLaunch (graph memory)", &gp);
+    if (VC_UNLIKELY(r != CUDA_SUCCESS))
+        return r;
     if (VC_LIKELY(!paced()))
-        return vc_real.cuGraphLaunch_ptsz(hGraphExec, hStream);
-    return launch_paced(
-        &(struct launch){do_graph_ptsz, (uintptr_t)hGraphExec, hStream, true, NULL});
+        r = vc_real.cuGraphLaunch_ptsz(hGraphExec, hStream);
+    else
+        r = launch_paced(
+            &(struct launch){do_graph_ptsz, (uintptr_t)hGraphExec, hStream, true, NULL});
+    vc_graph_map_end(&gp, r);
+    return r;
 }
 
 /* ---- for the rest of libvcuda ---- */

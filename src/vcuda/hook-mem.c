@@ -54,10 +54,14 @@ int vc_device_index(CUdevice dev, unsigned *ret_index)
 {
     if (dev < 0)
         return -EINVAL;
-    if (vc.cfg.device_count == 0 || dev >= MAX_ORDINALS) {
+    if (vc.cfg.device_count == 0) {
         if ((unsigned)dev >= VC_REGION_DEVICES)
             return -ERANGE;
         *ret_index = (unsigned)dev;
+        return 0;
+    }
+    if (dev >= MAX_ORDINALS) {
+        *ret_index = VC_DEVICE_UNASSIGNED;
         return 0;
     }
     int cached = __atomic_load_n(&ordinal_index[dev], __ATOMIC_RELAXED);
@@ -65,25 +69,27 @@ int vc_device_index(CUdevice dev, unsigned *ret_index)
         *ret_index = (unsigned)(cached - 1);
         return 0;
     }
-    /* Look the ordinal's UUID up in the configured list (once per ordinal). */
-    int index = -1;
+    /* Look the ordinal's UUID up in the configured list (once per ordinal). A device the
+     * list does not name was not assigned to this container (a runtime that exposes every
+     * GPU, NVIDIA_VISIBLE_DEVICES=all): its quota is 0, whatever memory_limit says (issue 22,
+     * F4). So is one whose UUID cannot be read. */
+    unsigned index = VC_DEVICE_UNASSIGNED;
     char s[64];
     if (vc_device_uuid(dev, s, sizeof(s)) == 0) {
         for (int i = 0; i < vc.cfg.device_count; i++)
             if (strcasecmp(vc.cfg.device_uuid[i], s) == 0)
-                index = i;
-        if (index < 0)
-            log_warn("device %d (%s) is not in the configured device list; accounting it as "
-                     "device %d",
-                     dev, s, dev);
+                index = (unsigned)i;
+        if (index == VC_DEVICE_UNASSIGNED)
+            log_warn("device %d (%s) is not assigned to this container (its config lists %d "
+                     "device(s)): no memory and no context on it",
+                     dev, s, vc.cfg.device_count);
+    } else {
+        log_warn("device %d: its UUID cannot be read, so it cannot be matched to the configured "
+                 "devices: no memory and no context on it",
+                 dev);
     }
-    if (index < 0) {
-        if ((unsigned)dev >= VC_REGION_DEVICES)
-            return -ERANGE;
-        index = dev;
-    }
-    __atomic_store_n(&ordinal_index[dev], index + 1, __ATOMIC_RELAXED);
-    *ret_index = (unsigned)index;
+    __atomic_store_n(&ordinal_index[dev], (int)index + 1, __ATOMIC_RELAXED);
+    *ret_index = index;
     return 0;
 }
 
@@ -142,7 +148,7 @@ CUresult vc_current(CUcontext *ret_ctx, unsigned *ret_index)
 
 int vc_mem_reserve(unsigned index, uint64_t bytes)
 {
-    if (VC_UNLIKELY(vc.fail_closed || vc.slot < 0))
+    if (VC_UNLIKELY(vc.fail_closed || vc.slot < 0 || index == VC_DEVICE_UNASSIGNED))
         return -EPERM;
     uint64_t limit = vc.cfg.memory_limit;
     if (VC_LIKELY(vc_region_reserve(&vc.region, vc.slot, index, bytes, limit) == 0))
@@ -165,6 +171,11 @@ CUresult vc_mem_oom(unsigned index, uint64_t bytes, const char *what)
     if (vc.fail_closed || vc.slot < 0) {
         log_error("%s: denied %s on device %u: no usable quota configuration (see earlier error)",
                   what, format_bytes(bytes, req, sizeof(req)), index);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (index == VC_DEVICE_UNASSIGNED) {
+        log_warn("%s: denied %s: the device is not assigned to this container (quota 0)", what,
+                 format_bytes(bytes, req, sizeof(req)));
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     log_warn("%s: out of memory: request %s on device %u, container uses %s of its %s quota", what,
@@ -256,6 +267,7 @@ static void pool_reconcile(CUmemoryPool pool)
 
 void vc_pools_refresh(void)
 {
+    vc_graph_refresh(); /* graph memory too: it is pool memory of the graphs' own */
     CUmemoryPool list[MAX_POOLS];
     int n = 0;
     pthread_mutex_lock(&pool_lock);
@@ -632,6 +644,13 @@ static CUresult alloc_stream_ordered(alloc_async_fn fa, alloc_pool_fn fp, bool p
     const char *what = fa ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync";
     if (size == 0 || current_full(&ctx, &dev, &index) != CUDA_SUCCESS)
         return fa ? fa(dptr, size, stream) : fp(dptr, size, pool, stream);
+    /* Captured, it is an allocation node of the graph: an address now, memory only when the
+     * graph is launched, charged then (hook-graph.c). Nothing to charge or track here. */
+    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUstream s = ptsz && !stream ? CU_STREAM_PER_THREAD : stream;
+    if (vc_real.cuStreamIsCapturing && vc_real.cuStreamIsCapturing(s, &cap) == CUDA_SUCCESS &&
+        cap == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+        return fa ? fa(dptr, size, stream) : fp(dptr, size, pool, stream);
     if (!pool && vc_real.cuDeviceGetMemPool &&
         vc_real.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS)
         pool = NULL;
@@ -871,10 +890,131 @@ CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
     return r;
 }
 
+/* Sharing VMM memory through a shareable handle (issue 22, F5c). The driver frees an allocation
+ * only when "all outstanding references to the handle (including its shareable counterparts)"
+ * are released (cuMemRelease), so an exported file descriptor, and every copy of it in this or
+ * another process, keeps the memory; libvcuda cannot count those copies. So:
+ *  - an allocation this process created and exported stays charged to it until it exits
+ *    (one reference never given back);
+ *  - an imported handle is charged like a creation while it holds memory: what its mappings
+ *    reach (the driver tells no import's size), reserved before each cuMemMap that reaches
+ *    further, refused with CUDA_ERROR_OUT_OF_MEMORY when it does not fit, given back with the
+ *    last reference (the handle and its mappings), on the device the driver says the memory
+ *    is on.
+ * Memory shared between two processes, or imported back into its own exporter, is therefore
+ * counted by each holder: the evidence that another holder is charged would live in the
+ * writable region, where a tenant could forge it (docs/vcuda.md, "What is charged"). */
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
+                                              CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType,
+                                              unsigned long long flags)
+{
+    VC_PREAMBLE(cuMemExportToShareableHandle);
+    CUresult r = vc_real.cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct vc_track_entry e;
+    pthread_mutex_lock(&vmm_lock);
+    if (vc_track_take(VC_TRACK_VMM, handle, &e) == 0) {
+        if (!(e.flags & VC_TRACK_VMM_EXPORTED)) {
+            e.flags |= VC_TRACK_VMM_EXPORTED;
+            e.link++;
+        }
+        vc_track_put(&e);
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return r;
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                void *osHandle,
+                                                CUmemAllocationHandleType shHandleType)
+{
+    VC_PREAMBLE(cuMemImportFromShareableHandle);
+    CUresult r = vc_real.cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
+    if (r != CUDA_SUCCESS || !handle)
+        return r;
+    /* Where the memory is: the driver's answer; else the current context's device. */
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof(prop));
+    unsigned index;
+    CUcontext ctx;
+    if (vc_real.cuMemGetAllocationPropertiesFromHandle &&
+        vc_real.cuMemGetAllocationPropertiesFromHandle(&prop, *handle) == CUDA_SUCCESS) {
+        if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+            return r; /* host memory: not charged */
+        if (vc_device_index(prop.location.id, &index) < 0)
+            return r;
+    } else if (vc_current(&ctx, &index) != CUDA_SUCCESS) {
+        index = 0;
+    }
+    struct vc_track_entry e = {.key = *handle,
+                               .kind = VC_TRACK_VMM,
+                               .dev = index,
+                               .link = 1,
+                               .flags = VC_TRACK_VMM_IMPORTED};
+    pthread_mutex_lock(&vmm_lock);
+    struct vc_track_entry old;
+    if (vc_track_take(VC_TRACK_VMM, *handle, &old) == 0) {
+        /* the driver handed out a handle this process already holds: one more reference */
+        old.link++;
+        e = old;
+    }
+    if (vc_track_put(&e) < 0)
+        log_warn("cannot track an imported VMM handle; mapping it is refused");
+    pthread_mutex_unlock(&vmm_lock);
+    return r;
+}
+
+/* Before a mapping of an imported handle: charges what the mapping reaches beyond what the
+ * import is already charged for. 0, or -ENOSPC when that does not fit the quota (nothing
+ * charged). A handle we do not track, or one made by cuMemCreate (charged in full), needs
+ * nothing. */
+static int vmm_import_reach(CUmemGenericAllocationHandle handle, uint64_t end)
+{
+    struct vc_track_entry h;
+    pthread_mutex_lock(&vmm_lock);
+    bool imported = vc_track_take(VC_TRACK_VMM, handle, &h) == 0;
+    if (imported)
+        vc_track_put(&h);
+    pthread_mutex_unlock(&vmm_lock);
+    if (!imported || !(h.flags & VC_TRACK_VMM_IMPORTED) || end <= h.size)
+        return 0;
+    /* Reserved outside the lock (a refusal first reaps and refreshes pools: driver calls),
+     * then committed: only what the import does not reach by now is kept, so two threads
+     * mapping one import at once charge its reach once. */
+    uint64_t want = end - h.size;
+    if (vc_mem_reserve(h.dev, want) < 0)
+        return -ENOSPC;
+    uint64_t keep = 0;
+    pthread_mutex_lock(&vmm_lock);
+    if (vc_track_take(VC_TRACK_VMM, handle, &h) == 0) {
+        if (end > h.size) {
+            keep = end - h.size;
+            h.size = end;
+        }
+        vc_track_put(&h);
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    if (keep < want)
+        vc_mem_release(h.dev, want - keep);
+    return 0;
+}
+
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     VC_PREAMBLE(cuMemMap);
+    if (vmm_import_reach(handle, (uint64_t)offset + size) < 0) {
+        struct vc_track_entry h = {.dev = 0};
+        pthread_mutex_lock(&vmm_lock);
+        if (vc_track_take(VC_TRACK_VMM, handle, &h) == 0)
+            vc_track_put(&h);
+        pthread_mutex_unlock(&vmm_lock);
+        return vc_mem_oom(h.dev, size, "cuMemMap (imported memory)");
+    }
+    /* A mapping the driver refuses keeps what it reserved: the import's reach only grows (a
+     * concurrent mapping may rely on it), and is given back with the handle. */
     CUresult r = vc_real.cuMemMap(ptr, size, offset, handle, flags);
     if (r != CUDA_SUCCESS)
         return r;
@@ -1096,6 +1236,12 @@ CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray h)
 void vc_quota_view(unsigned index, uint64_t real_free, uint64_t real_total, uint64_t *ret_free,
                    uint64_t *ret_total, uint64_t *ret_used)
 {
+    if (index == VC_DEVICE_UNASSIGNED) {
+        *ret_free = *ret_total = 0;
+        if (ret_used)
+            *ret_used = 0;
+        return;
+    }
     uint64_t limit = vc.cfg.memory_limit;
     uint64_t total = limit && limit < real_total ? limit : real_total;
     /* Views may be polled: look for dead processes at most every 100 ms
@@ -1149,12 +1295,23 @@ CUresult CUDAAPI cuMemGetInfo(unsigned int *free, unsigned int *total)
     return r;
 }
 
+/* A device's total as the container sees it: the quota where it is below the real total, 0 on
+ * a device not assigned to the container. */
+static uint64_t quota_total(CUdevice dev, uint64_t real_total)
+{
+    unsigned index;
+    if (vc_device_index(dev, &index) == 0 && index == VC_DEVICE_UNASSIGNED)
+        return 0;
+    uint64_t limit = vc.cfg.memory_limit;
+    return limit && limit < real_total ? limit : real_total;
+}
+
 CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
     VC_PREAMBLE(cuDeviceTotalMem_v2);
     CUresult r = vc_real.cuDeviceTotalMem_v2(bytes, dev);
-    if (r == CUDA_SUCCESS && bytes && vc.cfg.memory_limit && vc.cfg.memory_limit < *bytes)
-        *bytes = vc.cfg.memory_limit;
+    if (r == CUDA_SUCCESS && bytes)
+        *bytes = (size_t)quota_total(dev, *bytes);
     return r;
 }
 
@@ -1162,7 +1319,7 @@ CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 {
     VC_PREAMBLE(cuDeviceTotalMem);
     CUresult r = vc_real.cuDeviceTotalMem(bytes, dev);
-    if (r == CUDA_SUCCESS && bytes && vc.cfg.memory_limit && vc.cfg.memory_limit < *bytes)
-        *bytes = (unsigned int)vc.cfg.memory_limit;
+    if (r == CUDA_SUCCESS && bytes)
+        *bytes = (unsigned int)quota_total(dev, *bytes);
     return r;
 }

@@ -12,7 +12,7 @@
 
 enum vc_track_kind {
     VC_TRACK_DPTR = 1,    /* device pointer: cuMemAlloc*, managed, async, from pool */
-    VC_TRACK_VMM = 2,     /* CUmemGenericAllocationHandle from cuMemCreate */
+    VC_TRACK_VMM = 2,     /* CUmemGenericAllocationHandle from cuMemCreate or an import */
     VC_TRACK_ARRAY = 3,   /* CUarray */
     VC_TRACK_MIPMAP = 4,  /* CUmipmappedArray */
     VC_TRACK_CTX = 5,     /* a context's own memory, keyed by CUcontext */
@@ -22,13 +22,21 @@ enum vc_track_kind {
 struct vc_track_entry {
     uint64_t key;
     uint64_t size;
-    uint64_t ctx;  /* owning context (its destruction frees the object), 0 = none */
-    uint64_t pool; /* memory pool of a stream-ordered allocation, 0 = none */
-    uint64_t link; /* VMM: references holding the memory (handle + mappings);
-                    * VMM_MAP: the handle mapped */
-    uint32_t kind; /* enum vc_track_kind; 0 = empty slot */
-    uint32_t dev;  /* region device index */
+    uint64_t ctx;   /* owning context (its destruction frees the object), 0 = none */
+    uint64_t pool;  /* memory pool of a stream-ordered allocation, 0 = none */
+    uint64_t link;  /* VMM: references holding the memory (handle + mappings);
+                     * VMM_MAP: the handle mapped */
+    uint32_t kind;  /* enum vc_track_kind; 0 = empty slot */
+    uint32_t dev;   /* region device index */
+    uint32_t flags; /* VMM: VC_TRACK_VMM_* */
 };
+
+/* A VMM handle that cuMemImportFromShareableHandle made: its size is what its mappings reach
+ * (the driver does not tell an import's size), charged as they reach it. */
+#define VC_TRACK_VMM_IMPORTED 0x1u
+/* Exported to a shareable handle: one reference that is never given back (the driver keeps
+ * the memory while any copy of the shareable handle lives, and those copies are not seen). */
+#define VC_TRACK_VMM_EXPORTED 0x2u
 
 /* Records an object. -ENOMEM when the table cannot grow, -EEXIST when the key
  * is already there (the old entry is kept). */

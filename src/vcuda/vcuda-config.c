@@ -330,6 +330,7 @@ int vc_config_load(const char *agent_path, char *(*getenv_fn)(const char *), str
      * to look elsewhere. */
     int r = load_file(agent_path, &cfg, err, errlen);
     if (r == 0) {
+        cfg.source = VC_CONFIG_SOURCE_AGENT;
         tighten_from_env(getenv_fn, agent_path, &cfg, note, notelen);
         *ret = cfg;
         return 0;

@@ -19,7 +19,8 @@
 enum vc_config_source {
     VC_CONFIG_SOURCE_NONE = 0, /* neither file nor environment: no limits */
     VC_CONFIG_SOURCE_ENV,
-    VC_CONFIG_SOURCE_FILE,
+    VC_CONFIG_SOURCE_FILE,  /* a standalone file ($VCUDA_CONFIG) */
+    VC_CONFIG_SOURCE_AGENT, /* the agent's file at the built-in path */
 };
 
 struct vc_config {

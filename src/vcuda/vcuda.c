@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "track.h"
+#include "userns.h"
 #include "util.h"
 
 #include <errno.h>
@@ -53,6 +54,7 @@ static void atfork_child(void)
     vc_mem_atfork_child();
     vc_ctx_atfork_child();
     vc_launch_atfork_child();
+    vc_graph_atfork_child();
     vc.slot = -1;
     vc.pid = 0;
     atomic_store_explicit(&vc_ready, 0, memory_order_release);
@@ -136,11 +138,26 @@ int vc_init_slow(void)
     uint64_t t0 = mono_ns();
     if (vc.region.hdr == NULL) {
         /* First time in this process (not a forked child): config and region. */
-        char err[512], note[1024];
+        char err[1024], note[1024];
         int r = vc_config_load(vc_config_agent_path, getenv, &vc.cfg, err, sizeof(err), note,
                                sizeof(note));
         if (r == 0 && note[0])
             log_warn("%s", note);
+        /* The agent's file is the agent's only where the process could not have mounted a file
+         * of its own over it: in the initial user namespace (userns.h; docs/vcuda.md, "Threat
+         * model"). Anywhere else it is refused like a broken file. */
+        if (r == 0 && vc.cfg.source == VC_CONFIG_SOURCE_AGENT) {
+            char why[384];
+            int u = vc_userns_initial("/proc", why, sizeof(why));
+            if (u < 0) {
+                r = u;
+                snprintf(err, sizeof(err),
+                         "%s is not trusted: %s; the agent's config is only obeyed in the initial "
+                         "user namespace (run the pod with hostUsers: true, and without user "
+                         "namespaces of its own)",
+                         vc_config_agent_path, why);
+            }
+        }
         if (r < 0) {
             log_error("%s; denying all device memory until the config is fixed", err);
             vc_config_init(&vc.cfg);

@@ -93,7 +93,12 @@ static inline int vc_ensure(void)
 }
 
 /* Hot-path helpers (hook-mem.c / hook-ctx.c). */
-/* Region device index of CUDA ordinal dev (config UUID order, else ordinal). */
+/* The region index of a device the configured list does not name: not assigned to this
+ * container, so its quota is 0 (vc_mem_reserve refuses it, views show 0, no context). Never
+ * an index into the region (whose functions ignore it). */
+#define VC_DEVICE_UNASSIGNED VC_REGION_DEVICES
+/* Region device index of CUDA ordinal dev (config UUID order, else ordinal), or
+ * VC_DEVICE_UNASSIGNED when a device list is configured and does not name it. */
 int vc_device_index(CUdevice dev, unsigned *ret_index);
 /* CUDA ordinal dev's UUID spelt as NVML and the config spell it ("GPU-xxxxxxxx-...").
  * 0 or -ENODEV. */
@@ -136,6 +141,20 @@ static inline void vc_managed_launch(CUfunction f, void **params, void **extra)
     if (VC_UNLIKELY(atomic_load_explicit(&vc_managed_pending, memory_order_relaxed)))
         vc_managed_launch_slow(f, params, extra);
 }
+/* Graph memory (hook-graph.c): a launch or upload of an executable graph whose allocation
+ * nodes are not mapped yet reserves what they need first (vc_graph_map_begin: 0 or the
+ * CUDA_ERROR_OUT_OF_MEMORY result), and settles on what the driver then holds
+ * (vc_graph_map_end, with the driver's result). */
+struct vc_graph_pending {
+    bool locked;
+    CUgraphExec exec;
+    uint64_t bytes[VC_REGION_DEVICES + 1];
+};
+CUresult vc_graph_map_begin(CUgraphExec e, const char *what, struct vc_graph_pending *ret);
+void vc_graph_map_end(struct vc_graph_pending *p, CUresult r);
+/* Settles every device's graph memory charge on what the driver says it holds. */
+void vc_graph_refresh(void);
+void vc_graph_atfork_child(void);
 /* Resets per-process hook state in a forked child. */
 void vc_mem_atfork_child(void);
 void vc_ctx_atfork_child(void);

@@ -253,8 +253,19 @@ TEST(vgpu_host_check_keys)
     struct acceld_config c;
     char err[256], txt[64];
     acceld_config_defaults(&c);
-    CHECK(!c.vgpu_over_quota_kill);
+    /* kill by default (issue 22): what a multi-tenant node wants of a quota */
+    CHECK(c.vgpu_over_quota_kill);
+    CHECK(c.dra_over_quota_kill);
     CHECK_EQ_U64(c.vgpu_check_interval_ns, 10000000000ull);
+    CHECK_EQ_U64(c.dra_check_interval_ns, 10000000000ull);
+    CHECK_EQ_INT(acceld_config_set(&c, "vgpu.overQuotaAction", "none", err, sizeof(err)), 0);
+    CHECK(!c.vgpu_over_quota_kill);
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.overQuotaAction", "none", err, sizeof(err)), 0);
+    CHECK(!c.dra_over_quota_kill);
+    CHECK_EQ_INT(acceld_config_format(&c, "dra.overQuotaAction", txt, sizeof(txt)), 0);
+    CHECK_EQ_STR(txt, "none");
+    CHECK_EQ_INT(acceld_config_set(&c, "dra.checkInterval", "250ms", err, sizeof(err)), 0);
+    CHECK_EQ_U64(c.dra_check_interval_ns, 250000000ull);
     CHECK_EQ_INT(acceld_config_set(&c, "vgpu.overQuotaAction", "kill", err, sizeof(err)), 0);
     CHECK(c.vgpu_over_quota_kill);
     CHECK_EQ_INT(acceld_config_format(&c, "vgpu.overQuotaAction", txt, sizeof(txt)), 0);

@@ -1,14 +1,19 @@
 /* test-mps-supervisor — the MPS daemon supervisor (src/agent/mps-supervisor.c) against the
  * emulated nvidia-cuda-mps-control (src/emu/mps-control.c): start with the defaults visible
  * through the front end, kill -9 and SIGSTOP of the daemon each seen as unhealthy and
- * followed by a restart to healthy, and shutdown leaving no daemon. Waits are bounded loop
- * runs until a condition holds, never sleeps. */
+ * followed by a restart to healthy, and shutdown leaving no daemon; and issue 22's attacks
+ * through the pipe directory a container has mounted: a pid file rewritten to another
+ * process's pid (F9), a server's caps and the daemon's defaults lifted with the control
+ * commands (F6), and each set's own /dev/shm (F7). Waits are bounded loop runs until a
+ * condition holds, never sleeps. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "evloop.h"
@@ -19,7 +24,16 @@
 struct events {
     int healthy, unhealthy;
     bool last;
+    int caps; /* caps restored */
 };
+
+static void on_caps(struct mps_sup *sup, size_t set, pid_t server, const char *what, void *ud)
+{
+    (void)sup;
+    struct events *ev = ud;
+    ev->caps++;
+    tap_diag("set %zu server %d: %s", set, (int)server, what);
+}
 
 static void on_health(struct mps_sup *sup, size_t set, bool healthy, const char *why, void *ud)
 {
@@ -111,6 +125,7 @@ static void setup(struct fixture *fx, const char *dir)
                              .backoff_max_ns = 500000000,
                              .stop_timeout_ns = 3000000000ull,
                              .health_cb = on_health,
+                             .caps_cb = on_caps,
                              .user_data = &fx->ev};
     REQUIRE_EQ_INT(mps_sup_new(fx->loop, &o, sets, 2, &fx->sup), 0);
     REQUIRE_EQ_INT(mps_sup_start(fx->sup), 0);
@@ -230,8 +245,171 @@ TEST(missing_binary_is_unhealthy_and_bad_sets_refused)
     ev_loop_free(loop);
 }
 
+/* Runs the loop for ms milliseconds. */
+static void spin(struct ev_loop *loop, int ms)
+{
+    uint64_t end = mono_ns() + (uint64_t)ms * 1000000ull;
+    while (mono_ns() < end)
+        ev_loop_run_once(loop, 20);
+}
+
+/* Issue 22, F9: a container rewrites nvidia-cuda-mps-control.pid in its pipe directory, in a
+ * loop, to the pid of another process (here a child of the test standing in for the kubelet),
+ * and the daemon fails: the supervisor restarts it, and kills it again at the next failure,
+ * without ever signalling that process. Before, the pid read back from the pipe directory after
+ * `-d` was the one later SIGKILLed. */
+TEST(pid_file_in_the_pipe_dir_is_never_believed)
+{
+    if (!have_control())
+        tap_skip_case("no emulated nvidia-cuda-mps-control built");
+    struct fixture fx = {0};
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/pidfile", tap_tmpdir());
+    pid_t victim = fork();
+    REQUIRE(victim >= 0);
+    if (victim == 0) {
+        pause();
+        _exit(0);
+    }
+    setup(&fx, dir);
+    REQUIRE(run_until(fx.loop, &fx.ev, 2, 0));
+    char pidfile[4200];
+    snprintf(pidfile, sizeof(pidfile), "%s/nvidia-cuda-mps-control.pid",
+             mps_sup_pipe_dir(fx.sup, 0));
+    pid_t tenant = fork();
+    REQUIRE(tenant >= 0);
+    if (tenant == 0) { /* the container: the victim's pid in the file, over and over */
+        char text[32];
+        int n = snprintf(text, sizeof(text), "%d\n", (int)victim);
+        for (;;) {
+            FILE *f = fopen(pidfile, "w");
+            if (f) {
+                fwrite(text, 1, (size_t)n, f);
+                fclose(f);
+            }
+            usleep(200);
+        }
+    }
+    for (int round = 0; round < 3; round++) {
+        pid_t d = mps_sup_daemon_pid(fx.sup, 0);
+        REQUIRE(d > 0 && d != victim);
+        REQUIRE_EQ_INT(kill(d, SIGKILL), 0);
+        REQUIRE(run_until(fx.loop, &fx.ev, 3 + round, 1 + round));
+    }
+    CHECK(mps_sup_healthy(fx.sup, 0));
+    CHECK(mps_sup_daemon_pid(fx.sup, 0) != victim);
+    kill(tenant, SIGKILL);
+    waitpid(tenant, NULL, 0);
+    /* a last failure while the file names the victim: the supervisor kills its own daemon */
+    pid_t d = mps_sup_daemon_pid(fx.sup, 0);
+    REQUIRE_EQ_INT(kill(d, SIGSTOP), 0);
+    REQUIRE(run_until(fx.loop, &fx.ev, 3, 4));
+    uint64_t end = mono_ns() + 5000000000ull;
+    while (!gone(d) && mono_ns() < end)
+        ev_loop_run_once(fx.loop, 20);
+    CHECK(gone(d));                   /* the hung daemon itself was killed */
+    CHECK_EQ_INT(kill(victim, 0), 0); /* alive */
+    CHECK(!gone(victim));
+    kill(victim, SIGKILL);
+    waitpid(victim, NULL, 0);
+    teardown(&fx);
+}
+
+/* The server's active thread percentage as the front end prints it. */
+static double server_pct(const char *pipe, pid_t server)
+{
+    char cmd[64], out[256];
+    snprintf(cmd, sizeof(cmd), "get_active_thread_percentage %d", (int)server);
+    ask(pipe, cmd, out, sizeof(out));
+    return atof(out);
+}
+
+/* Issue 22, F6: a client runs set_active_thread_percentage <its server> 100 and
+ * set_device_pinned_mem_limit <server> 0 81920M through the pipe directory: the next probe
+ * (every second while servers run) puts both back, and the set stays healthy (no restart,
+ * nothing tainted for the others). Raising the daemon's defaults is undone the same way.
+ * Before, a server's own caps were never read, and changed defaults restarted the daemon. */
+TEST(lifted_caps_are_put_back)
+{
+    if (!have_control())
+        tap_skip_case("no emulated nvidia-cuda-mps-control built");
+    struct fixture fx = {0};
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/caps", tap_tmpdir());
+    setup(&fx, dir);
+    REQUIRE(run_until(fx.loop, &fx.ev, 2, 0));
+    const char *pipe = mps_sup_pipe_dir(fx.sup, 0);
+    char out[256];
+    ask(pipe, "start_server -uid 1000", out, sizeof(out));
+    ask(pipe, "get_server_list", out, sizeof(out));
+    pid_t server = (pid_t)atoi(out);
+    REQUIRE(server > 0);
+    pid_t daemon = mps_sup_daemon_pid(fx.sup, 0);
+    spin(fx.loop, 300); /* a probe sees the server: the set is busy, probed every second */
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "set_active_thread_percentage %d 100", (int)server);
+    ask(pipe, cmd, out, sizeof(out));
+    snprintf(cmd, sizeof(cmd), "set_device_pinned_mem_limit %d 0 81920M", (int)server);
+    ask(pipe, cmd, out, sizeof(out));
+    CHECK(server_pct(pipe, server) > 99);
+    uint64_t end = mono_ns() + 10000000000ull;
+    while (mono_ns() < end && (server_pct(pipe, server) > 25.5 || fx.ev.caps < 1))
+        ev_loop_run_once(fx.loop, 50);
+    CHECK(server_pct(pipe, server) < 25.5);
+    snprintf(cmd, sizeof(cmd), "get_device_pinned_mem_limit %d 0", (int)server);
+    ask(pipe, cmd, out, sizeof(out));
+    CHECK_EQ_STR(out, "2G");
+    CHECK_GE_INT(fx.ev.caps, 1);
+    /* the defaults */
+    ask(pipe, "set_default_active_thread_percentage 100", out, sizeof(out));
+    ask(pipe, "set_default_device_pinned_mem_limit 0 0", out, sizeof(out));
+    int caps = fx.ev.caps;
+    end = mono_ns() + 10000000000ull;
+    for (;;) {
+        ask(pipe, "get_default_active_thread_percentage", out, sizeof(out));
+        if ((strcmp(out, "25.0") == 0 && fx.ev.caps > caps) || mono_ns() > end)
+            break;
+        ev_loop_run_once(fx.loop, 50);
+    }
+    CHECK_EQ_STR(out, "25.0");
+    ask(pipe, "get_default_device_pinned_mem_limit 0", out, sizeof(out));
+    CHECK_EQ_STR(out, "2G");
+    CHECK_EQ_INT(fx.ev.unhealthy, 0); /* never unhealthy: nothing tainted for others */
+    CHECK_EQ_INT(mps_sup_daemon_pid(fx.sup, 0), daemon);
+    CHECK_GE_INT(mps_sup_caps_restored(fx.sup, 0), 2);
+    teardown(&fx);
+}
+
+/* Issue 22, F7: each set has its own /dev/shm: a tmpfs in its directory that is its daemon's
+ * /dev/shm too (the daemon runs in a mount namespace of its own), never the host's. */
+TEST(each_set_has_its_own_shm)
+{
+    if (!have_control())
+        tap_skip_case("no emulated nvidia-cuda-mps-control built");
+    if (geteuid() != 0)
+        tap_skip_case("not root: no tmpfs of the set's own");
+    struct fixture fx = {0};
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/shm", tap_tmpdir());
+    setup(&fx, dir);
+    REQUIRE(run_until(fx.loop, &fx.ev, 2, 0));
+    const char *a = mps_sup_shm_dir(fx.sup, 0), *b = mps_sup_shm_dir(fx.sup, 1);
+    REQUIRE(a != NULL && b != NULL);
+    struct stat sa, sb, host, seen;
+    REQUIRE_EQ_INT(stat(a, &sa), 0);
+    REQUIRE_EQ_INT(stat(b, &sb), 0);
+    REQUIRE_EQ_INT(stat("/dev/shm", &host), 0);
+    CHECK(sa.st_dev != sb.st_dev && sa.st_dev != host.st_dev);
+    char root[64];
+    snprintf(root, sizeof(root), "/proc/%d/root/dev/shm", (int)mps_sup_daemon_pid(fx.sup, 0));
+    REQUIRE_EQ_INT(stat(root, &seen), 0);
+    CHECK(seen.st_dev == sa.st_dev); /* the daemon's /dev/shm is the set's */
+    teardown(&fx);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
+    tap_private_mounts(); /* the sets' shm tmpfs mounts go with this process */
     return tap_main(argc, argv);
 }

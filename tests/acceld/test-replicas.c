@@ -105,10 +105,10 @@ TEST(mps_allocate)
     REQUIRE(s != NULL);
     struct acceld_provider p = replicas_provider(s);
     for (unsigned k = 1; k <= 3; k++) {
-        char pipe[64], log[64];
+        char pipe[64], shm[64];
         snprintf(pipe, sizeof(pipe), "/run/x/b%u/pipe", k);
-        snprintf(log, sizeof(log), "/run/x/b%u/log", k);
-        CHECK_EQ_INT(replicas_set_mps_dirs(s, 1, k, pipe, log), 0);
+        snprintf(shm, sizeof(shm), "/run/x/b%u/shm", k);
+        CHECK_EQ_INT(replicas_set_mps_dirs(s, 1, k, pipe, k == 3 ? NULL : shm), 0);
     }
     CHECK_EQ_INT(replicas_set_mps_dirs(s, 1, 4, "/p", "/l"), -EINVAL);
     size_t two[] = {2, 4}; /* GPU-bbbb::0 and ::2 */
@@ -118,13 +118,14 @@ TEST(mps_allocate)
     REQUIRE_EQ_INT(p.ops->allocate(p.self, &req, 1, &out, err, sizeof(err)), 0);
     CHECK_EQ_STR(env_of(&out, "NVIDIA_VISIBLE_DEVICES"), "GPU-bbbb");
     CHECK_EQ_STR(env_of(&out, "CUDA_MPS_PIPE_DIRECTORY"), REPLICAS_MPS_PIPE_PATH);
-    CHECK_EQ_STR(env_of(&out, "CUDA_MPS_LOG_DIRECTORY"), REPLICAS_MPS_LOG_PATH);
+    /* no log directory (the root daemon's, issue 22); the daemon's own /dev/shm (F7) */
+    CHECK(env_of(&out, "CUDA_MPS_LOG_DIRECTORY") == NULL);
     CHECK_EQ_STR(env_of(&out, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "66");
     CHECK_EQ_STR(env_of(&out, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=600M");
-    REQUIRE_EQ_INT(out.n_mounts, 3);
+    REQUIRE_EQ_INT(out.n_mounts, 2);
     CHECK_EQ_STR(out.mounts[0].host_path, "/run/x/b2/pipe");
-    CHECK_EQ_STR(out.mounts[1].host_path, "/run/x/b2/log");
-    CHECK_EQ_STR(out.mounts[2].container_path, "/dev/shm");
+    CHECK_EQ_STR(out.mounts[1].container_path, "/dev/shm");
+    CHECK_EQ_STR(out.mounts[1].host_path, "/run/x/b2/shm");
     REQUIRE_EQ_INT(out.n_devices, 1); /* no control nodes under the fake dev root */
     CHECK_EQ_STR(out.devices[0].host_path, "/dev/nvidia3");
     /* two GPUs in one container: refused */

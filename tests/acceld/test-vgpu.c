@@ -652,6 +652,77 @@ TEST(restart_between_resources_and_reconcile)
     (void)a_live;
 }
 
+/* Issue 22, F12 (and F1's removal half): a container's region dir is a small tmpfs of its own
+ * (when this test runs as root, in its private mount namespace), so writing into it fills
+ * only it; what the tenant leaves there — nested directories, files, a symlink to a directory
+ * of acceld's — goes with the assignment, and nothing a link points to is touched. Before, the
+ * dir was a plain 0777 directory on the state filesystem, and a non-empty subdirectory
+ * survived the pod. */
+TEST(region_dir_is_bounded_and_removed_whole)
+{
+    n_table = 0;
+    add_pod("uid-t", "t", "main", 100, 30, 16, NULL);
+    struct node nd;
+    struct vgpu *v = make(1, 16 * GiB, VGPU_BINPACK, false);
+    REQUIRE(v != NULL);
+    node_open(&nd, v);
+    char err[1024] = "";
+    V1beta1__ContainerAllocateResponse *r;
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 30, &r, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 16, &r, err, sizeof(err)), 0);
+    char region[800], p[900], keep[800];
+    snprintf(region, sizeof(region), "%s/vgpu/uid-t/main/region", state);
+    struct stat st, parent;
+    REQUIRE_EQ_INT(stat(region, &st), 0);
+    CHECK_EQ_INT(st.st_mode & 07777, 0777);
+    snprintf(p, sizeof(p), "%s/..", region);
+    REQUIRE_EQ_INT(stat(p, &parent), 0);
+    if (geteuid() == 0) {
+        CHECK(st.st_dev != parent.st_dev); /* a filesystem of its own */
+        snprintf(p, sizeof(p), "%s/fill", region);
+        int fd = open(p, O_WRONLY | O_CREAT, 0644);
+        REQUIRE(fd >= 0);
+        static char chunk[64 << 10];
+        size_t wrote = 0;
+        ssize_t w;
+        while (wrote < (16u << 20) && (w = write(fd, chunk, sizeof(chunk))) > 0)
+            wrote += (size_t)w;
+        int e = errno;
+        close(fd);
+        CHECK(wrote < (1u << 20)); /* stopped at the tmpfs's size */
+        CHECK_EQ_INT(e, ENOSPC);
+    } else {
+        tap_diag("not root: the region dir cannot be a tmpfs here (plain directory)");
+    }
+    /* what the tenant leaves behind */
+    snprintf(keep, sizeof(keep), "%s/vgpu/checkpoint.json", state);
+    REQUIRE_EQ_INT(stat(keep, &st), 0);
+    off_t keep_size = st.st_size;
+    snprintf(p, sizeof(p), "%s/d", region);
+    REQUIRE_EQ_INT(mkdir(p, 0777), 0);
+    snprintf(p, sizeof(p), "%s/d/e", region);
+    REQUIRE_EQ_INT(mkdir(p, 0777), 0);
+    snprintf(p, sizeof(p), "%s/d/e/f", region);
+    close(open(p, O_WRONLY | O_CREAT, 0644));
+    snprintf(p, sizeof(p), "%s/d/state", region);
+    char target[800];
+    snprintf(target, sizeof(target), "%s/vgpu", state);
+    REQUIRE_EQ_INT(symlink(target, p), 0);
+    /* the pod ends: the kubelet lists another pod's container only */
+    n_table = 0;
+    set_state("uid-t", "t", VGPU_POD_DONE);
+    struct vgpu_live other;
+    vgpu_live_init(&other, "default", "other", "main");
+    struct vgpu_reconcile_result res;
+    CHECK_EQ_INT(settle(v, &other, 1, &res), 0);
+    CHECK_EQ_INT(res.freed, 1);
+    snprintf(p, sizeof(p), "%s/vgpu/uid-t", state);
+    CHECK(stat(p, &st) < 0 && errno == ENOENT); /* all of it gone */
+    REQUIRE_EQ_INT(stat(keep, &st), 0);         /* what the link pointed into: untouched */
+    CHECK(st.st_size >= keep_size);
+    node_close(&nd);
+}
+
 /* A container whose admission failed between its two Allocates (its pod no
  * longer pending) neither catches the next container's call of the same
  * amount nor keeps its share. */
@@ -1276,5 +1347,6 @@ TEST(stale_temporary_files_go)
 
 int main(int argc, char **argv)
 {
+    tap_private_mounts(); /* the region dirs' tmpfs mounts go with this process */
     return tap_main(argc, argv);
 }

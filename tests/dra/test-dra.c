@@ -44,6 +44,31 @@ TEST(claim_parses_results)
     dra_claim_free(c);
 }
 
+/* status.reservedFor: the pods the host-side check maps processes to (issue 22, F10); other
+ * consumers are skipped, a pod entry that names no pod is refused. */
+TEST(claim_reserved_for_pods)
+{
+    static const char j[] =
+        "{\"metadata\":{\"namespace\":\"n\",\"name\":\"c\",\"uid\":\"u\"},\"status\":{"
+        "\"allocation\":{\"devices\":{\"results\":[]}},\"reservedFor\":["
+        "{\"resource\":\"pods\",\"name\":\"p\",\"uid\":\"0b6c4a3e-7777\"},"
+        "{\"apiGroup\":\"apps\",\"resource\":\"deployments\",\"name\":\"d\",\"uid\":\"x\"}]}}";
+    struct dra_claim *c = NULL;
+    char err[256] = "";
+    REQUIRE_EQ_INT(dra_claim_parse(j, strlen(j), &c, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(c->n_pods, 1);
+    CHECK_EQ_STR(c->pods[0].name, "p");
+    CHECK_EQ_STR(c->pods[0].uid, "0b6c4a3e-7777");
+    dra_claim_free(c);
+    static const char bad[] =
+        "{\"metadata\":{\"namespace\":\"n\",\"name\":\"c\",\"uid\":\"u\"},\"status\":{"
+        "\"allocation\":{\"devices\":{\"results\":[]}},\"reservedFor\":["
+        "{\"resource\":\"pods\",\"name\":\"../p\",\"uid\":\"u\"}]}}";
+    c = NULL;
+    CHECK_EQ_INT(dra_claim_parse(bad, strlen(bad), &c, err, sizeof(err)), -EINVAL);
+    CHECK(c == NULL && strstr(err, "reservedFor") != NULL);
+}
+
 TEST(claim_rejections_say_why)
 {
     static const struct {
@@ -265,7 +290,7 @@ static int fake_start(void *ctx, const char *uid, const char *uuids, unsigned n,
     snprintf(f->uuids, sizeof(f->uuids), "%s", uuids);
     f->n = n, f->pct = pct, f->mem = mem;
     snprintf(pipe, len, "/run/host-mps/%s/pipe", uid);
-    snprintf(log, len, "/run/host-mps/%s/log", uid);
+    snprintf(log, len, "/run/host-mps/%s/shm", uid);
     return 0;
 }
 
@@ -348,7 +373,8 @@ TEST(mps_claim_spec_and_checkpoint)
                                     1,
                                     g,
                                     2,
-                                    {fake_start, NULL, fake_stop, &f}};
+                                    {fake_start, NULL, fake_stop, &f},
+                                    {NULL, NULL, NULL}};
     const char *uid = "0b5e6a1c-0000-4000-8000-000000000001";
     write_claim(claims, "mps", uid,
                 "{\"request\":\"gpu\",\"driver\":\"gpu.accel.dev\",\"pool\":\"node-a\","
@@ -373,22 +399,23 @@ TEST(mps_claim_spec_and_checkpoint)
     json_t *env = json_object_get(edits, "env");
     CHECK(has_str(env, "NVIDIA_VISIBLE_DEVICES=GPU-a"));
     CHECK(has_str(env, "CUDA_MPS_PIPE_DIRECTORY=/run/accel-mps/pipe"));
-    CHECK(has_str(env, "CUDA_MPS_LOG_DIRECTORY=/run/accel-mps/log"));
+    CHECK(!has_str(env, "CUDA_MPS_LOG_DIRECTORY=/run/accel-mps/log")); /* acceld's, issue 22 */
     CHECK(has_str(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"));
     CHECK(has_str(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M"));
     CHECK(!has_str(env, "VCUDA_CONFIG=/etc/vcuda/config"));
-    CHECK_EQ_INT((int)json_array_size(env), 5);
+    CHECK_EQ_INT((int)json_array_size(env), 4);
     json_t *mounts = json_object_get(edits, "mounts");
-    CHECK_EQ_INT((int)json_array_size(mounts), 3);
+    CHECK_EQ_INT((int)json_array_size(mounts), 2);
     char want[300];
     snprintf(want, sizeof(want), "/run/host-mps/%s/pipe", uid);
     json_t *m = mount_at(mounts, "/run/accel-mps/pipe");
     CHECK(m && strcmp(json_string_value(json_object_get(m, "hostPath")), want) == 0 &&
           has_str(json_object_get(m, "options"), "rw"));
-    m = mount_at(mounts, "/run/accel-mps/log");
-    snprintf(want, sizeof(want), "/run/host-mps/%s/log", uid);
+    CHECK(mount_at(mounts, "/run/accel-mps/log") == NULL);
+    /* the claim's daemon's own /dev/shm (issue 22, F7), never the host's */
+    m = mount_at(mounts, "/dev/shm");
+    snprintf(want, sizeof(want), "/run/host-mps/%s/shm", uid);
     CHECK(m && strcmp(json_string_value(json_object_get(m, "hostPath")), want) == 0);
-    CHECK(mount_at(mounts, "/dev/shm") != NULL);
     CHECK(mount_at(mounts, "/etc/ld.so.preload") == NULL); /* no libvcuda: MPS caps the claim */
     json_decref(spec);
     /* no libvcuda files for an MPS claim */
@@ -487,7 +514,7 @@ TEST(prepare_unprepare_survive_a_cut)
                                  .healthy = true}};
     const char *ctl[] = {"/dev/nvidiactl"};
     struct dra_prepare_config pc = {
-        "gpu.accel.dev", "node-a", cdi, state, "/lib/libvcuda.so", ctl, 1, g, 1, {0}};
+        "gpu.accel.dev", "node-a", cdi, state, "/lib/libvcuda.so", ctl, 1, g, 1, {0}, {0}};
     const char *uid = "0b5e6a1c-0000-4000-8000-0000000000c1";
     write_claim(claims, "share", uid,
                 "{\"request\":\"gpu\",\"driver\":\"gpu.accel.dev\",\"pool\":\"node-a\","
@@ -503,7 +530,9 @@ TEST(prepare_unprepare_survive_a_cut)
     CHECK(exists("%s/claims/%s/config", state, uid));
     /* an unprepare cut after the files went, before the record did: the files are gone and
      * the checkpoint still names the claim; the next prepare writes them again */
-    snprintf(path, sizeof(path), "rm -rf %s/accel-dra-%s.json %s/claims/%s", cdi, uid, state, uid);
+    snprintf(path, sizeof(path),
+             "rm -f %s/accel-dra-%s.json %s/claims/%s/config %s/claims/%s/ld.so.preload", cdi, uid,
+             state, uid, state, uid);
     REQUIRE(system(path) == 0);
     st = dra_state_free(st);
     REQUIRE(dra_state_new(&pc, &st, err, sizeof(err)) == 0);
@@ -553,5 +582,6 @@ TEST(prepare_unprepare_survive_a_cut)
 
 int main(int argc, char **argv)
 {
+    tap_private_mounts(); /* the region dirs' tmpfs mounts go with this process */
     return tap_main(argc, argv);
 }

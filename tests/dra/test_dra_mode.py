@@ -159,6 +159,17 @@ def run(tap, build, emu, api, drv, knode, uuids):
                        env=env, capture_output=True, text=True, timeout=T)
     tap.ok(p.returncode == 2 and "node name is needed" in p.stderr,
            "without a node name: exit 2 saying so", p.stderr)
+    # a shared GPU hands libvcuda to every claim's container: no library, no start
+    missing = os.path.join(knode.dirs["state"], "no-such-dir", "libvcuda.so")
+    p = subprocess.run([os.path.join(build, "src/acceld/acceld"), "--mode", "dra",
+                        "--dra-sharing", "shared", "--node-name", "node-a",
+                        "--sysfs-root", emu.sysfs, "--state-dir", knode.dirs["state"],
+                        "--vcuda-library", missing],
+                       env=env, capture_output=True, text=True, timeout=T)
+    tap.ok(p.returncode == 2 and f"libvcuda is missing at {missing}" in p.stderr and
+           "vcudaLibrary" in p.stderr and not os.path.exists(knode.reg_sock()),
+           "dra.sharing shared without libvcuda at vcudaLibrary: exit 2 naming the path and the "
+           "fix, nothing served", p.stderr)
     agent = drv.start()
     ok = K.wait_until(lambda: os.path.exists(knode.reg_sock()), T)
     if not tap.ok(ok, "acceld --mode dra serves the registration socket", agent.log_text()):

@@ -7,8 +7,8 @@ nvidia-cuda-mps-control as --mps-control):
   allowMultipleAllocations) and gpu-1 exclusive; every slice written is valid
   resource.k8s.io/v1 per kubernetes-models (when installed);
 - a claim of 30 % + 4 GiB of gpu-0 (DeviceClass gpu-mps.accel.dev) prepared through the
-  kubelet API: its CDI spec mounts the claim's own daemon's pipe and log directories and
-  /dev/shm and sets CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY /
+  kubelet API: its CDI spec mounts the claim's own daemon's pipe directory and its own
+  /dev/shm (a tmpfs, the daemon's /dev/shm too) and sets CUDA_MPS_PIPE_DIRECTORY /
   CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 / CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M; the daemon
   runs with exactly those caps as its defaults;
 - the container run in a private mount namespace with the spec's mounts and env: an
@@ -187,18 +187,18 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
     spec = spec_of(knode, CLAIM_A)
     env, mounts = edits_of(spec)
     pipe = mounts.get("/run/accel-mps/pipe", {}).get("hostPath", "")
-    logd = mounts.get("/run/accel-mps/log", {}).get("hostPath", "")
+    shm = mounts.get("/dev/shm", {}).get("hostPath", "")
     tap.ok(env.get("CUDA_MPS_PIPE_DIRECTORY") == "/run/accel-mps/pipe" and
-           env.get("CUDA_MPS_LOG_DIRECTORY") == "/run/accel-mps/log" and
+           "CUDA_MPS_LOG_DIRECTORY" not in env and "/run/accel-mps/log" not in mounts and
            env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "30" and
            env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == "0=4096M" and
            env.get("NVIDIA_VISIBLE_DEVICES") == uuids[0] and "VCUDA_CONFIG" not in env and
            pipe.endswith("/mps/mps-dra-%s/pipe" % CLAIM_A) and
-           logd.endswith("/mps/mps-dra-%s/log" % CLAIM_A) and
-           "rw" in mounts["/run/accel-mps/pipe"]["options"] and "/dev/shm" in mounts and
+           shm.endswith("/mps/mps-dra-%s/shm" % CLAIM_A) and
+           "rw" in mounts["/run/accel-mps/pipe"]["options"] and
            "/etc/ld.so.preload" not in mounts,
-           "its CDI spec: the claim's daemon's pipe and log dirs, /dev/shm, and the caps in "
-           "the CUDA_MPS_* env", spec)
+           "its CDI spec: the claim's daemon's pipe dir, the daemon's own /dev/shm (never the "
+           "host's: issue 22, F7), no log dir, and the caps in the CUDA_MPS_* env", spec)
     pid_a = daemon_pid(pipe)
     pct = mps_ctl(emu, control, pipe, "get_default_active_thread_percentage")
     lim = mps_ctl(emu, control, pipe, "get_default_device_pinned_mem_limit 0")
@@ -262,7 +262,7 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
         tap.ok(gone, "and the hung daemon is killed after the stop's bound (2 s), its "
                "directories removed", agent.log_text()[-1500:])
 
-    fault_checks(tap, build, emu, api, knode, agent, spec, pipe, logd)
+    fault_checks(tap, build, emu, api, knode, agent, spec, pipe)
 
     # ---- SIGHUP (docs/dra.md, "Reloading the config")
     if not os.environ.get("DRA_MPS_SKIP_HUP"):
@@ -321,7 +321,7 @@ def run(tap, build, emu, api, drv, knode, uuids, control, config):
     tap.ok(rc == 0, "and acceld exits 0", agent.log_text()[-3000:])
 
 
-def fault_checks(tap, build, emu, api, knode, agent, spec, pipe, logd):
+def fault_checks(tap, build, emu, api, knode, agent, spec, pipe):
     """A fatal error hits a client of the claim's daemon (XID 43 on gpu-0 while emu-hold runs
     under the claim's env: the emulated server goes to FAULT, MPS guide "Error
     Containment"); XID 43 is in health.ignoredXids, so only the daemon's FAULT, read by the
@@ -330,7 +330,7 @@ def fault_checks(tap, build, emu, api, knode, agent, spec, pipe, logd):
     env_, _ = edits_of(spec)
     env = dict(emu.env, LD_LIBRARY_PATH=os.path.join(build, "src/emu"), **env_)
     env.pop("LD_PRELOAD", None)
-    env.update(CUDA_MPS_PIPE_DIRECTORY=pipe, CUDA_MPS_LOG_DIRECTORY=logd)
+    env.update(CUDA_MPS_PIPE_DIRECTORY=pipe)
     hold = subprocess.Popen([os.path.join(build, "tests/emu/emu-hold"), "0", "64"], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     hw = m.HealthWatch(os.path.join(knode.dirs["plugin"], "dra.sock"))

@@ -27,6 +27,9 @@ if not shutil.which("protoc"):
 SRC = os.environ.get("ACCEL_SOURCE_ROOT", ".")
 BUILD = os.environ.get("ACCEL_BUILD_ROOT", "build")
 PLUGIN = os.path.join(BUILD, "tests/dra/dra-test-plugin")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import mountns  # noqa: E402
+mountns.private()  # the claims' tmpfs region dirs acceld mounts go with this process
 TMP = tempfile.mkdtemp(prefix="accel-dra-")
 # each api.proto under its own name: protobuf's pool refuses two files named alike
 for sub, name in (("pluginregistration/v1", "reg"), ("dra/v1", "drav1")):

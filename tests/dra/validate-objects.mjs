@@ -1,5 +1,5 @@
 // validate-objects.mjs — validates Kubernetes objects against the kubernetes-models
-// npm package's schemas (generated from the published OpenAPI). Reads a JSON
+// npm package's schemas (and @kubernetes-models/prometheus-operator's) (generated from the published OpenAPI). Reads a JSON
 // array of objects on stdin; prints one line per object, "ok <i>" or
 // "invalid <i> <kind>/<name>: <reason>"; exits 0 when it could check them
 // all (verdicts are the caller's to judge), 2 on a kind it does not know.
@@ -15,12 +15,19 @@ let status = 0;
 for (const [i, o] of objs.entries()) {
   const [group, version] = o.apiVersion.includes("/") ? o.apiVersion.split("/") : ["", o.apiVersion];
   const sub = group ? `${group}/${version}` : version;
-  const file = path.join(dir, "node_modules/kubernetes-models", sub, `${o.kind}.js`);
-  let mod;
-  try {
-    mod = await import(pathToFileURL(file).href);
-  } catch (e) {
-    console.log(`unknown ${i} ${o.apiVersion} ${o.kind}: ${e.message}`);
+  // Kubernetes' own kinds, then prometheus-operator's (ServiceMonitor, PrometheusRule)
+  let mod, err;
+  for (const pkg of ["kubernetes-models", "@kubernetes-models/prometheus-operator"]) {
+    const file = path.join(dir, "node_modules", pkg, sub, `${o.kind}.js`);
+    try {
+      mod = await import(pathToFileURL(file).href);
+      break;
+    } catch (e) {
+      err = e;
+    }
+  }
+  if (!mod) {
+    console.log(`unknown ${i} ${o.apiVersion} ${o.kind}: ${err.message}`);
     status = 2;
     continue;
   }

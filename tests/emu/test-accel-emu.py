@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """test-accel-emu — the accel-emu command: init makes the state and the fixture trees and
 prints the export lines; status (text and --json) shows the machine; set/xid/ecc/lose/restore
-act on it; every bad argument exits 2, names the bad word and changes nothing (state file and
-fixture tree byte-for-byte the same). Prints TAP."""
+act on it; reset, mig create/destroy/list and vfio bind/unbind/audio/bridge change the MIG
+instances and the sysfs and /dev trees as the driver and the kernel would; every bad argument
+exits 2, names the bad word and changes nothing (state file and fixture tree byte-for-byte the
+same, links included). Prints TAP."""
 import hashlib
 import json
 import os
@@ -34,17 +36,20 @@ def run(*args, state=None, env_state=None):
 
 
 def snapshot(state):
-    """Hash of the state file and of every file under its fixture tree."""
+    """Hash of the state file and of every file and link under its fixture tree."""
     h = hashlib.sha256()
     with open(state, "rb") as f:
         h.update(f.read())
     for root, dirs, files in sorted(os.walk(state + ".d")):
         dirs.sort()
-        for name in sorted(files):
+        for name in sorted(files + dirs):
             p = os.path.join(root, name)
             h.update(p.encode())
-            with open(p, "rb") as f:
-                h.update(f.read())
+            if os.path.islink(p):
+                h.update(b"->" + os.readlink(p).encode())
+            elif os.path.isfile(p):
+                with open(p, "rb") as f:
+                    h.update(f.read())
     return h.hexdigest()
 
 
@@ -171,6 +176,21 @@ BAD = [
     (["restore"], "usage"),
     (["status", "--yaml"], "--yaml"),
     (["explode"], "explode"),
+    (["init", "--iommu-groups", "pairs"], "--iommu-groups"),
+    (["reset"], "usage"),
+    (["mig", "0"], "usage"),
+    (["mig", "0", "make", "1g.10gb"], "make"),
+    (["mig", "0", "create"], "usage"),
+    (["mig", "0", "create", "1g.11gb"], "1g.11gb"),
+    (["mig", "0", "create", "1g.10gb,,3g.40gb"], "unknown MIG profile"),
+    (["mig", "0", "create", "1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb"],
+     "more than"),
+    (["mig", "0", "list", "--yaml"], "usage"),
+    (["mig", "9", "list"], "'9'"),
+    (["vfio", "0"], "usage"),
+    (["vfio", "0", "attach"], "usage"),
+    (["vfio", "0", "audio", "maybe"], "usage"),
+    (["vfio", "GPU-nope", "bind"], "GPU-nope"),
 ]
 
 
@@ -238,12 +258,152 @@ def _():
     rc, out, err = run("init", "--gpus", "2", "--proc-info-stride", "32", state=STATE)
     check(rc == 0, f"re-init rc {rc}: {err}")
     dev = sorted(os.listdir(os.path.join(STATE + ".d", "dev")))
-    check(dev == ["nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1", "nvidiactl"],
+    check(dev == ["nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1", "nvidiactl", "vfio"],
           f"dev tree {dev}")
+    vfio = sorted(os.listdir(os.path.join(STATE + ".d", "dev", "vfio")))
+    check(vfio == ["vfio"], f"dev/vfio {vfio}")
+    groups = sorted(os.listdir(os.path.join(STATE + ".d", "sysfs", "kernel", "iommu_groups")))
+    check(groups == ["10", "11"], f"IOMMU groups {groups}")
     devs = os.listdir(os.path.join(STATE + ".d", "sysfs", "bus", "pci", "devices"))
     check(len(devs) == 2, f"sysfs {devs}")
     s = json.loads(run("status", "--json", state=STATE)[1])
     check(s["proc_info_stride"] == 32 and len(s["gpus"]) == 2, "stride/gpus")
+
+
+def status(state):
+    return json.loads(run("status", "--json", state=state)[1])
+
+
+def sysfs(state, *parts):
+    return os.path.join(state + ".d", "sysfs", *parts)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+@case("mig: mode on an idle GPU, create as nvidia-smi -cgi -C, list, all-or-nothing, destroy")
+def _():
+    st = os.path.join(TMP, "mig")
+    check(run("init", "--gpus", "2", state=st)[0] == 0, "init")
+    rc, out, err = run("mig", "0", "create", "1g.10gb", state=st)
+    check(rc == 1 and "MIG mode is not enabled" in err and "set 0 mig=on" in err,
+          f"create with MIG off: rc {rc} {err}")
+    rc, out, err = run("set", "0", "mig=on", state=st)
+    check(rc == 0, f"mig=on on an idle GPU: rc {rc} {err}")
+    g = status(st)["gpus"]
+    check(g[0]["mig_mode"] == 1 and g[0]["mig_mode_pending"] == 1 and g[1]["mig_mode"] == 0,
+          f"modes {g[0]['mig_mode']}/{g[0]['mig_mode_pending']}")
+    rc, out1, err = run("mig", "0", "create", "1g.10gb,9", state=st)
+    check(rc == 0, f"create rc {rc}: {err}")
+    # the driver's placement (the highest free one) and its IDs: 1g on slice 6 is GPU instance
+    # 13, then the 3g fits only on the first half (ID 1)
+    for line in ("Successfully created GPU instance ID 13 on GPU  0 using profile MIG 1g.10gb "
+                 "(ID 19)",
+                 "Successfully created GPU instance ID  1 on GPU  0 using profile MIG 3g.40gb "
+                 "(ID  9)",
+                 "Successfully created compute instance ID  0 on GPU  0 GPU instance ID  1 "
+                 "using profile MIG 3g.40gb (ID  2)"):
+        check(line in out1, f"missing {line!r} in:\n{out1}")
+    # a 2g fits (slices 4-5), the 4g after it does not: nothing of the list is created
+    before = snapshot(st)
+    rc, out, err = run("mig", "0", "create", "2g.20gb,4g.40gb", state=st)
+    check(rc == 1 and "insufficient resources" in err and "4g.40gb" in err,
+          f"no room: rc {rc} {err}")
+    check(snapshot(st) == before, "a refused create changed the machine")
+    rc, out2, err = run("mig", "0", "create", "MIG 2g.20gb", state=st)
+    check(rc == 0 and "GPU instance ID  5 on GPU  0 using profile MIG 2g.20gb (ID 14)" in out2,
+          f"2g: rc {rc} {out2} {err}")
+    uuids = [x.split()[-1] for x in (out1 + out2).splitlines()
+             if x.strip().startswith("MIG device MIG-")]
+    check(len(uuids) == 3 and all(len(u) == 40 for u in uuids), f"MIG UUIDs {uuids}")
+    rc, out, err = run("mig", "0", "list", "--json", state=st)
+    m = json.loads(out)
+    check(m["mig_capable"] and m["mig_mode"] == 1, "list: mode")
+    ids = [(i["gpu_instance_id"], i["profile"], i["placement"]["start"], i["placement"]["size"])
+           for i in m["instances"]]
+    check(ids == [(1, "3g.40gb", 0, 4), (5, "2g.20gb", 4, 2), (13, "1g.10gb", 6, 1)],
+          f"instances {ids}")
+    check(m["instances"][0]["memory_total_bytes"] == 40448 << 20, "3g.40gb memory")
+    cis = [c for i in m["instances"] for c in i["compute_instances"]]
+    check(sorted(c["uuid"] for c in cis) == sorted(uuids), "UUIDs listed")
+    check(all(c["compute_instance_id"] == 0 and c["processes"] == [] for c in cis), "CIs")
+    check(status(st)["gpus"][0]["mig_instances"] == m["instances"], "status shows them too")
+    rc, text, _ = run("mig", "0", "list", state=st)
+    check(rc == 0 and "MIG 3g.40gb" in text and uuids[0] in text, f"text list:\n{text}")
+    check(run("mig", "0", "destroy", state=st)[0] == 0, "destroy")
+    check(json.loads(run("mig", "0", "list", "--json", state=st)[1])["instances"] == [],
+          "destroyed")
+    # a model without MIG
+    other = os.path.join(TMP, "l4")
+    check(run("init", "--gpus", "1", "--model", "L4", state=other)[0] == 0, "init L4")
+    rc, _, err = run("set", "0", "mig=on", state=other)
+    check(rc == 2 and "does not support MIG" in err, f"L4 mig=on: rc {rc} {err}")
+    rc, _, err = run("mig", "0", "create", "1g.10gb", state=other)
+    check(rc == 2 and "does not support MIG" in err, f"L4 create: rc {rc} {err}")
+
+
+@case("vfio: bind/unbind move the driver links, driver_override and /dev/vfio/<group>")
+def _():
+    st = os.path.join(TMP, "vfio")
+    check(run("init", "--gpus", "4", "--iommu-groups", "shared", "--numa", "0,0,1,1",
+              state=st)[0] == 0, "init")
+    g = status(st)["gpus"]
+    check([x["iommu_group"] for x in g] == [10, 10, 11, 11], f"groups {g}")
+    bdf = [x["pci_bus_id"][4:].lower() for x in g]
+    dev = sysfs(st, "bus", "pci", "devices", bdf[2])
+    check(read(os.path.join(dev, "vendor")) == "0x10de\n", "vendor")
+    check(read(os.path.join(dev, "device")) == "0x2330\n", "device id (H100 SXM5)")
+    check(read(os.path.join(dev, "class")) == "0x030200\n", "class: 3D controller")
+    check(read(os.path.join(dev, "numa_node")) == "1\n", "numa_node")
+    check(read(os.path.join(dev, "driver_override")) == "(null)\n", "no override")
+    check(os.path.basename(os.readlink(os.path.join(dev, "driver"))) == "nvidia", "nvidia")
+    check(os.path.basename(os.readlink(os.path.join(dev, "iommu_group"))) == "11", "group link")
+    members = sorted(os.listdir(sysfs(st, "kernel", "iommu_groups", "11", "devices")))
+    check(members == sorted([bdf[2], bdf[3]]), f"group 11 devices {members}")
+    check(os.path.realpath(os.path.join(sysfs(st, "kernel", "iommu_groups", "11", "devices"),
+                                        bdf[2])) == os.path.realpath(dev), "group member link")
+    vfio_dir = os.path.join(st + ".d", "dev", "vfio")
+    check(sorted(os.listdir(vfio_dir)) == ["vfio"], "no group node while nothing is bound")
+
+    rc, out, err = run("vfio", "2", "bind", state=st)
+    check(rc == 0 and "vfio-pci" in out, f"bind: rc {rc} {err}")
+    check(os.path.basename(os.readlink(os.path.join(dev, "driver"))) == "vfio-pci", "driver")
+    check(read(os.path.join(dev, "driver_override")) == "vfio-pci\n", "override")
+    check(os.path.realpath(sysfs(st, "bus", "pci", "drivers", "vfio-pci", bdf[2])) ==
+          os.path.realpath(dev), "vfio-pci lists it")
+    check(not os.path.lexists(sysfs(st, "bus", "pci", "drivers", "nvidia", bdf[2])),
+          "nvidia no longer lists it")
+    check(sorted(os.listdir(vfio_dir)) == ["11", "vfio"], f"/dev/vfio {os.listdir(vfio_dir)}")
+    g = status(st)["gpus"]
+    check(g[2]["vfio"] is True and g[3]["vfio"] is False, "status vfio")
+    # the audio function and a bridge join the group; unbinding clears the override and node
+    check(run("vfio", "2", "audio", "on", state=st)[0] == 0, "audio on")
+    audio = sysfs(st, "bus", "pci", "devices", bdf[2][:-1] + "1")
+    check(read(os.path.join(audio, "class")) == "0x040300\n", "audio class")
+    check(os.path.basename(os.readlink(os.path.join(audio, "driver"))) == "snd_hda_intel",
+          "audio driver")
+    check(os.path.basename(os.readlink(os.path.join(audio, "iommu_group"))) == "11",
+          "audio's group")
+    check(run("vfio", "3", "bridge", "on", state=st)[0] == 0, "bridge on")
+    members = os.listdir(sysfs(st, "kernel", "iommu_groups", "11", "devices"))
+    check(len(members) == 4, f"group 11 with audio and bridge {members}")
+    bridge = [m for m in members if m.endswith(":01.0")]
+    check(len(bridge) == 1 and read(sysfs(st, "bus", "pci", "devices", bridge[0], "class")) ==
+          "0x060400\n", f"bridge {bridge}")
+    check(status(st)["gpus"][2]["pci_functions"] == ["audio"], "status functions")
+    check(run("vfio", "2", "audio", "off", state=st)[0] == 0, "audio off")
+    check(not os.path.lexists(audio), "audio gone")
+    check(run("vfio", "2", "unbind", state=st)[0] == 0, "unbind")
+    check(os.path.basename(os.readlink(os.path.join(dev, "driver"))) == "nvidia", "back")
+    check(read(os.path.join(dev, "driver_override")) == "(null)\n", "override cleared")
+    check(sorted(os.listdir(vfio_dir)) == ["vfio"], "group node gone")
+    # a GPU with MIG instances is not bound
+    check(run("set", "0", "mig=on", state=st)[0] == 0 and
+          run("mig", "0", "create", "1g.10gb", state=st)[0] == 0, "MIG instance")
+    rc, _, err = run("vfio", "0", "bind", state=st)
+    check(rc == 1 and "mig 0 destroy" in err, f"bind with MIG instances: rc {rc} {err}")
 
 
 @case("models and help")

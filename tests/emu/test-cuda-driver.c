@@ -1577,6 +1577,129 @@ TEST(graphs_and_capture)
     p_cuStreamDestroy_v2(s);
 }
 
+static __typeof__(cuDeviceGetGraphMemAttribute) *gm_attr_fn;
+
+/* Device 0's graph memory attribute a, ~0 when it cannot be read. */
+static uint64_t gm_attr(CUgraphMem_attribute a)
+{
+    cuuint64_t v = ~0ull;
+    CHECK_EQ_INT(gm_attr_fn(0, a, &v), CUDA_SUCCESS);
+    return v;
+}
+
+/* Graph memory nodes as NVIDIA's programming guide describes them ("Graph Memory Nodes"):
+ * addresses at capture, physical memory mapped (charged) at upload or launch and kept across
+ * launches and after the executable graph is destroyed, until cuDeviceGraphMemTrim, which
+ * keeps what a live allocation uses; the process's figures in the graph memory attributes. */
+TEST(graph_memory_nodes_map_at_launch_and_trim)
+{
+    REQUIRE(driver_up());
+#define LOCAL(name)                                                                                \
+    __typeof__(name) *q_##name = NULL;                                                             \
+    REQUIRE_EQ_INT(p_getproc(#name, (void **)&q_##name, 12000, 0, NULL), CUDA_SUCCESS)
+    LOCAL(cuDeviceGetGraphMemAttribute);
+    LOCAL(cuDeviceSetGraphMemAttribute);
+    LOCAL(cuDeviceGraphMemTrim);
+    LOCAL(cuGraphUpload);
+    LOCAL(cuGraphGetNodes);
+    LOCAL(cuGraphNodeGetType);
+    LOCAL(cuGraphMemAllocNodeGetParams);
+    LOCAL(cuGraphAddMemAllocNode);
+    LOCAL(cuGraphAddMemFreeNode);
+#undef LOCAL
+    gm_attr_fn = q_cuDeviceGetGraphMemAttribute;
+#define ATTR(a) gm_attr(CU_GRAPH_MEM_ATTR_##a)
+    uint64_t base = state_used(0);
+    CUstream s;
+    REQUIRE_EQ_INT(p_cuStreamCreate(&s, 0), CUDA_SUCCESS);
+    /* a captured stream-ordered allocation becomes a node: an address, no memory */
+    CHECK_EQ_INT(p_cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    CUdeviceptr a = 0, kept = 0;
+    CHECK_EQ_INT(p_cuMemAllocAsync(&a, 3 * MiB, s), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemAllocAsync(&kept, 1 * MiB, s), CUDA_SUCCESS); /* never freed in the graph */
+    CHECK(a != 0 && kept != 0);
+    CHECK_EQ_INT(p_cuMemsetD32Async(a, 0x5a5a5a5a, 16, s), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemFreeAsync(a, s), CUDA_SUCCESS);
+    CUgraph g;
+    CHECK_EQ_INT(p_cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(0), base);
+    CHECK_EQ_U64(ATTR(RESERVED_MEM_CURRENT), 0);
+    /* its nodes: two allocations, a memset, a free */
+    size_t n = 0;
+    CHECK_EQ_INT(q_cuGraphGetNodes(g, NULL, &n), CUDA_SUCCESS);
+    CHECK_EQ_INT(n, 4);
+    CUgraphNode nodes[4];
+    CHECK_EQ_INT(q_cuGraphGetNodes(g, nodes, &n), CUDA_SUCCESS);
+    CUgraphNodeType t[4];
+    for (size_t i = 0; i < 4; i++)
+        CHECK_EQ_INT(q_cuGraphNodeGetType(nodes[i], &t[i]), CUDA_SUCCESS);
+    CHECK(t[0] == CU_GRAPH_NODE_TYPE_MEM_ALLOC && t[1] == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
+          t[2] == CU_GRAPH_NODE_TYPE_MEMSET && t[3] == CU_GRAPH_NODE_TYPE_MEM_FREE);
+    CUDA_MEM_ALLOC_NODE_PARAMS ap;
+    CHECK_EQ_INT(q_cuGraphMemAllocNodeGetParams(nodes[0], &ap), CUDA_SUCCESS);
+    CHECK_EQ_U64(ap.bytesize, 3 * MiB);
+    CHECK_EQ_U64(ap.dptr, a);
+    CHECK_EQ_INT(ap.poolProps.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
+    CHECK_EQ_INT(ap.poolProps.location.id, 0);
+    /* instantiation maps nothing; an upload maps all (whole 2 MiB pages), once */
+    CUgraphExec ex;
+    CHECK_EQ_INT(p_cuGraphInstantiateWithFlags(&ex, g, 0), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(0), base);
+    CHECK_EQ_INT(q_cuGraphUpload(ex, s), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(0) - base, 6 * MiB);
+    CHECK_EQ_U64(ATTR(RESERVED_MEM_CURRENT), 6 * MiB);
+    CHECK_EQ_U64(ATTR(USED_MEM_CURRENT), 6 * MiB);
+    /* launches reuse the mapping */
+    CHECK_EQ_INT(p_cuGraphLaunch(ex, s), CUDA_SUCCESS);
+    CHECK_EQ_U64(state_used(0) - base, 6 * MiB);
+    /* the allocation the graph did not free is usable after the launch, then freed */
+    unsigned char buf[8] = "graphmm";
+    CHECK_EQ_INT(p_cuMemcpyHtoD_v2(kept, buf, sizeof(buf)), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemFreeAsync(kept, s), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuGraphLaunch(ex, s), CUDA_SUCCESS);
+    p_cuStreamSynchronize(s);
+    /* destroying the graph keeps the memory until a trim; a trim keeps a live allocation's */
+    p_cuGraphExecDestroy(ex);
+    p_cuGraphDestroy(g);
+    CHECK_EQ_U64(ATTR(RESERVED_MEM_CURRENT), 6 * MiB);
+    CHECK_EQ_U64(ATTR(USED_MEM_CURRENT), 2 * MiB); /* the live allocation's page */
+    CHECK_EQ_INT(q_cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+    CHECK_EQ_U64(ATTR(RESERVED_MEM_CURRENT), 2 * MiB);
+    CHECK_EQ_U64(state_used(0) - base, 2 * MiB);
+    CHECK_EQ_INT(p_cuMemFree_v2(kept), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuMemFree_v2(kept), CUDA_ERROR_INVALID_VALUE); /* freed once */
+    CHECK_EQ_INT(q_cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+    CHECK_EQ_U64(ATTR(RESERVED_MEM_CURRENT), 0);
+    CHECK_EQ_U64(state_used(0), base);
+    CHECK_EQ_U64(ATTR(RESERVED_MEM_HIGH), 6 * MiB);
+    cuuint64_t zero = 0;
+    CHECK_EQ_INT(q_cuDeviceSetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &zero),
+                 CUDA_SUCCESS);
+    CHECK_EQ_U64(ATTR(RESERVED_MEM_HIGH), 0);
+
+    /* the explicit API; a launch whose memory does not fit the GPU maps nothing and fails */
+    CHECK_EQ_INT(p_cuGraphCreate(&g, 0), CUDA_SUCCESS);
+    CUDA_MEM_ALLOC_NODE_PARAMS big = {
+        .poolProps = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                      .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}},
+        .bytesize = 4 * MiB};
+    CUgraphNode an, an2, fn;
+    CHECK_EQ_INT(q_cuGraphAddMemAllocNode(&an, g, NULL, 0, &big), CUDA_SUCCESS);
+    CHECK(big.dptr != 0);
+    CUdeviceptr small = big.dptr;
+    big.bytesize = 64ull << 30; /* more than the 8 GiB GPU */
+    CHECK_EQ_INT(q_cuGraphAddMemAllocNode(&an2, g, &an, 1, &big), CUDA_SUCCESS);
+    CHECK_EQ_INT(q_cuGraphAddMemFreeNode(&fn, g, &an2, 1, small), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuGraphInstantiateWithFlags(&ex, g, 0), CUDA_SUCCESS);
+    CHECK_EQ_INT(p_cuGraphLaunch(ex, s), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ_U64(state_used(0), base);
+    CHECK_EQ_U64(ATTR(RESERVED_MEM_CURRENT), 0);
+    p_cuGraphExecDestroy(ex);
+    p_cuGraphDestroy(g);
+    p_cuStreamDestroy_v2(s);
+#undef ATTR
+}
+
 static void CUDA_CB count_cb(CUstream s, CUresult status, void *data)
 {
     if (status == CUDA_SUCCESS)

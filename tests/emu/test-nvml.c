@@ -9,7 +9,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "emu-cli.h"
 #include "nvml_api.h"
 #include "state-mps.h"
 #include "state-nvml.h"
@@ -29,67 +29,8 @@
 #define DRIVER_SAMPLES 72
 #define SAMPLES 256
 
-static char emu_bin[4096];
-
-/* Runs accel-emu --state STATE ARGS...; returns its exit status. */
-static int emu(const char *state, ...)
-{
-    const char *argv[32];
-    int n = 0;
-    argv[n++] = emu_bin;
-    argv[n++] = "--state";
-    argv[n++] = state;
-    va_list ap;
-    va_start(ap, state);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) && n < 31)
-        argv[n++] = a;
-    va_end(ap);
-    argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, 1);
-        execv(emu_bin, (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid)
-        return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-/* A fresh machine named name in the temp dir, made the current one (NVML re-initialized). */
-static const char *machine(const char *name, ...)
-{
-    static char path[4096];
-    snprintf(path, sizeof(path), "%s/%s", tap_tmpdir(), name);
-    const char *argv[24];
-    int n = 0;
-    argv[n++] = emu_bin;
-    argv[n++] = "--state";
-    argv[n++] = path;
-    argv[n++] = "init";
-    va_list ap;
-    va_start(ap, name);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) && n < 23)
-        argv[n++] = a;
-    va_end(ap);
-    argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, 1);
-        execv(emu_bin, (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        return NULL;
-    setenv("ACCEL_EMU_STATE", path, 1);
-    return path;
-}
+#define emu(state, ...) emu_cli_run(state, NULL, 0, __VA_ARGS__)
+#define machine emu_cli_machine
 
 static struct emu_state *open_machine(const char *path)
 {
@@ -1028,9 +969,7 @@ TEST(init_failure_one_line_or_quiet)
 
 int main(int argc, char **argv)
 {
-    const char *root = getenv("ACCEL_BUILD_ROOT");
-    snprintf(emu_bin, sizeof(emu_bin), "%s/src/emu/accel-emu", root ? root : ".");
-    if (access(emu_bin, X_OK) != 0)
+    if (!emu_cli_path())
         tap_skip_all("accel-emu is not built");
     return tap_main(argc, argv);
 }

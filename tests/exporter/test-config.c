@@ -56,6 +56,52 @@ TEST(every_key_applies)
     CHECK(!exporter_config_disabled(&c, "accel_gpu_power_watts"));
 }
 
+/* The HTTP limits (issue 22, F8): defaults, the keys, their bounds, and the idle timeout in
+ * whole seconds (libmicrohttpd's unit). */
+TEST(http_limits)
+{
+    struct exporter_config c;
+    char err[512];
+    exporter_config_defaults(&c);
+    CHECK_EQ_U64(c.connection_limit, EXPORTER_DEFAULT_CONNECTION_LIMIT);
+    CHECK_EQ_U64(c.per_ip_connection_limit, EXPORTER_DEFAULT_PER_IP_LIMIT);
+    CHECK_EQ_U64(c.header_timeout_ns, 5000000000ULL);
+    CHECK_EQ_U64(c.idle_timeout_ns, 10000000000ULL);
+    REQUIRE_EQ_INT(parse(&c,
+                         "connectionLimit: 100\nperIpConnectionLimit: 0\n"
+                         "requestHeaderTimeout: 750ms\nidleTimeout: 2500ms\n",
+                         err, sizeof err),
+                   0);
+    CHECK_EQ_U64(c.connection_limit, 100);
+    CHECK_EQ_U64(c.per_ip_connection_limit, 0);
+    CHECK_EQ_U64(c.header_timeout_ns, 750000000ULL);
+    CHECK_EQ_U64(c.idle_timeout_ns, 3000000000ULL);
+    struct exporter_config keep = c;
+    static const struct {
+        const char *doc, *err;
+    } refused[] = {
+        {"connectionLimit: 0\n", "x.yaml:1:18: bad connectionLimit \"0\""},
+        {"connectionLimit: 70000\n", "x.yaml:1:18: bad connectionLimit"},
+        {"perIpConnectionLimit: -1\n", "x.yaml:1:23: bad perIpConnectionLimit"},
+        {"requestHeaderTimeout: 50ms\n", "x.yaml:1:23: bad requestHeaderTimeout \"50ms\""},
+        {"requestHeaderTimeout: 2h\n", "x.yaml:1:23: bad requestHeaderTimeout"},
+        {"idleTimeout: 500ms\n", "x.yaml:1:14: bad idleTimeout"},
+        {"idleTimeout: [1s]\n", "x.yaml:1:14: idleTimeout must be a scalar"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        CHECK_EQ_INT(parse(&c, refused[i].doc, err, sizeof err), -EINVAL);
+        CHECK(strncmp(err, refused[i].err, strlen(refused[i].err)) == 0);
+        if (strncmp(err, refused[i].err, strlen(refused[i].err)) != 0)
+            tap_diag("%s -> %s", refused[i].doc, err);
+    }
+    CHECK(memcmp(&c, &keep, sizeof c) == 0);
+    /* the flag form */
+    CHECK_EQ_INT(exporter_config_set(&c, "requestHeaderTimeout", "1s", err, sizeof err), 0);
+    CHECK_EQ_U64(c.header_timeout_ns, 1000000000ULL);
+    CHECK_EQ_INT(exporter_config_set(&c, "perIpConnectionLimit", "x", err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "0 (no limit per address) to 65535") != NULL);
+}
+
 TEST(empty_and_null_documents_keep_the_defaults)
 {
     struct exporter_config c, d;

@@ -142,24 +142,22 @@ def f1(tap, build, src, pb):
 
 
 def f3(tap, build, src, pb):
-    r = Rig(build, src, pb, gpus=2, late=2.0, extra=("--vgpu-policy", "binpack"))
+    r = Rig(build, src, pb, gpus=1, late=2.0)
     try:
         r.start()
         x = r.pod("x", 60, 8)
         ok = r.kubelet.admit(x)
-        # p: 50 cores on the GPU a scheduler extender chose, x's (40 free there): refused
-        r.n += 1
-        p = F.Pod("p", 50, 8, F.unique_created(r.n))
-        r.kubelet.pods["p"] = p
-        r.api.add_pod("p", 50, 8, p.created,
-                      annotations={"accel.dev/vgpu-main": x.visible()})
-        refused = r.kubelet.admit(p) is False and "extender" in (p.error or "")
-        # q, identical but for the annotation, while p's Failed status is on its way: its
-        # own share (on the other GPU), its own directory
+        # p: 50 cores where 40 are free: refused (its Failed status 2 s late)
+        p = r.pod("p", 50, 8)
+        refused = r.kubelet.admit(p) is False
+        # x ends; q, identical to p, while p's Failed status is on its way: its own share,
+        # its own directory (p is older, so the oldest-first match would take p's identity)
+        r.kubelet.delete(x)
+        freed = K.wait_until(lambda: ("uid-x", "main") not in r.books(), T)
         q = r.pod("q", 50, 8)
         got = r.kubelet.admit(q)
         own = uid_of_dir(q.config_dir()) == "uid-q"
-        tap.ok(ok and refused and got and own,
+        tap.ok(ok and refused and freed and got and own,
                "3: a refused pod (Failed status 2 s late) does not hand its identity to the next "
                "identical pod", (p.error, q.error, q.config_dir()))
 

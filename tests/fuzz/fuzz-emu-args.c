@@ -1,14 +1,16 @@
 /* fuzz-emu-args.c — libFuzzer target for accel-emu's value parsers (src/emu/emu-args.c):
- * GPU references, NUMA lists, NVLink modes, `set` assignments and `init --mode`, all typed by
- * users. The
- * first byte picks the parser; the rest is the text. Checks: no read past the text (ASan),
- * outputs untouched on failure, values within the documented ranges on success, and
- * applying a parsed `set` never moves a GPU outside its limits. */
+ * GPU references, NUMA lists, NVLink modes, `set` assignments, `init --mode` and
+ * `--iommu-groups`, `mig GPU create`'s profile lists, all typed by users; and the emulated
+ * libcuda's reader of CUDA_VISIBLE_DEVICES (src/emu/cuda-visible.c), which any process's
+ * environment feeds. The first byte picks the parser; the rest is the text. Checks: no read past
+ * the text (ASan), outputs untouched on failure, values within the documented ranges on success,
+ * and applying a parsed `set` never moves a GPU outside its limits. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "emu-args.h"
+#include "cuda-visible.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -16,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    unsigned pick = data[0] % 5;
+    unsigned pick = data[0] % 8;
     char *s = malloc(size);
     if (!s)
         return 0;
@@ -87,6 +89,46 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (r != 0 && mode != 12345)
             abort();
+        break;
+    }
+    case 5: {
+        /* profile lists on every board with MIG; a list is at most EMU_MIG_MAX_GI long */
+        static const char *const boards[] = {"NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB",
+                                             "NVIDIA A100-SXM4-40GB", "NVIDIA H200"};
+        const struct emu_mig_board *b = emu_mig_board_find(boards[size % 4]);
+        unsigned idx[EMU_MIG_MAX_GI];
+        size_t n = 999, max = 1 + size % EMU_MIG_MAX_GI;
+        memset(idx, 0xee, sizeof(idx));
+        if (emu_args_mig_profiles(s, b, idx, max, &n, err, sizeof(err)) == 0) {
+            if (n < 1 || n > max)
+                abort();
+            for (size_t i = 0; i < n; i++)
+                if (!emu_mig_gi_by_index(b, idx[i]))
+                    abort();
+        } else if (n != 999 || idx[0] != 0xeeeeeeeeu) {
+            abort();
+        }
+        break;
+    }
+    case 6: {
+        bool shared = true;
+        int r = emu_args_iommu_groups(s, &shared, err, sizeof(err));
+        if (r != 0 && !shared)
+            abort();
+        break;
+    }
+    case 7: {
+        struct emu_visible_entry e[EMU_VISIBLE_MAX];
+        size_t max = size % (EMU_VISIBLE_MAX + 1);
+        size_t n = emu_visible_parse(s, e, max);
+        if (n > max)
+            abort();
+        for (size_t i = 0; i < n; i++) {
+            if (!memchr(e[i].uuid, 0, sizeof(e[i].uuid)))
+                abort();
+            if (e[i].kind != EMU_VISIBLE_INDEX && strlen(e[i].uuid) < 5)
+                abort(); /* "GPU-" / "MIG-" and something */
+        }
         break;
     }
     }

@@ -50,9 +50,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct kube_pod **pods = NULL;
         size_t n = 0;
         char *rv = NULL;
-        int r = kube_pod_list_parse(s, size, &pods, &n, &rv, err, sizeof(err));
+        struct kube_pod_skips skips;
+        int r = kube_pod_list_parse(s, size, &pods, &n, &rv, &skips, err, sizeof(err));
         if (r != 0 && r != -EINVAL && r != -ENOMEM)
             abort();
+        for (size_t i = 0; r == 0 && i < skips.n && i < KUBE_POD_SKIPS_MAX; i++)
+            if (strlen(skips.e[i].why) >= sizeof(skips.e[i].why) ||
+                strlen(skips.e[i].uid) >= sizeof(skips.e[i].uid))
+                abort();
         if (r < 0 && (pods || rv))
             abort();
         for (size_t i = 0; r == 0 && i < n; i++) {
@@ -67,7 +72,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (r != 0 && r != -EINVAL && r != -ENOMEM)
             abort();
         if (r == 0) {
-            if (ev.type != KUBE_WATCH_ERROR && ev.type != KUBE_WATCH_BOOKMARK && !ev.pod)
+            if (ev.type != KUBE_WATCH_ERROR && ev.type != KUBE_WATCH_BOOKMARK && !ev.pod &&
+                !ev.is_skipped)
+                abort();
+            if (ev.is_skipped && ev.pod)
                 abort();
             if (ev.pod)
                 check_pod(ev.pod);

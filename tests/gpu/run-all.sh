@@ -16,7 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 logs=${OUT:-$(mktemp -d /tmp/accel-gpu-XXXXXX)}
 mkdir -p "$logs"
 scripts=("$@")
-[ ${#scripts[@]} -gt 0 ] || scripts=(spin.sh timeslice.sh inventory.sh nvml-semantics.sh vcuda-memory.sh vcuda-compute.sh acceld.sh exporter-util.sh dra.sh)
+[ ${#scripts[@]} -gt 0 ] || scripts=(spin.sh timeslice.sh inventory.sh nvml-semantics.sh mig.sh vfio.sh vcuda-memory.sh vcuda-compute.sh acceld.sh exporter-util.sh dra.sh mps-nonroot.sh)
 
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     echo "# date: $(date -u +%Y-%m-%d)"

@@ -13,7 +13,9 @@
 #   3. the driver-API cases of tests/vcuda/test-vcuda-emu.c on the real driver (VCUDA_TEST_REAL=1),
 #      under a quota of their own: 28 MiB + 9 contexts, a context's cost measured first by the
 #      program's launcher (tests/vcuda/vcuda-launch.h); its diagnostics (what a context and a
-#      pool took there) are printed indented.
+#      pool took there) are printed indented. Among them, issue 22's: VMM memory exported to a
+#      file descriptor and imported back stays charged while mapped, and graph memory (a
+#      captured cuMemAllocAsync) is charged when graph launches map it.
 # Prints one line per check and a record line for docs/gpu-validation.md. Exit 0 = all ran
 # checks passed, 1 = a check failed, 77 = no GPU here.
 #
@@ -57,7 +59,8 @@ gcc "${cflags[@]}" -D_GNU_SOURCE -fvisibility=hidden -shared -o "$out/libvcuda.s
     -Wl,--version-script="$out/libvcuda.map" -ldl -lpthread || { echo "FAIL build libvcuda"; exit 1; }
 gcc "${cflags[@]}" -I"$root/tests/lib" -I"$root/src/emu" -o "$out/test-vcuda-emu" \
     "$root/tests/vcuda/test-vcuda-emu.c" "$root/tests/vcuda/vcuda-launch.c" \
-    "$root/tests/lib/tap.c" "$root/src/emu/state.c" \
+    "$root/tests/lib/tap.c" "$root/src/emu/state.c" "$root/src/emu/state-mig.c" \
+    "$root/src/emu/mig-profiles.c" \
     "$root/src/common/proc.c" "$root/src/common/util.c" \
     -ldl -lpthread -lrt || { echo "FAIL build test-vcuda-emu"; exit 1; }
 

@@ -268,7 +268,7 @@ class Node:
 
     can_inject = True
 
-    def __init__(self, build, tmp, gpus=8, numa="0,0,0,0,1,1,1,1", nvlink="pairs"):
+    def __init__(self, build, tmp, gpus=8, numa="0,0,0,0,1,1,1,1", nvlink="pairs", init_args=()):
         self.build = build
         self.numa = [int(n) for n in numa.split(",")] if numa else None
         self.emu = os.path.join(build, "src/emu/accel-emu")
@@ -278,6 +278,7 @@ class Node:
         args = [self.emu, "init", "--gpus", str(gpus), "--nvlink", nvlink]
         if numa:
             args += ["--numa", numa]
+        args += list(init_args)
         subprocess.run(args, env=self.env, check=True, stdout=subprocess.DEVNULL)
         self.sysfs = self.state + ".d/sysfs"
         self.dev = self.state + ".d/dev"
@@ -331,9 +332,11 @@ class Acceld:
         os.makedirs(tmp, exist_ok=True)
         self.log_path = os.path.join(tmp, "acceld.log")
         self.plugin_dir = plugin_dir
+        # libvcuda as built: acceld refuses vGPU mode when vcudaLibrary names no library
         args = [self.exe, "--device-plugin-dir", plugin_dir, "--sysfs-root", node.sysfs,
                 "--dev-root", node.dev, "--state-dir", os.path.join(tmp, "state"),
-                "--cdi-dir", os.path.join(tmp, "cdi"), *extra]
+                "--cdi-dir", os.path.join(tmp, "cdi"),
+                "--vcuda-library", os.path.join(build, "src/vcuda/libvcuda.so"), *extra]
         if config:
             args = [args[0], "--config", config, *args[1:]]
         self.log = open(self.log_path, "ab")
@@ -359,6 +362,37 @@ class Acceld:
         return self.proc.returncode
 
 
+def stop_agent(tap, kubelet, agent, tail=5000):
+    """Stops acceld and the fake kubelet; acceld's log's end in the TAP output when a case
+    failed."""
+    if agent.alive():
+        agent.stop()
+    kubelet.stop()
+    if tap.failed:
+        tap.diag("acceld log:\n" + agent.log_text()[-tail:])
+
+
+def run_acceld_once(build, node, d, extra, env=None, config=None, timeout=15):
+    """acceld --no-register with a plugin and state dir under d, until it serves a socket or
+    exits, then SIGTERM: (exit status, socket names, its output)."""
+    pdir = os.path.join(d, "dp-once")
+    os.makedirs(pdir, exist_ok=True)
+    args = [os.path.join(build, "src/acceld/acceld"), "--no-register", "--device-plugin-dir",
+            pdir, "--sysfs-root", node.sysfs, "--dev-root", node.dev, "--state-dir",
+            os.path.join(d, "state-once"), *extra]
+    if config:
+        args[1:1] = ["--config", config]
+    p = subprocess.Popen(args, env=env or node.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    wait_until(lambda: any(f.endswith(".sock") for f in os.listdir(pdir)) or
+               p.poll() is not None, timeout)
+    socks = sorted(f for f in os.listdir(pdir) if f.endswith(".sock"))
+    if p.poll() is None:
+        p.send_signal(15)
+    out, _ = p.communicate(timeout=timeout)
+    return p.returncode, socks, out
+
+
 def require_tools(build):
     """Skips the whole test when something it needs is not here."""
     try:
@@ -374,5 +408,10 @@ def require_tools(build):
 
 
 def tmpdir():
+    """The test's temp dir. First, as root, the test moves to a private mount namespace
+    (mountns.private): the tmpfs region dirs acceld mounts go with the test."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+    import mountns
+    mountns.private()
     # unix socket paths must stay under 108 bytes: keep the temp dir short
     return tempfile.mkdtemp(prefix="acceld-", dir="/tmp")

@@ -154,7 +154,12 @@ def lists_of(pb, socks):
     return out
 
 
-def main():
+def harness(body, gpus=3):
+    """The vGPU end-to-end setting, shared with test-acceld-tenant.py: the skips, an emulated
+    node of gpus GPUs, the fake API server and its kubeconfig, the plugin dir; then
+    body(tap, build, pb, node, api, kc, tmp, pdir, agents), and whatever happened the acceld
+    processes in agents killed, their logs when a case failed, the temp dir removed and the
+    TAP plan printed."""
     build, src = K.build_paths()
     K.require_tools(build)
     if not K.Node.available(build):
@@ -168,7 +173,7 @@ def main():
     tap = K.Tap()
     tmp = K.tmpdir()
     pb = K.gen_pb2(src, os.path.join(tmp, "pb"))
-    node = K.Node(build, tmp, gpus=3, numa="0,0,0")
+    node = K.Node(build, tmp, gpus=gpus, numa=",".join(["0"] * gpus))
     api = ApiServer(src, tmp)
     kc = os.path.join(tmp, "kubeconfig")
     api.kubeconfig(kc)
@@ -176,7 +181,7 @@ def main():
     os.makedirs(pdir)
     agents = []
     try:
-        run(tap, build, pb, node, api, kc, tmp, pdir, agents)
+        body(tap, build, pb, node, api, kc, tmp, pdir, agents)
     finally:
         for a in agents:
             if a.alive():
@@ -187,6 +192,10 @@ def main():
                 tap.diag("acceld log:\n" + a.log_text()[-4000:])
         shutil.rmtree(tmp, ignore_errors=True)
     tap.done()
+
+
+def main():
+    harness(run)
 
 
 def config_of(resp):
@@ -544,8 +553,9 @@ def events_posted(tap, api, tmp):
     with open(script, "w") as f:
         f.write(f"#!/bin/sh\nexec cat '{dump}'\n")
     os.chmod(script, 0o755)
-    p = subprocess.run([node, os.path.join(vdir, "validate.mjs"), os.path.join(src, "deploy"),
-                        script], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([node, os.path.join(vdir, "validate.mjs"),
+                        os.path.join(src, "deploy", "examples"), script],
+                       capture_output=True, text=True, timeout=120)
     tap.ok(p.returncode == 0 and "ok" in p.stdout,
            "the Event the API server got is a valid core/v1 Event (kubernetes-models)",
            p.stdout[-2000:] + p.stderr[-1000:])
@@ -642,6 +652,9 @@ def exporter_reads(tap, build, node, tmp, resp, ran):
                and "accel_vgpu_status_up 1" in m,
                "accel-exporter: pod a's limits from acceld's status.json (4 GiB, 30 %)",
                "\n".join(ln for ln in m.splitlines() if "vgpu" in ln)[-3000:])
+        mode = os.stat(os.path.join(tmp, "state", "vgpu", "status.json")).st_mode & 0o777
+        tap.ok(mode == 0o644, "status.json is 0644: the chart's exporter reads it as uid 65532",
+               oct(mode))
         if ran:
             tap.ok((value(m, "accel_vgpu_container_gpu_time_seconds_total") or 0) > 0.5
                    and (value(m, "accel_vgpu_container_throttled_seconds_total") or 0) > 0.5

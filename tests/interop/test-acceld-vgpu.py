@@ -23,6 +23,7 @@ endpoints):
   and failed its pod); checkpoint rewritten, 0600.
 
 Every wait is bounded; nothing asserts timing."""
+import glob
 import json
 import os
 import shutil
@@ -39,6 +40,26 @@ import grpc  # noqa: E402
 T = 15
 
 
+def refusals(tap, build, node, tmp):
+    """vGPU mode hands libvcuda to every container: acceld will not serve it without one."""
+    exe = os.path.join(build, "src/acceld/acceld")
+    bad = os.path.join(tmp, "not-a-library.so")
+    with open(bad, "w") as f:
+        f.write("partial copy\n")
+    for lib, says in ((os.path.join(tmp, "missing", "libvcuda.so"), "libvcuda is missing at"),
+                      (bad, "is not a shared library"), (tmp, "is not a regular file")):
+        pdir = os.path.join(tmp, "dp-refused")
+        r = subprocess.run([exe, "--mode", "vgpu", "--no-register", "--device-plugin-dir", pdir,
+                            "--sysfs-root", node.sysfs, "--dev-root", node.dev,
+                            "--state-dir", os.path.join(tmp, "state-refused"),
+                            "--vcuda-library", lib], env=node.env, capture_output=True, text=True,
+                           timeout=T)
+        tap.ok(r.returncode == 2 and f"{says}" in r.stderr and lib in r.stderr and
+               "--vcuda-library" in r.stderr and not glob.glob(os.path.join(pdir, "*.sock")),
+               f"--mode vgpu with vcudaLibrary {os.path.basename(lib)!r}: exit 2, names the path "
+               "and the fix, serves nothing", r.stderr[-1500:])
+
+
 def main():
     build, src = K.build_paths()
     K.require_tools(build)
@@ -53,10 +74,10 @@ def main():
     kubelet = K.FakeKubelet(pb, pdir).start()
     agent = K.Acceld(build, node, pdir, tmp,
                      extra=("--mode", "vgpu", "--gpu-modes", "0=pgpu",
-                            "--vcuda-library", "/usr/lib/accel/libvcuda.so",
                             "--pod-resources-socket", os.path.join(tmp, "no-podres.sock")))
     second = None
     try:
+        refusals(tap, build, node, tmp)
         uuids = run(tap, pb, node, pdir, agent, kubelet)
         if uuids:
             second = restart(tap, build, src, node, tmp, uuids)

@@ -264,15 +264,70 @@ TEST(pod_list)
     struct kube_pod **pods = NULL;
     size_t n = 0;
     char *rv = NULL, err[256];
-    REQUIRE_EQ_INT(kube_pod_list_parse(text, strlen(text), &pods, &n, &rv, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(kube_pod_list_parse(text, strlen(text), &pods, &n, &rv, NULL, err, sizeof(err)),
+                   0);
     CHECK_EQ_INT(n, 1);
     CHECK_EQ_STR(rv, "7");
     kube_pod_free(pods[0]);
     free(pods);
     free(rv);
     const char *nolv = "{\"kind\":\"PodList\",\"items\":[]}";
-    CHECK_EQ_INT(kube_pod_list_parse(nolv, strlen(nolv), &pods, &n, &rv, err, sizeof(err)),
+    CHECK_EQ_INT(kube_pod_list_parse(nolv, strlen(nolv), &pods, &n, &rv, NULL, err, sizeof(err)),
                  -EINVAL);
+}
+
+/* Issue 22, F11: one pod with 4097 annotations, one with a NUL in an annotation value and
+ * one named with a '/' are left out of the list (and said which and why); the good pod is
+ * there. Before, any one of them made the whole list unusable. */
+TEST(one_bad_pod_costs_only_itself)
+{
+    size_t cap = 300000;
+    char *text = malloc(cap);
+    REQUIRE(text != NULL);
+    size_t at = (size_t)snprintf(text, cap,
+                                 "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"7\"},"
+                                 "\"items\":[%s,{\"metadata\":{\"uid\":\"u-many\",\"name\":"
+                                 "\"many\",\"namespace\":\"t\",\"annotations\":{",
+                                 POD_JSON);
+    for (int i = 0; i < 4097; i++)
+        at += (size_t)snprintf(text + at, cap - at, "%s\"a%d\":\"v\"", i ? "," : "", i);
+    at += (size_t)snprintf(
+        text + at, cap - at,
+        "}}},{\"metadata\":{\"uid\":\"u-nul\",\"name\":\"nul\",\"namespace\":\"t\","
+        "\"annotations\":{\"x\":\"a\\u0000b\"}}},"
+        "{\"metadata\":{\"uid\":\"u-slash\",\"name\":\"a/b\",\"namespace\":\"t\"}}]}");
+    REQUIRE(at < cap);
+    struct kube_pod **pods = NULL;
+    size_t n = 0;
+    char *rv = NULL, err[256] = "";
+    struct kube_pod_skips sk;
+    REQUIRE_EQ_INT(kube_pod_list_parse(text, at, &pods, &n, &rv, &sk, err, sizeof(err)), 0);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_STR(pods[0]->name, "p");
+    REQUIRE_EQ_INT(sk.n, 3);
+    CHECK_EQ_STR(sk.e[0].uid, "u-many");
+    CHECK_EQ_STR(sk.e[0].name, "many");
+    CHECK(strstr(sk.e[0].why, "4097") != NULL);
+    CHECK_EQ_STR(sk.e[1].uid, "u-nul");
+    CHECK(strstr(sk.e[1].why, "NUL") != NULL);
+    CHECK_EQ_STR(sk.e[2].uid, "u-slash");
+    CHECK_EQ_STR(sk.e[2].name, ""); /* not believed: no Event is posted on it */
+    kube_pod_free(pods[0]);
+    free(pods);
+    free(rv);
+    /* the same pods in watch events: the event is usable, its pod is skipped */
+    struct kube_watch_event ev;
+    const char *line = "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"uid\":\"u-nul\","
+                       "\"name\":\"nul\",\"namespace\":\"t\",\"resourceVersion\":\"9\","
+                       "\"annotations\":{\"x\":\"v\\u0000\"}}}}";
+    REQUIRE_EQ_INT(kube_watch_event_parse(line, strlen(line), &ev, err, sizeof(err)), 0);
+    CHECK(ev.is_skipped);
+    CHECK(ev.pod == NULL);
+    CHECK_EQ_STR(ev.resource_version, "9");
+    CHECK_EQ_STR(ev.skipped.uid, "u-nul");
+    CHECK(strstr(ev.skipped.why, "NUL") != NULL);
+    kube_watch_event_clear(&ev);
+    free(text);
 }
 
 static int kc(const char *text, struct kube_config **cfg, char *err)

@@ -55,3 +55,19 @@ def run(mounts, argv, env, timeout=120):
         return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
                                "\n".join(script), "container"] + list(argv), env=env,
                               capture_output=True, text=True, timeout=timeout)
+
+
+def private():
+    """As root: this process (and everything it starts afterwards: acceld, its "containers")
+    moves to a private mount namespace, so the tmpfs region dirs acceld mounts under a test's
+    temp dir go when the test exits, whatever happens. Call before starting anything. Returns
+    False where it cannot (not root): mounts acceld makes then land in the caller's namespace,
+    and acceld falls back to plain directories where it may not mount."""
+    import ctypes
+    if os.geteuid() != 0:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 1 << 18
+    if libc.unshare(CLONE_NEWNS) != 0:
+        return False
+    return libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) == 0

@@ -7,7 +7,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -104,10 +106,41 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 
 static pid_t tmp_owner;
 
+/* Mounts below the temp dir (tmpfs region dirs acceld's code made there), innermost first. */
+static void unmount_below(const char *dir)
+{
+    for (int pass = 0; pass < 8; pass++) {
+        FILE *f = fopen("/proc/self/mountinfo", "r");
+        if (!f)
+            return;
+        char line[4096], last[4096] = "";
+        size_t len = strlen(dir);
+        while (fgets(line, sizeof(line), f)) {
+            char mp[4096];
+            if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 && strncmp(mp, dir, len) == 0 &&
+                mp[len] == '/')
+                snprintf(last, sizeof(last), "%s", mp);
+        }
+        fclose(f);
+        if (!last[0] || umount2(last, MNT_DETACH) < 0)
+            return;
+    }
+}
+
 static void tmpdir_cleanup(void)
 {
-    if (tmpdir[0] && getpid() == tmp_owner && !getenv("TAP_KEEP_TMP"))
-        nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (tmpdir[0] && getpid() == tmp_owner && !getenv("TAP_KEEP_TMP")) {
+        for (int i = 0; i < 512; i++) /* bounded: a test may leave hundreds (spares) */
+            unmount_below(tmpdir);
+        nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    }
+}
+
+bool tap_private_mounts(void)
+{
+    if (geteuid() != 0 || unshare(CLONE_NEWNS) < 0)
+        return false;
+    return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0;
 }
 
 const char *tap_tmpdir(void)

@@ -38,6 +38,10 @@ const char *tap_srcdir(void);
 const char *tap_builddir(void);
 /* A fresh temporary directory for this process, removed at exit. Borrowed. */
 const char *tap_tmpdir(void);
+/* As root: this process (and what it starts) gets a private mount namespace, so that mounts its
+ * code makes (tmpfs region dirs) go with it; the temp dir's mounts are undone at exit anyway.
+ * false when not root or refused (mounts then land in the caller's namespace). */
+bool tap_private_mounts(void);
 /* The ASan runtime this program was linked with, from its own mappings (a launcher puts it first
  * in a child's LD_PRELOAD, ahead of libvcuda or the emulator). false when not sanitized. */
 bool tap_find_asan_runtime(char *buf, size_t len);

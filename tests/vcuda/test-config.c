@@ -200,7 +200,7 @@ TEST(agent_file_wins_over_environment)
     tenant_set("VCUDA_REGION", "/tmp/my-own-region");
     REQUIRE_EQ_INT(vc_config_load(agent, tenant_getenv, &c, err, sizeof(err), note, sizeof(note)),
                    0);
-    CHECK_EQ_INT(c.source, VC_CONFIG_SOURCE_FILE);
+    CHECK_EQ_INT(c.source, VC_CONFIG_SOURCE_AGENT);
     CHECK_EQ_U64(c.memory_limit, 1ull << 30);
     CHECK_EQ_INT(c.core_limit, 30);
     CHECK_EQ_STR(c.region, "");

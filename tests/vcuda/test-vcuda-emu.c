@@ -92,6 +92,23 @@ static struct {
     FN(cuMemPoolCreate);
     FN(cuMemPoolDestroy);
     FN(cuMemAllocFromPoolAsync);
+    FN(cuMemAddressReserve);
+    FN(cuMemAddressFree);
+    FN(cuMemMap);
+    FN(cuMemUnmap);
+    FN(cuMemExportToShareableHandle);
+    FN(cuMemImportFromShareableHandle);
+    FN(cuStreamCreate);
+    FN(cuStreamDestroy_v2);
+    FN(cuStreamBeginCapture_v2);
+    FN(cuStreamEndCapture);
+    FN(cuGraphInstantiateWithFlags);
+    FN(cuGraphUpload);
+    FN(cuGraphLaunch);
+    FN(cuGraphExecDestroy);
+    FN(cuGraphDestroy);
+    FN(cuDeviceGraphMemTrim);
+    FN(cuDeviceGetGraphMemAttribute);
 } cu;
 
 static void *lookup(const char *name, int version, cuuint64_t flags)
@@ -151,6 +168,23 @@ static void load(void)
     GET(cuMemPoolCreate, "cuMemPoolCreate", 12000, 0);
     GET(cuMemPoolDestroy, "cuMemPoolDestroy", 12000, 0);
     GET(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 12000, 0);
+    GET(cuMemAddressReserve, "cuMemAddressReserve", 12000, 0);
+    GET(cuMemAddressFree, "cuMemAddressFree", 12000, 0);
+    GET(cuMemMap, "cuMemMap", 12000, 0);
+    GET(cuMemUnmap, "cuMemUnmap", 12000, 0);
+    GET(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 12000, 0);
+    GET(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 12000, 0);
+    GET(cuStreamCreate, "cuStreamCreate", 12000, 0);
+    GET(cuStreamDestroy_v2, "cuStreamDestroy", 12000, 0);
+    GET(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 12000, 0);
+    GET(cuStreamEndCapture, "cuStreamEndCapture", 12000, 0);
+    GET(cuGraphInstantiateWithFlags, "cuGraphInstantiate", 12000, 0);
+    GET(cuGraphUpload, "cuGraphUpload", 12000, 0);
+    GET(cuGraphLaunch, "cuGraphLaunch", 12000, 0);
+    GET(cuGraphExecDestroy, "cuGraphExecDestroy", 12000, 0);
+    GET(cuGraphDestroy, "cuGraphDestroy", 12000, 0);
+    GET(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 12000, 0);
+    GET(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", 12000, 0);
 }
 
 static CUcontext ctx;
@@ -1481,6 +1515,28 @@ TEST(fork_child_gets_its_own_share_of_the_quota)
     CHECK_EQ_U64(quota_free(), free0);
 }
 
+/* Runs this program again as --role role arg (in the quota's environment) and returns its exit
+ * status, its standard output (its first read, up to len - 1 bytes) in out. */
+static int role_output(const char *role, const char *arg, char *out, size_t len)
+{
+    int o[2];
+    REQUIRE_EQ_INT(pipe(o), 0);
+    pid_t kid = fork();
+    if (kid == 0) {
+        dup2(o[1], 1);
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = '\0';
+        execl(self, self, "--role", role, arg, (char *)NULL);
+        _exit(127);
+    }
+    close(o[1]);
+    ssize_t n = read(o[0], out, len - 1);
+    out[n > 0 ? n : 0] = '\0';
+    close(o[0]);
+    return wait_exit(kid);
+}
+
 /* Role "ipc HEX": opens another process's allocation by IPC handle and
  * prints how much of the quota that cost (nothing: it is the owner's). */
 static int role_ipc(const char *hex)
@@ -1522,23 +1578,8 @@ TEST(ipc_import_is_charged_to_its_owner_only)
     char hex[2 * sizeof(h.reserved) + 1];
     for (size_t i = 0; i < sizeof(h.reserved); i++)
         snprintf(hex + 2 * i, 3, "%02x", (unsigned char)h.reserved[i]);
-    int o[2];
-    REQUIRE_EQ_INT(pipe(o), 0);
-    pid_t kid = fork();
-    if (kid == 0) {
-        dup2(o[1], 1);
-        char self[4096];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        self[n > 0 ? n : 0] = '\0';
-        execl(self, self, "--role", "ipc", hex, (char *)NULL);
-        _exit(127);
-    }
-    close(o[1]);
-    char out[128] = "";
-    ssize_t n = read(o[0], out, sizeof(out) - 1);
-    out[n > 0 ? n : 0] = '\0';
-    close(o[0]);
-    CHECK_EQ_INT(wait_exit(kid), 0);
+    char out[128];
+    CHECK_EQ_INT(role_output("ipc", hex, out, sizeof(out)), 0);
     CHECK(strstr(out, "open=0 cost=0") != NULL);
     if (!strstr(out, "open=0 cost=0"))
         tap_diag("child said: %s", out);
@@ -1546,6 +1587,201 @@ TEST(ipc_import_is_charged_to_its_owner_only)
     CHECK(TAP_WAIT_UNTIL(quota_free() == free0 - 8 * MiB, 1000));
     CHECK_EQ_INT(cu.cuMemFree_v2(p), CUDA_SUCCESS);
     CHECK_EQ_U64(quota_free(), free0);
+}
+
+/* Role "vmm-share" (issue 22, F5c): the escape through a shareable handle, in a process of its
+ * own (memory this process exports stays charged to it until it exits). Up to four times:
+ * create a third of what is free, export it to a file descriptor, import that, map the import,
+ * release the original. Before the fix each release gave the charge back while the import's
+ * mapping held the memory: four thirds mapped. Prints how many mappings were made and refused,
+ * and what the quota and the emulator's own books say was held at the end. */
+static int role_vmm_share(void)
+{
+    load();
+    CUcontext c;
+    if (cu.cuInit(0) || cu.cuDevicePrimaryCtxRetain(&c, 0) || cu.cuCtxSetCurrent(c))
+        return 3;
+    if (!cu.cuMemExportToShareableHandle || !cu.cuMemImportFromShareableHandle || !cu.cuMemMap)
+        return 4;
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    size_t gran = 0;
+    if (cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) || !gran)
+        return 5;
+    uint64_t f0 = quota_free(), e0 = emu_used();
+    uint64_t third = f0 / 3 / gran * gran;
+    CUdeviceptr va;
+    if (!third || cu.cuMemAddressReserve(&va, 4 * third, 0, 0, 0))
+        return 6;
+    CUmemGenericAllocationHandle mapped[4];
+    int maps = 0, refused = 0, creates = 0;
+    CUresult why = CUDA_SUCCESS;
+    for (int i = 0; i < 4; i++) {
+        CUmemGenericAllocationHandle orig, imp;
+        if (cu.cuMemCreate(&orig, third, &prop, 0) != CUDA_SUCCESS)
+            break;
+        creates++;
+        int fd = -1;
+        CUresult r =
+            cu.cuMemExportToShareableHandle(&fd, orig, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (r == CUDA_SUCCESS)
+            r = cu.cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd,
+                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (fd >= 0)
+            close(fd);
+        if (r != CUDA_SUCCESS) {
+            printf("unsupported=%d\n", (int)r);
+            return 0;
+        }
+        r = cu.cuMemMap(va + (CUdeviceptr)maps * third, third, 0, imp, 0);
+        if (r == CUDA_SUCCESS)
+            mapped[maps++] = imp;
+        else {
+            refused++;
+            why = r;
+            cu.cuMemRelease(imp);
+        }
+        cu.cuMemRelease(orig); /* the import (and its mapping) still holds the memory */
+    }
+    uint64_t view = f0 - quota_free(), emu = real_gpu() ? 0 : emu_used() - e0;
+    printf("third=%llu f0=%llu creates=%d maps=%d refused=%d why=%d view=%llu emu=%llu\n",
+           (unsigned long long)third, (unsigned long long)f0, creates, maps, refused, (int)why,
+           (unsigned long long)view, (unsigned long long)emu);
+    for (int i = 0; i < maps; i++) {
+        cu.cuMemUnmap(va + (CUdeviceptr)i * third, third);
+        cu.cuMemRelease(mapped[i]);
+    }
+    cu.cuMemAddressFree(va, 4 * third);
+    return 0;
+}
+
+TEST(vmm_import_of_an_export_is_charged_while_mapped)
+{
+    setup();
+    uint64_t free0 = quota_free();
+    char out[256];
+    CHECK_EQ_INT(role_output("vmm-share", "", out, sizeof(out)), 0);
+    tap_diag("%s", out);
+    if (strstr(out, "unsupported="))
+        tap_skip_case("this driver cannot import its own POSIX file descriptor export");
+    unsigned long long third = 0, f0 = 0, view = 0, emu = 0;
+    int creates = 0, maps = 0, refused = 0, why = 0;
+    REQUIRE(sscanf(out,
+                   "third=%llu f0=%llu creates=%d maps=%d refused=%d why=%d view=%llu emu=%llu",
+                   &third, &f0, &creates, &maps, &refused, &why, &view, &emu) == 8);
+    /* never more mapped than was free, and the quota saw at least what was mapped */
+    CHECK(maps >= 1);
+    CHECK_LE_U64((unsigned long long)maps * third, f0);
+    CHECK_GE_U64(view, (unsigned long long)maps * third);
+    /* the way out was closed by a refusal, with the driver's out-of-memory result */
+    CHECK(refused >= 1 || creates < 4);
+    if (refused)
+        CHECK_EQ_INT(why, CUDA_ERROR_OUT_OF_MEMORY);
+    /* the emulator's own books hold what the imports map (the import keeps its allocation) */
+    if (!real_gpu())
+        CHECK_GE_U64(emu, (unsigned long long)maps * third);
+    /* what the child held (its export pinned until exit) went with it */
+    CHECK(TAP_WAIT_UNTIL(quota_free() == free0, 1000));
+}
+
+/* ---- graph memory (issue 22) ------------------------------------------------ */
+
+/* What the driver holds for this process's graphs on device 0 (RESERVED_MEM_CURRENT). */
+static uint64_t graph_reserved(void)
+{
+    cuuint64_t v = 0;
+    if (cu.cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v) !=
+        CUDA_SUCCESS)
+        return UINT64_MAX;
+    return v;
+}
+
+/* A graph captured from s: one stream-ordered allocation of bytes, a memset of it, its free. */
+static CUgraph capture_alloc_graph(CUstream s, uint64_t bytes)
+{
+    CUgraph g = NULL;
+    CUdeviceptr p = 0;
+    REQUIRE_EQ_INT(cu.cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    CHECK_EQ_INT(cu.cuMemAllocAsync(&p, bytes, s), CUDA_SUCCESS);
+    CHECK_EQ_INT(cu.cuMemFreeAsync(p, s), CUDA_SUCCESS);
+    REQUIRE_EQ_INT(cu.cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+    return g;
+}
+
+/* A stream-captured cuMemAllocAsync allocates nothing at capture and memory at the launches of
+ * the graphs made from it (NVIDIA, "Graph Memory Nodes"): it used to be charged once at capture
+ * and never again. Now each graph's memory is reserved before the launch that maps it, the
+ * quota sees at least what the driver holds for the graphs, a launch that would take more is
+ * refused with out-of-memory, and a trim gives it back. Three graphs of 40 % of what is free
+ * each: the emulator maps every graph its own memory, so the third is refused there; a real
+ * driver may let graphs launched into one stream share memory, and then needs less. */
+TEST(graph_memory_is_charged_when_launches_map_it)
+{
+    setup();
+    if (!cu.cuStreamBeginCapture_v2 || !cu.cuDeviceGetGraphMemAttribute)
+        tap_skip_case("no stream capture or graph memory attributes in this driver");
+    CUdeviceptr sq = squeeze();
+    uint64_t free0 = quota_free(), held0 = graph_reserved();
+    uint64_t each = free0 * 2 / 5 / (2 * MiB) * (2 * MiB);
+    REQUIRE(each > 0 && held0 != UINT64_MAX);
+    CUstream s;
+    REQUIRE_EQ_INT(cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUgraph g[3];
+    CUgraphExec ex[3];
+    for (int i = 0; i < 3; i++) {
+        g[i] = capture_alloc_graph(s, each);
+        REQUIRE_EQ_INT(cu.cuGraphInstantiateWithFlags(&ex[i], g[i], 0), CUDA_SUCCESS);
+    }
+    /* capture and instantiation take nothing */
+    CHECK_EQ_U64(quota_free(), free0);
+    CHECK_EQ_U64(graph_reserved(), held0);
+    int launched = 0;
+    CUresult refused = CUDA_SUCCESS;
+    for (int i = 0; i < 3; i++) {
+        uint64_t before = graph_reserved();
+        CUresult r = i == 0 ? cu.cuGraphUpload(ex[i], s) : cu.cuGraphLaunch(ex[i], s);
+        if (i == 0 && r == CUDA_SUCCESS)
+            r = cu.cuGraphLaunch(ex[i], s);
+        if (r == CUDA_SUCCESS) {
+            launched++;
+        } else {
+            refused = r;
+            CHECK_EQ_U64(graph_reserved(), before); /* a refused launch mapped nothing */
+        }
+        /* never more held than the quota allowed, and the quota sees all of it */
+        uint64_t held = graph_reserved() - held0;
+        CHECK_LE_U64(held, free0);
+        CHECK_GE_U64(free0 - quota_free(), held);
+        tap_diag("graph %d: %s, the driver holds %llu MiB of graph memory, the quota shows %llu "
+                 "MiB used",
+                 i, r == CUDA_SUCCESS ? "launched" : "refused", (unsigned long long)(held / MiB),
+                 (unsigned long long)((free0 - quota_free()) / MiB));
+    }
+    CHECK(launched >= 2);
+    if (refused != CUDA_SUCCESS)
+        CHECK_EQ_INT(refused, CUDA_ERROR_OUT_OF_MEMORY);
+    if (!real_gpu()) {
+        CHECK_EQ_INT(launched, 2); /* no sharing on the emulator: the third does not fit */
+        CHECK_LE_U64(emu_used(), quota_total);
+    }
+    /* relaunching a mapped graph needs nothing more */
+    uint64_t f1 = quota_free();
+    CHECK_EQ_INT(cu.cuGraphLaunch(ex[0], s), CUDA_SUCCESS);
+    CHECK_EQ_U64(quota_free(), f1);
+    CHECK_EQ_INT(cu.cuStreamSynchronize(s), CUDA_SUCCESS);
+    /* destroyed graphs keep their memory until a trim, and so does the quota */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(cu.cuGraphExecDestroy(ex[i]), CUDA_SUCCESS);
+        CHECK_EQ_INT(cu.cuGraphDestroy(g[i]), CUDA_SUCCESS);
+    }
+    CHECK_GE_U64(free0 - quota_free(), graph_reserved() - held0);
+    CHECK_EQ_INT(cu.cuDeviceGraphMemTrim(0), CUDA_SUCCESS);
+    CHECK_EQ_U64(graph_reserved(), held0);
+    CHECK_EQ_U64(quota_free(), free0);
+    CHECK_EQ_INT(cu.cuStreamDestroy_v2(s), CUDA_SUCCESS);
+    unsqueeze(sq);
 }
 
 /* Role "info": prints the quota total and free as cuMemGetInfo reports them,
@@ -1759,6 +1995,8 @@ int main(int argc, char **argv)
             return role_info();
         if (strcmp(argv[2], "ipc") == 0 && argc >= 4)
             return role_ipc(argv[3]);
+        if (strcmp(argv[2], "vmm-share") == 0)
+            return role_vmm_share();
         return 2;
     }
     return tap_main(argc, argv);

@@ -27,7 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -147,10 +150,13 @@ static int role_info(void)
     return 0;
 }
 
-/* Runs role "info" with extra environment name=value pairs (as uid/gid as_uid when it is not
- * 0); stdout into out, stderr into err. */
-static void run_info_as(uid_t as_uid, const char *const *env, char *out, size_t outlen, char *err,
-                        size_t errlen)
+/* Runs role role with extra environment name=value pairs, as uid/gid as_uid when it is not 0
+ * (dumpable again after the switch, as a process started as that user is), after
+ * child_setup(arg) in the child when given (a nonzero result is the child's exit status,
+ * without the role); stdout into out, stderr into err. Returns the child's exit status. */
+static int run_role_as(const char *role, uid_t as_uid, const char *const *env,
+                       int (*child_setup)(const void *), const void *arg, char *out, size_t outlen,
+                       char *err, size_t errlen)
 {
     int o[2], e[2];
     REQUIRE(pipe(o) == 0 && pipe(e) == 0);
@@ -160,9 +166,13 @@ static void run_info_as(uid_t as_uid, const char *const *env, char *out, size_t 
         dup2(e[1], 2);
         for (; env && env[0]; env += 2)
             setenv(env[0], env[1], 1);
-        if (as_uid && (setgroups(0, NULL) < 0 || setgid(as_uid) < 0 || setuid(as_uid) < 0))
+        if (as_uid && (setgroups(0, NULL) < 0 || setgid(as_uid) < 0 || setuid(as_uid) < 0 ||
+                       prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0))
             _exit(126);
-        execl("/proc/self/exe", "test-vcuda-escape", "--role", "info", (char *)NULL);
+        int rc = child_setup ? child_setup(arg) : 0;
+        if (rc)
+            _exit(rc);
+        execl("/proc/self/exe", "test-vcuda-escape", "--role", role, (char *)NULL);
         _exit(127);
     }
     close(o[1]);
@@ -177,12 +187,24 @@ static void run_info_as(uid_t as_uid, const char *const *env, char *out, size_t 
     err[el] = '\0';
     close(o[0]);
     close(e[0]);
-    wait_exit(kid);
+    return wait_exit(kid);
+}
+
+static void run_info_as(uid_t as_uid, const char *const *env, char *out, size_t outlen, char *err,
+                        size_t errlen)
+{
+    run_role_as("info", as_uid, env, NULL, NULL, out, outlen, err, errlen);
 }
 
 static void run_info(const char *const *env, char *out, size_t outlen, char *err, size_t errlen)
 {
     run_info_as(0, env, out, outlen, err, errlen);
+}
+
+static void run_role(const char *role, const char *const *env, char *out, size_t outlen, char *err,
+                     size_t errlen)
+{
+    run_role_as(role, 0, env, NULL, NULL, out, outlen, err, errlen);
 }
 
 static void write_text(const char *path, const char *text)
@@ -256,6 +278,140 @@ TEST(region_of_another_user_is_refused_with_owner_mode_and_fix)
     CHECK(strstr(err, "owner uid 65534 with mode 0600, or group gid 65534 with mode 0660") != NULL);
     if (!strstr(err, "belongs to uid 0"))
         tap_diag("got: %s / %s", out, err);
+}
+
+/* Issue 22, F5b: a tenant with no privilege (uid 65534) makes a user namespace of its own
+ * (`unshare -Urm`), where it may mount, and bind-mounts a config of its own over the agent's
+ * path. libvcuda must not obey it: outside the initial user namespace the agent's file is
+ * refused, and every device memory request with it. */
+/* In the child, as uid 65534: what `unshare -Urm` does, then the tenant's file (arg) mounted
+ * over the agent's. 77 when this machine allows no unprivileged user namespace. */
+static int enter_own_userns(const void *arg)
+{
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
+        return 77;
+    FILE *f;
+    if (!(f = fopen("/proc/self/setgroups", "w")) || fputs("deny", f) < 0 || fclose(f) ||
+        !(f = fopen("/proc/self/uid_map", "w")) || fputs("0 65534 1", f) < 0 || fclose(f) ||
+        !(f = fopen("/proc/self/gid_map", "w")) || fputs("0 65534 1", f) < 0 || fclose(f))
+        return 125;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+        mount(arg, getenv("VCUDA_TEST_AGENT_CONFIG"), NULL, MS_BIND, NULL) < 0)
+        return 124;
+    return 0;
+}
+
+TEST(a_config_mounted_from_a_user_namespace_of_the_tenants_own_is_refused)
+{
+    if (geteuid() != 0)
+        tap_skip_case("needs root to run a process as another user");
+    char mine[512], out[256] = "", err[4096] = "";
+    snprintf(mine, sizeof(mine), "%s/tenant-unlimited", getenv("VCUDA_TEST_DIR"));
+    write_text(mine, "memory_limit = 0\n");
+    REQUIRE_EQ_INT(chmod(mine, 0644), 0);
+    REQUIRE_EQ_INT(chmod(getenv("VCUDA_TEST_DIR"), 0711), 0);
+    int rc = run_role_as("info", 65534, NULL, enter_own_userns, mine, out, sizeof(out), err,
+                         sizeof(err));
+    chmod(getenv("VCUDA_TEST_DIR"), 0700);
+    if (rc == 77)
+        tap_skip_case("unprivileged user namespaces are not allowed here");
+    if (rc == 126 || rc == 127 || (strstr(out, "total=") == NULL && !err[0]))
+        tap_skip_case("uid 65534 cannot run the test binary here");
+    CHECK_EQ_INT(rc, 0);
+    /* nothing at all: not even the context's memory */
+    CHECK(strstr(out, "small=2 big=2") != NULL);
+    CHECK(strstr(err, "is not trusted") != NULL);
+    CHECK(strstr(err, "user namespace other than the initial one") != NULL);
+    CHECK(strstr(err, "denying all device memory") != NULL);
+    if (!strstr(out, "small=2 big=2") || !strstr(err, "is not trusted"))
+        tap_diag("rc %d, got: %s / %s", rc, out, err);
+}
+
+/* Issue 22, F4: the container reaches a GPU outside its assignment (a runtime honouring
+ * NVIDIA_VISIBLE_DEVICES=all). The config lists the assigned GPU only; the other must get a
+ * quota of 0, not a full one of its own. Role "unassigned", on a 2-GPU emulator whose GPU 0
+ * alone is listed: what device 1 offers through every route. */
+static int role_unassigned(void)
+{
+    setup(); /* a primary context on device 0, the assigned GPU: the quota as usual */
+    size_t f = 0, t = 0;
+    cu.cuMemGetInfo_v2(&f, &t);
+    __typeof__(cuDeviceTotalMem_v2) *total_mem =
+        (__typeof__(total_mem))dlsym(libcuda, "cuDeviceTotalMem_v2");
+    size_t t1 = 0;
+    CUresult rt = total_mem ? total_mem(&t1, 1) : CUDA_ERROR_NOT_FOUND;
+    /* VMM memory placed on device 1 from device 0's context */
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 1;
+    CUmemGenericAllocationHandle h;
+    CUresult rv = cu.cuMemCreate(&h, 32 * MiB, &prop, 0);
+    if (rv == CUDA_SUCCESS)
+        cu.cuMemRelease(h);
+    /* NVML's view of device 1 */
+    unsigned long long nv_total = ~0ull;
+    void *nv = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    __typeof__(nvmlInit_v2) *init = nv ? (__typeof__(init))dlsym(nv, "nvmlInit_v2") : NULL;
+    __typeof__(nvmlDeviceGetHandleByIndex_v2) *byidx =
+        nv ? (__typeof__(byidx))dlsym(nv, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+    __typeof__(nvmlDeviceGetMemoryInfo) *meminfo =
+        nv ? (__typeof__(meminfo))dlsym(nv, "nvmlDeviceGetMemoryInfo") : NULL;
+    nvmlDevice_t d1;
+    nvmlMemory_t m;
+    if (init && byidx && meminfo && init() == NVML_SUCCESS && byidx(1, &d1) == NVML_SUCCESS &&
+        meminfo(d1, &m) == NVML_SUCCESS)
+        nv_total = m.total;
+    /* a context of its own on device 1, and memory there */
+    CUcontext c1 = NULL;
+    CUresult rc = cu.cuDevicePrimaryCtxRetain(&c1, 1);
+    CUresult ra = CUDA_ERROR_INVALID_CONTEXT;
+    if (rc == CUDA_SUCCESS && cu.cuCtxSetCurrent(c1) == CUDA_SUCCESS) {
+        CUdeviceptr p;
+        ra = cu.cuMemAlloc_v2(&p, 128 * MiB);
+    }
+    printf("dev0_total=%zu dev1_total=%d:%zu vmm1=%d nvml1_total=%llu ctx1=%d alloc1=%d\n", t,
+           (int)rt, t1, (int)rv, nv_total, (int)rc, (int)ra);
+    return 0;
+}
+
+TEST(a_gpu_outside_the_assignment_has_a_quota_of_zero)
+{
+    const char *agent = getenv("VCUDA_TEST_AGENT_CONFIG");
+    char keep[4096], state[512], cfg[1024], out[512], err[4096];
+    FILE *f = fopen(agent, "r");
+    REQUIRE(f);
+    size_t n = fread(keep, 1, sizeof(keep) - 1, f);
+    keep[n] = '\0';
+    fclose(f);
+    snprintf(state, sizeof(state), "%s/emu-2gpus", getenv("VCUDA_TEST_DIR"));
+    struct emu_config ec;
+    emu_config_init(&ec);
+    ec.gpus = 2;
+    ec.memory_bytes = 1ull << 30;
+    REQUIRE_EQ_INT(emu_state_create(state, &ec), 0);
+    struct emu_state *st;
+    REQUIRE_EQ_INT(emu_state_open(state, &st), 0);
+    char uuid0[80];
+    snprintf(uuid0, sizeof(uuid0), "%s", emu_state_gpu(st, 0)->uuid);
+    emu_state_close(st);
+    snprintf(cfg, sizeof(cfg),
+             "memory_limit = 64Mi\ncontext_memory = 4Mi\nregion = %s/region-2gpus\n"
+             "devices = %s\n",
+             getenv("VCUDA_TEST_DIR"), uuid0);
+    write_text(agent, cfg);
+    const char *env[] = {"ACCEL_EMU_STATE", state, NULL};
+    run_role("unassigned", env, out, sizeof(out), err, sizeof(err));
+    write_text(agent, keep);
+    CHECK(strstr(out, "dev0_total=67108864 ") != NULL);
+    CHECK(strstr(out, " dev1_total=0:0 ") != NULL);
+    CHECK(strstr(out, " vmm1=2 ") != NULL); /* CUDA_ERROR_OUT_OF_MEMORY */
+    CHECK(strstr(out, " nvml1_total=0 ") != NULL);
+    CHECK(strstr(out, " ctx1=2 ") != NULL);
+    CHECK(strstr(err, "is not assigned to this container") != NULL);
+    tap_diag("%s", out);
+    if (!strstr(out, " ctx1=2 "))
+        tap_diag("stderr: %s", err);
 }
 
 /* ---- context memory, measured --------------------------------------------- */
@@ -525,6 +681,7 @@ static int launcher(char **argv)
     emu_config_init(&ec);
     ec.gpus = 1;
     ec.memory_bytes = 1ull << 30;
+    ec.mode = 0666; /* the cases that run as uid 65534 use the GPU too */
     int r = emu_state_create(state, &ec);
     if (r < 0) {
         fprintf(stderr, "emu_state_create: %s\n", strerror(-r));
@@ -573,6 +730,8 @@ int main(int argc, char **argv)
     if (!getenv("VCUDA_TEST_CHILD"))
         return launcher(argv);
     if (argc >= 3 && strcmp(argv[1], "--role") == 0)
-        return strcmp(argv[2], "info") == 0 ? role_info() : 2;
+        return strcmp(argv[2], "info") == 0         ? role_info()
+               : strcmp(argv[2], "unassigned") == 0 ? role_unassigned()
+                                                    : 2;
     return tap_main(argc, argv);
 }

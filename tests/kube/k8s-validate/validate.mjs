@@ -1,6 +1,6 @@
 // validate.mjs — checks Kubernetes objects against kubernetes-models' schemas (the OpenAPI
 // schemas of the Kubernetes API, compiled by kubernetes-models): every manifest under the
-// deploy directory (*.yaml / *.yml, multi-document) and every object src/kube writes (the
+// directory given (deploy/examples: *.yaml / *.yml, multi-document) and every object src/kube writes (the
 // JSON printed by kube-objects-dump: Events in full, annotation patches applied to a Pod).
 // Prints TAP; exits 77 when kubernetes-models is not installed (scripts/deps.sh installs it).
 //
@@ -60,11 +60,7 @@ function yamlFiles(dir) {
   const out = [];
   for (const e of readdirSync(dir).sort()) {
     const p = join(dir, e);
-    // deploy/prometheus holds Prometheus rule files, not Kubernetes objects (promtool checks
-    // them: tests/exporter/test-rules.sh)
-    if (statSync(p).isDirectory()) {
-      if (e !== "prometheus") out.push(...yamlFiles(p));
-    }
+    if (statSync(p).isDirectory()) out.push(...yamlFiles(p));
     else if (/\.ya?ml$/.test(e)) out.push(p);
   }
   return out;
