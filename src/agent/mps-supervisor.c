@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -40,6 +41,11 @@ extern char **environ;
 /* A set whose daemon runs servers is probed this often (a client's per-server command that
  * lifts its caps is undone within about this), an idle one every probe_interval. */
 #define BUSY_PROBE_NS 1000000000ull
+/* The daemon logged a server's start or exit or a command that sets caps: a probe this soon
+ * (and never within BUSY_PROBE_NS of the last one). */
+#define STIR_PROBE_NS 50000000ull
+/* At most this much of control.log is read per change (more: the rest is skipped). */
+#define LOG_SCAN_MAX 65536
 /* The first config attempt after the daemon's start is retried this soon, doubling. */
 #define READY_RETRY_NS 20000000ull
 /* The defaults found changed this many probes in a row: the daemon is restarted. */
@@ -90,6 +96,13 @@ struct set {
     uint64_t timer_id; /* probe, config retry or restart */
     uint64_t backoff_ns;
     unsigned restarts;
+    /* the daemon's control.log, watched (issue 23: an idle daemon is not probed every few
+     * seconds, yet a server it starts is probed at once) */
+    int log_wd;                /* inotify watch of log_dir; -1 none */
+    off_t log_off;             /* bytes of control.log read */
+    ino_t log_ino;             /* the control.log they were read from */
+    bool log_stir;             /* it logged something the next probe must come soon for */
+    uint64_t last_probe_ns;    /* when the last probe started */
     unsigned caps_restored;    /* servers (or defaults) whose lifted caps were restored */
     unsigned default_restores; /* in a row */
     struct job job;
@@ -107,6 +120,7 @@ struct mps_sup {
     char *control;
     struct set *sets;
     size_t n_sets;
+    int log_fd; /* inotify on the sets' log dirs; -1 none */
 };
 
 static int pidfd_open_(pid_t pid)
@@ -319,7 +333,9 @@ static void probe_done(struct set *s, char *out)
     bool changed = (unsigned)(pct + 0.5) != s->thread_pct;
     for (size_t k = 0; k < d && !changed; k++) {
         uint64_t v;
-        changed = parse_limit(lines[n - d + k], &v) < 0 || v != s->pinned_mem_bytes;
+        /* set in whole MiB (set_default_device_pinned_mem_limit D <MiB>M): a share that is
+         * not a whole number of MiB reads back rounded down, and is not a change */
+        changed = parse_limit(lines[n - d + k], &v) < 0 || v != (s->pinned_mem_bytes >> 20 << 20);
     }
     if (changed) {
         if (++s->default_restores >= DEFAULT_RESTORES_MAX) {
@@ -763,8 +779,159 @@ static void probe_cb(struct ev_loop *loop, void *user_data)
     (void)loop;
     struct set *s = user_data;
     s->timer_id = 0;
+    s->last_probe_ns = mono_ns();
     if (job_spawn(s, JOB_PROBE, s->probe) < 0)
         set_fail(s, "cannot run the control front end");
+}
+
+/* ------------------------------------------------------------ control.log */
+
+/* NVIDIA's MPS guide ("Appendix: Logging"): the control daemon's control.log "contains the
+ * status of its MPS servers, user commands issued and their result, and startup and shutdown
+ * notices for the daemon". So a server the daemon starts or loses, and a caps command a client
+ * runs itself (issue 22, F6), show there as a line: acceld watches the file (inotify on the log
+ * dir, which is acceld's: only pipe/ and shm/ are handed out) and probes within STIR_PROBE_NS,
+ * rate-limited to one probe per BUSY_PROBE_NS, instead of probing an idle daemon every few
+ * seconds. Lines of the probe's own read-only commands (Cmd:get_...) stir nothing, so the
+ * probe does not feed itself. The emulator (src/emu/mps-control.c) writes "Server N ...
+ * started", "... exited", "... shut down" and "Cmd:<command>" lines. */
+
+/* Whether a control.log line calls for a probe: a server's start or end, or a command that
+ * is not one of the read-only get_ queries (ours, or a client's). */
+static bool log_line_stirs(const char *line, size_t len)
+{
+    if (memmem(line, len, "Cmd:get_", 8))
+        return false;
+    return memmem(line, len, "erver", 5) || memmem(line, len, "Cmd:", 4);
+}
+
+static int log_open(const struct set *s)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/control.log", s->log_dir);
+    return open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+}
+
+/* What the daemon logged before now is not news (its start, or an earlier daemon's). */
+static void log_skip(struct set *s)
+{
+    struct stat st;
+    int fd = log_open(s);
+    s->log_off = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : 0;
+    s->log_ino = fd >= 0 && fstat(fd, &st) == 0 ? st.st_ino : 0;
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Reads what control.log gained since the last read; true when a line calls for a probe. */
+static bool log_scan(struct set *s)
+{
+    int fd = log_open(s);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0)
+            close(fd);
+        return false;
+    }
+    if (st.st_ino != s->log_ino || st.st_size < s->log_off) {
+        s->log_ino = st.st_ino; /* a new file, or truncated */
+        s->log_off = 0;
+    }
+    if (st.st_size - s->log_off > LOG_SCAN_MAX)
+        s->log_off = st.st_size - LOG_SCAN_MAX;
+    static char buf[LOG_SCAN_MAX];
+    ssize_t n = pread(fd, buf, (size_t)(st.st_size - s->log_off), s->log_off);
+    close(fd);
+    if (n <= 0)
+        return false;
+    /* whole lines only: a line still being written is read at its next change */
+    const char *end = memrchr(buf, '\n', (size_t)n);
+    if (!end)
+        return false;
+    s->log_off += end + 1 - buf;
+    bool stir = false;
+    for (const char *p = buf; p < end && !stir;) {
+        const char *nl = memchr(p, '\n', (size_t)(end + 1 - p));
+        stir = log_line_stirs(p, (size_t)(nl - p));
+        p = nl + 1;
+    }
+    return stir;
+}
+
+/* The delay of a probe the log called for: soon, but not within BUSY_PROBE_NS of the last. */
+static uint64_t stir_delay(const struct set *s, uint64_t every)
+{
+    uint64_t now = mono_ns(), at = s->last_probe_ns + BUSY_PROBE_NS;
+    uint64_t d = at > now + STIR_PROBE_NS ? at - now : STIR_PROBE_NS;
+    return d < every ? d : every;
+}
+
+/* A probe soon: the timer is moved up when the set waits for its next probe; while a front
+ * end runs (or a restart is due), the next set_launch takes it. */
+static void probe_soon(struct set *s)
+{
+    struct mps_sup *sup = s->sup;
+    if (s->state != ST_UP || s->job.kind != JOB_NONE || !s->timer_id) {
+        s->log_stir = s->state == ST_UP || s->state == ST_STARTING;
+        return;
+    }
+    ev_loop_cancel_timer(sup->loop, s->timer_id);
+    s->timer_id = 0;
+    if (ev_loop_add_timer(sup->loop, stir_delay(s, UINT64_MAX), probe_cb, s, &s->timer_id) < 0)
+        set_fail(s, "cannot schedule a probe (out of memory)");
+}
+
+static void log_cb(struct ev_loop *loop, int fd, uint32_t events, void *user_data)
+{
+    (void)loop, (void)events;
+    struct mps_sup *sup = user_data;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+        for (char *p = buf; p < buf + n;) {
+            const struct inotify_event *e = (const struct inotify_event *)p;
+            p += sizeof(*e) + e->len;
+            for (size_t i = 0; i < sup->n_sets; i++) {
+                struct set *s = &sup->sets[i];
+                if (s->log_wd == e->wd && e->len && strcmp(e->name, "control.log") == 0 &&
+                    log_scan(s))
+                    probe_soon(s);
+            }
+        }
+    }
+}
+
+/* Watches every set's log dir; without inotify, probes alone (every probe_interval). */
+static void log_watch_start(struct mps_sup *sup)
+{
+    if (sup->log_fd < 0) {
+        sup->log_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (sup->log_fd >= 0 && ev_loop_add_io(sup->loop, sup->log_fd, EPOLLIN, log_cb, sup) < 0) {
+            close(sup->log_fd);
+            sup->log_fd = -1;
+        }
+    }
+    for (size_t i = 0; i < sup->n_sets; i++) {
+        struct set *s = &sup->sets[i];
+        if (s->log_wd < 0 && sup->log_fd >= 0)
+            s->log_wd = inotify_add_watch(sup->log_fd, s->log_dir,
+                                          IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_ONLYDIR);
+        if (s->log_wd < 0)
+            log_warn("mps: GPU set %s: cannot watch %s (%s): an idle daemon's new server is seen "
+                     "at the next probe (mpsProbeInterval)",
+                     s->name, s->log_dir, strerror(errno));
+    }
+}
+
+static void log_watch_stop(struct mps_sup *sup)
+{
+    if (sup->log_fd < 0)
+        return;
+    ev_loop_del_io(sup->loop, sup->log_fd);
+    close(sup->log_fd);
+    sup->log_fd = -1;
+    for (size_t i = 0; i < sup->n_sets; i++)
+        sup->sets[i].log_wd = -1;
 }
 
 /* Marks the set unhealthy, kills what runs, and schedules a restart after the backoff. */
@@ -793,6 +960,7 @@ static void set_launch(struct set *s)
     char why[PATH_MAX + 128] = "";
     if (s->state == ST_STARTING && s->daemon_pidfd < 0) {
         dirs_clean(s);
+        log_skip(s);
         r = spawn_daemon(s, why, sizeof(why));
         if (r == 0)
             r = ev_loop_add_io(sup->loop, s->daemon_pidfd, EPOLLIN, daemon_exit_cb, s);
@@ -802,6 +970,10 @@ static void set_launch(struct set *s)
         uint64_t every = sup->opts.probe_interval_ns;
         if (s->busy && every > BUSY_PROBE_NS)
             every = BUSY_PROBE_NS;
+        if (s->log_stir) {
+            s->log_stir = false;
+            every = stir_delay(s, every);
+        }
         r = ev_loop_add_timer(sup->loop, every, probe_cb, s, &s->timer_id);
     }
     if (r < 0) {
@@ -877,6 +1049,7 @@ int mps_sup_new(struct ev_loop *loop, const struct mps_sup_opts *opts,
         return -ENOMEM;
     sup->loop = loop;
     sup->opts = *opts;
+    sup->log_fd = -1;
     if (!sup->opts.probe_interval_ns)
         sup->opts.probe_interval_ns = 5000000000ull;
     if (!sup->opts.reply_timeout_ns)
@@ -900,7 +1073,7 @@ int mps_sup_new(struct ev_loop *loop, const struct mps_sup_opts *opts,
         struct set *s = &sup->sets[i];
         s->sup = sup;
         s->index = i;
-        s->daemon_pidfd = s->job.pidfd = s->job.out_fd = -1;
+        s->daemon_pidfd = s->job.pidfd = s->job.out_fd = s->log_wd = -1;
         s->thread_pct = sets[i].thread_pct;
         s->device_count = sets[i].device_count;
         s->pinned_mem_bytes = sets[i].pinned_mem_bytes;
@@ -1008,6 +1181,7 @@ int mps_sup_start(struct mps_sup *sup)
 {
     if (!sup)
         return -EINVAL;
+    log_watch_start(sup);
     for (size_t i = 0; i < sup->n_sets; i++) {
         struct set *s = &sup->sets[i];
         if (s->state != ST_IDLE)
@@ -1126,6 +1300,7 @@ struct mps_sup *mps_sup_free(struct mps_sup *sup)
 {
     if (!sup)
         return NULL;
+    log_watch_stop(sup);
     for (size_t i = 0; i < sup->n_sets; i++) {
         struct set *s = &sup->sets[i];
         if (s->sup)

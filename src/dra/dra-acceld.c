@@ -392,6 +392,7 @@ static int mps_start(void *ctx, const char *uid, const char *uuids, unsigned n, 
         struct mps_sup_opts o = {
             .control_path = a->cfg->mps_control[0] ? a->cfg->mps_control : NULL,
             .run_dir = a->mps_run_dir,
+            .probe_interval_ns = a->cfg->mps_probe_interval_ns,
             .stop_timeout_ns = 2000000000ull,
             .health_cb = on_mps_health,
             .user_data = m,

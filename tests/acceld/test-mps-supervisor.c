@@ -105,7 +105,8 @@ struct fixture {
     struct events ev;
 };
 
-static void setup(struct fixture *fx, const char *dir)
+static void setup_every(struct fixture *fx, const char *dir, uint64_t probe_interval_ns,
+                        uint64_t pinned)
 {
     unsetenv("ACCEL_EMU_STATE"); /* the daemon keeps its settings in memory */
     REQUIRE_EQ_INT(ev_loop_new(&fx->loop), 0);
@@ -114,12 +115,12 @@ static void setup(struct fixture *fx, const char *dir)
          .visible_devices = "GPU-0",
          .device_count = 1,
          .thread_pct = 25,
-         .pinned_mem_bytes = 2048ull << 20},
+         .pinned_mem_bytes = pinned},
         {.name = "gpu1", .visible_devices = "GPU-1", .device_count = 1, .thread_pct = 50},
     };
     struct mps_sup_opts o = {.control_path = control,
                              .run_dir = dir,
-                             .probe_interval_ns = 100000000,
+                             .probe_interval_ns = probe_interval_ns,
                              .reply_timeout_ns = 3000000000ull,
                              .backoff_min_ns = 50000000,
                              .backoff_max_ns = 500000000,
@@ -129,6 +130,11 @@ static void setup(struct fixture *fx, const char *dir)
                              .user_data = &fx->ev};
     REQUIRE_EQ_INT(mps_sup_new(fx->loop, &o, sets, 2, &fx->sup), 0);
     REQUIRE_EQ_INT(mps_sup_start(fx->sup), 0);
+}
+
+static void setup(struct fixture *fx, const char *dir)
+{
+    setup_every(fx, dir, 100000000, 2048ull << 20);
 }
 
 static void teardown(struct fixture *fx)
@@ -377,6 +383,58 @@ TEST(lifted_caps_are_put_back)
     CHECK_EQ_INT(fx.ev.unhealthy, 0); /* never unhealthy: nothing tainted for others */
     CHECK_EQ_INT(mps_sup_daemon_pid(fx.sup, 0), daemon);
     CHECK_GE_INT(mps_sup_caps_restored(fx.sup, 0), 2);
+    teardown(&fx);
+}
+
+/* Issue 23: an idle daemon is probed once a minute (mpsProbeInterval), yet what its
+ * control.log shows (a server started, a client's caps command) brings the probe forward: a
+ * server started and lifted before any probe saw it is put back within seconds, not at the
+ * next minute. Before, only the timer probed. */
+TEST(the_control_log_brings_the_probe_forward)
+{
+    if (!have_control())
+        tap_skip_case("no emulated nvidia-cuda-mps-control built");
+    struct fixture fx = {0};
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/stir", tap_tmpdir());
+    setup_every(&fx, dir, 60000000000ull, 2048ull << 20);
+    REQUIRE(run_until(fx.loop, &fx.ev, 2, 0));
+    spin(fx.loop, 1500); /* the probe after the start's own commands */
+    const char *pipe = mps_sup_pipe_dir(fx.sup, 0);
+    char out[256], cmd[128];
+    ask(pipe, "start_server -uid 1000", out, sizeof(out));
+    ask(pipe, "get_server_list", out, sizeof(out));
+    pid_t server = (pid_t)atoi(out);
+    REQUIRE(server > 0);
+    snprintf(cmd, sizeof(cmd), "set_active_thread_percentage %d 100", (int)server);
+    ask(pipe, cmd, out, sizeof(out));
+    CHECK(server_pct(pipe, server) > 99);
+    uint64_t end = mono_ns() + 5000000000ull;
+    while (mono_ns() < end && (server_pct(pipe, server) > 25.5 || fx.ev.caps < 1))
+        ev_loop_run_once(fx.loop, 50);
+    CHECK(server_pct(pipe, server) < 25.5);
+    CHECK_GE_INT(fx.ev.caps, 1);
+    CHECK_EQ_INT(fx.ev.unhealthy, 0);
+    teardown(&fx);
+}
+
+/* A share of memory that is not a whole number of MiB (an 81559 MiB GPU in 2 replicas) is set
+ * in whole MiB and reads back rounded down: that is no change of the defaults. Before, every
+ * probe "restored" it and the third in a row restarted the daemon (its clients lost it). */
+TEST(a_limit_in_part_mib_is_no_change)
+{
+    if (!have_control())
+        tap_skip_case("no emulated nvidia-cuda-mps-control built");
+    struct fixture fx = {0};
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/mib", tap_tmpdir());
+    setup_every(&fx, dir, 100000000, (40779ull << 20) + (512ull << 10));
+    REQUIRE(run_until(fx.loop, &fx.ev, 2, 0));
+    pid_t daemon = mps_sup_daemon_pid(fx.sup, 0);
+    spin(fx.loop, 1000); /* about 10 probes */
+    CHECK_EQ_INT(fx.ev.unhealthy, 0);
+    CHECK_EQ_INT(fx.ev.caps, 0);
+    CHECK_EQ_INT(mps_sup_daemon_pid(fx.sup, 0), daemon);
     teardown(&fx);
 }
 
