@@ -97,6 +97,10 @@ current-context: fake
 EOF
 }
 
+# as root, acceld runs in a mount namespace of its own (unshare execs it: the pid is acceld's),
+# so the tmpfs mounts it makes (region dirs, MPS /dev/shm) go with it
+ns=()
+[ "$(id -u)" = 0 ] && ns=(unshare -m --propagation private)
 IFS=, read -r -a list <<<"$modes"
 for mode in "${list[@]}"; do
     state=$tmp/state-$mode
@@ -118,7 +122,7 @@ for mode in "${list[@]}"; do
     esac
     rm -rf "$tmp/dp"
     mkdir -p "$tmp/dp"
-    "$build/src/acceld/acceld" --no-register --device-plugin-dir "$tmp/dp" \
+    "${ns[@]}" "$build/src/acceld/acceld" --no-register --device-plugin-dir "$tmp/dp" \
         --sysfs-root "$ACCEL_EMU_STATE.d/sysfs" --dev-root "$ACCEL_EMU_STATE.d/dev" \
         --state-dir "$state" --cdi-dir "$tmp/cdi" "${extra[@]}" 2>"$tmp/acceld-$mode.log" &
     pid=$!
