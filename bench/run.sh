@@ -13,6 +13,8 @@ if [ -x "$build/bench/bench-grpc" ]; then
 fi
 echo "== acceld (8 emulated GPUs: Allocate, GetPreferredAllocation, XID-to-wire, peak RSS)"
 bash "$(dirname "$0")/acceld.sh" "$build"
+echo "== acceld-idle (8 emulated GPUs, nothing happening: CPU and wakeups per second, pGPU, vGPU, MPS; ~3.5 min)"
+bash "$(dirname "$0")/acceld-idle.sh" "$build" 60
 echo "== vcuda-compute (libvcuda compute share on the emulator; BENCH_QUICK=1 for --quick)"
 # Compute share (libvcuda pacing) on the emulator: ~8 min in full, ~2 min with BENCH_QUICK=1.
 "$build/bench/vcuda-compute" --build "$build" ${BENCH_QUICK:+--quick}

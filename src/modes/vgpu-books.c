@@ -145,9 +145,56 @@ static bool holds(const struct assign *x, const struct vgpu_live *c)
             conflict |= x->ids[r] != h;
         }
     }
-    if (by_ids)
-        return true;
-    return !conflict && same_container(x, c) && (c->n_ids[0] || c->n_ids[1]);
+    /* every resource both know must agree: a new container may be handed IDs of one
+     * resource that a gone one held (the kubelet reuses freed IDs), never all of them */
+    if (conflict)
+        return false;
+    return by_ids || (same_container(x, c) && (c->n_ids[0] || c->n_ids[1]));
+}
+
+/* The resource whose Allocate answer carries a container's mounts and device nodes (vgpu.c:
+ * cores when it asks for cores, else memory): the share its IDs name is the one the container
+ * mounts. */
+static enum vgpu_resource live_primary(const struct vgpu_live *c)
+{
+    return c->n_ids[VGPU_CORES] ? VGPU_CORES : VGPU_MEMORY;
+}
+
+static enum vgpu_resource share_primary(const struct assign *x)
+{
+    return x->amount[VGPU_CORES] ? VGPU_CORES : VGPU_MEMORY;
+}
+
+/* Whether a live container holds IDs of resource r with this sum. */
+static bool held_by_any(const struct vgpu_live *live, size_t n, int r, uint64_t ids)
+{
+    for (size_t i = 0; i < n; i++)
+        if (live_ids(&live[i], r) == ids)
+            return true;
+    return false;
+}
+
+/* The share c mounts: the one its primary resource's IDs name, whose other resource's IDs
+ * agree, are unknown, or are held by no live container (a call taken for a container the
+ * kubelet then failed on its own, whose IDs went back: the next container's first call was
+ * matched as that container's second). -1: none, or several (then the plain rule decides). */
+static ssize_t primary_holder(const struct vgpu *v, const struct vgpu_live *c,
+                              const struct vgpu_live *live, size_t n)
+{
+    enum vgpu_resource rp = live_primary(c), ro = rp == VGPU_CORES ? VGPU_MEMORY : VGPU_CORES;
+    uint64_t hp = live_ids(c, rp), ho = live_ids(c, ro);
+    ssize_t found = -1;
+    for (size_t a = 0; a < v->n_as; a++) {
+        const struct assign *x = v->as[a];
+        if (!hp || x->ids[rp] != hp)
+            continue;
+        if (x->ids[ro] && ho && x->ids[ro] != ho && held_by_any(live, n, ro, x->ids[ro]))
+            continue;
+        if (found >= 0)
+            return -1;
+        found = (ssize_t)a;
+    }
+    return found;
 }
 
 static enum vgpu_pod_state pod_state(const struct vgpu *v, const char *uid)
@@ -400,21 +447,86 @@ int vgpu_reconcile(struct vgpu *v, const struct vgpu_live *live, size_t n, uint6
         return -ENOMEM;
     }
     bool have_pods = v->pods.ops && v->pods.ops->pod_state;
-    /* who holds what: the kubelet's record of the IDs */
-    for (size_t a = 0; a < v->n_as; a++)
-        for (size_t i = 0; i < n; i++)
-            if (holds(v->as[a], &live[i])) {
+    /* who holds what: the kubelet's record of the IDs. A container holds the share its primary
+     * resource's IDs name (primary_holder), and learns its other resource's IDs; a share only
+     * its other resource's IDs name, whose own primary was never answered, was that
+     * container's second call taken for a new one: folded in (no container mounts its
+     * directory: the mounts come with the primary answer). Otherwise every resource both
+     * know must agree (holds). */
+    ssize_t *primary = malloc((n ? n : 1) * sizeof(*primary));
+    bool *fold = calloc(v->n_as ? v->n_as : 1, sizeof(bool));
+    if (!primary || !fold) {
+        free(holder);
+        free(holders);
+        free(placed);
+        free(primary);
+        free(fold);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        primary[i] = primary_holder(v, &live[i], live, n);
+        if (primary[i] >= 0) {
+            holder[primary[i]] = i;
+            holders[primary[i]]++;
+            placed[i] = true;
+        }
+    }
+    for (size_t a = 0; a < v->n_as; a++) {
+        struct assign *x = v->as[a];
+        enum vgpu_resource xp = share_primary(x), xo = xp == VGPU_CORES ? VGPU_MEMORY : VGPU_CORES;
+        for (size_t i = 0; i < n; i++) {
+            if (primary[i] >= 0 && (size_t)primary[i] != a && !x->done[xp] && x->ids[xo] &&
+                x->ids[xo] == live_ids(&live[i], xo))
+                fold[a] = true;
+            else if (primary[i] < 0 && holds(x, &live[i])) {
                 holder[a] = i;
                 holders[a]++;
                 placed[i] = true;
             }
+        }
+        fold[a] = fold[a] && !holders[a];
+    }
+    /* the primary holders learn the container's other resource (its IDs, and its amount:
+     * the kubelet's count is the request) */
+    for (size_t i = 0; i < n; i++) {
+        if (primary[i] < 0)
+            continue;
+        struct assign *x = v->as[primary[i]];
+        bool changed = false;
+        for (int r = 0; r < 2; r++) {
+            uint64_t h = live_ids(&live[i], r);
+            if (h && (x->ids[r] != h || !x->done[r])) {
+                if (x->done[r] && x->ids[r])
+                    log_warn("vGPU: %s/%s container %s holds the share on %s by its %s; its %s "
+                             "are other IDs than that share was answered (a call taken for a "
+                             "container the kubelet then failed): the share takes them",
+                             live[i].ns, live[i].pod, live[i].container, x->visible,
+                             vgpu_resource_label[live_primary(&live[i])], vgpu_resource_label[r]);
+                x->ids[r] = h;
+                x->done[r] = true;
+                x->amount[r] = live[i].n_ids[r];
+                changed = true;
+            }
+        }
+        if (changed) {
+            vgpu_journal_set(v, x);
+            if (!x->whole && vgpu_files_rewrite(v, x) < 0)
+                log_warn("vGPU: cannot rewrite the config of %s/%s container %s in %s", x->ns,
+                         x->pod, x->container, x->dir);
+        }
+    }
     /* free what no live container holds: a share answered long enough ago whose pod is gone
      * or terminal (or, with no watch cache, not listed), never a pending or running one's */
     size_t kept = 0;
     for (size_t a = 0; a < v->n_as; a++) {
         struct assign *x = v->as[a];
         bool drop = false;
-        if (!holders[a]) {
+        if (fold[a]) {
+            drop = true;
+            log_info("vGPU: %s/%s container %s: its half share on %s was the second call of a "
+                     "container whose first was taken for another: folded into that share",
+                     x->ns, x->pod, x->container, x->visible);
+        } else if (!holders[a]) {
             enum vgpu_pod_state st = pod_state(v, x->pod_uid);
             bool grace = x->answered_ns && now_ns - x->answered_ns < VGPU_RECONCILE_GRACE_NS;
             if (st == VGPU_POD_DONE)
@@ -484,6 +596,8 @@ int vgpu_reconcile(struct vgpu *v, const struct vgpu_live *live, size_t n, uint6
     free(holder);
     free(holders);
     free(placed);
+    free(primary);
+    free(fold);
     vgpu_recount(v);
     for (size_t i = 0; i < v->n && (v->overcommit_reported || res.adopted); i++) {
         const struct gpu *g = &v->gpus[i];

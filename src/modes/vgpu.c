@@ -258,6 +258,30 @@ int vgpu_assign_paths(const struct vgpu *v, struct assign *as)
     return 0;
 }
 
+/* A new share's directory: <state>/vgpu/<pod uid>/<container>, unless a share matched to that
+ * container and since renamed to the one holding its IDs kept that path (that container mounts
+ * it): then <container>_<n>, a name no container has (container names are DNS labels: no
+ * '_'), recorded as the share's own (checkpoint "dir"). */
+static int claim_dir(const struct vgpu *v, struct assign *as)
+{
+    for (unsigned k = 0; k < 64; k++) {
+        int n = k ? snprintf(as->dir, sizeof(as->dir), "%s/%s/%s_%u", v->state_dir, as->pod_uid,
+                             as->container, k)
+                  : snprintf(as->dir, sizeof(as->dir), "%s/%s/%s", v->state_dir, as->pod_uid,
+                             as->container);
+        if (n < 0 || (size_t)n >= sizeof(as->dir))
+            return -ENAMETOOLONG;
+        bool taken = false;
+        for (size_t a = 0; a < v->n_as && !taken; a++)
+            taken = v->as[a] != as && strcmp(v->as[a]->dir, as->dir) == 0;
+        if (!taken) {
+            as->own_dir = k > 0;
+            return 0;
+        }
+    }
+    return -EEXIST;
+}
+
 static size_t config_text(const struct vgpu *v, const struct assign *as, char *conf, size_t cap);
 static int files_in_place(struct vgpu *v, const struct assign *as, const char *conf, size_t n);
 
@@ -1057,6 +1081,9 @@ static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, stru
     as->amount[VGPU_CORES] = p->cores;
     as->amount[VGPU_MEMORY] = p->memory;
     int rc = choose(v, p, as, err, errlen);
+    if (rc == 0 && (rc = claim_dir(v, as)) < 0)
+        snprintf(err, errlen, "pod %s/%s: no directory name is free for container %s", p->namespace,
+                 p->pod_name, p->container);
     if (rc == 0)
         rc = vgpu_assign_paths(v, as);
     if (rc == 0 && !as->whole) {

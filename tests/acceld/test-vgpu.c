@@ -1203,6 +1203,135 @@ TEST(identity_follows_the_kubelets_ids)
  * (their GPU from the config acceld wrote) before anything is handed out again; a directory
  * no live container holds is removed. A checkpoint that over-commits a GPU (3 x 60 cores) is
  * settled the same way: the shares no live container holds go. */
+/* The fault campaign's finds (issue 23). A pod that stays Pending (its admission forgotten)
+ * catches an identical pod's Allocates twice: the first share, renamed to the container that
+ * holds its IDs, keeps uid-p/main (that container mounts it), so the second gets a directory
+ * of its own. Before, both were answered with uid-p/main. */
+TEST(a_kept_directory_is_never_handed_out_again)
+{
+    n_table = 0, n_known = 0;
+    add_pod("uid-p", "p", "main", 100, 10, 2, NULL);
+    add_pod("uid-q", "q", "main", 200, 10, 2, NULL);
+    struct node nd;
+    struct vgpu *v = open_node(&nd, 1, VGPU_BINPACK);
+    REQUIRE(v != NULL);
+    V1beta1__ContainerAllocateResponse *r;
+    REQUIRE_EQ_INT(admit(&nd, 10, 2, &r), 0); /* q's, taken for p (p is older) */
+    char first[900], second[900];
+    dir_of(r, first, sizeof(first));
+    struct vgpu_live q;
+    hold(&nd, &q, "q", 3);
+    set_state("uid-q", "q", VGPU_POD_RUNNING);
+    struct vgpu_reconcile_result res;
+    REQUIRE_EQ_INT(settle(v, &q, 1, &res), 0);
+    CHECK_EQ_INT(res.renamed, 1);
+    /* r, identical, while p is still Pending: taken for p again, in a directory of its own */
+    n_table = 0;
+    add_pod("uid-p", "p", "main", 100, 10, 2, NULL);
+    add_pod("uid-r", "r", "main", 300, 10, 2, NULL);
+    REQUIRE_EQ_INT(admit(&nd, 10, 2, &r), 0);
+    dir_of(r, second, sizeof(second));
+    CHECK(strcmp(first, second) != 0);
+    CHECK(in_state("uid-p/main_1/config"));
+    CHECK_EQ_INT(vgpu_assignment_count(v), 2);
+    /* r's share, renamed to r in turn, keeps main_1 across a restart; q's keeps main */
+    struct vgpu_live live[2];
+    live[0] = q;
+    hold(&nd, &live[1], "r", 3);
+    set_state("uid-r", "r", VGPU_POD_RUNNING);
+    REQUIRE_EQ_INT(settle(v, live, 2, &res), 0);
+    CHECK_EQ_INT(res.renamed, 1);
+    node_close(&nd);
+    v = make(1, 16 * GiB, VGPU_BINPACK, true);
+    REQUIRE(v != NULL);
+    node_open(&nd, v);
+    REQUIRE_EQ_INT(settle(v, live, 2, &res), 0);
+    CHECK(res.freed == 0 && res.renamed == 0 && res.orphans == 0 && res.adopted == 0);
+    CHECK(in_state("uid-p/main/config") && in_state("uid-p/main_1/config"));
+    node_close(&nd);
+}
+
+/* The kubelet hands a new container IDs a gone one held (it reuses freed IDs): the same
+ * memory units, other cores. The gone pod's share is not the new container's (every
+ * resource both know must agree) and is freed. Before, one agreeing resource was enough:
+ * the gone pod's share was kept as the new container's second. */
+TEST(ids_of_one_resource_are_not_a_holder)
+{
+    n_table = 0, n_known = 0;
+    add_pod("uid-a", "a", "main", 100, 30, 16, NULL);
+    struct node nd;
+    struct vgpu *v = open_node(&nd, 1, VGPU_BINPACK);
+    REQUIRE(v != NULL);
+    V1beta1__ContainerAllocateResponse *r;
+    REQUIRE_EQ_INT(admit(&nd, 30, 16, &r), 0);
+    /* a is deleted; before any settling, b gets a's memory units and other cores */
+    n_table = 0;
+    set_state("uid-a", "a", VGPU_POD_DONE);
+    add_pod("uid-b", "b", "main", 200, 20, 16, NULL);
+    nd.cursor[1] = 0; /* the kubelet freed a's memory units: b gets the same ones */
+    REQUIRE_EQ_INT(admit(&nd, 20, 16, &r), 0);
+    struct vgpu_live b;
+    hold(&nd, &b, "b", 3);
+    set_state("uid-b", "b", VGPU_POD_RUNNING);
+    struct vgpu_reconcile_result res;
+    REQUIRE_EQ_INT(settle(v, &b, 1, &res), 0);
+    CHECK_EQ_INT(res.freed, 1);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 1);
+    struct vgpu_assignment_info ai;
+    REQUIRE_EQ_INT(vgpu_assignment_get(v, 0, &ai), 0);
+    CHECK_EQ_STR(ai.pod_uid, "uid-b");
+    CHECK(!in_state("uid-a"));
+    node_close(&nd);
+}
+
+/* The kubelet fails a pod on its own after acceld answered its memory (not enough cores
+ * left, by the kubelet's count), and posts nothing yet: the next identical pod's cores call is
+ * taken as the failed pod's second, its memory call as a new container's first. The List
+ * tells: the container mounts the share its cores IDs name (the cores answer carries the
+ * mounts): that share is its own (directory kept, the memory IDs learned), the half share of
+ * its memory call folds into it, and nothing of it goes when the failed pod's status comes. */
+TEST(a_call_taken_for_a_kubelet_failed_pod_is_settled)
+{
+    n_table = 0, n_known = 0;
+    add_pod("uid-a", "a", "main", 100, 10, 2, NULL);
+    add_pod("uid-b", "b", "main", 200, 10, 2, NULL);
+    struct node nd;
+    struct vgpu *v = open_node(&nd, 1, VGPU_BINPACK);
+    REQUIRE(v != NULL);
+    char err[1024] = "";
+    V1beta1__ContainerAllocateResponse *r;
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 2, &r, err, sizeof(err)), 0); /* a's memory */
+    nd.cursor[1] = 0; /* the kubelet fails a: its memory units go back */
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 10, &r, err, sizeof(err)), 0); /* b's cores */
+    char mounted[900];
+    dir_of(r, mounted, sizeof(mounted));
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 2, &r, err, sizeof(err)), 0); /* b's memory */
+    struct vgpu_live b;
+    hold(&nd, &b, "b", 3);
+    set_state("uid-b", "b", VGPU_POD_RUNNING);
+    struct vgpu_reconcile_result res;
+    REQUIRE_EQ_INT(settle(v, &b, 1, &res), 0);
+    CHECK_EQ_INT(res.renamed, 1);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 1);
+    struct vgpu_assignment_info ai;
+    REQUIRE_EQ_INT(vgpu_assignment_get(v, 0, &ai), 0);
+    CHECK_EQ_STR(ai.pod_uid, "uid-b");
+    char region[1000];
+    snprintf(region, sizeof(region), "%s/region", mounted);
+    CHECK_EQ_STR(ai.region, region);
+    /* a's Failed status arrives: nothing moves, the mounted directory stays */
+    n_table = 0;
+    set_state("uid-a", "a", VGPU_POD_DONE);
+    REQUIRE_EQ_INT(settle(v, &b, 1, &res), 0);
+    CHECK(res.freed == 0 && res.renamed == 0);
+    char cfg[1000];
+    snprintf(cfg, sizeof(cfg), "%s/config", mounted);
+    struct stat st;
+    CHECK_EQ_INT(stat(cfg, &st), 0);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 1);
+    node_close(&nd);
+}
+
 TEST(lost_or_overcommitted_record_is_rebuilt)
 {
     n_table = 0, n_known = 0;

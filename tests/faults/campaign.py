@@ -44,6 +44,8 @@ import grpc  # noqa: E402
 
 T = 20
 TRACE = os.environ.get("FAULTS_TRACE")
+# FAULTS_LOG=DIR: acceld's whole log of a mode that found something is copied there
+KEEP = os.environ.get("FAULTS_LOG")
 
 
 def trace(*a):
@@ -63,6 +65,13 @@ DRA_POINTS = ["rename-before:dra-checkpoint.json", "rename-after:dra-checkpoint.
               "unlink-before:accel-dra-", "rename-before:dra-status.json",
               "rename-after:dra-checkpoint.json:2"]
 MPS_POINTS = ["rename-before:acceld-stats.json", "rename-after:accel-"]
+
+
+def keep_log(agent, mode):
+    if KEEP:
+        os.makedirs(KEEP, exist_ok=True)
+        with open(os.path.join(KEEP, "acceld-%s-%d.log" % (mode, os.getpid())), "w") as f:
+            f.write(agent.log_text())
 
 
 class Counts:
@@ -148,9 +157,12 @@ class VgpuRun:
             running = [p for p in k.pods.values() if p.state == "running"]
         r = rng.random()
         if r < 0.3 and running:
-            k.delete(rng.choice(running))
+            victim = rng.choice(running)
+            trace("delete", victim.name)
+            k.delete(victim)
         elif r < 0.35:
             what = rng.choice(["break", "lag", "hang", "fail"])
+            trace("api", what)
             if what == "break":
                 self.api.fault("break")
             elif what == "lag":
@@ -172,8 +184,10 @@ class VgpuRun:
                     c.restarts += 1
                     self.ready()
             got = k.admit(pod, before_each=maybe_restart)
-            if got is None and self.agent.alive():  # forgotten by the kubelet restart
-                got = k.admit(pod)
+            if got is None:  # forgotten by the kubelet restart: admitted anew (with acceld
+                got = k.admit(pod)  # dead, the Allocate fails and so does the pod)
+            trace("admit", pod.name, cores, mem, got, pod.config_dir(), pod.visible(),
+                  pod.error)
             c.admitted += got is True
             c.refused += got is False
         return self.agent.alive()
@@ -221,10 +235,12 @@ def vgpu(build, src, pb, rng, kills, late):
             killer.cancel()
             run.agent.kill()
             c.kills += 1
+            trace("killed", c.kills)
             c.exact += exact and "killat: SIGKILL" in run.agent.log_text()[-4000:]
             run.start()
             run.ready()
             run.settle(c)
+            trace("settled", c.lost, c.doubled, c.dead, c.tmp)
             # a kubelet that Allocates as soon as acceld registered: refused as not ready?
         c.notready = sum(1 for _, m in run.kubelet.refusals
                          if any(s in m for s in F.NOT_READY))
@@ -233,6 +249,7 @@ def vgpu(build, src, pb, rng, kills, late):
         run.close()
         if c.bad():
             c.detail.append(("log", run.agent.log_text()[-6000:]))
+            keep_log(run.agent, "vgpu")
         shutil.rmtree(run.tmp, ignore_errors=True)
     return c
 
