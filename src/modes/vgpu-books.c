@@ -530,9 +530,11 @@ int vgpu_reconcile(struct vgpu *v, const struct vgpu_live *live, size_t n, uint6
             enum vgpu_pod_state st = pod_state(v, x->pod_uid);
             bool grace = x->answered_ns && now_ns - x->answered_ns < VGPU_RECONCILE_GRACE_NS;
             if (st == VGPU_POD_DONE)
-                drop = !grace || !vgpu_complete(x);
+                drop = !grace || (!vgpu_complete(x) && !x->abandoned);
             else if (!have_pods)
                 drop = vgpu_complete(x) && !grace;
+            /* an abandoned half share no container holds: its admission failed */
+            drop = drop || (x->abandoned && !grace);
             res.waiting += st == VGPU_POD_DONE && !drop;
             x->unheld = !drop && vgpu_complete(x) && !grace;
             if (drop)
@@ -541,6 +543,7 @@ int vgpu_reconcile(struct vgpu *v, const struct vgpu_live *live, size_t n, uint6
                          x->ns, x->pod, x->container, x->visible);
         } else {
             x->unheld = false;
+            x->abandoned = false;
         }
         if (drop) {
             if (!x->whole)
@@ -629,13 +632,16 @@ size_t vgpu_reconcile_pods(struct vgpu *v)
     size_t freed = 0;
     for (size_t a = 0; a < v->n_as;) {
         struct assign *x = v->as[a];
-        if (pod_state(v, x->pod_uid) != VGPU_POD_DONE) {
+        /* an abandoned half share: with no List to say otherwise, its admission failed */
+        if (pod_state(v, x->pod_uid) != VGPU_POD_DONE && !x->abandoned) {
             a++;
             continue;
         }
-        log_info("vGPU: the pod of %s/%s container %s is gone or terminal: its share on %s is "
-                 "free again",
-                 x->ns, x->pod, x->container, x->visible);
+        log_info("vGPU: %s/%s container %s %s: its share on %s is free again", x->ns, x->pod,
+                 x->container,
+                 x->abandoned ? "never got its second Allocate (no List to say otherwise)"
+                              : "is gone or terminal",
+                 x->visible);
         vgpu_drop(v, a, true);
         freed++;
     }

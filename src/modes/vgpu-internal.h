@@ -56,6 +56,10 @@ struct assign {
     /* a reconcile since the kubelet's last restart found no container holding its IDs: the
      * kubelet forgot it (it had not checkpointed the admission) and will Allocate again */
     bool unheld;
+    /* a half share whose other call never came (or was taken for another container), its
+     * primary answered (the mounts handed out): no candidate for any call, kept until a
+     * settling finds no live container holding it (then freed) or one that does (its own) */
+    bool abandoned;
     /* dir is not <state>/vgpu/<pod-uid>/<container>: the assignment was found to be another
      * container's than the one it was matched to (the reconcile), and kept its directory,
      * which that container mounts */
@@ -110,7 +114,7 @@ struct vgpu {
     unsigned spare_seq;
     void (*spare_hook)(void *ctx);
     void *spare_ctx;
-    bool unbounded_said; /* the warning that region dirs cannot be bounded, given once */
+    bool unbounded_said;            /* the warning that region dirs cannot be bounded, given once */
     void (*change_hook)(void *ctx); /* the books changed (vgpu_set_hooks) */
     void (*doubt_hook)(void *ctx);  /* an Allocate found no pod for it */
     void *change_ctx;
@@ -156,6 +160,7 @@ int vgpu_journal_drop(struct vgpu *v, const struct assign *as);
 int vgpu_checkpoint_write(struct vgpu *v);
 /* Rewrites as's config and makes its region dir (as at every start). 0 or -errno. */
 int vgpu_files_rewrite(struct vgpu *v, const struct assign *as);
+bool vgpu_abandon(struct vgpu *v, struct assign *as, const char *what);
 void vgpu_remove_files(const struct assign *as);
 /* Removes assignment i from the books (journaled; its files removed when remove_files). */
 void vgpu_drop(struct vgpu *v, size_t i, bool remove_files);

@@ -493,10 +493,14 @@ static int checkpoint_load(struct vgpu *v, char *err, size_t errlen)
             a++;
             continue;
         }
+        vgpu_refusal_add(v, as->pod_uid, as->container);
+        if (vgpu_abandon(v, as, "was between its two Allocates when acceld stopped")) {
+            a++;
+            continue;
+        }
         log_warn("vGPU: %s/%s container %s was between its two Allocates when acceld stopped "
                  "(its admission failed): its share on %s is free again",
                  as->ns, as->pod, as->container, as->visible);
-        vgpu_refusal_add(v, as->pod_uid, as->container);
         if (!as->whole)
             vgpu_remove_files(as);
         memmove(&v->as[a], &v->as[a + 1], (v->n_as - a - 1) * sizeof(*v->as));
@@ -916,6 +920,25 @@ void vgpu_set_hooks(struct vgpu *v, void (*changed)(void *ctx), void (*doubt)(vo
 
 /* Whether as's Allocate of r was answered in this kubelet session (the kubelet has not
  * restarted since). */
+/* A half share whose other call will not come: its pod is no candidate (the caller refuses
+ * it). One whose primary resource was answered handed out the mounts: a container may run
+ * with them, its other call taken for another container's, so it is kept, no candidate for
+ * any call, until a settling tells (vgpu-books.c); returns true then. Otherwise false: the
+ * caller frees it. */
+bool vgpu_abandon(struct vgpu *v, struct assign *as, const char *what)
+{
+    enum vgpu_resource p = as->amount[VGPU_CORES] ? VGPU_CORES : VGPU_MEMORY;
+    if (!as->done[p])
+        return false;
+    as->abandoned = true;
+    log_warn("vGPU: %s/%s container %s %s: its share on %s is no candidate for any call, and "
+             "is freed once the kubelet's List shows no container holding it",
+             as->ns, as->pod, as->container, what, as->visible);
+    if (v->doubt_hook)
+        v->doubt_hook(v->change_ctx); /* a settling soon */
+    return true;
+}
+
 static bool answered_now(const struct vgpu *v, const struct assign *as, enum vgpu_resource r)
 {
     return as->done[r] && as->epoch[r] == v->epoch;
@@ -931,15 +954,19 @@ static void drop_abandoned(struct vgpu *v)
 {
     for (size_t a = 0; a < v->n_as;) {
         struct assign *as = v->as[a];
-        if (vgpu_complete(as) ||
+        if (vgpu_complete(as) || as->abandoned ||
             !(answered_now(v, as, VGPU_CORES) || answered_now(v, as, VGPU_MEMORY))) {
+            a++;
+            continue;
+        }
+        vgpu_refusal_add(v, as->pod_uid, as->container);
+        if (vgpu_abandon(v, as, "never got its second Allocate")) {
             a++;
             continue;
         }
         log_warn("vGPU: %s/%s container %s never got its second Allocate (its admission "
                  "failed): its share on %s is free again",
                  as->ns, as->pod, as->container, as->visible);
-        vgpu_refusal_add(v, as->pod_uid, as->container);
         vgpu_drop(v, a, true);
     }
 }
@@ -969,8 +996,9 @@ static struct assign *second_call(struct vgpu *v, enum vgpu_resource r, uint64_t
     enum vgpu_resource o = r == VGPU_CORES ? VGPU_MEMORY : VGPU_CORES;
     for (size_t a = 0; a < v->n_as; a++) {
         struct assign *x = v->as[a];
-        if (!answered_now(v, x, r) && answered_now(v, x, o) && x->amount[r] == amount &&
-            !vgpu_refused(v, x->pod_uid, x->container) && still_pending(v, x))
+        if (!x->abandoned && !answered_now(v, x, r) && answered_now(v, x, o) &&
+            x->amount[r] == amount && !vgpu_refused(v, x->pod_uid, x->container) &&
+            still_pending(v, x))
             return x;
     }
     return NULL;
@@ -995,7 +1023,7 @@ static ssize_t first_call(const struct vgpu *v, enum vgpu_resource r, uint64_t a
             return (ssize_t)i;
         }
         struct assign *x = v->as[a];
-        if (answered_now(v, x, VGPU_CORES) || answered_now(v, x, VGPU_MEMORY) ||
+        if (x->abandoned || answered_now(v, x, VGPU_CORES) || answered_now(v, x, VGPU_MEMORY) ||
             (vgpu_complete(x) && !x->unheld) || x->amount[r] != amount)
             continue;
         *ret_as = x;

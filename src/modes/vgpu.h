@@ -190,7 +190,8 @@ struct vgpu_reconcile_result {
 int vgpu_reconcile(struct vgpu *v, const struct vgpu_live *live, size_t n, uint64_t now_ns,
                    struct vgpu_reconcile_result *ret);
 /* Without pod-resources: frees the shares of pods the watch cache says are gone or terminal
- * (never a pending or running pod's). Returns the number freed. */
+ * (never a pending or running pod's), and half shares whose other call never came. Returns
+ * the number freed. */
 size_t vgpu_reconcile_pods(struct vgpu *v);
 /* Whether the books hold a share of the pod with this uid. */
 bool vgpu_has_pod(const struct vgpu *v, const char *pod_uid);

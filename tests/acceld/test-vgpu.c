@@ -644,10 +644,16 @@ TEST(restart_between_resources_and_reconcile)
     CHECK(in_state("uid-c/main/config"));
     /* a's listed under its IDs would have kept it: the List is the record (checked next) */
     node_close(&nd);
-    /* the settled checkpoint is what a restart sees (d's half is freed there) */
+    /* the settled checkpoint is what a restart sees; d's half, its cores answered (the
+     * mounts handed out), is kept, no candidate, until a settling finds no container holding
+     * it: then freed */
     v = make(2, 16 * GiB, VGPU_SPREAD, true);
     REQUIRE(v != NULL);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 2);
+    CHECK_EQ_INT(settle(v, &c_live, 1, &res), 0);
+    CHECK_EQ_INT(res.freed, 1);
     CHECK_EQ_INT(vgpu_assignment_count(v), 1);
+    CHECK(!in_state("uid-d"));
     vgpu_free(v);
     (void)a_live;
 }
@@ -743,6 +749,14 @@ TEST(abandoned_half_assignment)
     n_table = 1;
     REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 16, &r, err, sizeof(err)), 0);
     CHECK_EQ_STR(last_pod, "default/x"); /* a new assignment, not y's second call */
+    /* y's half, its cores answered (the mounts handed out), is no candidate and is kept
+     * until the kubelet's List shows no container holding it */
+    CHECK_EQ_INT(vgpu_assignment_count(v), 2);
+    struct vgpu_live xl;
+    hold(&nd, &xl, "x", 2);
+    struct vgpu_reconcile_result res;
+    CHECK_EQ_INT(settle(v, &xl, 1, &res), 0);
+    CHECK_EQ_INT(res.freed, 1);
     CHECK_EQ_INT(vgpu_assignment_count(v), 1);
     uint64_t fc, fm;
     vgpu_gpu_free_units(v, 0, &fc, &fm);
@@ -822,9 +836,11 @@ TEST(checkpoint_journal)
     append_text(jr, "{\"set\":{\"podUID\":\"uid-z\",\"namesp");
     v = make(1, 16 * GiB, VGPU_BINPACK, true);
     REQUIRE(v != NULL);
-    /* a; not the cut z; not b's half: acceld stopped between b's two Allocates, so the
-     * kubelet's second one failed the pod for good */
-    CHECK_EQ_INT(vgpu_assignment_count(v), 1);
+    /* a; not the cut z; b's half is kept, no candidate for any call: acceld stopped between
+     * b's two Allocates, so the kubelet's second one failed the pod for good, but its cores
+     * answer handed out the mounts, so it goes only once a settling finds no container
+     * holding it */
+    CHECK_EQ_INT(vgpu_assignment_count(v), 2);
     char *conf_after = slurp(a_conf);
     CHECK(conf_after && strcmp(conf_after, conf_before) == 0); /* rebuilt, the same */
     free(conf_after);
@@ -834,7 +850,14 @@ TEST(checkpoint_journal)
     REQUIRE_EQ_INT(stat(jr, &st), 0);
     CHECK_EQ_INT((int)st.st_size, 0);
     snap = slurp(cp);
-    CHECK(snap && strstr(snap, "uid-a") && !strstr(snap, "uid-b") && !strstr(snap, "uid-z"));
+    CHECK(snap && strstr(snap, "uid-a") && strstr(snap, "uid-b") && !strstr(snap, "uid-z"));
+    free(snap);
+    struct vgpu_reconcile_result res;
+    CHECK_EQ_INT(settle(v, NULL, 0, &res), 0);
+    CHECK_EQ_INT(res.freed, 1);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 1);
+    snap = slurp(cp);
+    CHECK(snap && strstr(snap, "uid-a") && !strstr(snap, "uid-b"));
     free(snap);
     uint64_t fc, fm;
     vgpu_gpu_free_units(v, 0, &fc, &fm);
@@ -856,7 +879,9 @@ TEST(checkpoint_journal)
     node_close(&nd);
     v = make(1, 16 * GiB, VGPU_BINPACK, true);
     REQUIRE(v != NULL);
-    CHECK_EQ_INT(vgpu_assignment_count(v), 1); /* c was half-way too */
+    CHECK_EQ_INT(vgpu_assignment_count(v), 2); /* c was half-way too: kept until settled */
+    CHECK_EQ_INT(settle(v, NULL, 0, &res), 0);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 1);
     vgpu_gpu_free_units(v, 0, &fc, &fm);
     CHECK_EQ_U64(fc, 100 - 30);
     vgpu_free(v);
