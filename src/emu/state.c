@@ -562,6 +562,35 @@ struct emu_gpu *emu_state_gpu(struct emu_state *st, unsigned i)
     return &st->sh->gpus[i];
 }
 
+/* A container's view (ACCEL_EMU_DEV_ROOT): NVIDIA's driver reaches a GPU through its device
+ * node /dev/nvidia<minor>, and a container runtime (CDI, NVIDIA's toolkit) makes only the nodes
+ * of the GPUs the container was given, so the driver in the container enumerates those alone.
+ * The answer is kept per minor: a container's device nodes do not change while it runs. */
+static bool dev_node_present(uint32_t minor)
+{
+    static uint8_t known[256]; /* 0 unknown, 1 present, 2 absent */
+    const char *root = getenv("ACCEL_EMU_DEV_ROOT");
+    if (!root || !*root)
+        return true;
+    if (minor < sizeof(known)) {
+        uint8_t k = __atomic_load_n(&known[minor], __ATOMIC_RELAXED);
+        if (k)
+            return k == 1;
+    }
+    char path[PATH_MAX];
+    struct stat sb;
+    bool present = snprintf(path, sizeof(path), "%s/nvidia%u", root, minor) < (int)sizeof(path) &&
+                   stat(path, &sb) == 0;
+    if (minor < sizeof(known))
+        __atomic_store_n(&known[minor], present ? 1 : 2, __ATOMIC_RELAXED);
+    return present;
+}
+
+bool emu_state_gpu_hidden(const struct emu_gpu *g)
+{
+    return __atomic_load_n(&g->vfio, __ATOMIC_RELAXED) || !dev_node_present(g->minor);
+}
+
 int emu_state_find_gpu(struct emu_state *st, const char *key)
 {
     if (!key)
