@@ -10,6 +10,7 @@
 #include "util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -641,13 +642,156 @@ static uint64_t self_pidns(void)
     return v;
 }
 
+/* ---- processes of other pid namespaces (containers) ----
+ *
+ * NVIDIA's kernel driver knows each process by its pid in the initial pid namespace, so NVML
+ * reports host pids whoever runs it, and a node agent with the host's pids (hostPID) maps them
+ * to pods through /proc/<pid>/cgroup. The emulator has no kernel part: a process records itself
+ * as it sees itself, (its pid namespace's inode, its pid there). A reader in another namespace
+ * translates through its own /proc: the process whose /proc/<pid>/ns/pid is that inode and whose
+ * innermost NSpid (/proc/<pid>/status, Linux 4.1+) is that pid, at that start time. A reader in
+ * the initial pid namespace sees every process, so a recorded process it cannot find is gone. */
+#define INIT_PIDNS 4026531836ull /* PROC_PID_INIT_INO, include/linux/proc_ns.h */
+
+struct foreign_pid {
+    uint64_t ns;
+    int32_t inner; /* as its own namespace sees it */
+    int32_t outer; /* as this process sees it; 0 = not found */
+    uint64_t start;
+};
+
+/* The innermost NSpid of /proc/<dir>/status, 0 when unreadable. */
+static int32_t innermost_nspid(const char *dir)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%s/status", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *l = strstr(buf, "\nNSpid:");
+    if (!l)
+        return 0;
+    l += 7;
+    char *end = strchr(l, '\n');
+    if (end)
+        *end = 0;
+    char *last = strrchr(l, '\t');
+    long v = strtol(last ? last + 1 : l, NULL, 10);
+    return v > 0 && v <= INT32_MAX ? (int32_t)v : 0;
+}
+
+/* Fills each want[].outer (and .start) in one pass over /proc; entries not found stay 0. */
+static void foreign_lookup(struct foreign_pid *want, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        want[k].outer = 0, want[k].start = 0;
+    if (!n)
+        return;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    struct dirent *e;
+    char path[64], link[64];
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9' || strlen(e->d_name) > 10)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/ns/pid", e->d_name);
+        ssize_t l = readlink(path, link, sizeof(link) - 1);
+        if (l <= 0)
+            continue;
+        link[l] = 0;
+        const char *b = strchr(link, '[');
+        uint64_t ns = b ? strtoull(b + 1, NULL, 10) : 0;
+        bool wanted = false;
+        for (size_t k = 0; k < n && !wanted; k++)
+            wanted = want[k].ns == ns && !want[k].outer;
+        if (!wanted)
+            continue;
+        int32_t inner = innermost_nspid(e->d_name);
+        for (size_t k = 0; k < n; k++)
+            if (want[k].ns == ns && want[k].inner == inner && !want[k].outer) {
+                want[k].outer = (int32_t)strtol(e->d_name, NULL, 10);
+                proc_start_time(want[k].outer, &want[k].start);
+            }
+    }
+    closedir(d);
+}
+
+/* Whether pid namespace ns is another than this process's (and both are known). */
+static bool foreign_ns(uint64_t ns)
+{
+    uint64_t self = self_pidns();
+    return ns && self && ns != self;
+}
+
+/* Rewrites pids[i] (recorded in namespace nss[i]) as this process sees them, where it can. */
+static void pids_as_seen_here(int32_t *pids, const uint64_t *nss, size_t n)
+{
+    struct foreign_pid want[EMU_MAX_PROCS];
+    size_t nw = 0;
+    for (size_t i = 0; i < n && nw < EMU_MAX_PROCS; i++)
+        if (foreign_ns(nss[i]))
+            want[nw++] = (struct foreign_pid){.ns = nss[i], .inner = pids[i]};
+    if (!nw)
+        return;
+    foreign_lookup(want, nw);
+    for (size_t i = 0, k = 0; i < n && k < nw; i++)
+        if (foreign_ns(nss[i])) {
+            if (want[k].outer)
+                pids[i] = want[k].outer;
+            k++;
+        }
+}
+
+/* From the initial pid namespace (every process visible), at most once a second: frees the
+ * slots of other namespaces' processes that are gone (not found, or a reused pid). Others
+ * cannot judge them: their own namespace's next reader does. */
+#define FOREIGN_RECLAIM_NS 1000000000ull
+static void reap_slot_locked(struct emu_shared *sh, unsigned i, uint64_t now);
+static int reclaim_foreign_locked(struct emu_shared *sh, uint64_t now, bool force)
+{
+    static uint64_t last;
+    if (self_pidns() != INIT_PIDNS ||
+        (!force && last && now - last < FOREIGN_RECLAIM_NS && now >= last))
+        return 0;
+    last = now;
+    struct foreign_pid want[EMU_MAX_PROCS];
+    unsigned slot[EMU_MAX_PROCS];
+    size_t nw = 0;
+    for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
+        const struct emu_proc *p = &sh->procs[i];
+        if (p->pid && foreign_ns(p->pidns)) {
+            want[nw] = (struct foreign_pid){.ns = p->pidns, .inner = p->pid};
+            slot[nw++] = i;
+        }
+    }
+    if (!nw)
+        return 0;
+    foreign_lookup(want, nw);
+    int reaped = 0;
+    for (size_t k = 0; k < nw; k++) {
+        const struct emu_proc *p = &sh->procs[slot[k]];
+        bool gone =
+            !want[k].outer || (want[k].start && p->start_time && want[k].start != p->start_time);
+        if (gone) {
+            reap_slot_locked(sh, slot[k], now);
+            reaped++;
+        }
+    }
+    return reaped;
+}
+
 static bool proc_alive(const struct emu_proc *p)
 {
     if (p->pid <= 0)
         return false;
-    uint64_t ns = self_pidns();
-    if (p->pidns && ns && p->pidns != ns)
-        return true; /* another namespace's pid: not ours to judge */
+    if (foreign_ns(p->pidns))
+        return true; /* another namespace's pid: reclaim_foreign_locked judges it */
     if (kill(p->pid, 0) < 0 && errno == ESRCH)
         return false;
     uint64_t st = 0; /* stays 0 when /proc is unreadable (another pid namespace): trust kill() */
@@ -740,7 +884,8 @@ static void reap_slot_locked(struct emu_shared *sh, unsigned i, uint64_t now)
     p->pid = 0;
 }
 
-static int reclaim_locked(struct emu_shared *sh)
+/* force: the other namespaces' processes too, however recently they were looked for */
+static int reclaim_locked(struct emu_shared *sh, bool force)
 {
     int n = 0;
     pid_t self = my_pid();
@@ -753,7 +898,7 @@ static int reclaim_locked(struct emu_shared *sh)
             n++;
         }
     }
-    return n;
+    return n + reclaim_foreign_locked(sh, now, force);
 }
 
 /* Reclaims unless that was done less than EMU_RECLAIM_INTERVAL_NS ago. */
@@ -761,7 +906,7 @@ static void reclaim_lazily_locked(struct emu_shared *sh)
 {
     uint64_t now = emu_state_now_ns();
     if (now - sh->last_reclaim_ns >= EMU_RECLAIM_INTERVAL_NS || now < sh->last_reclaim_ns)
-        reclaim_locked(sh);
+        reclaim_locked(sh, false);
 }
 
 static uint64_t used_locked(struct emu_shared *sh, unsigned gpu)
@@ -796,7 +941,7 @@ static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
     if (!create)
         return NULL;
     if (!fre) {
-        if (reclaim_locked(sh) == 0)
+        if (reclaim_locked(sh, true) == 0)
             return NULL;
         for (unsigned i = 0; i < EMU_MAX_PROCS && !fre; i++)
             if (!sh->procs[i].pid)
@@ -840,7 +985,7 @@ int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes)
     uint64_t total = sh->gpus[gpu].memory_total - sh->gpus[gpu].memory_reserved;
     uint64_t used = used_locked(sh, gpu);
     if (bytes > total || used > total - bytes) {
-        reclaim_locked(sh);
+        reclaim_locked(sh, true);
         used = used_locked(sh, gpu);
         if (bytes > total || used > total - bytes) {
             r = -ENOMEM;
@@ -910,7 +1055,7 @@ struct emu_proc *emu_state_self_slot_locked(struct emu_state *st, bool create)
 int emu_state_reclaim(struct emu_state *st)
 {
     emu_state_lock(st);
-    int n = reclaim_locked(st->sh);
+    int n = reclaim_locked(st->sh, true);
     emu_state_unlock(st);
     return n;
 }
@@ -922,6 +1067,8 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
     if (gpu >= st->gpu_count || (max && !out))
         return -EINVAL;
     size_t n = 0;
+    int32_t pids[EMU_MAX_PROCS];
+    uint64_t nss[EMU_MAX_PROCS];
     emu_state_lock(st);
     reclaim_lazily_locked(sh);
     for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
@@ -931,9 +1078,16 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
         if (n < max)
             out[n] = (struct emu_proc_mem){
                 .pid = p->pid, .bytes = p->mem[gpu], .mig_serial = p->mig_serial[gpu]};
+        pids[n] = p->pid;
+        nss[n] = p->pidns;
         n++;
     }
     emu_state_unlock(st);
+    /* as NVML reports them: the pids this process sees (the /proc scan outside the lock) */
+    size_t m = n < max ? n : max;
+    pids_as_seen_here(pids, nss, m);
+    for (size_t i = 0; i < m; i++)
+        out[i].pid = pids[i];
     if (ret_n)
         *ret_n = n;
     return 0;
@@ -1715,6 +1869,7 @@ int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint
         return -EINVAL;
     /* distinct pids are few; collect into a small local table first */
     struct emu_proc_util acc[EMU_MAX_PROCS];
+    uint64_t nss[EMU_MAX_PROCS] = {0};
     size_t na = 0, dropped = 0;
     emu_state_lock(st);
     const struct emu_gpu *g = &sh->gpus[gpu];
@@ -1734,6 +1889,10 @@ int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint
                 dropped++;
                 continue;
             }
+            /* the namespace of the slot that queued it, while that slot is still its own */
+            const struct emu_proc *owner =
+                iv->slot && iv->slot <= EMU_MAX_PROCS ? &sh->procs[iv->slot - 1] : NULL;
+            nss[na] = owner && owner->pid == iv->pid ? owner->pidns : 0;
             acc[na++] = (struct emu_proc_util){.pid = iv->pid};
         }
         acc[j].busy_ns += o;
@@ -1742,8 +1901,14 @@ int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint
             acc[j].last_ns = last;
     }
     emu_state_unlock(st);
-    for (size_t j = 0; j < na && j < max; j++)
+    int32_t pids[EMU_MAX_PROCS];
+    for (size_t j = 0; j < na; j++)
+        pids[j] = acc[j].pid;
+    pids_as_seen_here(pids, nss, na);
+    for (size_t j = 0; j < na && j < max; j++) {
         out[j] = acc[j];
+        out[j].pid = pids[j];
+    }
     if (ret_n)
         *ret_n = na;
     (void)dropped;
