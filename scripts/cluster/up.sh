@@ -410,6 +410,10 @@ resolvConf: /etc/resolv.conf
 # a shared disk: evict only when it is really full, and never collect the local images
 # (nothing could pull them back)
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+# the node's status (allocatable included) checked every second, not every 10 s: the suite
+# times acceld's reaction to an XID (allocatable lower within 5 s), not the kubelet's period;
+# a changed status is written at once, an unchanged one every nodeStatusReportFrequency (5 m)
+nodeStatusUpdateFrequency: 1s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
