@@ -19,8 +19,12 @@ scenario_namespace e2e-sharing || {
     exit 1
 }
 gpu_pod ts '{limits: {nvidia.com/gpu: 1}}' 'ls /dev | grep -c "^nvidia[0-9]"; cuda-demo --alloc 1024 --seconds 1' >/dev/null
-ok "a pod given one time-sliced replica runs CUDA on one GPU" sh -c \
-    ". '$E2E_REPO/tests/e2e/lib.sh'; E2E_NS=$E2E_NS; pod_ends_with 90 $E2E_NS ts Succeeded && pod_logs ts | tee /dev/stderr | head -n 1 | grep -qx 1" || {
+one_gpu_cuda() {
+    pod_ends_with 90 "$E2E_NS" ts Succeeded || return 1
+    pod_logs ts
+    [ "$(pod_logs ts | head -n 1)" = 1 ] && pod_logs ts | grep -q '^allocated 1024 MiB'
+}
+ok "a pod given one time-sliced replica runs CUDA on one GPU" one_gpu_cuda || {
     why_pod "$E2E_NS" ts | sed 's/^/# /'
     rc=1
 }
