@@ -90,6 +90,6 @@ if [ -f "$CL_DIR/created-dirs" ]; then
 fi
 
 rm -rf "$CL_DIR/node" "$CL_DIR/pki" "$CL_DIR/etc" "$CL_DIR/images" "$CL_DIR/helm-home"
-rm -f "$CL_DIR/kubectl" "$CL_DIR/helm" "$CL_DIR/ctr-import" "$CL_DIR/emu" "$CL_DIR/enter" "$CL_DIR/crictl"
+rm -f "$CL_DIR/kubectl" "$CL_DIR/helm" "$CL_DIR/kubelet-restart" "$CL_DIR/ctr-import" "$CL_DIR/emu" "$CL_DIR/enter" "$CL_DIR/crictl"
 [ $rc -eq 0 ] && say "down"
 exit $rc

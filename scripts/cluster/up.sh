@@ -420,8 +420,46 @@ serializeImagePulls: false
 featureGates:
 $gates_yaml
 EOF
-start kubelet "$bin/kubelet" --config "$etc/kubelet.yaml" --kubeconfig "$etc/kubelet.kubeconfig" \
-    --hostname-override "$CL_NODE_NAME" --node-ip "$CL_NODE_IP" --v 2
+kubelet_cmd=("$bin/kubelet" --config "$etc/kubelet.yaml" --kubeconfig "$etc/kubelet.kubeconfig"
+    --hostname-override "$CL_NODE_NAME" --node-ip "$CL_NODE_IP" --v 2)
+start kubelet "${kubelet_cmd[@]}"
+# build/cluster/kubelet-restart: the kubelet stopped (SIGTERM, as a service manager stops it)
+# and started again with the same command line, in the same namespaces and cgroups — what a
+# node upgrade or a crash does to the device plugins and the DRA driver (tests/e2e)
+{
+    echo '#!/usr/bin/env bash'
+    echo '# Restarts the test cluster'"'"'s kubelet (made by scripts/cluster/up.sh; docs/e2e.md)'
+    echo 'set -euo pipefail'
+    printf 'exe=%q conf=%q log=%q\n' "$bin/kubelet" "$etc/kubelet.yaml" "$logs/kubelet.log"
+    printf 'hierarchies=(%s)\n' "$(printf '%q ' "${cg_hierarchies[@]/%//$CL_NAME/system}")"
+    printf 'cmd=(%s)\n' "$(printf '%q ' "${nsx[@]}" "${kubelet_cmd[@]}")"
+    cat <<'EOS'
+# the cluster's kubelet: the process running that binary with that config
+kubelet_pid() {
+    local p
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/exe" 2>/dev/null)" = "$exe" ] &&
+            tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "--config $conf " &&
+            echo "${p#/proc/}" && return 0
+    done
+    return 1
+}
+if pid=$(kubelet_pid); then
+    kill -TERM "$pid"
+    for _ in $(seq 1 100); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && { echo "kubelet-restart: kubelet $pid did not stop in 10 s" >&2; exit 1; }
+fi
+echo "---- kubelet restarted $(date -u +%FT%TZ) ----" >>"$log"
+# shellcheck disable=SC2016
+setsid bash -c 'for h in "${@:2:$1}"; do echo $$ >"$h/cgroup.procs"; done; shift $(($1 + 1)); exec "$@"' \
+    start "${#hierarchies[@]}" "${hierarchies[@]}" "${cmd[@]}" </dev/null >>"$log" 2>&1 &
+echo "kubelet-restart: kubelet started again (pid $!)"
+EOS
+} >"$CL_DIR/kubelet-restart"
+chmod 755 "$CL_DIR/kubelet-restart"
 
 node_ready() {
     [ "$("$kubectl" get node "$CL_NODE_NAME" \

@@ -309,6 +309,8 @@ struct dra_slice_list {
     char *ours_rv;
     char *ours_spec;        /* dra_slice_spec_canonical's form */
     int64_t max_generation; /* the highest pool generation among them (0 if none) */
+    char *list_rv;          /* the list's metadata.resourceVersion (a watch starts there); NULL
+                               when it has none */
 };
 
 /* Returns 0, -EINVAL (not a list: message in err) or -ENOMEM. On success

@@ -18,6 +18,7 @@ void dra_slice_list_clear(struct dra_slice_list *l)
     free(l->stale);
     free(l->ours_rv);
     free(l->ours_spec);
+    free(l->list_rv);
     memset(l, 0, sizeof(*l));
 }
 
@@ -100,6 +101,10 @@ int dra_slice_list_parse(const char *body, size_t len, const char *driver, const
             l.n_stale++;
         }
     }
+    const char *lrv =
+        json_string_value(json_object_get(json_object_get(list, "metadata"), "resourceVersion"));
+    if (lrv && !(l.list_rv = strdup(lrv)))
+        goto fail;
     json_decref(list);
     *ret = l;
     return 0;
