@@ -50,7 +50,7 @@ done
 acceld=$(acceld_pod)
 count() { kubectl -n kube-system logs "$acceld" -c acceld 2>/dev/null | grep -c -- "$1"; }
 dp_regs=$(count 'registered nvidia.com/gpu with the kubelet')
-dra_regs=$(kubectl -n kube-system logs "$acceld" -c acceld 2>/dev/null | grep -ci 'registration')
+dra_regs=$(count 'the kubelet registered driver gpu.accel.dev')
 t0=$(date +%s)
 ok "the kubelet restarts (build/cluster/kubelet-restart) and the node is Ready again" sh -c \
     "'$E2E_CLUSTER/kubelet-restart' >/dev/null && sleep 2 &&
@@ -64,8 +64,8 @@ reregistered_dp() {
 ok "acceld's device plugin registers again (allocatable nvidia.com/gpu back to 2)" wait_until 60 reregistered_dp || rc=1
 reregistered_dra() {
     local n
-    n=$(kubectl -n kube-system logs "$acceld" -c acceld 2>/dev/null | grep -ci 'registration')
-    echo "acceld's DRA registration log lines: $dra_regs before, $n now"
+    n=$(count 'the kubelet registered driver gpu.accel.dev')
+    echo "the kubelet's registrations of acceld's DRA driver: $dra_regs before, $n now"
     [ "$n" -gt "$dra_regs" ]
 }
 ok "acceld's DRA driver is registered again by the new kubelet" wait_until 60 reregistered_dra || rc=1
