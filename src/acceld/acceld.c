@@ -35,6 +35,8 @@
 #include "hostcheck.h"
 #include "vcuda-lib.h"
 #include "vgpu-status.h"
+#include "mig-strategy.h"
+#include "vfio.h"
 #include "vgpu.h"
 #ifdef ACCELD_HAVE_KUBE
 #include "vgpu-kube.h"
@@ -54,6 +56,9 @@ struct override {
     const char *value;
 };
 
+/* Resources served beside pGPU, vGPU and the shared ones: VFIO models, MIG profiles. */
+#define SERVED_MAX_EXTRA 24
+
 struct agent {
     const char *config_path; /* NULL: flags and defaults only */
     struct override overrides[MAX_OVERRIDES];
@@ -65,17 +70,27 @@ struct agent {
     struct gpu_nvml *nvml;
     struct gpu_inventory *inv;
     struct pgpu *pgpu;          /* the GPUs in pgpu mode (may be none) */
+    struct vfio_node *vfio;     /* the GPUs bound to vfio-pci in mode vfio (may be none) */
+    struct mig_set *mig;        /* MIG devices (migStrategy single or mixed; NULL: none) */
+    size_t vfio_served;         /* served[] index of the first VFIO model */
     struct vgpu *vgpu;          /* the GPUs in vgpu mode (may be none) */
     struct fs_flusher *flusher; /* flushes the vGPU journal off the loop (vgpu.h) */
     uint64_t spare_timer;       /* makes spare container directories once Allocates pause */
     struct grpc_client *podres; /* the start-up pod-resources List (vGPU restart safety) */
     /* one per resource served: provider and its endpoint */
     struct served {
-        enum { SERVED_PGPU, SERVED_VGPU_CORES, SERVED_VGPU_MEMORY, SERVED_SHARED } kind;
+        enum {
+            SERVED_PGPU,
+            SERVED_VGPU_CORES,
+            SERVED_VGPU_MEMORY,
+            SERVED_SHARED,
+            SERVED_VFIO, /* a GPU model in VFIO mode (vfio.h) */
+            SERVED_MIG,  /* MIG devices of a migStrategy (mig-strategy.h) */
+        } kind;
         struct acceld_provider prov;
         char resource[ACCELD_NAME_MAX];
         struct acceld_plugin *plugin;
-    } served[3 + SHARING_MAX_RESOURCES];
+    } served[3 + SHARING_MAX_RESOURCES + SERVED_MAX_EXTRA];
     size_t n_served;
     /* NVIDIA's sharing sections of the config file (docs/mps.md) */
     struct sharing_config sharing;
@@ -581,7 +596,10 @@ static void vgpu_check_arm(struct agent *a)
 
 static struct pgpu_options pgpu_opts(const struct acceld_config *c)
 {
-    return (struct pgpu_options){c->dev_root, c->strategy, c->cdi_vendor, c->cdi_class};
+    return (struct pgpu_options){.dev_root = c->dev_root,
+                                 .strategy = c->strategy,
+                                 .cdi_vendor = c->cdi_vendor,
+                                 .cdi_class = c->cdi_class};
 }
 
 static void reload(struct agent *a)
@@ -603,9 +621,10 @@ static void reload(struct agent *a)
         acceld_config_format(&a->cfg, k->key, ov, sizeof(ov));
         acceld_config_format(&n, k->key, nv, sizeof(nv));
         static const char *const at_start[] = {
-            "nvmlLibrary",        "sysfsRoot",       "stateDir",     "mode",     "gpuModes",
-            "nodeName",           "kubeconfig",      "vcudaLibrary", "procRoot", "vgpu.policy",
-            "podResourcesSocket", "vgpu.memoryUnit", "mpsControl"};
+            "nvmlLibrary",        "sysfsRoot",       "stateDir",     "mode",        "gpuModes",
+            "nodeName",           "kubeconfig",      "vcudaLibrary", "procRoot",    "vgpu.policy",
+            "podResourcesSocket", "vgpu.memoryUnit", "mpsControl",   "migStrategy", "vfio.bind",
+            "vfio.resourceNames", "dra.mig"};
         bool restart = false;
         for (size_t i = 0; i < ARRAY_SIZE(at_start); i++)
             restart |= strcmp(k->key, at_start[i]) == 0;
@@ -622,19 +641,31 @@ static void reload(struct agent *a)
         log_error("config reload refused: cannot apply device options");
         return;
     }
+    if (a->mig && mig_set_reconfigure(a->mig, &n) < 0) {
+        log_error("config reload refused: cannot apply device options to the MIG devices");
+        return;
+    }
     if (a->pgpu && n.strategy == ACCELD_STRATEGY_CDI) {
         int r = pgpu_write_cdi(a->pgpu, n.cdi_dir);
         if (r < 0)
             log_error("cannot write the CDI spec under %s: %s", n.cdi_dir, strerror(-r));
     }
+    if (a->mig && n.strategy == ACCELD_STRATEGY_CDI) {
+        int r = mig_set_write_cdi(a->mig, n.cdi_dir);
+        if (r < 0)
+            log_error("cannot write the MIG CDI specs under %s: %s", n.cdi_dir, strerror(-r));
+    }
     for (size_t k = 0; k < a->n_served; k++) {
         struct served *s = &a->served[k];
         /* the pGPU resource follows resourceName; a mode's own names follow its keys */
         /* a shared resource keeps its name (the sharing config is read at start) */
-        const char *name = s->kind == SERVED_SHARED       ? s->resource
-                           : s->kind == SERVED_PGPU       ? n.resource_name
-                           : s->kind == SERVED_VGPU_CORES ? n.vgpu_core_resource
-                                                          : n.vgpu_memory_resource;
+        /* VFIO models and MIG profiles keep theirs too (named at start) */
+        const char *name =
+            s->kind == SERVED_SHARED || s->kind == SERVED_VFIO || s->kind == SERVED_MIG
+                ? s->resource
+            : s->kind == SERVED_PGPU       ? n.resource_name
+            : s->kind == SERVED_VGPU_CORES ? n.vgpu_core_resource
+                                           : n.vgpu_memory_resource;
         if (name != s->resource)
             snprintf(s->resource, sizeof(s->resource), "%s", name);
         if (acceld_plugin_reconfigure(s->plugin, &n, s->resource) < 0)
@@ -707,6 +738,8 @@ static int make_providers(struct agent *a)
     const struct gpu_inventory *inv = a->inv;
     size_t total = (size_t)inv->count, n = 0, np = 0;
     struct pgpu_gpu_desc *g = calloc(total ? total : 1, sizeof(*g));
+    struct mig_gpu *migs = calloc(total ? total : 1, sizeof(*migs));
+    size_t n_mig = 0;
     struct vgpu_gpu_desc *vg = calloc(total ? total : 1, sizeof(*vg));
     size_t nv = 0;
     int *pmap = calloc(total ? total : 1, sizeof(int)); /* pgpu index -> GPU index */
@@ -724,7 +757,7 @@ static int make_providers(struct agent *a)
     char names[SHARING_MAX_RESOURCES][ACCELD_NAME_MAX];
     size_t n_names = 0;
     if (!g || !vg || !pmap || !a->map || !a->uuids || !a->hstate || !sg || !sd || !sgroup ||
-        !a->dra_pos || !a->dra_of)
+        !a->dra_pos || !a->dra_of || !migs)
         goto out;
     for (int i = 0; i < inv->count; i++)
         sg[i] = (struct sharing_gpu){(unsigned)inv->devices[i].index, inv->devices[i].uuid,
@@ -737,6 +770,14 @@ static int make_providers(struct agent *a)
             log_warn("GPU %d (PCI %s) is not advertised: no usable UUID (%s)", i,
                      d->pci_bus_id[0] ? d->pci_bus_id : "unknown",
                      d->error[0] ? d->error : "duplicate or too long");
+            continue;
+        }
+        enum acceld_mode mode = acceld_config_gpu_mode_at(&a->cfg, i, d->uuid, d->pci_bus_id);
+        if (mode == ACCELD_MODE_VFIO) {
+            /* NVML sees it: the nvidia driver has it, so no VM can */
+            log_warn("GPU %d (%s, PCI %s) is in mode vfio but bound to the nvidia driver: not "
+                     "served (vfio.bind binds it to vfio-pci at start, or bind it yourself)",
+                     i, d->uuid, d->pci_bus_id);
             continue;
         }
         a->map[n] = i;
@@ -755,8 +796,8 @@ static int make_providers(struct agent *a)
             if (a->stats)
                 acceld_stats_set_health_state(a->stats, d->uuid, false, a->hstate[n].reason);
         }
-        enum acceld_mode mode = acceld_config_gpu_mode(&a->cfg, i, d->uuid);
         int minor = d->minor >= 0 ? d->minor : d->index;
+        bool mig = a->cfg.mig_strategy != ACCELD_MIG_NONE && d->mig_enabled == 1;
         a->dra_of[n] = -1;
         if (mode == ACCELD_MODE_DRA) {
             /* the DRA side's alone: never in a provider, whatever the sharing
@@ -785,6 +826,14 @@ static int make_providers(struct agent *a)
                 r = q;
                 goto out;
             }
+            if (q == 0 && mig) {
+                log_error("GPU %d (%s) is in MIG mode and the sharing section selects it: "
+                          "time-slicing and MPS do not mix with MIG here (migStrategy %s): not "
+                          "served",
+                          i, d->uuid, acceld_mig_strategy_name(a->cfg.mig_strategy));
+                n++;
+                continue;
+            }
             if (q == 0) {
                 sharing_resource_advertised(&a->sharing, res, name, sizeof(name));
                 size_t grp = 0;
@@ -799,14 +848,29 @@ static int make_providers(struct agent *a)
                 continue;
             }
         }
+        if (mode == ACCELD_MODE_VGPU && mig) {
+            log_error("GPU %d (%s) is in MIG mode and in mode vgpu: vGPU does not mix with MIG "
+                      "(migStrategy %s): not served",
+                      i, d->uuid, acceld_mig_strategy_name(a->cfg.mig_strategy));
+            n++;
+            continue;
+        }
         if (mode == ACCELD_MODE_VGPU) {
             vg[nv++] = (struct vgpu_gpu_desc){d->uuid, minor, d->numa_node, d->memory_total_bytes,
                                               d->healthy};
             n++;
             continue;
         }
+        nvmlDevice_t h;
+        if (mig && a->nvml->nvmlDeviceGetHandleByIndex_v2((unsigned)d->index, &h) == NVML_SUCCESS) {
+            /* its MIG devices, not the GPU, are served (mig-strategy.h) */
+            migs[n_mig++] = (struct mig_gpu){d->uuid, h, minor, d->numa_node, d->healthy};
+            n++;
+            continue;
+        }
         pmap[np] = (int)n;
-        g[np++] = (struct pgpu_gpu_desc){d->uuid, minor, d->numa_node, d->healthy};
+        g[np++] = (struct pgpu_gpu_desc){
+            .uuid = d->uuid, .minor = minor, .numa_node = d->numa_node, .healthy = d->healthy};
         n++;
     }
     a->n_gpus = n;
@@ -836,8 +900,39 @@ static int make_providers(struct agent *a)
             goto out;
         }
     }
+    /* MIG devices by NVIDIA's strategy (its rules refused: a config error, as NVIDIA's) */
+    if (a->cfg.mig_strategy != ACCELD_MIG_NONE) {
+        char merr[1024];
+        if ((r = mig_set_new(a->nvml, &a->cfg, migs, n_mig, np, &a->mig, merr, sizeof(merr))) < 0) {
+            log_error("%s", merr);
+            a->config_error = r == -EINVAL;
+            goto out;
+        }
+        for (size_t t = 0; t < a->mig->n; t++) {
+            struct served *s = &a->served[a->n_served++];
+            s->kind = SERVED_MIG;
+            s->prov = pgpu_provider(a->mig->tables[t].table);
+            snprintf(s->resource, sizeof(s->resource), "%s", a->mig->tables[t].resource);
+            log_info("MIG (migStrategy %s): %zu MIG device(s) as %s",
+                     acceld_mig_strategy_name(a->cfg.mig_strategy),
+                     pgpu_count(a->mig->tables[t].table), s->resource);
+        }
+    }
+    /* the GPUs bound to vfio-pci (NVML does not see them): from sysfs */
+    char verr[512];
+    if ((r = vfio_node_new(&a->cfg, &a->vfio, verr, sizeof(verr))) < 0) {
+        log_error("VFIO: %s", verr);
+        goto out;
+    }
+    a->vfio_served = a->n_served;
+    for (size_t m = 0; m < vfio_node_models(a->vfio); m++) {
+        struct served *s = &a->served[a->n_served++];
+        s->kind = SERVED_VFIO;
+        s->prov = pgpu_provider(vfio_node_table(a->vfio, m));
+        snprintf(s->resource, sizeof(s->resource), "%s", vfio_node_resource(a->vfio, m));
+    }
     /* A node with every GPU in another mode serves no pGPU resource. */
-    if (np || n == 0) {
+    if (np || (n == 0 && !vfio_node_models(a->vfio) && !(a->mig && a->mig->n))) {
         struct pgpu_options po = pgpu_opts(&a->cfg);
         r = pgpu_new(g, np, pcie, nvl, &po, &a->pgpu);
         if (r == 0) {
@@ -913,6 +1008,7 @@ static int make_providers(struct agent *a)
                  a->sharing.mode == SHARING_MPS ? "MPS" : "time-slicing", nm, names[grp]);
     }
 out:
+    free(migs);
     free(sg);
     free(sd);
     free(sgroup);
@@ -922,6 +1018,16 @@ out:
     free(pcie);
     free(nvl);
     return r;
+}
+
+/* ------------------------------------------------------------ VFIO */
+
+static void on_vfio_changed(void *ud, size_t model)
+{
+    struct agent *a = ud;
+    struct served *s = &a->served[a->vfio_served + model];
+    if (s->plugin)
+        acceld_plugin_devices_changed(s->plugin);
 }
 
 /* ------------------------------------------------------------ MPS */
@@ -1131,21 +1237,29 @@ static int start(struct agent *a)
     char err[512];
     int r = gpu_nvml_open(a->cfg.nvml_library[0] ? a->cfg.nvml_library : NULL, &a->nvml, err,
                           sizeof(err));
-    if (r < 0) {
+    if (r < 0 && a->cfg.mode == ACCELD_MODE_VFIO) {
+        /* a passthrough node needs no nvidia driver: its GPUs come from sysfs */
+        log_info("no NVML (%s): mode vfio, serving the GPUs bound to vfio-pci only", err);
+        if (!(a->inv = calloc(1, sizeof(*a->inv))))
+            return -ENOMEM;
+        r = 0;
+    } else if (r < 0) {
         log_error("cannot open NVML: %s", err);
         if (a->stats)
             acceld_stats_device_init(a->stats, false);
         return r;
+    } else {
+        struct gpu_inventory_options io = {a->nvml->path, a->cfg.sysfs_root};
+        r = gpu_inventory_load(&io, a->nvml, &a->inv, err, sizeof(err));
     }
-    struct gpu_inventory_options io = {a->nvml->path, a->cfg.sysfs_root};
-    r = gpu_inventory_load(&io, a->nvml, &a->inv, err, sizeof(err));
     if (r < 0) {
         log_error("cannot list the GPUs: %s", err);
         if (a->stats)
             acceld_stats_device_init(a->stats, false);
         return r;
     }
-    log_info("driver %s, %d GPU(s)", a->inv->driver_version, a->inv->count);
+    if (a->nvml)
+        log_info("driver %s, %d GPU(s)", a->inv->driver_version, a->inv->count);
     if ((r = make_providers(a)) < 0) {
         log_error("cannot build the device table: %s", strerror(-r));
         return r;
@@ -1154,6 +1268,11 @@ static int start(struct agent *a)
         return r;
     if ((r = ev_loop_add_io(a->loop, a->sig_fd, EPOLLIN, on_signal, a)) < 0)
         return r;
+    if (vfio_node_models(a->vfio) &&
+        (r = vfio_node_watch(a->vfio, a->loop, on_vfio_changed, a)) < 0)
+        log_warn("VFIO: cannot watch %s/vfio (%s): a GPU unbound from vfio-pci is not seen until "
+                 "acceld restarts",
+                 a->cfg.dev_root, strerror(-r));
     if (a->vgpu) {
         if ((r = fs_flusher_new(a->loop, &a->flusher)) < 0)
             return r;
@@ -1161,7 +1280,7 @@ static int start(struct agent *a)
         vgpu_set_spare_hook(a->vgpu, on_spare_taken, a);
     }
     size_t warnings = 0;
-    r = health_monitor_start(a->nvml, a->uuids, a->n_gpus, &a->health, &warnings);
+    r = a->nvml ? health_monitor_start(a->nvml, a->uuids, a->n_gpus, &a->health, &warnings) : 0;
     if (r < 0) {
         log_error("cannot start the health monitor: %s", strerror(-r));
         return r;
@@ -1169,7 +1288,8 @@ static int start(struct agent *a)
     if (warnings)
         log_warn("NVML events unavailable for %zu GPU(s): only GPU loss is detected for them",
                  warnings);
-    if ((r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
+    if (a->health &&
+        (r = ev_loop_add_io(a->loop, health_monitor_fd(a->health), EPOLLIN, on_health, a)) < 0)
         return r;
 #ifdef ACCELD_HAVE_DRA
     char node[256];
@@ -1193,6 +1313,12 @@ static int start(struct agent *a)
     if (a->pgpu && a->cfg.strategy == ACCELD_STRATEGY_CDI &&
         (r = pgpu_write_cdi(a->pgpu, a->cfg.cdi_dir)) < 0) {
         log_error("cannot write the CDI spec under %s: %s", a->cfg.cdi_dir, strerror(-r));
+        return r;
+    }
+    if (a->mig && a->cfg.strategy == ACCELD_STRATEGY_CDI &&
+        (r = mig_set_write_cdi(a->mig, a->cfg.cdi_dir)) < 0) {
+        log_error("cannot write the MIG devices' CDI specs under %s: %s", a->cfg.cdi_dir,
+                  strerror(-r));
         return r;
     }
     for (size_t i = 0; a->cfg.strategy == ACCELD_STRATEGY_CDI && i < a->n_shared; i++) {
@@ -1253,8 +1379,10 @@ static void stop(struct agent *a)
 #endif
     /* waits for the journal's flush in flight: what was answered is on disk */
     a->flusher = fs_flusher_free(a->flusher);
+    a->vfio = vfio_node_free(a->vfio); /* its inotify fd is on the loop */
     a->loop = ev_loop_free(a->loop);
     a->pgpu = pgpu_free(a->pgpu);
+    a->mig = mig_set_free(a->mig);
     a->vgpu = vgpu_free(a->vgpu);
     for (size_t i = 0; i < a->n_shared; i++)
         a->shared[i] = replicas_free(a->shared[i]);
@@ -1347,6 +1475,10 @@ int main(int argc, char **argv)
     a.stats = malloc(sizeof(*a.stats));
     if (a.stats)
         acceld_stats_init(a.stats, real_s());
+    /* before NVML holds the GPUs: the nvidia driver's unbind waits for its users */
+    if (a.cfg.vfio_bind[0] && vfio_bind_at_start(&a.cfg))
+        log_warn("vfio.bind: some GPUs could not be bound to vfio-pci (above): they are not "
+                 "served");
     int r = start(&a);
     if (r == 0) {
         r = ev_loop_run(a.loop);

@@ -32,9 +32,9 @@ const struct acceld_config_key acceld_config_keys[] = {
     {"server.handshakeTimeout", "handshake-timeout",
      "a connection that has not finished its HTTP/2 preface by then is closed"},
     {"server.idleTimeout", "idle-timeout", "a connection with no call open this long is closed"},
-    {"mode", "mode", "pgpu|vgpu|dra: how this node's GPUs are served (default pgpu)"},
+    {"mode", "mode", "pgpu|vgpu|dra|vfio: how this node's GPUs are served (default pgpu)"},
     {"gpuModes", "gpu-modes",
-     "per-GPU modes overriding mode: SEL=MODE,... with SEL a GPU index or UUID"},
+     "per-GPU modes overriding mode: SEL=MODE,... with SEL a GPU index, UUID or PCI address"},
     {"nodeName", "node-name", "this node's name for the API server (default $NODE_NAME)"},
     {"kubeconfig", "kubeconfig", "kubeconfig file for the API server (default: in-cluster)"},
     {"vcudaLibrary", "vcuda-library", "host path of the libvcuda.so that vGPU containers get"},
@@ -65,6 +65,8 @@ const struct acceld_config_key acceld_config_keys[] = {
      "DRA mode: NoSchedule|NoExecute|None: the taint after a fatal XID (79, 48) or a lost GPU"},
     {"dra.claimWait", "dra-claim-wait",
      "DRA mode: how long a prepare waits for its ResourceClaim on the API server"},
+    {"dra.mig", "dra-mig",
+     "DRA mode: publish the GPUs in MIG mode as MIG partitions (partitionable devices, KEP-4815)"},
     {"dra.overQuotaAction", "dra-over-quota-action",
      "DRA mode: none|kill: what the host-side check does to a process of a shared claim's pod "
      "over the claim's memory, or on a GPU the claim does not hold"},
@@ -79,6 +81,13 @@ const struct acceld_config_key acceld_config_keys[] = {
     {"vgpu.freezePeriod", "vgpu-freeze-period",
      "the period of the freeze duty cycle (vgpu.computeAction freeze)"},
     {"vgpu.cgroupRoot", "vgpu-cgroup-root", "where the host's cgroup v2 tree is mounted"},
+    {"migStrategy", "mig-strategy",
+     "none|single|mixed: how MIG devices are served (NVIDIA's strategies, docs/mig.md)"},
+    {"vfio.bind", "vfio-bind",
+     "all|PCI address,...: bind these vfio-mode GPUs to vfio-pci at start (disruptive; default "
+     "none)"},
+    {"vfio.resourceNames", "vfio-resource-names",
+     "DEVICEID=NAME,...: the resource of a GPU model in vfio mode (default nvidia.com/<PCI name>)"},
     {NULL, NULL, NULL},
 };
 
@@ -273,7 +282,13 @@ static int parse_xid_list(const char *v, int *xids, size_t *ret_n, char *err, si
     return 0;
 }
 
-static const char *const mode_names[] = {"pgpu", "vgpu", "dra"};
+static const char *const mode_names[] = {"pgpu", "vgpu", "dra", "vfio"};
+static const char *const mig_strategy_names[] = {"none", "single", "mixed"};
+
+const char *acceld_mig_strategy_name(enum acceld_mig_strategy s)
+{
+    return (size_t)s < ARRAY_SIZE(mig_strategy_names) ? mig_strategy_names[s] : "?";
+}
 
 const char *acceld_mode_name(enum acceld_mode m)
 {
@@ -291,24 +306,13 @@ static int mode_parse(const char *v, size_t len, enum acceld_mode *ret)
     return -EINVAL;
 }
 
-/* Walks "SEL=MODE,..."; calls fn for each entry (fn returns non-zero to
- * stop). Returns -EINVAL (message in err) on the first malformed entry. */
-static int gpu_modes_walk(const char *v, char *err, size_t errlen,
-                          int (*fn)(const char *sel, size_t sel_len, enum acceld_mode m, void *u),
-                          void *u)
+/* Calls fn for each item of a comma-separated list (fn returns non-zero to
+ * stop); returns what fn returned last, or 0. */
+static int list_walk(const char *v, int (*fn)(const char *item, size_t len, void *u), void *u)
 {
-    const char *p = v;
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *eq = memchr(p, '=', len);
-        enum acceld_mode m;
-        if (!eq || eq == p || mode_parse(eq + 1, len - (size_t)(eq + 1 - p), &m) < 0)
-            return fail(err, errlen, -EINVAL,
-                        "gpuModes: \"%.*s\" is not SEL=MODE (SEL a GPU index or UUID, MODE "
-                        "pgpu|vgpu|dra)",
-                        (int)len, p);
-        int r = fn(p, (size_t)(eq - p), m, u);
+    for (const char *p = v; *p;) {
+        size_t len = strcspn(p, ",");
+        int r = fn(p, len, u);
         if (r)
             return r;
         p += len;
@@ -316,6 +320,36 @@ static int gpu_modes_walk(const char *v, char *err, size_t errlen,
             p++;
     }
     return 0;
+}
+
+struct modes_walk {
+    char *err;
+    size_t errlen;
+    int (*fn)(const char *sel, size_t sel_len, enum acceld_mode m, void *u);
+    void *u;
+};
+
+static int modes_item(const char *p, size_t len, void *u)
+{
+    struct modes_walk *w = u;
+    const char *eq = memchr(p, '=', len);
+    enum acceld_mode m;
+    if (!eq || eq == p || mode_parse(eq + 1, len - (size_t)(eq + 1 - p), &m) < 0)
+        return fail(w->err, w->errlen, -EINVAL,
+                    "gpuModes: \"%.*s\" is not SEL=MODE (SEL a GPU index, UUID or PCI "
+                    "address, MODE pgpu|vgpu|dra|vfio)",
+                    (int)len, p);
+    return w->fn(p, (size_t)(eq - p), m, w->u);
+}
+
+/* Walks "SEL=MODE,..."; calls fn for each entry (fn returns non-zero to
+ * stop). Returns -EINVAL (message in err) on the first malformed entry. */
+static int gpu_modes_walk(const char *v, char *err, size_t errlen,
+                          int (*fn)(const char *sel, size_t sel_len, enum acceld_mode m, void *u),
+                          void *u)
+{
+    struct modes_walk w = {err, errlen, fn, u};
+    return list_walk(v, modes_item, &w);
 }
 
 static int gpu_modes_not_dra(const char *sel, size_t sel_len, enum acceld_mode m, void *u)
@@ -342,6 +376,7 @@ bool acceld_config_dra_only(const struct acceld_config *cfg)
 struct gpu_mode_find {
     char index[16];
     const char *uuid;
+    const char *bdf;
     enum acceld_mode mode;
     bool found;
 };
@@ -350,7 +385,8 @@ static int gpu_modes_match(const char *sel, size_t sel_len, enum acceld_mode m, 
 {
     struct gpu_mode_find *f = u;
     if ((strlen(f->index) == sel_len && strncmp(sel, f->index, sel_len) == 0) ||
-        (f->uuid && strlen(f->uuid) == sel_len && strncmp(sel, f->uuid, sel_len) == 0)) {
+        (f->uuid && strlen(f->uuid) == sel_len && strncmp(sel, f->uuid, sel_len) == 0) ||
+        (f->bdf && strlen(f->bdf) == sel_len && strncasecmp(sel, f->bdf, sel_len) == 0)) {
         f->mode = m;
         f->found = true;
         return 1;
@@ -361,11 +397,101 @@ static int gpu_modes_match(const char *sel, size_t sel_len, enum acceld_mode m, 
 enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int index,
                                         const char *uuid)
 {
-    struct gpu_mode_find f = {.uuid = uuid};
+    return acceld_config_gpu_mode_at(cfg, index, uuid, NULL);
+}
+
+enum acceld_mode acceld_config_gpu_mode_at(const struct acceld_config *cfg, int index,
+                                           const char *uuid, const char *bdf)
+{
+    struct gpu_mode_find f = {.uuid = uuid, .bdf = bdf && bdf[0] ? bdf : NULL};
     snprintf(f.index, sizeof(f.index), "%d", index);
     char err[8];
     gpu_modes_walk(cfg->gpu_modes, err, sizeof(err), gpu_modes_match, &f);
     return f.found ? f.mode : cfg->mode;
+}
+
+enum acceld_mode acceld_config_pci_mode(const struct acceld_config *cfg, const char *bdf)
+{
+    struct gpu_mode_find f = {.index = "", .bdf = bdf};
+    char err[8];
+    gpu_modes_walk(cfg->gpu_modes, err, sizeof(err), gpu_modes_match, &f);
+    return f.found ? f.mode : cfg->mode;
+}
+
+static int bind_match(const char *item, size_t len, void *u)
+{
+    const char *bdf = u;
+    return (len == 3 && strncmp(item, "all", 3) == 0) ||
+           (strlen(bdf) == len && strncasecmp(item, bdf, len) == 0);
+}
+
+bool acceld_config_vfio_bind(const struct acceld_config *cfg, const char *bdf)
+{
+    return list_walk(cfg->vfio_bind, bind_match, (void *)bdf) != 0;
+}
+
+/* vfio.bind: "all" or PCI addresses as sysfs writes them (DDDD:BB:DD.F). */
+static int bind_check(const char *item, size_t len, void *u)
+{
+    (void)u;
+    if (len == 3 && strncmp(item, "all", 3) == 0)
+        return 0;
+    static const char shape[] = "xxxx:xx:xx.x";
+    if (len != sizeof(shape) - 1)
+        return -1;
+    for (size_t i = 0; i < len; i++)
+        if (shape[i] == 'x' ? !isxdigit((unsigned char)item[i]) : item[i] != shape[i])
+            return -1;
+    return 0;
+}
+
+struct vfio_name_find {
+    unsigned device;
+    char *buf;
+    size_t len;
+    bool bad; /* checking: a malformed entry */
+};
+
+/* "2330=GH100_H100_SXM5_80GB" or "2330=example.com/h100": a 4-digit hex PCI
+ * device id and a resource name (nvidia.com/ is put in front of a bare one). */
+static int vfio_name_item(const char *item, size_t len, void *u)
+{
+    struct vfio_name_find *f = u;
+    char name[ACCELD_NAME_MAX];
+    const char *eq = memchr(item, '=', len);
+    size_t nlen = eq ? len - (size_t)(eq + 1 - item) : 0;
+    unsigned id = 0;
+    bool ok = eq && eq - item == 4 && nlen > 0 && nlen < 64;
+    for (const char *p = item; ok && p < eq; p++) {
+        ok = isxdigit((unsigned char)*p);
+        id = id * 16 + (unsigned)(isdigit((unsigned char)*p)
+                                      ? *p - '0'
+                                      : tolower((unsigned char)*p) - 'a' + 10);
+    }
+    if (ok) {
+        memchr(eq + 1, '/', nlen)
+            ? snprintf(name, sizeof(name), "%.*s", (int)nlen, eq + 1)
+            : snprintf(name, sizeof(name), "nvidia.com/%.*s", (int)nlen, eq + 1);
+        ok = valid_resource_name(name);
+    }
+    if (!ok) {
+        f->bad = true;
+        if (f->buf)
+            snprintf(f->buf, f->len, "%.*s", (int)len, item);
+        return 1;
+    }
+    if (f->buf && id == f->device) {
+        snprintf(f->buf, f->len, "%s", name);
+        return 1;
+    }
+    return 0;
+}
+
+int acceld_config_vfio_name(const struct acceld_config *cfg, unsigned device_id, char *buf,
+                            size_t len)
+{
+    struct vfio_name_find f = {device_id, buf, len, false};
+    return list_walk(cfg->vfio_resource_names, vfio_name_item, &f) && !f.bad ? 1 : 0;
 }
 
 /* Looks the GPU (index and/or uuid, either may be NULL) up in dra.gpuSharing's
@@ -445,7 +571,8 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
     if (strcmp(key, "health.ignoredXids") != 0 && strcmp(key, "nvmlLibrary") != 0 &&
         strcmp(key, "gpuModes") != 0 && strcmp(key, "nodeName") != 0 &&
         strcmp(key, "kubeconfig") != 0 && strcmp(key, "dra.pluginDir") != 0 &&
-        strcmp(key, "dra.gpuSharing") != 0 && strcmp(key, "mpsControl") != 0 && v[0] == '\0')
+        strcmp(key, "dra.gpuSharing") != 0 && strcmp(key, "mpsControl") != 0 &&
+        strcmp(key, "vfio.bind") != 0 && strcmp(key, "vfio.resourceNames") != 0 && v[0] == '\0')
         return fail(err, errlen, -EINVAL, "%s: empty value", key);
 
     if (strcmp(key, "devicePluginDir") == 0)
@@ -554,7 +681,39 @@ int acceld_config_set(struct acceld_config *cfg, const char *key, const char *v,
         r = set_abs_path(c.vgpu_cgroup_root, sizeof(c.vgpu_cgroup_root), key, v, err, errlen);
     } else if (strcmp(key, "mode") == 0) {
         if (mode_parse(v, strlen(v), &c.mode) < 0)
-            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of pgpu|vgpu|dra", key, v);
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of pgpu|vgpu|dra|vfio", key,
+                        v);
+    } else if (strcmp(key, "migStrategy") == 0) {
+        size_t i = 0;
+        while (i < ARRAY_SIZE(mig_strategy_names) && strcmp(v, mig_strategy_names[i]) != 0)
+            i++;
+        if (i == ARRAY_SIZE(mig_strategy_names))
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not one of none|single|mixed", key, v);
+        c.mig_strategy = (enum acceld_mig_strategy)i;
+    } else if (strcmp(key, "vfio.bind") == 0) {
+        if (strlen(v) >= sizeof(c.vfio_bind))
+            return fail(err, errlen, -EINVAL, "%s: list too long", key);
+        if (list_walk(v, bind_check, NULL))
+            return fail(err, errlen, -EINVAL,
+                        "%s: \"%s\" is not \"all\" or a list of PCI addresses as sysfs writes "
+                        "them (0000:18:00.0,...)",
+                        key, v);
+        copy_str(c.vfio_bind, sizeof(c.vfio_bind), v);
+    } else if (strcmp(key, "vfio.resourceNames") == 0) {
+        char bad[128];
+        struct vfio_name_find f = {0, bad, sizeof(bad), false};
+        if (strlen(v) >= sizeof(c.vfio_resource_names))
+            return fail(err, errlen, -EINVAL, "%s: list too long", key);
+        list_walk(v, vfio_name_item, &f);
+        if (f.bad)
+            return fail(err, errlen, -EINVAL,
+                        "%s: \"%s\" is not DEVICEID=NAME (a 4-digit hex PCI device id, a resource "
+                        "name like GH100_H100_SXM5_80GB or example.com/h100)",
+                        key, bad);
+        copy_str(c.vfio_resource_names, sizeof(c.vfio_resource_names), v);
+    } else if (strcmp(key, "dra.mig") == 0) {
+        if (parse_bool(v, &c.dra_mig) < 0)
+            return fail(err, errlen, -EINVAL, "%s: \"%s\" is not a boolean (true|false)", key, v);
     } else if (strcmp(key, "dra.registryDir") == 0) {
         r = set_abs_path(c.dra_registry_dir, sizeof(c.dra_registry_dir), key, v, err, errlen);
     } else if (strcmp(key, "dra.pluginDir") == 0) {
@@ -658,7 +817,7 @@ static const char *ev_kind(yaml_event_type_t t)
 static bool is_known_section(const char *k)
 {
     return strcmp(k, "cdi") == 0 || strcmp(k, "health") == 0 || strcmp(k, "server") == 0 ||
-           strcmp(k, "dra") == 0 || strcmp(k, "vgpu") == 0;
+           strcmp(k, "dra") == 0 || strcmp(k, "vgpu") == 0 || strcmp(k, "vfio") == 0;
 }
 
 /* NVIDIA's device-plugin config format (version: v1, sharing:, flags:,
@@ -747,6 +906,42 @@ static int walk_value(struct walker *w, const char *full, unsigned long key_line
     return 0;
 }
 
+/* NVIDIA's `flags:` section (its config file format): migStrategy is the same
+ * setting as our top-level migStrategy (one of the two, not both); its other
+ * flags are NVIDIA's plugin's and skipped. seen: the root's keys so far. */
+static int walk_nvidia_flags(struct walker *w, char (*seen)[96], size_t *n_seen)
+{
+    int r;
+    for (;;) {
+        if ((r = next_event(w)) < 0)
+            return r;
+        if (w->ev.type == YAML_MAPPING_END_EVENT)
+            return 0;
+        if (w->ev.type != YAML_SCALAR_EVENT)
+            return fail(w->err, w->errlen, -EINVAL, "%s:%lu: flags: expected a key, found %s",
+                        w->name, ev_line(w), ev_kind(w->ev.type));
+        bool mig = strcmp((const char *)w->ev.data.scalar.value, "migStrategy") == 0;
+        unsigned long key_line = ev_line(w);
+        if ((r = next_event(w)) < 0)
+            return r;
+        if (!mig) {
+            if ((r = skip_node(w)) < 0)
+                return r;
+            continue;
+        }
+        for (size_t i = 0; i < *n_seen; i++)
+            if (strcmp(seen[i], "migStrategy") == 0)
+                return fail(w->err, w->errlen, -EINVAL,
+                            "%s:%lu: duplicate key \"migStrategy\" (flags.migStrategy and "
+                            "migStrategy are the same setting: keep one)",
+                            w->name, key_line);
+        if (*n_seen < 32)
+            copy_str(seen[(*n_seen)++], 96, "migStrategy");
+        if ((r = walk_value(w, "migStrategy", key_line)) < 0)
+            return r;
+    }
+}
+
 /* Walks a mapping whose MAPPING_START is the current event. prefix is "" at
  * the root or "cdi." / "health." / "server." in a section. */
 static int walk_mapping(struct walker *w, const char *prefix)
@@ -786,7 +981,11 @@ static int walk_mapping(struct walker *w, const char *prefix)
         if (nvidia) {
             /* NVIDIA's device-plugin sections: sharing-config.c parses them */
             w->cfg->nvidia_sharing = true;
-            if ((r = skip_node(w)) < 0)
+            if (strcmp(key, "flags") == 0 && w->ev.type == YAML_MAPPING_START_EVENT)
+                r = walk_nvidia_flags(w, seen, &n_seen);
+            else
+                r = skip_node(w);
+            if (r < 0)
                 return r;
         } else if (section) {
             if (w->ev.type == YAML_SCALAR_EVENT && w->ev.data.scalar.value[0] == '\0' &&
@@ -963,6 +1162,14 @@ int acceld_config_format(const struct acceld_config *cfg, const char *key, char 
         format_duration(cfg->vgpu_freeze_period_ns, buf, len);
     } else if (strcmp(key, "vgpu.cgroupRoot") == 0) {
         snprintf(buf, len, "%s", cfg->vgpu_cgroup_root);
+    } else if (strcmp(key, "migStrategy") == 0) {
+        snprintf(buf, len, "%s", acceld_mig_strategy_name(cfg->mig_strategy));
+    } else if (strcmp(key, "vfio.bind") == 0) {
+        snprintf(buf, len, "%s", cfg->vfio_bind);
+    } else if (strcmp(key, "vfio.resourceNames") == 0) {
+        snprintf(buf, len, "%s", cfg->vfio_resource_names);
+    } else if (strcmp(key, "dra.mig") == 0) {
+        snprintf(buf, len, "%s", cfg->dra_mig ? "true" : "false");
     } else
         return -ENOENT;
     return 0;

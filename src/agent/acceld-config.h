@@ -35,7 +35,16 @@ enum acceld_strategy {
 enum acceld_mode {
     ACCELD_MODE_PGPU = 0,
     ACCELD_MODE_VGPU = 1,
-    ACCELD_MODE_DRA = 2, /* the DRA driver gpu.accel.dev publishes the GPU (docs/dra.md) */
+    ACCELD_MODE_DRA = 2,  /* the DRA driver gpu.accel.dev publishes the GPU (docs/dra.md) */
+    ACCELD_MODE_VFIO = 3, /* bound to vfio-pci, served whole to VMs (docs/vfio.md) */
+};
+
+/* MIG devices in the device-plugin modes (migStrategy; NVIDIA's flag and key,
+ * docs/mig.md). */
+enum acceld_mig_strategy {
+    ACCELD_MIG_NONE = 0,   /* whole GPUs, MIG ignored */
+    ACCELD_MIG_SINGLE = 1, /* every GPU's MIG devices, one profile, as resourceName */
+    ACCELD_MIG_MIXED = 2,  /* nvidia.com/mig-<profile> per profile */
 };
 
 /* DRA mode: how one GPU is published (dra.sharing, dra.gpuSharing). */
@@ -98,6 +107,10 @@ struct acceld_config {
     enum acceld_taint_effect dra_taint_effect; /* dra.taintEffect (unhealthy GPU) */
     enum acceld_taint_effect dra_fatal_taint_effect; /* dra.fatalTaintEffect (fatal XID, lost) */
     char mps_control[ACCELD_PATH_MAX];               /* mpsControl; "" = found on PATH */
+    enum acceld_mig_strategy mig_strategy;           /* migStrategy (also NVIDIA's flags.) */
+    char vfio_bind[ACCELD_PATH_MAX];                 /* vfio.bind: "" | "all" | PCI addresses */
+    char vfio_resource_names[ACCELD_PATH_MAX];       /* vfio.resourceNames: "DEVICEID=NAME,..." */
+    bool dra_mig;                                    /* dra.mig: MIG partitions (KEP-4815) */
     /* The file holds NVIDIA's device-plugin sections (version, sharing, flags,
      * resources): acceld.c parses them with sharing-config.c. Not a key. */
     bool nvidia_sharing;
@@ -146,7 +159,22 @@ bool acceld_config_xid_ignored(const struct acceld_config *cfg, int xid);
  * gpuModes entry naming its index or UUID, else the node's mode. */
 enum acceld_mode acceld_config_gpu_mode(const struct acceld_config *cfg, int index,
                                         const char *uuid);
+/* The same, also matching entries that name its PCI address (bdf as sysfs
+ * writes it, NULL: none). */
+enum acceld_mode acceld_config_gpu_mode_at(const struct acceld_config *cfg, int index,
+                                           const char *uuid, const char *bdf);
 const char *acceld_mode_name(enum acceld_mode m);
+/* The mode of a GPU NVML does not see (bound to vfio-pci) by its PCI address
+ * as sysfs names it ("0000:18:00.0"): the first gpuModes entry naming that
+ * address (any case), else the node's mode. */
+enum acceld_mode acceld_config_pci_mode(const struct acceld_config *cfg, const char *bdf);
+const char *acceld_mig_strategy_name(enum acceld_mig_strategy s);
+/* vfio.bind names this GPU (its PCI address, or "all"). */
+bool acceld_config_vfio_bind(const struct acceld_config *cfg, const char *bdf);
+/* The resource vfio.resourceNames gives the PCI device id (e.g. 0x2330) into
+ * buf: 1 when an entry names it, 0 when none does. */
+int acceld_config_vfio_name(const struct acceld_config *cfg, unsigned device_id, char *buf,
+                            size_t len);
 /* True when every GPU is DRA's whatever the node has: mode dra and no
  * gpuModes entry naming another mode (acceld then runs the DRA side alone). */
 bool acceld_config_dra_only(const struct acceld_config *cfg);

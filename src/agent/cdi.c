@@ -95,24 +95,40 @@ out:
     return r;
 }
 
-int cdi_spec_path(const char *dir, const char *vendor, const char *class, char *buf, size_t len)
+int cdi_spec_path_tagged(const char *dir, const char *vendor, const char *class, const char *tag,
+                         char *buf, size_t len)
 {
-    int n = snprintf(buf, len, "%s/accel-%s-%s.json", dir, vendor, class);
+    if (tag && !cdi_valid_device_name(tag))
+        return -EINVAL;
+    int n = snprintf(buf, len, "%s/accel-%s-%s%s%s.json", dir, vendor, class, tag ? "-" : "",
+                     tag ? tag : "");
     if (n < 0 || (size_t)n >= len)
         return -ENAMETOOLONG;
     return 0;
+}
+
+int cdi_spec_path(const char *dir, const char *vendor, const char *class, char *buf, size_t len)
+{
+    return cdi_spec_path_tagged(dir, vendor, class, NULL, buf, len);
 }
 
 int cdi_spec_write(const char *dir, const char *vendor, const char *class,
                    const struct cdi_device *devs, size_t n_devs, const char *const *common_nodes,
                    size_t n_common)
 {
+    return cdi_spec_write_tagged(dir, vendor, class, NULL, devs, n_devs, common_nodes, n_common);
+}
+
+int cdi_spec_write_tagged(const char *dir, const char *vendor, const char *class, const char *tag,
+                          const struct cdi_device *devs, size_t n_devs,
+                          const char *const *common_nodes, size_t n_common)
+{
     char path[1024];
     _cleanup_free_ char *json = NULL;
     int r = cdi_spec_render(vendor, class, devs, n_devs, common_nodes, n_common, &json);
     if (r < 0)
         return r;
-    if ((r = cdi_spec_path(dir, vendor, class, path, sizeof(path))) < 0)
+    if ((r = cdi_spec_path_tagged(dir, vendor, class, tag, path, sizeof(path))) < 0)
         return r;
     if ((r = fs_mkdir_p(dir, 0755)) < 0)
         return r;

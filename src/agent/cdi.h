@@ -34,5 +34,15 @@ int cdi_spec_write(const char *dir, const char *vendor, const char *class,
                    const struct cdi_device *devs, size_t n_devs, const char *const *common_nodes,
                    size_t n_common);
 
+/* The same with the file named accel-<vendor>-<class>-<tag>.json (tag NULL:
+ * the name above), so that two resources of one kind (nvidia.com/gpu's whole
+ * GPUs and a MIG profile's devices) each have their own spec. tag: a CDI
+ * device name. */
+int cdi_spec_path_tagged(const char *dir, const char *vendor, const char *class, const char *tag,
+                         char *buf, size_t len);
+int cdi_spec_write_tagged(const char *dir, const char *vendor, const char *class, const char *tag,
+                          const struct cdi_device *devs, size_t n_devs,
+                          const char *const *common_nodes, size_t n_common);
+
 /* True when name is a valid CDI device name ([A-Za-z0-9][A-Za-z0-9_.:-]*). */
 int cdi_valid_device_name(const char *name);

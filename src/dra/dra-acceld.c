@@ -6,6 +6,7 @@
  * docs/dra.md. */
 #define _GNU_SOURCE
 #include "dra-acceld.h"
+#include "dra-mig.h"
 
 #include "client.h"
 #include "acceld-config.h"
@@ -98,6 +99,7 @@ struct acceld_dra {
     json_t *check_json;            /* the last pass, for dra-status.json */
     json_t *check_recent;          /* its last 32 findings, newest last */
     struct kube_event_memo posted; /* Events: one per (claim, pod, reason) every 5 minutes */
+    struct dra_mig *mig;           /* MIG partitions (dra.mig; dra-mig.h) */
 };
 
 /* The marketing name of an architecture from the compute capability. */
@@ -152,6 +154,10 @@ static void write_status(struct acceld_dra *a)
                   (json_int_t)st.conflicts, "failures", (json_int_t)st.failures, "devices", devs);
     if (o && a->check_json)
         json_object_set(o, "hostCheck", a->check_json);
+    if (o && dra_mig_count(a->mig))
+        json_object_set_new(o, "migPartitions",
+                            json_pack("{s:I,s:s?}", "gpus", (json_int_t)dra_mig_count(a->mig),
+                                      "refused", dra_mig_refusal(a->mig)));
     char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
     json_decref(o);
     if (!text || fs_write_atomic(a->status_path, text, strlen(text), 0644) < 0)
@@ -603,6 +609,15 @@ uint64_t acceld_dra_mps_restarts(const struct acceld_dra *a, const char *uuid)
             n += mps_sup_restarts(a->mps[i]->sup, 0);
     return n;
 }
+/* The API server dropped or refused the partitionable-device fields: the MIG GPUs leave the
+ * slice (dra-mig.h), which is published again without them. */
+static void on_partitions_refused(void *ud, const char *reason)
+{
+    struct acceld_dra *a = ud;
+    dra_mig_refuse(a->mig, a->gpus, a->n, reason);
+    publish(a);
+}
+
 static int kube_start(struct acceld_dra *a)
 {
     char err[1024];
@@ -615,8 +630,10 @@ static int kube_start(struct acceld_dra *a)
         r = dra_kube_claims_new(a->loop, a->client, a->cfg->dra_claim_wait_ns, &a->claims);
     if (r == 0)
         r = dra_publisher_new(a->loop, a->client, ACCELD_DRA_DRIVER, a->node, &a->pub);
-    if (r == 0)
+    if (r == 0) {
         dra_publisher_on_round(a->pub, on_state_change, a);
+        dra_publisher_on_refused(a->pub, on_partitions_refused, a);
+    }
     if (r < 0)
         log_error("dra: cannot start the API client: %s", strerror(-r));
     return r;
@@ -652,6 +669,8 @@ static bool apply_sharing(struct acceld_dra *a)
     bool changed = false;
     for (size_t i = 0; i < a->n; i++) {
         struct dra_gpu *g = &a->gpus[i];
+        if (g->n_mig_profiles)
+            continue; /* MIG partitions: exclusive, whatever dra.sharing says (dra-mig.h) */
         enum acceld_dra_sharing want = acceld_config_dra_sharing(a->cfg, a->inv_index[i], g->uuid);
         bool shared = want == ACCELD_DRA_SHARED, mps = want == ACCELD_DRA_MPS;
         if (shared == g->shared && mps == g->mps)
@@ -685,7 +704,7 @@ static bool apply_sharing(struct acceld_dra *a)
 static const char *const at_start_keys[] = {
     "nvmlLibrary", "sysfsRoot",       "devRoot",       "stateDir",      "mode",
     "gpuModes",    "nodeName",        "kubeconfig",    "vcudaLibrary",  "cdi.dir",
-    "mpsControl",  "dra.registryDir", "dra.pluginDir", "dra.claimWait",
+    "mpsControl",  "dra.registryDir", "dra.pluginDir", "dra.claimWait", "dra.mig",
 };
 /* Keys SIGHUP applies in DRA mode. */
 static const char *const live_keys[] = {
@@ -778,6 +797,9 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
     snprintf(a->status_path, sizeof(a->status_path), "%s/dra-status.json", cfg->state_dir);
     if ((r = make_gpus(a, pos, n_pos)) < 0)
         return r;
+    /* before the counts: a GPU published as MIG partitions is exclusive */
+    if ((r = dra_mig_new(a->nvml, cfg, a->gpus, a->n, &a->mig)) < 0)
+        return r;
     size_t shared = 0, mps = 0;
     for (size_t i = 0; i < a->n; i++) {
         shared += a->gpus[i].shared;
@@ -811,13 +833,16 @@ static int start(struct acceld_dra *a, const int *pos, size_t n_pos)
                                           3,
                                           a->gpus,
                                           a->n,
-                                          {mps_start, mps_ready, mps_stop, a}};
+                                          {mps_start, mps_ready, mps_stop, a},
+                                          dra_mig_ops(a->mig)};
     snprintf(a->mps_run_dir, sizeof(a->mps_run_dir), "%s/mps", cfg->state_dir);
     if ((r = dra_state_new(&a->pcfg, &a->state, err, sizeof(err))) < 0) {
         log_error("dra: %s", err);
         return r;
     }
     mps_restart_claims(a);
+    /* instances of a crash between a create and the checkpoint, or made by hand */
+    dra_mig_clean(a->mig, a->state);
     if ((r = kube_start(a)) < 0)
         return r;
     struct dra_plugin_config pc = {
@@ -1025,6 +1050,7 @@ static void stop(struct acceld_dra *a)
         mps_claim_free(a->loop, m);
     }
     a->state = dra_state_free(a->state);
+    a->mig = dra_mig_free(a->mig);
     free(a->gpus);
     free(a->strs);
     free(a->uuids);

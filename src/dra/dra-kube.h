@@ -51,12 +51,14 @@ struct dra_publisher_stats {
     uint64_t watch_restarts; /* slice watch streams started again after one ended */
 };
 
-/* Publishes the node's ResourceSlice "<node>-<driver>" (e.g. node-a-gpu.accel.dev) for
- * driver on node. Every reconciliation LISTs the slices with
+/* Publishes the node's pool (dra_pool_render): the ResourceSlice "<node>-<driver>" (e.g.
+ * node-a-gpu.accel.dev), and with MIG partitions or many devices more slices of the same
+ * pool ("-<k>", "-counters"). Every reconciliation LISTs the slices with
  * fieldSelector spec.nodeName=<node>,spec.driver=<driver>, deletes the ones
  * not named as ours (a renamed or duplicated slice from an earlier run),
- * creates ours when absent, and replaces it (PUT with its resourceVersion,
- * pool generation + 1) only when its spec differs from what is rendered; a
+ * and when any slice differs from what is rendered (or is missing) writes every slice of
+ * the pool at pool generation + 1 (PUT with its resourceVersion, POST for a new one): a
+ * pool's slices must agree on its generation; a
  * 409 Conflict starts again from the LIST; other failures retry after a
  * backoff (500 ms doubling to 30 s). Once in step it watches the node's slices
  * of the driver (one stream on the client) and reconciles on every change, so a
@@ -69,6 +71,13 @@ int dra_publisher_new(struct ev_loop *loop, struct kube_client *client, const ch
 struct dra_publisher *dra_publisher_free(struct dra_publisher *p);
 /* fn(user_data) after every reconciliation round ends (in step or failed). */
 void dra_publisher_on_round(struct dra_publisher *p, void (*fn)(void *), void *user_data);
+/* fn(user_data, reason) when the API server does not keep a slice's partitionable-device fields
+ * (sharedCounters, consumesCounters): a write answered 400 naming them as unknown fields (the
+ * writes carry fieldValidation=Strict), or answered without them (dropped: the
+ * DRAPartitionableDevices feature gate is off). The round ends there; the owner withdraws the
+ * partitions and sets the GPUs again. */
+void dra_publisher_on_refused(struct dra_publisher *p, void (*fn)(void *, const char *),
+                              void *user_data);
 /* The GPUs to publish (borrowed until the next call or free); starts a
  * reconciliation (or queues one behind the one running). */
 void dra_publisher_set(struct dra_publisher *p, const struct dra_gpu *gpus, size_t n_gpus);

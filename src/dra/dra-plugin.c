@@ -568,25 +568,50 @@ out:
 /* ------------------------------------------------------ resource health */
 
 /* Sends every device's health on one stream. Returns grpc_call_send's result. */
+/* The devices a GPU is published as: itself, or its MIG partitions (dra.mig). */
+static size_t published_devices(const struct dra_gpu *g)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < g->n_mig_profiles; k++)
+        n += g->mig_profiles[k].n_placements;
+    return g->n_mig_profiles ? n : 1;
+}
+
 static int health_send(struct dra_plugin *p, struct grpc_call *call)
 {
-    size_t n = p->cfg.n_gpus;
+    size_t n = 0;
+    for (size_t i = 0; i < p->cfg.n_gpus; i++)
+        n += published_devices(&p->cfg.gpus[i]);
     V1alpha1__NodeWatchResourcesResponse resp = V1ALPHA1__NODE_WATCH_RESOURCES_RESPONSE__INIT;
     V1alpha1__DeviceHealth *h = calloc(n ? n : 1, sizeof(*h));
     V1alpha1__DeviceIdentifier *id = calloc(n ? n : 1, sizeof(*id));
     V1alpha1__DeviceHealth **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+    char(*names)[64] = calloc(n ? n : 1, sizeof(*names));
     int r = -ENOMEM;
-    if (h && id && ptrs) {
-        for (size_t i = 0; i < n; i++) {
-            v1alpha1__device_identifier__init(&id[i]);
-            v1alpha1__device_health__init(&h[i]);
-            id[i].pool_name = (char *)(p->cfg.pool_name ? p->cfg.pool_name : "");
-            id[i].device_name = (char *)p->cfg.gpus[i].name;
-            h[i].device = &id[i];
-            h[i].health = p->cfg.gpus[i].healthy ? V1ALPHA1__HEALTH_STATUS__HEALTHY
-                                                 : V1ALPHA1__HEALTH_STATUS__UNHEALTHY;
-            h[i].last_updated_time = p->changed_at[i];
-            ptrs[i] = &h[i];
+    if (h && id && ptrs && names) {
+        size_t j = 0;
+        for (size_t i = 0; i < p->cfg.n_gpus; i++) {
+            const struct dra_gpu *g = &p->cfg.gpus[i];
+            size_t first = j;
+            if (!g->n_mig_profiles)
+                snprintf(names[j++], sizeof(names[0]), "%s", g->name);
+            /* each partition has its GPU's health */
+            for (size_t k = 0; k < g->n_mig_profiles; k++)
+                for (unsigned m = 0; m < g->mig_profiles[k].n_placements; m++)
+                    dra_partition_name(g, &g->mig_profiles[k],
+                                       g->mig_profiles[k].placements[m].start, names[j++],
+                                       sizeof(names[0]));
+            for (size_t d = first; d < j; d++) {
+                v1alpha1__device_identifier__init(&id[d]);
+                v1alpha1__device_health__init(&h[d]);
+                id[d].pool_name = (char *)(p->cfg.pool_name ? p->cfg.pool_name : "");
+                id[d].device_name = names[d];
+                h[d].device = &id[d];
+                h[d].health = g->healthy ? V1ALPHA1__HEALTH_STATUS__HEALTHY
+                                         : V1ALPHA1__HEALTH_STATUS__UNHEALTHY;
+                h[d].last_updated_time = p->changed_at[i];
+                ptrs[d] = &h[d];
+            }
         }
         resp.n_devices = n;
         resp.devices = ptrs;
@@ -595,6 +620,7 @@ static int health_send(struct dra_plugin *p, struct grpc_call *call)
     free(h);
     free(id);
     free(ptrs);
+    free(names);
     return r;
 }
 

@@ -91,6 +91,22 @@ struct dra_claim_source dra_claim_source_dir(const char *dir);
 
 /* ---------------------------------------------------------------- devices */
 
+/* A GPU instance profile of a MIG-capable board (dra.mig, docs/mig.md): a
+ * partition device is published for each of its placements. */
+#define DRA_MIG_MAX_PLACEMENTS 8
+struct dra_mig_profile {
+    unsigned id;        /* NVML's profile ID (create takes it) */
+    char name[32];      /* "1g.10gb", "1g.10gb+me" */
+    unsigned slices;    /* compute slices */
+    unsigned instances; /* at most this many at once (NVML's instanceCount) */
+    uint64_t memory;    /* bytes */
+    unsigned sms;       /* multiprocessors */
+    unsigned n_placements;
+    struct {
+        unsigned start, size; /* memory slices */
+    } placements[DRA_MIG_MAX_PLACEMENTS];
+};
+
 /* One GPU the driver publishes: the device name in the slice and what a
  * container needs to use it. Borrowed strings. */
 struct dra_gpu {
@@ -116,7 +132,52 @@ struct dra_gpu {
      * fatal), "" no taint */
     const char *taint_effect;
     const char *fatal_taint_effect;
+    /* dra.mig: the GPU (in MIG mode) is published as partitions, one device
+     * per placement of each profile, consuming its shared counters
+     * (KEP-4815), instead of whole; n_mig_profiles 0: whole */
+    const struct dra_mig_profile *mig_profiles;
+    size_t n_mig_profiles;
+    bool unpublished; /* in no slice (its partitions refused by the API server) */
 };
+
+/* ---------------------------------------------------------- MIG partitions */
+
+/* A partition's device name: "<gpu>-mig-<profile, '.' and '+' as '-'>-<start>"
+ * (gpu-0-mig-1g-10gb-3). 0 or -ENAMETOOLONG. */
+int dra_partition_name(const struct dra_gpu *g, const struct dra_mig_profile *p, unsigned start,
+                       char *buf, size_t len);
+
+/* The partition device named name among gpus: its GPU, profile and placement.
+ * 0 or -ENOENT. */
+int dra_partition_find(const struct dra_gpu *gpus, size_t n, const char *name,
+                       const struct dra_gpu **ret_gpu, const struct dra_mig_profile **ret_profile,
+                       unsigned *ret_start, unsigned *ret_size);
+
+/* One rendered ResourceSlice of the pool. */
+struct dra_slice_out {
+    char name[256];
+    char *json;      /* owned */
+    bool partitions; /* it has sharedCounters or consumesCounters */
+};
+
+/* Renders the node's pool: devices (whole GPUs and partitions) in slices of
+ * at most 128 (64 as soon as one device has taints or consumes counters),
+ * the partitioned GPUs' counter sets in slices of their own (a v1 slice has
+ * devices or sharedCounters, at most 8 sets), every slice with pool
+ * {name = node, generation, resourceSliceCount = the number of slices}. Names:
+ * "<node>-<driver>" (the first devices), "<node>-<driver>-<k>" (more),
+ * "<node>-<driver>-counters[-<k>]". No GPU: no slice. Returns 0 or -errno;
+ * *ret owned (dra_pool_free). */
+int dra_pool_render(const char *driver_name, const char *node_name, int64_t generation,
+                    const struct dra_gpu *gpus, size_t n_gpus, struct dra_slice_out **ret,
+                    size_t *ret_n);
+void dra_pool_free(struct dra_slice_out *s, size_t n);
+
+/* True when the API server kept what a partitioned slice needs: the slice it
+ * answered (JSON) still has the sent one's sharedCounters and every
+ * consumesCounters (an API server without DRAPartitionableDevices drops them
+ * on write). */
+bool dra_slice_kept_partitions(const char *sent, const char *answered, size_t answered_len);
 
 /* The effect of g's taint: NULL when it has none (healthy, or effect None). */
 const char *dra_gpu_taint_effect(const struct dra_gpu *g);
@@ -142,6 +203,26 @@ struct dra_mps_ops {
     void *ctx;
 };
 
+/* A MIG device prepare made for a partition. */
+struct dra_mig_made {
+    char uuid[96];
+    unsigned gi, ci;
+    char caps[2][48]; /* its /dev/nvidia-caps nodes (0 or 2) */
+    size_t n_caps;
+};
+
+/* MIG instances for partition devices (dra.mig). create() makes the GPU
+ * instance of profile_id at placement start (size memory slices) on the GPU
+ * gpu_uuid and the compute instance filling it, all or nothing; destroy()
+ * destroys GPU instance gi and its compute instances (-ENOENT: already
+ * gone). 0 or -errno with a message in err. Called on the loop's thread. */
+struct dra_mig_ops {
+    int (*create)(void *ctx, const char *gpu_uuid, unsigned profile_id, unsigned start,
+                  unsigned size, struct dra_mig_made *ret, char *err, size_t errlen);
+    int (*destroy)(void *ctx, const char *gpu_uuid, unsigned gi, char *err, size_t errlen);
+    void *ctx;
+};
+
 struct dra_prepare_config {
     const char *driver_name;          /* gpu.accel.dev */
     const char *pool_name;            /* the node name */
@@ -153,6 +234,7 @@ struct dra_prepare_config {
     const struct dra_gpu *gpus;
     size_t n_gpus;
     struct dra_mps_ops mps; /* start NULL: MPS claims are refused */
+    struct dra_mig_ops mig; /* create NULL: partition claims are refused */
 };
 
 /* Container path of an MPS claim's daemon's pipe directory: the device-plugin
@@ -173,6 +255,11 @@ struct dra_prepared_device {
     char *pool;
     char *device;
     char *cdi_id;
+    /* a MIG partition: the instance prepare created (checkpointed, so that
+     * unprepare destroys it after a restart) */
+    char *mig_gpu; /* the GPU's UUID; NULL: not a partition */
+    unsigned mig_gi, mig_ci;
+    char *mig_uuid; /* the MIG device's */
 };
 
 struct dra_prepared {
@@ -309,6 +396,15 @@ struct dra_slice_list {
     char *ours_rv;
     char *ours_spec;        /* dra_slice_spec_canonical's form */
     int64_t max_generation; /* the highest pool generation among them (0 if none) */
+    /* every slice of this node and driver, in list order (a pool of several
+     * slices: dra_pool_render) */
+    struct dra_slice_item {
+        char *name;
+        int64_t generation; /* >= 0 */
+        char *rv;           /* "" when the server gave none */
+        char *spec;         /* dra_slice_spec_canonical's form */
+    } * items;
+    size_t n_items;
     char *list_rv;          /* the list's metadata.resourceVersion (a watch starts there); NULL
                                when it has none */
 };

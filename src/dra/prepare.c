@@ -122,6 +122,8 @@ static void prepared_clear(struct dra_prepared *p)
         free(d->pool);
         free(d->device);
         free(d->cdi_id);
+        free(d->mig_gpu);
+        free(d->mig_uuid);
     }
     free(p->devices);
     free(p->uid);
@@ -160,6 +162,51 @@ static int join(char *buf, size_t len, const char *a, const char *b)
 
 /* ------------------------------------------------------------ checkpoint */
 
+/* ------------------------------------------------------------ a partition's instance */
+
+static json_t *mig_to_json(const struct dra_prepared_device *d)
+{
+    return json_pack("{s:s,s:i,s:i,s:s}", "gpu", d->mig_gpu, "gi", (int)d->mig_gi, "ci",
+                     (int)d->mig_ci, "uuid", d->mig_uuid);
+}
+
+static int mig_from_json(json_t *o, struct dra_prepared_device *d)
+{
+    json_t *gi = json_object_get(o, "gi"), *ci = json_object_get(o, "ci");
+    d->mig_gpu = dup_str(o, "gpu");
+    d->mig_uuid = dup_str(o, "uuid");
+    if (!d->mig_gpu || !d->mig_uuid || !json_is_integer(gi) || !json_is_integer(ci) ||
+        json_integer_value(gi) < 0 || json_integer_value(gi) > 64 || json_integer_value(ci) < 0 ||
+        json_integer_value(ci) > 64)
+        return -EINVAL;
+    d->mig_gi = (unsigned)json_integer_value(gi);
+    d->mig_ci = (unsigned)json_integer_value(ci);
+    return 0;
+}
+
+/* Destroys the instances of p's partitions (already gone: fine). 0, or the first failure
+ * with its message (the instance stays: a process still runs on it, unprepare is retried). */
+static int mig_destroy_all(const struct dra_state *st, const struct dra_prepared *p, char *err,
+                           size_t errlen)
+{
+    const struct dra_mig_ops *m = &st->cfg->mig;
+    for (size_t i = 0; i < p->n_devices; i++) {
+        const struct dra_prepared_device *d = &p->devices[i];
+        if (!d->mig_gpu)
+            continue;
+        char why[256] = "";
+        int r =
+            m->destroy ? m->destroy(m->ctx, d->mig_gpu, d->mig_gi, why, sizeof(why)) : -EOPNOTSUPP;
+        if (r < 0 && r != -ENOENT) {
+            errbuf_printf(err, errlen,
+                          "claim %s: cannot destroy MIG GPU instance %u of %s (%s): %s", p->uid,
+                          d->mig_gi, d->mig_gpu, d->mig_uuid, why[0] ? why : strerror(-r));
+            return r;
+        }
+    }
+    return 0;
+}
+
 static json_t *prepared_to_json(const struct dra_prepared *p)
 {
     json_t *devs = json_array();
@@ -168,8 +215,11 @@ static json_t *prepared_to_json(const struct dra_prepared *p)
         json_t *reqs = json_array();
         for (size_t j = 0; j < d->n_requests; j++)
             json_array_append_new(reqs, json_string(d->requests[j]));
-        json_array_append_new(devs, json_pack("{s:o,s:s,s:s,s:s}", "requests", reqs, "pool",
-                                              d->pool, "device", d->device, "cdi", d->cdi_id));
+        json_t *dj = json_pack("{s:o,s:s,s:s,s:s}", "requests", reqs, "pool", d->pool, "device",
+                               d->device, "cdi", d->cdi_id);
+        if (dj && d->mig_gpu)
+            json_object_set_new(dj, "mig", mig_to_json(d));
+        json_array_append_new(devs, dj);
     }
     json_t *o = json_pack("{s:s,s:o}", "uid", p->uid, "devices", devs);
     if (o && p->share)
@@ -226,6 +276,10 @@ static int prepared_from_json(json_t *o, struct dra_prepared *p)
         pd->cdi_id = dup_str(d, "cdi");
         if (!pd->pool || !pd->device || !pd->cdi_id || !json_is_array(reqs))
             return -EINVAL;
+        json_t *mig = json_object_get(d, "mig");
+        int e;
+        if (mig && (e = mig_from_json(mig, pd)) < 0)
+            return e;
         size_t nr = json_array_size(reqs);
         pd->requests = nr ? calloc(nr, sizeof(char *)) : NULL;
         if (nr && !pd->requests)
@@ -403,6 +457,12 @@ static json_t *mount(const char *host, const char *ctr, bool ro)
 struct plan {
     const struct dra_gpu *gpu[32];
     const struct dra_result *res[32];
+    const char *device[32]; /* the result's device name (a partition's, or the GPU's) */
+    /* a MIG partition: its profile and placement, and the instance made for it */
+    const struct dra_mig_profile *mig[32];
+    unsigned mig_start[32], mig_size[32];
+    struct dra_mig_made made[32];
+    bool mig_made[32];
     size_t n;
     bool share;
     bool mps;                           /* the shares are of MPS GPUs */
@@ -428,6 +488,20 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
             return -EINVAL;
         }
         const struct dra_gpu *g = gpu_by_name(cfg, r->device);
+        const struct dra_mig_profile *mp = NULL;
+        unsigned mstart = 0, msize = 0;
+        if (g && g->n_mig_profiles) {
+            g = NULL; /* a partitioned GPU is published as its partitions only */
+        } else if (!g &&
+                   dra_partition_find(cfg->gpus, cfg->n_gpus, r->device, &g, &mp, &mstart,
+                                      &msize) == 0 &&
+                   (r->share_id || r->has_memory || r->has_cores)) {
+            errbuf_printf(err, errlen,
+                          "claim %s: MIG partition %s is not shared: request it whole (no "
+                          "capacity)",
+                          c->uid, r->device);
+            return -EINVAL;
+        }
         if (!g) {
             errbuf_printf(err, errlen, "claim %s: device %s is not a GPU of this node", c->uid,
                           r->device);
@@ -435,7 +509,7 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
         }
         /* an MPS GPU is always a share: its daemon caps the claim (100 %
          * and no memory limit when the claim consumed no capacity) */
-        bool share = g->mps || r->share_id || r->has_memory || r->has_cores;
+        bool share = !mp && (g->mps || r->share_id || r->has_memory || r->has_cores);
         if (share && pl->share && pl->mps != g->mps) {
             errbuf_printf(err, errlen,
                           "claim %s mixes MPS and vGPU shares (%s); one container gets either "
@@ -473,7 +547,7 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
             whole++;
         }
         size_t j = 0;
-        while (j < pl->n && pl->gpu[j] != g)
+        while (j < pl->n && strcmp(pl->device[j], r->device) != 0)
             j++;
         if (j < pl->n)
             continue; /* same device for a second request: one CDI device */
@@ -483,6 +557,10 @@ static int make_plan(const struct dra_state *st, const struct dra_claim *c, stru
         }
         pl->gpu[pl->n] = g;
         pl->res[pl->n] = r;
+        pl->device[pl->n] = r->device;
+        pl->mig[pl->n] = mp;
+        pl->mig_start[pl->n] = mstart;
+        pl->mig_size[pl->n] = msize;
         pl->n++;
         if (pl->n > 1)
             strcat(pl->uuids, ",");
@@ -581,17 +659,21 @@ static int write_spec(const struct dra_state *st, const struct dra_claim *c, con
     json_t *devices = json_array();
     char visible[32 * 64 + 32] = "NVIDIA_VISIBLE_DEVICES=";
     for (size_t i = 0; i < pl->n; i++) {
-        snprintf(name, sizeof(name), "%s-%s", c->uid, pl->gpu[i]->name);
-        const char *node[] = {pl->gpu[i]->dev_node};
-        json_array_append_new(devices, json_pack("{s:s,s:{s:o}}", "name", name, "containerEdits",
-                                                 "deviceNodes", node_list(node, 1)));
-        if (strlen(visible) + strlen(pl->gpu[i]->uuid) + 2 > sizeof(visible)) {
+        snprintf(name, sizeof(name), "%s-%s", c->uid, pl->device[i]);
+        /* a partition: its MIG device's UUID, its GPU's node and its capability nodes */
+        const struct dra_mig_made *m = pl->mig_made[i] ? &pl->made[i] : NULL;
+        const char *node[] = {pl->gpu[i]->dev_node, m ? m->caps[0] : NULL, m ? m->caps[1] : NULL};
+        const char *id = m ? m->uuid : pl->gpu[i]->uuid;
+        json_array_append_new(devices,
+                              json_pack("{s:s,s:{s:o}}", "name", name, "containerEdits",
+                                        "deviceNodes", node_list(node, 1 + (m ? m->n_caps : 0))));
+        if (strlen(visible) + strlen(id) + 2 > sizeof(visible)) {
             json_decref(devices);
             return -E2BIG;
         }
         if (i)
             strcat(visible, ",");
-        strcat(visible, pl->gpu[i]->uuid);
+        strcat(visible, id);
     }
     json_t *edits = json_pack("{s:o,s:[s]}", "deviceNodes",
                               node_list(cfg->control_nodes, cfg->n_control_nodes), "env", visible);
@@ -664,17 +746,24 @@ static int record(struct dra_state *st, const struct dra_claim *c, const struct 
         for (size_t k = 0; k < c->n_results; k++) {
             const struct dra_result *res = &c->results[k];
             if (strcmp(res->driver, st->cfg->driver_name) == 0 &&
-                strcmp(res->device, pl->gpu[i]->name) == 0) {
+                strcmp(res->device, pl->device[i]) == 0) {
                 if (!(d->requests[d->n_requests++] = strdup(res->request)))
                     goto nomem;
             }
         }
         d->pool = strdup(st->cfg->pool_name);
-        d->device = strdup(pl->gpu[i]->name);
-        if (asprintf(&d->cdi_id, "%s=%s-%s", kind, c->uid, pl->gpu[i]->name) < 0)
+        d->device = strdup(pl->device[i]);
+        if (asprintf(&d->cdi_id, "%s=%s-%s", kind, c->uid, pl->device[i]) < 0)
             d->cdi_id = NULL;
         if (!d->pool || !d->device || !d->cdi_id)
             goto nomem;
+        if (pl->mig_made[i]) {
+            d->mig_gi = pl->made[i].gi;
+            d->mig_ci = pl->made[i].ci;
+            if (!(d->mig_gpu = strdup(pl->gpu[i]->uuid)) ||
+                !(d->mig_uuid = strdup(pl->made[i].uuid)))
+                goto nomem;
+        }
     }
     if (pl->share && !pl->mps &&
         share_record(p, c, pl->uuids, (unsigned)pl->n,
@@ -695,6 +784,43 @@ static int record(struct dra_state *st, const struct dra_claim *c, const struct 
 nomem:
     prepared_clear(p);
     return -ENOMEM;
+}
+
+/* The instances of the plan's partitions, all or none (those made are destroyed again). */
+static void mig_undo(const struct dra_state *st, struct plan *pl)
+{
+    const struct dra_mig_ops *m = &st->cfg->mig;
+    for (size_t i = 0; i < pl->n; i++) {
+        char why[256];
+        if (pl->mig_made[i] && m->destroy)
+            m->destroy(m->ctx, pl->gpu[i]->uuid, pl->made[i].gi, why, sizeof(why));
+        pl->mig_made[i] = false;
+    }
+}
+
+static int mig_create_all(const struct dra_state *st, struct plan *pl, const char *uid, char *err,
+                          size_t errlen)
+{
+    const struct dra_mig_ops *m = &st->cfg->mig;
+    for (size_t i = 0; i < pl->n; i++) {
+        if (!pl->mig[i])
+            continue;
+        char why[256] = "";
+        int r = m->create ? m->create(m->ctx, pl->gpu[i]->uuid, pl->mig[i]->id, pl->mig_start[i],
+                                      pl->mig_size[i], &pl->made[i], why, sizeof(why))
+                          : -EOPNOTSUPP;
+        if (r < 0) {
+            errbuf_printf(err, errlen, "claim %s: cannot create MIG partition %s on GPU %s: %s",
+                          uid, pl->device[i], pl->gpu[i]->uuid,
+                          why[0]      ? why
+                          : m->create ? strerror(-r)
+                                      : "no MIG here");
+            mig_undo(st, pl);
+            return r;
+        }
+        pl->mig_made[i] = true;
+    }
+    return 0;
 }
 
 int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const char *ns,
@@ -723,6 +849,8 @@ int dra_prepare(struct dra_state *st, const struct dra_claim_source *src, const 
      * empty answer, still checkpointed so that the answer stays the same */
     if (pl.n == 0)
         goto record;
+    if ((r = mig_create_all(st, &pl, uid, err, errlen)) < 0)
+        goto undo;
     if (pl.mps) {
         const struct dra_mps_ops *m = &st->cfg->mps;
         char why[256] = "";
@@ -769,6 +897,7 @@ undo:
     remove_claim_files(st, uid);
     if (mps_started && st->cfg->mps.stop)
         st->cfg->mps.stop(st->cfg->mps.ctx, uid);
+    mig_undo(st, &pl);
 out:
     dra_claim_free(c);
     return r;
@@ -787,6 +916,9 @@ int dra_unprepare(struct dra_state *st, const char *uid, char *err, size_t errle
     /* after the spec: no new container can get the daemon's directories */
     if (p->mps && st->cfg->mps.stop)
         st->cfg->mps.stop(st->cfg->mps.ctx, uid);
+    /* its partitions' instances: kept (and the claim) while a process still runs on one */
+    if ((r = mig_destroy_all(st, p, err, errlen)) < 0)
+        return r;
     size_t i = (size_t)(p - st->claims);
     struct dra_prepared gone = *p;
     memmove(&st->claims[i], &st->claims[i + 1], (st->n_claims - i - 1) * sizeof(*p));

@@ -43,6 +43,8 @@ struct dra_publisher {
     struct dra_publisher_stats stats;
     void (*on_round)(void *);
     void *on_round_data;
+    void (*on_refused)(void *, const char *);
+    void *on_refused_data;
     unsigned conflicts_in_a_row; /* reset by a round that ends */
     struct kube_request *watch;  /* the stream of slice changes, once in step */
     uint64_t watch_timer;        /* its restart, after it ended */
@@ -50,6 +52,11 @@ struct dra_publisher {
     uint64_t watch_started_ns;
     bool watch_failing; /* the last stream ended in an error: logged once until one works */
     char list_rv[64];   /* the last LIST's resourceVersion: where the next watch starts */
+    /* this round's writes: the pool rendered at its new generation, written in order */
+    struct dra_slice_out *want;
+    size_t n_want;
+    size_t writing; /* the slice whose write is in flight */
+    bool *list_has; /* per slice of want: it was listed (an update, else a create) */
 };
 
 /* 409s in a row answered by listing again at once; more wait out a backoff */
@@ -62,6 +69,10 @@ static void watch_start(struct dra_publisher *p);
 static void clear_round(struct dra_publisher *p)
 {
     dra_slice_list_clear(&p->list);
+    dra_pool_free(p->want, p->n_want);
+    p->want = NULL;
+    p->n_want = 0;
+    p->writing = 0;
 }
 
 static void on_backoff(struct ev_loop *loop, void *ud)
@@ -125,14 +136,46 @@ static void failed(struct dra_publisher *p, const char *what, const struct kube_
     round_end(p, msg);
 }
 
+static void write_next(struct dra_publisher *p);
+
+/* The partitionable-device fields of a slice (MIG partitions) did not survive the write. */
+static bool refused(struct dra_publisher *p, const struct kube_response *resp)
+{
+    const struct dra_slice_out *w = &p->want[p->writing];
+    if (!w->partitions || !p->on_refused)
+        return false;
+    char why[400];
+    if (resp->status == 400 && resp->body && strstr(resp->body, "unknown field"))
+        snprintf(why, sizeof(why),
+                 "the API server does not know the partitionable-device fields (writing %s with "
+                 "fieldValidation=Strict: 400 unknown field)",
+                 w->name);
+    else if (resp->status / 100 == 2 &&
+             !dra_slice_kept_partitions(w->json, resp->body, resp->body_len))
+        snprintf(why, sizeof(why),
+                 "the API server dropped sharedCounters/consumesCounters from %s (the "
+                 "DRAPartitionableDevices feature gate is off)",
+                 w->name);
+    else
+        return false;
+    p->on_refused(p->on_refused_data, why);
+    return true;
+}
+
 static void on_written(struct kube_client *c, const struct kube_response *resp, void *ud)
 {
     (void)c;
     struct dra_publisher *p = ud;
     p->req = NULL;
-    bool create = !p->list.have_ours;
+    bool create = !p->list_has[p->writing];
     if (resp->status == 409) {
         conflict(p, create ? "create" : "update");
+        return;
+    }
+    if (refused(p, resp)) {
+        /* the owner has set the GPUs again without partitions: a new round follows */
+        p->dirty = true;
+        round_end(p, NULL);
         return;
     }
     if (resp->status / 100 != 2) {
@@ -143,9 +186,11 @@ static void on_written(struct kube_client *c, const struct kube_response *resp, 
         p->stats.creates++;
     else
         p->stats.updates++;
-    log_info("dra: ResourceSlice %s %s (pool generation %lld, %zu device(s))", p->name,
-             create ? "created" : "updated", (long long)p->stats.generation, p->n_gpus);
-    round_end(p, NULL);
+    log_info("dra: ResourceSlice %s %s (pool generation %lld, %zu GPU(s))",
+             p->want[p->writing].name, create ? "created" : "updated",
+             (long long)p->stats.generation, p->n_gpus);
+    p->writing++;
+    write_next(p);
 }
 
 static void on_deleted(struct kube_client *c, const struct kube_response *resp, void *ud)
@@ -172,54 +217,92 @@ static void on_deleted(struct kube_client *c, const struct kube_response *resp, 
     step(p);
 }
 
-/* Writes our slice if needed, once the stale ones are gone. */
-static void write_ours(struct dra_publisher *p)
+/* The slice of the LIST named name, or -1. */
+static int listed(const struct dra_publisher *p, const char *name)
 {
-    const struct dra_slice_list *l = &p->list;
-    int64_t cur = l->have_ours ? l->ours_generation : 0;
-    char *text = NULL, *spec = NULL;
-    int r = dra_slice_render(p->driver, p->node, p->name, cur, p->gpus, p->n_gpus, &text);
-    if (r == 0 && l->have_ours && dra_slice_spec_canonical(text, strlen(text), &spec) == 0 &&
-        strcmp(spec, l->ours_spec) == 0) {
-        free(text);
-        free(spec);
-        p->stats.generation = cur;
+    for (size_t i = 0; i < p->list.n_items; i++)
+        if (strcmp(p->list.items[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Writes the next slice of the round (PUT over the listed one, else POST). */
+static void write_next(struct dra_publisher *p)
+{
+    if (p->writing == p->n_want) {
         round_end(p, NULL);
         return;
     }
-    free(spec);
-    free(text);
-    /* a new generation above every slice of the pool seen, so consumers
-     * ignore older ones */
-    int64_t gen = (cur > l->max_generation ? cur : l->max_generation) + 1;
-    r = dra_slice_render(p->driver, p->node, p->name, gen, p->gpus, p->n_gpus, &text);
-    json_t *want = r == 0 ? json_loads(text, 0, NULL) : NULL;
-    free(text);
-    if (!want) {
+    const struct dra_slice_out *w = &p->want[p->writing];
+    int it = listed(p, w->name);
+    json_t *body = json_loads(w->json, 0, NULL);
+    if (!body) {
         round_end(p, "cannot render the slice");
         return;
     }
-    char path[600];
+    char path[700];
     const char *method = "POST";
-    snprintf(path, sizeof(path), "%s", SLICES_PATH);
-    if (l->have_ours) {
-        json_object_set_new(json_object_get(want, "metadata"), "resourceVersion",
-                            json_string(l->ours_rv));
-        snprintf(path, sizeof(path), "%s/%s", SLICES_PATH, p->name);
+    /* strict: an API server whose schema lacks a field says so instead of dropping it */
+    const char *strict = w->partitions ? "?fieldValidation=Strict" : "";
+    snprintf(path, sizeof(path), "%s%s", SLICES_PATH, strict);
+    p->list_has[p->writing] = it >= 0;
+    if (it >= 0) {
+        json_object_set_new(json_object_get(body, "metadata"), "resourceVersion",
+                            json_string(p->list.items[it].rv));
+        snprintf(path, sizeof(path), "%s/%s%s", SLICES_PATH, w->name, strict);
         method = "PUT";
     }
-    text = json_dumps(want, JSON_COMPACT);
-    json_decref(want);
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
     if (!text) {
         round_end(p, "out of memory");
         return;
     }
-    p->stats.generation = gen;
-    r = kube_client_request(p->client, method, path, "application/json", text, on_written, p,
-                            &p->req);
+    int r = kube_client_request(p->client, method, path, "application/json", text, on_written, p,
+                                &p->req);
     free(text);
     if (r < 0)
         round_end(p, "cannot start the request");
+}
+
+/* Writes the pool if needed, once the stale slices are gone: nothing when every slice of it
+ * is listed with what is rendered at its generation, else all of them at a new one. */
+static void write_ours(struct dra_publisher *p)
+{
+    const struct dra_slice_list *l = &p->list;
+    int first = p->n_want ? listed(p, p->want[0].name) : -1;
+    int64_t cur = first >= 0 ? l->items[first].generation : 0;
+    struct dra_slice_out *now = NULL;
+    size_t n_now = 0;
+    bool same = first >= 0 &&
+                dra_pool_render(p->driver, p->node, cur, p->gpus, p->n_gpus, &now, &n_now) == 0;
+    for (size_t i = 0; same && i < n_now; i++) {
+        int it = listed(p, now[i].name);
+        char *spec = NULL;
+        same = it >= 0 && l->items[it].generation == cur &&
+               dra_slice_spec_canonical(now[i].json, strlen(now[i].json), &spec) == 0 &&
+               strcmp(spec, l->items[it].spec) == 0;
+        free(spec);
+    }
+    dra_pool_free(now, n_now);
+    if (same) {
+        p->stats.generation = cur;
+        round_end(p, NULL);
+        return;
+    }
+    /* a new generation above every slice of the pool seen, so consumers
+     * ignore older ones */
+    int64_t gen = (cur > l->max_generation ? cur : l->max_generation) + 1;
+    dra_pool_free(p->want, p->n_want);
+    p->want = NULL;
+    p->n_want = 0;
+    if (dra_pool_render(p->driver, p->node, gen, p->gpus, p->n_gpus, &p->want, &p->n_want) < 0) {
+        round_end(p, "cannot render the slice");
+        return;
+    }
+    p->stats.generation = gen;
+    p->writing = 0;
+    write_next(p);
 }
 
 static void step(struct dra_publisher *p)
@@ -231,7 +314,7 @@ static void step(struct dra_publisher *p)
             round_end(p, "cannot start the request");
         return;
     }
-    if (p->n_gpus == 0) {
+    if (p->n_want == 0) {
         /* nothing to publish: no slice (ours, if any, was queued as stale) */
         p->stats.generation = 0;
         round_end(p, NULL);
@@ -250,7 +333,8 @@ static void on_list(struct kube_client *c, const struct kube_response *resp, voi
         return;
     }
     char err[256], msg[300];
-    if (dra_slice_list_parse(resp->body, resp->body_len, p->driver, p->node, p->name, p->n_gpus > 0,
+    /* every slice of ours is "stale" to the parse; the pool's own are taken out below */
+    if (dra_slice_list_parse(resp->body, resp->body_len, p->driver, p->node, p->name, false,
                              &p->list, err, sizeof(err)) < 0) {
         snprintf(msg, sizeof(msg), "list: %s", err);
         round_end(p, msg);
@@ -263,6 +347,26 @@ static void on_list(struct kube_client *c, const struct kube_response *resp, voi
         n = 0;
     memcpy(p->list_rv, rv, n);
     p->list_rv[n] = '\0';
+    /* the pool's slices by name (rendered here for their names; write_ours renders them
+     * again at the generation it writes) */
+    bool *has = NULL;
+    if (dra_pool_render(p->driver, p->node, 0, p->gpus, p->n_gpus, &p->want, &p->n_want) < 0 ||
+        !(has = realloc(p->list_has, (p->n_want ? p->n_want : 1) * sizeof(bool)))) {
+        round_end(p, "cannot render the slice");
+        return;
+    }
+    p->list_has = has;
+    size_t k = 0;
+    for (size_t i = 0; i < p->list.n_stale; i++) {
+        bool ours = false;
+        for (size_t w = 0; w < p->n_want; w++)
+            ours |= strcmp(p->want[w].name, p->list.stale[i]) == 0;
+        if (ours)
+            free(p->list.stale[i]);
+        else
+            p->list.stale[k++] = p->list.stale[i];
+    }
+    p->list.n_stale = k;
     step(p);
 }
 
@@ -396,6 +500,7 @@ struct dra_publisher *dra_publisher_free(struct dra_publisher *p)
     ev_loop_cancel_timer(p->loop, p->backoff_timer);
     ev_loop_cancel_timer(p->loop, p->watch_timer);
     clear_round(p);
+    free(p->list_has);
     free(p);
     return NULL;
 }
@@ -404,6 +509,13 @@ void dra_publisher_on_round(struct dra_publisher *p, void (*fn)(void *), void *u
 {
     p->on_round = fn;
     p->on_round_data = user_data;
+}
+
+void dra_publisher_on_refused(struct dra_publisher *p, void (*fn)(void *, const char *),
+                              void *user_data)
+{
+    p->on_refused = fn;
+    p->on_refused_data = user_data;
 }
 
 void dra_publisher_set(struct dra_publisher *p, const struct dra_gpu *gpus, size_t n_gpus)

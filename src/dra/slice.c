@@ -4,6 +4,7 @@
  * DeviceTaint); the consumable-capacity fields (allowMultipleAllocations,
  * requestPolicy) are KEP-5075's. See docs/dra.md for the shapes. */
 #include "dra.h"
+#include "dra-json.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -48,7 +49,18 @@ const char *dra_gpu_taint_effect(const struct dra_gpu *g)
     return e[0] ? e : NULL;
 }
 
-static json_t *device(const char *driver_name, const struct dra_gpu *g)
+json_t *dra_gpu_taints_json(const char *driver_name, const struct dra_gpu *g)
+{
+    const char *effect = dra_gpu_taint_effect(g);
+    if (!effect)
+        return NULL;
+    char key[300];
+    snprintf(key, sizeof(key), "%s/unhealthy", driver_name);
+    return json_pack("[{s:s,s:s,s:s}]", "key", key, "value", g->fatal ? "fatal-xid" : "unhealthy",
+                     "effect", effect);
+}
+
+json_t *dra_gpu_device_json(const char *driver_name, const struct dra_gpu *g)
 {
     char cc[32];
     snprintf(cc, sizeof(cc), "%d.%d.0", g->cc_major, g->cc_minor);
@@ -73,14 +85,9 @@ static json_t *device(const char *driver_name, const struct dra_gpu *g)
     json_t *d = json_pack("{s:s,s:o,s:o}", "name", g->name, "attributes", attrs, "capacity", cap);
     if (share)
         json_object_set_new(d, "allowMultipleAllocations", json_true());
-    const char *effect = dra_gpu_taint_effect(g);
-    if (effect) {
-        char key[300];
-        snprintf(key, sizeof(key), "%s/unhealthy", driver_name);
-        json_object_set_new(d, "taints",
-                            json_pack("[{s:s,s:s,s:s}]", "key", key, "value",
-                                      g->fatal ? "fatal-xid" : "unhealthy", "effect", effect));
-    }
+    json_t *taints = dra_gpu_taints_json(driver_name, g);
+    if (taints)
+        json_object_set_new(d, "taints", taints);
     return d;
 }
 
@@ -91,7 +98,7 @@ int dra_slice_render(const char *driver_name, const char *node_name, const char 
         return -EINVAL; /* v1 caps a slice at 128 devices (ResourceSliceMaxDevices) */
     json_t *devs = json_array();
     for (size_t i = 0; i < n_gpus; i++)
-        json_array_append_new(devs, device(driver_name, &gpus[i]));
+        json_array_append_new(devs, dra_gpu_device_json(driver_name, &gpus[i]));
     json_t *root =
         json_pack("{s:s,s:s,s:{s:s},s:{s:s,s:s,s:{s:s,s:I,s:i},s:o}}", "apiVersion",
                   "resource.k8s.io/v1", "kind", "ResourceSlice", "metadata", "name", slice_name,

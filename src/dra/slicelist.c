@@ -19,6 +19,12 @@ void dra_slice_list_clear(struct dra_slice_list *l)
     free(l->ours_rv);
     free(l->ours_spec);
     free(l->list_rv);
+    for (size_t i = 0; i < l->n_items; i++) {
+        free(l->items[i].name);
+        free(l->items[i].rv);
+        free(l->items[i].spec);
+    }
+    free(l->items);
     memset(l, 0, sizeof(*l));
 }
 
@@ -71,7 +77,8 @@ int dra_slice_list_parse(const char *body, size_t len, const char *driver, const
     }
     int r = -ENOMEM;
     l.stale = calloc(json_array_size(items) + 1, sizeof(char *));
-    if (!l.stale)
+    l.items = calloc(json_array_size(items) + 1, sizeof(*l.items));
+    if (!l.stale || !l.items)
         goto fail;
     size_t i;
     json_t *it;
@@ -90,6 +97,11 @@ int dra_slice_list_parse(const char *body, size_t len, const char *driver, const
             l.max_generation = gen;
         const char *rv =
             json_string_value(json_object_get(json_object_get(it, "metadata"), "resourceVersion"));
+        struct dra_slice_item *item = &l.items[l.n_items++];
+        item->generation = gen < 0 ? 0 : gen;
+        if (!(item->name = strdup(n)) || !(item->rv = strdup(rv ? rv : "")) ||
+            !(item->spec = canonical_spec(it)))
+            goto fail;
         if (keep_ours && !l.have_ours && strcmp(n, name) == 0 && rv) {
             l.have_ours = true;
             l.ours_generation = gen < 0 ? 0 : gen;

@@ -36,6 +36,7 @@
 #include "cgroup.h"
 #include "cost.h"
 #include "expconfig.h"
+#include "gpu-mig.h"
 #include "gpuextra.h"
 #include "httpguard.h"
 #include "log.h"
@@ -48,6 +49,7 @@
 #include "util.h"
 
 #define EXP_MAX_GPUS 64
+#define EXP_MAX_MIG 8   /* MIG devices of one GPU (NVML's maximum is 7) */
 #define EXP_MAX_XIDS 32 /* distinct XIDs counted per GPU; more are folded into xid="other" */
 #define EXP_PODRES_REFRESH_NS 5000000000ULL /* at most one List per 5 s */
 #define EXP_PODRES_TIMEOUT_MS 1000u
@@ -216,6 +218,8 @@ struct gpu_sample {
     bool putil_ok;                        /* per-process utilization answered (podutil.h) */
     double putil[64];                     /* SM utilization of procs[k], 0..1 */
     bool mps[64]; /* procs[k] is an MPS client (nvmlDeviceGetMPSComputeRunningProcesses_v3) */
+    size_t n_mig; /* its MIG devices (a GPU in MIG mode) */
+    struct gpu_mig_device mig[EXP_MAX_MIG];
 };
 
 /* Clock-event reason bits (NVML's nvmlClocksEventReason* constants, nvml.h of the driver). */
@@ -298,6 +302,13 @@ static void sample_gpu(struct exporter *e, struct exp_gpu *g, struct gpu_sample 
                                    &np) == 0)
         s->nprocs = np;
     add_mps_clients(n, g->dev, s);
+    size_t nm = 0;
+    unsigned cur = 0, pending = 0;
+    s->n_mig = 0;
+    if (n->nvmlDeviceGetMigMode && NVML_OK(n->nvmlDeviceGetMigMode(g->dev, &cur, &pending)) &&
+        cur == NVML_DEVICE_MIG_ENABLE &&
+        gpu_mig_devices_into(n, g->dev, s->mig, EXP_MAX_MIG, &nm) == 0)
+        s->n_mig = nm < EXP_MAX_MIG ? nm : EXP_MAX_MIG;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     s->putil_ok = exporter_util_sample(n, g->dev, &g->util,
@@ -461,6 +472,17 @@ static void render_pod_usage(struct exporter *e, struct exp_buf *b, bool om,
         }
 }
 
+/* The labels of a MIG device: mig_uuid, gpu_instance_id, compute_instance_id, mig_profile. */
+static const char *mig_labels(const struct gpu_mig_device *m, char *out, size_t len)
+{
+    char u[200], p[80];
+    snprintf(out, len,
+             "mig_uuid=\"%s\",gpu_instance_id=\"%u\",compute_instance_id=\"%u\","
+             "mig_profile=\"%s\"",
+             esc(m->uuid, u, sizeof u), m->gi, m->ci, esc(m->profile, p, sizeof p));
+    return out;
+}
+
 /* Renders one format from the samples. om: OpenMetrics. */
 static void render(struct exporter *e, struct exp_buf *b, bool om, const struct gpu_sample *ss,
                    const struct exp_gpu *xid_copy)
@@ -481,6 +503,27 @@ static void render(struct exporter *e, struct exp_buf *b, bool om, const struct 
                    l[i], esc(e->gpus[i].name, nm, sizeof nm), esc(e->driver, d, sizeof d),
                    e->cuda_version / 1000, e->cuda_version % 1000 / 10,
                    esc(e->gpus[i].vbios, v, sizeof v));
+
+    /* per MIG device of a GPU in MIG mode: GPU and compute instance, NVIDIA's profile name */
+    on = family(b, om, "accel_mig_device_info", "gauge",
+                "A MIG device of a GPU in MIG mode (value 1): its UUID, GPU instance, compute "
+                "instance and profile.");
+    for (unsigned i = 0; i < e->ngpus && on; i++)
+        for (size_t k = 0; k < ss[i].n_mig; k++)
+            buf_printf(b, "accel_mig_device_info{%s,%s} 1\n", l[i],
+                       mig_labels(&ss[i].mig[k], nm, sizeof nm));
+    for (int used = 1; used >= 0; used--) {
+        const char *name =
+            used ? "accel_mig_device_memory_used_bytes" : "accel_mig_device_memory_total_bytes";
+        on = family(b, om, name, "gauge",
+                    used ? "Memory in use on a MIG device."
+                         : "Memory of a MIG device (its GPU instance's).");
+        for (unsigned i = 0; i < e->ngpus && on; i++)
+            for (size_t k = 0; k < ss[i].n_mig; k++)
+                buf_printf(b, "%s{%s,%s} %" PRIu64 "\n", name, l[i],
+                           mig_labels(&ss[i].mig[k], nm, sizeof nm),
+                           used ? ss[i].mig[k].memory_used_bytes : ss[i].mig[k].memory_bytes);
+    }
 
 /* One family with a series per GPU whose sample ss[i].okf succeeded. */
 #define PER_GPU(type, metric, help, okf, expr)                                                     \

@@ -72,6 +72,10 @@ const char *const exporter_metric_families[] = {
     "accel_gpu_nvlink_links_active",
     "accel_gpu_mig_mode",
     "accel_gpu_mig_mode_pending",
+    /* per MIG device of a GPU in MIG mode (accel-exporter.c) */
+    "accel_mig_device_info",
+    "accel_mig_device_memory_used_bytes",
+    "accel_mig_device_memory_total_bytes",
     /* cost per job (cost.c) */
     "accel_pod_gpu_allocated_seconds_total",
     "accel_pod_gpu_energy_joules_total",

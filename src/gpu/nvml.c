@@ -82,6 +82,23 @@ static const struct sym syms[] = {
     SYM(nvmlDeviceGetRemappedRows, false),
     SYM(nvmlDeviceGetPcieReplayCounter, false),
     SYM(nvmlDeviceGetNvLinkErrorCounter, false),
+    SYM(nvmlDeviceGetMaxMigDeviceCount, false),
+    SYM(nvmlDeviceGetMigDeviceHandleByIndex, false),
+    SYM(nvmlDeviceGetDeviceHandleFromMigDeviceHandle, false),
+    SYM(nvmlDeviceGetGpuInstanceId, false),
+    SYM(nvmlDeviceGetComputeInstanceId, false),
+    SYM(nvmlDeviceGetGpuInstanceProfileInfoV, false),
+    SYM(nvmlDeviceGetGpuInstancePossiblePlacements_v2, false),
+    SYM(nvmlDeviceCreateGpuInstanceWithPlacement, false),
+    SYM(nvmlGpuInstanceDestroy, false),
+    SYM(nvmlDeviceGetGpuInstanceById, false),
+    SYM(nvmlGpuInstanceGetInfo, false),
+    SYM(nvmlGpuInstanceGetComputeInstanceProfileInfo, false),
+    SYM(nvmlGpuInstanceCreateComputeInstance, false),
+    SYM(nvmlComputeInstanceDestroy, false),
+    SYM(nvmlGpuInstanceGetComputeInstances, false),
+    SYM(nvmlGpuInstanceGetComputeInstanceById, false),
+    SYM(nvmlComputeInstanceGetInfo_v2, false),
 };
 
 int gpu_nvml_open(const char *path, struct gpu_nvml **ret, char *err, size_t errlen)

@@ -92,6 +92,24 @@ struct gpu_nvml {
     GPU_NVML_FN(nvmlDeviceGetRemappedRows);
     GPU_NVML_FN(nvmlDeviceGetPcieReplayCounter);
     GPU_NVML_FN(nvmlDeviceGetNvLinkErrorCounter);
+    /* MIG (docs/mig.md): MIG devices, profiles, GPU and compute instances. */
+    GPU_NVML_FN(nvmlDeviceGetMaxMigDeviceCount);
+    GPU_NVML_FN(nvmlDeviceGetMigDeviceHandleByIndex);
+    GPU_NVML_FN(nvmlDeviceGetDeviceHandleFromMigDeviceHandle);
+    GPU_NVML_FN(nvmlDeviceGetGpuInstanceId);
+    GPU_NVML_FN(nvmlDeviceGetComputeInstanceId);
+    GPU_NVML_FN(nvmlDeviceGetGpuInstanceProfileInfoV);
+    GPU_NVML_FN(nvmlDeviceGetGpuInstancePossiblePlacements_v2);
+    GPU_NVML_FN(nvmlDeviceCreateGpuInstanceWithPlacement);
+    GPU_NVML_FN(nvmlGpuInstanceDestroy);
+    GPU_NVML_FN(nvmlDeviceGetGpuInstanceById);
+    GPU_NVML_FN(nvmlGpuInstanceGetInfo);
+    GPU_NVML_FN(nvmlGpuInstanceGetComputeInstanceProfileInfo);
+    GPU_NVML_FN(nvmlGpuInstanceCreateComputeInstance);
+    GPU_NVML_FN(nvmlComputeInstanceDestroy);
+    GPU_NVML_FN(nvmlGpuInstanceGetComputeInstances);
+    GPU_NVML_FN(nvmlGpuInstanceGetComputeInstanceById);
+    GPU_NVML_FN(nvmlComputeInstanceGetInfo_v2);
 
     /* Process-info stride detected by gpu_nvml_running_processes (0 = not yet known) and the
      * entry point it was detected for; accessed atomically. */

@@ -15,13 +15,20 @@
 
 static const char *const control_nodes[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
 #define N_CONTROL ARRAY_SIZE(control_nodes)
+#define PGPU_MAX_COMMON 4
+
+#define PGPU_NODE_MAX 64
 
 struct pgpu_dev {
     char id[PGPU_ID_MAX];
+    char parent[PGPU_ID_MAX]; /* the GPU whose health it follows */
     int minor;
     int numa;
     bool healthy;
-    char node[32]; /* "/dev/nvidia<minor>" */
+    /* its device nodes: "/dev/nvidia<minor>" first (when it has one), then
+     * the extra ones */
+    char nodes[1 + PGPU_MAX_EXTRA_NODES][PGPU_NODE_MAX];
+    size_t n_nodes;
     char cdi_name[PGPU_ID_MAX + 2 * ACCELD_NAME_MAX + 4];
 };
 
@@ -37,8 +44,12 @@ struct pgpu {
     enum acceld_strategy strategy;
     char cdi_vendor[ACCELD_NAME_MAX];
     char cdi_class[ACCELD_NAME_MAX];
-    char common_paths[N_CONTROL][32];
+    char cdi_tag[ACCELD_NAME_MAX];
+    char env_key[ACCELD_NAME_MAX];
+    char permissions[8];
+    char common_paths[PGPU_MAX_COMMON][PGPU_NODE_MAX];
     size_t n_common;
+    size_t max_nodes; /* the most nodes of one device */
 
     uint64_t generation;
 
@@ -87,16 +98,31 @@ static const char visible_key[] = "NVIDIA_VISIBLE_DEVICES";
  * dev root, CDI names. */
 static int apply_options(struct pgpu *p, const struct pgpu_options *o)
 {
+    const char *env = o->env_key ? o->env_key : visible_key;
+    const char *perm = o->permissions ? o->permissions : "rw";
     if (strlen(o->dev_root) >= sizeof(p->dev_root) ||
         strlen(o->cdi_vendor) >= sizeof(p->cdi_vendor) ||
-        strlen(o->cdi_class) >= sizeof(p->cdi_class))
+        strlen(o->cdi_class) >= sizeof(p->cdi_class) ||
+        (o->cdi_tag && strlen(o->cdi_tag) >= sizeof(p->cdi_tag)) ||
+        strlen(env) >= sizeof(p->env_key) || strlen(perm) >= sizeof(p->permissions) ||
+        o->n_common > PGPU_MAX_COMMON)
         return -ENAMETOOLONG;
+    for (size_t i = 0; i < o->n_common; i++)
+        if (strlen(o->common_nodes[i]) >= PGPU_NODE_MAX)
+            return -ENAMETOOLONG;
     snprintf(p->dev_root, sizeof(p->dev_root), "%s", o->dev_root);
     snprintf(p->cdi_vendor, sizeof(p->cdi_vendor), "%s", o->cdi_vendor);
     snprintf(p->cdi_class, sizeof(p->cdi_class), "%s", o->cdi_class);
+    snprintf(p->cdi_tag, sizeof(p->cdi_tag), "%s", o->cdi_tag ? o->cdi_tag : "");
+    snprintf(p->env_key, sizeof(p->env_key), "%s", env);
+    snprintf(p->permissions, sizeof(p->permissions), "%s", perm);
     p->strategy = o->strategy;
     p->n_common = 0;
-    for (size_t i = 0; i < N_CONTROL; i++) {
+    if (o->common_nodes) {
+        for (size_t i = 0; i < o->n_common; i++)
+            snprintf(p->common_paths[p->n_common++], PGPU_NODE_MAX, "%s", o->common_nodes[i]);
+    }
+    for (size_t i = 0; !o->common_nodes && i < N_CONTROL; i++) {
         char host[ACCELD_PATH_MAX + 32];
         snprintf(host, sizeof(host), "%s/%s", p->dev_root, control_nodes[i]);
         if (access(host, F_OK) != 0)
@@ -115,8 +141,13 @@ int pgpu_new(const struct pgpu_gpu_desc *gpus, size_t n, const uint8_t *pcie, co
              const struct pgpu_options *opts, struct pgpu **ret)
 {
     for (size_t i = 0; i < n; i++) {
-        if (!gpus[i].uuid || !gpus[i].uuid[0] || strlen(gpus[i].uuid) >= PGPU_ID_MAX)
+        if (!gpus[i].uuid || !gpus[i].uuid[0] || strlen(gpus[i].uuid) >= PGPU_ID_MAX ||
+            (gpus[i].parent_uuid && strlen(gpus[i].parent_uuid) >= PGPU_ID_MAX) ||
+            gpus[i].n_extra > PGPU_MAX_EXTRA_NODES)
             return -EINVAL;
+        for (size_t k = 0; k < gpus[i].n_extra; k++)
+            if (!gpus[i].extra_nodes[k] || strlen(gpus[i].extra_nodes[k]) >= PGPU_NODE_MAX)
+                return -EINVAL;
         for (size_t j = 0; j < i; j++)
             if (strcmp(gpus[i].uuid, gpus[j].uuid) == 0)
                 return -EINVAL;
@@ -142,11 +173,18 @@ int pgpu_new(const struct pgpu_gpu_desc *gpus, size_t n, const uint8_t *pcie, co
     for (size_t i = 0; i < n; i++) {
         struct pgpu_dev *d = &p->devs[i];
         snprintf(d->id, sizeof(d->id), "%s", gpus[i].uuid);
+        snprintf(d->parent, sizeof(d->parent), "%s",
+                 gpus[i].parent_uuid ? gpus[i].parent_uuid : gpus[i].uuid);
         d->minor = gpus[i].minor;
         d->numa = gpus[i].numa_node;
         d->healthy = gpus[i].healthy;
         p->numa[i] = d->numa;
-        snprintf(d->node, sizeof(d->node), "/dev/nvidia%d", d->minor);
+        if (d->minor >= 0)
+            snprintf(d->nodes[d->n_nodes++], PGPU_NODE_MAX, "/dev/nvidia%d", d->minor);
+        for (size_t k = 0; k < gpus[i].n_extra; k++)
+            snprintf(d->nodes[d->n_nodes++], PGPU_NODE_MAX, "%s", gpus[i].extra_nodes[k]);
+        if (d->n_nodes > p->max_nodes)
+            p->max_nodes = d->n_nodes;
     }
     p->topo = (struct policy_topo){(int)n, p->pcie, p->nvlinks, p->numa};
     int r = index_build(p);
@@ -215,9 +253,28 @@ bool pgpu_set_healthy(struct pgpu *p, size_t idx, bool healthy)
     return true;
 }
 
+bool pgpu_set_gpu_healthy(struct pgpu *p, const char *gpu_uuid, bool healthy)
+{
+    bool changed = false;
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->devs[i].parent, gpu_uuid) == 0)
+            changed |= pgpu_set_healthy(p, i, healthy);
+    return changed;
+}
+
 uint64_t pgpu_generation(const struct pgpu *p)
 {
     return p->generation;
+}
+
+/* Appends node to nodes[0..*n) unless it is there (two MIG devices of one GPU
+ * share its /dev/nvidiaN). */
+static void add_node(struct acceld_devnode *nodes, size_t *n, const char *node, const char *perm)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(nodes[i].host_path, node) == 0)
+            return;
+    nodes[(*n)++] = (struct acceld_devnode){node, node, perm};
 }
 
 static size_t align16(size_t n)
@@ -235,7 +292,7 @@ static int pgpu_allocate(void *self, const struct acceld_alloc_req *reqs, size_t
     for (size_t c = 0; c < n; c++) {
         size_t k = reqs[c].n_devs;
         bytes += align16(sizeof(struct acceld_kv)) + align16(k * PGPU_ID_MAX + 1) +
-                 align16((k + p->n_common) * sizeof(struct acceld_devnode)) +
+                 align16((k * p->max_nodes + p->n_common) * sizeof(struct acceld_devnode)) +
                  align16(k * sizeof(char *));
     }
     /* A rare huge answer (thousands of containers) is not kept for good. */
@@ -263,13 +320,14 @@ static int pgpu_allocate(void *self, const struct acceld_alloc_req *reqs, size_t
         char *value = (char *)at;
         at += align16(k * PGPU_ID_MAX + 1);
         struct acceld_devnode *nodes = (void *)at;
-        at += align16((k + p->n_common) * sizeof(*nodes));
+        at += align16((k * p->max_nodes + p->n_common) * sizeof(*nodes));
         const char **cdis = (void *)at;
         at += align16(k * sizeof(char *));
-        size_t vlen = 0;
+        size_t vlen = 0, nn = 0;
         for (size_t i = 0; i < k; i++) {
             const struct pgpu_dev *d = &p->devs[reqs[c].devs[i]];
-            nodes[i] = (struct acceld_devnode){d->node, d->node, "rw"};
+            for (size_t m = 0; m < d->n_nodes; m++)
+                add_node(nodes, &nn, d->nodes[m], p->permissions);
             cdis[i] = d->cdi_name;
             size_t l = strlen(d->id);
             if (vlen)
@@ -279,15 +337,15 @@ static int pgpu_allocate(void *self, const struct acceld_alloc_req *reqs, size_t
         }
         value[vlen] = '\0';
         for (size_t i = 0; i < p->n_common; i++)
-            nodes[k + i] = (struct acceld_devnode){p->common_paths[i], p->common_paths[i], "rw"};
+            add_node(nodes, &nn, p->common_paths[i], p->permissions);
         out[c] = (struct acceld_alloc){0};
         out[c].devices = nodes;
-        out[c].n_devices = k + p->n_common;
+        out[c].n_devices = nn;
         if (p->strategy == ACCELD_STRATEGY_CDI) {
             out[c].cdi_devices = cdis;
             out[c].n_cdi_devices = k;
         } else {
-            *env = (struct acceld_kv){visible_key, value};
+            *env = (struct acceld_kv){p->env_key, value};
             out[c].envs = env;
             out[c].n_envs = 1;
         }
@@ -389,8 +447,7 @@ static uint64_t op_generation(void *self)
 
 static bool op_set_gpu_health(void *self, const char *uuid, bool healthy)
 {
-    int i = pgpu_find(self, uuid);
-    return i >= 0 && pgpu_set_healthy(self, (size_t)i, healthy);
+    return pgpu_set_gpu_healthy(self, uuid, healthy);
 }
 
 static const struct acceld_provider_ops pgpu_ops = {
@@ -410,21 +467,25 @@ struct acceld_provider pgpu_provider(struct pgpu *p)
 
 int pgpu_write_cdi(const struct pgpu *p, const char *dir)
 {
+    size_t per = 1 + PGPU_MAX_EXTRA_NODES;
     struct cdi_device *devs = calloc(p->n ? p->n : 1, sizeof(*devs));
-    const char **nodes = calloc(p->n ? p->n : 1, sizeof(char *));
-    const char *common[N_CONTROL];
+    const char **nodes = calloc(p->n ? p->n * per : 1, sizeof(char *));
+    const char *common[PGPU_MAX_COMMON];
     if (!devs || !nodes) {
         free(devs);
         free(nodes);
         return -ENOMEM;
     }
     for (size_t i = 0; i < p->n; i++) {
-        nodes[i] = p->devs[i].node;
-        devs[i] = (struct cdi_device){p->devs[i].id, &nodes[i], 1};
+        for (size_t m = 0; m < p->devs[i].n_nodes; m++)
+            nodes[i * per + m] = p->devs[i].nodes[m];
+        devs[i] = (struct cdi_device){p->devs[i].id, &nodes[i * per], p->devs[i].n_nodes};
     }
     for (size_t i = 0; i < p->n_common; i++)
         common[i] = p->common_paths[i];
-    int r = cdi_spec_write(dir, p->cdi_vendor, p->cdi_class, devs, p->n, common, p->n_common);
+    int r =
+        cdi_spec_write_tagged(dir, p->cdi_vendor, p->cdi_class, p->cdi_tag[0] ? p->cdi_tag : NULL,
+                              devs, p->n, common, p->n_common);
     free(devs);
     free(nodes);
     return r;

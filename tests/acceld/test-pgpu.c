@@ -71,10 +71,10 @@ static struct pgpu *make(enum acceld_strategy strategy)
             close(fd);
     }
     struct pgpu_gpu_desc g[] = {
-        {"GPU-0000", 0, 0, true},
-        {"GPU-1111", 1, 0, true},
-        {"GPU-2222", 2, 1, true},
-        {"GPU-3333", 3, -1, true},
+        {.uuid = "GPU-0000", .minor = 0, .numa_node = 0, .healthy = true},
+        {.uuid = "GPU-1111", .minor = 1, .numa_node = 0, .healthy = true},
+        {.uuid = "GPU-2222", .minor = 2, .numa_node = 1, .healthy = true},
+        {.uuid = "GPU-3333", .minor = 3, .numa_node = -1, .healthy = true},
     };
     uint8_t pcie[16];
     int nvl[16];
@@ -83,7 +83,8 @@ static struct pgpu *make(enum acceld_strategy strategy)
             pcie[i * 4 + j] = i / 2 == j / 2 ? POLICY_PCIE_SWITCH : POLICY_PCIE_FAR;
             nvl[i * 4 + j] = i != j && i / 2 == j / 2 ? 2 : 0;
         }
-    struct pgpu_options o = {devroot, strategy, "nvidia.com", "gpu"};
+    struct pgpu_options o = {
+        .dev_root = devroot, .strategy = strategy, .cdi_vendor = "nvidia.com", .cdi_class = "gpu"};
     struct pgpu *p = NULL;
     if (pgpu_new(g, 4, pcie, nvl, &o, &p) < 0)
         return NULL;
@@ -160,7 +161,10 @@ TEST(allocate_cdi)
     char dir[600];
     snprintf(dir, sizeof(dir), "%s/cdi", tap_tmpdir());
     CHECK_EQ_INT(pgpu_write_cdi(p, dir), 0);
-    struct pgpu_options o = {devroot, ACCELD_STRATEGY_CDI, "example.com", "accel"};
+    struct pgpu_options o = {.dev_root = devroot,
+                             .strategy = ACCELD_STRATEGY_CDI,
+                             .cdi_vendor = "example.com",
+                             .cdi_class = "accel"};
     REQUIRE_EQ_INT(pgpu_set_options(p, &o), 0);
     REQUIRE_EQ_INT(t_allocate(p, alloc_req(ids, 1), &resp, err, sizeof(err)), 0);
     CHECK_EQ_STR(resp->container_responses[0]->cdi_devices[0]->name, "example.com/accel=GPU-1111");
@@ -286,8 +290,12 @@ TEST(prefer_degraded_and_hostile_size)
     t_free(p);
 
     /* no topology: NVML's link queries failed at start */
-    struct pgpu_gpu_desc g[] = {{"GPU-0000", 0, -1, true}, {"GPU-1111", 1, -1, true}};
-    struct pgpu_options o = {devroot, ACCELD_STRATEGY_ENVVAR, "nvidia.com", "gpu"};
+    struct pgpu_gpu_desc g[] = {{.uuid = "GPU-0000", .minor = 0, .numa_node = -1, .healthy = true},
+                                {.uuid = "GPU-1111", .minor = 1, .numa_node = -1, .healthy = true}};
+    struct pgpu_options o = {.dev_root = devroot,
+                             .strategy = ACCELD_STRATEGY_ENVVAR,
+                             .cdi_vendor = "nvidia.com",
+                             .cdi_class = "gpu"};
     REQUIRE_EQ_INT(pgpu_new(g, 2, NULL, NULL, &o, &p), 0);
     char *two[] = {"GPU-1111", "GPU-0000"};
     cr.available_deviceids = two;
@@ -403,9 +411,13 @@ TEST(find_many)
     struct pgpu_gpu_desc g[N];
     for (int i = 0; i < N; i++) {
         snprintf(uuids[i], sizeof(uuids[i]), "GPU-%08x-0000-0000-0000-%012d", i * 7919, i);
-        g[i] = (struct pgpu_gpu_desc){uuids[i], i, i % 2, true};
+        g[i] = (struct pgpu_gpu_desc){
+            .uuid = uuids[i], .minor = i, .numa_node = i % 2, .healthy = true};
     }
-    struct pgpu_options o = {"/nonexistent", ACCELD_STRATEGY_ENVVAR, "nvidia.com", "gpu"};
+    struct pgpu_options o = {.dev_root = "/nonexistent",
+                             .strategy = ACCELD_STRATEGY_ENVVAR,
+                             .cdi_vendor = "nvidia.com",
+                             .cdi_class = "gpu"};
     struct pgpu *p = NULL;
     REQUIRE_EQ_INT(pgpu_new(g, N, NULL, NULL, &o, &p), 0);
     int wrong = 0;
@@ -422,14 +434,18 @@ TEST(find_many)
 
 TEST(rejects_bad_ids)
 {
-    struct pgpu_gpu_desc dup[] = {{"GPU-a", 0, 0, true}, {"GPU-a", 1, 0, true}};
-    struct pgpu_options o = {"/dev", ACCELD_STRATEGY_ENVVAR, "nvidia.com", "gpu"};
+    struct pgpu_gpu_desc dup[] = {{.uuid = "GPU-a", .minor = 0, .numa_node = 0, .healthy = true},
+                                  {.uuid = "GPU-a", .minor = 1, .numa_node = 0, .healthy = true}};
+    struct pgpu_options o = {.dev_root = "/dev",
+                             .strategy = ACCELD_STRATEGY_ENVVAR,
+                             .cdi_vendor = "nvidia.com",
+                             .cdi_class = "gpu"};
     struct pgpu *p = NULL;
     CHECK_EQ_INT(pgpu_new(dup, 2, NULL, NULL, &o, &p), -EINVAL);
     char longid[80];
     memset(longid, 'a', 70);
     longid[70] = '\0';
-    struct pgpu_gpu_desc lg[] = {{longid, 0, 0, true}};
+    struct pgpu_gpu_desc lg[] = {{.uuid = longid, .minor = 0, .numa_node = 0, .healthy = true}};
     CHECK_EQ_INT(pgpu_new(lg, 1, NULL, NULL, &o, &p), -EINVAL);
     CHECK(p == NULL);
 }

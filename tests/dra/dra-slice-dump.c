@@ -1,8 +1,13 @@
 /* dra-slice-dump.c — prints ResourceSlices rendered by src/dra/slice.c, one
  * JSON document per line, for tests/dra/test_k8s_schema.py to validate as
  * resource.k8s.io/v1: shared and whole GPUs, healthy, unhealthy and fatal,
- * with and without a NUMA node, and a pool with no device left. */
+ * with and without a NUMA node, and a pool with no device left; then the
+ * slices of a pool with MIG partitions (src/dra/partition.c: three H100s in
+ * MIG mode, one of them unhealthy, beside a whole GPU): devices consuming
+ * counters in slices of at most 64, and the counter sets in a slice of their
+ * own. */
 #include "dra.h"
+#include "h100-profiles.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +23,22 @@ static int dump(const char *slice, int64_t gen, const struct dra_gpu *g, size_t 
             *p = ' ';
     printf("%s\n", s);
     free(s);
+    return 0;
+}
+
+static int dump_pool(const struct dra_gpu *g, size_t n)
+{
+    struct dra_slice_out *out = NULL;
+    size_t k = 0;
+    if (dra_pool_render("gpu.accel.dev", "node-a", 3, g, n, &out, &k) < 0)
+        return 1;
+    for (size_t i = 0; i < k; i++) {
+        for (char *p = out[i].json; *p; p++)
+            if (*p == '\n')
+                *p = ' ';
+        printf("%s\n", out[i].json);
+    }
+    dra_pool_free(out, k);
     return 0;
 }
 
@@ -65,6 +86,19 @@ int main(void)
          .healthy = false,
          .fatal = true},
     };
+    struct dra_gpu mig[4];
+    for (size_t i = 0; i < 4; i++) {
+        mig[i] = gpus[0];
+        mig[i].shared = false;
+        if (i < 3) {
+            mig[i].mig_profiles = h100_profiles;
+            mig[i].n_mig_profiles = H100_N_PROFILES;
+        }
+    }
+    mig[1].name = "gpu-1";
+    mig[1].healthy = false;
+    mig[2].name = "gpu-2";
+    mig[3].name = "gpu-3";
     return dump("node-a-gpu.accel.dev", 1, gpus, 3) || dump("node-a-gpu.accel.dev", 2, gpus, 1) ||
-           dump("node-a-gpu.accel.dev", 7, NULL, 0);
+           dump("node-a-gpu.accel.dev", 7, NULL, 0) || dump_pool(mig, 4);
 }

@@ -372,7 +372,8 @@ TEST(mps_claim_spec_and_checkpoint)
                                     1,
                                     g,
                                     2,
-                                    {fake_start, NULL, fake_stop, &f}};
+                                    {fake_start, NULL, fake_stop, &f},
+                                    {NULL, NULL, NULL}};
     const char *uid = "0b5e6a1c-0000-4000-8000-000000000001";
     write_claim(claims, "mps", uid,
                 "{\"request\":\"gpu\",\"driver\":\"gpu.accel.dev\",\"pool\":\"node-a\","

@@ -330,6 +330,50 @@ POD_D, CID_D = "0b6c4a3e-4444-4c2a-9d5e-000000000004", "d" * 64
 POD_E, CID_E = "0b6c4a3e-5555-4c2a-9d5e-000000000005", "e" * 64
 
 
+@case("per MIG device: info, memory used and total, labelled with its GPU instance, compute "
+      "instance and profile; gone with the instances")
+def _():
+    # an idle GPU (the mode change needs one), the last there is
+    st = json.loads(subprocess.run([EMU, "--state", STATE, "status", "--json"],
+                                   capture_output=True, text=True, env=ENV, timeout=60,
+                                   check=True).stdout)
+    idle = [g["index"] for g in st["gpus"] if not g["processes"]]
+    check(idle, "an idle GPU for MIG")
+    g = str(idle[-1])
+    emu("set", g, "mig=on")
+    emu("mig", g, "create", "1g.10gb,3g.40gb")
+    out = subprocess.run([EMU, "--state", STATE, "mig", g, "list", "--json"],
+                         capture_output=True, text=True, env=ENV, timeout=60, check=True).stdout
+    want = {(ci["uuid"], str(gi["gpu_instance_id"]), str(ci["compute_instance_id"]),
+             gi["profile"], gi["memory_total_bytes"])
+            for gi in json.loads(out)["instances"] for ci in gi["compute_instances"]}
+
+    def got():
+        m = metrics()
+        if not m:
+            return None
+        have = set()
+        for line in m.splitlines():
+            if line.startswith("accel_mig_device_memory_total_bytes{"):
+                lab = dict(re.findall(r'([a-z_]+)="((?:[^"\\]|\\.)*)"', line))
+                if lab.get("gpu") == g and lab.get("uuid") == UUIDS[int(g)]:
+                    have.add((lab["mig_uuid"], lab["gpu_instance_id"],
+                              lab["compute_instance_id"], lab["mig_profile"],
+                              int(float(line.split()[-1]))))
+        return have == want and m
+    m = wait_for(got, f"the two MIG devices of GPU {g} with their labels and memory")
+    for u, gi, ci, prof, _ in want:
+        check(sample(m, "accel_mig_device_info", gpu=g, mig_uuid=u, gpu_instance_id=gi,
+                     compute_instance_id=ci, mig_profile=prof) == 1, f"info of {u}")
+        check(sample(m, "accel_mig_device_memory_used_bytes", gpu=g, mig_uuid=u) == 0,
+              f"{u}: nothing in use")
+    check(sample(m, "accel_mig_device_info", gpu=0) is None, "no MIG series for GPU 0")
+    emu("mig", g, "destroy")
+    emu("set", g, "mig=off")
+    wait_for(lambda: (m := metrics()) and sample(m, "accel_mig_device_info", gpu=g) is None and m,
+             f"the MIG series of GPU {g} gone with its instances")
+
+
 @case("two pods sharing GPU 0 each show their own memory, named through pod-resources")
 def _():
     if not os.path.exists(HOLD):

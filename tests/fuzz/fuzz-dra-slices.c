@@ -1,7 +1,11 @@
 /* fuzz-dra-slices.c — libFuzzer target for the ResourceSliceList reader
  * (src/dra/slicelist.c): any bytes in, a clean error or a plan out: every
  * stale name non-empty, ours described completely (and only when asked
- * for), its canonical spec a fixed point. */
+ * for), its canonical spec a fixed point, every item of the pool complete;
+ * and for the check of an API server's answer to a partitioned slice
+ * (src/dra/partition.c, dra_slice_kept_partitions): any answer, a verdict. */
+#define _GNU_SOURCE
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,7 +48,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(again);
             free(doc);
         }
+        for (size_t i = 0; i < l.n_items; i++)
+            if (!l.items[i].name || !l.items[i].name[0] || !l.items[i].rv || !l.items[i].spec ||
+                l.items[i].generation < 0)
+                abort();
         dra_slice_list_clear(&l);
     }
+    /* the answer to a write of a counter slice: kept only when it says the same */
+    static const char sent[] =
+        "{\"spec\":{\"sharedCounters\":[{\"name\":\"gpu-0-counters\",\"counters\":{"
+        "\"compute-slices\":{\"value\":\"7\"}}}]}}";
+    bool kept = dra_slice_kept_partitions(sent, (const char *)data, size);
+    if (kept && !memmem(data, size, "gpu-0-counters", 14))
+        abort();
     return 0;
 }

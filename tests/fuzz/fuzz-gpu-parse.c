@@ -2,15 +2,21 @@
  * fuzz-gpu-parse — libFuzzer target for src/gpu's parsers of outside data: PCI bus IDs as
  * NVML writes them (gpu_pci_bus_id_normalize), sysfs numa_node files (gpu_parse_numa_node)
  * and the process records a driver writes (gpu_nvml_running_processes' stride detection,
- * fed by a fake entry point that writes the input's bytes). Its corpus
+ * fed by a fake entry point that writes the input's bytes), and PCI sysfs text
+ * (pci-sysfs.h: id files, driver and iommu_group link targets, addresses, and the resource
+ * name made from a PCI ID name), and the MIG capability minors
+ * (/proc/driver/nvidia-caps/mig-minors, gpu_mig_minor). Its corpus
  * (tests/fuzz/corpus/gpu-parse/) is replayed in every build by tests/fuzz/replay.c.
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu-mig.h"
 #include "inventory.h"
 #include "nvml.h"
+#include "pci-sysfs.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -65,6 +71,42 @@ static void fuzz_process_records(const uint8_t *data, size_t size)
         abort();
 }
 
+static void fuzz_pci_sysfs(const uint8_t *data, size_t size)
+{
+    const char *t = (const char *)data;
+    unsigned v = 777;
+    if (gpu_pci_parse_hex(t, size, &v) == 0) {
+        if (v > 0xffffffu)
+            abort();
+    } else if (v != 777) {
+        abort(); /* failure leaves the output untouched */
+    }
+    size_t n = 0;
+    const char *name = gpu_pci_link_name(t, size, &n);
+    if (name && (n == 0 || name < t || name + n > t + size || memchr(name, '/', n)))
+        abort();
+    int g = -5;
+    if (gpu_pci_parse_group(t, size, &g) == 0 ? g < 0 : g != -5)
+        abort();
+    char *s = malloc(size + 1), out[64];
+    if (!s)
+        return;
+    memcpy(s, data, size);
+    s[size] = '\0';
+    if (gpu_pci_valid_bdf(s)) {
+        char norm[32];
+        /* a sysfs address is its own normal form */
+        if (gpu_pci_bus_id_normalize(s, norm, sizeof(norm)) != 0 || strcmp(norm, s) != 0)
+            abort();
+    }
+    if (gpu_pci_resource_name(s, out, sizeof(out)) == 0) {
+        for (const char *p = out; *p; p++)
+            if (!((*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
+                abort();
+    }
+    free(s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char out[32], *s;
@@ -95,5 +137,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     fuzz_process_records(data, size);
+    fuzz_pci_sysfs(data, size);
+    for (int ci = -1; ci < 2; ci++) {
+        int m = -7;
+        int r = gpu_mig_minor((const char *)data, size, 0, 1, ci, &m);
+        if (r == 0 ? m < 0 : (m != -7 || (r != -ENOENT && r != -EINVAL)))
+            abort();
+    }
     return 0;
 }

@@ -10,6 +10,11 @@
 # (docs/emulator.md, "MIG") differs from the driver: record it in docs/gpu-validation.md and fix
 # src/emu/mig-profiles.c or src/emu/state-mig.c.
 #
+# Then, with acceld built (ACCELD, default build/src/acceld/acceld) and a GPU in MIG mode, it
+# runs acceld --mig-strategy mixed --no-register for a moment (a temporary plugin and state
+# dir: read-only) and checks that each profile's resource (nvidia.com/mig-<profile>) has as
+# many MIG devices as `nvidia-smi -L` lists (docs/mig.md).
+#
 #   tests/gpu/mig.sh
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,3 +28,26 @@ if command -v nvidia-smi >/dev/null; then
         --format=csv,noheader 2>/dev/null | sed 's/^/record: /'
 fi
 "$out/mig-semantics"
+rc=$?
+acceld=${ACCELD:-$root/build/src/acceld/acceld}
+if [ -x "$acceld" ] && command -v nvidia-smi >/dev/null &&
+   nvidia-smi -L 2>/dev/null | grep -q "^  MIG "; then
+    mkdir "$out/dp"
+    timeout -s TERM 5 "$acceld" --mig-strategy mixed --no-register --device-plugin-dir \
+        "$out/dp" --state-dir "$out/state" >"$out/log" 2>&1
+    sed 's/^/record: acceld: /' "$out/log"
+    for p in $(nvidia-smi -L | sed -n 's/^  MIG \([^ ]*\) .*/\1/p' | sort -u); do
+        case $p in *c.*) continue ;; esac # a compute instance smaller than its GPU instance
+        want=$(nvidia-smi -L | grep -c "^  MIG $p ")
+        res="nvidia.com/mig-$(echo "$p" | tr + .)"
+        if grep -q "MIG (migStrategy mixed): $want MIG device(s) as $res\$" "$out/log"; then
+            echo "PASS acceld serves $want $p MIG device(s) as $res"
+        else
+            echo "FAIL acceld does not serve the $want $p MIG device(s) as $res"
+            rc=1
+        fi
+    done
+else
+    echo "record: acceld not run (no acceld at $acceld, or no MIG device here)"
+fi
+exit $rc

@@ -9,10 +9,14 @@
 #   tests/gpu/vfio.sh
 # SYSFS_ROOT and DEV_ROOT (default /sys, /dev) point it at another tree: the emulator's
 # (<state>.d/sysfs, <state>.d/dev; meson test emu-vfio-script runs it there).
+# With acceld built (ACCELD, default build/src/acceld/acceld), it then runs acceld --mode vfio
+# --no-register over the same trees for a moment (a temporary plugin and state dir: it binds
+# nothing, registers nothing) and checks that it serves exactly the bound GPUs alone in their
+# group and refuses the others with a message.
 set -uo pipefail
 sys=${SYSFS_ROOT:-/sys}
 dev=${DEV_ROOT:-/dev}
-failed=0 bound=0
+failed=0 bound=0 alone=0 shared=""
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; failed=1; }
 link() { [ -L "$1" ] && basename "$(readlink "$1")" || echo "-"; }
@@ -59,6 +63,7 @@ for d in "$sys"/bus/pci/devices/*; do
         || fail "$bdf: group $group has no devices/ entries"
     echo "record: $bdf: group $group holds $others other non-bridge device(s)" \
          "(acceld refuses such a group)"
+    if [ $others = 0 ]; then alone=$((alone + 1)); else shared="$shared $bdf"; fi
     # the sysfs ABI: the driver's directory lists the device, and the group link resolves
     [ -e "$sys/bus/pci/drivers/vfio-pci/$bdf" ] && pass "$bdf listed under drivers/vfio-pci" \
         || fail "$bdf not under $sys/bus/pci/drivers/vfio-pci"
@@ -66,5 +71,25 @@ done
 if [ $bound = 0 ]; then
     echo "SKIP no NVIDIA device is bound to vfio-pci here (read-only: nothing was bound)"
     exit 77
+fi
+acceld=${ACCELD:-$(cd "$(dirname "$0")/../.." && pwd)/build/src/acceld/acceld}
+if [ -x "$acceld" ]; then
+    tmp=$(mktemp -d)
+    mkdir "$tmp/dp"
+    timeout -s TERM 3 "$acceld" --mode vfio --no-register --device-plugin-dir "$tmp/dp" \
+        --sysfs-root "$sys" --dev-root "$dev" --state-dir "$tmp/state" >"$tmp/log" 2>&1
+    sed 's/^/record: acceld: /' "$tmp/log"
+    served=$(sed -n 's/.*VFIO mode: \([0-9]*\) GPU(s) as .*/\1/p' "$tmp/log" |
+             awk '{n += $1} END {print n + 0}')
+    [ "$served" = "$alone" ] && pass "acceld serves the $alone GPU(s) alone in their group" \
+        || fail "acceld serves $served GPU(s), $alone are bound and alone in their group"
+    for b in $shared; do
+        grep -q "GPU $b is not served: its IOMMU group" "$tmp/log" \
+            && pass "acceld refuses $b (its group holds another device), saying so" \
+            || fail "acceld does not say why $b is refused"
+    done
+    rm -rf "$tmp"
+else
+    echo "record: no acceld at $acceld: its VFIO mode not run"
 fi
 exit $failed

@@ -165,6 +165,14 @@ def check_rendering(label, objs, values):
                 mine.add(PUBLISHES[d.get("sharing", "exclusive")])
                 for e in filter(None, str(d.get("gpuSharing", "")).split(",")):
                     mine.add(PUBLISHES[e.split("=")[1]])
+                if d.get("mig"):
+                    mine.add("mig")  # its GPUs in MIG mode are MIG partitions (docs/mig.md)
+            bind = str(cfg.get("vfio", {}).get("bind", ""))
+            sys_ro = next((m.get("readOnly", False) for m in main.get("volumeMounts", [])
+                           if m["mountPath"] == "/sys"), None)
+            if sys_ro is not None and sys_ro != (bind == ""):
+                problems.append("%s: /sys mounted %s with vfio.bind %r" %
+                                (name, "read-only" if sys_ro else "writable", bind))
             published |= mine
             mps = "mps" in cfg.get("sharing", {}) or "mps" in mine
             limit = main.get("resources", {}).get("limits", {}).get("memory")
@@ -290,7 +298,7 @@ report([c["securityContext"]["runAsUser"] for c in ex["containers"]] == [0],
 for why, args, want in (
         ("two agents on one nodeSelector", ["--set", "agents.vgpu.config.mode=vgpu"],
          "same nodeSelector"),
-        ("a bad mode", ["--set", "agents.gpu.config.mode=fast"], "is not pgpu, vgpu or dra"),
+        ("a bad mode", ["--set", "agents.gpu.config.mode=fast"], "is not pgpu, vgpu, dra or vfio"),
         ("a bad exporter.podResources", ["--set", "exporter.podResources=maybe"],
          "is not acl, root or none")):
     r = template([], args)

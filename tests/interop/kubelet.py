@@ -268,7 +268,7 @@ class Node:
 
     can_inject = True
 
-    def __init__(self, build, tmp, gpus=8, numa="0,0,0,0,1,1,1,1", nvlink="pairs"):
+    def __init__(self, build, tmp, gpus=8, numa="0,0,0,0,1,1,1,1", nvlink="pairs", init_args=()):
         self.build = build
         self.numa = [int(n) for n in numa.split(",")] if numa else None
         self.emu = os.path.join(build, "src/emu/accel-emu")
@@ -278,6 +278,7 @@ class Node:
         args = [self.emu, "init", "--gpus", str(gpus), "--nvlink", nvlink]
         if numa:
             args += ["--numa", numa]
+        args += list(init_args)
         subprocess.run(args, env=self.env, check=True, stdout=subprocess.DEVNULL)
         self.sysfs = self.state + ".d/sysfs"
         self.dev = self.state + ".d/dev"
@@ -359,6 +360,37 @@ class Acceld:
                 self.proc.wait()
         self.log.close()
         return self.proc.returncode
+
+
+def stop_agent(tap, kubelet, agent, tail=5000):
+    """Stops acceld and the fake kubelet; acceld's log's end in the TAP output when a case
+    failed."""
+    if agent.alive():
+        agent.stop()
+    kubelet.stop()
+    if tap.failed:
+        tap.diag("acceld log:\n" + agent.log_text()[-tail:])
+
+
+def run_acceld_once(build, node, d, extra, env=None, config=None, timeout=15):
+    """acceld --no-register with a plugin and state dir under d, until it serves a socket or
+    exits, then SIGTERM: (exit status, socket names, its output)."""
+    pdir = os.path.join(d, "dp-once")
+    os.makedirs(pdir, exist_ok=True)
+    args = [os.path.join(build, "src/acceld/acceld"), "--no-register", "--device-plugin-dir",
+            pdir, "--sysfs-root", node.sysfs, "--dev-root", node.dev, "--state-dir",
+            os.path.join(d, "state-once"), *extra]
+    if config:
+        args[1:1] = ["--config", config]
+    p = subprocess.Popen(args, env=env or node.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    wait_until(lambda: any(f.endswith(".sock") for f in os.listdir(pdir)) or
+               p.poll() is not None, timeout)
+    socks = sorted(f for f in os.listdir(pdir) if f.endswith(".sock"))
+    if p.poll() is None:
+        p.send_signal(15)
+    out, _ = p.communicate(timeout=timeout)
+    return p.returncode, socks, out
 
 
 def require_tools(build):

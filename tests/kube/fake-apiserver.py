@@ -41,7 +41,13 @@ DRA: POST /_fake/claim (a ResourceClaim as `kubectl get -o json` prints it; repl
 same namespace/name; {"op":"delete","namespace":..,"name":..} removes), /_fake/deviceclass,
 /_fake/slice (a ResourceSlice stored as-is: a stale or foreign one), /_fake/conflicts {"n":K}
 (the next K slice writes answer 409 after a concurrent change bumps the resourceVersion),
-/_fake/down {"on":bool} (resource.k8s.io answers 503); GET /_fake/slices.
+/_fake/down {"on":bool} (resource.k8s.io answers 503); GET /_fake/slices;
+/_fake/partitionable {"mode": "on"|"dropped"|"unknown"}: partitionable devices (KEP-4815:
+sharedCounters, consumesCounters) kept (the default, with v1's checks: devices or
+sharedCounters in one slice, at most 64 devices once one has taints or consumes counters, at
+most 8 counter sets), dropped on write as an API server with the DRAPartitionableDevices gate
+off does, or unknown to the schema (a write with fieldValidation=Strict answers 400
+"unknown field", as an API server before the fields does).
 """
 import argparse
 import json
@@ -76,6 +82,7 @@ STATE = {
     "classes": {},       # name -> DeviceClass
     "conflicts": 0,      # slice writes still to answer 409
     "down": False,       # resource.k8s.io answers 503
+    "partitionable": "on",  # on | dropped | unknown (see the docstring)
 }
 RES = "/apis/resource.k8s.io/v1/"
 ARGS = None
@@ -155,6 +162,36 @@ def merge(dst, patch):
             merge(dst[k], v)
         else:
             dst[k] = v
+
+
+def partitions(obj, q):
+    """What the server does with a slice's partitionable-device fields (STATE["partitionable"]):
+    None (kept, or dropped in place), or the (status, Status) answer of a refusal."""
+    spec = obj["spec"]
+    devs = spec.get("devices") or []
+    has = "sharedCounters" in spec or any("consumesCounters" in d for d in devs)
+    mode = STATE["partitionable"]
+    if has and mode == "unknown" and "Strict" in q.get("fieldValidation", ""):
+        field = "spec.sharedCounters" if "sharedCounters" in spec else \
+            "spec.devices[0].consumesCounters"
+        return 400, status(400, "BadRequest",
+                           'ResourceSlice in version "v1" cannot be handled as a ResourceSlice: '
+                           'strict decoding error: unknown field "%s"' % field)
+    if has and mode != "on":
+        spec.pop("sharedCounters", None)
+        for d in devs:
+            d.pop("consumesCounters", None)
+        return None
+    if devs and spec.get("sharedCounters"):
+        return 422, status(422, "Invalid", "spec: only one of devices and sharedCounters may "
+                           "be set")
+    strict = any("consumesCounters" in d or d.get("taints") for d in devs)
+    if len(devs) > (64 if strict else 128):
+        return 422, status(422, "Invalid", "spec.devices: Too many: %d: must have at most %d "
+                           "items" % (len(devs), 64 if strict else 128))
+    if len(spec.get("sharedCounters") or []) > 8:
+        return 422, status(422, "Invalid", "spec.sharedCounters: Too many")
+    return None
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -350,6 +387,9 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(422, status(422, "Invalid", "not a resource.k8s.io/v1 "
                                                   "ResourceSlice"))
             meta = obj.setdefault("metadata", {})
+            bad = partitions(obj, q)
+            if bad:
+                return self.send_json(*bad)
             if STATE["conflicts"] > 0 and name:
                 # a concurrent writer got there first
                 STATE["conflicts"] -= 1
@@ -591,6 +631,8 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["conflicts"] = int(d.get("n", 0))
             elif what == "down":
                 STATE["down"] = bool(d.get("on"))
+            elif what == "partitionable":
+                STATE["partitionable"] = d.get("mode", "on")
             elif what == "reject":
                 STATE["reject"] = bool(d.get("on"))
             elif what == "log":

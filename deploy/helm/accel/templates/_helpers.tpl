@@ -29,8 +29,8 @@ YAML (fromYaml it). */}}
 {{- $c := $a.config -}}
 {{- $mode := default "pgpu" $c.mode -}}
 {{- $gpuModes := toString (default "" $c.gpuModes) -}}
-{{- if not (has $mode (list "pgpu" "vgpu" "dra")) -}}
-{{- fail (printf "agents.%s.config.mode: %q is not pgpu, vgpu or dra" .name $mode) -}}
+{{- if not (has $mode (list "pgpu" "vgpu" "dra" "vfio")) -}}
+{{- fail (printf "agents.%s.config.mode: %q is not pgpu, vgpu, dra or vfio" .name $mode) -}}
 {{- end -}}
 {{- $vgpu := or (eq $mode "vgpu") (regexMatch "=vgpu(,|$)" $gpuModes) -}}
 {{- $dra := or (eq $mode "dra") (regexMatch "=dra(,|$)" $gpuModes) -}}
@@ -46,11 +46,15 @@ YAML (fromYaml it). */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if and $dra $draCfg.mig -}}
+{{- /* dra.mig: its GPUs in MIG mode are published as MIG partitions (docs/mig.md) */ -}}
+{{- $published = append $published "mig" -}}
+{{- end -}}
 {{- $published = uniq $published -}}
 {{- $sharing := default dict $c.sharing -}}
 {{- $mps := or (hasKey $sharing "mps") (has "mps" $published) -}}
 {{- $_ := set $a "name" .name -}}
-{{- $_ := set $a "modes" (dict "vgpu" $vgpu "dra" $dra "mps" $mps "draShared" (has "vgpu" $published) "devicePlugin" (or (ne $mode "dra") (regexMatch "=(pgpu|vgpu)(,|$)" $gpuModes))) -}}
+{{- $_ := set $a "modes" (dict "vgpu" $vgpu "dra" $dra "mps" $mps "draShared" (has "vgpu" $published) "devicePlugin" (or (ne $mode "dra") (regexMatch "=(pgpu|vgpu|vfio)(,|$)" $gpuModes))) -}}
 {{- $_ := set $a "published" $published -}}
 {{- toYaml $a -}}
 {{- end -}}
