@@ -660,8 +660,9 @@ struct foreign_pid {
     uint64_t start;
 };
 
-/* The innermost NSpid of /proc/<dir>/status, 0 when unreadable. */
-static int32_t innermost_nspid(const char *dir)
+/* The innermost NSpid of /proc/<dir>/status, 0 when unreadable; *ret_nested (optional): it
+ * has more than one field, i.e. the process is in a pid namespace below this /proc's. */
+static int32_t innermost_nspid_nested(const char *dir, bool *ret_nested)
 {
     char path[64], buf[4096];
     snprintf(path, sizeof(path), "/proc/%s/status", dir);
@@ -681,20 +682,31 @@ static int32_t innermost_nspid(const char *dir)
     if (end)
         *end = 0;
     char *last = strrchr(l, '\t');
+    if (ret_nested)
+        *ret_nested = last && last != strchr(l, '\t');
     long v = strtol(last ? last + 1 : l, NULL, 10);
     return v > 0 && v <= INT32_MAX ? (int32_t)v : 0;
 }
 
-/* Fills each want[].outer (and .start) in one pass over /proc; entries not found stay 0. */
-static void foreign_lookup(struct foreign_pid *want, size_t n)
+static int32_t innermost_nspid(const char *dir)
+{
+    return innermost_nspid_nested(dir, NULL);
+}
+
+/* Fills each want[].outer (and .start) in one pass over /proc; entries not found stay 0.
+ * Returns whether every process could be looked at: another user's /proc/<pid>/ns/pid needs
+ * ptrace access (a non-root reader such as the exporter sees only its own), and a process
+ * not looked at may be one of those wanted. */
+static bool foreign_lookup(struct foreign_pid *want, size_t n)
 {
     for (size_t k = 0; k < n; k++)
         want[k].outer = 0, want[k].start = 0;
     if (!n)
-        return;
+        return true;
     DIR *d = opendir("/proc");
     if (!d)
-        return;
+        return false;
+    bool complete = true;
     struct dirent *e;
     char path[64], link[64];
     while ((e = readdir(d))) {
@@ -702,8 +714,14 @@ static void foreign_lookup(struct foreign_pid *want, size_t n)
             continue;
         snprintf(path, sizeof(path), "/proc/%s/ns/pid", e->d_name);
         ssize_t l = readlink(path, link, sizeof(link) - 1);
-        if (l <= 0)
+        if (l <= 0) {
+            /* gone meanwhile; or not ours to see, which matters only for a process in a
+             * nested pid namespace (its status, readable by all, says so) */
+            bool nested = false;
+            if (errno != ENOENT && innermost_nspid_nested(e->d_name, &nested) && nested)
+                complete = false;
             continue;
+        }
         link[l] = 0;
         const char *b = strchr(link, '[');
         uint64_t ns = b ? strtoull(b + 1, NULL, 10) : 0;
@@ -720,6 +738,7 @@ static void foreign_lookup(struct foreign_pid *want, size_t n)
             }
     }
     closedir(d);
+    return complete;
 }
 
 /* Whether pid namespace ns is another than this process's (and both are known). */
@@ -749,8 +768,9 @@ static void pids_as_seen_here(int32_t *pids, const uint64_t *nss, size_t n)
 }
 
 /* From the initial pid namespace (every process visible), at most once a second: frees the
- * slots of other namespaces' processes that are gone (not found, or a reused pid). Others
- * cannot judge them: their own namespace's next reader does. */
+ * slots of other namespaces' processes that are gone (not found, or a reused pid), when every
+ * process's namespace could be read. Others cannot judge them: their own namespace's next
+ * reader does. */
 #define FOREIGN_RECLAIM_NS 1000000000ull
 static void reap_slot_locked(struct emu_shared *sh, unsigned i, uint64_t now);
 static int reclaim_foreign_locked(struct emu_shared *sh, uint64_t now, bool force)
@@ -770,9 +790,9 @@ static int reclaim_foreign_locked(struct emu_shared *sh, uint64_t now, bool forc
             slot[nw++] = i;
         }
     }
-    if (!nw)
+    /* only a reader that could look at every process (root, in practice) may call one gone */
+    if (!nw || !foreign_lookup(want, nw))
         return 0;
-    foreign_lookup(want, nw);
     int reaped = 0;
     for (size_t k = 0; k < nw; k++) {
         const struct emu_proc *p = &sh->procs[slot[k]];
