@@ -656,20 +656,26 @@ static uint64_t self_pidns(void)
 struct foreign_pid {
     uint64_t ns;
     int32_t inner; /* as its own namespace sees it */
+    uint64_t born; /* its start time as it recorded it (0: unknown) */
     int32_t outer; /* as this process sees it; 0 = not found */
-    uint64_t start;
 };
 
-/* The innermost NSpid of /proc/<dir>/status, 0 when unreadable; *ret_nested (optional): it
- * has more than one field, i.e. the process is in a pid namespace below this /proc's. */
-static int32_t innermost_nspid_nested(const char *dir, bool *ret_nested)
+/* The innermost NSpid of /proc/<dir>/status (Linux 4.1+; readable by every user), 0 when the
+ * file cannot be read (*ret_err: its errno) or has none; *ret_nested: the line has more than
+ * one field, i.e. the process is in a pid namespace below this /proc's. */
+static int32_t innermost_nspid(const char *dir, bool *ret_nested, int *ret_err)
 {
     char path[64], buf[4096];
+    *ret_nested = false;
+    *ret_err = 0;
     snprintf(path, sizeof(path), "/proc/%s/status", dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (fd < 0) {
+        *ret_err = errno;
         return 0;
+    }
     ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    *ret_err = n < 0 ? errno : 0;
     close(fd);
     if (n <= 0)
         return 0;
@@ -682,25 +688,36 @@ static int32_t innermost_nspid_nested(const char *dir, bool *ret_nested)
     if (end)
         *end = 0;
     char *last = strrchr(l, '\t');
-    if (ret_nested)
-        *ret_nested = last && last != strchr(l, '\t');
+    *ret_nested = last && last != strchr(l, '\t');
     long v = strtol(last ? last + 1 : l, NULL, 10);
     return v > 0 && v <= INT32_MAX ? (int32_t)v : 0;
 }
 
-static int32_t innermost_nspid(const char *dir)
+/* The inode of /proc/<dir>/ns/pid, 0 when it cannot be read (another user's needs ptrace
+ * access). */
+static uint64_t pidns_of(const char *dir)
 {
-    return innermost_nspid_nested(dir, NULL);
+    char path[64], link[64];
+    snprintf(path, sizeof(path), "/proc/%s/ns/pid", dir);
+    ssize_t l = readlink(path, link, sizeof(link) - 1);
+    if (l <= 0)
+        return 0;
+    link[l] = 0;
+    const char *b = strchr(link, '[');
+    return b ? strtoull(b + 1, NULL, 10) : 0;
 }
 
-/* Fills each want[].outer (and .start) in one pass over /proc; entries not found stay 0.
- * Returns whether every process could be looked at: another user's /proc/<pid>/ns/pid needs
- * ptrace access (a non-root reader such as the exporter sees only its own), and a process
- * not looked at may be one of those wanted. */
+/* Fills each want[].outer in one pass over /proc: the process of a pid namespace below this
+ * /proc's whose innermost pid is want.inner and whose start time (/proc/<pid>/stat, the same
+ * in every namespace) is want.born — both readable by every user, so an unprivileged reader
+ * (the exporter) finds it too; a want without a start time is matched by its namespace's
+ * inode instead. Entries not found stay 0. Returns whether every process could be looked at
+ * (a status hidden from this reader, or a namespace link needed and unreadable, may hide a
+ * wanted one). */
 static bool foreign_lookup(struct foreign_pid *want, size_t n)
 {
     for (size_t k = 0; k < n; k++)
-        want[k].outer = 0, want[k].start = 0;
+        want[k].outer = 0;
     if (!n)
         return true;
     DIR *d = opendir("/proc");
@@ -708,34 +725,40 @@ static bool foreign_lookup(struct foreign_pid *want, size_t n)
         return false;
     bool complete = true;
     struct dirent *e;
-    char path[64], link[64];
     while ((e = readdir(d))) {
         if (e->d_name[0] < '1' || e->d_name[0] > '9' || strlen(e->d_name) > 10)
             continue;
-        snprintf(path, sizeof(path), "/proc/%s/ns/pid", e->d_name);
-        ssize_t l = readlink(path, link, sizeof(link) - 1);
-        if (l <= 0) {
-            /* gone meanwhile; or not ours to see, which matters only for a process in a
-             * nested pid namespace (its status, readable by all, says so) */
-            bool nested = false;
-            if (errno != ENOENT && innermost_nspid_nested(e->d_name, &nested) && nested)
-                complete = false;
+        bool nested;
+        int err;
+        int32_t inner = innermost_nspid(e->d_name, &nested, &err);
+        if (!inner) {
+            complete = complete && (err == 0 || err == ENOENT || err == ESRCH); /* gone */
             continue;
         }
-        link[l] = 0;
-        const char *b = strchr(link, '[');
-        uint64_t ns = b ? strtoull(b + 1, NULL, 10) : 0;
-        bool wanted = false;
-        for (size_t k = 0; k < n && !wanted; k++)
-            wanted = want[k].ns == ns && !want[k].outer;
-        if (!wanted)
-            continue;
-        int32_t inner = innermost_nspid(e->d_name);
-        for (size_t k = 0; k < n; k++)
-            if (want[k].ns == ns && want[k].inner == inner && !want[k].outer) {
-                want[k].outer = (int32_t)strtol(e->d_name, NULL, 10);
-                proc_start_time(want[k].outer, &want[k].start);
+        if (!nested)
+            continue; /* a process of this /proc's own namespace */
+        pid_t pid = (pid_t)strtol(e->d_name, NULL, 10);
+        uint64_t born = 0, ns = 0;
+        bool have_born = false, have_ns = false;
+        for (size_t k = 0; k < n; k++) {
+            if (want[k].outer || want[k].inner != inner)
+                continue;
+            bool match;
+            if (want[k].born) {
+                if (!have_born)
+                    have_born = proc_start_time(pid, &born) == 0;
+                match = have_born && born == want[k].born;
+            } else {
+                if (!have_ns) {
+                    ns = pidns_of(e->d_name);
+                    have_ns = true;
+                    complete = complete && ns; /* it may be the one: not ours to tell */
+                }
+                match = ns && ns == want[k].ns;
             }
+            if (match)
+                want[k].outer = pid;
+        }
     }
     closedir(d);
     return complete;
@@ -748,14 +771,15 @@ static bool foreign_ns(uint64_t ns)
     return ns && self && ns != self;
 }
 
-/* Rewrites pids[i] (recorded in namespace nss[i]) as this process sees them, where it can. */
-static void pids_as_seen_here(int32_t *pids, const uint64_t *nss, size_t n)
+/* Rewrites pids[i] (recorded in namespace nss[i], started at borns[i]) as this process sees
+ * them, where it can. */
+static void pids_as_seen_here(int32_t *pids, const uint64_t *nss, const uint64_t *borns, size_t n)
 {
     struct foreign_pid want[EMU_MAX_PROCS];
     size_t nw = 0;
     for (size_t i = 0; i < n && nw < EMU_MAX_PROCS; i++)
         if (foreign_ns(nss[i]))
-            want[nw++] = (struct foreign_pid){.ns = nss[i], .inner = pids[i]};
+            want[nw++] = (struct foreign_pid){.ns = nss[i], .inner = pids[i], .born = borns[i]};
     if (!nw)
         return;
     foreign_lookup(want, nw);
@@ -786,19 +810,17 @@ static int reclaim_foreign_locked(struct emu_shared *sh, uint64_t now, bool forc
     for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
         const struct emu_proc *p = &sh->procs[i];
         if (p->pid && foreign_ns(p->pidns)) {
-            want[nw] = (struct foreign_pid){.ns = p->pidns, .inner = p->pid};
+            want[nw] = (struct foreign_pid){.ns = p->pidns, .inner = p->pid, .born = p->start_time};
             slot[nw++] = i;
         }
     }
-    /* only a reader that could look at every process (root, in practice) may call one gone */
+    /* only a reader that could look at every process may call one gone; the start time in the
+     * match makes a reused pid another process */
     if (!nw || !foreign_lookup(want, nw))
         return 0;
     int reaped = 0;
     for (size_t k = 0; k < nw; k++) {
-        const struct emu_proc *p = &sh->procs[slot[k]];
-        bool gone =
-            !want[k].outer || (want[k].start && p->start_time && want[k].start != p->start_time);
-        if (gone) {
+        if (!want[k].outer) {
             reap_slot_locked(sh, slot[k], now);
             reaped++;
         }
@@ -852,7 +874,15 @@ static uint64_t self_start_time(void)
     pid_t pid = my_pid();
     if (__atomic_load_n(&self_pid, __ATOMIC_ACQUIRE) != pid) {
         uint64_t st = 0; /* 0 = unknown, which every check accepts */
-        proc_start_time(pid, &st);
+        /* /proc/self, not /proc/<pid>: a /proc of another pid namespace than ours (unshare
+         * without a new /proc) has some other process at our pid */
+        char buf[1024];
+        int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf)) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (n > 0)
+            proc_parse_start_time(buf, (size_t)n, &st);
         __atomic_store_n(&self_start, st, __ATOMIC_RELAXED);
         __atomic_store_n(&self_pid, pid, __ATOMIC_RELEASE);
     }
@@ -1088,7 +1118,7 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
         return -EINVAL;
     size_t n = 0;
     int32_t pids[EMU_MAX_PROCS];
-    uint64_t nss[EMU_MAX_PROCS];
+    uint64_t nss[EMU_MAX_PROCS], borns[EMU_MAX_PROCS];
     emu_state_lock(st);
     reclaim_lazily_locked(sh);
     for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
@@ -1100,12 +1130,13 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
                 .pid = p->pid, .bytes = p->mem[gpu], .mig_serial = p->mig_serial[gpu]};
         pids[n] = p->pid;
         nss[n] = p->pidns;
+        borns[n] = p->start_time;
         n++;
     }
     emu_state_unlock(st);
     /* as NVML reports them: the pids this process sees (the /proc scan outside the lock) */
     size_t m = n < max ? n : max;
-    pids_as_seen_here(pids, nss, m);
+    pids_as_seen_here(pids, nss, borns, m);
     for (size_t i = 0; i < m; i++)
         out[i].pid = pids[i];
     if (ret_n)
@@ -1889,7 +1920,7 @@ int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint
         return -EINVAL;
     /* distinct pids are few; collect into a small local table first */
     struct emu_proc_util acc[EMU_MAX_PROCS];
-    uint64_t nss[EMU_MAX_PROCS] = {0};
+    uint64_t nss[EMU_MAX_PROCS] = {0}, borns[EMU_MAX_PROCS] = {0};
     size_t na = 0, dropped = 0;
     emu_state_lock(st);
     const struct emu_gpu *g = &sh->gpus[gpu];
@@ -1912,7 +1943,9 @@ int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint
             /* the namespace of the slot that queued it, while that slot is still its own */
             const struct emu_proc *owner =
                 iv->slot && iv->slot <= EMU_MAX_PROCS ? &sh->procs[iv->slot - 1] : NULL;
-            nss[na] = owner && owner->pid == iv->pid ? owner->pidns : 0;
+            bool own = owner && owner->pid == iv->pid;
+            nss[na] = own ? owner->pidns : 0;
+            borns[na] = own ? owner->start_time : 0;
             acc[na++] = (struct emu_proc_util){.pid = iv->pid};
         }
         acc[j].busy_ns += o;
@@ -1924,7 +1957,7 @@ int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint
     int32_t pids[EMU_MAX_PROCS];
     for (size_t j = 0; j < na; j++)
         pids[j] = acc[j].pid;
-    pids_as_seen_here(pids, nss, na);
+    pids_as_seen_here(pids, nss, borns, na);
     for (size_t j = 0; j < na && j < max; j++) {
         out[j] = acc[j];
         out[j].pid = pids[j];

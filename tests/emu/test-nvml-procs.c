@@ -234,6 +234,20 @@ TEST(a_process_in_another_pid_namespace_is_reported_by_our_pid)
     REQUIRE_EQ_INT(n, 1);
     CHECK_EQ_INT((int)infos[0].pid, (int)host); /* not 1, its pid in its own namespace */
     CHECK_EQ_U64(infos[0].usedGpuMemory, 64 * MiB + CTX_OVERHEAD);
+    /* a reader without privileges (the exporter: hostPID, uid 65532) too: it cannot read
+     * the process's namespace link, but its innermost pid and start time are readable by all */
+    pid_t r = fork();
+    if (r == 0) {
+        unsigned m = 8;
+        nvmlProcessInfo_t seen[8];
+        _exit(setgid(65534) == 0 && setuid(65534) == 0 &&
+                      nvmlDeviceGetComputeRunningProcesses_v3(dev(0), &m, seen) == NVML_SUCCESS &&
+                      m == 1 && (pid_t)seen[0].pid == host
+                  ? 0
+                  : 1);
+    }
+    int rst = -1;
+    CHECK(r > 0 && waitpid(r, &rst, 0) == r && WIFEXITED(rst) && WEXITSTATUS(rst) == 0);
     /* killed (its namespace goes with it): nobody there is left to tell, this reader can */
     kill(host, SIGKILL);
     close(in[1]);
