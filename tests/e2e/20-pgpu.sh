@@ -24,20 +24,19 @@ scenario_namespace e2e-pgpu || {
 # What a pod sees: its device nodes (name, major:minor in hex)
 see='for d in /dev/nvidia[0-9]*; do echo "node $(basename $d) $(stat -c %t:%T $d)"; done
 echo seen'
-gpu_pod one '{limits: {nvidia.com/gpu: 1}}' "$see
+# holding N POD: a pod holding N GPUs that prints its device nodes and sleeps; the scenario
+# stops when it does not run
+holding() {
+    gpu_pod "$2" "{limits: {nvidia.com/gpu: $1}}" "$see
 sleep 3600" >/dev/null
-ok "a 1-GPU pod runs" wait_until 90 pod_phase_is "$E2E_NS" one Running || {
-    why_pod "$E2E_NS" one | sed 's/^/# /'
-    exit 1
+    ok "a $1-GPU pod runs" wait_until 90 pod_phase_is "$E2E_NS" "$2" Running || {
+        why_pod "$E2E_NS" "$2" | sed 's/^/# /'
+        exit 1
+    }
+    log_has 30 "$2" '^seen' >/dev/null
 }
-log_has 30 one '^seen' >/dev/null
-gpu_pod two '{limits: {nvidia.com/gpu: 2}}' "$see
-sleep 3600" >/dev/null
-ok "a 2-GPU pod runs" wait_until 90 pod_phase_is "$E2E_NS" two Running || {
-    why_pod "$E2E_NS" two | sed 's/^/# /'
-    exit 1
-}
-log_has 30 two '^seen' >/dev/null
+holding 1 one
+holding 2 two
 
 # minors POD: the GPU minors of POD's device nodes, one per line
 minors() { pod_logs "$1" | sed -n 's/^node nvidia\([0-9]*\) c3:.*/\1/p'; }

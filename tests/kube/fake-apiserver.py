@@ -316,19 +316,15 @@ class Handler(BaseHTTPRequestHandler):
 
         def matches(x):
             return all(x["spec"].get(k[5:]) == v for k, v in sel.items())
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        with LOCK:
-            STATE["watchers"] += 1
-            if q.get("resourceVersion"):
-                since = int(q["resourceVersion"])
-                initial = []
-            else:
-                since = STATE["rv"]
-                initial = [x for x in STATE["slices"].values() if matches(x)]
-        try:
+
+        def events():
+            with LOCK:
+                if q.get("resourceVersion"):
+                    since = int(q["resourceVersion"])
+                    initial = []
+                else:
+                    since = STATE["rv"]
+                    initial = [x for x in STATE["slices"].values() if matches(x)]
             for x in initial:
                 self.chunk({"type": "ADDED", "object": x})
             while True:
@@ -337,14 +333,28 @@ class Handler(BaseHTTPRequestHandler):
                     if not evs:
                         LOCK.wait(0.1)
                         if self.peer_gone():
-                            break
+                            return
                         continue
                 for rv, t, x in evs:
                     since = rv
                     if matches(x):
                         self.chunk({"type": t, "object": x})
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
+        self.stream(events)
+
+    def stream(self, events):
+        """A chunked 200 answer: events() writes them (self.chunk) until the client goes or
+        it returns; then the last chunk, unless events() returns False (it cut the
+        connection itself)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        with LOCK:
+            STATE["watchers"] += 1
+        try:
+            if events() is not False:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
             pass
         finally:
@@ -483,28 +493,26 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             if since < STATE["oldest"] and STATE["http410"]:
                 return self.send_json(410, status(410, "Expired", "too old resource version"))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
         with LOCK:
-            STATE["watchers"] += 1
-            gen = STATE["gen"]
-        try:
+            gen0 = STATE["gen"]
+
+        def events():
+            nonlocal since
+            gen = gen0
             while True:
                 with LOCK:
                     if since < STATE["oldest"]:
                         self.chunk({"type": "ERROR", "object": status(
                             410, "Expired", "too old resource version: %d (%d)" %
                             (since, STATE["oldest"]))})
-                        break
+                        return
                     evs = [(rv, t, p) for rv, t, p in STATE["history"] if rv > since]
                     cmd = STATE["command"] if STATE["gen"] != gen else None
                     gen = STATE["gen"]
                     if not evs and cmd is None:
                         LOCK.wait(0.1)
                         if self.peer_gone():
-                            break
+                            return
                         continue
                 for rv, t, p in evs:
                     since = rv
@@ -515,20 +523,14 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.write(b"40\r\n{\"type\":\"MODIF")
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
-                    return
+                    return False
                 if cmd == "bookmark" and bookmarks:
                     with LOCK:
                         rv = str(STATE["rv"])
                     self.chunk({"type": "BOOKMARK", "object": {
                         "kind": "Pod", "apiVersion": "v1",
                         "metadata": {"resourceVersion": rv}}})
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
-            pass
-        finally:
-            with LOCK:
-                STATE["watchers"] -= 1
+        self.stream(events)
 
     def pod(self, method, ns, name, body):
         with LOCK:
