@@ -40,13 +40,13 @@ struct dra_claim_fetcher dra_kube_claims_fetcher(struct dra_kube_claims *k);
 struct dra_publisher;
 
 struct dra_publisher_stats {
-    uint64_t syncs;     /* reconciliations finished with the server in step */
-    uint64_t creates;   /* POSTs that succeeded */
-    uint64_t updates;   /* PUTs that succeeded */
-    uint64_t deletes;   /* stale slices deleted */
-    uint64_t conflicts; /* 409 answers (each followed by a fresh LIST) */
-    uint64_t failures;  /* other failures (each followed by a backoff) */
-    int64_t generation; /* spec.pool.generation last written or found in step */
+    uint64_t syncs;          /* reconciliations finished with the server in step */
+    uint64_t creates;        /* POSTs that succeeded */
+    uint64_t updates;        /* PUTs that succeeded */
+    uint64_t deletes;        /* stale slices deleted */
+    uint64_t conflicts;      /* 409 answers (each followed by a fresh LIST) */
+    uint64_t failures;       /* other failures (each followed by a backoff) */
+    int64_t generation;      /* spec.pool.generation last written or found in step */
     uint64_t watch_events;   /* slice watch events that started a reconciliation */
     uint64_t watch_restarts; /* slice watch streams started again after one ended */
 };
