@@ -71,14 +71,16 @@ image-test: image test-image
 
 # The test cluster (docs/e2e.md): a real single-node Kubernetes inside namespaces, its
 # components built from the Go module proxy into a cache, with emulated GPUs as the node's
-# devices. `make e2e` runs the end-to-end suite against it; `make cluster-down` removes it.
+# devices. `make e2e` builds the images (make image test-image), then runs the end-to-end
+# suite against the cluster: the chart installed with every mode's values, TAP, the closing
+# count; `make cluster-down` removes it.
 cluster: build
 	@bash scripts/cluster/up.sh
 
 cluster-down:
 	@bash scripts/cluster/down.sh
 
-e2e:
+e2e: image test-image
 	@bash tests/e2e/run.sh
 
 clean:

@@ -89,7 +89,7 @@ if [ -f "$CL_DIR/created-dirs" ]; then
     rm -f "$CL_DIR/created-dirs"
 fi
 
-rm -rf "$CL_DIR/node" "$CL_DIR/pki" "$CL_DIR/etc" "$CL_DIR/images"
-rm -f "$CL_DIR/kubectl" "$CL_DIR/ctr-import" "$CL_DIR/emu" "$CL_DIR/enter" "$CL_DIR/crictl"
+rm -rf "$CL_DIR/node" "$CL_DIR/pki" "$CL_DIR/etc" "$CL_DIR/images" "$CL_DIR/helm-home"
+rm -f "$CL_DIR/kubectl" "$CL_DIR/helm" "$CL_DIR/kubelet-restart" "$CL_DIR/ctr-import" "$CL_DIR/emu" "$CL_DIR/enter" "$CL_DIR/crictl"
 [ $rc -eq 0 ] && say "down"
 exit $rc

@@ -17,8 +17,10 @@ CL_NODE_IP=10.99.0.2
 CL_POD_CIDR=10.88.0.0/16
 CL_SERVICE_CIDR=10.96.0.0/16
 CL_API_SERVICE_IP=10.96.0.1
-# emulated GPUs on the node (accel-emu init --gpus)
+# emulated GPUs on the node (accel-emu init --gpus), their state file on the node: the Helm
+# chart's emulator.state default
 CL_GPUS=${ACCEL_CLUSTER_GPUS:-4}
+CL_EMU_STATE=/var/lib/accel-emu/emu.state
 # the feature gates given to every control-plane component and the kubelet (docs/e2e.md says
 # which are beta and which GA in the pinned release)
 CL_FEATURE_GATES=DRAConsumableCapacity=true,DRAExtendedResource=true,ResourceHealthStatus=true,DRADeviceTaints=true,DRAPartitionableDevices=true

@@ -22,8 +22,6 @@ while [ $# -ge 2 ]; do
     mount --bind "$state/$2" "$1"
     shift 2
 done
-# mounts made under the kubelet's dir (volumes, Bidirectional propagation) reach containers
-mount --make-rshared /var/lib/kubelet
 
 # /dev: the host's devices stay visible through the overlay's lower layer; what is made here
 # lives in the upper layer, in this namespace's /run, and goes with it
@@ -57,3 +55,10 @@ done
 node nvidiactl 195 255
 node nvidia-uvm "$uvm_major" 0
 node nvidia-uvm-tools "$uvm_major" 1
+
+# Every mount shared, as on a systemd host (systemd makes / rshared at boot): the runtime
+# refuses a Bidirectional volume (acceld's state dir, where it mounts each container's region
+# tmpfs) whose host path is not on a shared mount, and a HostToContainer one (the exporter's)
+# not on a shared or slave mount; mounts made under the kubelet's dir reach containers. The
+# peer groups are this namespace's own: nothing propagates to the host.
+mount --make-rshared /

@@ -117,12 +117,17 @@ done
 ipn ip route add "$CL_SERVICE_CIDR" dev accel0
 
 # ---------------------------------------------------------------- the mount namespace
+# The emulator's libraries (its "driver": libnvidia-ml.so.1, libcuda.so.1,
+# nvidia-cuda-mps-control) where `meson install` puts them, <libdir>/accel-emu: the chart's
+# emulator.libDir default, mounted into acceld and the exporter from the node
+emu_libdir=/usr/lib/$(gcc -print-multiarch)/accel-emu
 # where the chart and the components expect them, each backed by a folder of $state
 node_paths=(
     /var/lib/kubelet kubelet
     /var/lib/containerd containerd
     /var/lib/accel accel
     /var/lib/accel-emu emu
+    "$emu_libdir" emu-lib
     /usr/lib/accel lib-accel
     /etc/cni/net.d cni
     /etc/cdi cdi
@@ -227,13 +232,21 @@ EOF
 cat >"$CL_DIR/emu" <<EOF
 #!/bin/sh
 # accel-emu on the node's emulated GPUs, e.g. \`emu xid 1 79\` (made by scripts/cluster/up.sh)
-exec ${nsx[*]} env ACCEL_EMU_STATE=/var/lib/accel-emu/gpus "$emu" "\$@"
+exec ${nsx[*]} env ACCEL_EMU_STATE=$CL_EMU_STATE "$emu" "\$@"
 EOF
 cat >"$CL_DIR/enter" <<EOF
 #!/bin/sh
 # A command (default: a shell) in the node's namespaces, e.g. \`enter ls -l /dev/nvidia0\`
 [ \$# -gt 0 ] || set -- "\${SHELL:-/bin/sh}"
 exec ${nsx[*]} "\$@"
+EOF
+cat >"$CL_DIR/helm" <<EOF
+#!/bin/sh
+# helm against the test cluster (made by scripts/cluster/up.sh; docs/e2e.md); its caches and
+# repositories stay in build/cluster/helm-home
+exec nsenter --net=/run/netns/$CL_NETNS -- env KUBECONFIG="$etc/admin.kubeconfig" \\
+    HELM_CACHE_HOME="$CL_DIR/helm-home/cache" HELM_CONFIG_HOME="$CL_DIR/helm-home/config" \\
+    HELM_DATA_HOME="$CL_DIR/helm-home/data" helm "\$@"
 EOF
 printf 'runtime-endpoint: unix:///run/containerd/containerd.sock\nimage-endpoint: unix:///run/containerd/containerd.sock\ntimeout: 30\n' \
     >"$etc/crictl.yaml"
@@ -242,10 +255,13 @@ cat >"$CL_DIR/crictl" <<EOF
 # crictl against the node's containerd (made by scripts/cluster/up.sh)
 exec ${nsx[*]} "$bin/crictl" --config "$etc/crictl.yaml" "\$@"
 EOF
-chmod 755 "$CL_DIR/kubectl" "$CL_DIR/ctr-import" "$CL_DIR/emu" "$CL_DIR/enter" "$CL_DIR/crictl"
+chmod 755 "$CL_DIR/kubectl" "$CL_DIR/helm" "$CL_DIR/ctr-import" "$CL_DIR/emu" "$CL_DIR/enter" "$CL_DIR/crictl"
 kubectl=$CL_DIR/kubectl
 
 # ---------------------------------------------------------------- the emulated GPUs
+# the node's copy of the emulator's libraries (a rebuild does not change them under its pods)
+cp "$CL_REPO"/build/src/emu/{libnvidia-ml.so.1,libcuda.so.1,nvidia-cuda-mps-control} "$state/emu-lib/" ||
+    cl_die "could not copy the emulator's libraries from build/src/emu: run make build first"
 numa=
 for ((i = 0; i < CL_GPUS; i++)); do numa+="${numa:+,}$((i * 2 / CL_GPUS))"; done
 "$CL_DIR/emu" init --gpus "$CL_GPUS" --numa "$numa" --nvlink pairs --mode 0666 >"$logs/emu.log" 2>&1 ||
@@ -301,6 +317,8 @@ start kube-scheduler "$bin/kube-scheduler" \
 
 # ---------------------------------------------------------------- containerd
 cl_log "containerd $CONTAINERD_VERSION"
+# Pods on Debian's bridge plugin; portmap after it serves hostPort (the exporter's 9835 on the
+# node IP, as the runbooks reach it), which the bridge alone silently ignores
 cat >"$state/cni/10-accel.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -312,7 +330,8 @@ cat >"$state/cni/10-accel.conflist" <<EOF
         "type": "host-local", "dataDir": "/run/cni-ipam",
         "ranges": [[{"subnet": "$CL_POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}]
       }
-    }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
 EOF
@@ -391,14 +410,56 @@ resolvConf: /etc/resolv.conf
 # a shared disk: evict only when it is really full, and never collect the local images
 # (nothing could pull them back)
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+# the node's status (allocatable included) checked every second, not every 10 s: the suite
+# times acceld's reaction to an XID (allocatable lower within 5 s), not the kubelet's period;
+# a changed status is written at once, an unchanged one every nodeStatusReportFrequency (5 m)
+nodeStatusUpdateFrequency: 1s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 featureGates:
 $gates_yaml
 EOF
-start kubelet "$bin/kubelet" --config "$etc/kubelet.yaml" --kubeconfig "$etc/kubelet.kubeconfig" \
-    --hostname-override "$CL_NODE_NAME" --node-ip "$CL_NODE_IP" --v 2
+kubelet_cmd=("$bin/kubelet" --config "$etc/kubelet.yaml" --kubeconfig "$etc/kubelet.kubeconfig"
+    --hostname-override "$CL_NODE_NAME" --node-ip "$CL_NODE_IP" --v 2)
+start kubelet "${kubelet_cmd[@]}"
+# build/cluster/kubelet-restart: the kubelet stopped (SIGTERM, as a service manager stops it)
+# and started again with the same command line, in the same namespaces and cgroups — what a
+# node upgrade or a crash does to the device plugins and the DRA driver (tests/e2e)
+{
+    echo '#!/usr/bin/env bash'
+    echo '# Restarts the test cluster'"'"'s kubelet (made by scripts/cluster/up.sh; docs/e2e.md)'
+    echo 'set -euo pipefail'
+    printf 'exe=%q conf=%q log=%q\n' "$bin/kubelet" "$etc/kubelet.yaml" "$logs/kubelet.log"
+    printf 'hierarchies=(%s)\n' "$(printf '%q ' "${cg_hierarchies[@]/%//$CL_NAME/system}")"
+    printf 'cmd=(%s)\n' "$(printf '%q ' "${nsx[@]}" "${kubelet_cmd[@]}")"
+    cat <<'EOS'
+# the cluster's kubelet: the process running that binary with that config
+kubelet_pid() {
+    local p
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/exe" 2>/dev/null)" = "$exe" ] &&
+            tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "--config $conf " &&
+            echo "${p#/proc/}" && return 0
+    done
+    return 1
+}
+if pid=$(kubelet_pid); then
+    kill -TERM "$pid"
+    for _ in $(seq 1 100); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && { echo "kubelet-restart: kubelet $pid did not stop in 10 s" >&2; exit 1; }
+fi
+echo "---- kubelet restarted $(date -u +%FT%TZ) ----" >>"$log"
+# shellcheck disable=SC2016
+setsid bash -c 'for h in "${@:2:$1}"; do echo $$ >"$h/cgroup.procs"; done; shift $(($1 + 1)); exec "$@"' \
+    start "${#hierarchies[@]}" "${hierarchies[@]}" "${cmd[@]}" </dev/null >>"$log" 2>&1 &
+echo "kubelet-restart: kubelet started again (pid $!)"
+EOS
+} >"$CL_DIR/kubelet-restart"
+chmod 755 "$CL_DIR/kubelet-restart"
 
 node_ready() {
     [ "$("$kubectl" get node "$CL_NODE_NAME" \

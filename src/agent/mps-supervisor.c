@@ -1076,7 +1076,10 @@ int mps_sup_new(struct ev_loop *loop, const struct mps_sup_opts *opts,
         s->daemon_pidfd = s->job.pidfd = s->job.out_fd = s->log_wd = -1;
         s->thread_pct = sets[i].thread_pct;
         s->device_count = sets[i].device_count;
-        s->pinned_mem_bytes = sets[i].pinned_mem_bytes;
+        /* the daemon takes the limit in whole MiB (set_default_device_pinned_mem_limit N M,
+         * below) and reports it so: that is the set's limit, or every probe would find it
+         * "changed" (a quarter of an H100 is 20389.875 MiB) */
+        s->pinned_mem_bytes = sets[i].pinned_mem_bytes >> 20 << 20;
         s->backoff_ns = sup->opts.backoff_min_ns;
         if ((size_t)snprintf(s->dir, sizeof(s->dir), "%s/mps-%s", opts->run_dir, sets[i].name) >=
                 sizeof(s->dir) - 64 ||

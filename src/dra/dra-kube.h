@@ -40,13 +40,15 @@ struct dra_claim_fetcher dra_kube_claims_fetcher(struct dra_kube_claims *k);
 struct dra_publisher;
 
 struct dra_publisher_stats {
-    uint64_t syncs;     /* reconciliations finished with the server in step */
-    uint64_t creates;   /* POSTs that succeeded */
-    uint64_t updates;   /* PUTs that succeeded */
-    uint64_t deletes;   /* stale slices deleted */
-    uint64_t conflicts; /* 409 answers (each followed by a fresh LIST) */
-    uint64_t failures;  /* other failures (each followed by a backoff) */
-    int64_t generation; /* spec.pool.generation last written or found in step */
+    uint64_t syncs;          /* reconciliations finished with the server in step */
+    uint64_t creates;        /* POSTs that succeeded */
+    uint64_t updates;        /* PUTs that succeeded */
+    uint64_t deletes;        /* stale slices deleted */
+    uint64_t conflicts;      /* 409 answers (each followed by a fresh LIST) */
+    uint64_t failures;       /* other failures (each followed by a backoff) */
+    int64_t generation;      /* spec.pool.generation last written or found in step */
+    uint64_t watch_events;   /* slice watch events that started a reconciliation */
+    uint64_t watch_restarts; /* slice watch streams started again after one ended */
 };
 
 /* Publishes the node's pool (dra_pool_render): the ResourceSlice "<node>-<driver>" (e.g.
@@ -58,7 +60,12 @@ struct dra_publisher_stats {
  * the pool at pool generation + 1 (PUT with its resourceVersion, POST for a new one): a
  * pool's slices must agree on its generation; a
  * 409 Conflict starts again from the LIST; other failures retry after a
- * backoff (500 ms doubling to 30 s). */
+ * backoff (500 ms doubling to 30 s). Once in step it watches the node's slices
+ * of the driver (one stream on the client) and reconciles on every change, so a
+ * slice deleted or edited by someone else — the kubelet deletes every slice of
+ * its node when it starts, and a driver's 30 s after the driver is gone — is
+ * written again; a stream that ends is started again (1 s doubling to 30 s)
+ * with a reconciliation, since changes may have been missed meanwhile. */
 int dra_publisher_new(struct ev_loop *loop, struct kube_client *client, const char *driver_name,
                       const char *node_name, struct dra_publisher **ret);
 struct dra_publisher *dra_publisher_free(struct dra_publisher *p);

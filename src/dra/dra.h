@@ -423,6 +423,8 @@ struct dra_slice_list {
         char *spec;         /* dra_slice_spec_canonical's form */
     } * items;
     size_t n_items;
+    char *list_rv; /* the list's metadata.resourceVersion (a watch starts there); NULL
+                      when it has none */
 };
 
 /* Returns 0, -EINVAL (not a list: message in err) or -ENOMEM. On success

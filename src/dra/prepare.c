@@ -743,9 +743,9 @@ static int write_spec(const struct dra_state *st, const struct dra_claim *c, con
         json_array_append_new(mounts, mount(conf, DRA_CONTAINER_CONFIG, true));
         json_array_append_new(mounts, mount(pre, DRA_CONTAINER_PRELOAD, true));
         json_array_append_new(mounts, mount(region, DRA_CONTAINER_REGION_DIR, false));
+        /* the config sits at libvcuda's own path, where the environment cannot loosen it: no
+         * VCUDA_CONFIG (libvcuda warned "VCUDA_CONFIG ignored" in every such container) */
         json_object_set_new(edits, "mounts", mounts);
-        json_array_append_new(json_object_get(edits, "env"),
-                              json_string("VCUDA_CONFIG=" DRA_CONTAINER_CONFIG));
     }
     json_t *spec = json_pack("{s:s,s:s,s:o,s:o}", "cdiVersion", CDI_SPEC_VERSION, "kind", kind,
                              "devices", devices, "containerEdits", edits);

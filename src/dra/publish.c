@@ -1,12 +1,15 @@
 /* publish.c — the node's ResourceSlice on the API server: created, updated
  * when what acceld renders changes (pool generation + 1), stale slices of
- * this node and driver deleted, conflicts answered by a fresh LIST. One
- * request at a time, all on the event loop. See dra-kube.h. */
+ * this node and driver deleted, conflicts answered by a fresh LIST, and
+ * written again when a watch of the node's slices sees someone else change or
+ * delete it (the kubelet deletes them when it starts). One request at a time
+ * besides the watch stream, all on the event loop. See dra-kube.h. */
 #include "dra-kube.h"
 
 #include "client.h"
 #include "evloop.h"
 #include "log.h"
+#include "util.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -16,6 +19,9 @@
 
 #define BACKOFF_MIN_NS (500ull * 1000000ull)
 #define BACKOFF_MAX_NS (30ull * 1000000000ull)
+#define WATCH_BACKOFF_MIN_NS (1000ull * 1000000ull)
+/* a stream that lasted this long ended normally (the server's watch timeout): restart at once */
+#define WATCH_HEALTHY_NS (60ull * 1000000000ull)
 #define SLICES_PATH "/apis/resource.k8s.io/v1/resourceslices"
 
 struct dra_publisher {
@@ -40,6 +46,12 @@ struct dra_publisher {
     void (*on_refused)(void *, const char *);
     void *on_refused_data;
     unsigned conflicts_in_a_row; /* reset by a round that ends */
+    struct kube_request *watch;  /* the stream of slice changes, once in step */
+    uint64_t watch_timer;        /* its restart, after it ended */
+    uint64_t watch_backoff_ns;
+    uint64_t watch_started_ns;
+    bool watch_failing; /* the last stream ended in an error: logged once until one works */
+    char list_rv[64];   /* the last LIST's resourceVersion: where the next watch starts */
     /* this round's writes: the pool rendered at its new generation, written in order */
     struct dra_slice_out *want;
     size_t n_want;
@@ -52,6 +64,7 @@ struct dra_publisher {
 
 static void reconcile(struct dra_publisher *p);
 static void step(struct dra_publisher *p);
+static void watch_start(struct dra_publisher *p);
 
 static void clear_round(struct dra_publisher *p)
 {
@@ -91,6 +104,8 @@ static void round_end(struct dra_publisher *p, const char *error)
     }
     if (p->on_round)
         p->on_round(p->on_round_data);
+    if (!error && !p->watch && !p->watch_timer)
+        watch_start(p);
     if (!error && p->dirty)
         reconcile(p);
 }
@@ -325,6 +340,13 @@ static void on_list(struct kube_client *c, const struct kube_response *resp, voi
         round_end(p, msg);
         return;
     }
+    /* an opaque token to the client, but it goes into a URL: letters and digits only */
+    const char *rv = p->list.list_rv ? p->list.list_rv : "";
+    size_t n = strspn(rv, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ");
+    if (rv[n] || n >= sizeof(p->list_rv))
+        n = 0;
+    memcpy(p->list_rv, rv, n);
+    p->list_rv[n] = '\0';
     /* the pool's slices by name (rendered here for their names; write_ours renders them
      * again at the generation it writes) */
     bool *has = NULL;
@@ -367,6 +389,86 @@ static void reconcile(struct dra_publisher *p)
         round_end(p, "cannot start the request");
 }
 
+/* ---- the watch: someone else changed or deleted a slice of ours ---- */
+
+/* A change seen: reconcile (now, or after the round or the backoff under way). */
+static void kick(struct dra_publisher *p)
+{
+    p->stats.watch_events++;
+    if (p->backoff_timer)
+        return; /* a failure is being waited out: its retry reconciles */
+    reconcile(p);
+}
+
+static int on_watch_line(struct kube_client *c, const char *line, size_t len, void *ud)
+{
+    (void)c;
+    struct dra_publisher *p = ud;
+    json_t *ev = json_loadb(line, len, 0, NULL);
+    const char *type = json_string_value(json_object_get(ev, "type"));
+    int stop = 0;
+    if (!type || strcmp(type, "ERROR") == 0)
+        stop = 1; /* an expired version or a garbled line: start a new stream */
+    else if (strcmp(type, "BOOKMARK") != 0)
+        kick(p); /* ours or a stale one, added, changed or deleted: LIST and compare */
+    json_decref(ev);
+    return stop;
+}
+
+/* The stream ended a while ago: a reconciliation (what changed while no stream ran), whose
+ * end starts the next stream from its LIST's resourceVersion. */
+static void on_watch_timer(struct ev_loop *loop, void *ud)
+{
+    (void)loop;
+    struct dra_publisher *p = ud;
+    p->watch_timer = 0;
+    p->stats.watch_restarts++;
+    if (p->backoff_timer)
+        return; /* a failure is being waited out: its round starts the watch */
+    if (p->busy)
+        p->dirty = true;
+    else
+        reconcile(p);
+}
+
+static void on_watch_end(struct kube_client *c, const struct kube_response *resp, void *ud)
+{
+    (void)c;
+    struct dra_publisher *p = ud;
+    p->watch = NULL;
+    uint64_t lasted = mono_ns() - p->watch_started_ns;
+    bool failed = resp->status / 100 != 2;
+    if (failed && !p->watch_failing)
+        log_warn("dra: the watch of ResourceSlices ended: %s; starting it again",
+                 resp->error ? resp->error : "no answer");
+    p->watch_failing = failed;
+    if (!failed && lasted >= WATCH_HEALTHY_NS)
+        p->watch_backoff_ns = WATCH_BACKOFF_MIN_NS;
+    if (ev_loop_add_timer(p->loop, p->watch_backoff_ns, on_watch_timer, p, &p->watch_timer) < 0)
+        log_error("dra: cannot arm the ResourceSlice watch restart timer");
+    p->watch_backoff_ns =
+        p->watch_backoff_ns * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : p->watch_backoff_ns * 2;
+}
+
+/* Watches from the resourceVersion of the round's LIST, so what changed since that LIST (a
+ * deletion racing the round, our own write) comes as events; each event is answered by a LIST
+ * and a comparison (nothing is written when in step), so a repeated one costs a GET. Without
+ * a resourceVersion the server sends what there is as ADDED first, with the same effect. */
+static void watch_start(struct dra_publisher *p)
+{
+    char path[1024];
+    snprintf(path, sizeof(path),
+             "%s?watch=true&allowWatchBookmarks=true&fieldSelector=spec.nodeName%%3D%s%%2Cspec."
+             "driver%%3D%s%s%s",
+             SLICES_PATH, p->node, p->driver, p->list_rv[0] ? "&resourceVersion=" : "", p->list_rv);
+    p->watch_started_ns = mono_ns();
+    if (kube_client_stream(p->client, path, on_watch_line, on_watch_end, p, &p->watch) < 0) {
+        p->watch = NULL;
+        if (ev_loop_add_timer(p->loop, p->watch_backoff_ns, on_watch_timer, p, &p->watch_timer) < 0)
+            log_error("dra: cannot arm the ResourceSlice watch restart timer");
+    }
+}
+
 int dra_publisher_new(struct ev_loop *loop, struct kube_client *client, const char *driver_name,
                       const char *node_name, struct dra_publisher **ret)
 {
@@ -376,6 +478,7 @@ int dra_publisher_new(struct ev_loop *loop, struct kube_client *client, const ch
     p->loop = loop;
     p->client = client;
     p->backoff_ns = BACKOFF_MIN_NS;
+    p->watch_backoff_ns = WATCH_BACKOFF_MIN_NS;
     if (snprintf(p->driver, sizeof(p->driver), "%s", driver_name) >= (int)sizeof(p->driver) ||
         snprintf(p->node, sizeof(p->node), "%s", node_name) >= (int)sizeof(p->node) ||
         snprintf(p->name, sizeof(p->name), "%s-%s", node_name, driver_name) > 253) {
@@ -392,7 +495,10 @@ struct dra_publisher *dra_publisher_free(struct dra_publisher *p)
         return NULL;
     if (p->req)
         kube_request_cancel(p->client, p->req);
+    if (p->watch)
+        kube_request_cancel(p->client, p->watch);
     ev_loop_cancel_timer(p->loop, p->backoff_timer);
+    ev_loop_cancel_timer(p->loop, p->watch_timer);
     clear_round(p);
     free(p->list_has);
     free(p);

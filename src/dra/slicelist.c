@@ -18,6 +18,7 @@ void dra_slice_list_clear(struct dra_slice_list *l)
     free(l->stale);
     free(l->ours_rv);
     free(l->ours_spec);
+    free(l->list_rv);
     for (size_t i = 0; i < l->n_items; i++) {
         free(l->items[i].name);
         free(l->items[i].rv);
@@ -112,6 +113,10 @@ int dra_slice_list_parse(const char *body, size_t len, const char *driver, const
             l.n_stale++;
         }
     }
+    const char *lrv =
+        json_string_value(json_object_get(json_object_get(list, "metadata"), "resourceVersion"));
+    if (lrv && !(l.list_rv = strdup(lrv)))
+        goto fail;
     json_decref(list);
     *ret = l;
     return 0;

@@ -127,17 +127,18 @@ static bool mig_device(unsigned i, unsigned k, struct cuda_device *d)
 }
 
 /* What CUDA sees with CUDA_VISIBLE_DEVICES unset: every GPU the nvidia driver owns (not one bound
- * to vfio-pci), in PCI order; a GPU in MIG mode is not usable whole, and of the MIG devices only
- * the first is enumerated ("regardless of how many MIG devices are created ..., a single CUDA
- * process can only enumerate a single MIG device", MIG User Guide, "CUDA Device Enumeration";
- * that note names CUDA 11/R450 and CUDA 12/R525: the emulator keeps it for 13.0). */
+ * to vfio-pci) and this process has a device node of (emu_state_gpu_hidden), in PCI order; a GPU in
+ * MIG mode is not usable whole, and of the MIG devices only the first is enumerated ("regardless of
+ * how many MIG devices are created ..., a single CUDA process can only enumerate a single MIG
+ * device", MIG User Guide, "CUDA Device Enumeration"; that note names CUDA 11/R450 and CUDA
+ * 12/R525: the emulator keeps it for 13.0). */
 static size_t default_devices(struct cuda_device *out, size_t max)
 {
     size_t n = 0;
     bool mig = false;
     for (unsigned i = 0; i < emu_state_gpu_count(cuda_state) && n < max; i++) {
         const struct emu_gpu *g = emu_state_gpu(cuda_state, i);
-        if (__atomic_load_n(&g->vfio, __ATOMIC_RELAXED))
+        if (emu_state_gpu_hidden(g))
             continue;
         if (!g->mig_mode)
             whole_gpu(i, &out[n++]);
@@ -186,7 +187,8 @@ static bool mig_entry(const struct emu_visible_entry *e, struct cuda_device *ret
 }
 
 /* The devices, from CUDA_VISIBLE_DEVICES (cuda-visible.h; an entry that names nothing visible ends
- * the list, as CUDA documents); a GPU bound to vfio-pci is never one. Called once, by cuInit. */
+ * the list, as CUDA documents); a GPU bound to vfio-pci, or without a device node in this
+ * container, is never one. Called once, by cuInit. */
 static void devices_build(void)
 {
     struct cuda_device deflt[EMU_MAX_GPUS], d;
@@ -211,14 +213,13 @@ static void devices_build(void)
         } else if (e[k].kind == EMU_VISIBLE_GPU_UUID) {
             int i = gpu_by_prefix(e[k].uuid);
             const struct emu_gpu *g = i >= 0 ? emu_state_gpu(cuda_state, (unsigned)i) : NULL;
-            ok = g && !__atomic_load_n(&g->vfio, __ATOMIC_RELAXED);
+            ok = g && !emu_state_gpu_hidden(g);
             if (ok && !g->mig_mode)
                 whole_gpu((unsigned)i, &d);
             else if (ok && !mig_device((unsigned)i, 0, &d))
                 continue; /* a GPU in MIG mode without MIG devices: nothing to add */
         } else {
-            ok = mig_entry(&e[k], &d) &&
-                 !__atomic_load_n(&emu_state_gpu(cuda_state, d.gpu)->vfio, __ATOMIC_RELAXED);
+            ok = mig_entry(&e[k], &d) && !emu_state_gpu_hidden(emu_state_gpu(cuda_state, d.gpu));
         }
         if (!ok)
             break;

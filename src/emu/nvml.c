@@ -80,7 +80,7 @@ unsigned nvml_emu_nvml_index(struct emu_state *st, unsigned i)
 {
     unsigned n = 0;
     for (unsigned k = 0; k < i; k++)
-        n += !__atomic_load_n(&emu_state_gpu(st, k)->vfio, __ATOMIC_RELAXED);
+        n += !emu_state_gpu_hidden(emu_state_gpu(st, k));
     return n;
 }
 
@@ -430,7 +430,8 @@ static nvmlReturn_t handle_of(struct emu_state *st, unsigned i, nvmlDevice_t *de
     const struct emu_gpu *g = emu_state_gpu(st, i);
     if (!g)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (__atomic_load_n(&g->vfio, __ATOMIC_RELAXED))
+    /* bound to vfio-pci, or no device node in this container: not the driver's to show */
+    if (emu_state_gpu_hidden(g))
         return NVML_ERROR_NOT_FOUND;
     if (__atomic_load_n(&g->lost, __ATOMIC_RELAXED))
         return NVML_ERROR_GPU_IS_LOST;
@@ -445,9 +446,9 @@ NVML_EMU_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvml
         return NVML_ERROR_UNINITIALIZED;
     if (!device)
         return NVML_ERROR_INVALID_ARGUMENT;
-    /* NVML's index counts only the GPUs the nvidia driver owns */
+    /* NVML's index counts only the GPUs the nvidia driver owns (and this container sees) */
     for (unsigned i = 0, n = 0; i < emu_state_gpu_count(st); i++) {
-        if (__atomic_load_n(&emu_state_gpu(st, i)->vfio, __ATOMIC_RELAXED))
+        if (emu_state_gpu_hidden(emu_state_gpu(st, i)))
             continue;
         if (n++ == index)
             return handle_of(st, i, device);

@@ -6,7 +6,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 static bool daemon_alive(const struct emu_mps_daemon *m)
 {
@@ -71,6 +74,23 @@ static int32_t pid_file(const char *pipe_dir)
     return (int32_t)pid;
 }
 
+/* Whether a daemon listens on <pipe_dir>/control: how a client in a container, which cannot
+ * see the daemon's pid (another pid namespace), tells a live daemon from a dead one's leftovers,
+ * as a real client does by connecting. */
+static bool control_answers(const char *pipe_dir)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/control", pipe_dir) >=
+        (int)sizeof(sa.sun_path))
+        return false;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    bool up = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return up;
+}
+
 int emu_state_mps_find(struct emu_state *st, const char *pipe_dir, struct emu_mps_daemon *ret)
 {
     if (!st || !pipe_dir || !ret)
@@ -81,13 +101,17 @@ int emu_state_mps_find(struct emu_state *st, const char *pipe_dir, struct emu_mp
      * path (a CDI mount): the directory is the daemon's when the pid file the
      * daemon keeps in it names that daemon */
     int32_t pid = pid_file(pipe_dir);
+    /* that daemon's pid may be another pid namespace's (a container's client, a daemon run by
+     * a hostPID agent): kill(2) cannot tell there, its control socket can */
+    bool answers = pid > 0 && control_answers(pipe_dir);
     emu_state_lock(st);
     for (int pass = 0; pass < 2 && r < 0; pass++) {
         for (int i = 0; i < EMU_MPS_MAX_DAEMONS; i++) {
             bool match =
                 pass == 0 ? strncmp(sh->mps[i].pipe_dir, pipe_dir, sizeof(sh->mps[i].pipe_dir)) == 0
                           : pid > 0 && sh->mps[i].pid == pid;
-            if (sh->mps[i].pid && daemon_alive(&sh->mps[i]) && match) {
+            bool alive = daemon_alive(&sh->mps[i]) || (pass == 1 && answers);
+            if (sh->mps[i].pid && alive && match) {
                 *ret = sh->mps[i];
                 r = 0;
                 break;

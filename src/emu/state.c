@@ -10,6 +10,7 @@
 #include "util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -562,6 +563,35 @@ struct emu_gpu *emu_state_gpu(struct emu_state *st, unsigned i)
     return &st->sh->gpus[i];
 }
 
+/* A container's view (ACCEL_EMU_DEV_ROOT): NVIDIA's driver reaches a GPU through its device
+ * node /dev/nvidia<minor>, and a container runtime (CDI, NVIDIA's toolkit) makes only the nodes
+ * of the GPUs the container was given, so the driver in the container enumerates those alone.
+ * The answer is kept per minor: a container's device nodes do not change while it runs. */
+static bool dev_node_present(uint32_t minor)
+{
+    static uint8_t known[256]; /* 0 unknown, 1 present, 2 absent */
+    const char *root = getenv("ACCEL_EMU_DEV_ROOT");
+    if (!root || !*root)
+        return true;
+    if (minor < sizeof(known)) {
+        uint8_t k = __atomic_load_n(&known[minor], __ATOMIC_RELAXED);
+        if (k)
+            return k == 1;
+    }
+    char path[PATH_MAX];
+    struct stat sb;
+    bool present = snprintf(path, sizeof(path), "%s/nvidia%u", root, minor) < (int)sizeof(path) &&
+                   stat(path, &sb) == 0;
+    if (minor < sizeof(known))
+        __atomic_store_n(&known[minor], present ? 1 : 2, __ATOMIC_RELAXED);
+    return present;
+}
+
+bool emu_state_gpu_hidden(const struct emu_gpu *g)
+{
+    return __atomic_load_n(&g->vfio, __ATOMIC_RELAXED) || !dev_node_present(g->minor);
+}
+
 int emu_state_find_gpu(struct emu_state *st, const char *key)
 {
     if (!key)
@@ -612,13 +642,198 @@ static uint64_t self_pidns(void)
     return v;
 }
 
+/* ---- processes of other pid namespaces (containers) ----
+ *
+ * NVIDIA's kernel driver knows each process by its pid in the initial pid namespace, so NVML
+ * reports host pids whoever runs it, and a node agent with the host's pids (hostPID) maps them
+ * to pods through /proc/<pid>/cgroup. The emulator has no kernel part: a process records itself
+ * as it sees itself, (its pid namespace's inode, its pid there). A reader in another namespace
+ * translates through its own /proc: the process whose /proc/<pid>/ns/pid is that inode and whose
+ * innermost NSpid (/proc/<pid>/status, Linux 4.1+) is that pid, at that start time. A reader in
+ * the initial pid namespace sees every process, so a recorded process it cannot find is gone. */
+#define INIT_PIDNS 4026531836ull /* PROC_PID_INIT_INO, include/linux/proc_ns.h */
+
+struct foreign_pid {
+    uint64_t ns;
+    int32_t inner; /* as its own namespace sees it */
+    uint64_t born; /* its start time as it recorded it (0: unknown) */
+    int32_t outer; /* as this process sees it; 0 = not found */
+};
+
+/* The innermost NSpid of /proc/<dir>/status (Linux 4.1+; readable by every user), 0 when the
+ * file cannot be read (*ret_err: its errno) or has none; *ret_nested: the line has more than
+ * one field, i.e. the process is in a pid namespace below this /proc's. */
+static int32_t innermost_nspid(const char *dir, bool *ret_nested, int *ret_err)
+{
+    char path[64], buf[4096];
+    *ret_nested = false;
+    *ret_err = 0;
+    snprintf(path, sizeof(path), "/proc/%s/status", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *ret_err = errno;
+        return 0;
+    }
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    *ret_err = n < 0 ? errno : 0;
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *l = strstr(buf, "\nNSpid:");
+    if (!l)
+        return 0;
+    l += 7;
+    char *end = strchr(l, '\n');
+    if (end)
+        *end = 0;
+    char *last = strrchr(l, '\t');
+    *ret_nested = last && last != strchr(l, '\t');
+    long v = strtol(last ? last + 1 : l, NULL, 10);
+    return v > 0 && v <= INT32_MAX ? (int32_t)v : 0;
+}
+
+/* The inode of /proc/<dir>/ns/pid, 0 when it cannot be read (another user's needs ptrace
+ * access). */
+static uint64_t pidns_of(const char *dir)
+{
+    char path[64], link[64];
+    snprintf(path, sizeof(path), "/proc/%s/ns/pid", dir);
+    ssize_t l = readlink(path, link, sizeof(link) - 1);
+    if (l <= 0)
+        return 0;
+    link[l] = 0;
+    const char *b = strchr(link, '[');
+    return b ? strtoull(b + 1, NULL, 10) : 0;
+}
+
+/* Fills each want[].outer in one pass over /proc: the process of a pid namespace below this
+ * /proc's whose innermost pid is want.inner and whose start time (/proc/<pid>/stat, the same
+ * in every namespace) is want.born — both readable by every user, so an unprivileged reader
+ * (the exporter) finds it too; a want without a start time is matched by its namespace's
+ * inode instead. Entries not found stay 0. Returns whether every process could be looked at
+ * (a status hidden from this reader, or a namespace link needed and unreadable, may hide a
+ * wanted one). */
+static bool foreign_lookup(struct foreign_pid *want, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        want[k].outer = 0;
+    if (!n)
+        return true;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return false;
+    bool complete = true;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9' || strlen(e->d_name) > 10)
+            continue;
+        bool nested;
+        int err;
+        int32_t inner = innermost_nspid(e->d_name, &nested, &err);
+        if (!inner) {
+            complete = complete && (err == 0 || err == ENOENT || err == ESRCH); /* gone */
+            continue;
+        }
+        if (!nested)
+            continue; /* a process of this /proc's own namespace */
+        pid_t pid = (pid_t)strtol(e->d_name, NULL, 10);
+        uint64_t born = 0, ns = 0;
+        bool have_born = false, have_ns = false;
+        for (size_t k = 0; k < n; k++) {
+            if (want[k].outer || want[k].inner != inner)
+                continue;
+            bool match;
+            if (want[k].born) {
+                if (!have_born)
+                    have_born = proc_start_time(pid, &born) == 0;
+                match = have_born && born == want[k].born;
+            } else {
+                if (!have_ns) {
+                    ns = pidns_of(e->d_name);
+                    have_ns = true;
+                    complete = complete && ns; /* it may be the one: not ours to tell */
+                }
+                match = ns && ns == want[k].ns;
+            }
+            if (match)
+                want[k].outer = pid;
+        }
+    }
+    closedir(d);
+    return complete;
+}
+
+/* Whether pid namespace ns is another than this process's (and both are known). */
+static bool foreign_ns(uint64_t ns)
+{
+    uint64_t self = self_pidns();
+    return ns && self && ns != self;
+}
+
+/* Rewrites pids[i] (recorded in namespace nss[i], started at borns[i]) as this process sees
+ * them, where it can. */
+static void pids_as_seen_here(int32_t *pids, const uint64_t *nss, const uint64_t *borns, size_t n)
+{
+    struct foreign_pid want[EMU_MAX_PROCS];
+    size_t nw = 0;
+    for (size_t i = 0; i < n && nw < EMU_MAX_PROCS; i++)
+        if (foreign_ns(nss[i]))
+            want[nw++] = (struct foreign_pid){.ns = nss[i], .inner = pids[i], .born = borns[i]};
+    if (!nw)
+        return;
+    foreign_lookup(want, nw);
+    for (size_t i = 0, k = 0; i < n && k < nw; i++)
+        if (foreign_ns(nss[i])) {
+            if (want[k].outer)
+                pids[i] = want[k].outer;
+            k++;
+        }
+}
+
+/* From the initial pid namespace (every process visible), at most once a second: frees the
+ * slots of other namespaces' processes that are gone (not found, or a reused pid), when every
+ * process's namespace could be read. Others cannot judge them: their own namespace's next
+ * reader does. */
+#define FOREIGN_RECLAIM_NS 1000000000ull
+static void reap_slot_locked(struct emu_shared *sh, unsigned i, uint64_t now);
+static int reclaim_foreign_locked(struct emu_shared *sh, uint64_t now, bool force)
+{
+    static uint64_t last;
+    if (self_pidns() != INIT_PIDNS ||
+        (!force && last && now - last < FOREIGN_RECLAIM_NS && now >= last))
+        return 0;
+    last = now;
+    struct foreign_pid want[EMU_MAX_PROCS];
+    unsigned slot[EMU_MAX_PROCS];
+    size_t nw = 0;
+    for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
+        const struct emu_proc *p = &sh->procs[i];
+        if (p->pid && foreign_ns(p->pidns)) {
+            want[nw] = (struct foreign_pid){.ns = p->pidns, .inner = p->pid, .born = p->start_time};
+            slot[nw++] = i;
+        }
+    }
+    /* only a reader that could look at every process may call one gone; the start time in the
+     * match makes a reused pid another process */
+    if (!nw || !foreign_lookup(want, nw))
+        return 0;
+    int reaped = 0;
+    for (size_t k = 0; k < nw; k++) {
+        if (!want[k].outer) {
+            reap_slot_locked(sh, slot[k], now);
+            reaped++;
+        }
+    }
+    return reaped;
+}
+
 static bool proc_alive(const struct emu_proc *p)
 {
     if (p->pid <= 0)
         return false;
-    uint64_t ns = self_pidns();
-    if (p->pidns && ns && p->pidns != ns)
-        return true; /* another namespace's pid: not ours to judge */
+    if (foreign_ns(p->pidns))
+        return true; /* another namespace's pid: reclaim_foreign_locked judges it */
     if (kill(p->pid, 0) < 0 && errno == ESRCH)
         return false;
     uint64_t st = 0; /* stays 0 when /proc is unreadable (another pid namespace): trust kill() */
@@ -659,7 +874,15 @@ static uint64_t self_start_time(void)
     pid_t pid = my_pid();
     if (__atomic_load_n(&self_pid, __ATOMIC_ACQUIRE) != pid) {
         uint64_t st = 0; /* 0 = unknown, which every check accepts */
-        proc_start_time(pid, &st);
+        /* /proc/self, not /proc/<pid>: a /proc of another pid namespace than ours (unshare
+         * without a new /proc) has some other process at our pid */
+        char buf[1024];
+        int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf)) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (n > 0)
+            proc_parse_start_time(buf, (size_t)n, &st);
         __atomic_store_n(&self_start, st, __ATOMIC_RELAXED);
         __atomic_store_n(&self_pid, pid, __ATOMIC_RELEASE);
     }
@@ -711,7 +934,8 @@ static void reap_slot_locked(struct emu_shared *sh, unsigned i, uint64_t now)
     p->pid = 0;
 }
 
-static int reclaim_locked(struct emu_shared *sh)
+/* force: the other namespaces' processes too, however recently they were looked for */
+static int reclaim_locked(struct emu_shared *sh, bool force)
 {
     int n = 0;
     pid_t self = my_pid();
@@ -724,7 +948,7 @@ static int reclaim_locked(struct emu_shared *sh)
             n++;
         }
     }
-    return n;
+    return n + reclaim_foreign_locked(sh, now, force);
 }
 
 /* Reclaims unless that was done less than EMU_RECLAIM_INTERVAL_NS ago. */
@@ -732,7 +956,7 @@ static void reclaim_lazily_locked(struct emu_shared *sh)
 {
     uint64_t now = emu_state_now_ns();
     if (now - sh->last_reclaim_ns >= EMU_RECLAIM_INTERVAL_NS || now < sh->last_reclaim_ns)
-        reclaim_locked(sh);
+        reclaim_locked(sh, false);
 }
 
 static uint64_t used_locked(struct emu_shared *sh, unsigned gpu)
@@ -767,7 +991,7 @@ static struct emu_proc *self_slot_locked(struct emu_shared *sh, bool create)
     if (!create)
         return NULL;
     if (!fre) {
-        if (reclaim_locked(sh) == 0)
+        if (reclaim_locked(sh, true) == 0)
             return NULL;
         for (unsigned i = 0; i < EMU_MAX_PROCS && !fre; i++)
             if (!sh->procs[i].pid)
@@ -811,7 +1035,7 @@ int emu_state_mem_charge(struct emu_state *st, unsigned gpu, uint64_t bytes)
     uint64_t total = sh->gpus[gpu].memory_total - sh->gpus[gpu].memory_reserved;
     uint64_t used = used_locked(sh, gpu);
     if (bytes > total || used > total - bytes) {
-        reclaim_locked(sh);
+        reclaim_locked(sh, true);
         used = used_locked(sh, gpu);
         if (bytes > total || used > total - bytes) {
             r = -ENOMEM;
@@ -881,7 +1105,7 @@ struct emu_proc *emu_state_self_slot_locked(struct emu_state *st, bool create)
 int emu_state_reclaim(struct emu_state *st)
 {
     emu_state_lock(st);
-    int n = reclaim_locked(st->sh);
+    int n = reclaim_locked(st->sh, true);
     emu_state_unlock(st);
     return n;
 }
@@ -893,6 +1117,8 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
     if (gpu >= st->gpu_count || (max && !out))
         return -EINVAL;
     size_t n = 0;
+    int32_t pids[EMU_MAX_PROCS];
+    uint64_t nss[EMU_MAX_PROCS], borns[EMU_MAX_PROCS];
     emu_state_lock(st);
     reclaim_lazily_locked(sh);
     for (unsigned i = 0; i < EMU_MAX_PROCS; i++) {
@@ -902,9 +1128,17 @@ int emu_state_procs(struct emu_state *st, unsigned gpu, struct emu_proc_mem *out
         if (n < max)
             out[n] = (struct emu_proc_mem){
                 .pid = p->pid, .bytes = p->mem[gpu], .mig_serial = p->mig_serial[gpu]};
+        pids[n] = p->pid;
+        nss[n] = p->pidns;
+        borns[n] = p->start_time;
         n++;
     }
     emu_state_unlock(st);
+    /* as NVML reports them: the pids this process sees (the /proc scan outside the lock) */
+    size_t m = n < max ? n : max;
+    pids_as_seen_here(pids, nss, borns, m);
+    for (size_t i = 0; i < m; i++)
+        out[i].pid = pids[i];
     if (ret_n)
         *ret_n = n;
     return 0;
@@ -1686,6 +1920,7 @@ int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint
         return -EINVAL;
     /* distinct pids are few; collect into a small local table first */
     struct emu_proc_util acc[EMU_MAX_PROCS];
+    uint64_t nss[EMU_MAX_PROCS] = {0}, borns[EMU_MAX_PROCS] = {0};
     size_t na = 0, dropped = 0;
     emu_state_lock(st);
     const struct emu_gpu *g = &sh->gpus[gpu];
@@ -1705,6 +1940,12 @@ int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint
                 dropped++;
                 continue;
             }
+            /* the namespace of the slot that queued it, while that slot is still its own */
+            const struct emu_proc *owner =
+                iv->slot && iv->slot <= EMU_MAX_PROCS ? &sh->procs[iv->slot - 1] : NULL;
+            bool own = owner && owner->pid == iv->pid;
+            nss[na] = own ? owner->pidns : 0;
+            borns[na] = own ? owner->start_time : 0;
             acc[na++] = (struct emu_proc_util){.pid = iv->pid};
         }
         acc[j].busy_ns += o;
@@ -1713,8 +1954,14 @@ int emu_state_util_by_proc(struct emu_state *st, unsigned gpu, uint64_t t0, uint
             acc[j].last_ns = last;
     }
     emu_state_unlock(st);
-    for (size_t j = 0; j < na && j < max; j++)
+    int32_t pids[EMU_MAX_PROCS];
+    for (size_t j = 0; j < na; j++)
+        pids[j] = acc[j].pid;
+    pids_as_seen_here(pids, nss, borns, na);
+    for (size_t j = 0; j < na && j < max; j++) {
         out[j] = acc[j];
+        out[j].pid = pids[j];
+    }
     if (ret_n)
         *ret_n = na;
     (void)dropped;

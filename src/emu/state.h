@@ -395,6 +395,10 @@ unsigned emu_state_gpu_count(const struct emu_state *st);
 struct emu_gpu *emu_state_gpu(struct emu_state *st, unsigned i);
 /* Index of the GPU with this UUID string or PCI bus id (case-insensitive), or -ENOENT. */
 int emu_state_find_gpu(struct emu_state *st, const char *uuid_or_busid);
+/* Whether this process's driver sees GPU g at all: not when it is bound to vfio-pci, nor, with
+ * $ACCEL_EMU_DEV_ROOT set (e.g. /dev in a container), when <dev root>/nvidia<minor> does not
+ * exist — a container sees only the GPUs whose device nodes its runtime made there. */
+bool emu_state_gpu_hidden(const struct emu_gpu *g);
 
 /* The shared robust mutex. lock() recovers a lock whose owner died. */
 void emu_state_lock(struct emu_state *st);

@@ -198,6 +198,19 @@ def run(tap, build, emu, api, drv, knode, uuids):
            "driverVersion" in attrs and "pciBusID" in attrs,
            "the device's attributes come from the inventory", attrs)
 
+    # ---- the kubelet deletes every slice of its node when it starts, and a driver's 30 s after
+    # the driver is gone (pkg/kubelet/cm/dra/plugin, wipeResourceSlices: a delete collection):
+    # acceld sees it on its watch and writes its slice again (the real cluster's kubelet
+    # restart left the node without one: pods with claims Pending for good)
+    api.call("DELETE", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3D"
+             + NODE)
+    t0 = time.monotonic()
+    ok = K.wait_until(lambda: len(our_slices(api)) == 1, T)
+    again = our_slices(api)
+    tap.ok(ok and [d["name"] for d in again[0]["spec"]["devices"]] == ["gpu-0", "gpu-1"],
+           "the node's slices deleted as the kubelet does at its start: acceld writes its slice "
+           "again (%.2f s)" % (time.monotonic() - t0), [again, agent.log_text()[-3000:]])
+
     # ---- a claim from the API server
     uid = k.UID_A
     api.call("POST", "/_fake/claim", claim_obj("team", "train", uid, k.SHARE))

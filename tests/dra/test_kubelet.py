@@ -170,6 +170,9 @@ def share_prepared_with_exact_quota(n):
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}]
     edits = spec["containerEdits"]
     assert "NVIDIA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000000" in edits["env"]
+    # the config is at libvcuda's own path: a VCUDA_CONFIG there only made libvcuda warn that
+    # it ignores it, in every container (seen on the real cluster)
+    assert not any(e.startswith("VCUDA_CONFIG=") for e in edits["env"]), edits["env"]
     mounts = {m["containerPath"]: m for m in edits["mounts"]}
     assert set(mounts) == {"/usr/local/vcuda/libvcuda.so", "/etc/vcuda/config",
                            "/etc/ld.so.preload", "/var/run/vcuda"}, mounts

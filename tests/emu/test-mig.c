@@ -3,8 +3,9 @@
  * while processes run, current after the reset), GPU and compute instances created, listed and
  * destroyed with the driver's errors (MIG mode off, no room, in use), MIG device handles and
  * UUIDs, per-instance memory, CUDA on a MIG device named by CUDA_VISIBLE_DEVICES (its memory and
- * SMs, the process seen on its instance), and a GPU bound to vfio-pci vanishing from NVML and
- * CUDA. The facts and their sources: docs/emulator.md, "MIG" and "VFIO".
+ * SMs, the process seen on its instance), a GPU bound to vfio-pci vanishing from NVML and
+ * CUDA, and a container's view (ACCEL_EMU_DEV_ROOT: only the GPUs with a device node). The facts
+ * and their sources: docs/emulator.md, "MIG", "VFIO" and "Containers".
  *
  * Machines are made with accel-emu (its path from $ACCEL_BUILD_ROOT); CUDA runs in child
  * processes (a probe forked here, or tests/emu/emu-hold for a process holding memory). */
@@ -713,6 +714,75 @@ TEST(a_gpu_bound_to_vfio_leaves_nvml_and_cuda)
     CHECK_EQ_INT(n, 3);
     CHECK_EQ_INT(nvmlDeviceGetUUID(g1, u, sizeof(u)), NVML_SUCCESS);
     CHECK_EQ_STR(u, u1);
+    CHECK_EQ_INT(nvmlShutdown(), NVML_SUCCESS);
+}
+
+/* ---- a container's view: ACCEL_EMU_DEV_ROOT ---- */
+
+/* NVML in a child with ACCEL_EMU_DEV_ROOT=root: exit 0 when it counts `want` GPUs and its index
+ * 0 is the GPU with UUID `first` (NULL: none), and `hidden` (NULL: none) is not found by UUID. */
+static bool nvml_sees(const char *root, unsigned want, const char *first, const char *hidden)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("ACCEL_EMU_DEV_ROOT", root, 1);
+        unsigned n = 99;
+        char u[96];
+        nvmlDevice_t x;
+        if (nvmlDeviceGetCount_v2(&n) != NVML_SUCCESS || n != want)
+            _exit(1);
+        if (first && (nvmlDeviceGetHandleByIndex_v2(0, &x) != NVML_SUCCESS ||
+                      nvmlDeviceGetUUID(x, u, sizeof(u)) != NVML_SUCCESS || strcmp(u, first) != 0))
+            _exit(2);
+        if (hidden && nvmlDeviceGetHandleByUUID(hidden, &x) != NVML_ERROR_NOT_FOUND)
+            _exit(3);
+        _exit(0);
+    }
+    int st;
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+TEST(a_container_sees_only_the_gpus_it_has_device_nodes_for)
+{
+    REQUIRE(machine("devroot", "--gpus", "3", NULL));
+    char u0[96], u2[96], bus2[32], root[] = "/tmp/emu-devroot-XXXXXX", node[64], out[4096];
+    unsigned minor2 = 99;
+    REQUIRE_EQ_INT(nvmlDeviceGetUUID(dev(0), u0, sizeof(u0)), NVML_SUCCESS);
+    REQUIRE_EQ_INT(nvmlDeviceGetUUID(dev(2), u2, sizeof(u2)), NVML_SUCCESS);
+    REQUIRE_EQ_INT(nvmlDeviceGetMinorNumber(dev(2), &minor2), NVML_SUCCESS);
+    nvmlPciInfo_t pci;
+    REQUIRE_EQ_INT(nvmlDeviceGetPciInfo_v3(dev(2), &pci), NVML_SUCCESS);
+    snprintf(bus2, sizeof(bus2), "%s", pci.busIdLegacy);
+    for (char *p = bus2; *p; p++)
+        *p = (char)(*p >= 'A' && *p <= 'F' ? *p - 'A' + 'a' : *p);
+    REQUIRE(mkdtemp(root) != NULL);
+    /* no device node at all: the driver sees nothing, as in a container given no GPU */
+    CHECK(nvml_sees(root, 0, NULL, u0));
+    setenv("ACCEL_EMU_DEV_ROOT", root, 1);
+    REQUIRE(cuda_probe(NULL, out, sizeof(out)));
+    CHECK(strstr(out, "init 100 count 0\n") != NULL);
+    unsetenv("ACCEL_EMU_DEV_ROOT");
+    /* the node of GPU 2 (the emulator looks for the node, not at its kind): GPU 2 alone, as
+     * NVML's index 0 and CUDA's device 0 */
+    snprintf(node, sizeof(node), "%s/nvidia%u", root, minor2);
+    FILE *f = fopen(node, "w");
+    REQUIRE(f != NULL);
+    fclose(f);
+    CHECK(nvml_sees(root, 1, u2, u0));
+    setenv("ACCEL_EMU_DEV_ROOT", root, 1);
+    REQUIRE(cuda_probe(NULL, out, sizeof(out)));
+    CHECK(strstr(out, "count 1\n") != NULL && strstr(out, bus2) != NULL);
+    REQUIRE(cuda_probe(u0, out, sizeof(out)));
+    CHECK(strstr(out, "init 100 count 0\n") != NULL); /* naming a hidden GPU finds nothing */
+    unsetenv("ACCEL_EMU_DEV_ROOT");
+    if (!strstr(out, "count 0"))
+        tap_diag("%s", out);
+    /* unset: every GPU, as on the host */
+    unsigned n = 0;
+    CHECK_EQ_INT(nvmlDeviceGetCount_v2(&n), NVML_SUCCESS);
+    CHECK_EQ_INT(n, 3);
+    unlink(node);
+    rmdir(root);
     CHECK_EQ_INT(nvmlShutdown(), NVML_SUCCESS);
 }
 

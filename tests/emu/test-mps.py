@@ -10,6 +10,7 @@ Processes that exit here may linger as zombies when the sandbox's init does not 
 so "gone" means: no such pid, or a zombie."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,14 @@ def case(name):
 def check(cond, what):
     if not cond:
         raise AssertionError(what)
+
+
+class Skipped(Exception):
+    pass
+
+
+def skip(why):
+    raise Skipped(why)
 
 
 def env_for(pipe, log, state=None):
@@ -294,6 +303,32 @@ def _():
         d.send("quit")
 
 
+@case("a client in a container (its own pid namespace, the pipe directory at another path) "
+      "is still its daemon's client, capped")
+def _():
+    # a container's client cannot see the daemon's pid (kill(2) says ESRCH there) and has the
+    # pipe directory bind-mounted elsewhere (acceld's CDI mount): it knows its daemon by the
+    # pid file in the directory and a live one by its control socket, as a real client connects
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        skip("needs root and unshare(1) for a pid namespace")
+    d = Daemon("container", STATE)
+    check(d.start()[0] == 0, "start")
+    oom = "error 2"
+    try:
+        rc, out, _ = d.send("set_default_device_pinned_mem_limit 0 100M")
+        check(rc == 0, f"set limit: {out!r}")
+        other = os.path.join(TMP, "container-pipe-elsewhere")
+        os.symlink(d.pipe, other)
+        env = dict(d.env, CUDA_MPS_PIPE_DIRECTORY=other)
+        p = subprocess.run(["unshare", "--pid", "--fork", CLIENT, "0", "60", "60"], env=env,
+                           capture_output=True, text=True, timeout=30)
+        check(p.returncode == 0, f"emu-mps-client: {p.returncode} {p.stderr}")
+        res = p.stdout.split("\n")[:2]
+        check(res == ["ok", oom], f"a client in its own pid namespace: {res}")
+    finally:
+        d.send("quit")
+
+
 @case("CUDA_VISIBLE_DEVICES: the daemon's device 0 is the GPU it names; limits land there")
 def _():
     # CUDA C++ Programming Guide, CUDA Environment Variables (CUDA_VISIBLE_DEVICES)
@@ -498,6 +533,8 @@ def main():
         try:
             fn()
             print(f"ok {i} - {name}")
+        except Skipped as e:
+            print(f"ok {i} - {name} # SKIP {e}")
         except Exception as e:
             failed += 1
             print(f"not ok {i} - {name}")

@@ -1,11 +1,14 @@
 /* test-nvml-procs — memory and the process list across processes, through the emulated
  * libcuda.so.1: two processes allocate at once, and NVML in a third (this one) shows both,
  * each with its allocation plus its context overhead, and the GPU's used memory is their
- * sum; a clean exit and a kill -9 each give the memory back. */
+ * sum; a clean exit and a kill -9 each give the memory back; a process in a pid namespace of
+ * its own (a container) is reported by the pid this reader knows it by, and reclaimed. */
+#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,6 +176,84 @@ TEST(two_processes_allocating_show_in_a_third)
     stop_child(&b, true);
     CHECK(TAP_WAIT_UNTIL(used_on(1) == 0, 10000));
     CHECK_EQ_INT(nprocs_on(1), 0);
+    nvmlShutdown();
+}
+
+/* A process in a pid namespace of its own (as in a container): it records itself as pid 1 of
+ * that namespace, NVML here reports it by the pid this process knows it by (as NVIDIA's driver
+ * reports host pids), and once it is killed its memory comes back (this process, in the initial
+ * pid namespace, sees that it is gone). Needs CAP_SYS_ADMIN for the namespace. */
+TEST(a_process_in_another_pid_namespace_is_reported_by_our_pid)
+{
+    char link[64];
+    ssize_t l = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+    if (l <= 0 || (link[l] = 0, strcmp(link, "pid:[4026531836]") != 0) || geteuid() != 0) {
+        tap_skip_case("needs root in the initial pid namespace");
+        return;
+    }
+    REQUIRE(new_machine("pidns"));
+    REQUIRE_EQ_INT(nvmlInit_v2(), NVML_SUCCESS);
+    int in[2], out[2];
+    REQUIRE(pipe(in) == 0 && pipe(out) == 0);
+    pid_t mid = fork();
+    REQUIRE(mid >= 0);
+    if (mid == 0) {
+        /* the namespace's first child is its pid 1; this one reports its pid to the parent */
+        if (unshare(CLONE_NEWPID) < 0)
+            _exit(20);
+        pid_t c = fork();
+        if (c == 0) {
+            close(in[1]);
+            close(out[0]);
+            child_main(0, 64, in[0], out[1]);
+        }
+        char msg[32];
+        int len = snprintf(msg, sizeof(msg), "%d", (int)c);
+        _exit(c > 0 && write(out[1], msg, (size_t)len) == len ? 0 : 21);
+    }
+    close(in[0]);
+    close(out[1]);
+    int st;
+    REQUIRE(waitpid(mid, &st, 0) == mid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char buf[40] = {0};
+    struct pollfd p = {.fd = out[0], .events = POLLIN};
+    size_t got = 0;
+    while (got < sizeof(buf) - 1 && poll(&p, 1, 20000) == 1) {
+        ssize_t r = read(out[0], buf + got, sizeof(buf) - 1 - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+        if (strstr(buf, "ok"))
+            break;
+    }
+    pid_t host = (pid_t)strtol(buf, NULL, 10);
+    REQUIRE(host > 1 && strstr(buf, "ok") != NULL);
+    nvmlProcessInfo_t infos[8];
+    unsigned n = 8;
+    REQUIRE_EQ_INT(nvmlDeviceGetComputeRunningProcesses_v3(dev(0), &n, infos), NVML_SUCCESS);
+    REQUIRE_EQ_INT(n, 1);
+    CHECK_EQ_INT((int)infos[0].pid, (int)host); /* not 1, its pid in its own namespace */
+    CHECK_EQ_U64(infos[0].usedGpuMemory, 64 * MiB + CTX_OVERHEAD);
+    /* a reader without privileges (the exporter: hostPID, uid 65532) too: it cannot read
+     * the process's namespace link, but its innermost pid and start time are readable by all */
+    pid_t r = fork();
+    if (r == 0) {
+        unsigned m = 8;
+        nvmlProcessInfo_t seen[8];
+        _exit(setgid(65534) == 0 && setuid(65534) == 0 &&
+                      nvmlDeviceGetComputeRunningProcesses_v3(dev(0), &m, seen) == NVML_SUCCESS &&
+                      m == 1 && (pid_t)seen[0].pid == host
+                  ? 0
+                  : 1);
+    }
+    int rst = -1;
+    CHECK(r > 0 && waitpid(r, &rst, 0) == r && WIFEXITED(rst) && WEXITSTATUS(rst) == 0);
+    /* killed (its namespace goes with it): nobody there is left to tell, this reader can */
+    kill(host, SIGKILL);
+    close(in[1]);
+    close(out[0]);
+    CHECK(TAP_WAIT_UNTIL(used_on(0) == 0, 10000));
+    CHECK_EQ_INT(nprocs_on(0), 0);
     nvmlShutdown();
 }
 

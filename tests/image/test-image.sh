@@ -135,8 +135,10 @@ sys.exit(1)')
     truncate -s -4 "$lib"   # the image's file as it was (4 bytes appended above)
 
     # the exporter's pod-resources ACL, kept by its pod-resources-acl container, on a directory
-    # with a root-owned socket (mode 0755, as the kubelet's): uid 65532 can connect to it, and
-    # to a socket made there afterwards (a restarted kubelet)
+    # as the kubelet makes it (root's, mode 0750: Kubernetes 1.37's kubelet.go, MkdirAll of the
+    # pod-resources dir; the test cluster's exporter got "Permission denied" while the test
+    # had 0755 here) with a root-owned socket: uid 65532 can connect to it, and to a socket
+    # made there afterwards (a restarted kubelet)
     acl_script=$(helm template accel "$root/deploy/helm/accel" -n kube-system | python3 -c '
 import sys, yaml
 for o in yaml.safe_load_all(sys.stdin):
@@ -147,7 +149,8 @@ for o in yaml.safe_load_all(sys.stdin):
 sys.exit(1)')
     podres=$tmp/pod-resources
     mkdir -p "$podres" "$rootfs/var/lib/kubelet/pod-resources"
-    chmod 0755 "$tmp"   # uid 65532 walks to the sockets
+    chmod 0755 "$tmp"     # uid 65532 walks to the kubelet's dir
+    chmod 0750 "$podres"  # and the kubelet's dir is 0750
     listen() { # listen PATH: a root-owned unix socket, mode 0755, served until the test ends
         python3 -c 'import os, socket, sys, time
 os.umask(0o022); s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8)

@@ -22,6 +22,12 @@ Served (resource.k8s.io/v1, for the DRA driver):
   GET    /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=N,spec.driver=D
          ResourceSliceList (either selector term optional)
   POST   /apis/resource.k8s.io/v1/resourceslices            201, 409 AlreadyExists
+  GET    /apis/resource.k8s.io/v1/resourceslices?watch=true&fieldSelector=...[&resourceVersion=RV]
+         chunked watch: ADDED for each matching slice first when no RV is given (as the real
+         server does), then ADDED/MODIFIED/DELETED as slices change
+  DELETE /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=N[,spec.driver=D]
+         delete collection: what the kubelet does to a node's slices when it starts (and to a
+         driver's 30 s after it is gone)
   GET/PUT/DELETE /apis/resource.k8s.io/v1/resourceslices/NAME
          PUT: 409 Conflict when metadata.resourceVersion is not the stored one
   GET    /apis/resource.k8s.io/v1/namespaces/NS/resourceclaims/NAME
@@ -75,6 +81,7 @@ STATE = {
     "command": None,
     "watchers": 0,
     "slices": {},        # name -> ResourceSlice
+    "slice_history": [], # (rv, type, slice) for slice watches
     "claims": {},        # (namespace, name) -> ResourceClaim
     "classes": {},       # name -> DeviceClass
     "conflicts": 0,      # slice writes still to answer 409
@@ -281,8 +288,12 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(503, status(503, "ServiceUnavailable",
                                                   "the server is currently unable to handle "
                                                   "the request"))
-            if parts[:1] == ["resourceslices"]:
+            if parts == ["resourceslices"] and method == "GET" and q.get("watch") in ("1", "true"):
+                watch = True
+            elif parts[:1] == ["resourceslices"]:
                 return self.slice(method, parts[1] if len(parts) == 2 else None, q, body)
+            else:
+                watch = False
             if len(parts) == 4 and parts[0] == "namespaces" and parts[2] == "resourceclaims" \
                     and method == "GET":
                 c = STATE["claims"].get((parts[1], parts[3]))
@@ -301,22 +312,95 @@ class Handler(BaseHTTPRequestHandler):
                                             "apiVersion": "resource.k8s.io/v1",
                                             "metadata": {"resourceVersion": str(STATE["rv"])},
                                             "items": list(STATE["classes"].values())})
+        if watch:
+            return self.slice_watch(q)
         return self.send_json(404, status(404, "NotFound", "the server could not find the "
                                           "requested resource"))
+
+    def slice_selector(self, q):
+        """The fieldSelector of a slice request as {field: value}; None when unsupported."""
+        sel = {}
+        for term in filter(None, q.get("fieldSelector", "").split(",")):
+            k, _, v = term.partition("=")
+            if k not in ("spec.nodeName", "spec.driver"):
+                return None
+            sel[k] = v
+        return sel
+
+    def slice_watch(self, q):
+        """A watch of ResourceSlices: chunked, one event a line, until the client goes."""
+        sel = self.slice_selector(q)
+        if sel is None:
+            return self.send_json(400, status(400, "BadRequest", "field label not supported"))
+
+        def matches(x):
+            return all(x["spec"].get(k[5:]) == v for k, v in sel.items())
+
+        def events():
+            with LOCK:
+                if q.get("resourceVersion"):
+                    since = int(q["resourceVersion"])
+                    initial = []
+                else:
+                    since = STATE["rv"]
+                    initial = [x for x in STATE["slices"].values() if matches(x)]
+            for x in initial:
+                self.chunk({"type": "ADDED", "object": x})
+            while True:
+                with LOCK:
+                    evs = [(rv, t, x) for rv, t, x in STATE["slice_history"] if rv > since]
+                    if not evs:
+                        LOCK.wait(0.1)
+                        if self.peer_gone():
+                            return
+                        continue
+                for rv, t, x in evs:
+                    since = rv
+                    if matches(x):
+                        self.chunk({"type": t, "object": x})
+        self.stream(events)
+
+    def stream(self, events):
+        """A chunked 200 answer: events() writes them (self.chunk) until the client goes or
+        it returns; then the last chunk, unless events() returns False (it cut the
+        connection itself)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        with LOCK:
+            STATE["watchers"] += 1
+        try:
+            if events() is not False:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            pass
+        finally:
+            with LOCK:
+                STATE["watchers"] -= 1
 
     def slice(self, method, name, q, body):
         """Called with LOCK held."""
         slices = STATE["slices"]
-        if name is None and method == "GET":
-            sel = {}
-            for term in filter(None, q.get("fieldSelector", "").split(",")):
-                k, _, v = term.partition("=")
-                if k not in ("spec.nodeName", "spec.driver"):
-                    return self.send_json(400, status(400, "BadRequest",
-                                                      'field label not supported: ' + k))
-                sel[k] = v
+
+        def record(t, x):
+            STATE["slice_history"].append((STATE["rv"], t, json.loads(json.dumps(x))))
+            LOCK.notify_all()
+        if name is None and method in ("GET", "DELETE"):
+            sel = self.slice_selector(q)
+            if sel is None:
+                return self.send_json(400, status(400, "BadRequest",
+                                                  'field label not supported: ' +
+                                                  q.get("fieldSelector", "")))
             items = [x for x in slices.values()
                      if all(x["spec"].get(k[5:]) == v for k, v in sel.items())]
+            if method == "DELETE":
+                # delete collection (the kubelet wiping a node's slices)
+                for x in items:
+                    del slices[x["metadata"]["name"]]
+                    x["metadata"]["resourceVersion"] = next_rv()
+                    record("DELETED", x)
             return self.send_json(200, {"kind": "ResourceSliceList",
                                         "apiVersion": "resource.k8s.io/v1",
                                         "metadata": {"resourceVersion": str(STATE["rv"])},
@@ -358,6 +442,7 @@ class Handler(BaseHTTPRequestHandler):
             meta.update(uid=str(uuid.uuid4()), resourceVersion=next_rv(), generation=1,
                         creationTimestamp=now())
             slices[n] = obj
+            record("ADDED", obj)
             return self.send_json(201, obj)
         cur = slices.get(name) if name else None
         if cur is None:
@@ -368,6 +453,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, cur)
         if method == "DELETE":
             del slices[name]
+            cur["metadata"]["resourceVersion"] = next_rv()
+            record("DELETED", cur)
             return self.send_json(200, cur)
         if method == "PUT":
             if meta.get("name") != name:
@@ -383,6 +470,7 @@ class Handler(BaseHTTPRequestHandler):
             meta.update(uid=cur["metadata"]["uid"], resourceVersion=next_rv(), generation=gen,
                         creationTimestamp=cur["metadata"]["creationTimestamp"])
             slices[name] = obj
+            record("MODIFIED", obj)
             return self.send_json(200, obj)
         return self.send_json(405, status(405, "MethodNotAllowed", method))
 
@@ -428,21 +516,19 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             if since < STATE["oldest"] and STATE["http410"]:
                 return self.send_json(410, status(410, "Expired", "too old resource version"))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
         with LOCK:
-            STATE["watchers"] += 1
-            gen = STATE["gen"]
-        try:
+            gen0 = STATE["gen"]
+
+        def events():
+            nonlocal since
+            gen = gen0
             while True:
                 with LOCK:
                     if since < STATE["oldest"]:
                         self.chunk({"type": "ERROR", "object": status(
                             410, "Expired", "too old resource version: %d (%d)" %
                             (since, STATE["oldest"]))})
-                        break
+                        return
                     # lag: only events older than lag_ms go out; hang: none does
                     ripe = time.monotonic() - STATE["lag_ms"] / 1000
                     evs = [] if STATE["hang"] else \
@@ -455,7 +541,7 @@ class Handler(BaseHTTPRequestHandler):
                     if not evs and cmd is None:
                         LOCK.wait(min(0.1, max(0.001, min(held) - ripe)) if held else 0.1)
                         if self.peer_gone():
-                            break
+                            return
                         continue
                 for rv, t, p in evs:
                     since = rv
@@ -466,20 +552,14 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.write(b"40\r\n{\"type\":\"MODIF")
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
-                    return
+                    return False
                 if cmd == "bookmark" and bookmarks:
                     with LOCK:
                         rv = str(STATE["rv"])
                     self.chunk({"type": "BOOKMARK", "object": {
                         "kind": "Pod", "apiVersion": "v1",
                         "metadata": {"resourceVersion": rv}}})
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
-            pass
-        finally:
-            with LOCK:
-                STATE["watchers"] -= 1
+        self.stream(events)
 
     def pod(self, method, ns, name, body):
         with LOCK:
@@ -583,7 +663,10 @@ class Handler(BaseHTTPRequestHandler):
                 m.setdefault("generation", 1)
                 m.setdefault("creationTimestamp", now())
                 m["resourceVersion"] = next_rv()
+                t = "MODIFIED" if m["name"] in STATE["slices"] else "ADDED"
                 STATE["slices"][m["name"]] = d
+                STATE["slice_history"].append((STATE["rv"], t, json.loads(json.dumps(d))))
+                LOCK.notify_all()
             elif what == "slices":
                 return self.send_json(200, list(STATE["slices"].values()))
             elif what == "conflicts":
