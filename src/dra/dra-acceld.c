@@ -1007,11 +1007,12 @@ static void check_once(struct acceld_dra *a)
     for (size_t i = 0; i < nf && arr; i++)
         check_report(a, t, &f[i], owner[f[i].target], arr);
     json_decref(a->check_json);
-    a->check_json = json_pack("{s:I,s:s,s:I,s:I,s:o,s:O}", "time", (json_int_t)time(NULL),
+    a->check_json = json_pack("{s:I,s:s,s:I,s:I,s:o,s:o}", "time", (json_int_t)time(NULL),
                               "overQuotaAction", hostcheck_action_name(o.action), "checkIntervalMs",
                               (json_int_t)(a->cfg->dra_check_interval_ns / 1000000), "targets",
                               (json_int_t)k, "findings", arr ? arr : json_array(), "recentFindings",
-                              a->check_recent ? a->check_recent : json_array());
+                              /* "o" takes the reference: a new one, never the kept list's own */
+                              a->check_recent ? json_incref(a->check_recent) : json_array());
     free(t);
     free(owner);
     free(uuid);

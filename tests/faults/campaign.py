@@ -505,7 +505,8 @@ def mps(build, src, pb, rng, kills, late):
 
 
 def daemons():
-    """{pipe dir: [pids]} of the MPS control daemons running (comm nvidia-cuda-mps)."""
+    """{pipe dir: [pids]} of the MPS control daemons running (comm nvidia-cuda-mps, started
+    with -d or -f: a front end acceld runs for a probe has the same name and pipe dir)."""
     out = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -513,6 +514,9 @@ def daemons():
         try:
             with open("/proc/%s/comm" % pid) as f:
                 if not f.read().startswith("nvidia-cuda-mps"):
+                    continue
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if not {b"-d", b"-f"} & set(f.read().split(b"\0")[1:]):
                     continue
             with open("/proc/%s/environ" % pid, "rb") as f:
                 env = dict(x.split(b"=", 1) for x in f.read().split(b"\0") if b"=" in x)
@@ -534,8 +538,14 @@ def mps_check(state, admitted):
         ds = daemons()
         mine = {d: p for d, p in ds.items() if d.startswith(os.path.join(state, "mps"))}
         return mine
-    ok = K.wait_until(lambda: all(len(counts().get(s, [])) == 1 for s in sets), T)
-    mine = counts()
+    seen = {}
+
+    def settled():
+        seen.clear()
+        seen.update(counts())
+        return all(len(seen.get(s, [])) == 1 for s in sets)
+    ok = K.wait_until(settled, T)
+    mine = dict(seen)  # the sample the wait ended on
     lost = sum(1 for d in admitted if len(mine.get(d, [])) != 1)
     doubled = sum(1 for s in sets if len(mine.get(s, [])) > 1)
     dead = sum(1 for d in mine if d not in sets)
