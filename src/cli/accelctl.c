@@ -3,6 +3,7 @@
  * To add a subcommand, write src/cli/cmd-<name>.c, declare it in accelctl.h and add one line
  * to `commands` below.
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,6 +28,35 @@ static const struct accelctl_command commands[] = {
     {"agent", "acceld's own report: up, each resource ready (registered) or why not",
      accelctl_cmd_agent},
 };
+
+int accelctl_state_options(int argc, char **argv, void (*usage)(FILE *f), const char **dir,
+                           bool *json)
+{
+    static const struct option opts[] = {{"state-dir", required_argument, NULL, 's'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 's') {
+            *dir = optarg;
+        } else if (c == 'j') {
+            *json = true;
+        } else if (c == 'h') {
+            usage(stdout);
+            return ACCELCTL_EXIT_OK;
+        } else {
+            usage(stderr);
+            return ACCELCTL_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return ACCELCTL_EXIT_USAGE;
+    }
+    return -1;
+}
 
 static void usage(FILE *f)
 {

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #define ACCELCTL_EXIT_OK 0
 #define ACCELCTL_EXIT_FAILURE 1
@@ -30,3 +31,9 @@ int accelctl_cmd_top(int argc, char **argv);
  * (owned). Waits a few seconds for the socket. On failure says why on stderr
  * and returns -errno. */
 int accelctl_plugin_health(const char *socket, char ***ret_ids, bool **ret_healthy, size_t *ret_n);
+
+/* The options of the commands that read acceld's state dir (dra, vgpu, agent): --state-dir DIR
+ * (*dir keeps its default without it), --json, --help; no operands. Returns -1 when the
+ * command goes on, else the exit status, usage(stdout) or usage(stderr) printed. */
+int accelctl_state_options(int argc, char **argv, void (*usage)(FILE *f), const char **dir,
+                           bool *json);

@@ -62,38 +62,17 @@ static void show(const struct acceld_stats *s, double now)
 
 int accelctl_cmd_agent(int argc, char **argv)
 {
-    static const struct option opts[] = {{"state-dir", required_argument, NULL, 's'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
     const char *dir = "/var/lib/accel";
     bool json = false;
-    int c;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 's')
-            dir = optarg;
-        else if (c == 'j')
-            json = true;
-        else if (c == 'h') {
-            usage(stdout);
-            return ACCELCTL_EXIT_OK;
-        } else {
-            usage(stderr);
-            return ACCELCTL_EXIT_USAGE;
-        }
-    }
-    if (optind < argc) {
-        usage(stderr);
-        return ACCELCTL_EXIT_USAGE;
-    }
+    int r = accelctl_state_options(argc, argv, usage, &dir, &json);
+    if (r >= 0)
+        return r;
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s", dir, ACCELD_STATS_FILE);
     if (json) {
         char *text;
         size_t len;
-        int r = fs_read_all(path, ACCELD_STATS_MAX_BYTES, &text, &len);
+        r = fs_read_all(path, ACCELD_STATS_MAX_BYTES, &text, &len);
         if (r < 0) {
             fprintf(stderr,
                     "accelctl agent: cannot read %s: %s (is acceld running with "
@@ -107,7 +86,7 @@ int accelctl_cmd_agent(int argc, char **argv)
     }
     static struct acceld_stats s;
     char err[512];
-    int r = acceld_stats_read(path, &s, err, sizeof(err));
+    r = acceld_stats_read(path, &s, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr,
                 "accelctl agent: cannot read %s: %s (is acceld running with --state-dir %s?)\n",

@@ -50,25 +50,9 @@ int accelctl_cmd_dra(int argc, char **argv)
 {
     const char *dir = "/var/lib/accel";
     bool as_json = false;
-    static const struct option opts[] = {{"state-dir", required_argument, NULL, 's'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 's')
-            dir = optarg;
-        else if (c == 'j')
-            as_json = true;
-        else if (c == 'h') {
-            usage(stdout);
-            return ACCELCTL_EXIT_OK;
-        } else {
-            usage(stderr);
-            return ACCELCTL_EXIT_USAGE;
-        }
-    }
+    int r = accelctl_state_options(argc, argv, usage, &dir, &as_json);
+    if (r >= 0)
+        return r;
     char path[4096];
     json_error_t jerr;
     snprintf(path, sizeof(path), "%s/dra-status.json", dir);

@@ -144,31 +144,11 @@ static void show(json_t *root)
 
 int accelctl_cmd_vgpu(int argc, char **argv)
 {
-    static const struct option opts[] = {{"state-dir", required_argument, NULL, 's'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
     const char *state = "/var/lib/accel";
     bool as_json = false;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 's') {
-            state = optarg;
-        } else if (c == 'j') {
-            as_json = true;
-        } else if (c == 'h') {
-            usage(stdout);
-            return ACCELCTL_EXIT_OK;
-        } else {
-            usage(stderr);
-            return ACCELCTL_EXIT_USAGE;
-        }
-    }
-    if (optind != argc) {
-        usage(stderr);
-        return ACCELCTL_EXIT_USAGE;
-    }
+    int r = accelctl_state_options(argc, argv, usage, &state, &as_json);
+    if (r >= 0)
+        return r;
     char path[4200];
     snprintf(path, sizeof(path), "%s/vgpu/status.json", state);
     json_error_t je;

@@ -1223,11 +1223,6 @@ TEST(identity_follows_the_kubelets_ids)
     node_close(&nd);
 }
 
-/* Finding 8: the checkpoint and its journal deleted while containers live: the start says so,
- * and the first reconcile takes the live containers' shares back from their directories
- * (their GPU from the config acceld wrote) before anything is handed out again; a directory
- * no live container holds is removed. A checkpoint that over-commits a GPU (3 x 60 cores) is
- * settled the same way: the shares no live container holds go. */
 /* The fault campaign's finds (issue 23). A pod that stays Pending (its admission forgotten)
  * catches an identical pod's Allocates twice: the first share, renamed to the container that
  * holds its IDs, keeps uid-p/main (that container mounts it), so the second gets a directory
@@ -1357,6 +1352,11 @@ TEST(a_call_taken_for_a_kubelet_failed_pod_is_settled)
     node_close(&nd);
 }
 
+/* Finding 8: the checkpoint and its journal deleted while containers live: the start says so,
+ * and the first reconcile takes the live containers' shares back from their directories
+ * (their GPU from the config acceld wrote) before anything is handed out again; a directory
+ * no live container holds is removed. A checkpoint that over-commits a GPU (3 x 60 cores) is
+ * settled the same way: the shares no live container holds go. */
 TEST(lost_or_overcommitted_record_is_rebuilt)
 {
     n_table = 0, n_known = 0;
