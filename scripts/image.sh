@@ -19,7 +19,8 @@
 # by the mirror and the Date of the suite's InRelease, so it is made again only when Debian
 # publishes a new bookworm release on that mirror (offline: the newest cached one is used).
 # Layers are cached by buildah (--layers) and the meson build dir by a cache mount, so a second
-# build recompiles only what changed.
+# build recompiles only what changed (by content: the Containerfile touches the files whose
+# sha256 differs from the last build's before ninja runs).
 #
 # Environment: ACCEL_DEBIAN_MIRROR, ACCEL_DEBIAN_SECURITY_MIRROR (default: apt's), 
 # ACCEL_IMAGE_CACHE, ACCEL_BUILDAH_OPTS (global buildah options, e.g. "--storage-driver vfs"
