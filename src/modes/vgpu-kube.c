@@ -225,7 +225,8 @@ static const char *op_pod_uid(void *self, const char *ns, const char *name)
     return NULL;
 }
 
-/* At most one relist a second for Allocates that found no pod. */
+/* At most one relist a second for Allocates that found no pod, or that wait while the pod list
+ * is not available (only while an Allocate waits: at most allocateWait of them). */
 #define DOUBT_RELIST_NS 1000000000ull
 
 static void op_doubt(void *self)
@@ -235,9 +236,12 @@ static void op_doubt(void *self)
     if (k->last_doubt_ns && now - k->last_doubt_ns < DOUBT_RELIST_NS)
         return;
     k->last_doubt_ns = now;
+    bool in_step = kube_podwatch_synced(k->watch) && !kube_podwatch_error(k->watch);
     if (kube_podwatch_relist(k->watch) == 0)
-        log_info("vGPU: an Allocate found no pending pod for it: listing the pods again in case "
-                 "the watch is behind");
+        log_info("vGPU: %s", in_step ? "an Allocate found no pending pod for it: listing the "
+                                       "pods again in case the watch is behind"
+                                     : "an Allocate waits for the pod list: listing the pods "
+                                       "again now (at most once a second)");
 }
 
 static const struct vgpu_pods_ops kube_pods_ops = {op_pending, op_annotate, op_pod_state,

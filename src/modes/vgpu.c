@@ -1054,7 +1054,11 @@ static int match_new(struct vgpu *v, enum vgpu_resource r, uint64_t amount, stru
                  "cannot tell which pod this Allocate of %llu %s is for: the API server's pod "
                  "list is not available (%s); acceld does not guess",
                  (unsigned long long)amount, res, why);
-        /* the watch may come back in step: the transport waits up to allocateWait */
+        /* the watch may come back in step: the transport waits up to allocateWait, and
+         * meanwhile asks for a LIST now and then rather than wait out the watch's backoff
+         * (three failed LISTs in a row back off 3.5 s, past a 3 s allocateWait) */
+        if (v->pods.ops->doubt)
+            v->pods.ops->doubt(v->pods.self);
         return -EAGAIN;
     }
     if (!v->books_ready) {
@@ -1199,16 +1203,21 @@ static int vgpu_allocate(void *self, const struct acceld_alloc_req *reqs, size_t
              (unsigned long long)amount, vgpu_resource_label[r], as->visible,
              as->whole ? " (whole GPUs, no limits)" : "");
 
-    /* Both responses set the same env; the mounts and device nodes come
-     * with one of them (cores when asked for, else memory), so the runtime
-     * never sees a path twice. */
+    /* One answer, the primary resource's (cores when asked for, else memory), carries
+     * everything: the env, the device nodes and the mounts; the other is empty, as
+     * GPU-Manager's memory answer is. The container's GPU is then the one its mounts name
+     * even when its other call was taken for another container's (the two calls of one
+     * container can be matched to two shares: "Which pod an Allocate is for" in
+     * docs/vgpu.md): the kubelet keeps the first value of an env name it meets across a
+     * container's resources, in map order, so two answers naming two GPUs would give it
+     * either (fault campaign: a container ran on the GPU of a share freed under it). */
     out[0] = (struct acceld_alloc){0};
-    v->env = (struct acceld_kv){"NVIDIA_VISIBLE_DEVICES", as->visible};
-    out[0].envs = &v->env;
-    out[0].n_envs = 1;
     enum vgpu_resource primary = as->amount[VGPU_CORES] ? VGPU_CORES : VGPU_MEMORY;
     if (r != primary)
         return 0;
+    v->env = (struct acceld_kv){"NVIDIA_VISIBLE_DEVICES", as->visible};
+    out[0].envs = &v->env;
+    out[0].n_envs = 1;
     size_t nn = 0;
     for (size_t k = 0; k < as->n_gpus; k++) {
         const char *node = v->gpus[as->gpus[k]].node;

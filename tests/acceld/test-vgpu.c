@@ -92,8 +92,19 @@ static const char *t_pod_uid(void *self, const char *ns, const char *name)
     return NULL;
 }
 
-static const struct vgpu_pods_ops table_ops = {
-    .pending = t_pending, .annotate = t_annotate, .pod_state = t_pod_state, .pod_uid = t_pod_uid};
+static int n_doubts; /* the relists Allocates asked for */
+
+static void t_doubt(void *self)
+{
+    (void)self;
+    n_doubts++;
+}
+
+static const struct vgpu_pods_ops table_ops = {.pending = t_pending,
+                                               .annotate = t_annotate,
+                                               .pod_state = t_pod_state,
+                                               .pod_uid = t_pod_uid,
+                                               .doubt = t_doubt};
 static const struct vgpu_pods table_pods = {&table_ops, NULL};
 
 static void add_pod(const char *uid, const char *name, const char *container, int64_t created,
@@ -398,14 +409,16 @@ TEST(two_pods_share_one_gpu)
     CHECK_EQ_STR(last_key, VGPU_ANNOTATION_PREFIX "main");
     CHECK_EQ_STR(last_value, a_gpu);
     REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 16, &am, err, sizeof(err)), 0);
-    CHECK_EQ_STR(env(am, "NVIDIA_VISIBLE_DEVICES"), a_gpu);
-    CHECK_EQ_INT(am->n_mounts, 0); /* the mounts came with the cores response */
-    /* pod b: memory first */
+    /* the memory answer is empty: the env, nodes and mounts came with the cores answer */
+    CHECK(env(am, "NVIDIA_VISIBLE_DEVICES") == NULL);
+    CHECK_EQ_INT(am->n_mounts, 0);
+    CHECK_EQ_INT(am->n_devices, 0);
+    /* pod b: memory first; its answer is empty too */
     REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 32, &bm, err, sizeof(err)), 0);
-    CHECK_EQ_STR(env(bm, "NVIDIA_VISIBLE_DEVICES"), a_gpu); /* binpack: the same GPU */
+    CHECK(env(bm, "NVIDIA_VISIBLE_DEVICES") == NULL);
     CHECK_EQ_INT(bm->n_mounts, 0);
     REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 70, &bc, err, sizeof(err)), 0);
-    CHECK_EQ_STR(env(bc, "NVIDIA_VISIBLE_DEVICES"), a_gpu);
+    CHECK_EQ_STR(env(bc, "NVIDIA_VISIBLE_DEVICES"), a_gpu); /* binpack: the same GPU */
     char *bcfg = config_of(bc);
     REQUIRE(acfg && bcfg);
     CHECK(strstr(acfg, "memory_limit = 4294967296\n") != NULL);
@@ -483,10 +496,11 @@ TEST(spread_and_extender)
     CHECK(strcmp(env(r, "NVIDIA_VISIBLE_DEVICES"), first) != 0); /* spread: the other GPU */
     CHECK_EQ_STR(last_pod, "default/b");
     REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 4, &r, err, sizeof(err)), 0);
-    /* the extender's annotation wins */
+    /* the extender's annotation wins (c's memory first: its cores answer names the GPU) */
     REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 4, &r, err, sizeof(err)), 0);
-    CHECK_EQ_STR(env(r, "NVIDIA_VISIBLE_DEVICES"), "GPU-00000000-1111-2222-3333-444455556666");
     CHECK_EQ_STR(last_pod, "default/c");
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 10, &r, err, sizeof(err)), 0);
+    CHECK_EQ_STR(env(r, "NVIDIA_VISIBLE_DEVICES"), "GPU-00000000-1111-2222-3333-444455556666");
     node_close(&nd);
 }
 
@@ -535,10 +549,12 @@ TEST(api_server_unreachable_never_guesses)
     node_open(&nd, v);
     char err[1024] = "";
     V1beta1__ContainerAllocateResponse *r;
-    int before = n_annotated;
-    /* not refused at once: the transport waits (allocateWait) for the watch to come back */
+    int before = n_annotated, doubts = n_doubts;
+    /* not refused at once: the transport waits (allocateWait) for the watch to come back, and
+     * the Allocate asks for a LIST meanwhile (the watch's backoff can outlast allocateWait) */
     CHECK_EQ_INT(alloc(&nd, VGPU_CORES, 30, &r, err, sizeof(err)), -EAGAIN);
     CHECK(strstr(err, "API server") != NULL && strstr(err, "connection refused") != NULL);
+    CHECK_EQ_INT(n_doubts, doubts + 1);
     CHECK_EQ_INT(vgpu_assignment_count(v), 0);
     CHECK_EQ_INT(n_annotated, before);
     table_error = 0;
@@ -590,11 +606,11 @@ TEST(restart_between_resources_and_reconcile)
     char err[1024] = "";
     V1beta1__ContainerAllocateResponse *r;
     REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 30, &r, err, sizeof(err)), 0);
+    char a_gpu[64];
+    snprintf(a_gpu, sizeof(a_gpu), "%s", env(r, "NVIDIA_VISIBLE_DEVICES"));
     REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 16, &r, err, sizeof(err)), 0);
     struct vgpu_live a_live;
     hold(&nd, &a_live, "a", 2);
-    char a_gpu[64];
-    snprintf(a_gpu, sizeof(a_gpu), "%s", env(r, "NVIDIA_VISIBLE_DEVICES"));
     REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 8, &r, err, sizeof(err)), 0);
     node_close(&nd); /* "killed": nothing but the files survives */
 

@@ -242,8 +242,10 @@ def vgpu(build, src, pb, rng, kills, late):
             run.settle(c)
             trace("settled", c.lost, c.doubled, c.dead, c.tmp)
             # a kubelet that Allocates as soon as acceld registered: refused as not ready?
-        c.notready = sum(1 for _, m in run.kubelet.refusals
-                         if any(s in m for s in F.NOT_READY))
+        nr = [(p, m) for p, m in run.kubelet.refusals if any(s in m for s in F.NOT_READY)]
+        c.notready = len(nr)
+        if nr:
+            c.detail.append(("not-ready refusals", nr))
         c.san = F.sanitizer_reports(run.agent.log_text())
     finally:
         run.close()

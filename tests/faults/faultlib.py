@@ -276,11 +276,14 @@ class Pod:
         return None
 
     def visible(self):
-        for r in self.resp.values():
-            for k, v in r.envs.items():
-                if k == "NVIDIA_VISIBLE_DEVICES":
-                    return v
-        return None
+        """The container's GPUs. The kubelet keeps the first value of an env name across a
+        container's resources, in map order: answers that disagree give it either, so they
+        are reported as a conflict (never equal to the books' GPUs)."""
+        vals = {r.envs["NVIDIA_VISIBLE_DEVICES"] for r in self.resp.values()
+                if "NVIDIA_VISIBLE_DEVICES" in r.envs}
+        if len(vals) > 1:
+            return "conflict: " + " / ".join(sorted(vals))
+        return vals.pop() if vals else None
 
 
 class DPKubelet:
