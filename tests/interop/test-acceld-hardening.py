@@ -27,6 +27,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kubelet as K  # noqa: E402
@@ -77,6 +78,27 @@ def run(tap, build, pb, node, pdir, agent):
     tap.ok(r.returncode == 2 and "flag --recover-after: health.recoverAfter: \"0.0000001ms\" is "
            "below 1ns" in r.stderr, "--recover-after 0.0000001ms: exit 2, says why",
            r.stderr)
+    # ---- --print-config is a config file acceld reads back: YAML, each key and section once
+    acceld = os.path.join(build, "src/acceld/acceld")
+    r = subprocess.run([acceld, "--print-config"], capture_output=True, text=True, timeout=60)
+    keys, dups, section = set(), [], None
+    for line in r.stdout.splitlines():
+        name = line.split(":", 1)[0]
+        section = name if not line.startswith(" ") and line.endswith(":") else \
+            (section if line.startswith(" ") else None)
+        full = "%s.%s" % (section, name.strip()) if line.startswith(" ") else name
+        dups += [full] if full in keys else []
+        keys.add(full)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(r.stdout)
+        path = f.name
+    again = subprocess.run([acceld, "--config", path, "--print-config"], capture_output=True,
+                           text=True, timeout=60)
+    tap.ok(r.returncode == 0 and not dups and "vgpu.reconcileInterval" in keys and
+           "dra.mig" in keys and again.returncode == 0 and again.stdout == r.stdout,
+           "--print-config names each key once, under one header a section, and reads back "
+           "the same", (dups, again.stderr))
+    os.unlink(path)
     # ---- the newcomer path: right after the start, with --wait
     r = accelctl(build, "plugin", "devices", "--json", "--socket", agent.sock, "--wait", f"{T}s")
     try:
