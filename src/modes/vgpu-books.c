@@ -177,24 +177,33 @@ static bool held_by_any(const struct vgpu_live *live, size_t n, int r, uint64_t 
 /* The share c mounts: the one its primary resource's IDs name, whose other resource's IDs
  * agree, are unknown, or are held by no live container (a call taken for a container the
  * kubelet then failed on its own, whose IDs went back: the next container's first call was
- * matched as that container's second). -1: none, or several (then the plain rule decides). */
+ * matched as that container's second). Several such shares: the kubelet handed c every ID a
+ * gone container held (an identical request gets the same free IDs), and the one matched to
+ * c itself is c's. -1: none, or several none or more of which are c's own (then the plain
+ * rule decides). */
 static ssize_t primary_holder(const struct vgpu *v, const struct vgpu_live *c,
                               const struct vgpu_live *live, size_t n)
 {
     enum vgpu_resource rp = live_primary(c), ro = rp == VGPU_CORES ? VGPU_MEMORY : VGPU_CORES;
     uint64_t hp = live_ids(c, rp), ho = live_ids(c, ro);
-    ssize_t found = -1;
+    ssize_t found = -1, own = -1;
+    size_t n_found = 0, n_own = 0;
     for (size_t a = 0; a < v->n_as; a++) {
         const struct assign *x = v->as[a];
         if (!hp || x->ids[rp] != hp)
             continue;
         if (x->ids[ro] && ho && x->ids[ro] != ho && held_by_any(live, n, ro, x->ids[ro]))
             continue;
-        if (found >= 0)
-            return -1;
         found = (ssize_t)a;
+        n_found++;
+        if (same_container(x, c)) {
+            own = (ssize_t)a;
+            n_own++;
+        }
     }
-    return found;
+    if (n_found == 1)
+        return found;
+    return n_own == 1 ? own : -1;
 }
 
 static enum vgpu_pod_state pod_state(const struct vgpu *v, const char *uid)
@@ -219,6 +228,9 @@ static bool rename_to(struct vgpu *v, struct assign *x, const struct vgpu_live *
     }
     ssize_t other = vgpu_find_assign(v, uid, c->container);
     if (other >= 0 && v->as[other] != x) {
+        if (x->told_held_twice)
+            return false;
+        x->told_held_twice = true;
         log_warn("vGPU: %s/%s container %s holds the share on %s matched to %s/%s container %s "
                  "and has a share of its own too: left as is until one of them is freed",
                  c->ns, c->pod, c->container, x->visible, x->ns, x->pod, x->container);
@@ -485,6 +497,23 @@ int vgpu_reconcile(struct vgpu *v, const struct vgpu_live *live, size_t n, uint6
             }
         }
         fold[a] = fold[a] && !holders[a];
+    }
+    /* a container the plain rule finds holding several shares (every ID a gone container
+     * held, handed to it again) holds the one matched to it, when there is one */
+    for (size_t i = 0; i < n; i++) {
+        if (primary[i] >= 0)
+            continue;
+        size_t n_held = 0, n_own = 0;
+        for (size_t a = 0; a < v->n_as; a++)
+            if (holders[a] == 1 && holder[a] == i) {
+                n_held++;
+                n_own += same_container(v->as[a], &live[i]);
+            }
+        if (n_held < 2 || n_own != 1)
+            continue;
+        for (size_t a = 0; a < v->n_as; a++)
+            if (holders[a] == 1 && holder[a] == i && !same_container(v->as[a], &live[i]))
+                holders[a] = 0;
     }
     /* the primary holders learn the container's other resource (its IDs, and its amount:
      * the kubelet's count is the request) */

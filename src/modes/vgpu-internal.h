@@ -56,6 +56,7 @@ struct assign {
     /* a reconcile since the kubelet's last restart found no container holding its IDs: the
      * kubelet forgot it (it had not checkpointed the admission) and will Allocate again */
     bool unheld;
+    bool told_held_twice; /* "has a share of its own too" logged once, not at every settling */
     /* a half share whose other call never came (or was taken for another container), its
      * primary answered (the mounts handed out): no candidate for any call, kept until a
      * settling finds no live container holding it (then freed) or one that does (its own) */

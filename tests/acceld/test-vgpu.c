@@ -1320,6 +1320,42 @@ TEST(ids_of_one_resource_are_not_a_holder)
     node_close(&nd);
 }
 
+/* The kubelet hands a new container every ID a gone one held (an identical request gets the
+ * same free IDs): two shares carry the IDs it holds. Its share is the one matched to it; the
+ * gone pod's is freed. Before, both were taken as held, the gone one's was "left as is until
+ * one of them is freed" (fault campaign: a deleted pod's share held until the new pod went). */
+TEST(every_id_reused_the_gone_share_is_freed)
+{
+    n_table = 0, n_known = 0;
+    add_pod("uid-a", "a", "main", 100, 10, 2, NULL);
+    struct node nd;
+    struct vgpu *v = open_node(&nd, 1, VGPU_BINPACK);
+    REQUIRE(v != NULL);
+    V1beta1__ContainerAllocateResponse *r;
+    REQUIRE_EQ_INT(admit(&nd, 10, 2, &r), 0);
+    /* a is deleted; before any settling, b, identical, gets every one of a's IDs */
+    n_table = 0;
+    set_state("uid-a", "a", VGPU_POD_DONE);
+    add_pod("uid-b", "b", "main", 200, 10, 2, NULL);
+    nd.cursor[0] = nd.cursor[1] = 0;
+    REQUIRE_EQ_INT(admit(&nd, 10, 2, &r), 0);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 2);
+    struct vgpu_live b;
+    hold(&nd, &b, "b", 3);
+    set_state("uid-b", "b", VGPU_POD_RUNNING);
+    struct vgpu_reconcile_result res;
+    REQUIRE_EQ_INT(settle(v, &b, 1, &res), 0);
+    CHECK_EQ_INT(res.freed, 1);
+    CHECK_EQ_INT(res.renamed, 0);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 1);
+    struct vgpu_assignment_info ai;
+    REQUIRE_EQ_INT(vgpu_assignment_get(v, 0, &ai), 0);
+    CHECK_EQ_STR(ai.pod_uid, "uid-b");
+    CHECK(!in_state("uid-a"));
+    CHECK(in_state("uid-b/main/config"));
+    node_close(&nd);
+}
+
 /* The kubelet fails a pod on its own after acceld answered its memory (not enough cores
  * left, by the kubelet's count), and posts nothing yet: the next identical pod's cores call is
  * taken as the failed pod's second, its memory call as a new container's first. The List
