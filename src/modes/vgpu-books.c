@@ -174,24 +174,27 @@ static bool held_by_any(const struct vgpu_live *live, size_t n, int r, uint64_t 
     return false;
 }
 
-/* The share c mounts: the one its primary resource's IDs name, whose other resource's IDs
- * agree, are unknown, or are held by no live container (a call taken for a container the
- * kubelet then failed on its own, whose IDs went back: the next container's first call was
- * matched as that container's second). Several such shares: the kubelet handed c every ID a
- * gone container held (an identical request gets the same free IDs), and the one matched to
- * c itself is c's. -1: none, or several none or more of which are c's own (then the plain
+/* The share c mounts: the one its primary resource's IDs name (acceld records the IDs of
+ * every answer in the share it matched, so one such share is the one whose answer c got,
+ * whatever its other resource says: c's second call may have been taken for another
+ * container's while another container's call completed this share). Several: the kubelet
+ * handed c IDs a gone container held (an identical request gets the same free IDs): those
+ * whose other resource's IDs disagree and are held by another live container are not c's,
+ * and of the rest the one matched to c itself is. -1: none, or no single one (then the plain
  * rule decides). */
 static ssize_t primary_holder(const struct vgpu *v, const struct vgpu_live *c,
                               const struct vgpu_live *live, size_t n)
 {
     enum vgpu_resource rp = live_primary(c), ro = rp == VGPU_CORES ? VGPU_MEMORY : VGPU_CORES;
     uint64_t hp = live_ids(c, rp), ho = live_ids(c, ro);
-    ssize_t found = -1, own = -1;
-    size_t n_found = 0, n_own = 0;
-    for (size_t a = 0; a < v->n_as; a++) {
+    ssize_t any = -1, found = -1, own = -1;
+    size_t n_any = 0, n_found = 0, n_own = 0;
+    for (size_t a = 0; hp && a < v->n_as; a++) {
         const struct assign *x = v->as[a];
-        if (!hp || x->ids[rp] != hp)
+        if (x->ids[rp] != hp)
             continue;
+        any = (ssize_t)a;
+        n_any++;
         if (x->ids[ro] && ho && x->ids[ro] != ho && held_by_any(live, n, ro, x->ids[ro]))
             continue;
         found = (ssize_t)a;
@@ -201,6 +204,8 @@ static ssize_t primary_holder(const struct vgpu *v, const struct vgpu_live *c,
             n_own++;
         }
     }
+    if (n_any == 1)
+        return any;
     if (n_found == 1)
         return found;
     return n_own == 1 ? own : -1;

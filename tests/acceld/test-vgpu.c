@@ -1356,6 +1356,76 @@ TEST(every_id_reused_the_gone_share_is_freed)
     node_close(&nd);
 }
 
+/* Fault campaign (Failed status 400 ms late): p629 and p630 failed without acceld knowing
+ * (it was killed under their calls) and are still Pending. p631 (30 cores, 8 units): its
+ * memory call is taken for p630's, its cores call for p629's (the answer with p629's mounts);
+ * p632 (30 cores, 4 units): its memory call completes p629's share, its cores call gets a
+ * share of its own. p631 mounts p629's share: it is p631's (renamed, directory kept, its
+ * memory IDs and amount learned), and p632's share learns its memory. Before, p629's share
+ * was no one's (its memory IDs were p632's), p631 was "taken back" on another GPU and p629's
+ * directory, which p631 mounts, was removed. */
+TEST(the_share_a_container_mounts_is_its_own_whatever_its_other_ids)
+{
+    n_table = 0, n_known = 0;
+    add_pod("uid-p629", "p629", "main", 100, 30, 4, NULL);
+    add_pod("uid-p630", "p630", "main", 200, 50, 8, NULL);
+    add_pod("uid-p631", "p631", "main", 300, 30, 8, NULL);
+    add_pod("uid-p632", "p632", "main", 400, 30, 4, NULL);
+    struct node nd;
+    struct vgpu *v = open_node(&nd, 1, VGPU_BINPACK);
+    REQUIRE(v != NULL);
+    char err[1024] = "";
+    V1beta1__ContainerAllocateResponse *r;
+    struct vgpu_live live[2];
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 8, &r, err, sizeof(err)), 0); /* p631's, as p630's */
+    hold(&nd, &live[0], "p631", 2);
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 30, &r, err, sizeof(err)), 0); /* p631's, as p629's */
+    for (size_t i = 0; i < nd.n_last[VGPU_CORES]; i++)
+        vgpu_live_add_id(v, &live[0], VGPU_CORES, nd.last[VGPU_CORES][i]);
+    char mounted[900];
+    dir_of(r, mounted, sizeof(mounted));
+    REQUIRE(strstr(mounted, "uid-p629/main") != NULL);
+    /* p631 runs (out of the pending list); p632's calls, memory first */
+    n_table = 0;
+    add_pod("uid-p629", "p629", "main", 100, 30, 4, NULL);
+    add_pod("uid-p630", "p630", "main", 200, 50, 8, NULL);
+    add_pod("uid-p632", "p632", "main", 400, 30, 4, NULL);
+    set_state("uid-p631", "p631", VGPU_POD_RUNNING);
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_MEMORY, 4, &r, err, sizeof(err)), 0); /* completes p629's */
+    hold(&nd, &live[1], "p632", 2);
+    REQUIRE_EQ_INT(alloc(&nd, VGPU_CORES, 30, &r, err, sizeof(err)), 0); /* p632's own */
+    for (size_t i = 0; i < nd.n_last[VGPU_CORES]; i++)
+        vgpu_live_add_id(v, &live[1], VGPU_CORES, nd.last[VGPU_CORES][i]);
+    /* p629's and p630's Failed statuses come */
+    n_table = 0;
+    set_state("uid-p629", "p629", VGPU_POD_DONE);
+    set_state("uid-p630", "p630", VGPU_POD_DONE);
+    set_state("uid-p632", "p632", VGPU_POD_RUNNING);
+    struct vgpu_reconcile_result res;
+    REQUIRE_EQ_INT(settle(v, live, 2, &res), 0);
+    CHECK_EQ_INT(res.renamed, 1);
+    CHECK_EQ_INT(res.adopted, 0);
+    CHECK_EQ_INT(vgpu_assignment_count(v), 2);
+    char cfg[1000];
+    snprintf(cfg, sizeof(cfg), "%s/config", mounted);
+    char *text = slurp(cfg);
+    CHECK(text && strstr(text, "memory_limit = 2147483648\n") && strstr(text, "core_limit = 30\n"));
+    free(text);
+    bool p631 = false, p632 = false;
+    for (size_t i = 0; i < vgpu_assignment_count(v); i++) {
+        struct vgpu_assignment_info ai;
+        REQUIRE_EQ_INT(vgpu_assignment_get(v, i, &ai), 0);
+        if (strcmp(ai.pod_uid, "uid-p631") == 0)
+            p631 = strstr(ai.region, "uid-p629/main") && ai.cores == 30 &&
+                   ai.memory_bytes == 2 * GiB && ai.complete;
+        if (strcmp(ai.pod_uid, "uid-p632") == 0)
+            p632 = ai.cores == 30 && ai.memory_bytes == 1 * GiB && ai.complete;
+    }
+    CHECK(p631);
+    CHECK(p632);
+    node_close(&nd);
+}
+
 /* The kubelet fails a pod on its own after acceld answered its memory (not enough cores
  * left, by the kubelet's count), and posts nothing yet: the next identical pod's cores call is
  * taken as the failed pod's second, its memory call as a new container's first. The List
