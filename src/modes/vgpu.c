@@ -1209,8 +1209,11 @@ static int vgpu_allocate(void *self, const struct acceld_alloc_req *reqs, size_t
      * even when its other call was taken for another container's (the two calls of one
      * container can be matched to two shares: "Which pod an Allocate is for" in
      * docs/vgpu.md): the kubelet keeps the first value of an env name it meets across a
-     * container's resources, in map order, so two answers naming two GPUs would give it
-     * either (fault campaign: a container ran on the GPU of a share freed under it). */
+     * container's resources, in map order, logging "Environment variable has conflicting
+     * setting" (pkg/kubelet/cm/devicemanager/manager.go, deviceRunContainerOptions), so two
+     * answers naming two GPUs would give it either (fault campaign: a container ran on the
+     * GPU of a share freed under it). GPU-Manager's vcuda-memory Allocate answers an empty
+     * ContainerAllocateResponse too (pkg/server/vmemory.go). */
     out[0] = (struct acceld_alloc){0};
     enum vgpu_resource primary = as->amount[VGPU_CORES] ? VGPU_CORES : VGPU_MEMORY;
     if (r != primary)
