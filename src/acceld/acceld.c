@@ -203,37 +203,27 @@ static void usage(FILE *f)
             "Exit status: 0 clean exit, 1 runtime failure, 2 bad flags or config.\n");
 }
 
-static void print_value(const struct acceld_config *c, const struct acceld_config_key *k,
-                        const char *indent, const char *name)
-{
-    char v[1024];
-    acceld_config_format(c, k->key, v, sizeof(v));
-    if (strcmp(k->key, "health.ignoredXids") == 0)
-        printf("%s%s: [%s]\n", indent, name, v);
-    else
-        printf("%s%s: \"%s\"\n", indent, name, v);
-}
-
-/* The effective config as a config file: the top-level keys in the table's order, each section
- * once (at its first key) with all its keys, wherever the table lists them. */
+/* The effective config as a config file (a section's keys stand together in the table). */
 static void print_config(const struct acceld_config *c)
 {
+    const char *section = "";
     for (const struct acceld_config_key *k = acceld_config_keys; k->key; k++) {
+        char v[1024];
+        acceld_config_format(c, k->key, v, sizeof(v));
         const char *dot = strchr(k->key, '.');
-        if (!dot) {
-            print_value(c, k, "", k->key);
-            continue;
+        if (dot) {
+            size_t l = (size_t)(dot - k->key);
+            if (strncmp(section, k->key, l) != 0 || section[l] != '.') {
+                printf("%.*s:\n", (int)l, k->key);
+                section = k->key;
+            }
+            if (strcmp(k->key, "health.ignoredXids") == 0)
+                printf("  %s: [%s]\n", dot + 1, v);
+            else
+                printf("  %s: \"%s\"\n", dot + 1, v);
+        } else {
+            printf("%s: \"%s\"\n", k->key, v);
         }
-        size_t l = (size_t)(dot - k->key) + 1; /* "section." */
-        bool seen = false;
-        for (const struct acceld_config_key *e = acceld_config_keys; e < k && !seen; e++)
-            seen = strncmp(e->key, k->key, l) == 0;
-        if (seen)
-            continue;
-        printf("%.*s:\n", (int)(l - 1), k->key);
-        for (const struct acceld_config_key *e = k; e->key; e++)
-            if (strncmp(e->key, k->key, l) == 0)
-                print_value(c, e, "  ", e->key + l);
     }
 }
 

@@ -13,6 +13,9 @@
 #include "fs.h"
 #include "util.h"
 
+/* Every key of acceld's config file, in the order --help and --print-config list them: a
+ * section's keys ("vgpu.", "dra." …) stand together (--print-config writes a section's header
+ * where its first key is; interop-acceld-hardening reads its output back). */
 const struct acceld_config_key acceld_config_keys[] = {
     {"devicePluginDir", "device-plugin-dir", "kubelet device plugin directory"},
     {"resourceName", "resource-name", "extended resource name advertised to the kubelet"},
@@ -49,6 +52,14 @@ const struct acceld_config_key acceld_config_keys[] = {
      "none|kill: what the host-side check does to a process over its container's memory quota"},
     {"vgpu.checkInterval", "vgpu-check-interval",
      "how often the host-side check reads NVML's per-process memory (0 = never)"},
+    {"vgpu.computeAction", "vgpu-compute-action",
+     "none|freeze: what the host-side check does to a container above its vcuda-core share"},
+    {"vgpu.freezePeriod", "vgpu-freeze-period",
+     "the period of the freeze duty cycle (vgpu.computeAction freeze)"},
+    {"vgpu.cgroupRoot", "vgpu-cgroup-root", "where the host's cgroup v2 tree is mounted"},
+    {"vgpu.reconcileInterval", "vgpu-reconcile-interval",
+     "how often vGPU's books are settled with the kubelet's pod-resources List while they hold "
+     "shares (0 = only at start and when a pod ends)"},
     {"dra.registryDir", "plugin-registry-dir",
      "DRA mode: the kubelet's plugin registration directory"},
     {"dra.pluginDir", "dra-plugin-dir",
@@ -65,8 +76,6 @@ const struct acceld_config_key acceld_config_keys[] = {
      "DRA mode: NoSchedule|NoExecute|None: the taint after a fatal XID (79, 48) or a lost GPU"},
     {"dra.claimWait", "dra-claim-wait",
      "DRA mode: how long a prepare waits for its ResourceClaim on the API server"},
-    {"mpsProbeInterval", "mps-probe-interval",
-     "how often each MPS control daemon is asked for its defaults (a dead one is seen at once)"},
     {"dra.mig", "dra-mig",
      "DRA mode: publish the GPUs in MIG mode as MIG partitions (partitionable devices, KEP-4815)"},
     {"dra.overQuotaAction", "dra-over-quota-action",
@@ -74,18 +83,12 @@ const struct acceld_config_key acceld_config_keys[] = {
      "over the claim's memory, or on a GPU the claim does not hold"},
     {"dra.checkInterval", "dra-check-interval",
      "DRA mode: how often the host-side check of shared claims runs (0 = never)"},
+    {"mpsProbeInterval", "mps-probe-interval",
+     "how often each MPS control daemon is asked for its defaults (a dead one is seen at once)"},
     {"mpsControl", "mps-control",
      "the nvidia-cuda-mps-control binary for MPS sharing (default: found on PATH)"},
     {"allocateWait", "allocate-wait",
      "how long an Allocate waits for its pod to reach the watch cache (vGPU; 0 = not at all)"},
-    {"vgpu.computeAction", "vgpu-compute-action",
-     "none|freeze: what the host-side check does to a container above its vcuda-core share"},
-    {"vgpu.freezePeriod", "vgpu-freeze-period",
-     "the period of the freeze duty cycle (vgpu.computeAction freeze)"},
-    {"vgpu.cgroupRoot", "vgpu-cgroup-root", "where the host's cgroup v2 tree is mounted"},
-    {"vgpu.reconcileInterval", "vgpu-reconcile-interval",
-     "how often vGPU's books are settled with the kubelet's pod-resources List while they hold "
-     "shares (0 = only at start and when a pod ends)"},
     {"migStrategy", "mig-strategy",
      "none|single|mixed: how MIG devices are served (NVIDIA's strategies, docs/mig.md)"},
     {"vfio.bind", "vfio-bind",
