@@ -570,6 +570,36 @@ static int cmd_status(const char *statep, int argc, char **argv)
 
 /* ------------------------------------------------------------------ actions */
 
+/* A per-GPU command's work, run with the machine open and its GPU resolved; returns the exit
+ * status (fail() and usage_error() say why). */
+typedef int (*gpu_action)(struct emu_state *st, unsigned gpu, const void *arg);
+
+/* Opens the emulated machine, resolves the GPU argument (an index, a UUID or a PCI bus id) and
+ * runs act on it: the frame every per-GPU command shares. */
+static int on_gpu(const char *statep, const char *gpu_arg, gpu_action act, const void *arg)
+{
+    struct emu_state *st;
+    unsigned gpu;
+    int r = open_state(statep, &st);
+    if (r)
+        return r;
+    if ((r = resolve_gpu(st, gpu_arg, &gpu)) == 0)
+        r = act(st, gpu, arg);
+    emu_state_close(st);
+    return r;
+}
+
+static int xid_on(struct emu_state *st, unsigned gpu, const void *arg)
+{
+    uint64_t xid = *(const uint64_t *)arg;
+    int r = emu_state_inject_xid(st, gpu, xid);
+    if (r < 0)
+        r = fail("cannot post the event: %s", strerror(-r));
+    else
+        printf("GPU %u: XID %" PRIu64 " injected\n", gpu, xid);
+    return r;
+}
+
 static int cmd_xid(const char *statep, int argc, char **argv)
 {
     if (argc != 2)
@@ -577,19 +607,17 @@ static int cmd_xid(const char *statep, int argc, char **argv)
     uint64_t xid;
     if (parse_u64(argv[1], &xid) < 0 || xid < 1 || xid > 65535)
         return usage_error("bad XID '%s': want 1-65535", argv[1]);
-    struct emu_state *st;
-    unsigned gpu;
-    int r = open_state(statep, &st);
-    if (r)
-        return r;
-    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
-        r = emu_state_inject_xid(st, gpu, xid);
-        if (r < 0)
-            r = fail("cannot post the event: %s", strerror(-r));
-        else
-            printf("GPU %u: XID %" PRIu64 " injected\n", gpu, xid);
-    }
-    emu_state_close(st);
+    return on_gpu(statep, argv[0], xid_on, &xid);
+}
+
+static int ecc_on(struct emu_state *st, unsigned gpu, const void *arg)
+{
+    bool dbl = *(const bool *)arg;
+    int r = emu_state_inject_ecc(st, gpu, dbl);
+    if (r < 0)
+        r = fail("cannot post the event: %s", strerror(-r));
+    else
+        printf("GPU %u: one %s-bit ECC error\n", gpu, dbl ? "double" : "single");
     return r;
 }
 
@@ -604,20 +632,7 @@ static int cmd_ecc(const char *statep, int argc, char **argv)
         dbl = true;
     else
         return usage_error("bad ECC error kind '%s': want single or double", argv[1]);
-    struct emu_state *st;
-    unsigned gpu;
-    int r = open_state(statep, &st);
-    if (r)
-        return r;
-    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
-        r = emu_state_inject_ecc(st, gpu, dbl);
-        if (r < 0)
-            r = fail("cannot post the event: %s", strerror(-r));
-        else
-            printf("GPU %u: one %s-bit ECC error\n", gpu, dbl ? "double" : "single");
-    }
-    emu_state_close(st);
-    return r;
+    return on_gpu(statep, argv[0], ecc_on, &dbl);
 }
 
 /* MIG mode as nvidia-smi -mig sets it: pending, then a GPU reset makes it current; the reset
@@ -637,6 +652,24 @@ static int set_mig(struct emu_state *st, unsigned gpu, bool on)
     return 0;
 }
 
+static int set_on(struct emu_state *st, unsigned gpu, const void *arg)
+{
+    const struct emu_set_req *req = arg;
+    char err[512];
+    emu_state_lock(st);
+    int r = emu_args_set_apply(emu_state_gpu(st, gpu), req, err, sizeof(err));
+    emu_state_unlock(st);
+    if (r < 0)
+        r = usage_error("%s", err);
+    else if (req->mask & (EMU_SET_SM_CLOCK | EMU_SET_MEM_CLOCK))
+        emu_state_event_post(st, gpu, EMU_EVENT_CLOCK, 0, NULL);
+    if (r == 0 && (req->mask & EMU_SET_PSTATE))
+        emu_state_event_post(st, gpu, EMU_EVENT_PSTATE, req->pstate, NULL);
+    if (r == 0 && (req->mask & EMU_SET_MIG))
+        r = set_mig(st, gpu, req->mig_mode);
+    return r;
+}
+
 static int cmd_set(const char *statep, int argc, char **argv)
 {
     if (argc < 2)
@@ -646,25 +679,17 @@ static int cmd_set(const char *statep, int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (emu_args_set(argv[i], &req, err, sizeof(err)) < 0)
             return usage_error("%s", err);
-    struct emu_state *st;
-    unsigned gpu;
-    int r = open_state(statep, &st);
-    if (r)
-        return r;
-    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
-        emu_state_lock(st);
-        r = emu_args_set_apply(emu_state_gpu(st, gpu), &req, err, sizeof(err));
-        emu_state_unlock(st);
-        if (r < 0)
-            r = usage_error("%s", err);
-        else if (req.mask & (EMU_SET_SM_CLOCK | EMU_SET_MEM_CLOCK))
-            emu_state_event_post(st, gpu, EMU_EVENT_CLOCK, 0, NULL);
-        if (r == 0 && (req.mask & EMU_SET_PSTATE))
-            emu_state_event_post(st, gpu, EMU_EVENT_PSTATE, req.pstate, NULL);
-        if (r == 0 && (req.mask & EMU_SET_MIG))
-            r = set_mig(st, gpu, req.mig_mode);
-    }
-    emu_state_close(st);
+    return on_gpu(statep, argv[0], set_on, &req);
+}
+
+static int lose_on(struct emu_state *st, unsigned gpu, const void *arg)
+{
+    bool lose = *(const bool *)arg;
+    int r = emu_state_set_lost(st, gpu, lose);
+    if (r < 0)
+        r = fail("cannot change GPU %u: %s", gpu, strerror(-r));
+    else
+        printf("GPU %u: %s\n", gpu, lose ? "fell off the bus (XID 79)" : "restored");
     return r;
 }
 
@@ -672,47 +697,32 @@ static int cmd_lose(const char *statep, int argc, char **argv, bool lose)
 {
     if (argc != 1)
         return usage_error("usage: accel-emu %s GPU", lose ? "lose" : "restore");
-    struct emu_state *st;
-    unsigned gpu;
-    int r = open_state(statep, &st);
-    if (r)
-        return r;
-    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
-        r = emu_state_set_lost(st, gpu, lose);
-        if (r < 0)
-            r = fail("cannot change GPU %u: %s", gpu, strerror(-r));
-        else
-            printf("GPU %u: %s\n", gpu, lose ? "fell off the bus (XID 79)" : "restored");
-    }
-    emu_state_close(st);
-    return r;
+    return on_gpu(statep, argv[0], lose_on, &lose);
 }
 
 /* ------------------------------------------------------------------ reset, MIG, VFIO */
+
+static int reset_on(struct emu_state *st, unsigned gpu, const void *arg)
+{
+    (void)arg;
+    int32_t busy;
+    int r = emu_state_gpu_reset(st, gpu, &busy);
+    if (r == -EBUSY)
+        r = fail("GPU %u is in use by process %d: stop its processes, then reset it", gpu,
+                 (int)busy);
+    else if (r < 0)
+        r = fail("cannot reset GPU %u: %s", gpu, strerror(-r));
+    else
+        printf("GPU %u: reset; MIG mode %s\n", gpu,
+               emu_state_gpu(st, gpu)->mig_mode ? "enabled" : "disabled");
+    return r;
+}
 
 static int cmd_reset(const char *statep, int argc, char **argv)
 {
     if (argc != 1)
         return usage_error("usage: accel-emu reset GPU");
-    struct emu_state *st;
-    unsigned gpu;
-    int r = open_state(statep, &st);
-    if (r)
-        return r;
-    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
-        int32_t busy;
-        r = emu_state_gpu_reset(st, gpu, &busy);
-        if (r == -EBUSY)
-            r = fail("GPU %u is in use by process %d: stop its processes, then reset it", gpu,
-                     (int)busy);
-        else if (r < 0)
-            r = fail("cannot reset GPU %u: %s", gpu, strerror(-r));
-        else
-            printf("GPU %u: reset; MIG mode %s\n", gpu,
-                   emu_state_gpu(st, gpu)->mig_mode ? "enabled" : "disabled");
-    }
-    emu_state_close(st);
-    return r;
+    return on_gpu(statep, argv[0], reset_on, NULL);
 }
 
 /* `mig GPU create P,...`: each a GPU instance and the compute instance that fills it, as
@@ -808,6 +818,29 @@ static int mig_list(struct emu_state *st, unsigned gpu, bool json)
     return 0;
 }
 
+struct mig_cmd {
+    const char *verb, *list;
+    bool json;
+};
+
+static int mig_on(struct emu_state *st, unsigned gpu, const void *arg)
+{
+    const struct mig_cmd *m = arg;
+    if (strcmp(m->verb, "create") == 0)
+        return mig_create(st, gpu, m->list);
+    if (strcmp(m->verb, "list") == 0)
+        return mig_list(st, gpu, m->json);
+    int32_t busy;
+    int r = emu_state_mig_destroy_all(st, gpu, &busy);
+    if (r == -EBUSY)
+        return fail("GPU %u: a MIG instance is in use by process %d: nothing destroyed", gpu,
+                    (int)busy);
+    if (r < 0)
+        return fail("cannot destroy GPU %u's MIG instances: %s", gpu, strerror(-r));
+    printf("GPU %u: every MIG instance destroyed\n", gpu);
+    return 0;
+}
+
 static int cmd_mig(const char *statep, int argc, char **argv)
 {
     if (argc < 2)
@@ -829,29 +862,46 @@ static int cmd_mig(const char *statep, int argc, char **argv)
     } else {
         return usage_error("unknown mig command '%s': want create, destroy or list", verb);
     }
-    struct emu_state *st;
-    unsigned gpu;
-    int r = open_state(statep, &st);
-    if (r)
-        return r;
-    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
-        if (strcmp(verb, "create") == 0) {
-            r = mig_create(st, gpu, argv[2]);
-        } else if (strcmp(verb, "list") == 0) {
-            r = mig_list(st, gpu, json);
-        } else {
-            int32_t busy;
-            r = emu_state_mig_destroy_all(st, gpu, &busy);
-            if (r == -EBUSY)
-                r = fail("GPU %u: a MIG instance is in use by process %d: nothing destroyed", gpu,
-                         (int)busy);
-            else if (r < 0)
-                r = fail("cannot destroy GPU %u's MIG instances: %s", gpu, strerror(-r));
-            else
-                printf("GPU %u: every MIG instance destroyed\n", gpu);
-        }
-    }
-    emu_state_close(st);
+    struct mig_cmd m = {verb, argc == 3 ? argv[2] : NULL, json};
+    return on_gpu(statep, argv[0], mig_on, &m);
+}
+
+struct vfio_cmd {
+    const char *statep;
+    unsigned fn; /* 0: the GPU itself (bind/unbind), else a function of its group */
+    bool on;
+};
+
+static int vfio_on(struct emu_state *st, unsigned gpu, const void *arg)
+{
+    const struct vfio_cmd *v = arg;
+    unsigned fn = v->fn;
+    bool on = v->on;
+    const struct emu_gpu *g = emu_state_gpu(st, gpu);
+    int32_t busy = 0;
+    int r =
+        fn ? emu_state_set_pci_function(st, gpu, fn, on) : emu_state_set_vfio(st, gpu, on, &busy);
+    char base[PATH_MAX + 8], err[512], bdf[32];
+    fixture_base(v->statep, base, sizeof(base));
+    emu_fixtures_bdf(g, fn, bdf, sizeof(bdf));
+    if (r == -EBUSY)
+        r = fail("GPU %u is in use by process %d: stop its processes before binding it to "
+                 "vfio-pci",
+                 gpu, (int)busy);
+    else if (r == -ENOTEMPTY)
+        r = fail("GPU %u has MIG instances: `accel-emu mig %u destroy` first", gpu, gpu);
+    else if (r < 0)
+        r = fail("cannot change GPU %u: %s", gpu, strerror(-r));
+    else if (emu_fixtures_sync(st, base, err, sizeof(err)) < 0)
+        r = fail("%s", err);
+    else if (fn)
+        printf("GPU %u: %s %s IOMMU group %u (%s)\n", gpu, on ? "added" : "removed",
+               fn == EMU_PCI_FN_AUDIO ? "its audio function to" : "a PCIe bridge to",
+               g->iommu_group, bdf);
+    else
+        printf("GPU %u (%s): %s, IOMMU group %u%s\n", gpu, bdf,
+               on ? "bound to vfio-pci" : "bound to nvidia", g->iommu_group,
+               on ? "" : " (NVML and CUDA see it again)");
     return r;
 }
 
@@ -869,40 +919,8 @@ static int cmd_vfio(const char *statep, int argc, char **argv)
         return usage_error("usage: accel-emu vfio GPU bind|unbind, or accel-emu vfio GPU "
                            "audio|bridge on|off");
     }
-    struct emu_state *st;
-    unsigned gpu;
-    int r = open_state(statep, &st);
-    if (r)
-        return r;
-    if ((r = resolve_gpu(st, argv[0], &gpu)) == 0) {
-        const struct emu_gpu *g = emu_state_gpu(st, gpu);
-        int32_t busy = 0;
-        r = fn ? emu_state_set_pci_function(st, gpu, fn, on)
-               : emu_state_set_vfio(st, gpu, on, &busy);
-        char base[PATH_MAX + 8], err[512], bdf[32];
-        fixture_base(statep, base, sizeof(base));
-        emu_fixtures_bdf(g, fn, bdf, sizeof(bdf));
-        if (r == -EBUSY)
-            r = fail("GPU %u is in use by process %d: stop its processes before binding it to "
-                     "vfio-pci",
-                     gpu, (int)busy);
-        else if (r == -ENOTEMPTY)
-            r = fail("GPU %u has MIG instances: `accel-emu mig %u destroy` first", gpu, gpu);
-        else if (r < 0)
-            r = fail("cannot change GPU %u: %s", gpu, strerror(-r));
-        else if (emu_fixtures_sync(st, base, err, sizeof(err)) < 0)
-            r = fail("%s", err);
-        else if (fn)
-            printf("GPU %u: %s %s IOMMU group %u (%s)\n", gpu, on ? "added" : "removed",
-                   fn == EMU_PCI_FN_AUDIO ? "its audio function to" : "a PCIe bridge to",
-                   g->iommu_group, bdf);
-        else
-            printf("GPU %u (%s): %s, IOMMU group %u%s\n", gpu, bdf,
-                   on ? "bound to vfio-pci" : "bound to nvidia", g->iommu_group,
-                   on ? "" : " (NVML and CUDA see it again)");
-    }
-    emu_state_close(st);
-    return r;
+    struct vfio_cmd v = {statep, fn, on};
+    return on_gpu(statep, argv[0], vfio_on, &v);
 }
 
 static int cmd_models(int argc, char **argv)
