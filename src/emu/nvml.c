@@ -152,7 +152,12 @@ static nvmlReturn_t device_check(nvmlDevice_t dev, bool lost_ok, struct emu_gpu 
         (p - base) % sizeof(struct nvmlDevice_st) != 0)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct emu_gpu *g = emu_state_gpu(st, dev->index);
-    /* a GPU bound to vfio-pci is not the nvidia driver's: NVML has no such device */
+    /* a GPU bound to vfio-pci is not the nvidia driver's: NVML has no such device (NVML counts
+     * the devices the driver has, nvmlDeviceGetCount_v2 "accessible devices"; NVIDIA's
+     * passthrough guides unbind the GPU from nvidia before vfio-pci takes it, e.g. the
+     * Confidential Computing deployment guide, "Binding the GPUs to VFIO"). Inferred from
+     * those, not seen on a GPU yet: tests/gpu/vfio.sh records nvidia-smi -L's count beside the
+     * functions bound to vfio-pci for a GPU run to confirm. */
     if (!g || __atomic_load_n(&g->vfio, __ATOMIC_RELAXED))
         return NVML_ERROR_INVALID_ARGUMENT;
     if (!lost_ok && __atomic_load_n(&g->lost, __ATOMIC_RELAXED))

@@ -68,6 +68,12 @@ for d in "$sys"/bus/pci/devices/*; do
     [ -e "$sys/bus/pci/drivers/vfio-pci/$bdf" ] && pass "$bdf listed under drivers/vfio-pci" \
         || fail "$bdf not under $sys/bus/pci/drivers/vfio-pci"
 done
+# NVML's view beside sysfs: the emulator assumes NVML lists no GPU bound to vfio-pci (a record,
+# not a check, until a GPU run confirms it: docs/gpu-validation.md)
+if [ "$sys" = /sys ] && command -v nvidia-smi >/dev/null 2>&1; then
+    echo "record: nvidia-smi -L lists $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') GPU(s);" \
+         "$bound NVIDIA function(s) are bound to vfio-pci"
+fi
 if [ $bound = 0 ]; then
     echo "SKIP no NVIDIA device is bound to vfio-pci here (read-only: nothing was bound)"
     exit 77
